@@ -1,0 +1,691 @@
+//! Public types and the `Store` surface. (Skeleton: bodies are filled by the keyspace work.)
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// A raw 32-byte Ed25519 public key (hosts and the relay).
+pub type Key32 = [u8; 32];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Milliseconds since the Unix epoch; injectable so tests control time.
+pub trait Clock: Send + Sync + 'static {
+    /// Now, in ms since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// How to open a store.
+#[derive(Clone)]
+pub struct OpenOptions {
+    /// Time source for seq floors, timestamps and expiry.
+    pub clock: Arc<dyn Clock>,
+    /// Create the store directory when it does not exist (the relay: yes; admin tools: no).
+    pub create: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { clock: Arc::new(SystemClock), create: true }
+    }
+}
+
+/// Every error a store operation can give. Messages name the cause and never contain key material
+/// or wire bytes.
+#[derive(Debug)]
+pub enum StoreError {
+    /// Another process holds the store's lock file.
+    Locked { path: PathBuf, pid: Option<u32> },
+    /// The store directory does not exist (and `create` was false).
+    Missing(PathBuf),
+    /// The store was written by a newer binary.
+    SchemaTooNew { found: u32, supported: u32 },
+    /// The store is pinned to another relay public key (fingerprints only, never keys).
+    RelayKeyMismatch { stored_fp: String, given_fp: String },
+    /// A file or record that is not ours or is damaged.
+    Corrupt(String),
+    /// An I/O failure, with what we were doing.
+    Io { context: String, source: std::io::Error },
+    /// The engine failed (includes failed fsync: the operation is NOT durable).
+    Engine(String),
+    /// The store was closed or its writer stopped.
+    Closed,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Locked { path, pid: Some(pid) } => {
+                write!(f, "store {} is in use by pid {pid}", path.display())
+            }
+            StoreError::Locked { path, pid: None } => {
+                write!(f, "store {} is in use by another process", path.display())
+            }
+            StoreError::Missing(p) => write!(f, "store directory {} does not exist", p.display()),
+            StoreError::SchemaTooNew { found, supported } => write!(
+                f,
+                "store schema version {found} is newer than this binary supports ({supported}); upgrade mbx-relay"
+            ),
+            StoreError::RelayKeyMismatch { stored_fp, given_fp } => write!(
+                f,
+                "store belongs to relay key {stored_fp}, refusing to open it with key {given_fp}"
+            ),
+            StoreError::Corrupt(why) => write!(f, "store is damaged: {why}"),
+            StoreError::Io { context, source } => write!(f, "{context}: {source}"),
+            StoreError::Engine(why) => write!(f, "storage engine error: {why}"),
+            StoreError::Closed => write!(f, "store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Result alias.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A write submitted to the group-commit writer. Resolves once its batch is durable (or failed).
+/// Await it from async code or call [`Pending::wait`] from a thread.
+pub struct Pending<T>(pub(crate) tokio::sync::oneshot::Receiver<Result<T>>);
+
+impl<T> Pending<T> {
+    /// Block the calling thread until the operation is durable.
+    ///
+    /// # Errors
+    /// The operation's error, or [`StoreError::Closed`] if the writer stopped.
+    pub fn wait(self) -> Result<T> {
+        self.0.blocking_recv().unwrap_or(Err(StoreError::Closed))
+    }
+}
+
+impl<T> Future for Pending<T> {
+    type Output = Result<T>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|r| r.unwrap_or(Err(StoreError::Closed)))
+    }
+}
+
+/// The `meta` partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub epoch: String,
+    pub relay_pubkey: Option<Key32>,
+    pub schema_version: u32,
+    pub heartbeat_ms: Option<u64>,
+    pub created_ms: u64,
+}
+
+/// One enrolment, keyed by host key.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Enrolment {
+    pub host_pubkey: Key32,
+    /// The name as enrolled (case kept); lookups are case-insensitive.
+    pub host_name: String,
+    /// The host's own unproven owner claim; decides nothing.
+    pub owner_fp: String,
+    /// A proven account (from a strong authority), if any.
+    pub account: Option<String>,
+    /// Which authority enrolled it ("host-key", ...).
+    pub authorized_by: String,
+    /// Strength of that authority; a weaker one never overwrites a stronger one's account.
+    pub authority_rank: u8,
+    pub enrolled_at_ms: u64,
+    pub revoked_at_ms: Option<u64>,
+}
+
+/// What `enrol` is asked to record.
+#[derive(Debug, Clone)]
+pub struct EnrolRequest {
+    pub host_pubkey: Key32,
+    pub host_name: String,
+    pub owner_fp: String,
+    pub account: Option<String>,
+    pub authorized_by: String,
+    pub authority_rank: u8,
+    /// Cap on live enrolments (a new key beyond it is refused).
+    pub max_live: u64,
+}
+
+/// How `enrol` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnrolOutcome {
+    /// New enrolment recorded.
+    Enrolled,
+    /// The key was already enrolled and live; nothing weaker overwrote anything.
+    AlreadyEnrolled,
+    /// The key is revoked and stays revoked.
+    Revoked,
+    /// Another live key has this name inside the same proven account.
+    NameTaken,
+    /// `max_live` live enrolments exist already.
+    Capacity,
+}
+
+/// A signed encryption-key advertisement, stored as received.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EncAd {
+    pub host_pubkey: Key32,
+    pub enc_pub: String,
+    pub sig: String,
+    pub at_ms: u64,
+}
+
+/// A target's sender allowlist, as signed by the target.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SenderList {
+    pub target: Key32,
+    pub senders: Vec<Key32>,
+    pub iat_ms: u64,
+    /// The list record's canonical JSON bytes and its signature, kept for audit and dumps.
+    pub record: Vec<u8>,
+    pub sig: String,
+}
+
+/// How `put_sender_list` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SenderListOutcome {
+    Stored,
+    /// An equal or newer list (by `iat_ms`) is stored already; nothing changed.
+    NotNewer,
+}
+
+/// What kind of item a queue row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ItemKind {
+    Envelope,
+    Receipt,
+    /// A relay-signed expiry notice (PROTOCOL.md §4).
+    Expired,
+}
+
+impl ItemKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Envelope => "envelope",
+            ItemKind::Receipt => "receipt",
+            ItemKind::Expired => "expired",
+        }
+    }
+}
+
+/// One target of an item to insert. `wire` is stored exactly as given.
+#[derive(Debug, Clone)]
+pub struct NewTarget {
+    pub target: Key32,
+    pub wire: Vec<u8>,
+    /// SHA-256 of `wire` (computed by the caller, off the writer thread).
+    pub wire_hash: [u8; 32],
+}
+
+/// An item for one or more targets; inserted atomically over all of them or not at all.
+#[derive(Debug, Clone)]
+pub struct NewItem {
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub sender: Key32,
+    pub targets: Vec<NewTarget>,
+}
+
+/// Quota limits applied in the commit (inclusive: reaching a cap exactly is fine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    pub max_queue_items: u64,
+    pub max_queue_bytes: u64,
+    pub max_sender_items: u64,
+    pub max_sender_bytes: u64,
+    pub max_account_items: u64,
+    pub max_account_bytes: u64,
+}
+
+/// Which quota refused an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaKind {
+    QueueItems,
+    QueueBytes,
+    SenderItems,
+    SenderBytes,
+    AccountItems,
+    AccountBytes,
+}
+
+impl QuotaKind {
+    /// Free text naming the quota, used after `rejected:quota:`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            QuotaKind::QueueItems => "target queue items",
+            QuotaKind::QueueBytes => "target queue bytes",
+            QuotaKind::SenderItems => "sender share items",
+            QuotaKind::SenderBytes => "sender share bytes",
+            QuotaKind::AccountItems => "account items",
+            QuotaKind::AccountBytes => "account bytes",
+        }
+    }
+}
+
+/// One insert request (one logical operation).
+#[derive(Debug, Clone)]
+pub struct InsertRequest {
+    pub item: NewItem,
+    pub quotas: Quotas,
+    /// Items expire at accepted_at + retention.
+    pub retention_ms: u64,
+}
+
+/// Whether a target's row was new or a dedup hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetSeq {
+    pub seq: u64,
+    pub duplicate: bool,
+}
+
+/// How an insert ended. Nothing is stored unless it is `Stored`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// Every target stored or deduplicated; seqs in target order. `at_ms` is now for an item with
+    /// at least one new target, else the original acceptance time.
+    Stored { at_ms: u64, targets: Vec<TargetSeq> },
+    /// Same (sender, item_id, target) stored with another wire hash.
+    Conflict { target: Key32 },
+    /// A quota would be exceeded for this target.
+    Quota { target: Key32, which: QuotaKind },
+    /// The target is not (or no longer) enrolled and live at commit time.
+    TargetNotEnrolled { target: Key32 },
+}
+
+/// What dedup knows about (sender, item_id, target).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DedupRow {
+    pub wire_hash: [u8; 32],
+    pub seq: u64,
+    pub accepted_at_ms: u64,
+}
+
+/// One queued item as pulled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedItem {
+    pub seq: u64,
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub sender: Key32,
+    pub wire: Vec<u8>,
+    pub accepted_at_ms: u64,
+    pub expires_at_ms: u64,
+}
+
+/// A pull page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub items: Vec<QueuedItem>,
+    /// Last seq allocated for the target (0 if none).
+    pub head_seq: u64,
+    pub acked_through: u64,
+    /// More items exist after the last one returned.
+    pub more: bool,
+}
+
+/// A target's queue position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cursor {
+    pub head_seq: u64,
+    pub acked_through: u64,
+}
+
+/// How an ack ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    Acked { acked_through: u64, deleted: u64, head_seq: u64 },
+    /// `through` is above the head: nothing changed.
+    BeyondHead { head_seq: u64 },
+}
+
+/// An item the sweep found past its expiry (already deleted in the same batch as any notice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredItem {
+    pub target: Key32,
+    pub seq: u64,
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub sender: Key32,
+    pub accepted_at_ms: u64,
+    pub expires_at_ms: u64,
+}
+
+/// Builds the expiry notice for an expired item (or `None` for no notice). Runs on the writer
+/// thread inside the sweep's batch, so it must be quick and must not call back into the store.
+pub type NoticeFn = Box<dyn Fn(&ExpiredItem, u64) -> Option<NewItem> + Send + 'static>;
+
+/// What a sweep did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepReport {
+    pub expired: u64,
+    pub notices: u64,
+    pub dedup_pruned: u64,
+    /// True when the sweep stopped at its per-call cap and should be called again.
+    pub more: bool,
+}
+
+/// How a key rotation (rebind) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebindOutcome {
+    /// Queue moved: `moved` items re-sequenced under the new key.
+    Moved { moved: u64 },
+    OldNotEnrolled,
+    NewRevoked,
+}
+
+/// One relay-log entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OpEntry {
+    pub at_ms: u64,
+    /// e.g. "backup", "restore", "epoch-rotate", "sweep", "migrate", "rotate-key".
+    pub kind: String,
+    /// Human-readable detail (fingerprints and counts only).
+    pub detail: String,
+}
+
+/// Usage counters of one scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub items: u64,
+    pub bytes: u64,
+}
+
+/// Whole-store figures for `relay-tool stats`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    pub meta: Meta,
+    pub live_enrolments: u64,
+    pub revoked_enrolments: u64,
+    pub queued: Usage,
+    /// Top targets by queued items, largest first (at most 10).
+    pub top_targets: Vec<(Key32, Usage)>,
+    pub dedup_rows: u64,
+    pub oldest_queued_ms: Option<u64>,
+    pub disk_bytes: u64,
+}
+
+/// Summary of a backup file (written or verified).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupSummary {
+    pub format_version: u32,
+    pub schema_version: u32,
+    pub relay_pubkey: Option<Key32>,
+    pub epoch: String,
+    pub created_ms: u64,
+    /// Records per partition, by partition name, in file order.
+    pub counts: Vec<(String, u64)>,
+    /// Whole-file checksum (hex), as in the trailer.
+    pub checksum: String,
+    pub file_bytes: u64,
+}
+
+/// Why a backup file was refused. Each is distinct and names where.
+#[derive(Debug)]
+pub enum BackupError {
+    BadMagic,
+    NewerFormat { found: u32, supported: u32 },
+    /// A record or trailer checksum failed at this byte offset.
+    Damaged { offset: u64, why: String },
+    /// The file ends before its trailer.
+    Truncated { offset: u64 },
+    /// Counts in the trailer disagree with the records.
+    CountMismatch { partition: String, expected: u64, found: u64 },
+    Io { context: String, source: std::io::Error },
+    Store(StoreError),
+}
+
+impl std::fmt::Display for BackupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackupError::BadMagic => write!(f, "not an mbx-relay backup (wrong magic)"),
+            BackupError::NewerFormat { found, supported } => write!(
+                f,
+                "backup format {found} is newer than this tool supports ({supported})"
+            ),
+            BackupError::Damaged { offset, why } => {
+                write!(f, "damaged backup at byte offset {offset}: {why}")
+            }
+            BackupError::Truncated { offset } => {
+                write!(f, "truncated backup: file ends at byte offset {offset} before its trailer")
+            }
+            BackupError::CountMismatch { partition, expected, found } => write!(
+                f,
+                "damaged backup: trailer counts {expected} records in {partition}, file holds {found}"
+            ),
+            BackupError::Io { context, source } => write!(f, "{context}: {source}"),
+            BackupError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for BackupError {}
+
+/// Options for a JSON-lines dump.
+#[derive(Debug, Clone, Default)]
+pub struct DumpOptions {
+    /// Only this partition (by name).
+    pub partition: Option<String>,
+    /// Include wire bytes (base64); left out by default.
+    pub with_wire: bool,
+}
+
+/// The partition names, in backup/dump order.
+pub const PARTITIONS: [&str; 11] = [
+    "meta", "enrolments", "enc_ads", "sender_lists", "items", "dedup", "seqs", "acked", "usage",
+    "expiry", "ops",
+];
+
+/// An open relay store. Cheap to clone; the last clone's drop (or [`Store::close`]) stops the
+/// writer and releases the lock.
+#[derive(Clone)]
+pub struct Store {
+    _private: (),
+}
+
+#[allow(unused_variables, clippy::missing_errors_doc)]
+impl Store {
+    /// Open (or create) the store in `dir`: takes the lock file, opens fjall under `dir/db`,
+    /// checks or migrates the schema, creates meta (epoch, created) on first open, starts the writer.
+    ///
+    /// # Errors
+    /// `Locked` (names the holding pid), `Missing`, `SchemaTooNew`, `Corrupt`, `Io`, `Engine`.
+    pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
+        todo!()
+    }
+
+    /// Flush, stop the writer, release the lock.
+    pub fn close(self) -> Result<()> {
+        todo!()
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        todo!()
+    }
+
+    // ---- meta -------------------------------------------------------------------------------
+
+    /// Current meta (epoch, relay key, schema, heartbeat).
+    pub fn meta(&self) -> Result<Meta> {
+        todo!()
+    }
+    /// Record the relay public key on first use; refuse a different one (`RelayKeyMismatch`).
+    pub fn pin_relay_pubkey(&self, pk: Key32) -> Pending<()> {
+        todo!()
+    }
+    /// Write a new random epoch (UUID v4) and an ops entry with `reason`; returns the new epoch.
+    pub fn rotate_epoch(&self, reason: &str) -> Pending<String> {
+        todo!()
+    }
+    /// Record the heartbeat (ms).
+    pub fn heartbeat(&self, now_ms: u64) -> Pending<()> {
+        todo!()
+    }
+
+    // ---- enrolments, enc ads, sender lists -------------------------------------------------
+
+    /// Enrol (idempotent; never clears a revocation; a weaker authority never overwrites a
+    /// stronger one's account; name unique only inside a proven account).
+    pub fn enrol(&self, req: EnrolRequest) -> Pending<EnrolOutcome> {
+        todo!()
+    }
+    /// The enrolment of a key, live or revoked.
+    pub fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
+        todo!()
+    }
+    /// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
+    pub fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        todo!()
+    }
+    /// Number of live enrolments (O(1): a counter).
+    pub fn live_enrolment_count(&self) -> Result<u64> {
+        todo!()
+    }
+    /// Store a (verified) enc ad, replacing the previous one of that key.
+    pub fn put_enc_ad(&self, ad: EncAd) -> Pending<()> {
+        todo!()
+    }
+    /// The enc ad of a key.
+    pub fn enc_ad(&self, key: &Key32) -> Result<Option<EncAd>> {
+        todo!()
+    }
+    /// Store a (verified) sender list if strictly newer than the stored one.
+    pub fn put_sender_list(&self, list: SenderList) -> Pending<SenderListOutcome> {
+        todo!()
+    }
+    /// A target's sender list.
+    pub fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>> {
+        todo!()
+    }
+
+    // ---- queue ------------------------------------------------------------------------------
+
+    /// Insert one item over all its targets atomically: dedup per (sender, item_id, target),
+    /// conflict by wire hash, quotas, seq = max(next_seq, now_ms), usage counters, expiry index.
+    pub fn insert(&self, req: InsertRequest) -> Pending<InsertOutcome> {
+        todo!()
+    }
+    /// Insert several items, each its own atomic operation, all in the same commit group.
+    pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Pending<Vec<InsertOutcome>> {
+        todo!()
+    }
+    /// The durable dedup row of (sender, item_id, target).
+    pub fn dedup(&self, sender: &Key32, item_id: &str, target: &Key32) -> Result<Option<DedupRow>> {
+        todo!()
+    }
+    /// A page of the target's queue after `after`: at most `limit` items and about `max_bytes`
+    /// (always at least one item when any is queued). Reads only durable state.
+    pub fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
+        todo!()
+    }
+    /// Head and acked-through of a target (durable state).
+    pub fn cursor(&self, target: &Key32) -> Result<Cursor> {
+        todo!()
+    }
+    /// Delete the target's items with seq <= through and record acked_through.
+    pub fn ack(&self, target: &Key32, through: u64) -> Pending<AckOutcome> {
+        todo!()
+    }
+    /// Delete one queued item (and its usage and expiry rows); false if it was not queued.
+    pub fn delete_item(&self, target: &Key32, seq: u64) -> Pending<bool> {
+        todo!()
+    }
+    /// Queue usage of a target, of a sender within a target, of an account.
+    pub fn usage_target(&self, target: &Key32) -> Result<Usage> {
+        todo!()
+    }
+    pub fn usage_sender(&self, sender: &Key32, target: &Key32) -> Result<Usage> {
+        todo!()
+    }
+    pub fn usage_account(&self, account: &str) -> Result<Usage> {
+        todo!()
+    }
+
+    /// Expire items with expires_at <= now (through the `expiry` index), each deletion in the
+    /// same batch as its notice (built by `notice`, inserted with dedup and quotas, skipped when
+    /// the sender is not enrolled, its queue is full or it was already told), and prune dedup rows
+    /// accepted before `dedup_horizon_ms` whose item is no longer queued. At most `max` items per
+    /// call (`more` says whether to call again).
+    pub fn sweep(
+        &self,
+        now_ms: u64,
+        dedup_horizon_ms: u64,
+        quotas: Quotas,
+        retention_ms: u64,
+        max: usize,
+        notice: NoticeFn,
+    ) -> Pending<SweepReport> {
+        todo!()
+    }
+
+    /// Key rotation: the new key takes the old one's name, account and authority; the old queue
+    /// is re-sequenced in order after the new key's own items (dedup rows and usage move); the old
+    /// enc ad goes; its sender list moves; other lists swap old for new; the old key is revoked.
+    pub fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome> {
+        todo!()
+    }
+
+    // ---- relay log, stats, backup, dump -----------------------------------------------------
+
+    /// Append to the relay log (keeps the newest 1,000 entries).
+    pub fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
+        todo!()
+    }
+    /// The relay log, newest first, at most `limit`.
+    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
+        todo!()
+    }
+    /// Whole-store figures.
+    pub fn stats(&self) -> Result<Stats> {
+        todo!()
+    }
+    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running).
+    /// `progress` gets the bytes written so far. Records nothing itself (callers log the backup).
+    pub fn backup_to(
+        &self,
+        out: &mut dyn std::io::Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<BackupSummary, BackupError> {
+        todo!()
+    }
+    /// Write every partition as JSON lines (one object per record) from one snapshot.
+    pub fn dump(&self, out: &mut dyn std::io::Write, opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
+        todo!()
+    }
+}
+
+/// Check a backup file offline: magic, format, every frame's crc32, counts, whole-file checksum.
+///
+/// # Errors
+/// A distinct [`BackupError`] for wrong magic, newer format, damage (with offset) and truncation.
+pub fn verify_backup(path: &Path) -> Result<BackupSummary, BackupError> {
+    let _ = path;
+    todo!()
+}
+
+/// Build a new store in `new_dir` (which must not exist) from a backup file: verifies the whole
+/// file first (touching nothing when it is bad), writes a new epoch and an ops entry "restore".
+/// Returns the summary and the new epoch.
+///
+/// # Errors
+/// As [`verify_backup`], plus I/O and store errors.
+pub fn restore_backup(file: &Path, new_dir: &Path) -> Result<(BackupSummary, String), BackupError> {
+    let _ = (file, new_dir);
+    todo!()
+}

@@ -1,0 +1,10 @@
+//! `mbx-relay`: a durable, untrusted store-and-forward relay for end-to-end-encrypted
+//! host-to-host mail that speaks the agentmbx relay protocol.
+//!
+//! Data flows one way: [`http`] → [`relay`] → `relay_keyspace`, and [`wire`] (pure, no I/O) is
+//! shared by all of them and by the host side ([`host`]).
+
+pub mod host;
+pub mod http;
+pub mod relay;
+pub mod wire;
