@@ -1,1 +1,13 @@
-//! (in progress)
+//! The pure wire layer: everything about the agentmbx relay protocol's bytes that needs no I/O —
+//! canonical JSON, keys and signatures, signed hops, time formats, name rules, and the shape
+//! checks the relay applies to records and wire items. Shared by the relay, HTTP and host sides.
+
+pub mod accept;
+pub mod canonical;
+pub mod envelope;
+pub mod hop;
+pub mod keys;
+pub mod names;
+pub mod receipt;
+pub mod records;
+pub mod time;
