@@ -10,4 +10,5 @@ pub mod keys;
 pub mod names;
 pub mod receipt;
 pub mod records;
+pub mod seal;
 pub mod time;
