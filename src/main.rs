@@ -1,5 +1,71 @@
-//! The `mbx-relay` command.
-fn main() {
-    eprintln!("mbx-relay: not yet implemented");
-    std::process::exit(2);
+//! The `mbx-relay` command: `serve` runs the relay, `keygen` prints a new relay key, `host ...`
+//! runs the host side.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mbx_relay::http::args::ServeArgs;
+
+/// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
+#[derive(Debug, Parser)]
+#[command(name = "mbx-relay", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the relay (HTTP) over its store directory.
+    Serve(ServeArgs),
+    /// Print a new relay key (base64 seed, for MBX_RELAY_KEY or relay.key) and its fingerprint.
+    Keygen,
+    /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
+    Host(mbx_relay::host::cli::HostArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Host(args) => mbx_relay::host::cli::run(args),
+        Command::Keygen => {
+            let key = mbx_relay::wire::keys::SigningKey::generate();
+            print!("{}", mbx_relay::relay::key::keygen_text(&key));
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    init_logging();
+    let config = args.into_config();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mbx-relay: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(mbx_relay::http::run_serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("mbx-relay: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` filters (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

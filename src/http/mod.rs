@@ -1,1 +1,31 @@
-//! (in progress)
+//! The axum adapter: one handler that routes PROTOCOL.md §3, caps bodies while streaming and maps
+//! relay answers to status codes; plus `run_serve`, the `mbx-relay serve` lifecycle (open the
+//! store, load the key, start, serve until SIGTERM/SIGINT, drain, close the store).
+
+pub mod args;
+pub mod body;
+pub mod client_addr;
+pub mod handler;
+pub mod metrics;
+pub mod route;
+pub mod server;
+
+use std::sync::Arc;
+
+use crate::relay::Relay;
+pub use client_addr::TrustProxy;
+pub use server::{run_serve, ServeConfig};
+
+/// Shared state of the HTTP layer.
+pub struct App {
+    pub relay: Arc<Relay>,
+    pub trust_proxy: TrustProxy,
+    pub http_metrics: metrics::HttpMetrics,
+}
+
+/// The router: every request goes through [`handler::handle`].
+pub fn router(app: Arc<App>) -> axum::Router {
+    axum::Router::new()
+        .fallback(handler::handle)
+        .with_state(app)
+}

@@ -1,1 +1,161 @@
-//! (in progress)
+//! The relay's rules (PROTOCOL.md) over the durable store, with no HTTP types: each public method
+//! takes parsed request parts and answers a JSON body or a [`RelayError`]. The HTTP adapter
+//! (`crate::http`) only moves bytes and maps [`Status`] to status codes.
+
+pub mod challenge;
+pub mod config;
+pub mod enc_ad;
+pub mod enrol;
+pub mod error;
+pub mod hop;
+pub mod info;
+pub mod key;
+pub mod legacy;
+pub mod metrics;
+pub mod pull;
+pub mod push;
+pub mod rate;
+pub mod rotate;
+pub mod senders;
+pub mod startup;
+pub mod sweep;
+
+use std::sync::{Arc, RwLock};
+
+use relay_keyspace::{Clock, Key32, Store};
+
+use crate::wire::keys::SigningKey;
+pub use config::Limits;
+pub use error::{RelayError, Reply, Status};
+pub use hop::{Caller, HopHeaders};
+
+/// Most sender keys whose push windows are tracked at once (rate table cap).
+const SENDER_RATE_CAP: usize = 200_000;
+/// Most client addresses whose enrolment windows are tracked at once (rate table cap).
+const ADDRESS_RATE_CAP: usize = 100_000;
+
+/// The relay: the store, its key, limits and the bounded in-memory tables.
+pub struct Relay {
+    store: Store,
+    key: Arc<SigningKey>,
+    pubkey: Key32,
+    pubkey_b64: String,
+    limits: Limits,
+    clock: Arc<dyn Clock>,
+    epoch: RwLock<String>,
+    challenges: challenge::Challenges,
+    address_rate: rate::RateTable<String>,
+    sender_rate: rate::RateTable<Key32>,
+    /// Counters exposed on `/metrics`.
+    pub metrics: metrics::Metrics,
+}
+
+impl Relay {
+    /// A relay over an opened store whose relay key is already pinned and whose epoch is `epoch`.
+    pub fn new(
+        store: Store,
+        key: SigningKey,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+        epoch: String,
+    ) -> Self {
+        let pubkey = key.public();
+        let pubkey_b64 = key.public_b64();
+        Relay {
+            store,
+            key: Arc::new(key),
+            pubkey,
+            pubkey_b64,
+            challenges: challenge::Challenges::new(
+                limits.max_challenges,
+                config::CHALLENGE_LIFETIME.as_millis() as u64,
+            ),
+            address_rate: rate::RateTable::new(limits.enrol_per_minute, ADDRESS_RATE_CAP),
+            sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),
+            limits,
+            clock,
+            epoch: RwLock::new(epoch),
+            metrics: metrics::Metrics::default(),
+        }
+    }
+
+    /// The store (for the admin socket, health checks and shutdown).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The relay public key, base64.
+    pub fn pubkey_b64(&self) -> &str {
+        &self.pubkey_b64
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> String {
+        self.epoch.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address.
+    ///
+    /// # Errors
+    /// 429 when the address used its calls for this minute.
+    pub fn check_address_rate(&self, addr: &str) -> Result<(), RelayError> {
+        if self.address_rate.hit(&addr.to_owned(), self.now_ms()) {
+            Ok(())
+        } else {
+            Err(RelayError::rate_limited())
+        }
+    }
+
+    /// Await a store write, timing it for `/metrics`.
+    async fn write<T>(&self, p: relay_keyspace::Pending<T>) -> Result<T, RelayError> {
+        let t = std::time::Instant::now();
+        let r = p.await;
+        self.metrics.store_write.observe(t.elapsed().as_secs_f64());
+        match r {
+            Ok(v) => {
+                self.metrics.note_write_ok(self.now_ms());
+                Ok(v)
+            }
+            Err(e) => {
+                self.metrics.note_write_failed();
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// The `error` text of a JSON value that must be an object, for 400 answers.
+fn expect_object(
+    v: &serde_json::Value,
+) -> Result<&serde_json::Map<String, serde_json::Value>, RelayError> {
+    v.as_object()
+        .ok_or_else(|| RelayError::bad_request("body must be a JSON object"))
+}
+
+/// Parse a request body as JSON (400 on anything else).
+///
+/// # Errors
+/// 400 `{"error": "malformed JSON: ..."}`.
+pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, RelayError> {
+    serde_json::from_slice(body)
+        .map_err(|e| RelayError::bad_request(format!("malformed JSON: {e}")))
+}
+
+/// A string field of an object, or 400 naming it.
+fn str_field<'a>(
+    obj: &'a serde_json::Map<String, serde_json::Value>,
+    name: &str,
+) -> Result<&'a str, RelayError> {
+    obj.get(name)
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| RelayError::bad_request(format!("bad {name}")))
+}

@@ -1,0 +1,101 @@
+//! `mbx-relay serve` flags: every limit of PROTOCOL.md §7 with its `MBX_RELAY_*` variable
+//! (the flag wins over the variable).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{ServeConfig, TrustProxy};
+use crate::relay::config::{parse_duration, Limits};
+
+/// Flags of `mbx-relay serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (`127.0.0.1:0` picks a free port).
+    #[arg(long, env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
+    #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
+    pub store_dir: PathBuf,
+    /// Take the client address from a proxy header: off, xff or cloudflare.
+    #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off")]
+    pub trust_proxy: TrustProxy,
+    #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value_t = 524_288)]
+    pub max_item_bytes: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_BATCH", default_value_t = 200)]
+    pub max_batch: usize,
+    #[arg(long, env = "MBX_RELAY_MAX_TARGETS", default_value_t = 64)]
+    pub max_targets: usize,
+    #[arg(long, env = "MBX_RELAY_PUSHES_PER_MINUTE", default_value_t = 120)]
+    pub pushes_per_minute: u32,
+    #[arg(long, env = "MBX_RELAY_MAX_PULL", default_value_t = 500)]
+    pub max_pull: usize,
+    #[arg(long, env = "MBX_RELAY_MAX_PULL_BYTES", default_value_t = 8_388_608)]
+    pub max_pull_bytes: u64,
+    /// Item retention (`14d`, `2h`, `90s`).
+    #[arg(long, env = "MBX_RELAY_RETENTION", default_value = "14d", value_parser = parse_duration)]
+    pub retention: Duration,
+    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_ITEMS", default_value_t = 10_000)]
+    pub max_queue_items: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_BYTES", default_value_t = 52_428_800)]
+    pub max_queue_bytes: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_SENDER_ITEMS", default_value_t = 2_000)]
+    pub max_sender_items: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_SENDER_BYTES", default_value_t = 20_971_520)]
+    pub max_sender_bytes: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_ITEMS", default_value_t = 10_000)]
+    pub max_account_items: u64,
+    #[arg(
+        long,
+        env = "MBX_RELAY_MAX_ACCOUNT_BYTES",
+        default_value_t = 52_428_800
+    )]
+    pub max_account_bytes: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_ENROLMENTS", default_value_t = 100_000)]
+    pub max_enrolments: u64,
+    #[arg(long, env = "MBX_RELAY_MAX_CHALLENGES", default_value_t = 10_000)]
+    pub max_challenges: usize,
+    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE", default_value_t = 30)]
+    pub enrol_per_minute: u32,
+    #[arg(long, env = "MBX_RELAY_MAX_PER_NAME", default_value_t = 16)]
+    pub max_per_name: usize,
+    /// How often the retention sweep runs (`10m`).
+    #[arg(long, env = "MBX_RELAY_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub sweep_interval: Duration,
+    /// A stored heartbeat further than this from the clock rotates the epoch at startup (`10m`).
+    #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = "10m", value_parser = parse_duration)]
+    pub heartbeat_stale: Duration,
+}
+
+impl ServeArgs {
+    /// The serve configuration; the key comes from `MBX_RELAY_KEY` (read here, never logged).
+    pub fn into_config(self) -> ServeConfig {
+        let limits = Limits {
+            max_item_bytes: self.max_item_bytes,
+            max_batch: self.max_batch,
+            max_targets: self.max_targets,
+            pushes_per_minute: self.pushes_per_minute,
+            max_pull: self.max_pull,
+            max_pull_bytes: self.max_pull_bytes,
+            retention: self.retention,
+            max_queue_items: self.max_queue_items,
+            max_queue_bytes: self.max_queue_bytes,
+            max_sender_items: self.max_sender_items,
+            max_sender_bytes: self.max_sender_bytes,
+            max_account_items: self.max_account_items,
+            max_account_bytes: self.max_account_bytes,
+            max_enrolments: self.max_enrolments,
+            max_challenges: self.max_challenges,
+            enrol_per_minute: self.enrol_per_minute,
+            max_per_name: self.max_per_name,
+            sweep_interval: self.sweep_interval,
+            heartbeat_stale: self.heartbeat_stale,
+        };
+        ServeConfig {
+            listen: self.listen,
+            store_dir: self.store_dir,
+            trust_proxy: self.trust_proxy,
+            limits,
+            key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The one request handler: route, cap and read the body, authenticate the hop, call the relay
+//! rule, and answer JSON with `cache-control: no-store`. Status mapping lives in [`status_code`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
+use super::client_addr::client_addr;
+use super::route::Route;
+use super::App;
+use crate::relay::enc_ad::EncLookup;
+use crate::relay::pull::PullQuery;
+use crate::relay::{parse_json, HopHeaders, RelayError, Reply, Status};
+use crate::wire::hop::signed_path;
+
+/// The status code of a relay status class.
+pub fn status_code(s: Status) -> StatusCode {
+    match s {
+        Status::BadRequest => StatusCode::BAD_REQUEST,
+        Status::Unauthorized => StatusCode::UNAUTHORIZED,
+        Status::Forbidden => StatusCode::FORBIDDEN,
+        Status::NotFound => StatusCode::NOT_FOUND,
+        Status::Conflict => StatusCode::CONFLICT,
+        Status::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Status::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+        Status::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut r = (status, body.to_string()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn reply_response(r: Reply) -> Response {
+    match r {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => json_response(status_code(e.status), &e.body),
+    }
+}
+
+/// Entry point for every request.
+pub async fn handle(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    let route = Route::of(req.method(), req.uri().path());
+    let mut resp = match route {
+        None => json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
+        Some(r) => dispatch(&app, r, peer, req).await,
+    };
+    app.http_metrics.count(
+        route.map_or("unknown", Route::label),
+        resp.status().as_u16(),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let cap = if route.enrolment_class() {
+        MAX_SMALL_BODY
+    } else {
+        MAX_BODY
+    };
+    let body = match read_capped(body, cap, declared_length(&parts.headers)).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            return json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &json!({ "error": "request body too large" }),
+            )
+        }
+        Err(BodyError::Aborted) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "request body could not be read" }),
+            )
+        }
+    };
+    let relay = &app.relay;
+    let path = parts.uri.path();
+    let signed = signed_path(path, parts.uri.query());
+    let h = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let hop = HopHeaders {
+        host: h("x-mbx-host"),
+        key: h("x-mbx-key"),
+        ts: h("x-mbx-ts"),
+        sig: h("x-mbx-sig"),
+        method: parts.method.as_str(),
+        path: &signed,
+        body: &body,
+    };
+    let query = || {
+        Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+            .map(|q| q.0)
+            .unwrap_or_default()
+    };
+    if route.enrolment_class() {
+        let addr = client_addr(app.trust_proxy, peer, &parts.headers);
+        if let Err(e) = relay.check_address_rate(&addr) {
+            return reply_response(Err(e));
+        }
+    }
+    if route.public() {
+        return reply_response(match route {
+            Route::Info => {
+                let caller = if hop.present() {
+                    relay.authenticate(&hop).ok()
+                } else {
+                    None
+                };
+                relay.info(caller.as_ref())
+            }
+            Route::Challenge => match parse_json(&body) {
+                Ok(v) => relay.challenge(&v),
+                Err(e) => Err(e),
+            },
+            Route::Enrol => match parse_json(&body) {
+                Ok(v) => relay.enrol(&v).await,
+                Err(e) => Err(e),
+            },
+            Route::Rotate => match parse_json(&body) {
+                Ok(v) => relay.rotate(&v).await,
+                Err(e) => Err(e),
+            },
+            Route::Health => return health(app).await,
+            Route::Metrics => {
+                let text = app.http_metrics.render(relay).await;
+                let mut r = (StatusCode::OK, text).into_response();
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                return r;
+            }
+            _ => Err(RelayError::not_found("not found")),
+        });
+    }
+    let caller = match relay.authenticate(&hop) {
+        Ok(c) => c,
+        Err(e) => return reply_response(Err(e)),
+    };
+    let needs_json = matches!(
+        route,
+        Route::EncKeyPut
+            | Route::Senders
+            | Route::PushV2
+            | Route::AckV2
+            | Route::PushV1
+            | Route::AckV1
+    );
+    let v = if needs_json {
+        match parse_json(&body) {
+            Ok(v) => v,
+            Err(e) => return reply_response(Err(e)),
+        }
+    } else {
+        Value::Null
+    };
+    reply_response(match route {
+        Route::EncKeyPut => relay.put_enc_ad(&caller, &v).await,
+        Route::EncKeyGetV2 => {
+            let q = query();
+            relay.get_enc_ad(&caller, q.get("pubkey").map(|k| EncLookup::Key(k)))
+        }
+        Route::EncKeyGetV1 => {
+            let q = query();
+            let lookup = q
+                .get("pubkey")
+                .map(|k| EncLookup::Key(k))
+                .or_else(|| q.get("host").map(|n| EncLookup::Name(n)));
+            relay.get_enc_ad(&caller, lookup)
+        }
+        Route::Senders => relay.put_sender_list(&v).await,
+        Route::PushV2 => relay.push(&caller, &v).await,
+        Route::PullV2 => {
+            let q = query();
+            let pq = PullQuery {
+                after: q.get("after").map(String::as_str),
+                limit: q.get("limit").map(String::as_str),
+                epoch: q.get("epoch").map(String::as_str),
+            };
+            relay.pull(&caller, pq).await
+        }
+        Route::AckV2 => relay.ack(&caller, &v).await,
+        Route::PushV1 => relay.push_v1(&caller, &v).await,
+        Route::PullV1 => {
+            let q = query();
+            relay
+                .pull_v1(&caller, q.get("after").map(String::as_str))
+                .await
+        }
+        Route::AckV1 => relay.ack_v1(&caller, &v).await,
+        _ => Err(RelayError::not_found("not found")),
+    })
+}
+
+/// Where a recent durable write proves the store writable, reuse it; else write the heartbeat.
+const HEALTH_FRESH_MS: u64 = 5_000;
+
+/// `GET /health`: 200 only while the store is open and writable.
+async fn health(app: &App) -> Response {
+    let relay = &app.relay;
+    let (last_ok, failed) = relay.metrics.write_health();
+    let now = relay_keyspace::Clock::now_ms(&relay_keyspace::SystemClock);
+    if !failed && now.saturating_sub(last_ok) <= HEALTH_FRESH_MS {
+        return json_response(StatusCode::OK, &json!({ "ok": true }));
+    }
+    match relay.heartbeat().await {
+        Ok(()) => json_response(StatusCode::OK, &json!({ "ok": true })),
+        Err(e) => json_response(StatusCode::SERVICE_UNAVAILABLE, &e.body),
+    }
+}

@@ -1,0 +1,117 @@
+//! The `serve` lifecycle. Startup order: open the store (lock), load or create the relay key, pin
+//! it, stale-heartbeat check, heartbeat, bind, print `listening on <addr>`, then serve; background
+//! tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop
+//! the background tasks, close the store.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use relay_keyspace::{OpenOptions, Store, SystemClock};
+
+use super::{router, App, TrustProxy};
+use crate::relay::{key, startup, Limits};
+use crate::wire::keys::fingerprint;
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: String,
+    pub store_dir: PathBuf,
+    pub trust_proxy: TrustProxy,
+    pub limits: Limits,
+    /// The content of `MBX_RELAY_KEY`, if set (never logged).
+    pub key_env: Option<String>,
+}
+
+/// Run the relay until a shutdown signal.
+///
+/// # Errors
+/// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
+pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
+    config.limits.validate()?;
+    let dir = config.store_dir.clone();
+    let store = {
+        let open_dir = dir.clone();
+        tokio::task::spawn_blocking(move || Store::open(&open_dir, OpenOptions::default()))
+            .await
+            .map_err(|e| format!("store open task failed: {e}"))?
+            .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?
+    };
+    let (relay_key, source) = key::load_or_create(&dir, config.key_env.as_deref())?;
+    tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
+    let relay = Arc::new(
+        startup::start(
+            store.clone(),
+            relay_key,
+            config.limits.clone(),
+            Arc::new(SystemClock),
+        )
+        .await?,
+    );
+
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+
+    // Extension point: the admin socket (relay-tool backup/dump while running) starts here, with
+    // `store` and `dir` in scope.
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let background = tokio::spawn(relay.clone().run_background(stop_rx));
+    let app = Arc::new(App {
+        relay: relay.clone(),
+        trust_proxy: config.trust_proxy,
+        http_metrics: super::metrics::HttpMetrics::default(),
+    });
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {addr}")
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("stdout: {e}"))?;
+    }
+    tracing::info!(%addr, store = %dir.display(), "serving");
+    let served = axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await;
+    tracing::info!("shutting down: in-flight requests finished");
+    let _ = stop_tx.send(true);
+    let _ = background.await;
+    drop(relay);
+    let closed = tokio::task::spawn_blocking(move || store.close())
+        .await
+        .map_err(|e| format!("store close task failed: {e}"))?;
+    served.map_err(|e| format!("server error: {e}"))?;
+    closed.map_err(|e| format!("closing the store failed: {e}"))?;
+    tracing::info!("store closed");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

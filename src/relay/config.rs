@@ -1,0 +1,189 @@
+//! The relay's limits and timings (PROTOCOL.md §7), with their defaults and the duration syntax
+//! (`14d`, `90s`, `2h`, `10m`, `250ms`) the command line and environment use.
+
+use std::time::Duration;
+
+/// Every limit and timing of the relay. `Default` gives PROTOCOL.md §7's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_item_bytes: u64,
+    pub max_batch: usize,
+    pub max_targets: usize,
+    pub pushes_per_minute: u32,
+    pub max_pull: usize,
+    pub max_pull_bytes: u64,
+    pub retention: Duration,
+    pub max_queue_items: u64,
+    pub max_queue_bytes: u64,
+    pub max_sender_items: u64,
+    pub max_sender_bytes: u64,
+    pub max_account_items: u64,
+    pub max_account_bytes: u64,
+    pub max_enrolments: u64,
+    pub max_challenges: usize,
+    pub enrol_per_minute: u32,
+    pub max_per_name: usize,
+    pub sweep_interval: Duration,
+    pub heartbeat_stale: Duration,
+}
+
+/// How long a challenge stays valid (PROTOCOL.md §3).
+pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
+/// How often the heartbeat is written (PROTOCOL.md §6).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
+/// Dedup rows outlive their items by this much beyond retention (PROTOCOL.md §4).
+pub const DEDUP_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_item_bytes: 524_288,
+            max_batch: 200,
+            max_targets: 64,
+            pushes_per_minute: 120,
+            max_pull: 500,
+            max_pull_bytes: 8 * 1024 * 1024,
+            retention: Duration::from_secs(14 * 24 * 3600),
+            max_queue_items: 10_000,
+            max_queue_bytes: 52_428_800,
+            max_sender_items: 2_000,
+            max_sender_bytes: 20_971_520,
+            max_account_items: 10_000,
+            max_account_bytes: 52_428_800,
+            max_enrolments: 100_000,
+            max_challenges: 10_000,
+            enrol_per_minute: 30,
+            max_per_name: 16,
+            sweep_interval: Duration::from_secs(600),
+            heartbeat_stale: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Limits {
+    /// The quota set handed to the store's commit.
+    pub fn quotas(&self) -> relay_keyspace::Quotas {
+        relay_keyspace::Quotas {
+            max_queue_items: self.max_queue_items,
+            max_queue_bytes: self.max_queue_bytes,
+            max_sender_items: self.max_sender_items,
+            max_sender_bytes: self.max_sender_bytes,
+            max_account_items: self.max_account_items,
+            max_account_bytes: self.max_account_bytes,
+        }
+    }
+
+    /// Retention in milliseconds.
+    pub fn retention_ms(&self) -> u64 {
+        u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Retention in days as `info` reports it (fractional when it is not a whole number of days).
+    pub fn retention_days(&self) -> f64 {
+        self.retention.as_secs_f64() / 86_400.0
+    }
+
+    /// Refuse limits that would make the relay useless or unbounded.
+    ///
+    /// # Errors
+    /// A message naming the first bad limit.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive: [(&str, u64); 17] = [
+            ("max-item-bytes", self.max_item_bytes),
+            ("max-batch", self.max_batch as u64),
+            ("max-targets", self.max_targets as u64),
+            ("pushes-per-minute", u64::from(self.pushes_per_minute)),
+            ("max-pull", self.max_pull as u64),
+            ("max-pull-bytes", self.max_pull_bytes),
+            ("retention", self.retention_ms()),
+            ("max-queue-items", self.max_queue_items),
+            ("max-queue-bytes", self.max_queue_bytes),
+            ("max-sender-items", self.max_sender_items),
+            ("max-sender-bytes", self.max_sender_bytes),
+            ("max-account-items", self.max_account_items),
+            ("max-account-bytes", self.max_account_bytes),
+            ("max-enrolments", self.max_enrolments),
+            ("max-challenges", self.max_challenges as u64),
+            ("enrol-per-minute", u64::from(self.enrol_per_minute)),
+            ("max-per-name", self.max_per_name as u64),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("--{name} must be greater than 0"));
+            }
+        }
+        if self.sweep_interval.is_zero() {
+            return Err("--sweep-interval must be greater than 0".into());
+        }
+        if self.heartbeat_stale.is_zero() {
+            return Err("--heartbeat-stale must be greater than 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parse a duration: a non-negative integer followed by `ms`, `s`, `m`, `h` or `d`
+/// (a bare integer means seconds).
+///
+/// # Errors
+/// A message saying what form is expected.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("bad duration {s:?}: expected e.g. 14d, 2h, 10m, 90s or 500ms");
+    if num.is_empty() || num.len() > 15 {
+        return Err(bad());
+    }
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(ms_per)
+        .map(Duration::from_millis)
+        .ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(
+            parse_duration("14d").unwrap(),
+            Duration::from_secs(14 * 86_400)
+        );
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7_200));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        for bad in ["", "d", "1w", "-1s", "1.5h", "99999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_follow_protocol_and_validate() {
+        let l = Limits::default();
+        assert_eq!(l.retention_days(), 14.0);
+        assert!(l.validate().is_ok());
+        let half_day = Limits {
+            retention: Duration::from_secs(43_200),
+            ..Limits::default()
+        };
+        assert_eq!(half_day.retention_days(), 0.5);
+        assert!(Limits {
+            max_batch: 0,
+            ..Limits::default()
+        }
+        .validate()
+        .is_err());
+    }
+}

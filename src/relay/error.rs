@@ -1,0 +1,83 @@
+//! The one error type of relay operations: a protocol status class plus the JSON body PROTOCOL.md
+//! prescribes. The HTTP adapter maps [`Status`] to a status code in one place.
+
+use serde_json::{json, Value};
+
+/// The status classes the protocol answers with (no HTTP types here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Conflict,
+    TooLarge,
+    TooManyRequests,
+    Unavailable,
+}
+
+/// A refused request: its status class and the exact JSON body to answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayError {
+    pub status: Status,
+    pub body: Value,
+}
+
+impl RelayError {
+    /// `{"error": msg}` with the given status.
+    pub fn new(status: Status, msg: impl Into<String>) -> Self {
+        RelayError {
+            status,
+            body: json!({ "error": msg.into() }),
+        }
+    }
+    pub fn bad_request(msg: impl Into<String>) -> Self {
+        Self::new(Status::BadRequest, msg)
+    }
+    pub fn unauthorized(msg: impl Into<String>) -> Self {
+        Self::new(Status::Unauthorized, msg)
+    }
+    pub fn not_found(msg: impl Into<String>) -> Self {
+        Self::new(Status::NotFound, msg)
+    }
+    pub fn conflict(msg: impl Into<String>) -> Self {
+        Self::new(Status::Conflict, msg)
+    }
+    pub fn unavailable(msg: impl Into<String>) -> Self {
+        Self::new(Status::Unavailable, msg)
+    }
+    /// The answer to any failed hop check (PROTOCOL.md §2).
+    pub fn bad_hop() -> Self {
+        Self::unauthorized("bad relay hop")
+    }
+    /// The per-address enrolment rate window is exhausted.
+    pub fn rate_limited() -> Self {
+        Self::new(
+            Status::TooManyRequests,
+            "rate limit exceeded, retry in a minute",
+        )
+    }
+    /// The error message, for logs (never contains wire bytes or keys).
+    pub fn message(&self) -> &str {
+        self.body.get("error").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+impl From<relay_keyspace::StoreError> for RelayError {
+    /// Store failures are never a success: 503 with the cause (store errors carry no key material).
+    fn from(e: relay_keyspace::StoreError) -> Self {
+        tracing::error!(error = %e, "store operation failed");
+        Self::unavailable(format!("store unavailable: {e}"))
+    }
+}
+
+impl std::fmt::Display for RelayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.status, self.message())
+    }
+}
+
+impl std::error::Error for RelayError {}
+
+/// Shorthand for relay results whose success is a JSON body.
+pub type Reply = Result<Value, RelayError>;

@@ -1,0 +1,98 @@
+//! The relay's own Ed25519 key (PROTOCOL.md §6): from `MBX_RELAY_KEY`, else `relay.key` in the
+//! store directory, else generated and written there atomically with mode 0600.
+//! No error or log line here ever contains key material: keys are named by fingerprint.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::wire::keys::{fingerprint, SigningKey};
+
+/// The file name of the relay key inside the store directory.
+pub const KEY_FILE: &str = "relay.key";
+/// The environment variable that carries the key as a deploy secret.
+pub const KEY_ENV: &str = "MBX_RELAY_KEY";
+
+/// Where the key came from, for the startup log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    Env,
+    File,
+    Generated,
+}
+
+/// Load the relay key: `env_value` (the content of `MBX_RELAY_KEY`) wins, then `dir/relay.key`,
+/// else a new key is generated and written to `dir/relay.key` (0600, atomic rename).
+///
+/// # Errors
+/// A message naming the source that failed (never the key itself).
+pub fn load_or_create(
+    dir: &Path,
+    env_value: Option<&str>,
+) -> Result<(SigningKey, KeySource), String> {
+    if let Some(v) = env_value.filter(|v| !v.trim().is_empty()) {
+        let key = SigningKey::from_key_file(v.trim())
+            .map_err(|e| format!("{KEY_ENV} is not a valid relay key ({e})"))?;
+        return Ok((key, KeySource::Env));
+    }
+    let path = dir.join(KEY_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let key = SigningKey::from_key_file(text.trim())
+                .map_err(|e| format!("{} is not a valid relay key ({e})", path.display()))?;
+            Ok((key, KeySource::File))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = SigningKey::generate();
+            write_key_file(dir, &key)?;
+            Ok((key, KeySource::Generated))
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Write `dir/relay.key` (the base64 seed) with mode 0600: temp file, fsync, rename, fsync dir.
+fn write_key_file(dir: &Path, key: &SigningKey) -> Result<(), String> {
+    let tmp = dir.join(format!("{KEY_FILE}.tmp.{}", std::process::id()));
+    let path = dir.join(KEY_FILE);
+    let io = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", path.display());
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(&tmp).map_err(|e| io("create", e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| io("chmod", e))?;
+    }
+    let mut text = key.seed_b64();
+    text.push('\n');
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+    drop(f);
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io("write", e));
+    }
+    std::fs::rename(&tmp, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io("rename into", e)
+    })?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// `seed: <b64>\nfingerprint: <fp>\npublic: <b64>` for `mbx-relay keygen` (stdout only).
+pub fn keygen_text(key: &SigningKey) -> String {
+    format!(
+        "seed: {}\nfingerprint: {}\npublic: {}\n",
+        key.seed_b64(),
+        fingerprint(&key.public()),
+        key.public_b64()
+    )
+}

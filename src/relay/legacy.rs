@@ -1,0 +1,191 @@
+//! Legacy v1 mail (PROTOCOL.md §3 "Legacy v1 mail", spec §11): envelopes routed by recipient host
+//! name, atomic per envelope, deduplicated by (sender, envelope id, target); name-routed pulls of
+//! envelopes only; cursor acks.
+
+use std::collections::HashMap;
+
+use relay_keyspace::{ItemKind, Key32, NewTarget};
+use serde_json::{json, Value};
+
+use super::push::{Committed, Prepared, TargetCache};
+use super::{expect_object, Caller, Relay, RelayError, Reply, Status};
+use crate::wire::accept::sha256;
+use crate::wire::canonical::canonical_bytes;
+use crate::wire::envelope::{envelope_recipient_hosts, envelope_shape_error};
+use crate::wire::keys::b64;
+
+impl Relay {
+    /// `POST /v1/relay/messages {"envelopes":[...]}` → `{"stored":N}` or `{"stored":N,"error"}`;
+    /// processing stops at the first envelope that cannot be stored. Nothing stored and an error
+    /// answers 413 with the same body.
+    ///
+    /// # Errors
+    /// 400 when `envelopes` is not an array or is over `max_batch`; 413 as above; 503 store failure.
+    pub async fn push_v1(&self, caller: &Caller, body: &Value) -> Reply {
+        let obj = expect_object(body)?;
+        let envelopes = obj
+            .get("envelopes")
+            .and_then(Value::as_array)
+            .ok_or_else(|| RelayError::bad_request("envelopes must be an array"))?;
+        if envelopes.len() > self.limits.max_batch {
+            return Err(RelayError::bad_request(format!(
+                "more than {} envelopes in one push",
+                self.limits.max_batch
+            )));
+        }
+        let mut error = None;
+        let mut prepared = Vec::new();
+        if !envelopes.is_empty() && !self.sender_rate.hit(&caller.key, self.now_ms()) {
+            error = Some("rate limit exceeded".to_owned());
+        } else {
+            let mut cache = TargetCache::default();
+            for env in envelopes {
+                match self.prepare_v1(caller, env, &mut cache) {
+                    Ok(p) => prepared.push(p),
+                    Err(e) => {
+                        self.metrics.rejected(&e);
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let mut stored = 0u64;
+        for c in self.commit(&caller.key, prepared).await? {
+            match c {
+                Committed::Stored { targets, .. } => {
+                    stored += 1;
+                    let counter = if targets.iter().all(|t| t.duplicate) {
+                        &self.metrics.duplicate
+                    } else {
+                        &self.metrics.accepted
+                    };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Committed::Rejected(reason) => {
+                    self.metrics.rejected(&reason);
+                    error.get_or_insert(reason);
+                }
+            }
+        }
+        crate::failpoint::hit("relay-after-commit");
+        match error {
+            None => Ok(json!({ "stored": stored })),
+            Some(e) if stored == 0 => Err(RelayError {
+                status: Status::TooLarge,
+                body: json!({ "stored": 0, "error": e }),
+            }),
+            Some(e) => Ok(json!({ "stored": stored, "error": e })),
+        }
+    }
+
+    /// Check one v1 envelope and resolve its recipient hosts to keys.
+    fn prepare_v1(
+        &self,
+        caller: &Caller,
+        env: &Value,
+        cache: &mut TargetCache,
+    ) -> Result<Prepared, String> {
+        if let Some(why) = envelope_shape_error(env) {
+            return Err(format!("bad envelope: {why}"));
+        }
+        let id = env
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or("bad envelope: bad id")?;
+        let wire = canonical_bytes(env);
+        if wire.len() as u64 > self.limits.max_item_bytes {
+            return Err("item over size limit".into());
+        }
+        let hosts = envelope_recipient_hosts(env);
+        if hosts.is_empty() {
+            return Err("no recipient host".into());
+        }
+        let mut keys: Vec<Key32> = Vec::with_capacity(hosts.len());
+        for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
+            let target = self.route_v1(caller, host)?;
+            self.admit_target(cache, &caller.key, &target)
+                .map_err(|r| format!("{r}: {host}"))?;
+            if !keys.contains(&target) {
+                keys.push(target);
+            }
+        }
+        if keys.len() > self.limits.max_targets {
+            return Err("bad targets".into());
+        }
+        let wire_hash = sha256(&wire);
+        let targets = keys
+            .into_iter()
+            .map(|target| NewTarget {
+                target,
+                wire: wire.clone(),
+                wire_hash,
+            })
+            .collect();
+        Ok(Prepared {
+            item_id: id.to_owned(),
+            kind: ItemKind::Envelope,
+            targets,
+        })
+    }
+
+    /// The one live key a v1 recipient host name designates.
+    fn route_v1(&self, caller: &Caller, host: &str) -> Result<Key32, String> {
+        let candidates = self
+            .name_candidates(host)
+            .map_err(|e| e.message().to_owned())?;
+        let many = candidates.as_ref().is_none_or(|c| c.len() > 1);
+        match self.resolve_name(caller, host).map_err(|e| e.message().to_owned())? {
+            Some(e) => Ok(e.host_pubkey),
+            None if many => Err(format!(
+                "recipient host ambiguous: {host} is used by several hosts on this relay; use v2 key addressing"
+            )),
+            None => Err(format!("unknown recipient host: {host}")),
+        }
+    }
+
+    /// `GET /v1/relay/messages?after=S` → `{"items":[{"seq","envelope","from"}],"cursor"}`:
+    /// envelopes only; the cursor is the last seq read, so it never skips an unread envelope.
+    ///
+    /// # Errors
+    /// 400 bad `after`; 503 store failure.
+    pub async fn pull_v1(&self, caller: &Caller, after: Option<&str>) -> Reply {
+        let after = Self::parse_after(after)?;
+        let page = self
+            .read_page(caller.key, after, self.limits.max_pull)
+            .await?;
+        let cursor = page.items.last().map_or(after, |i| i.seq);
+        let mut names: HashMap<Key32, String> = HashMap::new();
+        let mut items = Vec::with_capacity(page.items.len());
+        for i in page.items.iter().filter(|i| i.kind == ItemKind::Envelope) {
+            let Ok(envelope) = serde_json::from_slice::<Value>(&i.wire) else {
+                continue;
+            };
+            if !names.contains_key(&i.sender) {
+                let name = self
+                    .store
+                    .enrolment(&i.sender)?
+                    .map_or_else(|| b64(&i.sender), |e| e.host_name);
+                names.insert(i.sender, name);
+            }
+            items.push(json!({ "seq": i.seq, "envelope": envelope, "from": names[&i.sender] }));
+        }
+        Ok(json!({ "items": items, "cursor": cursor }))
+    }
+
+    /// `POST /v1/relay/ack {"cursor"}` → `{"ok":true}`; a cursor past the head acks the head.
+    ///
+    /// # Errors
+    /// 400 when `cursor` is not a non-negative integer; 503 store failure.
+    pub async fn ack_v1(&self, caller: &Caller, body: &Value) -> Reply {
+        let obj = expect_object(body)?;
+        let cursor = obj
+            .get("cursor")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| RelayError::bad_request("bad cursor"))?;
+        let head = self.store.cursor(&caller.key)?.head_seq;
+        self.write(self.store.ack(&caller.key, cursor.min(head)))
+            .await?;
+        Ok(json!({ "ok": true }))
+    }
+}

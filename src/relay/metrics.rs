@@ -1,0 +1,200 @@
+//! In-process counters for `/metrics`: item outcomes by status and reason, store-write latency
+//! as seen by the relay, items per commit submission, and the health of the last store write.
+//! Everything is bounded: the reason table holds at most [`MAX_REASONS`] distinct labels.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Most distinct rejection reasons tracked; later new ones are counted under `other`.
+pub const MAX_REASONS: usize = 128;
+
+/// A fixed-bucket histogram (Prometheus `_bucket`, `_sum`, `_count`).
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// A histogram with the given upper bounds (ascending); `+Inf` is implied.
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: (0..bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Record one observation.
+    pub fn observe(&self, v: f64) {
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            if v <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_micros
+            .fetch_add((v * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Append this histogram in Prometheus text format.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {n}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {n}");
+    }
+}
+
+const LATENCY_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+const SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
+
+/// The relay's counters.
+pub struct Metrics {
+    pub accepted: AtomicU64,
+    pub duplicate: AtomicU64,
+    rejected: Mutex<BTreeMap<String, u64>>,
+    /// Wall time of each awaited store write (submit to durable answer), seconds.
+    pub store_write: Histogram,
+    /// Items handed to the store in one insert submission (one push request).
+    pub items_per_submit: Histogram,
+    last_write_ok_ms: AtomicU64,
+    write_failed: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            accepted: AtomicU64::new(0),
+            duplicate: AtomicU64::new(0),
+            rejected: Mutex::new(BTreeMap::new()),
+            store_write: Histogram::new(LATENCY_BOUNDS),
+            items_per_submit: Histogram::new(SIZE_BOUNDS),
+            last_write_ok_ms: AtomicU64::new(0),
+            write_failed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Metrics {
+    /// Count a rejected item under its reason (bounded label set).
+    pub fn rejected(&self, reason: &str) {
+        let label = reason_label(reason);
+        let mut m = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
+        if !m.contains_key(label) && m.len() >= MAX_REASONS {
+            *m.entry("other".to_owned()).or_insert(0) += 1;
+            return;
+        }
+        *m.entry(label.to_owned()).or_insert(0) += 1;
+    }
+
+    /// A store write succeeded at `now_ms`.
+    pub fn note_write_ok(&self, now_ms: u64) {
+        self.last_write_ok_ms.store(now_ms, Ordering::Relaxed);
+        self.write_failed.store(false, Ordering::Relaxed);
+    }
+
+    /// A store write failed.
+    pub fn note_write_failed(&self) {
+        self.write_failed.store(true, Ordering::Relaxed);
+    }
+
+    /// When the last store write succeeded and whether one failed since.
+    pub fn write_health(&self) -> (u64, bool) {
+        (
+            self.last_write_ok_ms.load(Ordering::Relaxed),
+            self.write_failed.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Append the item and store counters in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP mbx_relay_items_total Pushed items by outcome and rejection reason.\n# TYPE mbx_relay_items_total counter"
+        );
+        let _ = writeln!(
+            out,
+            "mbx_relay_items_total{{status=\"accepted\",reason=\"\"}} {}",
+            self.accepted.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "mbx_relay_items_total{{status=\"duplicate\",reason=\"\"}} {}",
+            self.duplicate.load(Ordering::Relaxed)
+        );
+        let m = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
+        for (reason, n) in m.iter() {
+            let _ = writeln!(
+                out,
+                "mbx_relay_items_total{{status=\"rejected\",reason=\"{}\"}} {n}",
+                escape_label(reason)
+            );
+        }
+        drop(m);
+        self.store_write.render(
+            out,
+            "mbx_relay_store_write_seconds",
+            "Time from submitting a write to the store until it is durable (group commit wait + fsync), measured by the relay.",
+        );
+        self.items_per_submit.render(
+            out,
+            "mbx_relay_items_per_store_submit",
+            "Items submitted to the store together by one push request (the store may group several submissions into one commit).",
+        );
+    }
+}
+
+/// Reasons are grouped to their stable prefix (`bad envelope: bad ts` stays; quota texts stay).
+fn reason_label(reason: &str) -> &str {
+    reason.get(..reason.len().min(80)).unwrap_or("other")
+}
+
+/// Escape a Prometheus label value.
+pub fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_and_reasons_render() {
+        let m = Metrics::default();
+        m.store_write.observe(0.003);
+        m.rejected("rate");
+        m.rejected("rate");
+        let mut s = String::new();
+        m.render(&mut s);
+        assert!(s.contains("mbx_relay_items_total{status=\"rejected\",reason=\"rate\"} 2"));
+        assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.002\"} 0"));
+        assert!(s.contains("mbx_relay_store_write_seconds_count 1"));
+    }
+
+    #[test]
+    fn reason_table_is_capped() {
+        let m = Metrics::default();
+        for i in 0..(MAX_REASONS + 10) {
+            m.rejected(&format!("r{i}"));
+        }
+        assert!(m.rejected.lock().unwrap().len() <= MAX_REASONS + 1);
+    }
+}

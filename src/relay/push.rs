@@ -1,0 +1,313 @@
+//! v2 push (PROTOCOL.md §3 "Push"): per-item checks in the protocol's exact order on the request
+//! task (decode, hash, wire checks run in parallel across requests), then one store submission
+//! for the whole request whose commit decides conflict and quotas, then accept statements signed
+//! only after the commit is durable.
+
+use std::collections::{HashMap, HashSet};
+
+use relay_keyspace::{
+    InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, TargetSeq,
+};
+use serde_json::{json, Value};
+
+use super::{expect_object, Caller, Relay, RelayError, Reply};
+use crate::wire::accept::{accept_statement, sha256, AcceptTarget};
+use crate::wire::envelope::check_envelope_wire;
+use crate::wire::keys::{b64, parse_pubkey, unb64};
+use crate::wire::receipt::check_receipt_wire;
+
+/// Longest item id, in UTF-16 code units as JavaScript counts them.
+const MAX_ITEM_ID: usize = 300;
+
+/// An item that passed every check before the commit.
+pub struct Prepared {
+    pub item_id: String,
+    pub kind: ItemKind,
+    pub targets: Vec<NewTarget>,
+}
+
+/// How an item ended after the commit.
+pub enum Committed {
+    Stored { at_ms: u64, targets: Vec<TargetSeq> },
+    Rejected(String),
+}
+
+/// Per-request memo of target admission, so a batch to one target reads the store once.
+#[derive(Default)]
+pub struct TargetCache(HashMap<Key32, Result<(), &'static str>>);
+
+impl Relay {
+    /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order.
+    ///
+    /// # Errors
+    /// 400 when `items` is not an array or holds more than `max_batch`; 503 on store failure.
+    pub async fn push(&self, caller: &Caller, body: &Value) -> Reply {
+        let obj = expect_object(body)?;
+        let items = obj
+            .get("items")
+            .and_then(Value::as_array)
+            .ok_or_else(|| RelayError::bad_request("items must be an array"))?;
+        if items.len() > self.limits.max_batch {
+            return Err(RelayError::bad_request(format!(
+                "more than {} items in one push",
+                self.limits.max_batch
+            )));
+        }
+        let rate_ok = self.sender_rate.hit(&caller.key, self.now_ms());
+        let mut results: Vec<Option<Value>> = vec![None; items.len()];
+        let mut prepared = Vec::with_capacity(items.len());
+        let mut cache = TargetCache::default();
+        for (i, item) in items.iter().enumerate() {
+            let check = if rate_ok {
+                self.prepare_v2_item(caller, item, &mut cache)
+            } else {
+                Err("rate".into())
+            };
+            match check {
+                Ok(p) => prepared.push((i, p)),
+                Err(reason) => results[i] = Some(self.rejected(item.get("item_id"), &reason)),
+            }
+        }
+        let (indexes, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
+        let item_ids: Vec<String> = prepared.iter().map(|p| p.item_id.clone()).collect();
+        let target_keys: Vec<Vec<(Key32, [u8; 32])>> = prepared
+            .iter()
+            .map(|p| p.targets.iter().map(|t| (t.target, t.wire_hash)).collect())
+            .collect();
+        let committed = self.commit(&caller.key, prepared).await?;
+        crate::failpoint::hit("relay-after-commit");
+        let epoch = self.epoch();
+        for (((i, item_id), targets), outcome) in indexes
+            .into_iter()
+            .zip(item_ids)
+            .zip(target_keys)
+            .zip(committed)
+        {
+            results[i] = Some(match outcome {
+                Committed::Rejected(reason) => {
+                    self.rejected(Some(&Value::String(item_id)), &reason)
+                }
+                Committed::Stored {
+                    at_ms,
+                    targets: seqs,
+                } => self.accepted_result(&epoch, &caller.key, &item_id, &targets, &seqs, at_ms),
+            });
+        }
+        let results: Vec<Value> = results
+            .into_iter()
+            .map(|r| r.unwrap_or(Value::Null))
+            .collect();
+        Ok(json!({ "results": results }))
+    }
+
+    /// Every pre-commit check of one v2 item, in PROTOCOL.md's order; the reason on failure.
+    fn prepare_v2_item(
+        &self,
+        caller: &Caller,
+        item: &Value,
+        cache: &mut TargetCache,
+    ) -> Result<Prepared, String> {
+        let item_id = item
+            .get("item_id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && s.encode_utf16().count() <= MAX_ITEM_ID)
+            .ok_or("bad item id")?;
+        let kind = match item.get("kind").and_then(Value::as_str) {
+            Some("envelope") => ItemKind::Envelope,
+            Some("receipt") => ItemKind::Receipt,
+            _ => return Err("bad kind".into()),
+        };
+        let targets = item
+            .get("targets")
+            .and_then(Value::as_array)
+            .filter(|t| !t.is_empty() && t.len() <= self.limits.max_targets)
+            .ok_or("bad targets")?;
+        let mut seen = HashSet::with_capacity(targets.len());
+        let mut out = Vec::with_capacity(targets.len());
+        for t in targets {
+            let target = t
+                .get("host_pubkey")
+                .and_then(Value::as_str)
+                .and_then(parse_pubkey)
+                .ok_or("target not enrolled")?;
+            self.admit_target(cache, &caller.key, &target)
+                .map_err(|r| r.to_owned())?;
+            if !seen.insert(target) {
+                return Err("duplicate target".into());
+            }
+            let wire = t
+                .get("wire_b64")
+                .and_then(Value::as_str)
+                .and_then(unb64)
+                .ok_or("bad wire")?;
+            if wire.len() as u64 > self.limits.max_item_bytes {
+                return Err("item over size limit".into());
+            }
+            check_wire(kind, &wire, item_id, &caller.key)?;
+            let wire_hash = sha256(&wire);
+            out.push(NewTarget {
+                target,
+                wire,
+                wire_hash,
+            });
+        }
+        Ok(Prepared {
+            item_id: item_id.to_owned(),
+            kind,
+            targets: out,
+        })
+    }
+
+    /// `target not enrolled` (unknown or revoked), then `sender not accepted by target`.
+    /// A store failure reads as not enrolled here; the commit re-checks enrolment durably.
+    pub fn admit_target(
+        &self,
+        cache: &mut TargetCache,
+        sender: &Key32,
+        target: &Key32,
+    ) -> Result<(), &'static str> {
+        if let Some(r) = cache.0.get(target) {
+            return *r;
+        }
+        let live = matches!(self.store.enrolment(target), Ok(Some(e)) if e.revoked_at_ms.is_none());
+        let r = if !live {
+            Err("target not enrolled")
+        } else if !self.sender_accepted(target, sender).unwrap_or(false) {
+            Err("sender not accepted by target")
+        } else {
+            Ok(())
+        };
+        if cache.0.len() < 4096 {
+            cache.0.insert(*target, r);
+        }
+        r
+    }
+
+    /// Submit prepared items together (one store submission, each item atomic) and map outcomes.
+    ///
+    /// # Errors
+    /// 503 when the store fails: nothing is answered as accepted.
+    pub async fn commit(
+        &self,
+        sender: &Key32,
+        prepared: Vec<Prepared>,
+    ) -> Result<Vec<Committed>, RelayError> {
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let quotas = self.limits.quotas();
+        let retention_ms = self.limits.retention_ms();
+        let reqs: Vec<InsertRequest> = prepared
+            .into_iter()
+            .map(|p| InsertRequest {
+                item: NewItem {
+                    kind: p.kind,
+                    item_id: p.item_id,
+                    sender: *sender,
+                    targets: p.targets,
+                },
+                quotas,
+                retention_ms,
+            })
+            .collect();
+        self.metrics.items_per_submit.observe(reqs.len() as f64);
+        crate::failpoint::hit("relay-before-commit");
+        let outcomes = self.write(self.store.insert_many(reqs)).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|o| match o {
+                InsertOutcome::Stored { at_ms, targets } => Committed::Stored { at_ms, targets },
+                InsertOutcome::Conflict { .. } => Committed::Rejected("conflict".into()),
+                InsertOutcome::Quota { which, .. } => {
+                    Committed::Rejected(format!("quota:{}", which.describe()))
+                }
+                InsertOutcome::TargetNotEnrolled { .. } => {
+                    Committed::Rejected("target not enrolled".into())
+                }
+            })
+            .collect())
+    }
+
+    /// A rejected result: `{"item_id","status":"rejected:<reason>","targets":[]}`.
+    fn rejected(&self, item_id: Option<&Value>, reason: &str) -> Value {
+        self.metrics.rejected(reason);
+        json!({
+            "item_id": item_id.cloned().unwrap_or(Value::Null),
+            "status": format!("rejected:{reason}"),
+            "targets": [],
+        })
+    }
+
+    /// An accepted or duplicate result with its accept statement signed by the relay key.
+    fn accepted_result(
+        &self,
+        epoch: &str,
+        sender: &Key32,
+        item_id: &str,
+        targets: &[(Key32, [u8; 32])],
+        seqs: &[TargetSeq],
+        at_ms: u64,
+    ) -> Value {
+        let all_dup = seqs.iter().all(|s| s.duplicate);
+        let counter = if all_dup {
+            &self.metrics.duplicate
+        } else {
+            &self.metrics.accepted
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let accept_targets: Vec<AcceptTarget> = targets
+            .iter()
+            .zip(seqs)
+            .map(|((t, h), s)| AcceptTarget {
+                host_pubkey: b64(t),
+                seq: s.seq,
+                wire_hash: hex(h),
+            })
+            .collect();
+        let brief: Vec<Value> = accept_targets
+            .iter()
+            .map(|t| json!({ "host_pubkey": t.host_pubkey, "seq": t.seq }))
+            .collect();
+        let accept = accept_statement(
+            &self.pubkey_b64,
+            epoch,
+            &b64(sender),
+            item_id,
+            &accept_targets,
+            at_ms,
+        );
+        let sig = self.key.sign_canonical(&accept);
+        json!({
+            "item_id": item_id,
+            "status": if all_dup { "duplicate" } else { "accepted" },
+            "targets": brief,
+            "accept": accept,
+            "sig": sig,
+        })
+    }
+}
+
+/// The §5 wire check for the item's kind.
+pub fn check_wire(
+    kind: ItemKind,
+    wire: &[u8],
+    item_id: &str,
+    sender: &Key32,
+) -> Result<(), String> {
+    match kind {
+        ItemKind::Envelope => check_envelope_wire(wire, item_id).map(|_| ()),
+        ItemKind::Receipt => check_receipt_wire(wire, item_id, sender),
+        ItemKind::Expired => Err("bad kind".into()),
+    }
+}
+
+/// Lowercase hex of a hash.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
