@@ -1,16 +1,240 @@
-//! Canonical JSON (skeleton).
-use serde_json::Value;
+//! Canonical JSON: the exact bytes every signature in the protocol covers.
+//!
+//! It must equal what the agentmbx reference produces with JavaScript `JSON.stringify` over an
+//! object whose keys were sorted, so the rules below mirror JavaScript, not Rust:
+//! - object keys sorted by UTF-16 code unit (so `"😀"` (D83D..) sorts before `"\u{E000}"`);
+//! - strings escaped like `JSON.stringify`: `\"`, `\\`, `\b \f \n \r \t`, other U+0000..U+001F as
+//!   lowercase `\u00xx`, everything else (including U+007F, U+2028, `/`) left as raw UTF-8;
+//! - every number is treated as an IEEE double and printed like `Number#toString`.
+//!
+//! Recursion depth is bounded by the parser: `serde_json` refuses input nested deeper than 128.
 
+use serde_json::Value;
+use std::cmp::Ordering;
+use std::fmt::Write as _;
+
+/// The canonical text of `v` (see the module doc).
 pub fn canonical_json(v: &Value) -> String {
-    let _ = v;
-    todo!()
+    let mut out = String::new();
+    write_value(&mut out, v);
+    out
 }
 
+/// The UTF-8 bytes of [`canonical_json`]; what signatures are computed over.
 pub fn canonical_bytes(v: &Value) -> Vec<u8> {
     canonical_json(v).into_bytes()
 }
 
+fn write_value(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => match n.as_f64() {
+            // JSON.stringify prints non-finite numbers as null; serde_json never yields them,
+            // but a number it cannot represent as f64 is treated the same way.
+            Some(x) if x.is_finite() => out.push_str(&js_number(x)),
+            _ => out.push_str("null"),
+        },
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| cmp_utf16(a.0, b.0));
+            out.push('{');
+            for (i, (k, val)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, k);
+                out.push(':');
+                write_value(out, val);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Orders strings the way JavaScript's default sort does: by UTF-16 code unit.
+pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+/// Appends `s` as a JSON string literal escaped exactly like `JSON.stringify`.
+fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `x` printed like JavaScript `Number.prototype.toString()` (radix 10).
+///
+/// Uses Rust's shortest round-trip digits (`{:e}`) and then the ECMAScript Number::toString
+/// layout rules: plain digits while the decimal exponent is within 21, `0.000001`-style down to
+/// 1e-7, otherwise `d.ddde+N` / `de-N`. `-0` prints as `0`.
 pub fn js_number(x: f64) -> String {
-    let _ = x;
-    todo!()
+    if x.is_nan() {
+        return "NaN".to_string();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
+    }
+    if x == 0.0 {
+        return "0".to_string();
+    }
+    let mut out = String::new();
+    if x < 0.0 {
+        out.push('-');
+    }
+    let sci = format!("{:e}", x.abs());
+    // `sci` is `d[.ddd]e[-]N`; split into digit string s (k digits) and exponent.
+    let (mantissa, exp) = match sci.split_once('e') {
+        Some(parts) => parts,
+        None => (sci.as_str(), "0"),
+    };
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    let e: i64 = exp.parse().unwrap_or(0);
+    let k = digits.len() as i64;
+    // ECMAScript's n: value = 0.s * 10^n, i.e. s * 10^(n-k).
+    let n = e + 1;
+    if k <= n && n <= 21 {
+        out.push_str(&digits);
+        for _ in 0..(n - k) {
+            out.push('0');
+        }
+    } else if 0 < n && n <= 21 {
+        let (int_part, frac_part) = digits.split_at(n as usize);
+        out.push_str(int_part);
+        out.push('.');
+        out.push_str(frac_part);
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        for _ in 0..(-n) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else {
+        let e = n - 1;
+        let (first, rest) = digits.split_at(1);
+        out.push_str(first);
+        if !rest.is_empty() {
+            out.push('.');
+            out.push_str(rest);
+        }
+        out.push('e');
+        out.push(if e < 0 { '-' } else { '+' });
+        let _ = write!(out, "{}", e.abs());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn canon(text: &str) -> String {
+        canonical_json(&serde_json::from_str(text).expect("test input is JSON"))
+    }
+
+    #[test]
+    fn numbers_print_like_javascript() {
+        let cases: &[(f64, &str)] = &[
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (1.5, "1.5"),
+            (-1.5, "-1.5"),
+            (0.1, "0.1"),
+            (0.000001, "0.000001"),
+            (0.0000001, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (-2.5e-10, "-2.5e-10"),
+            (1e21, "1e+21"),
+            (1.2345e21, "1.2345e+21"),
+            (1e20, "100000000000000000000"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (9007199254740991.0, "9007199254740991"),
+            (9007199254740992.0, "9007199254740992"),
+            (-9007199254740991.0, "-9007199254740991"),
+            (1795963620919.0, "1795963620919"),
+            (123.456, "123.456"),
+            (1e100, "1e+100"),
+            (5e-324, "5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (100.0, "100"),
+            (1234.5678e10, "12345678000000"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(js_number(*x), *want, "js_number({x:e})");
+        }
+        assert_eq!(js_number(f64::NAN), "NaN");
+        assert_eq!(js_number(f64::INFINITY), "Infinity");
+    }
+
+    #[test]
+    fn numbers_from_json_text() {
+        assert_eq!(canon("[1.0, 1e3, -0.0, 2E-7, 12.50, 1e21, 18446744073709551615]"),
+            "[1,1000,0,2e-7,12.5,1e+21,18446744073709552000]");
+        assert_eq!(canon("[-9223372036854775808, 4294967296]"), "[-9223372036854776000,4294967296]");
+    }
+
+    #[test]
+    fn strings_escape_like_json_stringify() {
+        let v = json!("\u{0}\u{1}\u{8}\u{9}\u{a}\u{b}\u{c}\u{d}\u{1f}\u{20}\u{7f}\"\\/\u{2028}é😀");
+        assert_eq!(
+            canonical_json(&v),
+            "\"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \u{7f}\\\"\\\\/\u{2028}é😀\""
+        );
+    }
+
+    #[test]
+    fn keys_sort_by_utf16_code_unit_at_every_level() {
+        assert_eq!(
+            canon(r#"{"b":{"z":1,"a":[{"y":2,"x":3}]},"a":null,"\ue000":1,"😀":2,"B":true}"#),
+            "{\"B\":true,\"a\":null,\"b\":{\"a\":[{\"x\":3,\"y\":2}],\"z\":1},\"😀\":2,\"\u{e000}\":1}"
+        );
+        assert_eq!(cmp_utf16("😀", "\u{e000}"), Ordering::Less);
+        assert_eq!(cmp_utf16("a", "ab"), Ordering::Less);
+        assert_eq!(cmp_utf16("", ""), Ordering::Equal);
+    }
+
+    #[test]
+    fn keys_are_escaped_too_and_output_has_no_whitespace() {
+        assert_eq!(canon("{ \"a\\nb\" : [ 1 , { } , [ ] ] }"), "{\"a\\nb\":[1,{},[]]}");
+        assert_eq!(canonical_bytes(&json!({"k": "é"})), "{\"k\":\"é\"}".as_bytes());
+    }
+
+    #[test]
+    fn deep_nesting_is_bounded_by_the_parser() {
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        assert!(serde_json::from_str::<Value>(&deep).is_err());
+        let ok = "[".repeat(100) + &"]".repeat(100);
+        assert_eq!(canon(&ok), ok);
+    }
 }

@@ -1,16 +1,28 @@
-//! Signed hops (skeleton).
-use super::keys::SigningKey;
+//! The signed hop every authenticated call carries (PROTOCOL.md §2).
+//!
+//! The signature covers canonical(`{"method","path","ts","body": M:P:TS:BODY}`), where `P`
+//! keeps its query string for `/v2/` paths and is bare for `/v1/` paths, and `BODY` is the
+//! exact request body text (`""` for a GET).
 
+use super::canonical::canonical_json;
+use super::keys::{verify, SigningKey};
+use serde_json::json;
+
+/// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
 pub const HOP_SKEW_MS: i64 = 300_000;
 
+/// The canonical text a hop signature covers.
 pub fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
-    let _ = (method, path, ts, body);
-    todo!()
+    let joined = format!("{method}:{path}:{ts}:{body}");
+    canonical_json(&json!({"method": method, "path": path, "ts": ts, "body": joined}))
 }
+
+/// The base64 `x-mbx-sig` for a request.
 pub fn sign_hop(key: &SigningKey, method: &str, path: &str, ts: &str, body: &str) -> String {
-    let _ = (key, method, path, ts, body);
-    todo!()
+    key.sign(hop_payload(method, path, ts, body).as_bytes())
 }
+
+/// Whether `sig_b64` is `pk`'s hop signature for the request (strict verification).
 pub fn verify_hop(
     pk: &[u8; 32],
     method: &str,
@@ -19,14 +31,71 @@ pub fn verify_hop(
     body: &str,
     sig_b64: &str,
 ) -> bool {
-    let _ = (pk, method, path, ts, body, sig_b64);
-    todo!()
+    verify(pk, hop_payload(method, path, ts, body).as_bytes(), sig_b64)
 }
+
+/// Whether `ts` is a decimal millisecond timestamp (1..=16 ASCII digits) within
+/// [`HOP_SKEW_MS`] of `now_ms`.
 pub fn ts_fresh(ts: &str, now_ms: i64) -> bool {
-    let _ = (ts, now_ms);
-    todo!()
+    if ts.is_empty() || ts.len() > 16 || !ts.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    match ts.parse::<i64>() {
+        Ok(t) => now_ms.saturating_sub(t).saturating_abs() <= HOP_SKEW_MS,
+        Err(_) => false,
+    }
 }
+
+/// The `P` of the hop payload: the path with `?query` for `/v2/` paths (when the query is not
+/// empty), the bare path otherwise.
 pub fn signed_path(path: &str, query: Option<&str>) -> String {
-    let _ = (path, query);
-    todo!()
+    match query {
+        Some(q) if !q.is_empty() && path.starts_with("/v2/") => format!("{path}?{q}"),
+        _ => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_and_signature_roundtrip() {
+        let key = SigningKey::from_seed(&[3u8; 32]);
+        let p = hop_payload("GET", "/v2/relay/items?after=0", "1", "");
+        assert_eq!(
+            p,
+            "{\"body\":\"GET:/v2/relay/items?after=0:1:\",\"method\":\"GET\",\"path\":\"/v2/relay/items?after=0\",\"ts\":\"1\"}"
+        );
+        let sig = sign_hop(&key, "POST", "/v2/relay/ack", "5", "{\"x\":1}");
+        assert!(verify_hop(&key.public(), "POST", "/v2/relay/ack", "5", "{\"x\":1}", &sig));
+        assert!(!verify_hop(&key.public(), "POST", "/v2/relay/ack", "6", "{\"x\":1}", &sig));
+        assert!(!verify_hop(&key.public(), "GET", "/v2/relay/ack", "5", "{\"x\":1}", &sig));
+        assert!(!verify_hop(&key.public(), "POST", "/v2/relay/ack", "5", "{\"x\":2}", &sig));
+        assert!(!verify_hop(&key.public(), "POST", "/v2/relay/ack", "5", "{\"x\":1}", "junk"));
+    }
+
+    #[test]
+    fn freshness_window_is_inclusive_and_strict_about_form() {
+        let now = 1_764_427_167_000i64;
+        assert!(ts_fresh("1764427167000", now));
+        assert!(ts_fresh("1764427467000", now));
+        assert!(ts_fresh("1764426867000", now));
+        assert!(!ts_fresh("1764427467001", now));
+        assert!(!ts_fresh("1764426866999", now));
+        for bad in ["", "-1764427167000", "+1764427167000", " 1764427167000", "1764427167000.0", "1e12", "99999999999999999", "١٢"] {
+            assert!(!ts_fresh(bad, now), "{bad:?}");
+        }
+        assert!(!ts_fresh("9999999999999999", i64::MIN));
+        assert!(ts_fresh("0", 0));
+    }
+
+    #[test]
+    fn signed_path_keeps_query_only_for_v2() {
+        assert_eq!(signed_path("/v2/relay/items", Some("after=0&limit=1")), "/v2/relay/items?after=0&limit=1");
+        assert_eq!(signed_path("/v2/relay/items", None), "/v2/relay/items");
+        assert_eq!(signed_path("/v2/relay/items", Some("")), "/v2/relay/items");
+        assert_eq!(signed_path("/v1/relay/messages", Some("after=3")), "/v1/relay/messages");
+        assert_eq!(signed_path("/v2", Some("a=1")), "/v2");
+    }
 }
