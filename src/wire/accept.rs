@@ -70,7 +70,11 @@ mod tests {
 
     #[test]
     fn statement_shape() {
-        let t = AcceptTarget { host_pubkey: "H".into(), seq: 1_795_963_620_919, wire_hash: "ab".into() };
+        let t = AcceptTarget {
+            host_pubkey: "H".into(),
+            seq: 1_795_963_620_919,
+            wire_hash: "ab".into(),
+        };
         let v = accept_statement("R", "E", "S", "I", &[t], 1_795_963_620_919);
         assert_eq!(
             canonical_json(&v),

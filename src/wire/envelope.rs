@@ -23,9 +23,13 @@ pub const MAX_SEALED_BODY_BYTES: usize = 349_548;
 /// The one sealing algorithm the protocol knows.
 pub const ENC_ALG: &str = "x25519+xchacha20poly1305";
 
-const KINDS: [&str; 7] = ["message", "request", "reply", "status", "decision", "alert", "task"];
+const KINDS: [&str; 7] = [
+    "message", "request", "reply", "status", "decision", "alert", "task",
+];
 const META_ARRAYS: [&str; 4] = ["mentions", "directives", "tags", "task_refs"];
-const GRANT_STRINGS: [&str; 9] = ["id", "iss", "sub", "agent", "host", "iat", "exp", "nonce", "sig"];
+const GRANT_STRINGS: [&str; 9] = [
+    "id", "iss", "sub", "agent", "host", "iat", "exp", "nonce", "sig",
+];
 
 /// Length as JavaScript's `String#length` (UTF-16 code units).
 pub fn js_len(s: &str) -> usize {
@@ -34,7 +38,12 @@ pub fn js_len(s: &str) -> usize {
 
 /// Whether `s` holds a character the subject rule forbids (C0, DEL, NEL, LS, PS).
 fn has_control(s: &str) -> bool {
-    s.chars().any(|c| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}' | '\u{85}' | '\u{2028}' | '\u{2029}'))
+    s.chars().any(|c| {
+        matches!(
+            c,
+            '\u{0}'..='\u{1f}' | '\u{7f}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        )
+    })
 }
 
 fn is_string_array(v: Option<&Value>) -> bool {
@@ -47,11 +56,14 @@ fn num_is(v: Option<&Value>, want: f64) -> bool {
 
 /// Whether `v` is a string of standard base64 decoding to exactly `len` bytes.
 fn b64_of_len(v: Option<&Value>, len: usize) -> bool {
-    v.and_then(Value::as_str).and_then(unb64).is_some_and(|b| b.len() == len)
+    v.and_then(Value::as_str)
+        .and_then(unb64)
+        .is_some_and(|b| b.len() == len)
 }
 
 fn str_within(v: Option<&Value>, max_chars: usize) -> bool {
-    v.and_then(Value::as_str).is_some_and(|s| js_len(s) <= max_chars)
+    v.and_then(Value::as_str)
+        .is_some_and(|s| js_len(s) <= max_chars)
 }
 
 /// The `<why>` of the first failed shape check, or `None` when the envelope is well formed
@@ -62,7 +74,9 @@ pub fn envelope_shape_error(v: &Value) -> Option<String> {
 
 fn shape(v: &Value) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(e) = v.as_object() else { return fail("not an object") };
+    let Some(e) = v.as_object() else {
+        return fail("not an object");
+    };
     if !num_is(e.get("v"), 3.0) {
         return fail("unsupported version");
     }
@@ -88,12 +102,24 @@ fn shape(v: &Value) -> Result<(), String> {
         }
         _ => return fail("bad to"),
     }
-    if !e.get("kind").and_then(Value::as_str).is_some_and(|k| KINDS.contains(&k)) {
+    if !e
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| KINDS.contains(&k))
+    {
         return fail("bad kind");
     }
-    let Some(enc) = e.get("enc") else { return fail("bad enc") };
-    let Some(body) = e.get("body").and_then(Value::as_str) else { return fail("bad body") };
-    let body_limit = if enc.is_null() { MAX_PLAIN_BODY_BYTES } else { MAX_SEALED_BODY_BYTES };
+    let Some(enc) = e.get("enc") else {
+        return fail("bad enc");
+    };
+    let Some(body) = e.get("body").and_then(Value::as_str) else {
+        return fail("bad body");
+    };
+    let body_limit = if enc.is_null() {
+        MAX_PLAIN_BODY_BYTES
+    } else {
+        MAX_SEALED_BODY_BYTES
+    };
     if body.len() > body_limit {
         return Err(format!("body over {body_limit} bytes"));
     }
@@ -106,7 +132,11 @@ fn shape(v: &Value) -> Result<(), String> {
     if has_control(subject) {
         return fail("subject contains control characters");
     }
-    if e.get("ts").and_then(Value::as_str).and_then(parse_date_loose).is_none() {
+    if e.get("ts")
+        .and_then(Value::as_str)
+        .and_then(parse_date_loose)
+        .is_none()
+    {
         return fail("bad ts");
     }
     if !str_within(e.get("thread"), 300) {
@@ -141,7 +171,9 @@ fn shape(v: &Value) -> Result<(), String> {
 /// `{"v":1,"alg":ENC_ALG,"epk":b64(32),"nonce":b64(24),"body":non-empty ≤ 349,548 bytes}`.
 fn check_enc(enc: &Value) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(enc) = enc.as_object() else { return fail("bad enc") };
+    let Some(enc) = enc.as_object() else {
+        return fail("bad enc");
+    };
     if !num_is(enc.get("v"), 1.0) {
         return fail("unsupported enc version");
     }
@@ -168,9 +200,13 @@ fn check_enc(enc: &Value) -> Result<(), String> {
 /// An owner authority (has `owner_sig`) or a grant authority (has `grant`); else `bad authority`.
 fn check_authority(a: &Value) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(a) = a.as_object() else { return fail("bad authority") };
+    let Some(a) = a.as_object() else {
+        return fail("bad authority");
+    };
     if a.contains_key("owner_sig") {
-        let strings = ["owner_sig", "owner_fp"].iter().all(|k| a.get(*k).is_some_and(Value::is_string));
+        let strings = ["owner_sig", "owner_fp"]
+            .iter()
+            .all(|k| a.get(*k).is_some_and(Value::is_string));
         if !strings || a.contains_key("grant") || a.contains_key("session_sig") {
             return fail("bad owner authority");
         }
@@ -193,7 +229,10 @@ fn check_grant(a: &Map<String, Value>) -> Result<(), String> {
         }
         _ => return Err("bad grant authority".to_string()),
     };
-    if let Some(field) = GRANT_STRINGS.iter().find(|f| !grant.get(**f).is_some_and(Value::is_string)) {
+    if let Some(field) = GRANT_STRINGS
+        .iter()
+        .find(|f| !grant.get(**f).is_some_and(Value::is_string))
+    {
         return Err(format!("bad grant.{field}"));
     }
     if !is_string_array(grant.get("caps")) {
@@ -204,7 +243,9 @@ fn check_grant(a: &Map<String, Value>) -> Result<(), String> {
 
 fn check_meta(meta: Option<&Value>) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(m) = meta.and_then(Value::as_object) else { return fail("bad meta") };
+    let Some(m) = meta.and_then(Value::as_object) else {
+        return fail("bad meta");
+    };
     if let Some(field) = META_ARRAYS.iter().find(|f| !is_string_array(m.get(**f))) {
         return Err(format!("bad meta.{field}"));
     }
@@ -214,7 +255,9 @@ fn check_meta(meta: Option<&Value>) -> Result<(), String> {
         }
     }
     if let Some(hop) = m.get("hop") {
-        let ok = hop.as_f64().is_some_and(|h| h.fract() == 0.0 && (0.0..=1000.0).contains(&h));
+        let ok = hop
+            .as_f64()
+            .is_some_and(|h| h.fract() == 0.0 && (0.0..=1000.0).contains(&h));
         if !ok {
             return fail("bad hop");
         }
@@ -227,7 +270,9 @@ fn check_meta(meta: Option<&Value>) -> Result<(), String> {
     if m.get("project").is_some_and(|p| !str_within(Some(p), 300)) {
         return fail("bad project");
     }
-    if m.get("project_key").is_some_and(|p| !str_within(Some(p), 300)) {
+    if m.get("project_key")
+        .is_some_and(|p| !str_within(Some(p), 300))
+    {
         return fail("bad project key");
     }
     if let Some(names) = m.get("local_names") {
@@ -264,9 +309,13 @@ pub fn check_envelope_wire(wire: &[u8], item_id: &str) -> Result<Value, String> 
 /// case-insensitively), first spelling kept, in order. Entries without `@` are skipped.
 pub fn envelope_recipient_hosts(v: &Value) -> Vec<String> {
     let mut hosts: Vec<String> = Vec::new();
-    let Some(to) = v.get("to").and_then(Value::as_array) else { return hosts };
+    let Some(to) = v.get("to").and_then(Value::as_array) else {
+        return hosts;
+    };
     for entry in to.iter().filter_map(Value::as_str) {
-        let Some((_, host)) = entry.rsplit_once('@') else { continue };
+        let Some((_, host)) = entry.rsplit_once('@') else {
+            continue;
+        };
         if !host.is_empty() && !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
             hosts.push(host.to_string());
         }
@@ -323,15 +372,30 @@ mod tests {
         assert_eq!(why(&with(&["enc"], Value::Null)), None);
         assert_eq!(why(&without("reply_to")), None);
         assert_eq!(why(&without("authority")), None);
-        assert_eq!(why(&with(&["reply_to"], json!("01KB5Z2X3Y4Z5A6B7C8D9E0F1G"))), None);
+        assert_eq!(
+            why(&with(&["reply_to"], json!("01KB5Z2X3Y4Z5A6B7C8D9E0F1G"))),
+            None
+        );
         assert_eq!(why(&with(&["v"], json!(3.0))), None);
         assert_eq!(why(&with(&["meta", "hop"], json!(0))), None);
-        assert_eq!(why(&with(&["meta", "project"], json!("p".repeat(300)))), None);
+        assert_eq!(
+            why(&with(&["meta", "project"], json!("p".repeat(300)))),
+            None
+        );
         // 150 emoji = 300 UTF-16 units: at the limit
-        assert_eq!(why(&with(&["from"], json!(format!("@{}", "😀".repeat(149))))), None);
+        assert_eq!(
+            why(&with(&["from"], json!(format!("@{}", "😀".repeat(149))))),
+            None
+        );
         assert_eq!(why(&with(&["subject"], json!("é".repeat(200)))), None);
-        assert_eq!(why(&with(&["ts"], json!("Sun, 29 Nov 2026 14:00:00 GMT"))), None);
-        assert_eq!(why(&with(&["refs"], json!(vec!["r".repeat(2048); 100]))), None);
+        assert_eq!(
+            why(&with(&["ts"], json!("Sun, 29 Nov 2026 14:00:00 GMT"))),
+            None
+        );
+        assert_eq!(
+            why(&with(&["refs"], json!(vec!["r".repeat(2048); 100]))),
+            None
+        );
     }
 
     #[test]
@@ -342,20 +406,44 @@ mod tests {
             (with(&["v"], json!("3")), "unsupported version"),
             (with(&["id"], json!(5)), "bad id"),
             (with(&["from"], json!(null)), "bad from"),
-            (with(&["from"], json!(format!("@{}", "😀".repeat(150)))), "from over 300 characters"),
+            (
+                with(&["from"], json!(format!("@{}", "😀".repeat(150)))),
+                "from over 300 characters",
+            ),
             (with(&["to"], json!(["a@b", 1])), "bad to"),
             (without("to"), "bad to"),
-            (with(&["to"], json!(vec!["a@b"; 101])), "more than 100 recipients"),
+            (
+                with(&["to"], json!(vec!["a@b"; 101])),
+                "more than 100 recipients",
+            ),
             (with(&["kind"], json!(null)), "bad kind"),
             (without("enc"), "bad enc"),
             (without("body"), "bad body"),
-            (with(&["body"], json!("é".repeat(174_775))), "body over 349548 bytes"),
+            (
+                with(&["body"], json!("é".repeat(174_775))),
+                "body over 349548 bytes",
+            ),
             (with(&["subject"], json!(["x"])), "bad subject"),
-            (with(&["subject"], json!("😀".repeat(101))), "subject over 200 characters"),
-            (with(&["subject"], json!("a\u{7f}")), "subject contains control characters"),
-            (with(&["subject"], json!("a\u{85}")), "subject contains control characters"),
-            (with(&["subject"], json!("a\u{2029}")), "subject contains control characters"),
-            (with(&["subject"], json!("a\u{0}")), "subject contains control characters"),
+            (
+                with(&["subject"], json!("😀".repeat(101))),
+                "subject over 200 characters",
+            ),
+            (
+                with(&["subject"], json!("a\u{7f}")),
+                "subject contains control characters",
+            ),
+            (
+                with(&["subject"], json!("a\u{85}")),
+                "subject contains control characters",
+            ),
+            (
+                with(&["subject"], json!("a\u{2029}")),
+                "subject contains control characters",
+            ),
+            (
+                with(&["subject"], json!("a\u{0}")),
+                "subject contains control characters",
+            ),
             (without("ts"), "bad ts"),
             (with(&["ts"], json!(1_764_427_167_000u64)), "bad ts"),
             (without("thread"), "bad thread"),
@@ -364,36 +452,101 @@ mod tests {
             (without("needs_reply"), "bad needs_reply"),
             (with(&["needs_reply"], json!(0)), "bad needs_reply"),
             (without("refs"), "bad refs"),
-            (with(&["refs"], json!(["r".repeat(2049)])), "more than 100 refs or a ref over 2048 characters"),
+            (
+                with(&["refs"], json!(["r".repeat(2049)])),
+                "more than 100 refs or a ref over 2048 characters",
+            ),
             (with(&["enc"], json!("sealed")), "bad enc"),
             (with(&["enc", "v"], json!("1")), "unsupported enc version"),
-            (with(&["enc", "alg"], json!(null)), "unsupported enc algorithm"),
+            (
+                with(&["enc", "alg"], json!(null)),
+                "unsupported enc algorithm",
+            ),
             (with(&["enc", "epk"], json!("not base64!")), "bad enc epk"),
-            (with(&["enc", "nonce"], json!(crate::wire::keys::b64(&[0u8; 32]))), "bad enc nonce"),
+            (
+                with(&["enc", "nonce"], json!(crate::wire::keys::b64(&[0u8; 32]))),
+                "bad enc nonce",
+            ),
             (with(&["enc", "body"], json!(7)), "bad enc body"),
-            (with(&["enc", "body"], json!("a".repeat(349_549))), "sealed body over 349548 bytes"),
+            (
+                with(&["enc", "body"], json!("a".repeat(349_549))),
+                "sealed body over 349548 bytes",
+            ),
             (with(&["authority"], json!("owner")), "bad authority"),
             (with(&["authority"], json!({})), "bad authority"),
-            (with(&["authority"], json!({"owner_sig": "s"})), "bad owner authority"),
-            (with(&["authority"], json!({"owner_sig": "s", "owner_fp": "f", "session_sig": "x"})), "bad owner authority"),
-            (with(&["authority"], json!({"grant": {"v": 2}, "session_sig": 1})), "bad grant authority"),
-            (with(&["authority"], json!({"grant": "g", "session_sig": "x"})), "bad grant authority"),
-            (with(&["authority"], json!({"grant": {"v": 2}, "session_sig": "x", "owner_fp": "f"})), "bad grant authority"),
-            (with(&["authority"], json!({"grant": {"v": 2}, "session_sig": "x"})), "bad grant.id"),
+            (
+                with(&["authority"], json!({"owner_sig": "s"})),
+                "bad owner authority",
+            ),
+            (
+                with(
+                    &["authority"],
+                    json!({"owner_sig": "s", "owner_fp": "f", "session_sig": "x"}),
+                ),
+                "bad owner authority",
+            ),
+            (
+                with(&["authority"], json!({"grant": {"v": 2}, "session_sig": 1})),
+                "bad grant authority",
+            ),
+            (
+                with(&["authority"], json!({"grant": "g", "session_sig": "x"})),
+                "bad grant authority",
+            ),
+            (
+                with(
+                    &["authority"],
+                    json!({"grant": {"v": 2}, "session_sig": "x", "owner_fp": "f"}),
+                ),
+                "bad grant authority",
+            ),
+            (
+                with(
+                    &["authority"],
+                    json!({"grant": {"v": 2}, "session_sig": "x"}),
+                ),
+                "bad grant.id",
+            ),
             (with(&["meta"], json!([])), "bad meta"),
-            (with(&["meta", "mentions"], json!(null)), "bad meta.mentions"),
-            (with(&["meta", "task_refs"], json!([1])), "bad meta.task_refs"),
-            (with(&["meta", "sender_verification"], json!(null)), "bad sender verification"),
+            (
+                with(&["meta", "mentions"], json!(null)),
+                "bad meta.mentions",
+            ),
+            (
+                with(&["meta", "task_refs"], json!([1])),
+                "bad meta.task_refs",
+            ),
+            (
+                with(&["meta", "sender_verification"], json!(null)),
+                "bad sender verification",
+            ),
             (with(&["meta", "hop"], json!(1001)), "bad hop"),
             (with(&["meta", "hop"], json!("1")), "bad hop"),
             (with(&["meta", "origin"], json!(1)), "bad origin"),
             (with(&["meta", "project"], json!(1)), "bad project"),
-            (with(&["meta", "project_key"], json!("k".repeat(301))), "bad project key"),
-            (with(&["meta", "local_names"], json!(vec!["ab"; 101])), "bad local names"),
-            (with(&["meta", "local_names"], json!("ab")), "bad local names"),
+            (
+                with(&["meta", "project_key"], json!("k".repeat(301))),
+                "bad project key",
+            ),
+            (
+                with(&["meta", "local_names"], json!(vec!["ab"; 101])),
+                "bad local names",
+            ),
+            (
+                with(&["meta", "local_names"], json!("ab")),
+                "bad local names",
+            ),
         ];
         for (v, want) in cases {
-            assert_eq!(why(&v).as_deref(), Some(want), "{}", crate::wire::canonical::canonical_json(&v).chars().take(300).collect::<String>());
+            assert_eq!(
+                why(&v).as_deref(),
+                Some(want),
+                "{}",
+                crate::wire::canonical::canonical_json(&v)
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            );
         }
     }
 
@@ -417,18 +570,38 @@ mod tests {
         let v = valid();
         let wire = serde_json::to_vec(&v).unwrap_or_default();
         assert!(check_envelope_wire(&wire, "01KB5Z2X3Y4Z5A6B7C8D9E0F1G").is_ok());
-        assert_eq!(check_envelope_wire(&wire, "other").err().as_deref(), Some("item id is not the envelope id"));
+        assert_eq!(
+            check_envelope_wire(&wire, "other").err().as_deref(),
+            Some("item id is not the envelope id")
+        );
         let plain = serde_json::to_vec(&with(&["enc"], Value::Null)).unwrap_or_default();
         assert_eq!(
-            check_envelope_wire(&plain, "01KB5Z2X3Y4Z5A6B7C8D9E0F1G").err().as_deref(),
+            check_envelope_wire(&plain, "01KB5Z2X3Y4Z5A6B7C8D9E0F1G")
+                .err()
+                .as_deref(),
             Some("envelope body is not sealed")
         );
-        assert_eq!(check_envelope_wire(b"{", "x").err().as_deref(), Some("bad envelope: not JSON"));
-        assert_eq!(check_envelope_wire(b"\xff\xfe", "x").err().as_deref(), Some("bad envelope: not JSON"));
-        assert_eq!(check_envelope_wire(b"", "x").err().as_deref(), Some("bad envelope: not JSON"));
-        assert_eq!(check_envelope_wire(b"null", "x").err().as_deref(), Some("bad envelope: not an object"));
+        assert_eq!(
+            check_envelope_wire(b"{", "x").err().as_deref(),
+            Some("bad envelope: not JSON")
+        );
+        assert_eq!(
+            check_envelope_wire(b"\xff\xfe", "x").err().as_deref(),
+            Some("bad envelope: not JSON")
+        );
+        assert_eq!(
+            check_envelope_wire(b"", "x").err().as_deref(),
+            Some("bad envelope: not JSON")
+        );
+        assert_eq!(
+            check_envelope_wire(b"null", "x").err().as_deref(),
+            Some("bad envelope: not an object")
+        );
         let bad = serde_json::to_vec(&with(&["v"], json!(2))).unwrap_or_default();
-        assert_eq!(check_envelope_wire(&bad, "x").err().as_deref(), Some("bad envelope: unsupported version"));
+        assert_eq!(
+            check_envelope_wire(&bad, "x").err().as_deref(),
+            Some("bad envelope: unsupported version")
+        );
     }
 
     #[test]

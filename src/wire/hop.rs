@@ -68,11 +68,46 @@ mod tests {
             "{\"body\":\"GET:/v2/relay/items?after=0:1:\",\"method\":\"GET\",\"path\":\"/v2/relay/items?after=0\",\"ts\":\"1\"}"
         );
         let sig = sign_hop(&key, "POST", "/v2/relay/ack", "5", "{\"x\":1}");
-        assert!(verify_hop(&key.public(), "POST", "/v2/relay/ack", "5", "{\"x\":1}", &sig));
-        assert!(!verify_hop(&key.public(), "POST", "/v2/relay/ack", "6", "{\"x\":1}", &sig));
-        assert!(!verify_hop(&key.public(), "GET", "/v2/relay/ack", "5", "{\"x\":1}", &sig));
-        assert!(!verify_hop(&key.public(), "POST", "/v2/relay/ack", "5", "{\"x\":2}", &sig));
-        assert!(!verify_hop(&key.public(), "POST", "/v2/relay/ack", "5", "{\"x\":1}", "junk"));
+        assert!(verify_hop(
+            &key.public(),
+            "POST",
+            "/v2/relay/ack",
+            "5",
+            "{\"x\":1}",
+            &sig
+        ));
+        assert!(!verify_hop(
+            &key.public(),
+            "POST",
+            "/v2/relay/ack",
+            "6",
+            "{\"x\":1}",
+            &sig
+        ));
+        assert!(!verify_hop(
+            &key.public(),
+            "GET",
+            "/v2/relay/ack",
+            "5",
+            "{\"x\":1}",
+            &sig
+        ));
+        assert!(!verify_hop(
+            &key.public(),
+            "POST",
+            "/v2/relay/ack",
+            "5",
+            "{\"x\":2}",
+            &sig
+        ));
+        assert!(!verify_hop(
+            &key.public(),
+            "POST",
+            "/v2/relay/ack",
+            "5",
+            "{\"x\":1}",
+            "junk"
+        ));
     }
 
     #[test]
@@ -83,7 +118,16 @@ mod tests {
         assert!(ts_fresh("1764426867000", now));
         assert!(!ts_fresh("1764427467001", now));
         assert!(!ts_fresh("1764426866999", now));
-        for bad in ["", "-1764427167000", "+1764427167000", " 1764427167000", "1764427167000.0", "1e12", "99999999999999999", "١٢"] {
+        for bad in [
+            "",
+            "-1764427167000",
+            "+1764427167000",
+            " 1764427167000",
+            "1764427167000.0",
+            "1e12",
+            "99999999999999999",
+            "١٢",
+        ] {
             assert!(!ts_fresh(bad, now), "{bad:?}");
         }
         assert!(!ts_fresh("9999999999999999", i64::MIN));
@@ -92,10 +136,16 @@ mod tests {
 
     #[test]
     fn signed_path_keeps_query_only_for_v2() {
-        assert_eq!(signed_path("/v2/relay/items", Some("after=0&limit=1")), "/v2/relay/items?after=0&limit=1");
+        assert_eq!(
+            signed_path("/v2/relay/items", Some("after=0&limit=1")),
+            "/v2/relay/items?after=0&limit=1"
+        );
         assert_eq!(signed_path("/v2/relay/items", None), "/v2/relay/items");
         assert_eq!(signed_path("/v2/relay/items", Some("")), "/v2/relay/items");
-        assert_eq!(signed_path("/v1/relay/messages", Some("after=3")), "/v1/relay/messages");
+        assert_eq!(
+            signed_path("/v1/relay/messages", Some("after=3")),
+            "/v1/relay/messages"
+        );
         assert_eq!(signed_path("/v2", Some("a=1")), "/v2");
     }
 }

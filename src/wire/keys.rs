@@ -46,7 +46,9 @@ pub fn parse_pubkey(s: &str) -> Option<[u8; 32]> {
     let body = s.trim_end_matches('=');
     if body.is_empty()
         || s.len() - body.len() > 2
-        || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+        || !body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
     {
         return None;
     }
@@ -91,12 +93,16 @@ impl std::fmt::Debug for SigningKey {
 impl SigningKey {
     /// A fresh key from the operating system's random source.
     pub fn generate() -> Self {
-        SigningKey { inner: ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng) }
+        SigningKey {
+            inner: ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng),
+        }
     }
 
     /// The key whose 32-byte seed is `seed`.
     pub fn from_seed(seed: &[u8; 32]) -> Self {
-        SigningKey { inner: ed25519_dalek::SigningKey::from_bytes(seed) }
+        SigningKey {
+            inner: ed25519_dalek::SigningKey::from_bytes(seed),
+        }
     }
 
     /// The key from a base64 seed (surrounding whitespace, e.g. a trailing newline, ignored).
@@ -115,7 +121,10 @@ impl SigningKey {
             return Self::from_seed_b64(text);
         }
         let v: Value = serde_json::from_str(text).map_err(|_| KeyError::BadKeyFile)?;
-        let private = v.get("privateKey").and_then(Value::as_str).ok_or(KeyError::BadKeyFile)?;
+        let private = v
+            .get("privateKey")
+            .and_then(Value::as_str)
+            .ok_or(KeyError::BadKeyFile)?;
         let bytes = unb64(private.trim()).ok_or(KeyError::BadSeed)?;
         let key = match bytes.len() {
             32 => Self::from_seed(bytes.as_slice().try_into().map_err(|_| KeyError::BadSeed)?),
@@ -173,7 +182,8 @@ pub fn verify(pk: &[u8; 32], msg: &[u8], sig_b64: &str) -> bool {
     let Ok(key) = VerifyingKey::from_bytes(pk) else {
         return false;
     };
-    key.verify_strict(msg, &Signature::from_bytes(&sig_arr)).is_ok()
+    key.verify_strict(msg, &Signature::from_bytes(&sig_arr))
+        .is_ok()
 }
 
 /// [`verify`] over canonical(`v`).
@@ -223,9 +233,18 @@ mod tests {
         let dbg = format!("{key:?}");
         assert_eq!(dbg, "SigningKey(7952-5199-3237-3dd6)");
         assert!(!dbg.contains(SEED));
-        assert_eq!(SigningKey::from_seed_b64(&format!("{SEED}\n")).map(|k| k.public_b64()), Ok(PUB.to_string()));
-        assert_eq!(SigningKey::from_seed_b64("nope").err(), Some(KeyError::BadSeed));
-        assert_eq!(SigningKey::from_seed_b64(&b64(&[1u8; 31])).err(), Some(KeyError::BadSeed));
+        assert_eq!(
+            SigningKey::from_seed_b64(&format!("{SEED}\n")).map(|k| k.public_b64()),
+            Ok(PUB.to_string())
+        );
+        assert_eq!(
+            SigningKey::from_seed_b64("nope").err(),
+            Some(KeyError::BadSeed)
+        );
+        assert_eq!(
+            SigningKey::from_seed_b64(&b64(&[1u8; 31])).err(),
+            Some(KeyError::BadSeed)
+        );
     }
 
     #[test]
@@ -233,25 +252,50 @@ mod tests {
         let ok = SigningKey::from_key_file(&format!("{SEED}\n")).expect("plain seed");
         assert_eq!(ok.public_b64(), PUB);
         let json = format!("{{\"publicKey\":\"{PUB}\",\"privateKey\":\"{SEED}\"}}");
-        assert_eq!(SigningKey::from_key_file(&json).map(|k| k.public_b64()), Ok(PUB.to_string()));
+        assert_eq!(
+            SigningKey::from_key_file(&json).map(|k| k.public_b64()),
+            Ok(PUB.to_string())
+        );
         let no_pub = format!("{{\"privateKey\":\"{SEED}\"}}");
         assert!(SigningKey::from_key_file(&no_pub).is_ok());
         let mut long = unb64(SEED).unwrap_or_default();
         long.extend_from_slice(&unb64(PUB).unwrap_or_default());
         let sixty_four = format!("{{\"privateKey\":\"{}\"}}", b64(&long));
-        assert_eq!(SigningKey::from_key_file(&sixty_four).map(|k| k.public_b64()), Ok(PUB.to_string()));
+        assert_eq!(
+            SigningKey::from_key_file(&sixty_four).map(|k| k.public_b64()),
+            Ok(PUB.to_string())
+        );
         long[63] ^= 1;
         let bad_tail = format!("{{\"privateKey\":\"{}\"}}", b64(&long));
-        assert_eq!(SigningKey::from_key_file(&bad_tail).err(), Some(KeyError::PublicKeyMismatch));
+        assert_eq!(
+            SigningKey::from_key_file(&bad_tail).err(),
+            Some(KeyError::PublicKeyMismatch)
+        );
         let other = b64(&[9u8; 32]);
         let mismatch = format!("{{\"publicKey\":\"{other}\",\"privateKey\":\"{SEED}\"}}");
-        assert_eq!(SigningKey::from_key_file(&mismatch).err(), Some(KeyError::PublicKeyMismatch));
+        assert_eq!(
+            SigningKey::from_key_file(&mismatch).err(),
+            Some(KeyError::PublicKeyMismatch)
+        );
         let pub_not_string = format!("{{\"publicKey\":5,\"privateKey\":\"{SEED}\"}}");
-        assert_eq!(SigningKey::from_key_file(&pub_not_string).err(), Some(KeyError::PublicKeyMismatch));
-        assert_eq!(SigningKey::from_key_file("{\"publicKey\":\"x\"}").err(), Some(KeyError::BadKeyFile));
-        assert_eq!(SigningKey::from_key_file("{not json").err(), Some(KeyError::BadKeyFile));
+        assert_eq!(
+            SigningKey::from_key_file(&pub_not_string).err(),
+            Some(KeyError::PublicKeyMismatch)
+        );
+        assert_eq!(
+            SigningKey::from_key_file("{\"publicKey\":\"x\"}").err(),
+            Some(KeyError::BadKeyFile)
+        );
+        assert_eq!(
+            SigningKey::from_key_file("{not json").err(),
+            Some(KeyError::BadKeyFile)
+        );
         assert_eq!(SigningKey::from_key_file("").err(), Some(KeyError::BadSeed));
-        for err in [KeyError::BadSeed, KeyError::BadKeyFile, KeyError::PublicKeyMismatch] {
+        for err in [
+            KeyError::BadSeed,
+            KeyError::BadKeyFile,
+            KeyError::PublicKeyMismatch,
+        ] {
             assert!(!err.to_string().contains(SEED));
         }
     }

@@ -26,7 +26,8 @@ pub fn is_owner_fp(s: &str) -> bool {
 pub fn is_ulid(s: &str) -> bool {
     s.len() == 26
         && s.bytes().all(|b| {
-            b.is_ascii_digit() || (b.is_ascii_uppercase() && !matches!(b, b'I' | b'L' | b'O' | b'U'))
+            b.is_ascii_digit()
+                || (b.is_ascii_uppercase() && !matches!(b, b'I' | b'L' | b'O' | b'U'))
         })
 }
 
@@ -53,7 +54,17 @@ mod tests {
         for ok in ["a", "laptop", "A.b_c-d", "0", &"x".repeat(63)] {
             assert!(is_host_name(ok), "{ok:?}");
         }
-        for bad in ["", ".a", "-a", "_a", "a b", "a@b", "é", &"x".repeat(64), "a\n"] {
+        for bad in [
+            "",
+            ".a",
+            "-a",
+            "_a",
+            "a b",
+            "a@b",
+            "é",
+            &"x".repeat(64),
+            "a\n",
+        ] {
             assert!(!is_host_name(bad), "{bad:?}");
         }
     }
@@ -88,10 +99,24 @@ mod tests {
 
     #[test]
     fn local_names() {
-        for ok in ["ab", "alice", "bob-2", "0-", &format!("a{}", "b".repeat(39))] {
+        for ok in [
+            "ab",
+            "alice",
+            "bob-2",
+            "0-",
+            &format!("a{}", "b".repeat(39)),
+        ] {
             assert!(is_local_name(ok), "{ok:?}");
         }
-        for bad in ["a", "", "-ab", "Bad Name", "Alice", "a_b", &format!("a{}", "b".repeat(40))] {
+        for bad in [
+            "a",
+            "",
+            "-ab",
+            "Bad Name",
+            "Alice",
+            "a_b",
+            &format!("a{}", "b".repeat(40)),
+        ] {
             assert!(!is_local_name(bad), "{bad:?}");
         }
     }

@@ -14,14 +14,22 @@ use super::time::parse_iso_strict;
 use serde_json::Value;
 
 const STATES: [&str; 4] = ["delivered", "notified", "read", "acked"];
-const KEYS: [&str; 9] = ["v", "type", "msg", "recipient", "state", "at", "note", "did", "seq"];
+const KEYS: [&str; 9] = [
+    "v",
+    "type",
+    "msg",
+    "recipient",
+    "state",
+    "at",
+    "note",
+    "did",
+    "seq",
+];
 
 /// `owner@host` or `name@host` with exactly one `@`, a local name and a host name.
 fn is_recipient(s: &str) -> bool {
     match s.split_once('@') {
-        Some((name, host)) => {
-            (name == "owner" || is_local_name(name)) && is_host_name(host)
-        }
+        Some((name, host)) => (name == "owner" || is_local_name(name)) && is_host_name(host),
         None => false,
     }
 }
@@ -36,7 +44,9 @@ fn optional_str_within(v: Option<&Value>, max_chars: usize) -> bool {
 
 /// Whether `rec` is a well-formed receipt record (see module doc).
 pub fn receipt_record_valid(rec: &Value) -> bool {
-    let Some(r) = rec.as_object() else { return false };
+    let Some(r) = rec.as_object() else {
+        return false;
+    };
     let s = |k: &str| r.get(k).and_then(Value::as_str);
     r.keys().all(|k| KEYS.contains(&k.as_str()))
         && r.get("v").and_then(Value::as_f64) == Some(1.0)
@@ -47,7 +57,9 @@ pub fn receipt_record_valid(rec: &Value) -> bool {
         && s("at").and_then(parse_iso_strict).is_some()
         && optional_str_within(r.get("note"), 500)
         && optional_str_within(r.get("did"), 200)
-        && r.get("seq").and_then(Value::as_f64).is_some_and(|q| q > 0.0 && q.fract() == 0.0)
+        && r.get("seq")
+            .and_then(Value::as_f64)
+            .is_some_and(|q| q > 0.0 && q.fract() == 0.0)
 }
 
 /// `receipt:<msg>:<recipient>:<seq>` of a valid record, `None` for an invalid one.
@@ -64,8 +76,9 @@ pub fn receipt_item_id(rec: &Value) -> Option<String> {
 /// The full check of a v2 receipt push by `sender`: `bad receipt`, `item id is not the receipt
 /// id`, or `receipt is not signed by the sending host`.
 pub fn check_receipt_wire(wire: &[u8], item_id: &str, sender: &[u8; 32]) -> Result<(), String> {
-    let v: Option<Value> =
-        std::str::from_utf8(wire).ok().and_then(|text| serde_json::from_str(text).ok());
+    let v: Option<Value> = std::str::from_utf8(wire)
+        .ok()
+        .and_then(|text| serde_json::from_str(text).ok());
     let (rec, sig) = match v.as_ref().and_then(Value::as_object) {
         Some(o) => match (o.get("rec"), o.get("sig").and_then(Value::as_str)) {
             (Some(rec), Some(sig)) if receipt_record_valid(rec) => (rec, sig),
@@ -156,17 +169,27 @@ mod tests {
         let wire = canonical_bytes(&json!({"rec": r, "sig": key.sign_canonical(&r)}));
         let id = "receipt:01KB5Z2X3Y4Z5A6B7C8D9E0F1G:agent@laptop:2";
         assert_eq!(check_receipt_wire(&wire, id, &key.public()), Ok(()));
-        assert_eq!(check_receipt_wire(&wire, "receipt:x", &key.public()).err().as_deref(), Some("item id is not the receipt id"));
+        assert_eq!(
+            check_receipt_wire(&wire, "receipt:x", &key.public())
+                .err()
+                .as_deref(),
+            Some("item id is not the receipt id")
+        );
         let other = SigningKey::from_seed(&[6u8; 32]);
         assert_eq!(
-            check_receipt_wire(&wire, id, &other.public()).err().as_deref(),
+            check_receipt_wire(&wire, id, &other.public())
+                .err()
+                .as_deref(),
             Some("receipt is not signed by the sending host")
         );
         let bad = |w: &[u8]| check_receipt_wire(w, id, &key.public()).err();
         assert_eq!(bad(b"").as_deref(), Some("bad receipt"));
         assert_eq!(bad(b"\xff").as_deref(), Some("bad receipt"));
         assert_eq!(bad(b"[]").as_deref(), Some("bad receipt"));
-        assert_eq!(bad(&canonical_bytes(&json!({"rec": r}))).as_deref(), Some("bad receipt"));
+        assert_eq!(
+            bad(&canonical_bytes(&json!({"rec": r}))).as_deref(),
+            Some("bad receipt")
+        );
         let bad_rec = with("seq", json!(0));
         let w = canonical_bytes(&json!({"rec": bad_rec, "sig": key.sign_canonical(&bad_rec)}));
         assert_eq!(bad(&w).as_deref(), Some("bad receipt"));

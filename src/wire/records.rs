@@ -67,7 +67,8 @@ pub struct SenderListRecord {
 }
 
 fn object<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a Map<String, Value>, RecordError> {
-    v.and_then(Value::as_object).ok_or_else(|| RecordError::Malformed(format!("{what} is not an object")))
+    v.and_then(Value::as_object)
+        .ok_or_else(|| RecordError::Malformed(format!("{what} is not an object")))
 }
 
 fn string<'a>(o: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a str, RecordError> {
@@ -107,7 +108,10 @@ pub fn parse_sender_list(
     let outer = object(Some(body), "body")?;
     let list_value = outer.get("list");
     let list = object(list_value, "list")?;
-    let sig = outer.get("sig").and_then(Value::as_str).ok_or_else(|| malformed("sig is not a string"))?;
+    let sig = outer
+        .get("sig")
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed("sig is not a string"))?;
     expect_header(list, "relay-senders", "list")?;
     let host_pubkey = key_field(list, "host_pubkey", "list")?;
     let entries = list
@@ -115,7 +119,9 @@ pub fn parse_sender_list(
         .and_then(Value::as_array)
         .ok_or_else(|| malformed("list.senders is not an array"))?;
     if entries.len() > MAX_SENDERS {
-        return Err(RecordError::Malformed(format!("list.senders has more than {MAX_SENDERS} keys")));
+        return Err(RecordError::Malformed(format!(
+            "list.senders has more than {MAX_SENDERS} keys"
+        )));
     }
     let senders = entries
         .iter()
@@ -130,7 +136,12 @@ pub fn parse_sender_list(
     if !verify_canonical(&host_pubkey, list_value, sig) {
         return Err(RecordError::BadSignature);
     }
-    let record = SenderListRecord { host_pubkey, senders, iat_ms, canonical: canonical_json(list_value) };
+    let record = SenderListRecord {
+        host_pubkey,
+        senders,
+        iat_ms,
+        canonical: canonical_json(list_value),
+    };
     Ok((record, sig.to_string()))
 }
 
@@ -155,7 +166,9 @@ pub struct Rotation {
 pub fn parse_rotation(body: &Value) -> Result<Rotation, RecordError> {
     let outer = object(Some(body), "body")?;
     let rotation = object(outer.get("rotation"), "rotation")?;
-    let rec_value = rotation.get("rec").ok_or_else(|| malformed("rotation.rec is not an object"))?;
+    let rec_value = rotation
+        .get("rec")
+        .ok_or_else(|| malformed("rotation.rec is not an object"))?;
     let rec = object(Some(rec_value), "rotation.rec")?;
     let old_sig = string(rotation, "old_sig", "rotation")?;
     let new_sig = string(rotation, "new_sig", "rotation")?;
@@ -173,7 +186,9 @@ pub fn parse_rotation(body: &Value) -> Result<Rotation, RecordError> {
     if old_pub == new_pub {
         return Err(malformed("rec.new_pub equals rec.old_pub"));
     }
-    if !verify_canonical(&old_pub, rec_value, old_sig) || !verify_canonical(&new_pub, rec_value, new_sig) {
+    if !verify_canonical(&old_pub, rec_value, old_sig)
+        || !verify_canonical(&new_pub, rec_value, new_sig)
+    {
         return Err(RecordError::BadSignature);
     }
     Ok(Rotation {
@@ -186,7 +201,12 @@ pub fn parse_rotation(body: &Value) -> Result<Rotation, RecordError> {
 }
 
 /// The notice body: `{"v":1,"type":"relay-expired","item_id","target_pubkey","accepted_at","expired_at"}`.
-pub fn expiry_notice(item_id: &str, target_pubkey: &str, accepted_at_ms: u64, expired_at_ms: u64) -> Value {
+pub fn expiry_notice(
+    item_id: &str,
+    target_pubkey: &str,
+    accepted_at_ms: u64,
+    expired_at_ms: u64,
+) -> Value {
     json!({
         "v": 1,
         "type": "relay-expired",
@@ -249,7 +269,10 @@ mod tests {
         assert_eq!(sig, body["sig"].as_str().unwrap_or_default());
         let empty = signed(list_with(json!([]), "2026-11-29T14:00:00.000Z"));
         assert!(parse_sender_list(&empty, NOW).is_ok());
-        let full = signed(list_with(json!(vec![s.clone(); MAX_SENDERS]), "2026-11-29T14:00:00.000Z"));
+        let full = signed(list_with(
+            json!(vec![s.clone(); MAX_SENDERS]),
+            "2026-11-29T14:00:00.000Z",
+        ));
         assert!(parse_sender_list(&full, NOW).is_ok());
     }
 
@@ -260,7 +283,9 @@ mod tests {
         let malformed = |e: RecordError| matches!(e, RecordError::Malformed(_));
         assert!(malformed(sender_err(&json!([]))));
         assert!(malformed(sender_err(&json!({"sig": "x"}))));
-        assert!(malformed(sender_err(&json!({"list": list_with(json!([s]), iat)}))));
+        assert!(malformed(sender_err(
+            &json!({"list": list_with(json!([s]), iat)})
+        )));
         let mut l = list_with(json!([s]), iat);
         l["v"] = json!(2);
         assert!(malformed(sender_err(&signed(l))));
@@ -271,10 +296,22 @@ mod tests {
         l["host_pubkey"] = json!("short");
         assert!(malformed(sender_err(&signed(l))));
         assert!(malformed(sender_err(&signed(list_with(json!(s), iat)))));
-        assert!(malformed(sender_err(&signed(list_with(json!([s, "bad"]), iat)))));
-        assert!(malformed(sender_err(&signed(list_with(json!([s, 5]), iat)))));
-        assert!(malformed(sender_err(&signed(list_with(json!(vec![s.clone(); MAX_SENDERS + 1]), iat)))));
-        assert!(malformed(sender_err(&signed(list_with(json!([s]), "2026-11-29")))));
+        assert!(malformed(sender_err(&signed(list_with(
+            json!([s, "bad"]),
+            iat
+        )))));
+        assert!(malformed(sender_err(&signed(list_with(
+            json!([s, 5]),
+            iat
+        )))));
+        assert!(malformed(sender_err(&signed(list_with(
+            json!(vec![s.clone(); MAX_SENDERS + 1]),
+            iat
+        )))));
+        assert!(malformed(sender_err(&signed(list_with(
+            json!([s]),
+            "2026-11-29"
+        )))));
         assert_eq!(
             sender_err(&signed(list_with(json!([s]), "2026-11-29T14:05:00.001Z"))),
             RecordError::FutureIat
@@ -302,7 +339,10 @@ mod tests {
 
     #[test]
     fn rotation_ok_and_errors() {
-        let (old, new) = (SigningKey::from_seed(&[1u8; 32]), SigningKey::from_seed(&[2u8; 32]));
+        let (old, new) = (
+            SigningKey::from_seed(&[1u8; 32]),
+            SigningKey::from_seed(&[2u8; 32]),
+        );
         let r = parse_rotation(&rotation(&old, &new)).expect("valid rotation");
         assert_eq!(r.host, "laptop");
         assert_eq!(r.old_pub, old.public());
@@ -313,7 +353,9 @@ mod tests {
         let malformed = |b: &Value| matches!(parse_rotation(b), Err(RecordError::Malformed(_)));
         assert!(malformed(&json!(null)));
         assert!(malformed(&json!({"rotation": 1})));
-        assert!(malformed(&json!({"rotation": {"old_sig": "a", "new_sig": "b"}})));
+        assert!(malformed(
+            &json!({"rotation": {"old_sig": "a", "new_sig": "b"}})
+        ));
         let mut b = rotation(&old, &new);
         b["rotation"]["old_sig"] = json!(1);
         assert!(malformed(&b));
@@ -346,7 +388,10 @@ mod tests {
             canonical_json(&enrol_statement("c", "h", "p", "")),
             "{\"challenge\":\"c\",\"host\":\"h\",\"owner_fp\":\"\",\"pubkey\":\"p\",\"v\":1}"
         );
-        assert_eq!(canonical_json(&enc_ad_statement("h", "e")), "{\"enc_pub\":\"e\",\"host\":\"h\",\"v\":1}");
+        assert_eq!(
+            canonical_json(&enc_ad_statement("h", "e")),
+            "{\"enc_pub\":\"e\",\"host\":\"h\",\"v\":1}"
+        );
         let key = SigningKey::from_seed(&[4u8; 32]);
         let wire = expiry_notice_wire(&key, "I", "T", 0, 1000);
         let v: Value = serde_json::from_slice(&wire).expect("notice is JSON");
@@ -354,7 +399,11 @@ mod tests {
             canonical_json(&v["notice"]),
             "{\"accepted_at\":\"1970-01-01T00:00:00.000Z\",\"expired_at\":\"1970-01-01T00:00:01.000Z\",\"item_id\":\"I\",\"target_pubkey\":\"T\",\"type\":\"relay-expired\",\"v\":1}"
         );
-        assert!(verify_canonical(&key.public(), &v["notice"], v["sig"].as_str().unwrap_or_default()));
+        assert!(verify_canonical(
+            &key.public(),
+            &v["notice"],
+            v["sig"].as_str().unwrap_or_default()
+        ));
         assert_eq!(canonical_bytes(&v), wire);
     }
 

@@ -64,7 +64,11 @@ pub fn iso_ms(ms: u64) -> String {
     let days = ms.div_euclid(DAY_MS);
     let rem = ms.rem_euclid(DAY_MS);
     let (y, mo, d) = civil_from_days(days);
-    let year = if (0..=9999).contains(&y) { format!("{y:04}") } else { format!("+{y:06}") };
+    let year = if (0..=9999).contains(&y) {
+        format!("{y:04}")
+    } else {
+        format!("+{y:06}")
+    };
     format!(
         "{year}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
         rem / 3_600_000,
@@ -82,7 +86,10 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn new(s: &'a str) -> Self {
-        Cursor { b: s.as_bytes(), i: 0 }
+        Cursor {
+            b: s.as_bytes(),
+            i: 0,
+        }
     }
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
@@ -271,8 +278,9 @@ fn parse_offset(c: &mut Cursor<'_>) -> Option<i64> {
     Some(sign * (oh * 60 + om))
 }
 
-const MONTHS: [&str; 12] =
-    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+const MONTHS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
 const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 /// The `toUTCString`, `toString` and RFC 2822 forms:
@@ -292,7 +300,10 @@ fn parse_legacy(s: &str) -> Option<i64> {
     let lower = |w: &str| w.to_ascii_lowercase();
     let month_of = |w: &str| {
         let w = lower(w);
-        MONTHS.iter().position(|m| w.len() >= 3 && w.starts_with(m)).map(|p| p as i64 + 1)
+        MONTHS
+            .iter()
+            .position(|m| w.len() >= 3 && w.starts_with(m))
+            .map(|p| p as i64 + 1)
     };
     if let Some(first) = words.first() {
         let f = lower(first);
@@ -306,8 +317,12 @@ fn parse_legacy(s: &str) -> Option<i64> {
             .flatten()
     };
     let (month, day, year, rest) = match words.as_slice() {
-        [m, d, y, rest @ ..] if month_of(m).is_some() => (month_of(m)?, number(d, 2)?, number(y, 4)?, rest),
-        [d, m, y, rest @ ..] if month_of(m).is_some() => (month_of(m)?, number(d, 2)?, number(y, 4)?, rest),
+        [m, d, y, rest @ ..] if month_of(m).is_some() => {
+            (month_of(m)?, number(d, 2)?, number(y, 4)?, rest)
+        }
+        [d, m, y, rest @ ..] if month_of(m).is_some() => {
+            (month_of(m)?, number(d, 2)?, number(y, 4)?, rest)
+        }
         _ => return None,
     };
     if !(1..=31).contains(&day) {
@@ -369,12 +384,28 @@ mod tests {
 
     #[test]
     fn strict_iso_roundtrips_and_refuses_other_forms() {
-        for ms in [0u64, 1, 999, 1_764_427_167_123, 951_782_400_000, 253_402_300_799_999] {
+        for ms in [
+            0u64,
+            1,
+            999,
+            1_764_427_167_123,
+            951_782_400_000,
+            253_402_300_799_999,
+        ] {
             assert_eq!(parse_iso_strict(&iso_ms(ms)), Some(ms));
         }
-        assert_eq!(parse_iso_strict("2026-11-29T14:00:00Z"), Some(1_795_960_800_000));
-        assert_eq!(parse_iso_strict("2026-11-29T14:00:00.5Z"), Some(1_795_960_800_500));
-        assert_eq!(parse_iso_strict("2026-11-29T14:00:00.123456Z"), Some(1_795_960_800_123));
+        assert_eq!(
+            parse_iso_strict("2026-11-29T14:00:00Z"),
+            Some(1_795_960_800_000)
+        );
+        assert_eq!(
+            parse_iso_strict("2026-11-29T14:00:00.5Z"),
+            Some(1_795_960_800_500)
+        );
+        assert_eq!(
+            parse_iso_strict("2026-11-29T14:00:00.123456Z"),
+            Some(1_795_960_800_123)
+        );
         for bad in [
             "2026-11-29",
             "2026-11-29T14:00Z",
@@ -419,7 +450,10 @@ mod tests {
             ("2026-11-28T24:00:00Z", day),
             ("2026-02-30", 1_772_409_600_000), // rolls over to 2026-03-02 like V8
             ("Sun, 29 Nov 2026 14:00:00 GMT", t),
-            ("Sun Nov 29 2026 14:00:00 GMT+0000 (Coordinated Universal Time)", t),
+            (
+                "Sun Nov 29 2026 14:00:00 GMT+0000 (Coordinated Universal Time)",
+                t,
+            ),
             ("Sun Nov 29 2026 15:00:00 GMT+0100", t),
             ("Nov 29, 2026", day),
             ("29 Nov 2026 14:00 UTC", t),
