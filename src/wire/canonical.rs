@@ -210,6 +210,25 @@ mod tests {
     }
 
     #[test]
+    fn floats_parse_correctly_rounded_like_json_parse() {
+        // Needs serde_json's `float_roundtrip` feature: the default fast path misrounds these.
+        for text in [
+            "-9.074441513367783e-210",
+            "2.2250738585072014e-308",
+            "0.1234567890123456789",
+        ] {
+            let v: Value = serde_json::from_str(text).expect("number");
+            let want = text.parse::<f64>().expect("f64");
+            assert_eq!(v.as_f64(), Some(want), "{text}");
+            assert_eq!(canonical_json(&v), js_number(want));
+        }
+        assert_eq!(
+            canon("[-9.074441513367783e-210]"),
+            "[-9.074441513367783e-210]"
+        );
+    }
+
+    #[test]
     fn strings_escape_like_json_stringify() {
         let v = json!("\u{0}\u{1}\u{8}\u{9}\u{a}\u{b}\u{c}\u{d}\u{1f}\u{20}\u{7f}\"\\/\u{2028}é😀");
         assert_eq!(

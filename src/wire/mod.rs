@@ -12,3 +12,6 @@ pub mod receipt;
 pub mod records;
 pub mod seal;
 pub mod time;
+
+#[cfg(test)]
+mod robustness_tests;
