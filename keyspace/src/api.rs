@@ -1,7 +1,8 @@
-//! Public types and the `Store` surface. (Skeleton: bodies are filled by the keyspace work.)
+//! Public types of the store surface: records, requests, outcomes and errors.
+//! The `Store` itself lives in `store.rs`; its operations in `read.rs` and `ops/`.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -42,7 +43,10 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { clock: Arc::new(SystemClock), create: true }
+        OpenOptions {
+            clock: Arc::new(SystemClock),
+            create: true,
+        }
     }
 }
 
@@ -61,7 +65,10 @@ pub enum StoreError {
     /// A file or record that is not ours or is damaged.
     Corrupt(String),
     /// An I/O failure, with what we were doing.
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
     /// The engine failed (includes failed fsync: the operation is NOT durable).
     Engine(String),
     /// The store was closed or its writer stopped.
@@ -116,7 +123,9 @@ impl<T> Pending<T> {
 impl<T> Future for Pending<T> {
     type Output = Result<T>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|r| r.unwrap_or(Err(StoreError::Closed)))
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(StoreError::Closed)))
     }
 }
 
@@ -349,7 +358,11 @@ pub struct Cursor {
 /// How an ack ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckOutcome {
-    Acked { acked_through: u64, deleted: u64, head_seq: u64 },
+    Acked {
+        acked_through: u64,
+        deleted: u64,
+        head_seq: u64,
+    },
     /// `through` is above the head: nothing changed.
     BeyondHead { head_seq: u64 },
 }
@@ -384,7 +397,9 @@ pub struct SweepReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RebindOutcome {
     /// Queue moved: `moved` items re-sequenced under the new key.
-    Moved { moved: u64 },
+    Moved {
+        moved: u64,
+    },
     OldNotEnrolled,
     NewRevoked,
 }
@@ -439,14 +454,29 @@ pub struct BackupSummary {
 #[derive(Debug)]
 pub enum BackupError {
     BadMagic,
-    NewerFormat { found: u32, supported: u32 },
+    NewerFormat {
+        found: u32,
+        supported: u32,
+    },
     /// A record or trailer checksum failed at this byte offset.
-    Damaged { offset: u64, why: String },
+    Damaged {
+        offset: u64,
+        why: String,
+    },
     /// The file ends before its trailer.
-    Truncated { offset: u64 },
+    Truncated {
+        offset: u64,
+    },
     /// Counts in the trailer disagree with the records.
-    CountMismatch { partition: String, expected: u64, found: u64 },
-    Io { context: String, source: std::io::Error },
+    CountMismatch {
+        partition: String,
+        expected: u64,
+        found: u64,
+    },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
     Store(StoreError),
 }
 
@@ -487,205 +517,27 @@ pub struct DumpOptions {
 
 /// The partition names, in backup/dump order.
 pub const PARTITIONS: [&str; 11] = [
-    "meta", "enrolments", "enc_ads", "sender_lists", "items", "dedup", "seqs", "acked", "usage",
-    "expiry", "ops",
+    "meta",
+    "enrolments",
+    "enc_ads",
+    "sender_lists",
+    "items",
+    "dedup",
+    "seqs",
+    "acked",
+    "usage",
+    "expiry",
+    "ops",
 ];
 
-/// An open relay store. Cheap to clone; the last clone's drop (or [`Store::close`]) stops the
-/// writer and releases the lock.
-#[derive(Clone)]
-pub struct Store {
-    _private: (),
-}
-
-#[allow(unused_variables, clippy::missing_errors_doc)]
-impl Store {
-    /// Open (or create) the store in `dir`: takes the lock file, opens fjall under `dir/db`,
-    /// checks or migrates the schema, creates meta (epoch, created) on first open, starts the writer.
-    ///
-    /// # Errors
-    /// `Locked` (names the holding pid), `Missing`, `SchemaTooNew`, `Corrupt`, `Io`, `Engine`.
-    pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
-        todo!()
-    }
-
-    /// Flush, stop the writer, release the lock.
-    pub fn close(self) -> Result<()> {
-        todo!()
-    }
-
-    /// The store directory.
-    pub fn dir(&self) -> &Path {
-        todo!()
-    }
-
-    // ---- meta -------------------------------------------------------------------------------
-
-    /// Current meta (epoch, relay key, schema, heartbeat).
-    pub fn meta(&self) -> Result<Meta> {
-        todo!()
-    }
-    /// Record the relay public key on first use; refuse a different one (`RelayKeyMismatch`).
-    pub fn pin_relay_pubkey(&self, pk: Key32) -> Pending<()> {
-        todo!()
-    }
-    /// Write a new random epoch (UUID v4) and an ops entry with `reason`; returns the new epoch.
-    pub fn rotate_epoch(&self, reason: &str) -> Pending<String> {
-        todo!()
-    }
-    /// Record the heartbeat (ms).
-    pub fn heartbeat(&self, now_ms: u64) -> Pending<()> {
-        todo!()
-    }
-
-    // ---- enrolments, enc ads, sender lists -------------------------------------------------
-
-    /// Enrol (idempotent; never clears a revocation; a weaker authority never overwrites a
-    /// stronger one's account; name unique only inside a proven account).
-    pub fn enrol(&self, req: EnrolRequest) -> Pending<EnrolOutcome> {
-        todo!()
-    }
-    /// The enrolment of a key, live or revoked.
-    pub fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
-        todo!()
-    }
-    /// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
-    pub fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
-        todo!()
-    }
-    /// Number of live enrolments (O(1): a counter).
-    pub fn live_enrolment_count(&self) -> Result<u64> {
-        todo!()
-    }
-    /// Store a (verified) enc ad, replacing the previous one of that key.
-    pub fn put_enc_ad(&self, ad: EncAd) -> Pending<()> {
-        todo!()
-    }
-    /// The enc ad of a key.
-    pub fn enc_ad(&self, key: &Key32) -> Result<Option<EncAd>> {
-        todo!()
-    }
-    /// Store a (verified) sender list if strictly newer than the stored one.
-    pub fn put_sender_list(&self, list: SenderList) -> Pending<SenderListOutcome> {
-        todo!()
-    }
-    /// A target's sender list.
-    pub fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>> {
-        todo!()
-    }
-
-    // ---- queue ------------------------------------------------------------------------------
-
-    /// Insert one item over all its targets atomically: dedup per (sender, item_id, target),
-    /// conflict by wire hash, quotas, seq = max(next_seq, now_ms), usage counters, expiry index.
-    pub fn insert(&self, req: InsertRequest) -> Pending<InsertOutcome> {
-        todo!()
-    }
-    /// Insert several items, each its own atomic operation, all in the same commit group.
-    pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Pending<Vec<InsertOutcome>> {
-        todo!()
-    }
-    /// The durable dedup row of (sender, item_id, target).
-    pub fn dedup(&self, sender: &Key32, item_id: &str, target: &Key32) -> Result<Option<DedupRow>> {
-        todo!()
-    }
-    /// A page of the target's queue after `after`: at most `limit` items and about `max_bytes`
-    /// (always at least one item when any is queued). Reads only durable state.
-    pub fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
-        todo!()
-    }
-    /// Head and acked-through of a target (durable state).
-    pub fn cursor(&self, target: &Key32) -> Result<Cursor> {
-        todo!()
-    }
-    /// Delete the target's items with seq <= through and record acked_through.
-    pub fn ack(&self, target: &Key32, through: u64) -> Pending<AckOutcome> {
-        todo!()
-    }
-    /// Delete one queued item (and its usage and expiry rows); false if it was not queued.
-    pub fn delete_item(&self, target: &Key32, seq: u64) -> Pending<bool> {
-        todo!()
-    }
-    /// Queue usage of a target, of a sender within a target, of an account.
-    pub fn usage_target(&self, target: &Key32) -> Result<Usage> {
-        todo!()
-    }
-    pub fn usage_sender(&self, sender: &Key32, target: &Key32) -> Result<Usage> {
-        todo!()
-    }
-    pub fn usage_account(&self, account: &str) -> Result<Usage> {
-        todo!()
-    }
-
-    /// Expire items with expires_at <= now (through the `expiry` index), each deletion in the
-    /// same batch as its notice (built by `notice`, inserted with dedup and quotas, skipped when
-    /// the sender is not enrolled, its queue is full or it was already told), and prune dedup rows
-    /// accepted before `dedup_horizon_ms` whose item is no longer queued. At most `max` items per
-    /// call (`more` says whether to call again).
-    pub fn sweep(
-        &self,
-        now_ms: u64,
-        dedup_horizon_ms: u64,
-        quotas: Quotas,
-        retention_ms: u64,
-        max: usize,
-        notice: NoticeFn,
-    ) -> Pending<SweepReport> {
-        todo!()
-    }
-
-    /// Key rotation: the new key takes the old one's name, account and authority; the old queue
-    /// is re-sequenced in order after the new key's own items (dedup rows and usage move); the old
-    /// enc ad goes; its sender list moves; other lists swap old for new; the old key is revoked.
-    pub fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome> {
-        todo!()
-    }
-
-    // ---- relay log, stats, backup, dump -----------------------------------------------------
-
-    /// Append to the relay log (keeps the newest 1,000 entries).
-    pub fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
-        todo!()
-    }
-    /// The relay log, newest first, at most `limit`.
-    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
-        todo!()
-    }
-    /// Whole-store figures.
-    pub fn stats(&self) -> Result<Stats> {
-        todo!()
-    }
-    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running).
-    /// `progress` gets the bytes written so far. Records nothing itself (callers log the backup).
-    pub fn backup_to(
-        &self,
-        out: &mut dyn std::io::Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<BackupSummary, BackupError> {
-        todo!()
-    }
-    /// Write every partition as JSON lines (one object per record) from one snapshot.
-    pub fn dump(&self, out: &mut dyn std::io::Write, opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
-        todo!()
+impl From<fjall::Error> for StoreError {
+    fn from(e: fjall::Error) -> Self {
+        StoreError::Engine(e.to_string())
     }
 }
 
-/// Check a backup file offline: magic, format, every frame's crc32, counts, whole-file checksum.
-///
-/// # Errors
-/// A distinct [`BackupError`] for wrong magic, newer format, damage (with offset) and truncation.
-pub fn verify_backup(path: &Path) -> Result<BackupSummary, BackupError> {
-    let _ = path;
-    todo!()
-}
-
-/// Build a new store in `new_dir` (which must not exist) from a backup file: verifies the whole
-/// file first (touching nothing when it is bad), writes a new epoch and an ops entry "restore".
-/// Returns the summary and the new epoch.
-///
-/// # Errors
-/// As [`verify_backup`], plus I/O and store errors.
-pub fn restore_backup(file: &Path, new_dir: &Path) -> Result<(BackupSummary, String), BackupError> {
-    let _ = (file, new_dir);
-    todo!()
+impl From<StoreError> for BackupError {
+    fn from(e: StoreError) -> Self {
+        BackupError::Store(e)
+    }
 }

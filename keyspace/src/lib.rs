@@ -10,8 +10,32 @@
 //! CONTRACT NOTE (for the crates above): the public API below is what `mbx-relay` and
 //! `relay-tool` program against. Extend it freely; change a signature only together with every
 //! caller.
-
+//!
+//! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
+//! `read` (durable reads), `ops/` (one file per write operation), `codec` (keys and values),
+//! `parts` (partitions), `lock` (the store lock), `migrate` (schema), `backup`, `dump`, `stats`.
 
 mod api;
+mod backup;
+mod codec;
+mod dump;
+mod lock;
+mod migrate;
+mod ops;
+mod parts;
+mod read;
+mod reader;
+mod stats;
+mod store;
+mod writer;
 
 pub use api::*;
+pub use backup::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
+pub use codec::fingerprint;
+pub use store::Store;
+
+/// Hooks for tests (not a supported API).
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
+}

@@ -1,0 +1,474 @@
+//! The backup file: one consistent snapshot in one file, checkable offline.
+//!
+//! Layout (integers little-endian):
+//! ```text
+//! magic "MBXRBAK\0" | format u32 | crc32(magic, format) u32
+//! header_len u32 | postcard Header | crc32(header_len, Header) u32
+//! records: 0x01 | partition u8 | key_len u32 | value_len u32 | key | value | crc32(0x01 .. value) u32
+//! trailer: 0xFF | n u8 | n x count u64 | sha256(every byte before it) [32]
+//! ```
+//! Records come in partition order. Every length read from a file is bounded before anything is
+//! allocated for it.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::path::Path;
+
+use fjall::Readable;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::api::{BackupError, BackupSummary, Key32, StoreError, SCHEMA_VERSION};
+use crate::codec::{self, meta_key};
+use crate::migrate::{new_epoch, DirectBatch};
+use crate::parts::Part;
+use crate::reader;
+use crate::store::open_engine;
+use crate::Store;
+
+/// The file's first bytes.
+pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
+/// The format this binary writes and the newest it reads.
+pub const BACKUP_FORMAT_VERSION: u32 = 1;
+
+const TAG_RECORD: u8 = 0x01;
+const TAG_TRAILER: u8 = 0xFF;
+const MAX_HEADER: u32 = 4_096;
+/// fjall's key limit.
+const MAX_KEY: u32 = 65_536;
+/// Far above any record we write (items are capped well below a MiB).
+const MAX_VALUE: u32 = 64 << 20;
+/// Records per restore batch.
+const RESTORE_CHUNK: usize = 4_096;
+const IO_BUF: usize = 1 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    schema_version: u32,
+    relay_pubkey: Option<Key32>,
+    epoch: String,
+    created_ms: u64,
+}
+
+fn io(context: &str) -> impl FnOnce(std::io::Error) -> BackupError + '_ {
+    move |source| BackupError::Io {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// A writer that hashes and counts what passes through it.
+struct HashingWriter<'a> {
+    out: BufWriter<&'a mut dyn Write>,
+    sha: Sha256,
+    n: u64,
+}
+
+impl HashingWriter<'_> {
+    fn put(&mut self, b: &[u8]) -> Result<(), BackupError> {
+        self.out.write_all(b).map_err(io("writing the backup"))?;
+        self.sha.update(b);
+        self.n += b.len() as u64;
+        Ok(())
+    }
+}
+
+fn len32(n: usize, what: &str) -> Result<u32, BackupError> {
+    u32::try_from(n).map_err(|_| {
+        BackupError::Store(StoreError::Corrupt(format!("{what} too large to back up")))
+    })
+}
+
+impl Store {
+    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running).
+    /// `progress` gets the bytes written so far. Records nothing itself (callers log the backup).
+    ///
+    /// # Errors
+    /// `Io` when `out` fails, `Store` when the store is closed or damaged.
+    pub fn backup_to(
+        &self,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<BackupSummary, BackupError> {
+        let v = self.view()?;
+        let meta = reader::meta(&*v)?;
+        let header = Header {
+            schema_version: meta.schema_version,
+            relay_pubkey: meta.relay_pubkey,
+            epoch: meta.epoch,
+            created_ms: self.inner.clock.now_ms(),
+        };
+        let mut w = HashingWriter {
+            out: BufWriter::with_capacity(IO_BUF, out),
+            sha: Sha256::new(),
+            n: 0,
+        };
+        let mut first = Vec::from(BACKUP_MAGIC);
+        first.extend_from_slice(&BACKUP_FORMAT_VERSION.to_le_bytes());
+        let crc = crc32fast::hash(&first);
+        first.extend_from_slice(&crc.to_le_bytes());
+        let hb = codec::enc(&header);
+        let mut hframe = len32(hb.len(), "header")?.to_le_bytes().to_vec();
+        hframe.extend_from_slice(&hb);
+        let crc = crc32fast::hash(&hframe);
+        hframe.extend_from_slice(&crc.to_le_bytes());
+        w.put(&first)?;
+        w.put(&hframe)?;
+        let mut counts = Vec::with_capacity(Part::ALL.len());
+        let mut frame = Vec::new();
+        let mut last_progress = 0;
+        for p in Part::ALL {
+            let mut n = 0u64;
+            for g in v.snap.iter(v.parts.ks(p)) {
+                let (k, val) = g.into_inner().map_err(StoreError::from)?;
+                frame.clear();
+                frame.push(TAG_RECORD);
+                frame.push(p.id());
+                frame.extend_from_slice(&len32(k.len(), "key")?.to_le_bytes());
+                frame.extend_from_slice(&len32(val.len(), "value")?.to_le_bytes());
+                frame.extend_from_slice(&k);
+                frame.extend_from_slice(&val);
+                let crc = crc32fast::hash(&frame);
+                frame.extend_from_slice(&crc.to_le_bytes());
+                w.put(&frame)?;
+                n += 1;
+                if w.n - last_progress >= IO_BUF as u64 {
+                    last_progress = w.n;
+                    progress(w.n);
+                }
+            }
+            counts.push((p.name().to_string(), n));
+        }
+        let mut trailer = vec![TAG_TRAILER, Part::ALL.len() as u8];
+        for (_, n) in &counts {
+            trailer.extend_from_slice(&n.to_le_bytes());
+        }
+        w.put(&trailer)?;
+        let sum: [u8; 32] = w.sha.clone().finalize().into();
+        w.out.write_all(&sum).map_err(io("writing the backup"))?;
+        w.n += 32;
+        w.out.flush().map_err(io("writing the backup"))?;
+        progress(w.n);
+        Ok(BackupSummary {
+            format_version: BACKUP_FORMAT_VERSION,
+            schema_version: header.schema_version,
+            relay_pubkey: header.relay_pubkey,
+            epoch: header.epoch,
+            created_ms: header.created_ms,
+            counts,
+            checksum: codec::hex(&sum),
+            file_bytes: w.n,
+        })
+    }
+}
+
+/// Reads a backup file, checking as it goes.
+struct FileReader {
+    r: BufReader<File>,
+    sha: Sha256,
+    off: u64,
+    len: u64,
+}
+
+impl FileReader {
+    fn open(path: &Path) -> Result<FileReader, BackupError> {
+        let f = File::open(path).map_err(|source| BackupError::Io {
+            context: format!("opening backup {}", path.display()),
+            source,
+        })?;
+        let len = f.metadata().map_err(io("reading the backup"))?.len();
+        Ok(FileReader {
+            r: BufReader::with_capacity(IO_BUF, f),
+            sha: Sha256::new(),
+            off: 0,
+            len,
+        })
+    }
+
+    fn read_into(&mut self, buf: &mut [u8]) -> Result<(), BackupError> {
+        match self.r.read_exact(buf) {
+            Ok(()) => {
+                self.sha.update(&*buf);
+                self.off += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+                Err(BackupError::Truncated { offset: self.len })
+            }
+            Err(e) => Err(BackupError::Io {
+                context: "reading the backup".into(),
+                source: e,
+            }),
+        }
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], BackupError> {
+        let mut b = [0u8; N];
+        self.read_into(&mut b)?;
+        Ok(b)
+    }
+
+    fn u32(&mut self) -> Result<u32, BackupError> {
+        Ok(u32::from_le_bytes(self.bytes()?))
+    }
+
+    fn vec(&mut self, n: u32) -> Result<Vec<u8>, BackupError> {
+        // The caller bounded n; never ask for more than the file still holds either.
+        if u64::from(n) > self.len.saturating_sub(self.off) {
+            return Err(BackupError::Truncated { offset: self.len });
+        }
+        let mut v = vec![0u8; n as usize];
+        self.read_into(&mut v)?;
+        Ok(v)
+    }
+}
+
+fn damaged(offset: u64, why: impl Into<String>) -> BackupError {
+    BackupError::Damaged {
+        offset,
+        why: why.into(),
+    }
+}
+
+/// Read and check a whole backup, handing each record to `sink` (partition, key, value).
+fn read_backup(
+    path: &Path,
+    sink: &mut dyn FnMut(Part, Vec<u8>, Vec<u8>) -> Result<(), BackupError>,
+) -> Result<BackupSummary, BackupError> {
+    let mut r = FileReader::open(path)?;
+    // Magic and format first, so another kind of file reads as "wrong magic", never "truncated".
+    let mut magic = [0u8; 8];
+    let got =
+        r.r.by_ref()
+            .take(8)
+            .read(&mut magic)
+            .map_err(io("reading the backup"))?;
+    let got = if got < 8 && got > 0 {
+        got + r
+            .r
+            .by_ref()
+            .take((8 - got) as u64)
+            .read(&mut magic[got..])
+            .map_err(io("reading the backup"))?
+    } else {
+        got
+    };
+    if magic[..got] != BACKUP_MAGIC[..got] || got == 0 {
+        return Err(BackupError::BadMagic);
+    }
+    if got < 8 {
+        return Err(BackupError::Truncated { offset: r.len });
+    }
+    r.sha.update(magic);
+    r.off = 8;
+    let version_bytes: [u8; 4] = r.bytes()?;
+    let crc = r.u32()?;
+    let mut first = Vec::from(magic);
+    first.extend_from_slice(&version_bytes);
+    if crc32fast::hash(&first) != crc {
+        return Err(damaged(8, "format field checksum mismatch"));
+    }
+    let format_version = u32::from_le_bytes(version_bytes);
+    if format_version > BACKUP_FORMAT_VERSION {
+        return Err(BackupError::NewerFormat {
+            found: format_version,
+            supported: BACKUP_FORMAT_VERSION,
+        });
+    }
+    if format_version == 0 {
+        return Err(damaged(8, "format version 0"));
+    }
+    let hoff = r.off;
+    let hlen = r.u32()?;
+    if hlen > MAX_HEADER {
+        return Err(damaged(
+            hoff,
+            format!("header length {hlen} over {MAX_HEADER}"),
+        ));
+    }
+    let hb = r.vec(hlen)?;
+    let crc = r.u32()?;
+    let mut hframe = hlen.to_le_bytes().to_vec();
+    hframe.extend_from_slice(&hb);
+    if crc32fast::hash(&hframe) != crc {
+        return Err(damaged(hoff, "header checksum mismatch"));
+    }
+    let header: Header =
+        postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
+    let mut counts = [0u64; 11];
+    let mut last_part = 0u8;
+    loop {
+        let at = r.off;
+        let [tag] = r.bytes::<1>()?;
+        match tag {
+            TAG_RECORD => {
+                let [pid] = r.bytes::<1>()?;
+                let klen = r.u32()?;
+                let vlen = r.u32()?;
+                let part = Part::from_id(pid)
+                    .ok_or_else(|| damaged(at, format!("unknown partition {pid}")))?;
+                if pid < last_part {
+                    return Err(damaged(at, "records out of partition order"));
+                }
+                if klen > MAX_KEY || vlen > MAX_VALUE {
+                    return Err(damaged(
+                        at,
+                        format!("record lengths {klen}/{vlen} out of bounds"),
+                    ));
+                }
+                last_part = pid;
+                let key = r.vec(klen)?;
+                let val = r.vec(vlen)?;
+                let crc = r.u32()?;
+                let mut h = crc32fast::Hasher::new();
+                h.update(&[tag, pid]);
+                h.update(&klen.to_le_bytes());
+                h.update(&vlen.to_le_bytes());
+                h.update(&key);
+                h.update(&val);
+                if h.finalize() != crc {
+                    return Err(damaged(at, "record checksum mismatch"));
+                }
+                counts[usize::from(pid)] += 1;
+                sink(part, key, val)?;
+            }
+            TAG_TRAILER => {
+                let [n] = r.bytes::<1>()?;
+                if usize::from(n) != counts.len() {
+                    return Err(damaged(at, format!("trailer lists {n} partitions")));
+                }
+                let mut listed = [0u64; 11];
+                for c in &mut listed {
+                    *c = u64::from_le_bytes(r.bytes()?);
+                }
+                let expect: [u8; 32] = r.sha.clone().finalize().into();
+                let sum_at = r.off;
+                let sum: [u8; 32] = r.bytes()?;
+                if sum != expect {
+                    return Err(damaged(sum_at, "whole-file checksum mismatch"));
+                }
+                for (i, p) in Part::ALL.iter().enumerate() {
+                    if listed[i] != counts[i] {
+                        return Err(BackupError::CountMismatch {
+                            partition: p.name().into(),
+                            expected: listed[i],
+                            found: counts[i],
+                        });
+                    }
+                }
+                if r.off != r.len {
+                    return Err(damaged(r.off, "bytes after the trailer"));
+                }
+                return Ok(BackupSummary {
+                    format_version,
+                    schema_version: header.schema_version,
+                    relay_pubkey: header.relay_pubkey,
+                    epoch: header.epoch,
+                    created_ms: header.created_ms,
+                    counts: Part::ALL
+                        .iter()
+                        .zip(counts)
+                        .map(|(p, c)| (p.name().to_string(), c))
+                        .collect(),
+                    checksum: codec::hex(&sum),
+                    file_bytes: r.len,
+                });
+            }
+            other => return Err(damaged(at, format!("unknown record tag {other:#04x}"))),
+        }
+    }
+}
+
+/// Check a backup file offline: magic, format, every frame's crc32, counts, whole-file checksum.
+///
+/// # Errors
+/// A distinct [`BackupError`] for wrong magic, newer format, damage (with offset) and truncation.
+pub fn verify_backup(path: &Path) -> Result<BackupSummary, BackupError> {
+    read_backup(path, &mut |_, _, _| Ok(()))
+}
+
+/// Build a new store in `new_dir` (which must not exist) from a backup file: verifies the whole
+/// file first (touching nothing when it is bad), writes a new epoch and an ops entry "restore".
+/// Returns the summary and the new epoch. Seq heads come back as backed up: with the clock floor
+/// (`max(next_seq, now_ms)`) new items still land above every seq handed out before.
+///
+/// # Errors
+/// As [`verify_backup`], plus I/O and store errors.
+pub fn restore_backup(file: &Path, new_dir: &Path) -> Result<(BackupSummary, String), BackupError> {
+    if new_dir.exists() {
+        return Err(BackupError::Io {
+            context: format!("restore target {} already exists", new_dir.display()),
+            source: std::io::Error::from(ErrorKind::AlreadyExists),
+        });
+    }
+    let summary = verify_backup(file)?;
+    if summary.schema_version > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found: summary.schema_version,
+            supported: SCHEMA_VERSION,
+        }
+        .into());
+    }
+    match build(file, new_dir, &summary) {
+        Ok(epoch) => Ok((summary, epoch)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(new_dir);
+            Err(e)
+        }
+    }
+}
+
+/// Second pass: write the (re-checked) records into a fresh store, then a new epoch and the log.
+fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String, BackupError> {
+    let epoch = new_epoch();
+    {
+        let engine = open_engine(new_dir, true)?;
+        let parts = &engine.parts;
+        let mut batch = DirectBatch::new(parts);
+        let mut pending = 0usize;
+        read_backup(file, &mut |p, k, v| {
+            batch.put(p, &k, v);
+            pending += 1;
+            if pending >= RESTORE_CHUNK {
+                std::mem::replace(&mut batch, DirectBatch::new(parts)).commit()?;
+                pending = 0;
+            }
+            Ok(())
+        })?;
+        batch.commit()?;
+        let now = crate::api::SystemClock.now_ms();
+        let mut fin = DirectBatch::new(parts);
+        fin.put(Part::Meta, meta_key::EPOCH, codec::enc(&epoch));
+        let total: u64 = summary.counts.iter().map(|(_, n)| n).sum();
+        fin.log(
+            now,
+            "restore",
+            &format!(
+                "from backup of epoch {} taken at {} ms ({total} records); new epoch {epoch}",
+                summary.epoch, summary.created_ms
+            ),
+        )?;
+        fin.commit_durable()?;
+        if parts
+            .db
+            .snapshot()
+            .get(parts.ks(Part::Meta), meta_key::SCHEMA_VERSION)
+            .map_err(StoreError::from)?
+            .is_none()
+        {
+            return Err(StoreError::Corrupt("backup holds no schema version".into()).into());
+        }
+    }
+    // Open once through the normal path: migrates an older schema, checks everything else.
+    let store = Store::open(
+        new_dir,
+        crate::api::OpenOptions {
+            create: false,
+            ..Default::default()
+        },
+    )?;
+    store.close()?;
+    Ok(epoch)
+}
+
+use crate::api::Clock as _;

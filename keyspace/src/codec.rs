@@ -1,0 +1,249 @@
+//! Binary keys and postcard values of every partition.
+//!
+//! Keys are ordered bytes: raw 32-byte keys and big-endian integers, so one target's queue,
+//! dedup rows and usage rows are each one contiguous range.
+//!
+//! | partition | key | value |
+//! |---|---|---|
+//! | meta | ascii name (`epoch`, ...) | postcard scalar |
+//! | enrolments | `0x00` ++ host key | [`Enrolment`] |
+//! | enrolments (name index) | `0x01` ++ lower(name) ++ `0x00` ++ host key | empty |
+//! | enc_ads | host key | [`EncAd`] |
+//! | sender_lists | target | [`SenderList`] |
+//! | items | target ++ seq | [`ItemRecord`] |
+//! | dedup | target ++ sender ++ item_id | [`DedupRow`] |
+//! | seqs | target | head seq (u64) |
+//! | acked | target | acked_through (u64) |
+//! | usage | `0x00` ++ target / `0x01` ++ target ++ sender / `0x02` ++ account | [`Usage`] |
+//! | expiry | `i` ++ expires_at ++ target ++ seq / `d` ++ accepted_at ++ dedup key | empty |
+//! | ops | n (u64) | [`OpEntry`] |
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::api::{ItemKind, Key32, Result, StoreError};
+
+/// Meta keys.
+pub(crate) mod meta_key {
+    pub const EPOCH: &[u8] = b"epoch";
+    pub const RELAY_PUBKEY: &[u8] = b"relay_pubkey";
+    pub const SCHEMA_VERSION: &[u8] = b"schema_version";
+    pub const HEARTBEAT: &[u8] = b"heartbeat";
+    pub const CREATED: &[u8] = b"created";
+    pub const LIVE_ENROLMENTS: &[u8] = b"live_enrolments";
+    pub const REVOKED_ENROLMENTS: &[u8] = b"revoked_enrolments";
+    pub const OPS_NEXT: &[u8] = b"ops_next";
+}
+
+const ENROL_TAG: u8 = 0x00;
+const NAME_TAG: u8 = 0x01;
+const USAGE_TARGET: u8 = 0x00;
+const USAGE_SENDER: u8 = 0x01;
+const USAGE_ACCOUNT: u8 = 0x02;
+pub(crate) const EXPIRY_ITEM: u8 = b'i';
+pub(crate) const EXPIRY_DEDUP: u8 = b'd';
+
+/// One queued item as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ItemRecord {
+    pub kind: ItemKind,
+    pub item_id: String,
+    pub sender: Key32,
+    /// Exactly the bytes the sender gave.
+    pub wire: Vec<u8>,
+    pub wire_hash: [u8; 32],
+    /// Decoded byte count charged to quotas (= wire.len()).
+    pub bytes: u64,
+    pub accepted_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// The proven account charged for this item (the target's, at insert time).
+    pub account: Option<String>,
+}
+
+/// Encode a value.
+pub(crate) fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    // postcard into a Vec cannot fail for our plain types
+    postcard::to_allocvec(v).unwrap_or_default()
+}
+
+/// Decode a value, naming the partition when it is damaged.
+pub(crate) fn dec<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    postcard::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("bad {what} record: {e}")))
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+fn key32(b: &[u8]) -> Option<Key32> {
+    b.try_into().ok()
+}
+
+fn be64(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.try_into().ok()?))
+}
+
+/// Lower-case form used by the name index.
+pub(crate) fn fold_name(name: &str) -> String {
+    name.to_lowercase()
+}
+
+pub(crate) fn enrol_key(pk: &Key32) -> Vec<u8> {
+    cat(&[&[ENROL_TAG], pk])
+}
+
+pub(crate) fn enrol_key_parse(k: &[u8]) -> Option<Key32> {
+    match k.split_first() {
+        Some((&ENROL_TAG, rest)) => key32(rest),
+        _ => None,
+    }
+}
+
+/// The prefix of every index row of a name.
+pub(crate) fn name_prefix(name: &str) -> Vec<u8> {
+    cat(&[&[NAME_TAG], fold_name(name).as_bytes(), &[0]])
+}
+
+pub(crate) fn name_key(name: &str, pk: &Key32) -> Vec<u8> {
+    cat(&[&name_prefix(name), pk])
+}
+
+/// The host key at the end of a name index row.
+pub(crate) fn name_key_pk(k: &[u8]) -> Option<Key32> {
+    k.len().checked_sub(32).and_then(|at| key32(&k[at..]))
+}
+
+pub(crate) fn is_name_key(k: &[u8]) -> bool {
+    k.first() == Some(&NAME_TAG)
+}
+
+pub(crate) fn item_key(target: &Key32, seq: u64) -> Vec<u8> {
+    cat(&[target, &seq.to_be_bytes()])
+}
+
+pub(crate) fn item_key_parse(k: &[u8]) -> Option<(Key32, u64)> {
+    if k.len() != 40 {
+        return None;
+    }
+    Some((key32(&k[..32])?, be64(&k[32..])?))
+}
+
+pub(crate) fn dedup_key(target: &Key32, sender: &Key32, item_id: &str) -> Vec<u8> {
+    cat(&[target, sender, item_id.as_bytes()])
+}
+
+/// (target, sender, item_id) of a dedup key.
+pub(crate) fn dedup_key_parse(k: &[u8]) -> Option<(Key32, Key32, String)> {
+    if k.len() < 64 {
+        return None;
+    }
+    let id = std::str::from_utf8(&k[64..]).ok()?.to_string();
+    Some((key32(&k[..32])?, key32(&k[32..64])?, id))
+}
+
+pub(crate) fn expiry_item_key(expires_at: u64, target: &Key32, seq: u64) -> Vec<u8> {
+    cat(&[
+        &[EXPIRY_ITEM],
+        &expires_at.to_be_bytes(),
+        target,
+        &seq.to_be_bytes(),
+    ])
+}
+
+/// (expires_at, target, seq) of an item expiry row.
+pub(crate) fn expiry_item_parse(k: &[u8]) -> Option<(u64, Key32, u64)> {
+    if k.len() != 49 || k[0] != EXPIRY_ITEM {
+        return None;
+    }
+    Some((be64(&k[1..9])?, key32(&k[9..41])?, be64(&k[41..])?))
+}
+
+pub(crate) fn expiry_dedup_key(accepted_at: u64, dkey: &[u8]) -> Vec<u8> {
+    cat(&[&[EXPIRY_DEDUP], &accepted_at.to_be_bytes(), dkey])
+}
+
+/// (accepted_at, dedup key) of a dedup prune-index row.
+pub(crate) fn expiry_dedup_parse(k: &[u8]) -> Option<(u64, &[u8])> {
+    if k.len() < 9 + 64 || k[0] != EXPIRY_DEDUP {
+        return None;
+    }
+    Some((be64(&k[1..9])?, &k[9..]))
+}
+
+pub(crate) fn usage_target_key(target: &Key32) -> Vec<u8> {
+    cat(&[&[USAGE_TARGET], target])
+}
+
+pub(crate) fn usage_sender_key(target: &Key32, sender: &Key32) -> Vec<u8> {
+    cat(&[&[USAGE_SENDER], target, sender])
+}
+
+pub(crate) fn usage_account_key(account: &str) -> Vec<u8> {
+    cat(&[&[USAGE_ACCOUNT], account.as_bytes()])
+}
+
+/// What a usage key counts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum UsageScope {
+    Target(Key32),
+    Sender { target: Key32, sender: Key32 },
+    Account(String),
+}
+
+pub(crate) fn usage_key(scope: &UsageScope) -> Vec<u8> {
+    match scope {
+        UsageScope::Target(t) => usage_target_key(t),
+        UsageScope::Sender { target, sender } => usage_sender_key(target, sender),
+        UsageScope::Account(a) => usage_account_key(a),
+    }
+}
+
+pub(crate) fn usage_key_parse(k: &[u8]) -> Option<UsageScope> {
+    let (tag, rest) = k.split_first()?;
+    match *tag {
+        USAGE_TARGET => Some(UsageScope::Target(key32(rest)?)),
+        USAGE_SENDER if rest.len() == 64 => Some(UsageScope::Sender {
+            target: key32(&rest[..32])?,
+            sender: key32(&rest[32..])?,
+        }),
+        USAGE_ACCOUNT => Some(UsageScope::Account(String::from_utf8(rest.to_vec()).ok()?)),
+        _ => None,
+    }
+}
+
+pub(crate) fn ops_key(n: u64) -> Vec<u8> {
+    n.to_be_bytes().to_vec()
+}
+
+pub(crate) fn ops_key_parse(k: &[u8]) -> Option<u64> {
+    be64(k)
+}
+
+/// The smallest key above every key starting with `prefix` (None: no upper bound).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// `ab12-cd34-ef56-7890`: first 16 hex chars of sha256(key), grouped by 4.
+pub fn fingerprint(key: &[u8]) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(key);
+    let hex: String = h.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let groups: Vec<&str> = (0..4).map(|i| &hex[i * 4..i * 4 + 4]).collect();
+    groups.join("-")
+}
+
+/// Lowercase hex.
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

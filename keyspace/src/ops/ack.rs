@@ -1,0 +1,72 @@
+//! Ack (delete a target's items through a seq, record acked_through) and single-item delete.
+
+use std::ops::Bound;
+
+use crate::api::{AckOutcome, Key32, Pending, Result};
+use crate::codec::{self, ItemRecord};
+use crate::parts::Part;
+use crate::reader::{self, Reader};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::queue;
+
+impl Store {
+    /// Delete the target's items with seq <= through and record acked_through.
+    pub fn ack(&self, target: &Key32, through: u64) -> Pending<AckOutcome> {
+        let target = *target;
+        self.submit(move |tx| ack(tx, &target, through))
+    }
+
+    /// Delete one queued item (and its usage and expiry rows); false if it was not queued.
+    pub fn delete_item(&self, target: &Key32, seq: u64) -> Pending<bool> {
+        let target = *target;
+        self.submit(move |tx| match reader::item(tx, &target, seq)? {
+            Some(rec) => {
+                queue::remove_item(tx, &target, seq, &rec)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        })
+    }
+}
+
+fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64) -> Result<AckOutcome> {
+    let head = reader::head(tx, target)?;
+    if through > head {
+        return Ok(AckOutcome::BeyondHead { head_seq: head });
+    }
+    let old = reader::acked_through(tx, target)?;
+    if through <= old {
+        return Ok(AckOutcome::Acked {
+            acked_through: old,
+            deleted: 0,
+            head_seq: head,
+        });
+    }
+    // IMPORTANT: range from the acked cursor, not the queue start: acked items leave
+    // tombstones that would make every ack rescan them.
+    let lo = codec::item_key(target, old);
+    let hi = codec::item_key(target, through);
+    let rows = tx.range(
+        Part::Items,
+        Bound::Excluded(&lo),
+        Bound::Included(&hi),
+        usize::MAX,
+    )?;
+    let mut deleted = 0;
+    for (k, v) in rows {
+        let Some((_, seq)) = codec::item_key_parse(&k) else {
+            continue;
+        };
+        let rec: ItemRecord = codec::dec(&v, "item")?;
+        queue::remove_item(tx, target, seq, &rec)?;
+        deleted += 1;
+    }
+    tx.put(Part::Acked, target, codec::enc(&through));
+    Ok(AckOutcome::Acked {
+        acked_through: through,
+        deleted,
+        head_seq: head,
+    })
+}

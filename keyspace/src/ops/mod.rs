@@ -1,0 +1,12 @@
+//! Write operations. Each runs on the writer thread as one logical, atomic operation and
+//! resolves once its group is durable.
+
+pub(crate) mod ack;
+pub(crate) mod enrol;
+pub(crate) mod insert;
+pub(crate) mod lists;
+pub(crate) mod meta;
+pub(crate) mod oplog;
+pub(crate) mod queue;
+pub(crate) mod rebind;
+pub(crate) mod sweep;

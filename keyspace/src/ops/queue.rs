@@ -1,0 +1,121 @@
+//! Queue rows and everything that moves with them: the item, its expiry row, its usage
+//! counters (target, sender x target, the charged account), dedup rows and seq heads.
+//! Every insert, ack, delete, sweep and rebind goes through these, so counters can only move
+//! in the same operation as the items they count.
+
+use crate::api::{DedupRow, Key32, Result, Usage};
+use crate::codec::{self, ItemRecord, UsageScope};
+use crate::parts::Part;
+use crate::reader;
+use crate::writer::Tx;
+
+/// The usage scopes an item is charged to.
+pub(crate) fn scopes(target: &Key32, sender: &Key32, account: Option<&str>) -> Vec<UsageScope> {
+    let mut s = vec![
+        UsageScope::Target(*target),
+        UsageScope::Sender {
+            target: *target,
+            sender: *sender,
+        },
+    ];
+    if let Some(a) = account {
+        s.push(UsageScope::Account(a.to_string()));
+    }
+    s
+}
+
+/// Move the counters of every scope of an item by (`items`, `bytes`).
+pub(crate) fn add_usage(
+    tx: &mut Tx<'_>,
+    target: &Key32,
+    sender: &Key32,
+    account: Option<&str>,
+    items: i64,
+    bytes: i64,
+) -> Result<()> {
+    for scope in scopes(target, sender, account) {
+        let u = reader::usage(tx, &scope)?;
+        let n = Usage {
+            items: u.items.saturating_add_signed(items),
+            bytes: u.bytes.saturating_add_signed(bytes),
+        };
+        let key = codec::usage_key(&scope);
+        if n == Usage::default() {
+            tx.del(Part::Usage, &key);
+        } else {
+            tx.put(Part::Usage, &key, codec::enc(&n));
+        }
+    }
+    Ok(())
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Queue an item: the row, its expiry row and its usage.
+pub(crate) fn put_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, rec: &ItemRecord) -> Result<()> {
+    tx.put(Part::Items, &codec::item_key(target, seq), codec::enc(rec));
+    tx.put(
+        Part::Expiry,
+        &codec::expiry_item_key(rec.expires_at_ms, target, seq),
+        Vec::new(),
+    );
+    add_usage(
+        tx,
+        target,
+        &rec.sender,
+        rec.account.as_deref(),
+        1,
+        signed(rec.bytes),
+    )
+}
+
+/// Dequeue an item: the row, its expiry row and its usage (its dedup row stays as a tombstone).
+pub(crate) fn remove_item(
+    tx: &mut Tx<'_>,
+    target: &Key32,
+    seq: u64,
+    rec: &ItemRecord,
+) -> Result<()> {
+    tx.del(Part::Items, &codec::item_key(target, seq));
+    tx.del(
+        Part::Expiry,
+        &codec::expiry_item_key(rec.expires_at_ms, target, seq),
+    );
+    add_usage(
+        tx,
+        target,
+        &rec.sender,
+        rec.account.as_deref(),
+        -1,
+        -signed(rec.bytes),
+    )
+}
+
+/// Allocate the next seq of a target: `max(head + 1, now_ms)`, never reused.
+pub(crate) fn alloc_seq(tx: &mut Tx<'_>, target: &Key32) -> Result<u64> {
+    let head = reader::head(tx, target)?;
+    let seq = head.saturating_add(1).max(tx.now_ms);
+    tx.put(Part::Seqs, target, codec::enc(&seq));
+    Ok(seq)
+}
+
+/// Write a dedup row and its prune-index row.
+pub(crate) fn put_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
+    tx.put(Part::Dedup, dkey, codec::enc(row));
+    tx.put(
+        Part::Expiry,
+        &codec::expiry_dedup_key(row.accepted_at_ms, dkey),
+        Vec::new(),
+    );
+}
+
+/// Delete a dedup row and its prune-index row.
+pub(crate) fn del_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
+    tx.del(Part::Dedup, dkey);
+    tx.del(
+        Part::Expiry,
+        &codec::expiry_dedup_key(row.accepted_at_ms, dkey),
+    );
+}

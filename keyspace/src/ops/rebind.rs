@@ -1,0 +1,181 @@
+//! Key rotation (rebind): the new key takes over the old one's name, authority and queue.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+
+use crate::api::{DedupRow, Enrolment, Key32, Pending, RebindOutcome, Result, SenderList};
+use crate::codec::{self, fingerprint, meta_key, ItemRecord};
+use crate::parts::Part;
+use crate::reader::{self, Reader};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::{enrol, oplog, queue};
+
+/// Most sender lists a rotation rewrites (lists are capped per target; targets by enrolments).
+const MAX_LISTS: usize = 1_000_000;
+
+impl Store {
+    /// Key rotation: the new key takes the old one's name, account and authority; the old queue
+    /// is re-sequenced in order after the new key's own items (dedup rows and usage move); the old
+    /// enc ad goes; its sender list moves; other lists swap old for new; the old key is revoked.
+    ///
+    /// An old item whose (sender, item_id) the new key already holds a dedup row for is not
+    /// moved (the new key has that item already) and is dropped with the old queue.
+    pub fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome> {
+        self.submit(move |tx| rebind(tx, &old, &new))
+    }
+}
+
+fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
+    let Some(o) = enrol::live(tx, old)? else {
+        return Ok(RebindOutcome::OldNotEnrolled);
+    };
+    let n = reader::enrolment(tx, new)?;
+    if n.as_ref().is_some_and(|n| n.revoked_at_ms.is_some()) {
+        return Ok(RebindOutcome::NewRevoked);
+    }
+    if old == new {
+        return Ok(RebindOutcome::Moved { moved: 0 });
+    }
+    take_over_enrolment(tx, &o, new, n.as_ref())?;
+    let moved = move_queue(tx, old, new)?;
+    move_lists(tx, old, new)?;
+    tx.del(Part::EncAds, old);
+    enrol::revoke(tx, &o)?;
+    oplog::append(
+        tx,
+        "rotate-key",
+        &format!(
+            "{} -> {}: {moved} items moved",
+            fingerprint(old),
+            fingerprint(new)
+        ),
+    )?;
+    Ok(RebindOutcome::Moved { moved })
+}
+
+fn take_over_enrolment(
+    tx: &mut Tx<'_>,
+    o: &Enrolment,
+    new: &Key32,
+    n: Option<&Enrolment>,
+) -> Result<()> {
+    let e = Enrolment {
+        host_pubkey: *new,
+        host_name: o.host_name.clone(),
+        owner_fp: o.owner_fp.clone(),
+        account: o.account.clone(),
+        authorized_by: o.authorized_by.clone(),
+        authority_rank: o.authority_rank,
+        enrolled_at_ms: n.map_or(tx.now_ms, |n| n.enrolled_at_ms),
+        revoked_at_ms: None,
+    };
+    enrol::write(tx, &e, n);
+    if n.is_none() {
+        enrol::bump(tx, meta_key::LIVE_ENROLMENTS, 1)?;
+    }
+    Ok(())
+}
+
+/// Move the old queue (in order, after the new key's head) and the old dedup rows.
+fn move_queue(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<u64> {
+    // Dedup rows of the old key, and which of them the new key already holds.
+    let rows = tx.prefix(Part::Dedup, old, usize::MAX)?;
+    let mut held = HashSet::new();
+    let mut dedup = Vec::with_capacity(rows.len());
+    for (k, v) in rows {
+        let Some((_, sender, item_id)) = codec::dedup_key_parse(&k) else {
+            continue;
+        };
+        let row: DedupRow = codec::dec(&v, "dedup")?;
+        if tx
+            .get(Part::Dedup, &codec::dedup_key(new, &sender, &item_id))?
+            .is_some()
+        {
+            held.insert((sender, item_id.clone()));
+        }
+        dedup.push((k, sender, item_id, row));
+    }
+    // The queue, in seq order, from the acked cursor.
+    let acked = reader::acked_through(tx, old)?;
+    let lo = codec::item_key(old, acked);
+    let hi = codec::item_key(old, u64::MAX);
+    let items = tx.range(
+        Part::Items,
+        Bound::Excluded(&lo),
+        Bound::Included(&hi),
+        usize::MAX,
+    )?;
+    let mut new_seq_of = HashMap::new();
+    let mut moved = 0;
+    for (k, v) in items {
+        let Some((_, seq)) = codec::item_key_parse(&k) else {
+            continue;
+        };
+        let rec: ItemRecord = codec::dec(&v, "item")?;
+        queue::remove_item(tx, old, seq, &rec)?;
+        if held.contains(&(rec.sender, rec.item_id.clone())) {
+            continue;
+        }
+        let s = queue::alloc_seq(tx, new)?;
+        new_seq_of.insert(seq, s);
+        queue::put_item(tx, new, s, &rec)?;
+        moved += 1;
+    }
+    for (k, sender, item_id, row) in dedup {
+        queue::del_dedup(tx, &k, &row);
+        if held.contains(&(sender, item_id.clone())) {
+            continue;
+        }
+        let seq = new_seq_of.get(&row.seq).copied().unwrap_or(row.seq);
+        queue::put_dedup(
+            tx,
+            &codec::dedup_key(new, &sender, &item_id),
+            &DedupRow { seq, ..row },
+        );
+    }
+    Ok(moved)
+}
+
+/// The old key's allowlist moves to the new key (unless the new key has a newer one); other
+/// lists swap old for new.
+fn move_lists(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<()> {
+    let swap = |list: &mut SenderList| -> bool {
+        if !list.senders.contains(old) {
+            return false;
+        }
+        list.senders.retain(|s| s != old);
+        if !list.senders.contains(new) {
+            list.senders.push(*new);
+        }
+        true
+    };
+    for (k, v) in tx.range(
+        Part::SenderLists,
+        Bound::Unbounded,
+        Bound::Unbounded,
+        MAX_LISTS,
+    )? {
+        if k.as_ref() == old.as_slice() || k.as_ref() == new.as_slice() {
+            continue;
+        }
+        let mut list: SenderList = codec::dec(&v, "sender list")?;
+        if swap(&mut list) {
+            tx.put(Part::SenderLists, &k, codec::enc(&list));
+        }
+    }
+    let from_old = reader::sender_list(tx, old)?;
+    let at_new = reader::sender_list(tx, new)?;
+    tx.del(Part::SenderLists, old);
+    let winner = match (from_old, at_new) {
+        (Some(o), Some(n)) if n.iat_ms >= o.iat_ms => Some(n),
+        (Some(o), _) => Some(SenderList { target: *new, ..o }),
+        (None, n) => n,
+    };
+    if let Some(mut list) = winner {
+        list.senders.retain(|s| s != old);
+        tx.put(Part::SenderLists, new, codec::enc(&list));
+    }
+    Ok(())
+}

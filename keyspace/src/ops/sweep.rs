@@ -1,0 +1,162 @@
+//! The retention sweep: expire items through the `expiry` index (each deletion in the same
+//! operation as the sender's notice), then prune dedup rows past the horizon whose item is no
+//! longer queued.
+
+use std::ops::Bound;
+
+use crate::api::{
+    ExpiredItem, InsertOutcome, InsertRequest, NoticeFn, Pending, Quotas, Result, SweepReport,
+};
+use crate::codec::{self, EXPIRY_DEDUP, EXPIRY_ITEM};
+use crate::parts::Part;
+use crate::reader::{self, Reader};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::{insert, oplog, queue};
+
+/// Parameters of one sweep call.
+struct SweepArgs {
+    now_ms: u64,
+    dedup_horizon_ms: u64,
+    quotas: Quotas,
+    retention_ms: u64,
+    max: usize,
+}
+
+impl Store {
+    /// Expire items with expires_at <= now (through the `expiry` index), each deletion in the
+    /// same batch as its notice (built by `notice`, inserted with dedup and quotas, skipped when
+    /// the sender is not enrolled, its queue is full or it was already told), and prune dedup rows
+    /// accepted before `dedup_horizon_ms` whose item is no longer queued. At most `max` items per
+    /// call (`more` says whether to call again).
+    pub fn sweep(
+        &self,
+        now_ms: u64,
+        dedup_horizon_ms: u64,
+        quotas: Quotas,
+        retention_ms: u64,
+        max: usize,
+        notice: NoticeFn,
+    ) -> Pending<SweepReport> {
+        let args = SweepArgs {
+            now_ms,
+            dedup_horizon_ms,
+            quotas,
+            retention_ms,
+            max: max.max(1),
+        };
+        self.submit(move |tx| sweep(tx, &args, &notice))
+    }
+}
+
+fn sweep(tx: &mut Tx<'_>, a: &SweepArgs, notice: &NoticeFn) -> Result<SweepReport> {
+    let mut report = SweepReport::default();
+    expire(tx, a, notice, &mut report)?;
+    prune_dedup(tx, a, &mut report)?;
+    if report.expired > 0 || report.dedup_pruned > 0 {
+        let detail = format!(
+            "expired {}, notices {}, dedup pruned {}",
+            report.expired, report.notices, report.dedup_pruned
+        );
+        oplog::append(tx, "sweep", &detail)?;
+    }
+    Ok(report)
+}
+
+fn expire(
+    tx: &mut Tx<'_>,
+    a: &SweepArgs,
+    notice: &NoticeFn,
+    report: &mut SweepReport,
+) -> Result<()> {
+    let lo = [EXPIRY_ITEM];
+    let mut hi = vec![EXPIRY_ITEM];
+    hi.extend_from_slice(&a.now_ms.to_be_bytes());
+    hi.extend_from_slice(&[0xff; 40]);
+    // One extra row tells whether to call again.
+    let rows = tx.range(
+        Part::Expiry,
+        Bound::Included(&lo[..]),
+        Bound::Included(&hi[..]),
+        a.max + 1,
+    )?;
+    report.more |= rows.len() > a.max;
+    for (k, _) in rows.into_iter().take(a.max) {
+        let Some((_, target, seq)) = codec::expiry_item_parse(&k) else {
+            tx.del(Part::Expiry, &k);
+            continue;
+        };
+        let Some(rec) = reader::item(tx, &target, seq)? else {
+            tx.del(Part::Expiry, &k); // stale index row
+            continue;
+        };
+        queue::remove_item(tx, &target, seq, &rec)?;
+        report.expired += 1;
+        let expired = ExpiredItem {
+            target,
+            seq,
+            kind: rec.kind,
+            item_id: rec.item_id,
+            sender: rec.sender,
+            accepted_at_ms: rec.accepted_at_ms,
+            expires_at_ms: rec.expires_at_ms,
+        };
+        let Some(item) = notice(&expired, a.now_ms) else {
+            continue;
+        };
+        // A notice goes to the sender only; enrolment, quotas and dedup apply as to any insert
+        // (a sender no longer enrolled, a full queue or an earlier notice: no notice).
+        if item.targets.is_empty() || item.targets.iter().any(|t| t.target != expired.sender) {
+            continue;
+        }
+        let req = InsertRequest {
+            item,
+            quotas: a.quotas,
+            retention_ms: a.retention_ms,
+        };
+        if let InsertOutcome::Stored { targets, .. } = insert::insert_one(tx, req)? {
+            if targets.iter().any(|t| !t.duplicate) {
+                report.notices += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Result<()> {
+    let lo = [EXPIRY_DEDUP];
+    let mut hi = vec![EXPIRY_DEDUP];
+    hi.extend_from_slice(&a.dedup_horizon_ms.to_be_bytes());
+    let rows = tx.range(
+        Part::Expiry,
+        Bound::Included(&lo[..]),
+        Bound::Excluded(&hi[..]),
+        a.max + 1,
+    )?;
+    report.more |= rows.len() > a.max;
+    for (k, _) in rows.into_iter().take(a.max) {
+        let Some((_, dkey)) = codec::expiry_dedup_parse(&k) else {
+            tx.del(Part::Expiry, &k);
+            continue;
+        };
+        let Some(row) = reader::dedup_row(tx, dkey)? else {
+            tx.del(Part::Expiry, &k);
+            continue;
+        };
+        let Some((target, _, _)) = codec::dedup_key_parse(dkey) else {
+            continue;
+        };
+        // IMPORTANT: never drop the dedup row of a queued item (a retry would be re-delivered).
+        if tx
+            .get(Part::Items, &codec::item_key(&target, row.seq))?
+            .is_some()
+        {
+            continue;
+        }
+        let dkey = dkey.to_vec();
+        queue::del_dedup(tx, &dkey, &row);
+        report.dedup_pruned += 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The fjall database and its eleven partitions (keyspaces).
+
+use fjall::config::CompressionPolicy;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+
+use crate::api::{Result, PARTITIONS};
+
+/// A partition, numbered in [`PARTITIONS`] order (the backup file's partition id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub(crate) enum Part {
+    Meta = 0,
+    Enrolments = 1,
+    EncAds = 2,
+    SenderLists = 3,
+    Items = 4,
+    Dedup = 5,
+    Seqs = 6,
+    Acked = 7,
+    Usage = 8,
+    Expiry = 9,
+    Ops = 10,
+}
+
+impl Part {
+    pub(crate) const ALL: [Part; 11] = [
+        Part::Meta,
+        Part::Enrolments,
+        Part::EncAds,
+        Part::SenderLists,
+        Part::Items,
+        Part::Dedup,
+        Part::Seqs,
+        Part::Acked,
+        Part::Usage,
+        Part::Expiry,
+        Part::Ops,
+    ];
+
+    /// The partition with this id.
+    pub(crate) fn from_id(id: u8) -> Option<Part> {
+        Part::ALL.get(usize::from(id)).copied()
+    }
+
+    pub(crate) fn id(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        PARTITIONS[self as usize]
+    }
+
+    pub(crate) fn by_name(name: &str) -> Option<Part> {
+        Part::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
+/// The open database with a handle per partition.
+pub(crate) struct Parts {
+    pub db: Database,
+    ks: Vec<Keyspace>,
+}
+
+impl Parts {
+    /// Open (creating when absent) every partition of `db`.
+    ///
+    /// # Errors
+    /// `Engine` when fjall cannot open a keyspace.
+    pub(crate) fn open(db: Database) -> Result<Parts> {
+        let mut ks = Vec::with_capacity(Part::ALL.len());
+        for p in Part::ALL {
+            let handle = if p == Part::Items {
+                // IMPORTANT: wire bytes are sealed (random): LZ4 only burns CPU on them.
+                db.keyspace(p.name(), || {
+                    KeyspaceCreateOptions::default()
+                        .data_block_compression_policy(CompressionPolicy::disabled())
+                })?
+            } else {
+                db.keyspace(p.name(), KeyspaceCreateOptions::default)?
+            };
+            ks.push(handle);
+        }
+        Ok(Parts { db, ks })
+    }
+
+    pub(crate) fn ks(&self, p: Part) -> &Keyspace {
+        &self.ks[p as usize]
+    }
+}

@@ -1,0 +1,189 @@
+//! Reads served to callers. Every one comes from the last durable snapshot the writer
+//! published, never from committed-but-not-yet-fsynced state.
+
+use std::ops::Bound;
+
+use crate::api::{
+    Cursor, DedupRow, EncAd, Enrolment, Key32, Meta, OpEntry, Page, QueuedItem, Result, SenderList,
+    Usage,
+};
+use crate::codec::{self, ItemRecord, UsageScope};
+use crate::ops::enrol;
+use crate::parts::Part;
+use fjall::Readable;
+
+use crate::reader::{self, Reader, SnapView};
+use crate::Store;
+
+/// Most ops-log entries ever held (the log keeps the newest 1,000).
+const MAX_OPS: usize = 1_000;
+
+impl Store {
+    /// Current meta (epoch, relay key, schema, heartbeat).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn meta(&self) -> Result<Meta> {
+        reader::meta(&*self.view()?)
+    }
+
+    /// The enrolment of a key, live or revoked.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
+        reader::enrolment(&*self.view()?, key)
+    }
+
+    /// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        reader::live_by_name(&*self.view()?, name, limit)
+    }
+
+    /// Number of live enrolments (O(1): a counter).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn live_enrolment_count(&self) -> Result<u64> {
+        enrol::live_count(&*self.view()?)
+    }
+
+    /// The enc ad of a key.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn enc_ad(&self, key: &Key32) -> Result<Option<EncAd>> {
+        reader::enc_ad(&*self.view()?, key)
+    }
+
+    /// A target's sender list.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>> {
+        reader::sender_list(&*self.view()?, target)
+    }
+
+    /// The durable dedup row of (sender, item_id, target).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn dedup(&self, sender: &Key32, item_id: &str, target: &Key32) -> Result<Option<DedupRow>> {
+        reader::dedup_row(&*self.view()?, &codec::dedup_key(target, sender, item_id))
+    }
+
+    /// A page of the target's queue after `after`: at most `limit` items and about `max_bytes`
+    /// (always at least one item when any is queued). Reads only durable state.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
+        pull(&*self.view()?, target, after, limit, max_bytes)
+    }
+
+    /// Head and acked-through of a target (durable state).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn cursor(&self, target: &Key32) -> Result<Cursor> {
+        let v = self.view()?;
+        Ok(Cursor {
+            head_seq: reader::head(&*v, target)?,
+            acked_through: reader::acked_through(&*v, target)?,
+        })
+    }
+
+    /// Queue usage of a target.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn usage_target(&self, target: &Key32) -> Result<Usage> {
+        reader::usage(&*self.view()?, &UsageScope::Target(*target))
+    }
+
+    /// Queue usage of a sender within a target.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn usage_sender(&self, sender: &Key32, target: &Key32) -> Result<Usage> {
+        reader::usage(
+            &*self.view()?,
+            &UsageScope::Sender {
+                target: *target,
+                sender: *sender,
+            },
+        )
+    }
+
+    /// Queue usage of a proven account.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn usage_account(&self, account: &str) -> Result<Usage> {
+        reader::usage(&*self.view()?, &UsageScope::Account(account.to_string()))
+    }
+
+    /// The relay log, newest first, at most `limit`.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
+        let v = self.view()?;
+        let rows = v.range(Part::Ops, Bound::Unbounded, Bound::Unbounded, MAX_OPS + 1)?;
+        rows.iter()
+            .rev()
+            .take(limit)
+            .map(|(_, val)| codec::dec(val, "ops"))
+            .collect()
+    }
+}
+
+/// One pull page from a snapshot.
+fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
+    let head_seq = reader::head(v, target)?;
+    let acked_through = reader::acked_through(v, target)?;
+    // IMPORTANT: start at the acked cursor at least, so the scan skips ack tombstones.
+    let start = after.max(acked_through);
+    let lo = codec::item_key(target, start);
+    let hi = codec::item_key(target, u64::MAX);
+    let limit = limit.max(1);
+    let mut items = Vec::new();
+    let mut bytes = 0u64;
+    let mut more = false;
+    let bounds = (
+        Bound::Excluded(lo.as_slice()),
+        Bound::Included(hi.as_slice()),
+    );
+    for g in v.snap.range::<&[u8], _>(v.parts.ks(Part::Items), bounds) {
+        let (k, val) = g.into_inner()?;
+        let Some((_, seq)) = codec::item_key_parse(&k) else {
+            continue;
+        };
+        let rec: ItemRecord = codec::dec(&val, "item")?;
+        if items.len() >= limit
+            || (!items.is_empty() && bytes.saturating_add(rec.bytes) > max_bytes)
+        {
+            more = true;
+            break;
+        }
+        bytes = bytes.saturating_add(rec.bytes);
+        items.push(QueuedItem {
+            seq,
+            kind: rec.kind,
+            item_id: rec.item_id,
+            sender: rec.sender,
+            wire: rec.wire,
+            accepted_at_ms: rec.accepted_at_ms,
+            expires_at_ms: rec.expires_at_ms,
+        });
+    }
+    Ok(Page {
+        items,
+        head_seq,
+        acked_through,
+        more,
+    })
+}

@@ -1,0 +1,63 @@
+//! Whole-store figures for `relay-tool stats`, from one durable snapshot.
+
+use std::ops::Bound;
+
+use fjall::Readable;
+
+use crate::api::{Key32, Result, Stats, Usage};
+use crate::codec::{self, meta_key, UsageScope, EXPIRY_ITEM};
+use crate::ops::enrol;
+use crate::parts::Part;
+use crate::reader::{self, meta_u64, Reader};
+use crate::Store;
+
+/// Targets listed in `top_targets`.
+const TOP: usize = 10;
+
+impl Store {
+    /// Whole-store figures.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn stats(&self) -> Result<Stats> {
+        let v = self.view()?;
+        let mut queued = Usage::default();
+        let mut targets: Vec<(Key32, Usage)> = Vec::new();
+        // Per-target usage rows sort first (tag 0x00); stop at the first other row.
+        for g in v.snap.prefix(v.parts.ks(Part::Usage), [0u8]) {
+            let (k, val) = g.into_inner()?;
+            let Some(UsageScope::Target(t)) = codec::usage_key_parse(&k) else {
+                continue;
+            };
+            let u: Usage = codec::dec(&val, "usage")?;
+            queued.items += u.items;
+            queued.bytes += u.bytes;
+            targets.push((t, u));
+        }
+        targets.sort_by(|a, b| b.1.items.cmp(&a.1.items).then(a.0.cmp(&b.0)));
+        targets.truncate(TOP);
+        let dedup_rows = v.snap.iter(v.parts.ks(Part::Dedup)).count() as u64;
+        let first = v.range(
+            Part::Expiry,
+            Bound::Included(&[EXPIRY_ITEM][..]),
+            Bound::Excluded(&[EXPIRY_ITEM + 1][..]),
+            1,
+        )?;
+        let mut oldest_queued_ms = None;
+        if let Some((k, _)) = first.first() {
+            if let Some((_, t, seq)) = codec::expiry_item_parse(k) {
+                oldest_queued_ms = reader::item(&*v, &t, seq)?.map(|r| r.accepted_at_ms);
+            }
+        }
+        Ok(Stats {
+            meta: reader::meta(&*v)?,
+            live_enrolments: enrol::live_count(&*v)?,
+            revoked_enrolments: meta_u64(&*v, meta_key::REVOKED_ENROLMENTS)?.unwrap_or(0),
+            queued,
+            top_targets: targets,
+            dedup_rows,
+            oldest_queued_ms,
+            disk_bytes: v.parts.db.disk_space().unwrap_or(0),
+        })
+    }
+}

@@ -1,0 +1,250 @@
+//! The `Store` handle: opening (lock, engine, schema), submitting writes, the durable read view,
+//! and closing.
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use fjall::Database;
+
+use crate::api::{Clock, OpenOptions, Pending, Result, StoreError};
+use crate::lock::StoreLock;
+use crate::parts::Parts;
+use crate::reader::SnapView;
+use crate::writer::{self, Job, Tx, ViewSlot, Writer};
+
+/// The engine directory inside a store directory.
+pub(crate) const DB_DIR: &str = "db";
+
+/// An open relay store. Cheap to clone; the last clone's drop (or [`Store::close`]) stops the
+/// writer and releases the lock.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    dir: PathBuf,
+    pub(crate) clock: Arc<dyn Clock>,
+    sender: Mutex<Option<SyncSender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) view: ViewSlot,
+    lock: Mutex<Option<StoreLock>>,
+}
+
+/// A locked, opened engine (no writer yet): used by `open`, restore and test hooks.
+pub(crate) struct Engine {
+    pub lock: StoreLock,
+    pub parts: Arc<Parts>,
+}
+
+/// Take the lock of `dir` and open its engine.
+///
+/// # Errors
+/// `Missing`, `Locked`, `Corrupt` (foreign or damaged files), `Io`, `Engine`.
+pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(StoreError::Corrupt(format!(
+                "{} is not a directory",
+                dir.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !create {
+                return Err(StoreError::Missing(dir.to_path_buf()));
+            }
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                context: format!("creating store directory {}", dir.display()),
+                source,
+            })?;
+        }
+        Err(source) => {
+            return Err(StoreError::Io {
+                context: format!("reading {}", dir.display()),
+                source,
+            })
+        }
+    }
+    let lock = StoreLock::acquire(dir)?;
+    let db_dir = dir.join(DB_DIR);
+    check_engine_dir(&db_dir, create)?;
+    let opened = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        Database::builder(&db_dir)
+            .manual_journal_persist(true)
+            .open()
+    }));
+    let db = match opened {
+        Ok(Ok(db)) => db,
+        Ok(Err(e)) => {
+            return Err(StoreError::Corrupt(format!(
+                "cannot open the database in {}: {e}",
+                db_dir.display()
+            )))
+        }
+        Err(_) => {
+            return Err(StoreError::Corrupt(format!(
+                "the database in {} is damaged (the engine gave up reading it)",
+                db_dir.display()
+            )))
+        }
+    };
+    let parts = Parts::open(db)?;
+    Ok(Engine {
+        lock,
+        parts: Arc::new(parts),
+    })
+}
+
+/// Refuse a `db` that is a file, or a non-empty directory that is not an fjall database.
+fn check_engine_dir(db_dir: &Path, create: bool) -> Result<()> {
+    match std::fs::metadata(db_dir) {
+        Ok(m) if !m.is_dir() => Err(StoreError::Corrupt(format!(
+            "{} is not a directory",
+            db_dir.display()
+        ))),
+        Ok(_) => {
+            let marker = db_dir.join("version");
+            let empty = std::fs::read_dir(db_dir)
+                .map(|mut d| d.next().is_none())
+                .map_err(|source| StoreError::Io {
+                    context: format!("reading {}", db_dir.display()),
+                    source,
+                })?;
+            if !empty && !marker.exists() {
+                return Err(StoreError::Corrupt(format!(
+                    "{} holds files that are not an mbx-relay database",
+                    db_dir.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if create {
+                Ok(())
+            } else {
+                Err(StoreError::Missing(db_dir.to_path_buf()))
+            }
+        }
+        Err(source) => Err(StoreError::Io {
+            context: format!("reading {}", db_dir.display()),
+            source,
+        }),
+    }
+}
+
+impl Store {
+    /// Open (or create) the store in `dir`: takes the lock file, opens fjall under `dir/db`,
+    /// checks or migrates the schema, creates meta (epoch, created) on first open, starts the writer.
+    ///
+    /// # Errors
+    /// `Locked` (names the holding pid), `Missing`, `SchemaTooNew`, `Corrupt`, `Io`, `Engine`.
+    pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
+        let Engine { lock, parts } = open_engine(dir, opts.create)?;
+        crate::migrate::prepare(&parts, opts.clock.now_ms())?;
+        let view: ViewSlot = Arc::new(RwLock::new(Some(Arc::new(SnapView {
+            snap: parts.db.snapshot(),
+            parts: Arc::clone(&parts),
+        }))));
+        let (tx, rx) = sync_channel::<Job>(writer::CHANNEL_BOUND);
+        let w = Writer::new(
+            Arc::clone(&parts),
+            rx,
+            Arc::clone(&view),
+            Arc::clone(&opts.clock),
+        );
+        drop(parts);
+        let handle = std::thread::Builder::new()
+            .name("relay-store-writer".into())
+            .spawn(move || w.run())
+            .map_err(|source| StoreError::Io {
+                context: "starting the store writer".into(),
+                source,
+            })?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                clock: opts.clock,
+                sender: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(handle)),
+                view,
+                lock: Mutex::new(Some(lock)),
+            }),
+        })
+    }
+
+    /// Flush, stop the writer, release the lock. Operations already submitted finish first.
+    ///
+    /// # Errors
+    /// `Engine` when the final flush fails.
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown()
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Submit a write job; it resolves once its group is durable.
+    pub(crate) fn submit<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Pending<T> {
+        let (answer, rx) = tokio::sync::oneshot::channel();
+        let sender = self.inner.sender.lock().ok().and_then(|s| s.clone());
+        if let Some(sender) = sender {
+            // A send error drops the job (and its answer): the caller sees `Closed`.
+            let _ = sender.send(writer::job(op, answer));
+        }
+        Pending(rx)
+    }
+
+    /// The last durable snapshot.
+    ///
+    /// # Errors
+    /// `Closed` after `close`.
+    pub(crate) fn view(&self) -> Result<Arc<SnapView>> {
+        self.inner
+            .view
+            .read()
+            .ok()
+            .and_then(|v| v.clone())
+            .ok_or(StoreError::Closed)
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) -> Result<()> {
+        // Dropping the last sender ends the writer after it answered what is queued.
+        if let Ok(mut s) = self.sender.lock() {
+            s.take();
+        }
+        if let Ok(mut w) = self.writer.lock() {
+            if let Some(h) = w.take() {
+                let _ = h.join();
+            }
+        }
+        let view = self.view.write().ok().and_then(|mut v| v.take());
+        let mut result = Ok(());
+        if let Some(v) = view {
+            if let Err(e) = v.parts.db.persist(fjall::PersistMode::SyncAll) {
+                result = Err(StoreError::Engine(format!("final flush failed: {e}")));
+            }
+            drop(v);
+        }
+        if let Ok(mut l) = self.lock.lock() {
+            l.take();
+        }
+        result
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

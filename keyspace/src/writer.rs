@@ -1,0 +1,343 @@
+//! The group-commit writer: one thread owns every write.
+//!
+//! Callers submit jobs over a bounded channel. The writer blocks for the first job, drains what
+//! else is queued (at most [`MAX_GROUP`]), runs each job's read-check-write logic in order
+//! against an in-memory overlay (so a later job sees an earlier one's writes, and two inserts of
+//! the same dedup key can never both be new), writes the whole group as ONE fjall batch, calls
+//! `persist(SyncAll)` once, publishes a fresh snapshot as the durable read view, and only then
+//! answers every job of the group. A job that fails is rolled back inside the overlay, so every
+//! logical operation is all-or-nothing; the group batch is atomic in the journal, so a crash
+//! keeps either the whole group or none of it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, RwLock};
+
+use fjall::{PersistMode, Slice};
+
+use crate::api::{Clock, Result, StoreError};
+use crate::parts::{Part, Parts};
+use crate::reader::{Reader, SnapView};
+
+/// Most jobs answered by one fsync.
+pub(crate) const MAX_GROUP: usize = 1024;
+/// Bound of the submission channel (callers block beyond it: backpressure).
+pub(crate) const CHANNEL_BOUND: usize = 4096;
+/// Entries of the writer's point-read cache before it is cleared.
+const MAX_CACHE: usize = 200_000;
+
+/// Sends a job's answer once its group's fate is known (`Some(why)`: the group failed).
+pub(crate) type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
+/// A job: runs on the writer thread against the group's view and returns its reply.
+pub(crate) type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Reply + Send>;
+
+/// The published durable read view (None once the store is closed).
+pub(crate) type ViewSlot = Arc<RwLock<Option<Arc<SnapView>>>>;
+
+/// Partitions whose point reads the writer caches across groups. Safe because the writer is
+/// the only one who writes them; the cache is refreshed from each committed group and
+/// dropped whenever a commit fails.
+fn cacheable(p: Part) -> bool {
+    matches!(
+        p,
+        Part::Meta | Part::Enrolments | Part::Seqs | Part::Acked | Part::Usage
+    )
+}
+
+fn okey(part: Part, key: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(key.len() + 1);
+    v.push(part.id());
+    v.extend_from_slice(key);
+    v
+}
+
+/// The writer's view while it runs a group: pending writes over the committed database.
+pub(crate) struct Tx<'a> {
+    parts: &'a Parts,
+    cache: &'a HashMap<Vec<u8>, Option<Slice>>,
+    /// Pending writes of this group: `Some` = put, `None` = delete.
+    overlay: BTreeMap<Vec<u8>, Option<Slice>>,
+    /// Previous overlay entries, for rolling one job back.
+    undo: Vec<(Vec<u8>, Option<Option<Slice>>)>,
+    /// The clock at the start of the current job.
+    pub now_ms: u64,
+}
+
+impl<'a> Tx<'a> {
+    /// Stage a put.
+    pub(crate) fn put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
+        self.stage(okey(part, key), Some(Slice::from(value)));
+    }
+
+    /// Stage a delete.
+    pub(crate) fn del(&mut self, part: Part, key: &[u8]) {
+        self.stage(okey(part, key), None);
+    }
+
+    fn stage(&mut self, k: Vec<u8>, v: Option<Slice>) {
+        let prev = self.overlay.insert(k.clone(), v);
+        self.undo.push((k, prev));
+    }
+
+    /// A point to roll back to.
+    pub(crate) fn savepoint(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Undo every write staged since `sp`.
+    pub(crate) fn rollback_to(&mut self, sp: usize) {
+        while self.undo.len() > sp {
+            let Some((k, prev)) = self.undo.pop() else {
+                break;
+            };
+            match prev {
+                Some(v) => {
+                    self.overlay.insert(k, v);
+                }
+                None => {
+                    self.overlay.remove(&k);
+                }
+            }
+        }
+    }
+}
+
+impl Reader for Tx<'_> {
+    fn get(&self, part: Part, key: &[u8]) -> Result<Option<Slice>> {
+        let k = okey(part, key);
+        if let Some(v) = self.overlay.get(&k) {
+            return Ok(v.clone());
+        }
+        if cacheable(part) {
+            if let Some(v) = self.cache.get(&k) {
+                return Ok(v.clone());
+            }
+        }
+        Ok(self.parts.ks(part).get(key)?)
+    }
+
+    fn range(
+        &self,
+        part: Part,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Slice, Slice)>> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let olo = lo.map(|k| okey(part, k));
+        let ohi = match hi {
+            Bound::Unbounded => Bound::Excluded(vec![part.id() + 1]),
+            b => b.map(|k| okey(part, k)),
+        };
+        let olo = match olo {
+            Bound::Unbounded => Bound::Included(vec![part.id()]),
+            b => b,
+        };
+        let mut pending = self.overlay.range((olo, ohi));
+        let mut db = self.parts.ks(part).range::<&[u8], _>((lo, hi));
+        let mut db_next = next_pair(&mut db)?;
+        let mut ov_next = pending.next();
+        while out.len() < limit {
+            match (&db_next, &ov_next) {
+                (None, None) => break,
+                (Some(_), None) => {
+                    if let Some(p) = db_next.take() {
+                        out.push(p);
+                    }
+                    db_next = next_pair(&mut db)?;
+                }
+                (None, Some((ok, ov))) => {
+                    if let Some(v) = ov {
+                        out.push((Slice::from(&ok[1..]), v.clone()));
+                    }
+                    ov_next = pending.next();
+                }
+                (Some((dk, _)), Some((ok, ov))) => {
+                    let ord = dk.as_ref().cmp(&ok[1..]);
+                    match ord {
+                        std::cmp::Ordering::Less => {
+                            if let Some(p) = db_next.take() {
+                                out.push(p);
+                            }
+                            db_next = next_pair(&mut db)?;
+                        }
+                        std::cmp::Ordering::Equal => {
+                            if let Some(v) = ov {
+                                out.push((Slice::from(&ok[1..]), v.clone()));
+                            }
+                            ov_next = pending.next();
+                            db_next = next_pair(&mut db)?;
+                        }
+                        std::cmp::Ordering::Greater => {
+                            if let Some(v) = ov {
+                                out.push((Slice::from(&ok[1..]), v.clone()));
+                            }
+                            ov_next = pending.next();
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn next_pair(it: &mut impl Iterator<Item = fjall::Guard>) -> Result<Option<(Slice, Slice)>> {
+    match it.next() {
+        Some(g) => Ok(Some(g.into_inner()?)),
+        None => Ok(None),
+    }
+}
+
+/// Wrap a typed operation into a job whose answer goes to `tx` after the group's fsync.
+pub(crate) fn job<T: Send + 'static>(
+    op: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    answer: tokio::sync::oneshot::Sender<Result<T>>,
+) -> Job {
+    Box::new(move |tx: &mut Tx<'_>| {
+        let sp = tx.savepoint();
+        let r = match std::panic::catch_unwind(AssertUnwindSafe(|| op(tx))) {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Engine(
+                "internal error in a store operation".into(),
+            )),
+        };
+        if r.is_err() {
+            tx.rollback_to(sp);
+        }
+        Box::new(move |group_err: Option<&str>| {
+            let out = match (r, group_err) {
+                (Err(e), _) => Err(e),
+                (Ok(_), Some(why)) => Err(StoreError::Engine(why.to_string())),
+                (Ok(v), None) => Ok(v),
+            };
+            let _ = answer.send(out);
+        })
+    })
+}
+
+/// The writer thread's state.
+pub(crate) struct Writer {
+    pub parts: Arc<Parts>,
+    pub rx: Receiver<Job>,
+    pub view: ViewSlot,
+    pub clock: Arc<dyn Clock>,
+    cache: HashMap<Vec<u8>, Option<Slice>>,
+    /// The last group's fsync failed: the next group must fsync even if it writes nothing.
+    unsynced: bool,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        parts: Arc<Parts>,
+        rx: Receiver<Job>,
+        view: ViewSlot,
+        clock: Arc<dyn Clock>,
+    ) -> Writer {
+        Writer {
+            parts,
+            rx,
+            view,
+            clock,
+            cache: HashMap::new(),
+            unsynced: false,
+        }
+    }
+
+    /// Serve groups until every sender is gone.
+    pub(crate) fn run(mut self) {
+        while let Ok(first) = self.rx.recv() {
+            let mut jobs = Vec::with_capacity(64);
+            jobs.push(first);
+            while jobs.len() < MAX_GROUP {
+                match self.rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            self.group(jobs);
+        }
+    }
+
+    fn group(&mut self, jobs: Vec<Job>) {
+        let parts = Arc::clone(&self.parts);
+        let mut tx = Tx {
+            parts: &parts,
+            cache: &self.cache,
+            overlay: BTreeMap::new(),
+            undo: Vec::new(),
+            now_ms: 0,
+        };
+        let mut replies = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            tx.now_ms = self.clock.now_ms();
+            replies.push(j(&mut tx));
+        }
+        let overlay = std::mem::take(&mut tx.overlay);
+        drop(tx);
+        let outcome = self.commit(&parts, &overlay);
+        match &outcome {
+            Ok(()) => {
+                self.unsynced = false;
+                if self.cache.len() > MAX_CACHE {
+                    self.cache.clear();
+                }
+                for (k, v) in overlay {
+                    if Part::from_id(k[0]).is_some_and(cacheable) {
+                        self.cache.insert(k, v);
+                    }
+                }
+                let snap = SnapView {
+                    snap: parts.db.snapshot(),
+                    parts: Arc::clone(&parts),
+                };
+                if let Ok(mut slot) = self.view.write() {
+                    if slot.is_some() {
+                        *slot = Some(Arc::new(snap));
+                    }
+                }
+            }
+            Err(why) => {
+                tracing::error!(error = %why, "store commit failed; answering the group with an error");
+                self.unsynced = true;
+                self.cache.clear();
+            }
+        }
+        let err = outcome.err();
+        for r in replies {
+            r(err.as_deref());
+        }
+    }
+
+    /// Write the group's overlay as one batch and make it durable.
+    fn commit(
+        &self,
+        parts: &Parts,
+        overlay: &BTreeMap<Vec<u8>, Option<Slice>>,
+    ) -> Result<(), String> {
+        if overlay.is_empty() && !self.unsynced {
+            return Ok(());
+        }
+        let mut batch = parts.db.batch();
+        for (k, v) in overlay {
+            let Some(part) = Part::from_id(k[0]) else {
+                continue;
+            };
+            match v {
+                Some(v) => batch.insert(parts.ks(part), &k[1..], v.clone()),
+                None => batch.remove(parts.ks(part), &k[1..]),
+            }
+        }
+        batch.commit().map_err(|e| format!("commit failed: {e}"))?;
+        parts
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| format!("fsync failed, not durable: {e}"))?;
+        Ok(())
+    }
+}
