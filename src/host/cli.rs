@@ -1,10 +1,22 @@
 //! `mbx-relay host ...`: the host commands (init, relay set, peer add, send, sync, inbox,
-//! quarantine, status). Argument parsing only; the work is done by the host library.
+//! quarantine, status). Each command opens the host store, does its work, prints text or (with
+//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::client::RelayClient;
+use super::identity::Identity;
+use super::message::{draft_envelope, owner_address, ulid};
+use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
+use super::sync::{Session, SyncOptions};
+use super::{now_ms, HostError};
+use crate::wire::keys::{fingerprint, parse_pubkey};
+use crate::wire::names::is_host_name;
+use crate::wire::time::iso_ms;
 
 /// Arguments of `mbx-relay host`.
 #[derive(Debug, Args)]
@@ -33,7 +45,7 @@ pub enum HostCommand {
     /// Pinned peers.
     #[command(subcommand)]
     Peer(PeerCommand),
-    /// Queue a sealed message for a pinned peer (pushed by the next `sync`).
+    /// Queue a message for a pinned peer; the next `sync` seals and pushes it.
     Send {
         #[arg(long)]
         to: String,
@@ -44,7 +56,7 @@ pub enum HostCommand {
         #[arg(long)]
         body: Option<String>,
     },
-    /// One pass: enrol if needed, publish enc ad and allowlist, push, pull, receive, ack.
+    /// One pass: enrol if needed, publish enc ad and allowlist, push, pull, receive, ack, receipts.
     Sync,
     /// Received messages.
     Inbox,
@@ -60,6 +72,7 @@ pub enum RelayCommand {
     /// Use the relay at URL, pinning its key (trust on first use unless --key names its fingerprint).
     Set {
         url: String,
+        /// The relay key's fingerprint (`ab12-cd34-ef56-7890`), from the operator.
         #[arg(long)]
         key: Option<String>,
     },
@@ -74,7 +87,302 @@ pub enum PeerCommand {
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
-    let _ = args;
-    eprintln!("mbx-relay host: not yet implemented");
-    ExitCode::from(2)
+    match dispatch(&args) {
+        Ok((value, text)) => {
+            if args.json {
+                println!("{value}");
+            } else {
+                println!("{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if args.json {
+                println!("{}", json!({"error": e.to_string()}));
+            }
+            eprintln!("mbx-relay host: {e}");
+            ExitCode::from(if matches!(e, HostError::Usage(_)) { 2 } else { 1 })
+        }
+    }
+}
+
+type Out = Result<(Value, String), HostError>;
+
+fn dispatch(a: &HostArgs) -> Out {
+    let dir = a.dir.as_path();
+    match &a.command {
+        HostCommand::Init { name } => init(dir, name),
+        HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
+        HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
+        HostCommand::Send { to, subject, file, body } => send(dir, to, subject, file.as_deref(), body.as_deref()),
+        HostCommand::Sync => sync(dir),
+        HostCommand::Inbox => inbox(dir),
+        HostCommand::Quarantine => quarantine(dir),
+        HostCommand::Status => status(dir),
+    }
+}
+
+fn init(dir: &Path, name: &str) -> Out {
+    if !is_host_name(name) {
+        return Err(HostError::Usage(format!(
+            "{name:?} is not a host name (letters, digits, '.', '_', '-', at most 63, starting with a letter or digit)"
+        )));
+    }
+    let id = Identity::create(dir)?;
+    let mut store = HostStore::open(dir)?;
+    let mut b = store.batch();
+    b.set_name(name)?;
+    b.commit()?;
+    let pk = id.host.public();
+    let v = json!({"name": name, "pubkey": id.host.public_b64(), "fingerprint": fingerprint(&pk), "enc_pub": id.enc.public_b64()});
+    let text = format!(
+        "host {name} created in {}\nhost key {} (fingerprint {})\ngive peers: mbx-relay host peer add {name} {}",
+        dir.display(),
+        id.host.public_b64(),
+        fingerprint(&pk),
+        id.host.public_b64()
+    );
+    Ok((v, text))
+}
+
+fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(HostError::Usage(format!("{url:?} is not an http(s) URL")));
+    }
+    let id = Identity::load(dir)?;
+    let mut store = HostStore::open(dir)?;
+    let name = store.name()?.unwrap_or_default();
+    let client = RelayClient::new(url, &name, &id.host, SyncOptions::from_env().timeout);
+    let a = client.get("/v2/relay/info", None, false)?;
+    if a.status != 200 {
+        return Err(HostError::Relay(format!("relay info: {}", a.error())));
+    }
+    let offered = a.body.get("relay_pubkey").and_then(Value::as_str).unwrap_or("");
+    let offered_pk = parse_pubkey(offered).ok_or_else(|| HostError::Relay("relay info carries no valid relay key".into()))?;
+    let fp = fingerprint(&offered_pk);
+    let old = store.relay()?;
+    match expect_fp {
+        Some(want) if want.trim().to_ascii_lowercase() != fp => {
+            return Err(HostError::Relay(format!("the relay at {url} presents key {fp}, not {want}; nothing pinned")));
+        }
+        None => {
+            if let Some(old) = old.as_ref().filter(|o| o.url == url && o.relay_pubkey != offered) {
+                let pinned = parse_pubkey(&old.relay_pubkey).map(|k| fingerprint(&k)).unwrap_or_default();
+                return Err(HostError::RelayKeyChanged { url: url.into(), pinned_fp: pinned, offered_fp: fp });
+            }
+        }
+        Some(_) => {}
+    }
+    let same = old.as_ref().filter(|o| o.url == url && o.relay_pubkey == offered);
+    let limits = &a.body["limits"];
+    let cfg = RelayConfig {
+        url: url.to_string(),
+        relay_pubkey: offered.to_string(),
+        offered_key: None,
+        epoch: same.and_then(|o| o.epoch.clone()),
+        retention_ms: limits
+            .get("retention_days")
+            .and_then(Value::as_f64)
+            .map_or(14 * 86_400_000, |d| (d * 86_400_000.0) as u64),
+        max_batch: limits.get("max_batch").and_then(Value::as_u64).unwrap_or(200).clamp(1, 1_000),
+        max_pull: limits.get("max_pull").and_then(Value::as_u64).unwrap_or(500).clamp(1, 10_000),
+    };
+    let mut b = store.batch();
+    b.set_relay(&cfg)?;
+    b.commit()?;
+    let how = if expect_fp.is_some() { "confirmed by --key" } else { "trust on first use" };
+    Ok((
+        json!({"url": url, "relay_pubkey": offered, "fingerprint": fp, "pinned_by": how}),
+        format!("relay {url} pinned: key {fp} ({how})"),
+    ))
+}
+
+fn peer_add(dir: &Path, name: &str, pubkey: &str) -> Out {
+    if !is_host_name(name) {
+        return Err(HostError::Usage(format!("{name:?} is not a host name")));
+    }
+    let pk = parse_pubkey(pubkey).ok_or_else(|| HostError::Usage("not a base64 Ed25519 public key".into()))?;
+    let mut store = HostStore::open(dir)?;
+    if let Some(old) = store.peer(name)? {
+        if old.pubkey != pubkey {
+            return Err(HostError::Usage(format!(
+                "peer {name} is already pinned to another key ({})",
+                parse_pubkey(&old.pubkey).map(|k| fingerprint(&k)).unwrap_or_default()
+            )));
+        }
+    }
+    if let Some(other) = store.peer_by_key(pubkey)?.filter(|p| p.name != name) {
+        return Err(HostError::Usage(format!("that key is already pinned as peer {}", other.name)));
+    }
+    let mut b = store.batch();
+    b.put_peer(&Peer { name: name.into(), pubkey: pubkey.into() })?;
+    // A new peer changes the allowlist: the next sync republishes it.
+    b.set_published(None)?;
+    b.commit()?;
+    let fp = fingerprint(&pk);
+    Ok((json!({"name": name, "pubkey": pubkey, "fingerprint": fp}), format!("peer {name} pinned ({fp})")))
+}
+
+fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&str>) -> Out {
+    let body = match (file, body) {
+        (Some(f), _) => std::fs::read_to_string(f)
+            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display())))?,
+        (None, Some(b)) => b.to_string(),
+        (None, None) => return Err(HostError::Usage("give --file or --body".into())),
+    };
+    let mut store = HostStore::open(dir)?;
+    let me = store.name()?.ok_or_else(|| HostError::Usage("host not initialised".into()))?;
+    let peer = store
+        .peer(to)?
+        .ok_or_else(|| HostError::Usage(format!("{to} is not a pinned peer; run `host peer add {to} PUBKEY`")))?;
+    let now = now_ms();
+    let id = ulid(now);
+    let draft = draft_envelope(&id, &me, &peer.name, subject, &body, now)?;
+    let mut b = store.batch();
+    let row_id = b.new_row_id();
+    b.put_row(&OutRow {
+        id: row_id,
+        kind: ItemKind::Envelope,
+        item_id: id.clone(),
+        target_name: peer.name.clone(),
+        target_pubkey: peer.pubkey.clone(),
+        subject: subject.to_string(),
+        draft: Some(draft.to_string()),
+        wire: None,
+        wire_hash: String::new(),
+        state: RowState::Draft,
+        attempts: 0,
+        next_at: now,
+        created_at: now,
+        last_error: None,
+        acceptance: None,
+        deadline: None,
+        settled_at: None,
+        note: None,
+    })?;
+    b.commit()?;
+    Ok((
+        json!({"id": id, "to": owner_address(&peer.name)}),
+        format!("queued {id} for {}; the next sync seals and pushes it", peer.name),
+    ))
+}
+
+fn sync(dir: &Path) -> Out {
+    let id = Identity::load(dir)?;
+    let mut store = HostStore::open(dir)?;
+    let mut session = Session::open(&mut store, &id, SyncOptions::from_env())?;
+    let r = session.run()?;
+    let text = format!(
+        "epoch {}: sealed {}, pushed {}, relay-accepted {}, push failures {}; received {}, duplicates {}, \
+         quarantined {}, receipts {}, expired {}, unconfirmed {}; received_through {}, acked_through {}",
+        r.epoch, r.sealed, r.pushed, r.relay_accepted, r.push_failures, r.received, r.duplicates,
+        r.quarantined, r.receipts_settled, r.expired, r.unconfirmed, r.received_through, r.acked_through
+    );
+    let v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
+    Ok((v, text))
+}
+
+fn inbox(dir: &Path) -> Out {
+    let store = HostStore::open(dir)?;
+    let rows = store.inbox()?;
+    let mut text = format!("{} message(s)", rows.len());
+    let v: Vec<Value> = rows
+        .iter()
+        .map(|m| {
+            text.push_str(&format!("\n{}  {}  {}  {}", m.id, m.from, m.ts, m.subject));
+            json!({"id": m.id, "from": m.from, "subject": m.subject, "body": m.body, "ts": m.ts,
+                   "relay_seq": m.relay_seq, "received_at": iso_ms(m.received_at)})
+        })
+        .collect();
+    Ok((json!({"messages": v}), text))
+}
+
+fn quarantine(dir: &Path) -> Out {
+    let store = HostStore::open(dir)?;
+    let rows = store.quarantine()?;
+    let mut text = format!("{} quarantined item(s)", rows.len());
+    let v: Vec<Value> = rows
+        .iter()
+        .map(|q| {
+            text.push_str(&format!("\nseq {} {} {} from {}: {}", q.seq, q.kind, q.item_id, q.sender, q.reason));
+            json!({"relay": q.relay, "epoch": q.epoch, "seq": q.seq, "item_id": q.item_id, "kind": q.kind,
+                   "sender": q.sender, "reason": q.reason, "bytes": q.wire.len(), "at": iso_ms(q.at)})
+        })
+        .collect();
+    Ok((json!({"items": v}), text))
+}
+
+fn row_json(r: &OutRow) -> Value {
+    json!({
+        "id": r.id, "kind": r.kind.wire_name(), "item_id": r.item_id, "to": r.target_name,
+        "subject": r.subject, "state": r.state.name(), "attempts": r.attempts,
+        "next_at": iso_ms(r.next_at), "last_error": r.last_error,
+        "seq": r.acceptance.as_ref().map(|a| a.seq), "epoch": r.acceptance.as_ref().map(|a| a.epoch.clone()),
+        "deadline": r.deadline.map(iso_ms), "note": r.note,
+    })
+}
+
+fn status(dir: &Path) -> Out {
+    let id = Identity::load(dir)?;
+    let store = HostStore::open(dir)?;
+    let name = store.name()?.unwrap_or_default();
+    let relay = store.relay()?;
+    let rows = store.rows()?;
+    let mut counts = serde_json::Map::new();
+    for state in [RowState::Draft, RowState::Pending, RowState::RelayAccepted, RowState::Done, RowState::Unconfirmed, RowState::Expired] {
+        for kind in [ItemKind::Envelope, ItemKind::Receipt] {
+            let n = rows.iter().filter(|r| r.state == state && r.kind == kind).count();
+            counts.insert(format!("{}_{}", kind.wire_name(), state.name()), json!(n));
+        }
+    }
+    let active: Vec<Value> = rows.iter().filter(|r| r.state.active()).take(1_000).map(row_json).collect();
+    let alerts: Vec<Value> = store
+        .alerts()?
+        .iter()
+        .map(|a| json!({"at": iso_ms(a.at), "kind": a.kind, "text": a.text}))
+        .collect();
+    let (cp, relay_v) = match &relay {
+        Some(r) => {
+            let cp = store.checkpoint(&r.url, &r.relay_pubkey)?;
+            let fp = parse_pubkey(&r.relay_pubkey).map(|k| fingerprint(&k)).unwrap_or_default();
+            let offered = r.offered_key.as_deref().and_then(parse_pubkey).map(|k| fingerprint(&k));
+            (cp, json!({"url": r.url, "fingerprint": fp, "epoch": r.epoch, "offered_key": offered,
+                        "retention_ms": r.retention_ms}))
+        }
+        None => (Default::default(), Value::Null),
+    };
+    let v = json!({
+        "name": name, "pubkey": id.host.public_b64(), "fingerprint": fingerprint(&id.host.public()),
+        "relay": relay_v, "received_through": cp.received_through, "acked_through": cp.acked_through,
+        "outbox": counts, "active": active, "alerts": alerts, "inbox": store.inbox()?.len(),
+        "quarantine": store.quarantine()?.len(),
+    });
+    let mut text = format!(
+        "host {name} ({})\nrelay {}\nreceived_through {} acked_through {}\n",
+        fingerprint(&id.host.public()),
+        relay.as_ref().map_or("not set".to_string(), |r| format!(
+            "{} epoch {}{}", r.url, r.epoch.as_deref().unwrap_or("unknown"),
+            if r.offered_key.is_some() { " (KEY CHANGED: relay use stopped)" } else { "" })),
+        cp.received_through,
+        cp.acked_through
+    );
+    for (k, n) in &counts {
+        if n.as_u64() != Some(0) {
+            text.push_str(&format!("{k}: {n}\n"));
+        }
+    }
+    for r in rows.iter().filter(|r| r.state.active()).take(50) {
+        text.push_str(&format!(
+            "  {} {} to {} {}{}\n",
+            r.item_id,
+            r.state.name(),
+            r.target_name,
+            r.acceptance.as_ref().map_or(String::new(), |a| format!("seq {} ", a.seq)),
+            r.deadline.map_or(String::new(), |d| format!("deadline {}", iso_ms(d)))
+        ));
+    }
+    for a in store.alerts()? {
+        text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
+    }
+    Ok((v, text.trim_end().to_string()))
 }

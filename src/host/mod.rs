@@ -1,5 +1,57 @@
 //! The host side of the relay protocol (spec §3, §4, §5, §9, §10): a durable sender outbox, a
-//! receiver checkpoint with quarantine, and the `mbx-relay host ...` commands, with the host's own
-//! state in its own store directory on the same keyspace engine (fjall).
+//! receiver checkpoint with quarantine, delivery receipts, and the `mbx-relay host ...` commands.
+//! The host keeps its own state in its own store directory on the same engine as the relay (fjall).
+//!
+//! Modules: [`identity`] (key files), [`store`] (durable state), [`client`] (signed HTTP to the
+//! relay), [`message`] (envelopes and receipts this host builds), [`enrol`] (enrolment and
+//! publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
+//! [`sync`] (one pass), [`cli`] (commands).
 
 pub mod cli;
+pub mod client;
+pub mod enrol;
+pub mod identity;
+pub mod message;
+pub mod receiver;
+pub mod sender;
+pub mod store;
+pub mod sync;
+
+/// Every host failure, with a message a user can act on. Never contains key material or bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostError {
+    /// Bad input from the user (exit code 2).
+    Usage(String),
+    /// The host's own store or key files.
+    Store(String),
+    /// The relay could not be reached or its answer was lost (retryable).
+    Network(String),
+    /// The relay answered something this host cannot use.
+    Relay(String),
+    /// The relay presents another key than the pinned one: relay use stops until confirmed.
+    RelayKeyChanged { url: String, pinned_fp: String, offered_fp: String },
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Usage(m) | HostError::Store(m) | HostError::Relay(m) => write!(f, "{m}"),
+            HostError::Network(m) => write!(f, "relay unreachable: {m}"),
+            HostError::RelayKeyChanged { url, pinned_fp, offered_fp } => write!(
+                f,
+                "the relay at {url} now presents key {offered_fp}, but {pinned_fp} is pinned; relay use \
+                 is stopped. If the operator confirms the new key, run: mbx-relay host relay set {url} --key {offered_fp}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,113 @@
+//! Signed HTTP calls to the relay, exactly as an agentmbx host makes them (PROTOCOL.md §2):
+//! `x-mbx-host`, `x-mbx-key`, `x-mbx-ts`, `x-mbx-sig` over the method, the path (with its query
+//! for `/v2/`), the timestamp and the exact body. Any transport failure, including a response lost
+//! mid-body, is [`HostError::Network`]: the caller must treat the outcome as unknown.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{now_ms, HostError};
+use crate::wire::hop::{sign_hop, signed_path};
+use crate::wire::keys::SigningKey;
+
+/// Largest response body read (a full pull page is at most ~8 MiB of wire bytes as base64 + JSON).
+const MAX_RESPONSE: u64 = 32 * 1024 * 1024;
+
+/// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Answer {
+    /// The `error` string of an error answer, or the status.
+    pub fn error(&self) -> String {
+        match self.body.get("error").and_then(Value::as_str) {
+            Some(e) => format!("HTTP {}: {e}", self.status),
+            None => format!("HTTP {}", self.status),
+        }
+    }
+}
+
+/// A client for one relay, signing as one host.
+pub struct RelayClient<'a> {
+    agent: ureq::Agent,
+    base: String,
+    host: String,
+    key: &'a SigningKey,
+}
+
+impl<'a> RelayClient<'a> {
+    /// A client for the relay at `url` (scheme, host and port; a trailing `/` is ignored).
+    pub fn new(url: &str, host: &str, key: &'a SigningKey, timeout: Duration) -> Self {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build();
+        RelayClient {
+            agent: config.into(),
+            base: url.trim_end_matches('/').to_string(),
+            host: host.to_string(),
+            key,
+        }
+    }
+
+    fn headers(&self, method: &str, path: &str, query: Option<&str>, body: &str) -> [(&'static str, String); 4] {
+        let ts = now_ms().to_string();
+        let sig = sign_hop(self.key, method, &signed_path(path, query), &ts, body);
+        [
+            ("x-mbx-host", self.host.clone()),
+            ("x-mbx-key", self.key.public_b64()),
+            ("x-mbx-ts", ts),
+            ("x-mbx-sig", sig),
+        ]
+    }
+
+    fn answer(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Answer, HostError> {
+        let res = res.map_err(|e| HostError::Network(e.to_string()))?;
+        let status = res.status().as_u16();
+        let text = res
+            .into_body()
+            .with_config()
+            .limit(MAX_RESPONSE)
+            .read_to_string()
+            .map_err(|e| HostError::Network(format!("response lost: {e}")))?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(Answer { status, body })
+    }
+
+    /// GET `path?query`, with a signed hop when `signed`.
+    ///
+    /// # Errors
+    /// [`HostError::Network`] when no complete answer arrived.
+    pub fn get(&self, path: &str, query: Option<&str>, signed: bool) -> Result<Answer, HostError> {
+        let url = match query {
+            Some(q) => format!("{}{path}?{q}", self.base),
+            None => format!("{}{path}", self.base),
+        };
+        let mut req = self.agent.get(&url);
+        if signed {
+            for (k, v) in self.headers("GET", path, query, "") {
+                req = req.header(k, v);
+            }
+        }
+        Self::answer(req.call())
+    }
+
+    /// POST a JSON body to `path`, with a signed hop when `signed`.
+    ///
+    /// # Errors
+    /// [`HostError::Network`] when no complete answer arrived.
+    pub fn post(&self, path: &str, body: &Value, signed: bool) -> Result<Answer, HostError> {
+        let text = body.to_string();
+        let mut req = self.agent.post(format!("{}{path}", self.base)).header("content-type", "application/json");
+        if signed {
+            for (k, v) in self.headers("POST", path, None, &text) {
+                req = req.header(k, v);
+            }
+        }
+        Self::answer(req.send(text.as_bytes()))
+    }
+}

@@ -1,0 +1,303 @@
+//! Sender duties (spec §3, §5): seal drafts for the peer's verified enc key and persist the wire
+//! bytes before the first push; push due rows (respecting `next_at`); leave the active outbox only
+//! on a valid accept; keep relay-accepted rows until the delivery receipt or the own deadline.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::enrol::expect_ok;
+use super::store::{Acceptance, ItemKind, OutRow, RowState};
+use super::sync::{Session, SyncOptions, DEADLINE_GRACE_MS};
+use super::{now_ms, HostError};
+use crate::wire::accept::wire_hash_hex;
+use crate::wire::canonical::{canonical_bytes, canonical_json};
+use crate::wire::envelope::check_envelope_wire;
+use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
+use crate::wire::records::enc_ad_statement;
+use crate::wire::seal::seal_envelope;
+
+/// Largest push body this host builds (the relay refuses over 8 MiB).
+const MAX_PUSH_BODY: usize = 6 * 1024 * 1024;
+
+/// Why an accept does not settle a row; `None` when it is valid for the row.
+///
+/// Valid means: status accepted or duplicate, a `relay-accept` statement signed by the pinned
+/// relay key over its canonical form, naming the pinned relay, this sender and the row's item id,
+/// with a target equal to the row's target key and wire hash. Returns the seq and epoch.
+pub fn check_accept(
+    result: &Value,
+    row: &OutRow,
+    relay_pk: &[u8; 32],
+    relay_pub: &str,
+    my_pub: &str,
+) -> Result<(u64, String), String> {
+    let status = result.get("status").and_then(Value::as_str).unwrap_or("missing status");
+    if status != "accepted" && status != "duplicate" {
+        return Err(status.to_string());
+    }
+    let (Some(accept), Some(sig)) = (result.get("accept"), result.get("sig").and_then(Value::as_str)) else {
+        return Err(format!("{status} without a signed accept"));
+    };
+    if !verify_canonical(relay_pk, accept, sig) {
+        return Err("accept not signed by the pinned relay key".into());
+    }
+    let s = |k: &str| accept.get(k).and_then(Value::as_str);
+    if accept.get("v").and_then(Value::as_u64) != Some(1)
+        || s("type") != Some("relay-accept")
+        || s("relay_pubkey") != Some(relay_pub)
+        || s("sender_pubkey") != Some(my_pub)
+        || s("item_id") != Some(row.item_id.as_str())
+    {
+        return Err("accept is for another relay, sender or item".into());
+    }
+    let epoch = s("epoch").filter(|e| !e.is_empty()).ok_or("accept without an epoch")?;
+    let target = accept
+        .get("targets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|t| {
+            t.get("host_pubkey").and_then(Value::as_str) == Some(row.target_pubkey.as_str())
+                && t.get("wire_hash").and_then(Value::as_str) == Some(row.wire_hash.as_str())
+        })
+        .ok_or("accept does not name this target and wire hash")?;
+    let seq = target.get("seq").and_then(Value::as_u64).ok_or("accept target without a seq")?;
+    Ok((seq, epoch.to_string()))
+}
+
+/// Leave a row pending and schedule its next attempt (`next_at`) with exponential backoff.
+fn back_off(opts: &SyncOptions, r: &mut OutRow, why: &str, now: u64) {
+    r.next_at = now + opts.backoff(r.attempts);
+    r.attempts = r.attempts.saturating_add(1);
+    r.last_error = Some(why.chars().take(300).collect());
+}
+
+impl Session<'_> {
+
+    /// The peer's enc key from its relay ad, accepted only if the peer's pinned key signed it.
+    fn peer_enc_key(&self, target_pubkey: &str) -> Result<[u8; 32], String> {
+        let pk = parse_pubkey(target_pubkey).ok_or("pinned peer key is invalid")?;
+        let q = format!("pubkey={}", encode_query(target_pubkey));
+        let a = self.client.get("/v2/relay/enc-key", Some(&q), true).map_err(|e| e.to_string())?;
+        if a.status == 404 {
+            return Err("peer has no enc key on the relay yet (not enrolled there?)".into());
+        }
+        if a.status != 200 {
+            return Err(format!("enc-key lookup: {}", a.error()));
+        }
+        let s = |k: &str| a.body.get(k).and_then(Value::as_str).unwrap_or("");
+        if s("host_pubkey") != target_pubkey {
+            return Err("enc-key ad is for another host key".into());
+        }
+        if !verify_canonical(&pk, &enc_ad_statement(s("host"), s("enc_pub")), s("sig")) {
+            return Err("enc-key ad is not signed by the pinned peer key".into());
+        }
+        parse_pubkey(s("enc_pub")).ok_or_else(|| "enc-key ad carries an invalid key".into())
+    }
+
+    /// Seal every draft whose peer ad verifies; the wire bytes are persisted (one atomic change)
+    /// before any push, and reused on every retry.
+    ///
+    /// # Errors
+    /// A store failure; lookup failures only back the row off.
+    pub fn seal_drafts(&mut self) -> Result<(), HostError> {
+        let now = now_ms();
+        let drafts: Vec<OutRow> = self
+            .store
+            .rows()?
+            .into_iter()
+            .filter(|r| r.state == RowState::Draft && r.next_at <= now)
+            .collect();
+        let mut keys: HashMap<String, Result<[u8; 32], String>> = HashMap::new();
+        for mut r in drafts {
+            let enc_key = keys
+                .entry(r.target_pubkey.clone())
+                .or_insert_with(|| self.peer_enc_key(&r.target_pubkey))
+                .clone();
+            let sealed = enc_key.and_then(|k| {
+                let draft: Value = serde_json::from_str(r.draft.as_deref().unwrap_or(""))
+                    .map_err(|_| "draft is damaged".to_string())?;
+                let env = seal_envelope(draft, &k, &self.name, &self.id.host).map_err(|e| e.to_string())?;
+                let wire = canonical_bytes(&env);
+                check_envelope_wire(&wire, &r.item_id)?;
+                Ok(wire)
+            });
+            match sealed {
+                Ok(wire) => {
+                    r.wire_hash = wire_hash_hex(&wire);
+                    r.wire = Some(wire);
+                    r.draft = None;
+                    r.state = RowState::Pending;
+                    r.next_at = now;
+                    r.last_error = None;
+                    self.report.sealed += 1;
+                }
+                Err(why) => back_off(&self.opts, &mut r, &why, now),
+            }
+            let mut b = self.store.batch();
+            b.put_row(&r)?;
+            b.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Push due pending rows in batches (bounded by `max_batch` and body size) until none is due.
+    ///
+    /// # Errors
+    /// 401 (re-enrol), an unreachable relay (rows backed off first), or a store failure.
+    pub fn push_due(&mut self) -> Result<(), HostError> {
+        let mut pushed_ids = std::collections::HashSet::new();
+        loop {
+            let now = now_ms();
+            let mut size = 0usize;
+            let batch: Vec<OutRow> = self
+                .store
+                .rows()?
+                .into_iter()
+                .filter(|r| r.state == RowState::Pending && r.next_at <= now && r.wire.is_some())
+                .filter(|r| !pushed_ids.contains(&r.id))
+                .take_while(|r| {
+                    size += r.wire.as_ref().map_or(0, |w| w.len() * 4 / 3 + 200);
+                    size <= MAX_PUSH_BODY
+                })
+                .take(self.relay.max_batch.max(1) as usize)
+                .collect();
+            if batch.is_empty() {
+                return Ok(());
+            }
+            pushed_ids.extend(batch.iter().map(|r| r.id));
+            self.push_batch(batch)?;
+        }
+    }
+
+    fn push_batch(&mut self, mut rows: Vec<OutRow>) -> Result<(), HostError> {
+        let items: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({"kind": r.kind.wire_name(), "item_id": r.item_id, "targets": [
+                    {"host_pubkey": r.target_pubkey, "wire_b64": b64(r.wire.as_deref().unwrap_or_default())}
+                ]})
+            })
+            .collect();
+        self.report.pushed += rows.len() as u64;
+        let answer = self.client.post("/v2/relay/items", &json!({"items": items}), true);
+        let now = now_ms();
+        let a = match answer {
+            Ok(a) if a.status == 200 => a,
+            other => {
+                // Lost response, refusal or 401: the outcome is unknown, every row stays pending.
+                let why = match &other {
+                    Ok(a) => a.error(),
+                    Err(e) => e.to_string(),
+                };
+                let mut b = self.store.batch();
+                for r in &mut rows {
+                    back_off(&self.opts, r, &why, now);
+                    b.put_row(r)?;
+                }
+                b.commit()?;
+                self.report.push_failures += rows.len() as u64;
+                return match other {
+                    Ok(a) => expect_ok(&a, "push"),
+                    Err(e) => Err(e),
+                };
+            }
+        };
+        crate::failpoint::hit("host-after-push-before-record");
+        let results = a.body.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+        let relay_pub = self.relay.relay_pubkey.clone();
+        let my_pub = self.my_pub();
+        let mut checked = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            let res = results
+                .get(i)
+                .filter(|x| x.get("item_id").and_then(Value::as_str) == Some(r.item_id.as_str()))
+                .ok_or_else(|| "missing result".to_string())
+                .and_then(|x| check_accept(x, r, &self.relay_pk, &relay_pub, &my_pub).map(|ok| (ok, x.clone())));
+            checked.push(res);
+        }
+        // A new epoch in an accept re-arms older relay-accepted rows before these are recorded.
+        if let Some(Ok(((_, epoch), _))) = checked.iter().find(|c| c.is_ok()) {
+            let epoch = epoch.clone();
+            self.new_epoch(&epoch)?;
+        }
+        let retention = self.relay.retention_ms;
+        let mut b = self.store.batch();
+        for (r, res) in rows.iter_mut().zip(checked) {
+            match res {
+                Ok(((seq, epoch), x)) => {
+                    let accept = canonical_json(&x["accept"]);
+                    let sig = x["sig"].as_str().unwrap_or_default().to_string();
+                    r.acceptance = Some(Acceptance { seq, epoch, accept, sig, accepted_at: now });
+                    r.last_error = None;
+                    if r.kind == ItemKind::Receipt {
+                        r.state = RowState::Done;
+                        r.settled_at = Some(now);
+                    } else {
+                        r.state = RowState::RelayAccepted;
+                        r.deadline = Some(now + retention + DEADLINE_GRACE_MS);
+                    }
+                    self.report.relay_accepted += 1;
+                }
+                Err(why) => {
+                    back_off(&self.opts, r, &why, now);
+                    self.report.push_failures += 1;
+                }
+            }
+            b.put_row(r)?;
+        }
+        b.commit()
+    }
+
+    /// Rows past their deadline without a delivery receipt become unconfirmed, with an alert
+    /// (spec §3: the sender owns its deadline, whatever the relay says or doesn't).
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn enforce_deadlines(&mut self) -> Result<(), HostError> {
+        let now = now_ms();
+        let rows = self.store.rows()?;
+        let confirmed_hosts: std::collections::HashSet<String> = rows
+            .iter()
+            .filter(|r| r.kind == ItemKind::Envelope && r.state == RowState::Done)
+            .map(|r| r.target_pubkey.clone())
+            .collect();
+        let grace = self.relay.retention_ms + DEADLINE_GRACE_MS;
+        let mut b = self.store.batch();
+        let mut n = 0;
+        for mut r in rows.into_iter().filter(|r| r.kind == ItemKind::Envelope && r.state.active()) {
+            let deadline = r.deadline.unwrap_or(r.created_at + grace);
+            if now < deadline {
+                continue;
+            }
+            let text = if r.state != RowState::RelayAccepted {
+                format!("Undelivered to {}: message {} was never accepted by the relay ({})",
+                    r.target_name, r.item_id, r.last_error.as_deref().unwrap_or("no answer"))
+            } else if confirmed_hosts.contains(&r.target_pubkey) {
+                format!("Undelivered/unconfirmed to {}: no delivery receipt for message {}", r.target_name, r.item_id)
+            } else {
+                format!("Undelivered/unconfirmed to {}: no delivery confirmation for message {} has ever arrived \
+                    from that host; the peer may be older than 0.5.3", r.target_name, r.item_id)
+            };
+            r.state = RowState::Unconfirmed;
+            r.settled_at = Some(now);
+            r.note = Some(text.clone());
+            b.put_row(&r)?;
+            b.alert(now, "unconfirmed", text)?;
+            n += 1;
+        }
+        self.report.unconfirmed += n;
+        b.commit()
+    }
+}
+
+/// Percent-encode a base64 key for a query string (`+`, `/`, `=`).
+pub fn encode_query(s: &str) -> String {
+    s.bytes()
+        .map(|c| match c {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (c as char).to_string(),
+            _ => format!("%{c:02X}"),
+        })
+        .collect()
+}

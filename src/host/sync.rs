@@ -1,0 +1,267 @@
+//! One sync pass against the relay, and the state every step shares ([`Session`]): check the pinned
+//! relay key and the epoch, enrol if needed, publish the enc ad and allowlist, seal and push due
+//! rows, pull and receive, checkpoint, ack, push the delivery receipts, and enforce deadlines.
+//!
+//! Epoch handling lives here because every step can learn of a new epoch (info, push accepts,
+//! pull answers, 409s): [`Session::new_epoch`] makes senders re-push and receivers re-pull.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::client::RelayClient;
+use super::identity::Identity;
+use super::store::{Checkpoint, HostStore, RelayConfig, RowState};
+use super::{now_ms, HostError};
+use crate::wire::keys::{fingerprint, parse_pubkey};
+
+/// Grace after retention before a relay-accepted row without a delivery receipt is unconfirmed.
+pub const DEADLINE_GRACE_MS: u64 = 24 * 3_600_000;
+/// Bound on pages pulled in one pass.
+pub const MAX_PAGES: usize = 10_000;
+/// Bound on enrol-and-retry rounds in one pass (401 answers).
+const MAX_REENROL: usize = 2;
+
+/// Timing knobs (environment: `MBX_HOST_TIMEOUT_MS`, `MBX_HOST_BACKOFF_MS`, `MBX_HOST_BACKOFF_CAP_MS`).
+#[derive(Debug, Clone, Copy)]
+pub struct SyncOptions {
+    pub timeout: Duration,
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions { timeout: Duration::from_secs(30), backoff_base_ms: 1_000, backoff_cap_ms: 300_000 }
+    }
+}
+
+impl SyncOptions {
+    /// Defaults overridden by the environment variables above (ignored when not numbers).
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        let d = SyncOptions::default();
+        SyncOptions {
+            timeout: var("MBX_HOST_TIMEOUT_MS").map(Duration::from_millis).unwrap_or(d.timeout),
+            backoff_base_ms: var("MBX_HOST_BACKOFF_MS").unwrap_or(d.backoff_base_ms),
+            backoff_cap_ms: var("MBX_HOST_BACKOFF_CAP_MS").unwrap_or(d.backoff_cap_ms),
+        }
+    }
+
+    /// Wait before attempt `attempts + 1`: base × 2^attempts, capped.
+    pub fn backoff(&self, attempts: u32) -> u64 {
+        self.backoff_base_ms
+            .saturating_mul(1u64 << attempts.min(30))
+            .min(self.backoff_cap_ms)
+    }
+}
+
+/// What one pass did (printed by `sync`).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SyncReport {
+    pub epoch: String,
+    pub enrolled: bool,
+    pub sealed: u64,
+    pub pushed: u64,
+    pub relay_accepted: u64,
+    pub push_failures: u64,
+    pub received: u64,
+    pub duplicates: u64,
+    pub quarantined: u64,
+    pub receipts_settled: u64,
+    pub expired: u64,
+    pub unconfirmed: u64,
+    pub epoch_changes: u64,
+    pub rewinds: u64,
+    pub received_through: u64,
+    pub acked_through: u64,
+    pub errors: Vec<String>,
+}
+
+/// Everything a pass needs: the store, the keys, the relay config, a signed client.
+pub struct Session<'a> {
+    pub store: &'a mut HostStore,
+    pub id: &'a Identity,
+    pub name: String,
+    pub relay: RelayConfig,
+    pub relay_pk: [u8; 32],
+    pub client: RelayClient<'a>,
+    pub opts: SyncOptions,
+    pub report: SyncReport,
+}
+
+impl<'a> Session<'a> {
+    /// A session for the configured relay.
+    ///
+    /// # Errors
+    /// No name or relay configured, a damaged pinned key, or a pending unconfirmed key change.
+    pub fn open(store: &'a mut HostStore, id: &'a Identity, opts: SyncOptions) -> Result<Self, HostError> {
+        let name = store
+            .name()?
+            .ok_or_else(|| HostError::Usage("host not initialised; run `host init --name NAME`".into()))?;
+        let relay = store
+            .relay()?
+            .ok_or_else(|| HostError::Usage("no relay configured; run `host relay set URL`".into()))?;
+        let relay_pk = parse_pubkey(&relay.relay_pubkey)
+            .ok_or_else(|| HostError::Store("pinned relay key is damaged; run `host relay set URL --key FP`".into()))?;
+        if let Some(offered) = relay.offered_key.as_deref().and_then(parse_pubkey) {
+            return Err(HostError::RelayKeyChanged {
+                url: relay.url.clone(),
+                pinned_fp: fingerprint(&relay_pk),
+                offered_fp: fingerprint(&offered),
+            });
+        }
+        let client = RelayClient::new(&relay.url, &name, &id.host, opts.timeout);
+        Ok(Session { store, id, name, relay, relay_pk, client, opts, report: SyncReport::default() })
+    }
+
+    /// This host's public key, base64.
+    pub fn my_pub(&self) -> String {
+        self.id.host.public_b64()
+    }
+
+    /// The current epoch ("" before the first info answer).
+    pub fn epoch(&self) -> String {
+        self.relay.epoch.clone().unwrap_or_default()
+    }
+
+    /// The receive position for this relay and relay key.
+    pub fn checkpoint(&self) -> Result<Checkpoint, HostError> {
+        self.store.checkpoint(&self.relay.url, &self.relay.relay_pubkey)
+    }
+
+    /// A new epoch (restore or reset): re-push every relay-accepted row still waiting for its
+    /// receipt, restart the receive position at 0, all in one atomic change (spec §5).
+    pub fn new_epoch(&mut self, epoch: &str) -> Result<(), HostError> {
+        if self.relay.epoch.as_deref() == Some(epoch) {
+            return Ok(());
+        }
+        let first = self.relay.epoch.is_none();
+        self.relay.epoch = Some(epoch.to_string());
+        if !first {
+            self.report.epoch_changes += 1;
+        }
+        self.rearm_and_reset(|acc_epoch| acc_epoch != epoch)
+    }
+
+    /// The relay went back in time within one epoch (head below our checkpoint, or BAD_ACK):
+    /// handled like a new epoch (spec §4), re-pushing every relay-accepted row.
+    pub fn rewind(&mut self) -> Result<(), HostError> {
+        self.report.rewinds += 1;
+        self.rearm_and_reset(|_| true)
+    }
+
+    fn rearm_and_reset(&mut self, stale: impl Fn(&str) -> bool) -> Result<(), HostError> {
+        let now = now_ms();
+        let rows = self.store.rows()?;
+        let relay = self.relay.clone();
+        let mut b = self.store.batch();
+        for mut r in rows {
+            let Some(acc) = &r.acceptance else { continue };
+            if r.state == RowState::RelayAccepted && stale(&acc.epoch) {
+                r.state = RowState::Pending;
+                r.next_at = now;
+                r.attempts = 0;
+                b.put_row(&r)?;
+            }
+        }
+        b.set_relay(&relay)?;
+        b.set_checkpoint(&relay.url, &relay.relay_pubkey, Checkpoint::default())?;
+        b.commit()
+    }
+
+    /// Read the relay's info (signed, so `you` is included), stop on a changed relay key, and
+    /// take in its epoch and limits.
+    fn check_info(&mut self) -> Result<(), HostError> {
+        let a = self.client.get("/v2/relay/info", None, true)?;
+        if a.status != 200 {
+            return Err(HostError::Relay(format!("relay info: {}", a.error())));
+        }
+        let offered = a.body.get("relay_pubkey").and_then(Value::as_str).unwrap_or("");
+        if offered != self.relay.relay_pubkey {
+            return self.refuse_key(offered);
+        }
+        let epoch = a.body.get("epoch").and_then(Value::as_str).unwrap_or("").to_string();
+        if epoch.is_empty() {
+            return Err(HostError::Relay("relay info without an epoch".into()));
+        }
+        let limits = &a.body["limits"];
+        if let Some(days) = limits.get("retention_days").and_then(Value::as_f64) {
+            self.relay.retention_ms = (days * 86_400_000.0) as u64;
+        }
+        if let Some(n) = limits.get("max_batch").and_then(Value::as_u64) {
+            self.relay.max_batch = n.clamp(1, 1_000);
+        }
+        if let Some(n) = limits.get("max_pull").and_then(Value::as_u64) {
+            self.relay.max_pull = n.clamp(1, 10_000);
+        }
+        if self.relay.epoch.as_deref() != Some(epoch.as_str()) {
+            self.new_epoch(&epoch)?;
+        } else {
+            let relay = self.relay.clone();
+            let mut b = self.store.batch();
+            b.set_relay(&relay)?;
+            b.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Record the offered key and an alert, then stop: relay use waits for the owner's confirmation.
+    fn refuse_key(&mut self, offered: &str) -> Result<(), HostError> {
+        let offered_pk = parse_pubkey(offered)
+            .ok_or_else(|| HostError::Relay("relay info carries no valid relay key".into()))?;
+        let err = HostError::RelayKeyChanged {
+            url: self.relay.url.clone(),
+            pinned_fp: fingerprint(&self.relay_pk),
+            offered_fp: fingerprint(&offered_pk),
+        };
+        self.relay.offered_key = Some(offered.to_string());
+        let relay = self.relay.clone();
+        let mut b = self.store.batch();
+        b.set_relay(&relay)?;
+        b.alert(now_ms(), "relay-key-changed", err.to_string())?;
+        b.commit()?;
+        Err(err)
+    }
+
+    /// Run one step; on a 401 (`NotEnrolled`) forget the enrolment, re-enrol and retry.
+    fn with_enrolment(&mut self, step: fn(&mut Self) -> Result<(), HostError>) -> Result<(), HostError> {
+        for _ in 0..MAX_REENROL {
+            match step(self) {
+                Err(HostError::Relay(m)) if m == NOT_ENROLLED => {
+                    let mut b = self.store.batch();
+                    b.set_enrolled(None)?;
+                    b.set_published(None)?;
+                    b.commit()?;
+                    self.ensure_enrolled()?;
+                }
+                other => return other,
+            }
+        }
+        step(self)
+    }
+
+    /// One full pass. Network failures end the pass early with the error (state stays retryable).
+    ///
+    /// # Errors
+    /// A changed relay key, an unreachable relay, or a store failure.
+    pub fn run(&mut self) -> Result<SyncReport, HostError> {
+        self.check_info()?;
+        self.ensure_enrolled()?;
+        self.with_enrolment(Self::publish)?;
+        self.with_enrolment(Self::seal_drafts)?;
+        self.with_enrolment(Self::push_due)?;
+        self.with_enrolment(Self::pull_all)?;
+        self.with_enrolment(Self::push_due)?;
+        self.enforce_deadlines()?;
+        let cp = self.checkpoint()?;
+        self.report.epoch = self.epoch();
+        self.report.received_through = cp.received_through;
+        self.report.acked_through = cp.acked_through;
+        Ok(std::mem::take(&mut self.report))
+    }
+}
+
+/// The message a signed call answered with 401 becomes (triggers re-enrolment).
+pub const NOT_ENROLLED: &str = "relay says this host is not enrolled (401)";
