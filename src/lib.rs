@@ -4,6 +4,7 @@
 //! Data flows one way: [`http`] → [`relay`] → `relay_keyspace`, and [`wire`] (pure, no I/O) is
 //! shared by all of them and by the host side ([`host`]).
 
+pub mod admin;
 pub mod failpoint;
 pub mod host;
 pub mod http;

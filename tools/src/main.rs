@@ -1,5 +1,197 @@
-//! `relay-tool`: what admins run against an mbx-relay store.
-fn main() {
-    eprintln!("relay-tool: not yet implemented");
-    std::process::exit(2);
+//! `relay-tool`: what admins run against an mbx-relay store — online and offline backups,
+//! verified restores, dumps, stats, the relay log, epoch rotation and relay key generation.
+//! While a relay runs, read-only commands and backups go through its owner-only admin socket
+//! (`<store-dir>/admin.sock`); commands that change the store refuse to run beside it.
+
+mod access;
+mod backup;
+mod epoch;
+mod fail;
+mod files;
+mod inspect;
+mod progress;
+mod restore;
+mod show;
+mod swap;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use fail::{Code, Failure};
+
+const EXIT_CODES: &str = "\
+EXIT CODES:
+  0  success
+  1  usage error: unknown command or option, missing argument, unknown partition name
+  2  store or file error: the store directory does not exist; permission denied (run relay-tool
+     as the relay's user); the store's schema is newer than this tool; the store is damaged;
+     a disk or I/O failure; the running relay answered with an error
+  3  damaged or refused backup: damaged backup at byte offset X (a record or the trailer fails
+     its checksum); truncated backup (ends at byte offset X before its trailer); not an mbx-relay
+     backup (wrong magic); backup format newer than this tool; trailer counts disagree with the
+     records; backup made by another relay key (restore without --accept-other-key)
+  4  store in use by pid N: a relay holds the store. restore and rotate-epoch need it stopped;
+     backup, dump, stats and log go through its admin socket instead
+
+Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.";
+
+#[derive(Parser)]
+#[command(name = "relay-tool", version, about = "Admin tool for mbx-relay stores", after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write one consistent backup of the store to FILE (safe while the relay runs).
+    #[command(
+        long_about = "Write one consistent snapshot of the store to FILE. While a relay runs, it is asked \
+over its admin socket to stream the snapshot (it keeps serving); otherwise the store is opened here. \
+The data goes to FILE.tmp, is fsync'd and verified, and only then renamed to FILE. Prints the records \
+per partition and the checksum, and records the backup in the relay log.",
+        after_help = EXIT_CODES
+    )]
+    Backup {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// The backup file to write.
+        file: PathBuf,
+    },
+    /// Replace the store with the contents of a backup file (the relay must be stopped).
+    #[command(
+        long_about = "Restore a backup into --store-dir. Refuses while a relay holds the store. Verifies the \
+whole file before touching anything, builds the new store beside the old one (DIR.restore-tmp-*) with a \
+new epoch and a relay-log entry, copies relay.key into it, then swaps the directories atomically. The old \
+store is kept as DIR.pre-restore-<UTC timestamp> unless --discard-old. A backup made by another relay \
+key is refused unless --accept-other-key. After a restore, start the relay: hosts see the new epoch, \
+re-push what was not yet delivered and re-pull, so nothing accepted after the backup is lost.",
+        after_help = EXIT_CODES
+    )]
+    Restore {
+        /// The relay's store directory (may not exist yet).
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// The backup file to restore.
+        file: PathBuf,
+        /// Remove the old store instead of keeping it as DIR.pre-restore-<timestamp>.
+        #[arg(long)]
+        discard_old: bool,
+        /// Restore a backup made by another relay key than this store's.
+        #[arg(long)]
+        accept_other_key: bool,
+    },
+    /// Check a backup file offline: magic, format, every checksum and count.
+    #[command(after_help = EXIT_CODES)]
+    Verify {
+        /// The backup file.
+        file: PathBuf,
+    },
+    /// Print the store's records (read-only; through the relay while it runs).
+    #[command(after_help = EXIT_CODES)]
+    Dump {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// Only this partition (meta, enrolments, enc_ads, sender_lists, items, dedup, seqs,
+        /// acked, usage, expiry, ops).
+        #[arg(long)]
+        partition: Option<String>,
+        /// Include queued items' wire bytes (base64).
+        #[arg(long)]
+        with_wire: bool,
+        /// JSON lines, one object per record (for scripts).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, disk size.
+    #[command(after_help = EXIT_CODES)]
+    Stats {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give the store a new epoch (the relay must be stopped); recorded in the relay log.
+    #[command(after_help = EXIT_CODES)]
+    RotateEpoch {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+    },
+    /// The relay log (backups, restores, epoch rotations, sweeps), newest first.
+    #[command(after_help = EXIT_CODES)]
+    Log {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// At most this many entries (the store keeps the newest 1,000).
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Generate a relay key (same output as `mbx-relay keygen`).
+    #[command(after_help = EXIT_CODES)]
+    Keygen,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { Code::Usage as u8 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("relay-tool: {}", f.msg);
+            f.exit_code()
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Backup { store_dir, file } => backup::run(&store_dir, &file),
+        Command::Restore {
+            store_dir,
+            file,
+            discard_old,
+            accept_other_key,
+        } => restore::run(&restore::Args {
+            store_dir: &store_dir,
+            file: &file,
+            discard_old,
+            accept_other_key,
+        }),
+        Command::Verify { file } => inspect::verify(&file),
+        Command::Dump {
+            store_dir,
+            partition,
+            with_wire,
+            json,
+        } => inspect::dump(&store_dir, partition.as_deref(), with_wire, json),
+        Command::Stats { store_dir, json } => inspect::stats(&store_dir, json),
+        Command::RotateEpoch { store_dir } => epoch::rotate(&store_dir),
+        Command::Log {
+            store_dir,
+            limit,
+            json,
+        } => inspect::log(&store_dir, limit, json),
+        Command::Keygen => {
+            let key = mbx_relay::wire::keys::SigningKey::generate();
+            print!("{}", mbx_relay::relay::key::keygen_text(&key));
+            Ok(())
+        }
+    }
 }

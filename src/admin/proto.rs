@@ -1,0 +1,248 @@
+//! The admin socket's wire format, shared by the relay (server) and `relay-tool` (client).
+//!
+//! One request per connection:
+//! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
+//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`;
+//! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
+//!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
+//!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
+//!   `error <reason>\n` saying whether the stream is complete.
+//!
+//! The final line exists because a stream cut short must never pass for a complete one.
+
+use relay_keyspace::PARTITIONS;
+
+/// The socket's file name inside the store directory.
+pub const SOCKET_NAME: &str = "admin.sock";
+/// Longest request line accepted (bytes, newline included).
+pub const MAX_REQUEST_LINE: usize = 1024;
+/// Largest data frame either side writes or accepts.
+pub const MAX_FRAME: usize = 256 * 1024;
+/// Longest status or final line accepted by the client.
+pub const MAX_STATUS_LINE: usize = 64 * 1024;
+/// Most relay-log entries a `log` request returns (the store keeps 1,000).
+pub const MAX_LOG_LIMIT: usize = 1000;
+
+/// One admin request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Stream one consistent backup file.
+    Backup,
+    /// Whole-store figures, one JSON object.
+    Stats,
+    /// The relay log, newest first, as JSON lines.
+    Log { limit: usize },
+    /// The store as JSON lines (the keyspace's dump format).
+    Dump {
+        partition: Option<String>,
+        with_wire: bool,
+    },
+}
+
+impl Request {
+    /// The request line (without the newline) that [`Request::parse`] reads back.
+    pub fn to_line(&self) -> String {
+        match self {
+            Request::Backup => "backup".to_string(),
+            Request::Stats => "stats".to_string(),
+            Request::Log { limit } => format!("log {limit}"),
+            Request::Dump {
+                partition,
+                with_wire,
+            } => {
+                let mut line = "dump".to_string();
+                if let Some(p) = partition {
+                    line.push_str(" partition ");
+                    line.push_str(p);
+                }
+                if *with_wire {
+                    line.push_str(" with-wire");
+                }
+                line
+            }
+        }
+    }
+
+    /// Parse a request line (trailing `\n` / `\r\n` allowed).
+    ///
+    /// # Errors
+    /// A short reason naming what is wrong; never panics on any input.
+    pub fn parse(line: &[u8]) -> Result<Request, String> {
+        if line.len() > MAX_REQUEST_LINE {
+            return Err(format!("request line longer than {MAX_REQUEST_LINE} bytes"));
+        }
+        let text = std::str::from_utf8(line).map_err(|_| "request is not UTF-8".to_string())?;
+        let text = text.strip_suffix('\n').unwrap_or(text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        let mut words = text.split(' ');
+        let verb = words.next().unwrap_or("");
+        let rest: Vec<&str> = words.collect();
+        match verb {
+            "backup" if rest.is_empty() => Ok(Request::Backup),
+            "stats" if rest.is_empty() => Ok(Request::Stats),
+            "log" => match rest.as_slice() {
+                [] => Ok(Request::Log {
+                    limit: MAX_LOG_LIMIT,
+                }),
+                [n] => match n.parse::<usize>() {
+                    Ok(limit) if (1..=MAX_LOG_LIMIT).contains(&limit) => Ok(Request::Log { limit }),
+                    _ => Err(format!("log limit must be 1..={MAX_LOG_LIMIT}")),
+                },
+                _ => Err("usage: log [LIMIT]".to_string()),
+            },
+            "dump" => parse_dump(&rest),
+            "backup" | "stats" => Err(format!("{verb} takes no arguments")),
+            _ => Err("unknown request (expected backup, stats, log or dump)".to_string()),
+        }
+    }
+}
+
+fn parse_dump(words: &[&str]) -> Result<Request, String> {
+    let mut partition = None;
+    let mut with_wire = false;
+    let mut i = 0;
+    while i < words.len() {
+        match words[i] {
+            "partition" if partition.is_none() => {
+                let name = words.get(i + 1).ok_or("partition needs a name")?;
+                partition = Some(check_partition(name)?);
+                i += 2;
+            }
+            "with-wire" if !with_wire => {
+                with_wire = true;
+                i += 1;
+            }
+            _ => return Err("usage: dump [partition NAME] [with-wire]".to_string()),
+        }
+    }
+    Ok(Request::Dump {
+        partition,
+        with_wire,
+    })
+}
+
+/// Check a partition name against the store's partitions.
+///
+/// # Errors
+/// Names the unknown partition and lists the valid ones.
+pub fn check_partition(name: &str) -> Result<String, String> {
+    if PARTITIONS.contains(&name) {
+        Ok(name.to_string())
+    } else {
+        let shown: String = name.chars().take(64).collect();
+        Err(format!(
+            "unknown partition {shown:?} (one of: {})",
+            PARTITIONS.join(", ")
+        ))
+    }
+}
+
+/// Make a reason safe for one status line: no newlines, bounded length.
+pub fn one_line(reason: &str) -> String {
+    let mut out: String = reason
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .take(4096)
+        .collect();
+    if out.is_empty() {
+        out.push_str("unknown error");
+    }
+    out
+}
+
+/// The 4-byte header of a frame of `len` bytes (0 ends the stream).
+pub fn frame_header(len: usize) -> [u8; 4] {
+    // Frames are at most MAX_FRAME, far below u32::MAX.
+    (len.min(MAX_FRAME) as u32).to_be_bytes()
+}
+
+/// The length a frame header announces.
+///
+/// # Errors
+/// When it exceeds [`MAX_FRAME`] (a peer that is not ours, or a damaged stream).
+pub fn frame_len(header: [u8; 4]) -> Result<usize, String> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME {
+        Err(format!(
+            "admin stream frame of {len} bytes exceeds {MAX_FRAME}"
+        ))
+    } else {
+        Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        let all = [
+            Request::Backup,
+            Request::Stats,
+            Request::Log { limit: 7 },
+            Request::Dump {
+                partition: None,
+                with_wire: false,
+            },
+            Request::Dump {
+                partition: Some("items".into()),
+                with_wire: true,
+            },
+            Request::Dump {
+                partition: None,
+                with_wire: true,
+            },
+        ];
+        for r in all {
+            let line = format!("{}\n", r.to_line());
+            assert_eq!(Request::parse(line.as_bytes()), Ok(r));
+        }
+        assert_eq!(
+            Request::parse(b"log\r\n"),
+            Ok(Request::Log {
+                limit: MAX_LOG_LIMIT
+            })
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_reason() {
+        for bad in [
+            &b""[..],
+            b"\n",
+            b"BACKUP",
+            b"backup now",
+            b"stats x",
+            b"log 0",
+            b"log 1001",
+            b"log -1",
+            b"log 1 2",
+            b"dump partition",
+            b"dump partition nope",
+            b"dump with-wire with-wire",
+            b"dump partition items partition meta",
+            b"\xff\xfe",
+            b"dump  items",
+        ] {
+            let err = Request::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad:?}");
+        }
+        let long = vec![b'a'; MAX_REQUEST_LINE + 1];
+        assert!(Request::parse(&long).unwrap_err().contains("longer"));
+    }
+
+    #[test]
+    fn frames_are_bounded() {
+        assert_eq!(frame_len(frame_header(0)), Ok(0));
+        assert_eq!(frame_len(frame_header(MAX_FRAME)), Ok(MAX_FRAME));
+        assert!(frame_len(((MAX_FRAME + 1) as u32).to_be_bytes()).is_err());
+    }
+
+    #[test]
+    fn reasons_stay_on_one_line() {
+        assert_eq!(one_line("a\nb\rc"), "a b c");
+        assert_eq!(one_line(""), "unknown error");
+        assert_eq!(one_line(&"x".repeat(10_000)).len(), 4096);
+    }
+}

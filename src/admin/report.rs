@@ -1,0 +1,80 @@
+//! JSON forms of store figures, shared by the admin socket and `relay-tool` so that a running
+//! relay and an offline store answer in exactly the same shape. Keys appear as public keys and
+//! fingerprints only; no wire bytes.
+
+use relay_keyspace::{BackupSummary, OpEntry, Stats};
+use serde_json::{json, Value};
+
+use crate::wire::keys::{b64, fingerprint};
+
+/// Whole-store figures as one JSON object; `now_ms` dates the oldest queued item's age.
+pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
+    let top: Vec<Value> = s
+        .top_targets
+        .iter()
+        .map(|(key, usage)| {
+            json!({
+                "host_pubkey": b64(key),
+                "fingerprint": fingerprint(key),
+                "items": usage.items,
+                "bytes": usage.bytes,
+            })
+        })
+        .collect();
+    json!({
+        "epoch": s.meta.epoch,
+        "relay_pubkey": s.meta.relay_pubkey.as_ref().map(|k| b64(k)),
+        "relay_key_fingerprint": s.meta.relay_pubkey.as_ref().map(fingerprint),
+        "schema_version": s.meta.schema_version,
+        "created_ms": s.meta.created_ms,
+        "heartbeat_ms": s.meta.heartbeat_ms,
+        "live_enrolments": s.live_enrolments,
+        "revoked_enrolments": s.revoked_enrolments,
+        "queued_items": s.queued.items,
+        "queued_bytes": s.queued.bytes,
+        "top_targets": top,
+        "dedup_rows": s.dedup_rows,
+        "oldest_queued_ms": s.oldest_queued_ms,
+        "oldest_queued_age_ms": s.oldest_queued_ms.map(|t| now_ms.saturating_sub(t)),
+        "disk_bytes": s.disk_bytes,
+    })
+}
+
+/// One relay-log entry as a JSON object.
+pub fn op_json(op: &OpEntry) -> Value {
+    json!({ "at_ms": op.at_ms, "kind": op.kind, "detail": op.detail })
+}
+
+/// A backup file's summary as a JSON object (counts in file order).
+pub fn summary_json(s: &BackupSummary) -> Value {
+    let counts: Vec<Value> = s.counts.iter().map(|(p, n)| json!([p, n])).collect();
+    json!({
+        "format_version": s.format_version,
+        "schema_version": s.schema_version,
+        "relay_pubkey": s.relay_pubkey.as_ref().map(|k| b64(k)),
+        "relay_key_fingerprint": s.relay_pubkey.as_ref().map(fingerprint),
+        "epoch": s.epoch,
+        "created_ms": s.created_ms,
+        "counts": counts,
+        "checksum": s.checksum,
+        "file_bytes": s.file_bytes,
+    })
+}
+
+/// The relay-log detail of a backup: where it was taken, counts, size and checksum.
+pub fn backup_log_detail(s: &BackupSummary, how: &str) -> String {
+    let total: u64 = s.counts.iter().map(|(_, n)| n).sum();
+    let parts: Vec<String> = s.counts.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    let key = s
+        .relay_pubkey
+        .as_ref()
+        .map(fingerprint)
+        .unwrap_or_else(|| "none".to_string());
+    format!(
+        "{how}: {total} records ({}), {} bytes, checksum {}, epoch {}, relay key {key}",
+        parts.join(", "),
+        s.file_bytes,
+        s.checksum,
+        s.epoch
+    )
+}

@@ -1,0 +1,324 @@
+//! The relay side of the admin socket: an owner-only Unix socket in the store directory through
+//! which `relay-tool` takes online backups and reads the store while the relay holds its lock.
+//!
+//! Every blocking store call runs in `spawn_blocking`; its output reaches the socket through a
+//! bounded channel, so a slow or vanished client stalls (then aborts) only its own request.
+
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_keyspace::{Clock, DumpOptions, Store, SystemClock};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+
+use super::proto::{frame_header, one_line, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
+use super::report::{backup_log_detail, op_json, stats_json, summary_json};
+
+/// Requests served at once; more get `error busy` (a backup holds a snapshot and a thread).
+const MAX_CONCURRENT: usize = 4;
+/// Time a client has to send its request line.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a client may take to accept one frame before its request is abandoned.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Size of the chunks the blocking side hands to the socket writer.
+const CHUNK: usize = 64 * 1024;
+
+/// Start serving the admin socket at `<store_dir>/admin.sock` for `store`.
+///
+/// A leftover socket from an earlier run is removed (the caller holds the store lock, so no other
+/// relay can be using it). The socket is created mode 0600 inside a private 0700 directory and
+/// then moved into place, so it is never reachable by others, even briefly. Only peers with this
+/// process's uid are served. The socket file is removed when the task ends or is aborted.
+/// Must be called from inside a tokio runtime.
+///
+/// # Errors
+/// When the store directory is missing or unwritable, when `admin.sock` exists and is not a
+/// socket, or when the socket path is too long for a Unix socket address.
+pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
+    let path = store_dir.join(SOCKET_NAME);
+    remove_stale(&path)?;
+    let listener = bind_private(store_dir, &path)?;
+    let meta = std::fs::symlink_metadata(&path)?;
+    let guard = SocketFile {
+        path: path.clone(),
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    listener.set_nonblocking(true)?;
+    let listener = UnixListener::from_std(listener)?;
+    tracing::info!(socket = %path.display(), "admin socket listening");
+    Ok(tokio::spawn(accept_loop(listener, store, guard)))
+}
+
+/// Remove a socket left by a relay that did not shut down cleanly; refuse to touch anything else.
+fn remove_stale(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Bind in a fresh 0700 directory, chmod 0600, then rename into place: no window in which the
+/// socket exists with the umask's (possibly wider) mode at a reachable path.
+fn bind_private(store_dir: &Path, path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+    let private = store_dir.join(format!(".adm{}", std::process::id()));
+    if private.exists() {
+        // Ours from an earlier run that had the same pid: only our socket can be inside.
+        let _ = std::fs::remove_file(private.join("s"));
+        std::fs::remove_dir(&private)?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", private.display())))?;
+    let tmp = private.join("s");
+    let result = (|| {
+        let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("binding admin socket in {}: {e}", private.display()),
+            )
+        })?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&tmp, path)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    let _ = std::fs::remove_dir(&private);
+    result
+}
+
+/// Removes the socket file when the server task ends, unless another relay has replaced it.
+struct SocketFile {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+            if m.dev() == self.dev && m.ino() == self.ino {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+async fn accept_loop(listener: UnixListener, store: Store, _guard: SocketFile) {
+    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let my_uid = unsafe { libc::geteuid() };
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "admin socket accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let store = store.clone();
+        let slot = slots.clone().try_acquire_owned();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            match stream.peer_cred() {
+                Ok(cred) if cred.uid() == my_uid => {}
+                _ => {
+                    tracing::warn!("admin socket: refused a peer with another uid");
+                    let _ = send_line(&mut stream, "error permission denied: not the relay's user")
+                        .await;
+                    return;
+                }
+            }
+            let Ok(_slot) = slot else {
+                let _ = send_line(&mut stream, "error busy: too many admin requests at once").await;
+                return;
+            };
+            serve(store, stream).await;
+        });
+    }
+}
+
+/// One connection: read the request line, answer `ok` + stream + final line, or one error line.
+async fn serve(store: Store, mut stream: UnixStream) {
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
+        Ok(Ok(line)) => Request::parse(&line),
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err("no request line within 10 s".to_string()),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(why) => {
+            let _ = send_line(&mut stream, &format!("error {}", one_line(&why))).await;
+            return;
+        }
+    };
+    if send_line(&mut stream, "ok").await.is_err() {
+        return;
+    }
+    let name = request.to_line();
+    let started = std::time::Instant::now();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(8);
+    let job = tokio::task::spawn_blocking(move || {
+        let mut out = BufWriter::with_capacity(CHUNK, ChannelWriter { tx });
+        let result = run(&store, &request, &mut out);
+        let flushed = out
+            .flush()
+            .map_err(|e| format!("writing to the admin client: {e}"));
+        result.and_then(|v| flushed.map(|()| v))
+    });
+    while let Some(chunk) = rx.recv().await {
+        if let Err(e) = send_frames(&mut stream, &chunk).await {
+            tracing::warn!(request = %name, error = %e, "admin client went away mid-stream");
+            drop(rx); // the blocking side's next write fails and it stops
+            let _ = job.await;
+            return;
+        }
+    }
+    let last = match job.await {
+        Ok(Ok(v)) => {
+            tracing::info!(request = %name, ms = started.elapsed().as_millis() as u64, "admin request served");
+            format!("done {v}")
+        }
+        Ok(Err(why)) => {
+            tracing::warn!(request = %name, error = %why, "admin request failed");
+            format!("error {}", one_line(&why))
+        }
+        Err(_) => "error internal error in the relay (see its log)".to_string(),
+    };
+    let end = async {
+        stream.write_all(&frame_header(0)).await?;
+        stream.write_all(last.as_bytes()).await?;
+        stream.write_all(b"\n").await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, end).await;
+}
+
+/// Read bytes up to the first newline, refusing more than [`MAX_REQUEST_LINE`].
+async fn read_request(stream: &mut UnixStream) -> Result<Vec<u8>, String> {
+    let mut line = Vec::with_capacity(64);
+    let mut buf = [0u8; 256];
+    loop {
+        let n = stream
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("reading request: {e}"))?;
+        if n == 0 {
+            return Err("connection closed before a complete request line".to_string());
+        }
+        if let Some(pos) = buf[..n].iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(&buf[..=pos]);
+            return Ok(line);
+        }
+        line.extend_from_slice(&buf[..n]);
+        if line.len() > MAX_REQUEST_LINE {
+            return Err(format!("request line longer than {MAX_REQUEST_LINE} bytes"));
+        }
+    }
+}
+
+async fn send_line(stream: &mut UnixStream, line: &str) -> io::Result<()> {
+    let write = async {
+        stream.write_all(line.as_bytes()).await?;
+        stream.write_all(b"\n").await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, write)
+        .await
+        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
+}
+
+async fn send_frames(stream: &mut UnixStream, data: &[u8]) -> io::Result<()> {
+    for piece in data.chunks(MAX_FRAME) {
+        let write = async {
+            stream.write_all(&frame_header(piece.len())).await?;
+            stream.write_all(piece).await
+        };
+        tokio::time::timeout(WRITE_TIMEOUT, write)
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
+    }
+    Ok(())
+}
+
+/// A blocking `Write` that hands its bytes to the async socket writer.
+struct ChannelWriter {
+    tx: mpsc::Sender<Vec<u8>>,
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = buf.len().min(CHUNK);
+        self.tx
+            .blocking_send(buf[..n].to_vec())
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "admin client went away"))?;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Run one request against the store (blocking); the JSON goes on the final `done` line.
+fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, String> {
+    match request {
+        Request::Backup => {
+            let summary = store
+                .backup_to(out, &mut |_| {})
+                .map_err(|e| e.to_string())?;
+            out.flush()
+                .map_err(|e| format!("writing to the admin client: {e}"))?;
+            let detail = backup_log_detail(&summary, "online backup through the admin socket");
+            store.log_op("backup", &detail).wait().map_err(|e| {
+                format!("backup streamed, but recording it in the relay log failed: {e}")
+            })?;
+            Ok(summary_json(&summary))
+        }
+        Request::Stats => {
+            let stats = store.stats().map_err(|e| e.to_string())?;
+            write_line(out, &stats_json(&stats, SystemClock.now_ms()))?;
+            Ok(json!({}))
+        }
+        Request::Log { limit } => {
+            let ops = store.ops(*limit).map_err(|e| e.to_string())?;
+            for op in &ops {
+                write_line(out, &op_json(op))?;
+            }
+            Ok(json!({ "entries": ops.len() }))
+        }
+        Request::Dump {
+            partition,
+            with_wire,
+        } => {
+            let opts = DumpOptions {
+                partition: partition.clone(),
+                with_wire: *with_wire,
+            };
+            let counts = store.dump(out, &opts).map_err(|e| e.to_string())?;
+            Ok(json!({ "counts": counts }))
+        }
+    }
+}
+
+fn write_line(out: &mut dyn Write, v: &Value) -> Result<(), String> {
+    writeln!(out, "{v}").map_err(|e| format!("writing to the admin client: {e}"))
+}

@@ -1,0 +1,90 @@
+//! `relay-tool backup`: one consistent snapshot to a file, online (through the running relay) or
+//! offline (the store opened here). The file appears under its name only once it is complete,
+//! fsync'd and verified.
+
+use std::path::Path;
+
+use mbx_relay::admin::proto::Request;
+use mbx_relay::admin::report::backup_log_detail;
+use relay_keyspace::{verify_backup, BackupSummary};
+
+use crate::access::{self, Via};
+use crate::fail::{Code, Failure};
+use crate::files::AtomicFile;
+use crate::progress::{self, Counting};
+use crate::show;
+
+/// Run the command; prints the counts and checksum on success.
+///
+/// # Errors
+/// Store access, I/O on the file, the relay's refusal, or a written file that does not verify.
+pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
+    let via = access::relay_or_store(store_dir, &Request::Backup)?;
+    let mut out = AtomicFile::create(file)?;
+    let bar = progress::bytes("backing up");
+    let (summary, how) = match via {
+        Via::Relay(mut reply) => {
+            let mut counting = Counting {
+                inner: &mut out,
+                bar: &bar,
+                written: 0,
+            };
+            let copied = std::io::copy(&mut reply, &mut counting);
+            bar.finish_and_clear();
+            copied.map_err(|e| Failure::io("cannot stream the backup into", out.tmp_path(), &e))?;
+            reply
+                .finish()
+                .map_err(|e| Failure::from(e).context("the relay could not finish the backup"))?;
+            out.sync()?;
+            let summary = check(&out)?;
+            out.commit()?;
+            (
+                summary,
+                "online, through the running relay (recorded in its relay log)",
+            )
+        }
+        Via::Local(store) => {
+            let written = {
+                let mut counting = Counting {
+                    inner: &mut out,
+                    bar: &bar,
+                    written: 0,
+                };
+                store.backup_to(&mut counting, &mut |_| {})
+            };
+            bar.finish_and_clear();
+            let summary = written?;
+            out.sync()?;
+            let checked = check(&out)?;
+            if checked.checksum != summary.checksum {
+                return Err(Failure::new(
+                    Code::Backup,
+                    "the file on disk does not match what was written (checksums differ)",
+                ));
+            }
+            out.commit()?;
+            let detail = backup_log_detail(
+                &checked,
+                &format!("offline backup by relay-tool to {}", file.display()),
+            );
+            store.log_op("backup", &detail).wait().map_err(|e| {
+                Failure::from(e).context("backup written, but recording it in the relay log failed")
+            })?;
+            access::close(store)?;
+            (
+                checked,
+                "offline, no relay was running (recorded in the relay log)",
+            )
+        }
+    };
+    println!("backup written: {} ({how})", file.display());
+    print!("{}", show::summary(&summary));
+    Ok(())
+}
+
+/// Verify what was just written, before it may take the final name.
+fn check(out: &AtomicFile) -> Result<BackupSummary, Failure> {
+    verify_backup(out.tmp_path()).map_err(|e| {
+        Failure::from(e).context("the backup just written does not verify (nothing was kept)")
+    })
+}

@@ -1,0 +1,26 @@
+//! `relay-tool rotate-epoch`: a new epoch for a stopped relay's store (needed after any restore
+//! not made by `relay-tool restore`, e.g. a volume snapshot), recorded in the relay log.
+
+use std::path::Path;
+
+use crate::access;
+use crate::fail::Failure;
+
+/// Why the keyspace records the rotation.
+const REASON: &str = "rotate-epoch by relay-tool";
+
+/// Run the command; prints the old and the new epoch.
+///
+/// # Errors
+/// `InUse` while a relay holds the store; missing directory; store errors.
+pub fn rotate(dir: &Path) -> Result<(), Failure> {
+    let store = access::open_exclusive(dir, "rotate the epoch")?;
+    let old = store.meta()?.epoch;
+    let new = store.rotate_epoch(REASON).wait()?;
+    access::close(store)?;
+    println!("epoch rotated: {old} -> {new} (recorded in the relay log)");
+    println!(
+        "hosts will re-push unconfirmed items and re-pull from the start on their next contact"
+    );
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! One error type for every command: a message naming the cause and the exit code it maps to.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use mbx_relay::admin::client::ClientError;
+use relay_keyspace::{BackupError, StoreError};
+
+/// The documented exit codes (also listed in `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Bad command line.
+    Usage = 1,
+    /// The store or a file could not be read or written (missing directory, permission denied,
+    /// damaged store, schema newer than this tool, relay answered an error).
+    Store = 2,
+    /// A backup file is damaged, truncated, not a backup, of a newer format, or was refused
+    /// (made by another relay key).
+    Backup = 3,
+    /// A running relay holds the store (restore and rotate-epoch refuse then).
+    InUse = 4,
+}
+
+/// A failed command.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: Code,
+    pub msg: String,
+}
+
+impl Failure {
+    pub fn new(code: Code, msg: impl Into<String>) -> Self {
+        Failure {
+            code,
+            msg: msg.into(),
+        }
+    }
+
+    /// An I/O failure while doing `what` to `path`.
+    pub fn io(what: &str, path: &Path, e: &std::io::Error) -> Self {
+        Failure::new(
+            Code::Store,
+            format!("{what} {}: {}", path.display(), describe_io(e)),
+        )
+    }
+
+    /// Prefix the message with what we were doing.
+    pub fn context(mut self, what: &str) -> Self {
+        self.msg = format!("{what}: {}", self.msg);
+        self
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code as u8)
+    }
+}
+
+/// I/O errors in words an admin acts on ("permission denied", "no such file or directory").
+pub fn describe_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            "permission denied (run relay-tool as the relay's user)".to_string()
+        }
+        std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+        _ => e.to_string(),
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        let code = match e {
+            StoreError::Locked { .. } => Code::InUse,
+            _ => Code::Store,
+        };
+        let msg = match &e {
+            StoreError::Io { context, source } => format!("{context}: {}", describe_io(source)),
+            _ => e.to_string(),
+        };
+        Failure::new(code, msg)
+    }
+}
+
+impl From<BackupError> for Failure {
+    fn from(e: BackupError) -> Self {
+        match e {
+            BackupError::Store(s) => s.into(),
+            BackupError::Io { context, source } => {
+                Failure::new(Code::Store, format!("{context}: {}", describe_io(&source)))
+            }
+            other => Failure::new(Code::Backup, other.to_string()),
+        }
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Io { context, source } => {
+                Failure::new(Code::Store, format!("{context}: {}", describe_io(&source)))
+            }
+            other => Failure::new(Code::Store, other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Read-only commands: `stats`, `log`, `dump` (through the running relay or the store opened
+//! here, same output either way) and `verify` (a backup file, offline).
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::Path;
+
+use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
+use mbx_relay::admin::report::{op_json, stats_json};
+use mbx_relay::wire::time::iso_ms;
+use relay_keyspace::{verify_backup, Clock, DumpOptions, SystemClock};
+use serde_json::Value;
+
+use crate::access::{self, Via};
+use crate::fail::{Code, Failure};
+use crate::progress;
+use crate::show::{self, human_age, human_bytes};
+
+/// Longest JSON line accepted from the relay for stats and log entries.
+const MAX_JSON_LINE: u64 = 1 << 20;
+
+/// `relay-tool stats`.
+///
+/// # Errors
+/// Store access or the relay's refusal.
+pub fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
+    let v = match access::relay_or_store(dir, &Request::Stats)? {
+        Via::Relay(reply) => {
+            let mut lines = json_lines(reply, 1)?;
+            lines
+                .pop()
+                .ok_or_else(|| Failure::new(Code::Store, "the relay sent no stats"))?
+        }
+        Via::Local(store) => {
+            let s = store.stats()?;
+            access::close(store)?;
+            stats_json(&s, SystemClock.now_ms())
+        }
+    };
+    if json {
+        println!("{v}");
+    } else {
+        print!("{}", stats_text(&v));
+    }
+    Ok(())
+}
+
+/// `relay-tool log`: the relay log, newest first.
+///
+/// # Errors
+/// Store access or the relay's refusal.
+pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
+    let limit = limit.clamp(1, MAX_LOG_LIMIT);
+    let entries = match access::relay_or_store(dir, &Request::Log { limit })? {
+        Via::Relay(reply) => json_lines(reply, limit)?,
+        Via::Local(store) => {
+            let ops = store.ops(limit)?;
+            access::close(store)?;
+            ops.iter().map(op_json).collect()
+        }
+    };
+    let mut out = io::stdout().lock();
+    for e in &entries {
+        let line = if json {
+            e.to_string()
+        } else {
+            let at = e["at_ms"].as_u64().map(iso_ms).unwrap_or_default();
+            format!(
+                "{at}  {:<14} {}",
+                e["kind"].as_str().unwrap_or("?"),
+                e["detail"].as_str().unwrap_or("")
+            )
+        };
+        if writeln!(out, "{line}").is_err() {
+            break; // stdout closed (e.g. piped into head)
+        }
+    }
+    Ok(())
+}
+
+/// `relay-tool dump`: JSON lines (`--json`) or one readable line per record.
+///
+/// # Errors
+/// Unknown partition, store access, the relay's refusal, or a failed write to stdout.
+pub fn dump(
+    dir: &Path,
+    partition: Option<&str>,
+    with_wire: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let partition = partition
+        .map(check_partition)
+        .transpose()
+        .map_err(|e| Failure::new(Code::Usage, e))?;
+    let request = Request::Dump {
+        partition: partition.clone(),
+        with_wire,
+    };
+    let stdout = io::stdout().lock();
+    let mut sink: Box<dyn Write> = if json {
+        Box::new(io::BufWriter::new(stdout))
+    } else {
+        Box::new(Readable {
+            out: io::BufWriter::new(stdout),
+            line: Vec::new(),
+        })
+    };
+    let counts: Vec<(String, u64)> = match access::relay_or_store(dir, &request)? {
+        Via::Relay(mut reply) => {
+            io::copy(&mut reply, &mut sink)
+                .map_err(|e| Failure::new(Code::Store, format!("dump: {e}")))?;
+            let done = reply.finish()?;
+            serde_json::from_value(done["counts"].clone()).unwrap_or_default()
+        }
+        Via::Local(store) => {
+            let counts = store.dump(
+                &mut sink,
+                &DumpOptions {
+                    partition,
+                    with_wire,
+                },
+            )?;
+            access::close(store)?;
+            counts
+        }
+    };
+    sink.flush()
+        .map_err(|e| Failure::new(Code::Store, format!("writing the dump: {e}")))?;
+    drop(sink);
+    if !json {
+        let parts: Vec<String> = counts.iter().map(|(p, n)| format!("{p} {n}")).collect();
+        println!("-- records: {}", parts.join(", "));
+    }
+    Ok(())
+}
+
+/// `relay-tool verify`: every checksum and count of a backup file, offline.
+///
+/// # Errors
+/// `Backup` with the precise reason (damaged at byte offset X, truncated, newer format, ...).
+pub fn verify(file: &Path) -> Result<(), Failure> {
+    let bar = progress::step(format!("verifying {}", file.display()));
+    let result = verify_backup(file);
+    bar.finish_and_clear();
+    let summary = result.map_err(|e| {
+        Failure::from(e).context(&format!("{} failed verification", file.display()))
+    })?;
+    println!("backup OK: {}", file.display());
+    print!("{}", show::summary(&summary));
+    Ok(())
+}
+
+/// Read up to `max` JSON lines from the relay's stream, then its final line.
+fn json_lines(reply: mbx_relay::admin::client::Reply, max: usize) -> Result<Vec<Value>, Failure> {
+    let mut reader = BufReader::new(reply);
+    let mut out = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let n = (&mut reader)
+            .take(MAX_JSON_LINE)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Failure::new(Code::Store, format!("reading from the relay: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        if out.len() >= max {
+            return Err(Failure::new(
+                Code::Store,
+                "the relay sent more lines than asked for",
+            ));
+        }
+        let v = serde_json::from_slice(&line).map_err(|e| {
+            Failure::new(
+                Code::Store,
+                format!("the relay sent a line that is not JSON: {e}"),
+            )
+        })?;
+        out.push(v);
+    }
+    reader.into_inner().finish()?;
+    Ok(out)
+}
+
+/// Stats as aligned text.
+fn stats_text(v: &Value) -> String {
+    let num = |k: &str| v[k].as_u64().unwrap_or(0);
+    let mut s = String::new();
+    s.push_str(&format!(
+        "epoch               {}\n",
+        v["epoch"].as_str().unwrap_or("?")
+    ));
+    match (
+        v["relay_key_fingerprint"].as_str(),
+        v["relay_pubkey"].as_str(),
+    ) {
+        (Some(fp), Some(pk)) => s.push_str(&format!("relay key           {fp} ({pk})\n")),
+        _ => s.push_str("relay key           (none pinned yet)\n"),
+    }
+    s.push_str(&format!("schema version      {}\n", num("schema_version")));
+    s.push_str(&format!(
+        "enrolments          {} live, {} revoked\n",
+        num("live_enrolments"),
+        num("revoked_enrolments")
+    ));
+    s.push_str(&format!(
+        "queued              {} items, {}\n",
+        num("queued_items"),
+        human_bytes(num("queued_bytes"))
+    ));
+    match (
+        v["oldest_queued_ms"].as_u64(),
+        v["oldest_queued_age_ms"].as_u64(),
+    ) {
+        (Some(at), Some(age)) => s.push_str(&format!(
+            "oldest queued item  {} ago ({})\n",
+            human_age(age),
+            iso_ms(at)
+        )),
+        _ => s.push_str("oldest queued item  (queue empty)\n"),
+    }
+    s.push_str(&format!("dedup rows          {}\n", num("dedup_rows")));
+    s.push_str(&format!(
+        "size on disk        {}\n",
+        human_bytes(num("disk_bytes"))
+    ));
+    let top = v["top_targets"].as_array().cloned().unwrap_or_default();
+    if !top.is_empty() {
+        s.push_str("top targets by queued items:\n");
+        for t in &top {
+            s.push_str(&format!(
+                "  {}  {:>8} items  {:>10}  {}\n",
+                t["fingerprint"].as_str().unwrap_or("?"),
+                t["items"].as_u64().unwrap_or(0),
+                human_bytes(t["bytes"].as_u64().unwrap_or(0)),
+                t["host_pubkey"].as_str().unwrap_or("?"),
+            ));
+        }
+    }
+    s
+}
+
+/// Turns the store's JSON-lines dump into one `field=value` line per record.
+struct Readable<W: Write> {
+    out: W,
+    line: Vec<u8>,
+}
+
+/// A line longer than this is passed through as it is rather than buffered further.
+const MAX_READABLE_LINE: usize = 64 << 20;
+
+impl<W: Write> Readable<W> {
+    fn emit(&mut self) -> io::Result<()> {
+        let text = match serde_json::from_slice::<Value>(&self.line) {
+            Ok(v) => readable_record(&v),
+            Err(_) => String::from_utf8_lossy(&self.line).trim_end().to_string(),
+        };
+        self.line.clear();
+        writeln!(self.out, "{text}")
+    }
+}
+
+impl<W: Write> Write for Readable<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        for chunk in buf.split_inclusive(|&b| b == b'\n') {
+            self.line.extend_from_slice(chunk);
+            if chunk.ends_with(b"\n") || self.line.len() > MAX_READABLE_LINE {
+                self.emit()?;
+            }
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.line.is_empty() {
+            self.emit()?;
+        }
+        self.out.flush()
+    }
+}
+
+/// One record: its partition first (when the dump names it), then `field=value` pairs.
+fn readable_record(v: &Value) -> String {
+    let Some(obj) = v.as_object() else {
+        return v.to_string();
+    };
+    let mut parts = Vec::with_capacity(obj.len());
+    if let Some(p) = obj.get("partition").and_then(Value::as_str) {
+        parts.push(format!("{p:<12}"));
+    }
+    for (k, val) in obj {
+        if k == "partition" {
+            continue;
+        }
+        let shown = match val {
+            Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => s.clone(),
+            other => other.to_string(),
+        };
+        parts.push(format!("{k}={shown}"));
+    }
+    parts.join("  ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_lines_become_readable() {
+        let mut r = Readable {
+            out: Vec::new(),
+            line: Vec::new(),
+        };
+        r.write_all(
+            b"{\"partition\":\"items\",\"seq\":5,\"item_id\":\"a b\"}\n{\"partition\":\"me",
+        )
+        .unwrap();
+        r.write_all(b"ta\",\"key\":\"epoch\"}\nnot json\n").unwrap();
+        r.flush().unwrap();
+        let text = String::from_utf8(r.out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "items         item_id=\"a b\"  seq=5");
+        assert_eq!(lines[1], "meta          key=epoch");
+        assert_eq!(lines[2], "not json");
+    }
+
+    #[test]
+    fn stats_text_names_every_figure() {
+        let v = serde_json::json!({
+            "epoch": "e-1", "relay_pubkey": "PK", "relay_key_fingerprint": "ab12-cd34-ef56-7890",
+            "schema_version": 1, "live_enrolments": 3, "revoked_enrolments": 1,
+            "queued_items": 10, "queued_bytes": 2048, "dedup_rows": 12,
+            "oldest_queued_ms": 1_000, "oldest_queued_age_ms": 90_000, "disk_bytes": 4096,
+            "top_targets": [{"fingerprint": "ffff-0000-1111-2222", "items": 10, "bytes": 2048, "host_pubkey": "HK"}],
+        });
+        let t = stats_text(&v);
+        for want in [
+            "e-1",
+            "ab12-cd34-ef56-7890",
+            "3 live, 1 revoked",
+            "10 items, 2.0 KiB",
+            "1m 30s ago",
+            "dedup rows          12",
+            "4.0 KiB",
+            "ffff-0000-1111-2222",
+        ] {
+            assert!(t.contains(want), "missing {want:?} in\n{t}");
+        }
+    }
+}
