@@ -78,6 +78,15 @@ pub fn fingerprint(pk: &[u8; 32]) -> String {
     out
 }
 
+/// Overwrites secret bytes we are done with (volatile writes, so they are not optimised away).
+fn wipe(bytes: &mut [u8]) {
+    for b in bytes.iter_mut() {
+        // SAFETY: `b` is a valid, aligned, exclusive reference to a u8.
+        unsafe { std::ptr::write_volatile(b, 0) };
+    }
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
 /// An Ed25519 signing key. The inner key zeroizes its seed on drop (ed25519-dalek's default
 /// `zeroize` feature); `Debug` prints only the fingerprint.
 pub struct SigningKey {
@@ -107,9 +116,34 @@ impl SigningKey {
 
     /// The key from a base64 seed (surrounding whitespace, e.g. a trailing newline, ignored).
     pub fn from_seed_b64(s: &str) -> Result<Self, KeyError> {
-        let bytes = unb64(s.trim()).ok_or(KeyError::BadSeed)?;
-        let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| KeyError::BadSeed)?;
-        Ok(Self::from_seed(&seed))
+        let mut bytes = unb64(s.trim()).ok_or(KeyError::BadSeed)?;
+        let key = match bytes.len() {
+            32 => Self::from_secret_bytes(&bytes),
+            _ => Err(KeyError::BadSeed),
+        };
+        wipe(&mut bytes);
+        key
+    }
+
+    /// The key from decoded private key bytes: a 32-byte seed, or the 64-byte seed‖public form
+    /// (whose public half must match).
+    fn from_secret_bytes(bytes: &[u8]) -> Result<Self, KeyError> {
+        let (seed, public) = match bytes.len() {
+            32 => (bytes, None),
+            64 => {
+                let (seed, public) = bytes.split_at(32);
+                (seed, Some(public))
+            }
+            _ => return Err(KeyError::BadSeed),
+        };
+        let mut seed_arr = [0u8; 32];
+        seed_arr.copy_from_slice(seed);
+        let key = Self::from_seed(&seed_arr);
+        wipe(&mut seed_arr);
+        match public {
+            Some(p) if key.public().as_slice() != p => Err(KeyError::PublicKeyMismatch),
+            _ => Ok(key),
+        }
     }
 
     /// The key from a key file's text: a base64 seed, or JSON `{"publicKey","privateKey"}`
@@ -125,19 +159,10 @@ impl SigningKey {
             .get("privateKey")
             .and_then(Value::as_str)
             .ok_or(KeyError::BadKeyFile)?;
-        let bytes = unb64(private.trim()).ok_or(KeyError::BadSeed)?;
-        let key = match bytes.len() {
-            32 => Self::from_seed(bytes.as_slice().try_into().map_err(|_| KeyError::BadSeed)?),
-            64 => {
-                let (seed, public) = bytes.split_at(32);
-                let key = Self::from_seed(seed.try_into().map_err(|_| KeyError::BadSeed)?);
-                if key.public().as_slice() != public {
-                    return Err(KeyError::PublicKeyMismatch);
-                }
-                key
-            }
-            _ => return Err(KeyError::BadSeed),
-        };
+        let mut bytes = unb64(private.trim()).ok_or(KeyError::BadSeed)?;
+        let key = Self::from_secret_bytes(&bytes);
+        wipe(&mut bytes);
+        let key = key?;
         match v.get("publicKey") {
             None | Some(Value::Null) => Ok(key),
             Some(Value::String(p)) if parse_pubkey(p.trim()) == Some(key.public()) => Ok(key),
