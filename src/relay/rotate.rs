@@ -14,11 +14,8 @@ impl Relay {
     /// # Errors
     /// 400 bad rotation; 404 old key not enrolled; 409 new key revoked here; 503 store failure.
     pub async fn rotate(&self, body: &Value) -> Reply {
-        let obj = expect_object(body)?;
-        let rotation = obj
-            .get("rotation")
-            .ok_or_else(|| RelayError::bad_request("bad rotation"))?;
-        let rot = parse_rotation(rotation)
+        expect_object(body)?;
+        let rot = parse_rotation(body)
             .map_err(|e| RelayError::bad_request(format!("bad rotation: {e}")))?;
         let old = self
             .store

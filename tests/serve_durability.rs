@@ -1,0 +1,461 @@
+//! Durability of `mbx-relay serve` across restarts, crashes and time (PROTOCOL.md §3, §4, §6):
+//! every accepted item survives `kill -9` with its seq and bytes; epoch, relay key, enrolments and
+//! allowlists are kept; a retry is a duplicate with the original seq; a stale heartbeat rotates
+//! the epoch; the retention sweep queues a relay-signed expiry notice; rotation moves the queue;
+//! another relay key is refused; SIGTERM shuts down cleanly.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    assert_rejected, envelope_item, receipt_item, rotation, verify_accept, Host, Relay, RelayOpts,
+    GENEROUS,
+};
+use mbx_relay::wire::canonical::canonical_json;
+use mbx_relay::wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical, SigningKey};
+use serde_json::{json, Value};
+
+/// Pull everything queued for `host` (bounded pages).
+fn pull_all(relay: &Relay, host: &Host) -> Vec<Value> {
+    host.pull_all(relay, 0)
+}
+
+/// Poll `f` every 200 ms until it returns `Some`, for at most `limit`.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn kill9_restart_keeps_items_seqs_epoch_key_enrolments_and_allowlists() {
+    let mut relay = Relay::start(GENEROUS);
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let c = Host::enrolled(&relay, "carol");
+    assert_eq!(
+        b.publish_senders(&relay, &[a.pubkey()], common::now_ms())
+            .ok(),
+        json!({"ok": true})
+    );
+    let (pk, epoch) = (relay.pubkey(), relay.epoch());
+
+    // A batch and some single pushes, plus a two-target item.
+    let mut items: Vec<Value> = (0..5).map(|_| envelope_item(&a, &[&b])).collect();
+    let batch = a.push_results(&relay, &items);
+    let mut accepted: Vec<(Value, Value)> = items.drain(..).zip(batch).collect();
+    for _ in 0..3 {
+        let it = envelope_item(&a, &[&b]);
+        let r = a.push_one(&relay, &it);
+        accepted.push((it, r));
+    }
+    let two = envelope_item(&a, &[&b, &c]);
+    let r = a.push_one(&relay, &two);
+    accepted.push((two, r));
+    let mut seqs_for_b = Vec::new();
+    for (it, r) in &accepted {
+        assert_eq!(r["status"], json!("accepted"), "{r}");
+        let seqs = verify_accept(r, it, &a, &pk, &epoch);
+        seqs_for_b.push((seqs[0], it.clone()));
+    }
+
+    relay.restart(); // SIGKILL, then the same store and flags
+
+    assert_eq!(relay.pubkey(), pk, "same relay key after kill -9");
+    assert_eq!(relay.epoch(), epoch, "a quick restart keeps the epoch");
+
+    // Every accepted item is pullable with the same seq and the same bytes, in seq order.
+    let pulled = pull_all(&relay, &b);
+    assert_eq!(pulled.len(), seqs_for_b.len(), "pulled: {pulled:?}");
+    for (p, (seq, it)) in pulled.iter().zip(&seqs_for_b) {
+        assert_eq!(p["seq"], json!(seq));
+        assert_eq!(p["item_id"], it["item_id"]);
+        assert_eq!(p["kind"], json!("envelope"));
+        assert_eq!(p["sender_pubkey"], json!(a.pubkey()));
+        assert_eq!(
+            p["wire_b64"], it["targets"][0]["wire_b64"],
+            "exact wire bytes"
+        );
+    }
+    let carol = pull_all(&relay, &c);
+    assert_eq!(carol.len(), 1);
+
+    // A retry of every accepted item is a duplicate carrying the original seqs and time.
+    for (it, first) in &accepted {
+        let r = a.push_one(&relay, it);
+        assert_eq!(r["status"], json!("duplicate"), "{r}");
+        let seqs = verify_accept(&r, it, &a, &pk, &epoch);
+        let orig: Vec<u64> = first["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, orig, "duplicate reports the original seqs");
+        assert_eq!(
+            r["accept"]["at"], first["accept"]["at"],
+            "duplicate carries the original acceptance time"
+        );
+    }
+
+    // Enrolments survived (hops still verify, `you` is there) and so did bob's allowlist.
+    let me = b.info(&relay);
+    assert_eq!(me["you"]["pubkey"], json!(b.pubkey()));
+    assert_eq!(me["you"]["head_seq"], json!(seqs_for_b.last().unwrap().0));
+    let r = c.push_one(&relay, &envelope_item(&c, &[&b]));
+    assert_rejected(&r, "sender not accepted by target");
+    let r = c.push_one(&relay, &envelope_item(&c, &[&a]));
+    assert_eq!(
+        r["status"],
+        json!("accepted"),
+        "carol is still enrolled and alice has no list: {r}"
+    );
+
+    // New seqs continue above the old ones.
+    let r = a.push_one(&relay, &envelope_item(&a, &[&b]));
+    assert!(r["targets"][0]["seq"].as_u64().unwrap() > seqs_for_b.last().unwrap().0);
+}
+
+#[test]
+fn stale_heartbeat_rotates_the_epoch_once_with_one_log_line() {
+    let mut relay = Relay::start(&["--heartbeat-stale", "3s"]);
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let it = envelope_item(&a, &[&b]);
+    let first = a.push_one(&relay, &it);
+    assert_eq!(first["status"], json!("accepted"));
+    let epoch1 = relay.epoch();
+
+    // A restart within the stale window keeps the epoch.
+    relay.restart();
+    assert_eq!(relay.epoch(), epoch1);
+    assert!(
+        !relay.stderr_log().contains("epoch rotated"),
+        "{}",
+        relay.stderr_log()
+    );
+
+    // Down for longer than --heartbeat-stale: the epoch rotates at startup.
+    relay.kill9();
+    std::thread::sleep(Duration::from_millis(4_500));
+    relay.start_again().expect("restarts");
+    let epoch2 = relay.epoch();
+    assert_ne!(epoch2, epoch1, "stale heartbeat rotates the epoch");
+    assert!(common::is_uuid_v4(&epoch2));
+    let log = relay.stderr_log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("epoch rotated"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one log line saying why: {log}");
+    assert!(lines[0].contains("old"), "the line says why: {}", lines[0]);
+
+    // Data is kept under the new epoch; a pull with the old epoch is refused with the current one.
+    let r = b.pull(&relay, &format!("?epoch={epoch1}"));
+    assert_eq!(r.status, 409);
+    assert_eq!(r.json()["epoch"], json!(epoch2));
+    let items = b.pull(&relay, &format!("?epoch={epoch2}")).ok();
+    assert_eq!(items["items"][0]["item_id"], it["item_id"]);
+    // A re-push is still a duplicate (dedup survives), now accepted under the new epoch.
+    let r = a.push_one(&relay, &it);
+    assert_eq!(r["status"], json!("duplicate"));
+    assert_eq!(r["accept"]["epoch"], json!(epoch2));
+    assert_eq!(r["targets"], first["targets"]);
+}
+
+#[test]
+fn sweep_expires_items_and_queues_a_relay_signed_notice_for_the_sender() {
+    let relay = Relay::start(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let (relay_pk, epoch) = (relay.pubkey(), relay.epoch());
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let env = envelope_item(&a, &[&b]);
+    let r = a.push_one(&relay, &env);
+    assert_eq!(r["status"], json!("accepted"));
+    let accepted_at = r["accept"]["at"].as_str().unwrap().to_string();
+    let rc = receipt_item(&a, &b);
+    assert_eq!(a.push_one(&relay, &rc)["status"], json!("accepted"));
+    assert_eq!(pull_all(&relay, &b).len(), 2);
+
+    // Within a few sweep intervals both items leave bob's queue and alice gets one notice.
+    let notices = wait_for(Duration::from_secs(20), || {
+        let mine = pull_all(&relay, &a);
+        (!mine.is_empty() && pull_all(&relay, &b).is_empty()).then_some(mine)
+    })
+    .expect("expiry notice queued for the sender and bob's queue emptied");
+    assert_eq!(notices.len(), 1, "receipts expire silently: {notices:?}");
+    let n = &notices[0];
+    let item_id = env["item_id"].as_str().unwrap();
+    assert_eq!(n["kind"], json!("expired"));
+    assert_eq!(
+        n["item_id"],
+        json!(format!("expired:{item_id}:{}", b.pubkey()))
+    );
+    assert_eq!(n["sender_pubkey"], json!(relay_pk));
+    let wire = unb64(n["wire_b64"].as_str().unwrap()).unwrap();
+    let doc: Value = serde_json::from_slice(&wire).unwrap();
+    assert_eq!(
+        String::from_utf8(wire.clone()).unwrap(),
+        canonical_json(&doc),
+        "wire is canonical JSON"
+    );
+    let notice = &doc["notice"];
+    common::assert_keys(
+        notice,
+        &[
+            "v",
+            "type",
+            "item_id",
+            "target_pubkey",
+            "accepted_at",
+            "expired_at",
+        ],
+    );
+    assert_eq!(notice["v"], json!(1));
+    assert_eq!(notice["type"], json!("relay-expired"));
+    assert_eq!(notice["item_id"], json!(item_id));
+    assert_eq!(notice["target_pubkey"], json!(b.pubkey()));
+    assert_eq!(notice["accepted_at"], json!(accepted_at));
+    assert!(common::is_iso_ms(notice["expired_at"].as_str().unwrap()));
+    let pk = parse_pubkey(&relay_pk).unwrap();
+    assert!(
+        verify_canonical(&pk, notice, doc["sig"].as_str().unwrap()),
+        "notice signed by the relay key"
+    );
+
+    // The dedup row outlives the item (retention + 7 days): a late retry is a duplicate.
+    let r = a.push_one(&relay, &env);
+    assert_eq!(r["status"], json!("duplicate"), "{r}");
+    assert_eq!(r["accept"]["epoch"], json!(epoch));
+    assert!(
+        pull_all(&relay, &b).is_empty(),
+        "a late retry is not re-delivered"
+    );
+}
+
+#[test]
+fn rotation_moves_the_queue_to_the_new_key() {
+    let relay = Relay::start(GENEROUS);
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let items: Vec<Value> = (0..3).map(|_| envelope_item(&a, &[&b])).collect();
+    for r in a.push_results(&relay, &items) {
+        assert_eq!(r["status"], json!("accepted"));
+    }
+    let b2 = Host {
+        name: b.name.clone(),
+        key: SigningKey::generate(),
+    };
+
+    // Bad rotations first: unknown old key 404, a record signed by the wrong key 400.
+    let stranger = SigningKey::generate();
+    let r = relay.post_json(
+        "/v2/relay/rotate",
+        &rotation("bob", &stranger, &b2.key, None, None),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    let r = relay.post_json(
+        "/v2/relay/rotate",
+        &rotation("bob", &b.key, &b2.key, Some(&stranger), None),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    let r = relay.post_json(
+        "/v2/relay/rotate",
+        &rotation("bob", &b.key, &b2.key, None, None),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"moved": 3}));
+
+    // The new key holds the queue, in order, with the same bytes; the old key is gone.
+    let pulled = pull_all(&relay, &b2);
+    assert_eq!(pulled.len(), 3);
+    let mut last = 0;
+    for (p, it) in pulled.iter().zip(&items) {
+        assert_eq!(p["item_id"], it["item_id"]);
+        assert_eq!(p["wire_b64"], it["targets"][0]["wire_b64"]);
+        let seq = p["seq"].as_u64().unwrap();
+        assert!(seq > last);
+        last = seq;
+    }
+    assert_eq!(b.pull(&relay, "").status, 401, "the old key is revoked");
+    assert_rejected(
+        &a.push_one(&relay, &envelope_item(&a, &[&b])),
+        "target not enrolled",
+    );
+    assert_eq!(
+        a.push_one(&relay, &envelope_item(&a, &[&b2]))["status"],
+        json!("accepted")
+    );
+    // Dedup rows moved: re-pushing an old item addressed to the new key is a duplicate.
+    let moved = common::item(
+        "envelope",
+        items[0]["item_id"].as_str().unwrap(),
+        &[(b2.pubkey(), common::item_wire(&items[0]))],
+    );
+    let r = a.push_one(&relay, &moved);
+    assert_eq!(r["status"], json!("duplicate"), "{r}");
+    // Rotating back onto the revoked key is refused.
+    let r = relay.post_json(
+        "/v2/relay/rotate",
+        &rotation("bob", &b2.key, &b.key, None, None),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+}
+
+#[test]
+fn another_relay_key_is_refused_without_leaking_key_material() {
+    let mut relay = Relay::start(&[]);
+    let pk = relay.pubkey();
+    let key_file = relay.store_dir().join("relay.key");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key_file)
+            .expect("relay.key written")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "relay.key is owner-only");
+    }
+    let stored =
+        SigningKey::from_key_file(std::fs::read_to_string(&key_file).unwrap().trim()).unwrap();
+    assert_eq!(stored.public_b64(), pk);
+    relay.terminate(Duration::from_secs(20));
+
+    let other = SigningKey::generate();
+    let seed = other.seed_b64();
+    let err = match Relay::launch(
+        RelayOpts::default()
+            .store(relay.store_dir())
+            .env("MBX_RELAY_KEY", &seed),
+    ) {
+        Ok(_) => panic!("a store pinned to another key must refuse to serve"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains(&fingerprint(&other.public())),
+        "names the key by fingerprint: {err}"
+    );
+    assert!(!err.contains(&seed), "never prints key material");
+    assert!(
+        !err.contains(&other.public_b64()),
+        "no raw public key either"
+    );
+
+    // The JSON key form of the right key (as MBX_RELAY_KEY) is accepted and keeps the identity.
+    let json_key =
+        json!({"publicKey": stored.public_b64(), "privateKey": stored.seed_b64()}).to_string();
+    let again = Relay::launch(
+        RelayOpts::default()
+            .store(relay.store_dir())
+            .env("MBX_RELAY_KEY", &json_key),
+    )
+    .expect("own key accepted");
+    assert_eq!(again.pubkey(), pk);
+    assert!(!again.stderr_log().contains(&stored.seed_b64()));
+}
+
+#[test]
+fn sigterm_finishes_cleanly_and_releases_the_store() {
+    let mut relay = Relay::start(&[]);
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let it = envelope_item(&a, &[&b]);
+    assert_eq!(a.push_one(&relay, &it)["status"], json!("accepted"));
+    assert_eq!(
+        relay.terminate(Duration::from_secs(20)),
+        Some(0),
+        "clean exit code"
+    );
+    assert!(
+        relay.stderr_log().contains("store closed"),
+        "{}",
+        relay.stderr_log()
+    );
+    relay.start_again().expect("the lock was released");
+    assert_eq!(pull_all(&relay, &b)[0]["item_id"], it["item_id"]);
+}
+
+#[test]
+fn keygen_prints_a_seed_and_its_fingerprint() {
+    let out = std::process::Command::new(common::BIN)
+        .arg("keygen")
+        .output()
+        .expect("keygen runs");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .to_string()
+    };
+    let key = SigningKey::from_seed_b64(&field("seed")).expect("seed is a base64 seed");
+    assert_eq!(field("fingerprint"), fingerprint(&key.public()));
+    assert!(out.stderr.is_empty(), "key material only on stdout");
+}
+
+/// Crash windows (spec §5) with real aborts: the relay dies right after the commit (the answer is
+/// lost) or right before it; a retry after restart is a duplicate with the same seq, or the first
+/// acceptance.
+#[cfg(feature = "failpoints")]
+#[test]
+fn crash_windows_around_the_push_commit() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let boot = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).unwrap();
+    let a = Host::enrolled(&boot, "alice");
+    let b = Host::enrolled(&boot, "bob");
+    drop(boot);
+
+    for (point, expect) in [
+        ("relay-after-commit", "duplicate"),
+        ("relay-before-commit", "accepted"),
+    ] {
+        let crashing = Relay::launch(
+            RelayOpts::args(GENEROUS)
+                .store(&store)
+                .env("MBX_FAILPOINT", point),
+        )
+        .unwrap();
+        let it = envelope_item(&a, &[&b]);
+        let body = json!({ "items": [it] }).to_string();
+        let mut req = format!(
+            "POST /v2/relay/items HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in a.hop_headers(
+            "POST",
+            "/v2/relay/items",
+            body.as_bytes(),
+            &common::Hop::default(),
+        ) {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(&body);
+        let raw = common::send_raw(crashing.addr(), req.as_bytes()).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&raw).contains(" 200 "),
+            "{point}: no answer from a crashed relay"
+        );
+        drop(crashing);
+        let relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).unwrap();
+        let r = a.push_one(&relay, &it);
+        assert_eq!(r["status"], json!(expect), "{point}: {r}");
+        let queued: Vec<Value> = pull_all(&relay, &b)
+            .into_iter()
+            .filter(|p| p["item_id"] == it["item_id"])
+            .collect();
+        assert_eq!(queued.len(), 1, "{point}: stored exactly once");
+        assert_eq!(queued[0]["seq"], r["targets"][0]["seq"]);
+    }
+}
