@@ -94,11 +94,63 @@ fn write_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Splits Rust's `{:e}` text (`d[.ddd]e[-]N`) into its digit string and decimal exponent.
+fn sci_parts(sci: &str) -> (String, i64) {
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
+    let digits = mantissa.chars().filter(char::is_ascii_digit).collect();
+    (digits, exp.parse().unwrap_or(0))
+}
+
+/// The shortest round-trip decimal digits of a finite positive `x` and their exponent
+/// (`x ≈ d.ddd × 10^exp`), with ECMAScript's tie rule: when two shortest candidates are
+/// equally close to `x`, the even one. Rust's shortest formatting resolves such exact ties
+/// upward (`8800014503606.8125` → `…6.813`), V8 to even (`…6.812`), so ties are detected from
+/// the exact decimal expansion and corrected.
+fn shortest_digits(x: f64) -> (String, i64) {
+    let (digits, exp) = sci_parts(&format!("{x:e}"));
+    // Integers below 2^53 have no ties: a neighbour candidate would be ≥ 5 away (ulp ≤ 1).
+    if x.fract() == 0.0 && x < 9_007_199_254_740_992.0 {
+        return (digits, exp);
+    }
+    // 800 fractional digits hold the exact expansion of any f64 (at most 767 significant).
+    let (exact, exact_exp) = sci_parts(&format!("{x:.800e}"));
+    let k = digits.len();
+    let tail = exact.get(k..).unwrap_or("");
+    let is_tie = exact_exp == exp
+        && tail.starts_with('5')
+        && tail
+            .get(1..)
+            .is_some_and(|rest| rest.bytes().all(|b| b == b'0'));
+    let last = digits.bytes().last().unwrap_or(b'0');
+    if !is_tie || (last - b'0') & 1 == 0 {
+        return (digits, exp);
+    }
+    // `digits` is either the truncation of `exact` (then the other candidate is +1) or the
+    // rounded-up one (then −1); the other one ends in an even digit.
+    let truncated = exact.get(..k).unwrap_or("") == digits;
+    let other_last = if truncated { last + 1 } else { last - 1 };
+    if other_last > b'9' {
+        return (digits, exp);
+    }
+    let mut other = digits.clone().into_bytes();
+    if let Some(l) = other.last_mut() {
+        *l = other_last;
+    }
+    let other = String::from_utf8(other).unwrap_or_default();
+    let (first, rest) = other.split_at(1.min(other.len()));
+    let roundtrips = format!("{first}.{rest}e{exp}").parse::<f64>() == Ok(x);
+    if roundtrips {
+        (other.trim_end_matches('0').to_string(), exp)
+    } else {
+        (digits, exp)
+    }
+}
+
 /// `x` printed like JavaScript `Number.prototype.toString()` (radix 10).
 ///
-/// Uses Rust's shortest round-trip digits (`{:e}`) and then the ECMAScript Number::toString
-/// layout rules: plain digits while the decimal exponent is within 21, `0.000001`-style down to
-/// 1e-7, otherwise `d.ddde+N` / `de-N`. `-0` prints as `0`.
+/// Uses the shortest round-trip digits ([`shortest_digits`]) and then the ECMAScript
+/// Number::toString layout rules: plain digits while the decimal exponent is within 21,
+/// `0.000001`-style down to 1e-7, otherwise `d.ddde+N` / `de-N`. `-0` prints as `0`.
 pub fn js_number(x: f64) -> String {
     if x.is_nan() {
         return "NaN".to_string();
@@ -113,14 +165,7 @@ pub fn js_number(x: f64) -> String {
     if x < 0.0 {
         out.push('-');
     }
-    let sci = format!("{:e}", x.abs());
-    // `sci` is `d[.ddd]e[-]N`; split into digit string s (k digits) and exponent.
-    let (mantissa, exp) = match sci.split_once('e') {
-        Some(parts) => parts,
-        None => (sci.as_str(), "0"),
-    };
-    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-    let e: i64 = exp.parse().unwrap_or(0);
+    let (digits, e) = shortest_digits(x.abs());
     let k = digits.len() as i64;
     // ECMAScript's n: value = 0.s * 10^n, i.e. s * 10^(n-k).
     let n = e + 1;
@@ -142,7 +187,7 @@ pub fn js_number(x: f64) -> String {
         out.push_str(&digits);
     } else {
         let e = n - 1;
-        let (first, rest) = digits.split_at(1);
+        let (first, rest) = digits.split_at(1.min(digits.len()));
         out.push_str(first);
         if !rest.is_empty() {
             out.push('.');
@@ -193,6 +238,12 @@ mod tests {
             (0.1 + 0.2, "0.30000000000000004"),
             (100.0, "100"),
             (1234.5678e10, "12345678000000"),
+            // exact ties between two shortest candidates resolve to the even digit, like V8
+            (8_800_014_503_606.0 + 0.8125, "8800014503606.812"),
+            (-(142_824_365_923_326.0 + 0.625), "-142824365923326.62"),
+            (2_067_776_186_925_270.0 + 0.25, "2067776186925270.2"),
+            (0.5, "0.5"),
+            (2.5, "2.5"),
         ];
         for (x, want) in cases {
             assert_eq!(js_number(*x), *want, "js_number({x:e})");

@@ -7,7 +7,8 @@
 //! - [`parse_date_loose`] accepts what `Date.parse` in Node accepts in practice for an envelope
 //!   `ts`: the ISO forms (year / year-month / date, with optional time, seconds, fraction and `Z`
 //!   or `±HH:mm` offset; `T` or a space as separator), and the `toUTCString` / `toString` /
-//!   RFC 2822 forms (`Sun, 29 Nov 2026 14:00:00 GMT`, `Sun Nov 29 2026 14:00:00 GMT+0000`).
+//!   RFC 2822 forms (`Sun, 29 Nov 2026 14:00:00 GMT`, `Sun Nov 29 2026 14:00:00 GMT+0000`),
+//!   and the slash forms `2026/11/29` and `11/29/2026` (optionally with time and zone).
 //!   A date-time without an offset is read as UTC (the relay runs on UTC). Like V8, an
 //!   out-of-range day within 1..=31 rolls over into the next month.
 //!
@@ -283,7 +284,7 @@ const MONTHS: [&str; 12] = [
 ];
 const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
-/// The `toUTCString`, `toString` and RFC 2822 forms:
+/// The `toUTCString`, `toString`, RFC 2822 and slash forms:
 /// `[Wdy[,]] DD Mon YYYY [HH:mm[:ss]] [zone]` or `[Wdy] Mon DD[,] YYYY [HH:mm[:ss]] [zone]`,
 /// zone being `GMT`/`UTC`/`Z`, optionally followed by `±HHmm`, then an optional `(comment)`.
 fn parse_legacy(s: &str) -> Option<i64> {
@@ -323,8 +324,20 @@ fn parse_legacy(s: &str) -> Option<i64> {
         [d, m, y, rest @ ..] if month_of(m).is_some() => {
             (month_of(m)?, number(d, 2)?, number(y, 4)?, rest)
         }
+        [date, rest @ ..] if date.contains('/') => {
+            let parts: Vec<&str> = date.split('/').collect();
+            match parts.as_slice() {
+                [y, m, d] if y.len() == 4 => (number(m, 2)?, number(d, 2)?, number(y, 4)?, rest),
+                [y, m] if y.len() == 4 => (number(m, 2)?, 1, number(y, 4)?, rest),
+                [m, d, y] if y.len() == 4 => (number(m, 2)?, number(d, 2)?, number(y, 4)?, rest),
+                _ => return None,
+            }
+        }
         _ => return None,
     };
+    if !(1..=12).contains(&month) {
+        return None;
+    }
     if !(1..=31).contains(&day) {
         return None;
     }
@@ -457,6 +470,10 @@ mod tests {
             ("Sun Nov 29 2026 15:00:00 GMT+0100", t),
             ("Nov 29, 2026", day),
             ("29 Nov 2026 14:00 UTC", t),
+            ("2026/11/29", day),
+            ("2026/11", 1_793_491_200_000),
+            ("11/29/2026 14:00:00", t),
+            ("2026/11/29 15:00 GMT+0100", t),
             (" 2026-11-29T14:00:00Z ", t),
         ];
         for (s, want) in cases {
@@ -479,6 +496,8 @@ mod tests {
             "Sun, 29 Nov 2026 14:00:00 Mars",
             "2026-11-29T14:00:00.Z",
             "2026年11月29日",
+            "2026/13/29",
+            "26/11/29",
             "+999999-01-01",
         ] {
             assert_eq!(parse_date_loose(bad), None, "{bad:?}");
