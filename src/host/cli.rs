@@ -101,7 +101,11 @@ pub fn run(args: HostArgs) -> ExitCode {
                 println!("{}", json!({"error": e.to_string()}));
             }
             eprintln!("mbx-relay host: {e}");
-            ExitCode::from(if matches!(e, HostError::Usage(_)) { 2 } else { 1 })
+            ExitCode::from(if matches!(e, HostError::Usage(_)) {
+                2
+            } else {
+                1
+            })
         }
     }
 }
@@ -114,7 +118,12 @@ fn dispatch(a: &HostArgs) -> Out {
         HostCommand::Init { name } => init(dir, name),
         HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
-        HostCommand::Send { to, subject, file, body } => send(dir, to, subject, file.as_deref(), body.as_deref()),
+        HostCommand::Send {
+            to,
+            subject,
+            file,
+            body,
+        } => send(dir, to, subject, file.as_deref(), body.as_deref()),
         HostCommand::Sync => sync(dir),
         HostCommand::Inbox => inbox(dir),
         HostCommand::Quarantine => quarantine(dir),
@@ -157,23 +166,41 @@ fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
     if a.status != 200 {
         return Err(HostError::Relay(format!("relay info: {}", a.error())));
     }
-    let offered = a.body.get("relay_pubkey").and_then(Value::as_str).unwrap_or("");
-    let offered_pk = parse_pubkey(offered).ok_or_else(|| HostError::Relay("relay info carries no valid relay key".into()))?;
+    let offered = a
+        .body
+        .get("relay_pubkey")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let offered_pk = parse_pubkey(offered)
+        .ok_or_else(|| HostError::Relay("relay info carries no valid relay key".into()))?;
     let fp = fingerprint(&offered_pk);
     let old = store.relay()?;
     match expect_fp {
         Some(want) if want.trim().to_ascii_lowercase() != fp => {
-            return Err(HostError::Relay(format!("the relay at {url} presents key {fp}, not {want}; nothing pinned")));
+            return Err(HostError::Relay(format!(
+                "the relay at {url} presents key {fp}, not {want}; nothing pinned"
+            )));
         }
         None => {
-            if let Some(old) = old.as_ref().filter(|o| o.url == url && o.relay_pubkey != offered) {
-                let pinned = parse_pubkey(&old.relay_pubkey).map(|k| fingerprint(&k)).unwrap_or_default();
-                return Err(HostError::RelayKeyChanged { url: url.into(), pinned_fp: pinned, offered_fp: fp });
+            if let Some(old) = old
+                .as_ref()
+                .filter(|o| o.url == url && o.relay_pubkey != offered)
+            {
+                let pinned = parse_pubkey(&old.relay_pubkey)
+                    .map(|k| fingerprint(&k))
+                    .unwrap_or_default();
+                return Err(HostError::RelayKeyChanged {
+                    url: url.into(),
+                    pinned_fp: pinned,
+                    offered_fp: fp,
+                });
             }
         }
         Some(_) => {}
     }
-    let same = old.as_ref().filter(|o| o.url == url && o.relay_pubkey == offered);
+    let same = old
+        .as_ref()
+        .filter(|o| o.url == url && o.relay_pubkey == offered);
     let limits = &a.body["limits"];
     let cfg = RelayConfig {
         url: url.to_string(),
@@ -184,13 +211,25 @@ fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
             .get("retention_days")
             .and_then(Value::as_f64)
             .map_or(14 * 86_400_000, |d| (d * 86_400_000.0) as u64),
-        max_batch: limits.get("max_batch").and_then(Value::as_u64).unwrap_or(200).clamp(1, 1_000),
-        max_pull: limits.get("max_pull").and_then(Value::as_u64).unwrap_or(500).clamp(1, 10_000),
+        max_batch: limits
+            .get("max_batch")
+            .and_then(Value::as_u64)
+            .unwrap_or(200)
+            .clamp(1, 1_000),
+        max_pull: limits
+            .get("max_pull")
+            .and_then(Value::as_u64)
+            .unwrap_or(500)
+            .clamp(1, 10_000),
     };
     let mut b = store.batch();
     b.set_relay(&cfg)?;
     b.commit()?;
-    let how = if expect_fp.is_some() { "confirmed by --key" } else { "trust on first use" };
+    let how = if expect_fp.is_some() {
+        "confirmed by --key"
+    } else {
+        "trust on first use"
+    };
     Ok((
         json!({"url": url, "relay_pubkey": offered, "fingerprint": fp, "pinned_by": how}),
         format!("relay {url} pinned: key {fp} ({how})"),
@@ -201,26 +240,38 @@ fn peer_add(dir: &Path, name: &str, pubkey: &str) -> Out {
     if !is_host_name(name) {
         return Err(HostError::Usage(format!("{name:?} is not a host name")));
     }
-    let pk = parse_pubkey(pubkey).ok_or_else(|| HostError::Usage("not a base64 Ed25519 public key".into()))?;
+    let pk = parse_pubkey(pubkey)
+        .ok_or_else(|| HostError::Usage("not a base64 Ed25519 public key".into()))?;
     let mut store = HostStore::open(dir)?;
     if let Some(old) = store.peer(name)? {
         if old.pubkey != pubkey {
             return Err(HostError::Usage(format!(
                 "peer {name} is already pinned to another key ({})",
-                parse_pubkey(&old.pubkey).map(|k| fingerprint(&k)).unwrap_or_default()
+                parse_pubkey(&old.pubkey)
+                    .map(|k| fingerprint(&k))
+                    .unwrap_or_default()
             )));
         }
     }
     if let Some(other) = store.peer_by_key(pubkey)?.filter(|p| p.name != name) {
-        return Err(HostError::Usage(format!("that key is already pinned as peer {}", other.name)));
+        return Err(HostError::Usage(format!(
+            "that key is already pinned as peer {}",
+            other.name
+        )));
     }
     let mut b = store.batch();
-    b.put_peer(&Peer { name: name.into(), pubkey: pubkey.into() })?;
+    b.put_peer(&Peer {
+        name: name.into(),
+        pubkey: pubkey.into(),
+    })?;
     // A new peer changes the allowlist: the next sync republishes it.
     b.set_published(None)?;
     b.commit()?;
     let fp = fingerprint(&pk);
-    Ok((json!({"name": name, "pubkey": pubkey, "fingerprint": fp}), format!("peer {name} pinned ({fp})")))
+    Ok((
+        json!({"name": name, "pubkey": pubkey, "fingerprint": fp}),
+        format!("peer {name} pinned ({fp})"),
+    ))
 }
 
 fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&str>) -> Out {
@@ -231,10 +282,14 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
         (None, None) => return Err(HostError::Usage("give --file or --body".into())),
     };
     let mut store = HostStore::open(dir)?;
-    let me = store.name()?.ok_or_else(|| HostError::Usage("host not initialised".into()))?;
-    let peer = store
-        .peer(to)?
-        .ok_or_else(|| HostError::Usage(format!("{to} is not a pinned peer; run `host peer add {to} PUBKEY`")))?;
+    let me = store
+        .name()?
+        .ok_or_else(|| HostError::Usage("host not initialised".into()))?;
+    let peer = store.peer(to)?.ok_or_else(|| {
+        HostError::Usage(format!(
+            "{to} is not a pinned peer; run `host peer add {to} PUBKEY`"
+        ))
+    })?;
     let now = now_ms();
     let id = ulid(now);
     let draft = draft_envelope(&id, &me, &peer.name, subject, &body, now)?;
@@ -263,7 +318,10 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
     b.commit()?;
     Ok((
         json!({"id": id, "to": owner_address(&peer.name)}),
-        format!("queued {id} for {}; the next sync seals and pushes it", peer.name),
+        format!(
+            "queued {id} for {}; the next sync seals and pushes it",
+            peer.name
+        ),
     ))
 }
 
@@ -273,9 +331,9 @@ fn sync(dir: &Path) -> Out {
     let mut session = Session::open(&mut store, &id, SyncOptions::from_env())?;
     let r = session.run()?;
     let text = format!(
-        "epoch {}: sealed {}, pushed {}, relay-accepted {}, push failures {}; received {}, duplicates {}, \
+        "epoch {}: sealed {}, pushed {}, relay-accepted {} ({} duplicate), push failures {}; received {}, duplicates {}, \
          quarantined {}, receipts {}, expired {}, unconfirmed {}; received_through {}, acked_through {}",
-        r.epoch, r.sealed, r.pushed, r.relay_accepted, r.push_failures, r.received, r.duplicates,
+        r.epoch, r.sealed, r.pushed, r.relay_accepted, r.relay_duplicates, r.push_failures, r.received, r.duplicates,
         r.quarantined, r.receipts_settled, r.expired, r.unconfirmed, r.received_through, r.acked_through
     );
     let v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
@@ -329,13 +387,28 @@ fn status(dir: &Path) -> Out {
     let relay = store.relay()?;
     let rows = store.rows()?;
     let mut counts = serde_json::Map::new();
-    for state in [RowState::Draft, RowState::Pending, RowState::RelayAccepted, RowState::Done, RowState::Unconfirmed, RowState::Expired] {
+    for state in [
+        RowState::Draft,
+        RowState::Pending,
+        RowState::RelayAccepted,
+        RowState::Done,
+        RowState::Unconfirmed,
+        RowState::Expired,
+    ] {
         for kind in [ItemKind::Envelope, ItemKind::Receipt] {
-            let n = rows.iter().filter(|r| r.state == state && r.kind == kind).count();
+            let n = rows
+                .iter()
+                .filter(|r| r.state == state && r.kind == kind)
+                .count();
             counts.insert(format!("{}_{}", kind.wire_name(), state.name()), json!(n));
         }
     }
-    let active: Vec<Value> = rows.iter().filter(|r| r.state.active()).take(1_000).map(row_json).collect();
+    let active: Vec<Value> = rows
+        .iter()
+        .filter(|r| r.state.active())
+        .take(1_000)
+        .map(row_json)
+        .collect();
     let alerts: Vec<Value> = store
         .alerts()?
         .iter()
@@ -344,10 +417,19 @@ fn status(dir: &Path) -> Out {
     let (cp, relay_v) = match &relay {
         Some(r) => {
             let cp = store.checkpoint(&r.url, &r.relay_pubkey)?;
-            let fp = parse_pubkey(&r.relay_pubkey).map(|k| fingerprint(&k)).unwrap_or_default();
-            let offered = r.offered_key.as_deref().and_then(parse_pubkey).map(|k| fingerprint(&k));
-            (cp, json!({"url": r.url, "fingerprint": fp, "epoch": r.epoch, "offered_key": offered,
-                        "retention_ms": r.retention_ms}))
+            let fp = parse_pubkey(&r.relay_pubkey)
+                .map(|k| fingerprint(&k))
+                .unwrap_or_default();
+            let offered = r
+                .offered_key
+                .as_deref()
+                .and_then(parse_pubkey)
+                .map(|k| fingerprint(&k));
+            (
+                cp,
+                json!({"url": r.url, "fingerprint": fp, "epoch": r.epoch, "offered_key": offered,
+                        "retention_ms": r.retention_ms}),
+            )
         }
         None => (Default::default(), Value::Null),
     };
@@ -361,8 +443,15 @@ fn status(dir: &Path) -> Out {
         "host {name} ({})\nrelay {}\nreceived_through {} acked_through {}\n",
         fingerprint(&id.host.public()),
         relay.as_ref().map_or("not set".to_string(), |r| format!(
-            "{} epoch {}{}", r.url, r.epoch.as_deref().unwrap_or("unknown"),
-            if r.offered_key.is_some() { " (KEY CHANGED: relay use stopped)" } else { "" })),
+            "{} epoch {}{}",
+            r.url,
+            r.epoch.as_deref().unwrap_or("unknown"),
+            if r.offered_key.is_some() {
+                " (KEY CHANGED: relay use stopped)"
+            } else {
+                ""
+            }
+        )),
         cp.received_through,
         cp.acked_through
     );
@@ -377,8 +466,11 @@ fn status(dir: &Path) -> Out {
             r.item_id,
             r.state.name(),
             r.target_name,
-            r.acceptance.as_ref().map_or(String::new(), |a| format!("seq {} ", a.seq)),
-            r.deadline.map_or(String::new(), |d| format!("deadline {}", iso_ms(d)))
+            r.acceptance
+                .as_ref()
+                .map_or(String::new(), |a| format!("seq {} ", a.seq)),
+            r.deadline
+                .map_or(String::new(), |d| format!("deadline {}", iso_ms(d)))
         ));
     }
     for a in store.alerts()? {

@@ -54,7 +54,13 @@ impl<'a> RelayClient<'a> {
         }
     }
 
-    fn headers(&self, method: &str, path: &str, query: Option<&str>, body: &str) -> [(&'static str, String); 4] {
+    fn headers(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        body: &str,
+    ) -> [(&'static str, String); 4] {
         let ts = now_ms().to_string();
         let sig = sign_hop(self.key, method, &signed_path(path, query), &ts, body);
         [
@@ -65,7 +71,9 @@ impl<'a> RelayClient<'a> {
         ]
     }
 
-    fn answer(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Answer, HostError> {
+    fn answer(
+        res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Answer, HostError> {
         let res = res.map_err(|e| HostError::Network(e.to_string()))?;
         let status = res.status().as_u16();
         let text = res
@@ -102,7 +110,10 @@ impl<'a> RelayClient<'a> {
     /// [`HostError::Network`] when no complete answer arrived.
     pub fn post(&self, path: &str, body: &Value, signed: bool) -> Result<Answer, HostError> {
         let text = body.to_string();
-        let mut req = self.agent.post(format!("{}{path}", self.base)).header("content-type", "application/json");
+        let mut req = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json");
         if signed {
             for (k, v) in self.headers("POST", path, None, &text) {
                 req = req.header(k, v);

@@ -23,7 +23,13 @@ pub fn expect_ok(a: &Answer, what: &str) -> Result<(), HostError> {
 
 impl Session<'_> {
     fn enrol_key(&self) -> String {
-        format!("{}|{}|{}|{}", self.relay.url, self.relay.relay_pubkey, self.epoch(), self.my_pub())
+        format!(
+            "{}|{}|{}|{}",
+            self.relay.url,
+            self.relay.relay_pubkey,
+            self.epoch(),
+            self.my_pub()
+        )
     }
 
     /// Enrol with the host-key challenge unless the cache says this (relay, key, epoch, host) is done.
@@ -36,18 +42,28 @@ impl Session<'_> {
             return Ok(());
         }
         let me = self.my_pub();
-        let a = self
-            .client
-            .post("/v1/relay/challenge", &json!({"host": self.name, "pubkey": me}), false)?;
+        let a = self.client.post(
+            "/v1/relay/challenge",
+            &json!({"host": self.name, "pubkey": me}),
+            false,
+        )?;
         if a.status != 200 {
-            return Err(HostError::Relay(format!("enrolment challenge: {}", a.error())));
+            return Err(HostError::Relay(format!(
+                "enrolment challenge: {}",
+                a.error()
+            )));
         }
         let challenge = a
             .body
             .get("challenge")
             .and_then(Value::as_str)
-            .ok_or_else(|| HostError::Relay("enrolment challenge: no challenge in the answer".into()))?;
-        let sig = self.id.host.sign_canonical(&enrol_statement(challenge, &self.name, &me, ""));
+            .ok_or_else(|| {
+                HostError::Relay("enrolment challenge: no challenge in the answer".into())
+            })?;
+        let sig = self
+            .id
+            .host
+            .sign_canonical(&enrol_statement(challenge, &self.name, &me, ""));
         let body = json!({"host": self.name, "pubkey": me, "owner_fp": "", "sig": sig});
         let a = self.client.post("/v1/relay/enrol", &body, false)?;
         if a.status != 200 {
@@ -75,17 +91,26 @@ impl Session<'_> {
         if self.store.published()?.as_deref() == Some(key.as_str()) {
             return Ok(());
         }
-        let sig = self.id.host.sign_canonical(&enc_ad_statement(&self.name, &enc_pub));
-        let a = self
-            .client
-            .post("/v1/relay/enc-key", &json!({"enc_pub": enc_pub, "sig": sig}), true)?;
+        let sig = self
+            .id
+            .host
+            .sign_canonical(&enc_ad_statement(&self.name, &enc_pub));
+        let a = self.client.post(
+            "/v1/relay/enc-key",
+            &json!({"enc_pub": enc_pub, "sig": sig}),
+            true,
+        )?;
         expect_ok(&a, "enc-key advertisement")?;
         let list = json!({
             "v": 1, "type": "relay-senders", "host_pubkey": self.my_pub(),
             "senders": senders, "iat": iso_ms(now_ms())
         });
         let sig = self.id.host.sign_canonical(&list);
-        let a = self.client.post("/v2/relay/senders", &json!({"list": list, "sig": sig}), true)?;
+        let a = self.client.post(
+            "/v2/relay/senders",
+            &json!({"list": list, "sig": sig}),
+            true,
+        )?;
         // 409: an equal or newer list is stored (a same-millisecond republish); ours is not newer.
         if a.status != 409 {
             expect_ok(&a, "sender allowlist")?;

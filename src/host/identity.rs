@@ -54,9 +54,15 @@ impl Identity {
         std::fs::create_dir_all(dir)
             .map_err(|e| HostError::Store(format!("cannot create {}: {e}", dir.display())))?;
         if dir.join(HOST_KEY).exists() || dir.join(ENC_KEY).exists() {
-            return Err(HostError::Usage(format!("{} already holds a host", dir.display())));
+            return Err(HostError::Usage(format!(
+                "{} already holds a host",
+                dir.display()
+            )));
         }
-        let id = Identity { host: SigningKey::generate(), enc: EncSecret::generate() };
+        let id = Identity {
+            host: SigningKey::generate(),
+            enc: EncSecret::generate(),
+        };
         write_secret(&dir.join(HOST_KEY), &id.host.seed_b64())?;
         write_secret(&dir.join(ENC_KEY), &id.enc.secret_b64())?;
         Ok(id)
@@ -69,8 +75,12 @@ impl Identity {
     pub fn load(dir: &Path) -> Result<Self, HostError> {
         let host = SigningKey::from_key_file(&read_secret(&dir.join(HOST_KEY))?)
             .map_err(|e| HostError::Store(format!("{}: {e}", dir.join(HOST_KEY).display())))?;
-        let enc = EncSecret::from_b64(&read_secret(&dir.join(ENC_KEY))?)
-            .ok_or_else(|| HostError::Store(format!("{}: not a 32-byte base64 key", dir.join(ENC_KEY).display())))?;
+        let enc = EncSecret::from_b64(&read_secret(&dir.join(ENC_KEY))?).ok_or_else(|| {
+            HostError::Store(format!(
+                "{}: not a 32-byte base64 key",
+                dir.join(ENC_KEY).display()
+            ))
+        })?;
         Ok(Identity { host, enc })
     }
 }

@@ -45,18 +45,32 @@ fn bad_subject_char(c: char) -> bool {
 /// # Errors
 /// [`HostError::Usage`] for an empty or over-long subject, control characters in it, or a body
 /// over 256 KiB.
-pub fn draft_envelope(id: &str, from_host: &str, to_host: &str, subject: &str, body: &str, now_ms: u64) -> Result<Value, HostError> {
+pub fn draft_envelope(
+    id: &str,
+    from_host: &str,
+    to_host: &str,
+    subject: &str,
+    body: &str,
+    now_ms: u64,
+) -> Result<Value, HostError> {
     if subject.trim().is_empty() {
         return Err(HostError::Usage("subject is required".into()));
     }
     if subject.chars().count() > MAX_SUBJECT {
-        return Err(HostError::Usage(format!("subject is over {MAX_SUBJECT} characters")));
+        return Err(HostError::Usage(format!(
+            "subject is over {MAX_SUBJECT} characters"
+        )));
     }
     if subject.chars().any(bad_subject_char) {
-        return Err(HostError::Usage("subject contains control characters".into()));
+        return Err(HostError::Usage(
+            "subject contains control characters".into(),
+        ));
     }
     if body.len() > MAX_BODY {
-        return Err(HostError::Usage(format!("body is over {} KiB", MAX_BODY / 1024)));
+        return Err(HostError::Usage(format!(
+            "body is over {} KiB",
+            MAX_BODY / 1024
+        )));
     }
     Ok(json!({
         "v": 3, "id": id, "ts": iso_ms(now_ms), "from": owner_address(from_host),
@@ -73,15 +87,24 @@ pub fn draft_envelope(id: &str, from_host: &str, to_host: &str, subject: &str, b
 /// # Errors
 /// [`HostError::Relay`] if the record would not be a valid T218 record (e.g. a message id outside
 /// 10..40 characters), so it is never pushed.
-pub fn receipt_wire(key: &SigningKey, msg: &str, my_host: &str, seq: u64, at_ms: u64) -> Result<(String, Vec<u8>), HostError> {
+pub fn receipt_wire(
+    key: &SigningKey,
+    msg: &str,
+    my_host: &str,
+    seq: u64,
+    at_ms: u64,
+) -> Result<(String, Vec<u8>), HostError> {
     let rec = json!({
         "v": 1, "type": "receipt", "msg": msg, "recipient": owner_address(my_host),
         "state": "delivered", "at": iso_ms(at_ms), "seq": seq
     });
     if !receipt_record_valid(&rec) {
-        return Err(HostError::Relay(format!("cannot build a valid receipt for message {msg}")));
+        return Err(HostError::Relay(format!(
+            "cannot build a valid receipt for message {msg}"
+        )));
     }
-    let item_id = receipt_item_id(&rec).ok_or_else(|| HostError::Relay("receipt without an item id".into()))?;
+    let item_id = receipt_item_id(&rec)
+        .ok_or_else(|| HostError::Relay("receipt without an item id".into()))?;
     let sig = key.sign_canonical(&rec);
     Ok((item_id, canonical_bytes(&json!({"rec": rec, "sig": sig}))))
 }

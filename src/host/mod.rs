@@ -29,7 +29,11 @@ pub enum HostError {
     /// The relay answered something this host cannot use.
     Relay(String),
     /// The relay presents another key than the pinned one: relay use stops until confirmed.
-    RelayKeyChanged { url: String, pinned_fp: String, offered_fp: String },
+    RelayKeyChanged {
+        url: String,
+        pinned_fp: String,
+        offered_fp: String,
+    },
 }
 
 impl std::fmt::Display for HostError {

@@ -80,7 +80,10 @@ impl Session<'_> {
     fn pull_page(&mut self) -> Result<bool, HostError> {
         let cp = self.checkpoint()?;
         let epoch = self.epoch();
-        let q = format!("after={}&limit={}&epoch={}", cp.received_through, self.relay.max_pull, epoch);
+        let q = format!(
+            "after={}&limit={}&epoch={}",
+            cp.received_through, self.relay.max_pull, epoch
+        );
         let a = self.client.get("/v2/relay/items", Some(&q), true)?;
         if a.status == 409 {
             return self.epoch_from(&a.body).map(|_| true);
@@ -100,7 +103,11 @@ impl Session<'_> {
         let n = items.len();
         for (i, it) in items.into_iter().enumerate() {
             let last = i + 1 == n;
-            let ctx = Ctx { name: &self.name, relay_pk: self.relay_pk, id: self.id };
+            let ctx = Ctx {
+                name: &self.name,
+                relay_pk: self.relay_pk,
+                id: self.id,
+            };
             let mut b = self.store.batch();
             let outcome = receive(&mut b, &ctx, &it)?;
             match &outcome {
@@ -124,7 +131,10 @@ impl Session<'_> {
                 })?;
             }
             if last {
-                let cp = Checkpoint { received_through: it.seq, acked_through: cp.acked_through };
+                let cp = Checkpoint {
+                    received_through: it.seq,
+                    acked_through: cp.acked_through,
+                };
                 b.set_checkpoint(&self.relay.url, &self.relay.relay_pubkey, cp)?;
             }
             b.commit()?;
@@ -145,7 +155,9 @@ impl Session<'_> {
     fn epoch_from(&mut self, body: &Value) -> Result<(), HostError> {
         match body.get("epoch").and_then(Value::as_str) {
             Some(e) if !e.is_empty() => self.new_epoch(e),
-            _ => Err(HostError::Relay("relay answered 409 without its epoch".into())),
+            _ => Err(HostError::Relay(
+                "relay answered 409 without its epoch".into(),
+            )),
         }
     }
 
@@ -169,8 +181,15 @@ impl Session<'_> {
             }
             _ => {
                 expect_ok(&a, "ack")?;
-                let acked = a.body.get("acked_through").and_then(Value::as_u64).unwrap_or(cp.received_through);
-                let cp = Checkpoint { received_through: cp.received_through, acked_through: acked.min(cp.received_through) };
+                let acked = a
+                    .body
+                    .get("acked_through")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(cp.received_through);
+                let cp = Checkpoint {
+                    received_through: cp.received_through,
+                    acked_through: acked.min(cp.received_through),
+                };
                 let mut b = self.store.batch();
                 b.set_checkpoint(&self.relay.url, &self.relay.relay_pubkey, cp)?;
                 b.commit()?;
@@ -195,14 +214,21 @@ fn receive(b: &mut Batch<'_>, ctx: &Ctx, it: &Pulled) -> Result<Outcome, HostErr
         "envelope" => receive_envelope(b, ctx, it, &wire),
         "receipt" => receive_receipt(b, &wire),
         "expired" => receive_expiry(b, ctx, it, &wire),
-        other => Ok(Outcome::Refused(format!("malformed: unknown item kind {other:?}"))),
+        other => Ok(Outcome::Refused(format!(
+            "malformed: unknown item kind {other:?}"
+        ))),
     }
 }
 
 /// An envelope: pinned sender, agentmbx shape and seal, host signature, addressed to us, opens
 /// with our enc key; new → inbox plus a delivery receipt row; seen → duplicate (and the receipt
 /// is sent again, since the sender is evidently still waiting for it).
-fn receive_envelope(b: &mut Batch<'_>, ctx: &Ctx<'_>, it: &Pulled, wire: &[u8]) -> Result<Outcome, HostError> {
+fn receive_envelope(
+    b: &mut Batch<'_>,
+    ctx: &Ctx<'_>,
+    it: &Pulled,
+    wire: &[u8],
+) -> Result<Outcome, HostError> {
     let Some(peer) = b.view().peer_by_key(&it.sender_pubkey)? else {
         return Ok(Outcome::Refused("unknown sender".into()));
     };
@@ -217,9 +243,10 @@ fn receive_envelope(b: &mut Batch<'_>, ctx: &Ctx<'_>, it: &Pulled, wire: &[u8]) 
         return Ok(Outcome::Refused("bad signature".into()));
     }
     let me = owner_address(ctx.name);
-    let to_us = env["to"]
-        .as_array()
-        .is_some_and(|to| to.iter().any(|t| t.as_str().is_some_and(|t| t.eq_ignore_ascii_case(&me))));
+    let to_us = env["to"].as_array().is_some_and(|to| {
+        to.iter()
+            .any(|t| t.as_str().is_some_and(|t| t.eq_ignore_ascii_case(&me)))
+    });
     if !to_us {
         return Ok(Outcome::Refused("not addressed to this host".into()));
     }
@@ -229,7 +256,12 @@ fn receive_envelope(b: &mut Batch<'_>, ctx: &Ctx<'_>, it: &Pulled, wire: &[u8]) 
     };
     let now = now_ms();
     if let Some(seen) = b.view().inbox_get(&it.item_id)? {
-        if let Some(mut r) = seen.receipt_row.map(|id| b.view().row(id)).transpose()?.flatten() {
+        if let Some(mut r) = seen
+            .receipt_row
+            .map(|id| b.view().row(id))
+            .transpose()?
+            .flatten()
+        {
             if r.state == RowState::Done {
                 r.state = RowState::Pending;
                 r.next_at = now;
@@ -284,13 +316,18 @@ fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError>
         return Ok(Outcome::Refused("malformed: receipt is not JSON".into()));
     };
     let rec = &v["rec"];
-    let (Some(sig), true) = (v.get("sig").and_then(Value::as_str), receipt_record_valid(rec)) else {
+    let (Some(sig), true) = (
+        v.get("sig").and_then(Value::as_str),
+        receipt_record_valid(rec),
+    ) else {
         return Ok(Outcome::Refused("malformed: invalid receipt".into()));
     };
     let recipient = rec["recipient"].as_str().unwrap_or("");
     let host = recipient.split('@').nth(1).unwrap_or("");
     let Some(peer) = b.view().peer(host)? else {
-        return Ok(Outcome::Refused(format!("unknown sender: {host} is not a pinned peer")));
+        return Ok(Outcome::Refused(format!(
+            "unknown sender: {host} is not a pinned peer"
+        )));
     };
     let Some(peer_pk) = parse_pubkey(&peer.pubkey) else {
         return Ok(Outcome::Refused("unknown sender".into()));
@@ -299,8 +336,14 @@ fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError>
         return Ok(Outcome::Refused("bad signature".into()));
     }
     let msg = rec["msg"].as_str().unwrap_or("");
-    let Some(mut row) = b.view().row_by_item(msg, &peer.pubkey)?.filter(|r| r.kind == ItemKind::Envelope) else {
-        return Ok(Outcome::Refused(format!("not a message this host sent to {host}")));
+    let Some(mut row) = b
+        .view()
+        .row_by_item(msg, &peer.pubkey)?
+        .filter(|r| r.kind == ItemKind::Envelope)
+    else {
+        return Ok(Outcome::Refused(format!(
+            "not a message this host sent to {host}"
+        )));
     };
     if row.state == RowState::Done {
         return Ok(Outcome::Duplicate);
@@ -308,19 +351,32 @@ fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError>
     let now = now_ms();
     row.state = RowState::Done;
     row.settled_at = Some(now);
-    row.note = Some(format!("{} at {}", rec["state"].as_str().unwrap_or(""), rec["at"].as_str().unwrap_or("")));
+    row.note = Some(format!(
+        "{} at {}",
+        rec["state"].as_str().unwrap_or(""),
+        rec["at"].as_str().unwrap_or("")
+    ));
     b.put_row(&row)?;
     Ok(Outcome::Settled)
 }
 
 /// A relay expiry notice: from the pinned relay key, signed by it, for one of our rows; the row
 /// ends as expired with an "Undelivered" alert (spec §6).
-fn receive_expiry(b: &mut Batch<'_>, ctx: &Ctx<'_>, it: &Pulled, wire: &[u8]) -> Result<Outcome, HostError> {
+fn receive_expiry(
+    b: &mut Batch<'_>,
+    ctx: &Ctx<'_>,
+    it: &Pulled,
+    wire: &[u8],
+) -> Result<Outcome, HostError> {
     if parse_pubkey(&it.sender_pubkey) != Some(ctx.relay_pk) {
-        return Ok(Outcome::Refused("expiry notice not from the pinned relay".into()));
+        return Ok(Outcome::Refused(
+            "expiry notice not from the pinned relay".into(),
+        ));
     }
     let Ok(v) = serde_json::from_slice::<Value>(wire) else {
-        return Ok(Outcome::Refused("malformed: expiry notice is not JSON".into()));
+        return Ok(Outcome::Refused(
+            "malformed: expiry notice is not JSON".into(),
+        ));
     };
     let notice = &v["notice"];
     let sig = v.get("sig").and_then(Value::as_str).unwrap_or("");
@@ -329,10 +385,14 @@ fn receive_expiry(b: &mut Batch<'_>, ctx: &Ctx<'_>, it: &Pulled, wire: &[u8]) ->
     }
     let s = |k: &str| notice.get(k).and_then(Value::as_str).unwrap_or("");
     if notice.get("type").and_then(Value::as_str) != Some("relay-expired") {
-        return Ok(Outcome::Refused("malformed: not a relay-expired notice".into()));
+        return Ok(Outcome::Refused(
+            "malformed: not a relay-expired notice".into(),
+        ));
     }
     let Some(mut row) = b.view().row_by_item(s("item_id"), s("target_pubkey"))? else {
-        return Ok(Outcome::Refused("expiry notice for an item this host did not send".into()));
+        return Ok(Outcome::Refused(
+            "expiry notice for an item this host did not send".into(),
+        ));
     };
     if !row.state.active() {
         return Ok(Outcome::Duplicate);
@@ -340,7 +400,10 @@ fn receive_expiry(b: &mut Batch<'_>, ctx: &Ctx<'_>, it: &Pulled, wire: &[u8]) ->
     let now = now_ms();
     let text = format!(
         "Undelivered to {}: the relay expired message {} (accepted {}, expired {})",
-        row.target_name, row.item_id, s("accepted_at"), s("expired_at")
+        row.target_name,
+        row.item_id,
+        s("accepted_at"),
+        s("expired_at")
     );
     row.state = RowState::Expired;
     row.settled_at = Some(now);

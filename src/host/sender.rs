@@ -32,11 +32,17 @@ pub fn check_accept(
     relay_pub: &str,
     my_pub: &str,
 ) -> Result<(u64, String), String> {
-    let status = result.get("status").and_then(Value::as_str).unwrap_or("missing status");
+    let status = result
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("missing status");
     if status != "accepted" && status != "duplicate" {
         return Err(status.to_string());
     }
-    let (Some(accept), Some(sig)) = (result.get("accept"), result.get("sig").and_then(Value::as_str)) else {
+    let (Some(accept), Some(sig)) = (
+        result.get("accept"),
+        result.get("sig").and_then(Value::as_str),
+    ) else {
         return Err(format!("{status} without a signed accept"));
     };
     if !verify_canonical(relay_pk, accept, sig) {
@@ -51,7 +57,9 @@ pub fn check_accept(
     {
         return Err("accept is for another relay, sender or item".into());
     }
-    let epoch = s("epoch").filter(|e| !e.is_empty()).ok_or("accept without an epoch")?;
+    let epoch = s("epoch")
+        .filter(|e| !e.is_empty())
+        .ok_or("accept without an epoch")?;
     let target = accept
         .get("targets")
         .and_then(Value::as_array)
@@ -62,7 +70,10 @@ pub fn check_accept(
                 && t.get("wire_hash").and_then(Value::as_str) == Some(row.wire_hash.as_str())
         })
         .ok_or("accept does not name this target and wire hash")?;
-    let seq = target.get("seq").and_then(Value::as_u64).ok_or("accept target without a seq")?;
+    let seq = target
+        .get("seq")
+        .and_then(Value::as_u64)
+        .ok_or("accept target without a seq")?;
     Ok((seq, epoch.to_string()))
 }
 
@@ -74,12 +85,14 @@ fn back_off(opts: &SyncOptions, r: &mut OutRow, why: &str, now: u64) {
 }
 
 impl Session<'_> {
-
     /// The peer's enc key from its relay ad, accepted only if the peer's pinned key signed it.
     fn peer_enc_key(&self, target_pubkey: &str) -> Result<[u8; 32], String> {
         let pk = parse_pubkey(target_pubkey).ok_or("pinned peer key is invalid")?;
         let q = format!("pubkey={}", encode_query(target_pubkey));
-        let a = self.client.get("/v2/relay/enc-key", Some(&q), true).map_err(|e| e.to_string())?;
+        let a = self
+            .client
+            .get("/v2/relay/enc-key", Some(&q), true)
+            .map_err(|e| e.to_string())?;
         if a.status == 404 {
             return Err("peer has no enc key on the relay yet (not enrolled there?)".into());
         }
@@ -118,7 +131,8 @@ impl Session<'_> {
             let sealed = enc_key.and_then(|k| {
                 let draft: Value = serde_json::from_str(r.draft.as_deref().unwrap_or(""))
                     .map_err(|_| "draft is damaged".to_string())?;
-                let env = seal_envelope(draft, &k, &self.name, &self.id.host).map_err(|e| e.to_string())?;
+                let env = seal_envelope(draft, &k, &self.name, &self.id.host)
+                    .map_err(|e| e.to_string())?;
                 let wire = canonical_bytes(&env);
                 check_envelope_wire(&wire, &r.item_id)?;
                 Ok(wire)
@@ -181,7 +195,9 @@ impl Session<'_> {
             })
             .collect();
         self.report.pushed += rows.len() as u64;
-        let answer = self.client.post("/v2/relay/items", &json!({"items": items}), true);
+        let answer = self
+            .client
+            .post("/v2/relay/items", &json!({"items": items}), true);
         let now = now_ms();
         let a = match answer {
             Ok(a) if a.status == 200 => a,
@@ -205,7 +221,12 @@ impl Session<'_> {
             }
         };
         crate::failpoint::hit("host-after-push-before-record");
-        let results = a.body.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+        let results = a
+            .body
+            .get("results")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         let relay_pub = self.relay.relay_pubkey.clone();
         let my_pub = self.my_pub();
         let mut checked = Vec::with_capacity(rows.len());
@@ -214,7 +235,10 @@ impl Session<'_> {
                 .get(i)
                 .filter(|x| x.get("item_id").and_then(Value::as_str) == Some(r.item_id.as_str()))
                 .ok_or_else(|| "missing result".to_string())
-                .and_then(|x| check_accept(x, r, &self.relay_pk, &relay_pub, &my_pub).map(|ok| (ok, x.clone())));
+                .and_then(|x| {
+                    check_accept(x, r, &self.relay_pk, &relay_pub, &my_pub)
+                        .map(|ok| (ok, x.clone()))
+                });
             checked.push(res);
         }
         // A new epoch in an accept re-arms older relay-accepted rows before these are recorded.
@@ -229,7 +253,13 @@ impl Session<'_> {
                 Ok(((seq, epoch), x)) => {
                     let accept = canonical_json(&x["accept"]);
                     let sig = x["sig"].as_str().unwrap_or_default().to_string();
-                    r.acceptance = Some(Acceptance { seq, epoch, accept, sig, accepted_at: now });
+                    r.acceptance = Some(Acceptance {
+                        seq,
+                        epoch,
+                        accept,
+                        sig,
+                        accepted_at: now,
+                    });
                     r.last_error = None;
                     if r.kind == ItemKind::Receipt {
                         r.state = RowState::Done;
@@ -239,6 +269,9 @@ impl Session<'_> {
                         r.deadline = Some(now + retention + DEADLINE_GRACE_MS);
                     }
                     self.report.relay_accepted += 1;
+                    if x.get("status").and_then(Value::as_str) == Some("duplicate") {
+                        self.report.relay_duplicates += 1;
+                    }
                 }
                 Err(why) => {
                     back_off(&self.opts, r, &why, now);
@@ -266,16 +299,26 @@ impl Session<'_> {
         let grace = self.relay.retention_ms + DEADLINE_GRACE_MS;
         let mut b = self.store.batch();
         let mut n = 0;
-        for mut r in rows.into_iter().filter(|r| r.kind == ItemKind::Envelope && r.state.active()) {
+        for mut r in rows
+            .into_iter()
+            .filter(|r| r.kind == ItemKind::Envelope && r.state.active())
+        {
             let deadline = r.deadline.unwrap_or(r.created_at + grace);
             if now < deadline {
                 continue;
             }
             let text = if r.state != RowState::RelayAccepted {
-                format!("Undelivered to {}: message {} was never accepted by the relay ({})",
-                    r.target_name, r.item_id, r.last_error.as_deref().unwrap_or("no answer"))
+                format!(
+                    "Undelivered to {}: message {} was never accepted by the relay ({})",
+                    r.target_name,
+                    r.item_id,
+                    r.last_error.as_deref().unwrap_or("no answer")
+                )
             } else if confirmed_hosts.contains(&r.target_pubkey) {
-                format!("Undelivered/unconfirmed to {}: no delivery receipt for message {}", r.target_name, r.item_id)
+                format!(
+                    "Undelivered/unconfirmed to {}: no delivery receipt for message {}",
+                    r.target_name, r.item_id
+                )
             } else {
                 format!("Undelivered/unconfirmed to {}: no delivery confirmation for message {} has ever arrived \
                     from that host; the peer may be older than 0.5.3", r.target_name, r.item_id)
@@ -296,7 +339,9 @@ impl Session<'_> {
 pub fn encode_query(s: &str) -> String {
     s.bytes()
         .map(|c| match c {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (c as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (c as char).to_string()
+            }
             _ => format!("%{c:02X}"),
         })
         .collect()

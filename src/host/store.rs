@@ -56,7 +56,10 @@ pub enum RowState {
 impl RowState {
     /// Whether the row still needs work from this host.
     pub fn active(self) -> bool {
-        matches!(self, RowState::Draft | RowState::Pending | RowState::RelayAccepted)
+        matches!(
+            self,
+            RowState::Draft | RowState::Pending | RowState::RelayAccepted
+        )
     }
     /// Short name for listings.
     pub fn name(self) -> &'static str {
@@ -228,8 +231,13 @@ impl HostStore {
         let db = Database::builder(dir.join("state"))
             .worker_threads(1)
             .open()
-            .map_err(|e| HostError::Store(format!("cannot open host store in {}: {e}", dir.display())))?;
-        let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default).map_err(engine);
+            .map_err(|e| {
+                HostError::Store(format!("cannot open host store in {}: {e}", dir.display()))
+            })?;
+        let ks = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(engine)
+        };
         let mut s = HostStore {
             meta: ks("meta")?,
             peers: ks("peers")?,
@@ -250,7 +258,11 @@ impl HostStore {
         Ok(s)
     }
 
-    fn get<T: DeserializeOwned>(ks: &Keyspace, key: &[u8], what: &str) -> Result<Option<T>, HostError> {
+    fn get<T: DeserializeOwned>(
+        ks: &Keyspace,
+        key: &[u8],
+        what: &str,
+    ) -> Result<Option<T>, HostError> {
         match ks.get(key).map_err(engine)? {
             Some(v) => Ok(Some(dec(&v, what)?)),
             None => Ok(None),
@@ -316,7 +328,11 @@ impl HostStore {
     }
     /// The outbox row for (item id, target key).
     pub fn row_by_item(&self, item_id: &str, target: &str) -> Result<Option<OutRow>, HostError> {
-        let Some(idb) = self.outbox_idx.get(idx_key(item_id, target)).map_err(engine)? else {
+        let Some(idb) = self
+            .outbox_idx
+            .get(idx_key(item_id, target))
+            .map_err(engine)?
+        else {
             return Ok(None);
         };
         let id: [u8; 8] = idb
@@ -347,7 +363,10 @@ impl HostStore {
     }
     /// The receive position for (relay URL, relay key).
     pub fn checkpoint(&self, url: &str, relay_pubkey: &str) -> Result<Checkpoint, HostError> {
-        Ok(Self::get(&self.checkpoints, &cp_key(url, relay_pubkey), "checkpoint")?.unwrap_or_default())
+        Ok(
+            Self::get(&self.checkpoints, &cp_key(url, relay_pubkey), "checkpoint")?
+                .unwrap_or_default(),
+        )
     }
 }
 
@@ -424,8 +443,11 @@ impl Batch<'_> {
     pub fn put_row(&mut self, r: &OutRow) -> Result<(), HostError> {
         let (ob, ix) = (self.store.outbox.clone(), self.store.outbox_idx.clone());
         self.put(&ob, &r.id.to_be_bytes(), r)?;
-        self.batch
-            .insert(&ix, idx_key(&r.item_id, &r.target_pubkey), r.id.to_be_bytes().to_vec());
+        self.batch.insert(
+            &ix,
+            idx_key(&r.item_id, &r.target_pubkey),
+            r.id.to_be_bytes().to_vec(),
+        );
         Ok(())
     }
     /// Insert a received message.
@@ -447,10 +469,23 @@ impl Batch<'_> {
         let id = self.next_alert;
         self.next_alert += 1;
         let ks = self.store.alerts.clone();
-        self.put(&ks, &id.to_be_bytes(), &Alert { at, kind: kind.into(), text })
+        self.put(
+            &ks,
+            &id.to_be_bytes(),
+            &Alert {
+                at,
+                kind: kind.into(),
+                text,
+            },
+        )
     }
     /// Set the receive position for (relay URL, relay key).
-    pub fn set_checkpoint(&mut self, url: &str, relay_pubkey: &str, cp: Checkpoint) -> Result<(), HostError> {
+    pub fn set_checkpoint(
+        &mut self,
+        url: &str,
+        relay_pubkey: &str,
+        cp: Checkpoint,
+    ) -> Result<(), HostError> {
         let ks = self.store.checkpoints.clone();
         self.put(&ks, &cp_key(url, relay_pubkey), &cp)
     }
@@ -462,13 +497,25 @@ impl Batch<'_> {
     pub fn commit(mut self) -> Result<(), HostError> {
         let meta = self.store.meta.clone();
         if self.next_row != self.store.next_row {
-            self.batch.insert(&meta, META_NEXT_ROW.as_bytes().to_vec(), enc(&self.next_row)?);
+            self.batch.insert(
+                &meta,
+                META_NEXT_ROW.as_bytes().to_vec(),
+                enc(&self.next_row)?,
+            );
         }
         if self.next_alert != self.store.next_alert {
-            self.batch.insert(&meta, META_NEXT_ALERT.as_bytes().to_vec(), enc(&self.next_alert)?);
+            self.batch.insert(
+                &meta,
+                META_NEXT_ALERT.as_bytes().to_vec(),
+                enc(&self.next_alert)?,
+            );
         }
         if self.receipt_seq != self.store.receipt_seq {
-            self.batch.insert(&meta, META_RECEIPT_SEQ.as_bytes().to_vec(), enc(&self.receipt_seq)?);
+            self.batch.insert(
+                &meta,
+                META_RECEIPT_SEQ.as_bytes().to_vec(),
+                enc(&self.receipt_seq)?,
+            );
         }
         let (nr, na, rs) = (self.next_row, self.next_alert, self.receipt_seq);
         self.batch.commit().map_err(engine)?;
@@ -515,7 +562,15 @@ mod tests {
             let id = b.new_row_id();
             b.put_row(&row(id, "ITEM")).unwrap();
             assert_eq!(b.new_receipt_seq(), 1);
-            b.set_checkpoint("u", "k", Checkpoint { received_through: 7, acked_through: 5 }).unwrap();
+            b.set_checkpoint(
+                "u",
+                "k",
+                Checkpoint {
+                    received_through: 7,
+                    acked_through: 5,
+                },
+            )
+            .unwrap();
             b.alert(3, "x", "t".into()).unwrap();
             b.commit().unwrap();
         }

@@ -33,7 +33,11 @@ pub struct SyncOptions {
 
 impl Default for SyncOptions {
     fn default() -> Self {
-        SyncOptions { timeout: Duration::from_secs(30), backoff_base_ms: 1_000, backoff_cap_ms: 300_000 }
+        SyncOptions {
+            timeout: Duration::from_secs(30),
+            backoff_base_ms: 1_000,
+            backoff_cap_ms: 300_000,
+        }
     }
 }
 
@@ -43,7 +47,9 @@ impl SyncOptions {
         let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         let d = SyncOptions::default();
         SyncOptions {
-            timeout: var("MBX_HOST_TIMEOUT_MS").map(Duration::from_millis).unwrap_or(d.timeout),
+            timeout: var("MBX_HOST_TIMEOUT_MS")
+                .map(Duration::from_millis)
+                .unwrap_or(d.timeout),
             backoff_base_ms: var("MBX_HOST_BACKOFF_MS").unwrap_or(d.backoff_base_ms),
             backoff_cap_ms: var("MBX_HOST_BACKOFF_CAP_MS").unwrap_or(d.backoff_cap_ms),
         }
@@ -65,6 +71,8 @@ pub struct SyncReport {
     pub sealed: u64,
     pub pushed: u64,
     pub relay_accepted: u64,
+    /// Of those, how many the relay answered `duplicate` (an earlier push was committed).
+    pub relay_duplicates: u64,
     pub push_failures: u64,
     pub received: u64,
     pub duplicates: u64,
@@ -96,15 +104,22 @@ impl<'a> Session<'a> {
     ///
     /// # Errors
     /// No name or relay configured, a damaged pinned key, or a pending unconfirmed key change.
-    pub fn open(store: &'a mut HostStore, id: &'a Identity, opts: SyncOptions) -> Result<Self, HostError> {
-        let name = store
-            .name()?
-            .ok_or_else(|| HostError::Usage("host not initialised; run `host init --name NAME`".into()))?;
-        let relay = store
-            .relay()?
-            .ok_or_else(|| HostError::Usage("no relay configured; run `host relay set URL`".into()))?;
-        let relay_pk = parse_pubkey(&relay.relay_pubkey)
-            .ok_or_else(|| HostError::Store("pinned relay key is damaged; run `host relay set URL --key FP`".into()))?;
+    pub fn open(
+        store: &'a mut HostStore,
+        id: &'a Identity,
+        opts: SyncOptions,
+    ) -> Result<Self, HostError> {
+        let name = store.name()?.ok_or_else(|| {
+            HostError::Usage("host not initialised; run `host init --name NAME`".into())
+        })?;
+        let relay = store.relay()?.ok_or_else(|| {
+            HostError::Usage("no relay configured; run `host relay set URL`".into())
+        })?;
+        let relay_pk = parse_pubkey(&relay.relay_pubkey).ok_or_else(|| {
+            HostError::Store(
+                "pinned relay key is damaged; run `host relay set URL --key FP`".into(),
+            )
+        })?;
         if let Some(offered) = relay.offered_key.as_deref().and_then(parse_pubkey) {
             return Err(HostError::RelayKeyChanged {
                 url: relay.url.clone(),
@@ -113,7 +128,16 @@ impl<'a> Session<'a> {
             });
         }
         let client = RelayClient::new(&relay.url, &name, &id.host, opts.timeout);
-        Ok(Session { store, id, name, relay, relay_pk, client, opts, report: SyncReport::default() })
+        Ok(Session {
+            store,
+            id,
+            name,
+            relay,
+            relay_pk,
+            client,
+            opts,
+            report: SyncReport::default(),
+        })
     }
 
     /// This host's public key, base64.
@@ -128,7 +152,8 @@ impl<'a> Session<'a> {
 
     /// The receive position for this relay and relay key.
     pub fn checkpoint(&self) -> Result<Checkpoint, HostError> {
-        self.store.checkpoint(&self.relay.url, &self.relay.relay_pubkey)
+        self.store
+            .checkpoint(&self.relay.url, &self.relay.relay_pubkey)
     }
 
     /// A new epoch (restore or reset): re-push every relay-accepted row still waiting for its
@@ -178,11 +203,20 @@ impl<'a> Session<'a> {
         if a.status != 200 {
             return Err(HostError::Relay(format!("relay info: {}", a.error())));
         }
-        let offered = a.body.get("relay_pubkey").and_then(Value::as_str).unwrap_or("");
+        let offered = a
+            .body
+            .get("relay_pubkey")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if offered != self.relay.relay_pubkey {
             return self.refuse_key(offered);
         }
-        let epoch = a.body.get("epoch").and_then(Value::as_str).unwrap_or("").to_string();
+        let epoch = a
+            .body
+            .get("epoch")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         if epoch.is_empty() {
             return Err(HostError::Relay("relay info without an epoch".into()));
         }
@@ -226,7 +260,10 @@ impl<'a> Session<'a> {
     }
 
     /// Run one step; on a 401 (`NotEnrolled`) forget the enrolment, re-enrol and retry.
-    fn with_enrolment(&mut self, step: fn(&mut Self) -> Result<(), HostError>) -> Result<(), HostError> {
+    fn with_enrolment(
+        &mut self,
+        step: fn(&mut Self) -> Result<(), HostError>,
+    ) -> Result<(), HostError> {
         for _ in 0..MAX_REENROL {
             match step(self) {
                 Err(HostError::Relay(m)) if m == NOT_ENROLLED => {

@@ -118,8 +118,15 @@ pub fn seal_body(plain: &[u8], recipient_enc_pub: &[u8; 32], envelope_id: &str) 
 }
 
 /// Decode a base64 field of `enc` to exactly `N` bytes.
-fn enc_field<const N: usize>(enc: &Value, field: &str, why: &'static str) -> Result<[u8; N], SealError> {
-    let s = enc.get(field).and_then(Value::as_str).ok_or(SealError::BadEnc(why))?;
+fn enc_field<const N: usize>(
+    enc: &Value,
+    field: &str,
+    why: &'static str,
+) -> Result<[u8; N], SealError> {
+    let s = enc
+        .get(field)
+        .and_then(Value::as_str)
+        .ok_or(SealError::BadEnc(why))?;
     unb64(s)
         .and_then(|v| v.try_into().ok())
         .ok_or(SealError::BadEnc(why))
@@ -196,8 +203,14 @@ pub fn seal_envelope(
     host: &str,
     key: &SigningKey,
 ) -> Result<Value, SealError> {
-    let id = env.get("id").and_then(Value::as_str).ok_or(SealError::BadEnvelope)?;
-    let body = env.get("body").and_then(Value::as_str).ok_or(SealError::BadEnvelope)?;
+    let id = env
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or(SealError::BadEnvelope)?;
+    let body = env
+        .get("body")
+        .and_then(Value::as_str)
+        .ok_or(SealError::BadEnvelope)?;
     let enc = seal_body(body.as_bytes(), recipient_enc_pub, id);
     let mut m = match env {
         Value::Object(m) => m,
@@ -211,13 +224,17 @@ pub fn seal_envelope(
 /// Whether the envelope carries a valid host signature by `host_pub` (alg ed25519, key = its
 /// fingerprint, value over [`envelope_signing_payload`]).
 pub fn verify_envelope(env: &Value, host_pub: &[u8; 32]) -> bool {
-    let Some(sig) = env.get("sig") else { return false };
+    let Some(sig) = env.get("sig") else {
+        return false;
+    };
     if sig.get("alg").and_then(Value::as_str) != Some("ed25519")
         || sig.get("key").and_then(Value::as_str) != Some(fingerprint(host_pub).as_str())
     {
         return false;
     }
-    let Some(value) = sig.get("value").and_then(Value::as_str) else { return false };
+    let Some(value) = sig.get("value").and_then(Value::as_str) else {
+        return false;
+    };
     match envelope_signing_payload(env) {
         Some(p) => verify(host_pub, p.as_bytes(), value),
         None => false,
@@ -229,7 +246,10 @@ pub fn verify_envelope(env: &Value, host_pub: &[u8; 32]) -> bool {
 /// # Errors
 /// `BadEnvelope` without a string id, `BadEnc`/`Undecryptable` from [`open_body`], `NotUtf8`.
 pub fn open_envelope(env: &Value, secret: &EncSecret) -> Result<String, SealError> {
-    let id = env.get("id").and_then(Value::as_str).ok_or(SealError::BadEnvelope)?;
+    let id = env
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or(SealError::BadEnvelope)?;
     let enc = env.get("enc").ok_or(SealError::BadEnc("bad enc"))?;
     let plain = open_body(enc, secret, id)?;
     String::from_utf8(plain).map_err(|_| SealError::NotUtf8)
@@ -327,7 +347,10 @@ mod tests {
             (json!("x"), "bad enc"),
             (json!({"v": 2}), "unsupported enc version"),
             (json!({"v": 1, "alg": "rsa"}), "unsupported enc algorithm"),
-            (json!({"v": 1, "alg": ENC_ALG, "epk": "AAAA"}), "bad enc epk"),
+            (
+                json!({"v": 1, "alg": ENC_ALG, "epk": "AAAA"}),
+                "bad enc epk",
+            ),
         ] {
             assert_eq!(open_body(&bad, &enc, ID), Err(SealError::BadEnc(why)));
         }
