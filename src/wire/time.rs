@@ -286,7 +286,8 @@ const WEEKDAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
 /// The `toUTCString`, `toString`, RFC 2822 and slash forms:
 /// `[Wdy[,]] DD Mon YYYY [HH:mm[:ss]] [zone]` or `[Wdy] Mon DD[,] YYYY [HH:mm[:ss]] [zone]`,
-/// zone being `GMT`/`UTC`/`Z`, optionally followed by `±HHmm`, then an optional `(comment)`.
+/// or `YYYY/MM[/DD] …` / `MM/DD/YYYY …`, zone being `GMT`/`UTC`/`Z`, optionally followed by
+/// `±HHmm`, then an optional `(comment)`.
 fn parse_legacy(s: &str) -> Option<i64> {
     // Drop a trailing "(Coordinated Universal Time)"-style comment.
     let s = match s.find('(') {
