@@ -276,26 +276,46 @@ impl<W: Write> Write for Readable<W> {
     }
 }
 
-/// One record: its partition first (when the dump names it), then `field=value` pairs.
+/// One record: `partition  key fields -> value fields` (the keyspace dumps
+/// `{"partition","key","value"}`); any other JSON is shown as `field=value` pairs.
 fn readable_record(v: &Value) -> String {
     let Some(obj) = v.as_object() else {
         return v.to_string();
     };
-    let mut parts = Vec::with_capacity(obj.len());
-    if let Some(p) = obj.get("partition").and_then(Value::as_str) {
-        parts.push(format!("{p:<12}"));
-    }
-    for (k, val) in obj {
-        if k == "partition" {
-            continue;
+    match (
+        obj.get("partition").and_then(Value::as_str),
+        obj.get("key"),
+        obj.get("value"),
+    ) {
+        (Some(p), Some(k), Some(val)) if obj.len() == 3 => {
+            let mut line = format!("{p:<12}  {}", flat(k));
+            if !val.is_null() {
+                line.push_str(" -> ");
+                line.push_str(&flat(val));
+            }
+            line
         }
-        let shown = match val {
-            Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => s.clone(),
-            other => other.to_string(),
-        };
-        parts.push(format!("{k}={shown}"));
+        _ => flat(v),
     }
-    parts.join("  ")
+}
+
+/// Objects as `field=value` pairs, strings bare unless they hold spaces, the rest as JSON.
+fn flat(v: &Value) -> String {
+    match v {
+        Value::Object(obj) => obj
+            .iter()
+            .map(|(k, val)| format!("{k}={}", scalar(val)))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => scalar(other),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -308,17 +328,25 @@ mod tests {
             out: Vec::new(),
             line: Vec::new(),
         };
-        r.write_all(
-            b"{\"partition\":\"items\",\"seq\":5,\"item_id\":\"a b\"}\n{\"partition\":\"me",
-        )
-        .unwrap();
-        r.write_all(b"ta\",\"key\":\"epoch\"}\nnot json\n").unwrap();
+        let input = concat!(
+            "{\"partition\":\"items\",\"key\":{\"seq\":5,\"target\":\"ab\"},\"value\":{\"item_id\":\"a b\"}}\n",
+            "{\"partition\":\"meta\",\"key\":{\"name\":\"epoch\"},\"value\":\"e1\"}\n",
+            "{\"partition\":\"enrolments\",\"key\":{\"name_index\":\"x\"},\"value\":null}\n",
+            "{\"a\":[1]}\nnot json\n",
+        );
+        // Split mid-line: records may arrive in any chunking.
+        let (a, b) = input.as_bytes().split_at(40);
+        r.write_all(a).unwrap();
+        r.write_all(b).unwrap();
         r.flush().unwrap();
         let text = String::from_utf8(r.out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "items         item_id=\"a b\"  seq=5");
-        assert_eq!(lines[1], "meta          key=epoch");
-        assert_eq!(lines[2], "not json");
+        assert_eq!(lines[0], "items         seq=5 target=ab -> item_id=\"a b\"");
+        assert_eq!(lines[1], "meta          name=epoch -> e1");
+        assert_eq!(lines[2], "enrolments    name_index=x");
+        assert_eq!(lines[3], "a=[1]");
+        assert_eq!(lines[4], "not json");
+        assert_eq!(lines.len(), 5);
     }
 
     #[test]
