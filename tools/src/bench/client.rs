@@ -1,0 +1,141 @@
+//! A minimal blocking HTTP client that speaks PROTOCOL.md §2 signed hops, so the bench can
+//! measure any compatible relay. One [`Conn`] per worker thread: its ureq agent keeps one
+//! keep-alive connection, like a real host does.
+
+use std::time::Duration;
+
+use mbx_relay::wire::hop::{sign_hop, signed_path};
+use mbx_relay::wire::keys::SigningKey;
+
+/// Largest response body read (a pull page is at most ~8 MiB of wire bytes as base64 + JSON).
+const MAX_RESPONSE: u64 = 64 * 1024 * 1024;
+
+/// A host identity the bench enrolled: its name and Ed25519 key.
+pub struct Host {
+    pub name: String,
+    pub key: SigningKey,
+    /// `key.public_b64()`, computed once (it goes in every hop).
+    pub pub_b64: String,
+}
+
+impl Host {
+    /// A fresh random identity named `name`.
+    pub fn generate(name: String) -> Self {
+        let key = SigningKey::generate();
+        let pub_b64 = key.public_b64();
+        Host { name, key, pub_b64 }
+    }
+}
+
+/// An HTTP answer: status and raw body text (parsed later, off the timed path).
+pub struct Resp {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Resp {
+    /// `http <status>: <error string>` for error answers (bounded, no wire bytes).
+    pub fn error_kind(&self) -> String {
+        let err = serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string));
+        match err {
+            Some(e) => format!("http {}: {}", self.status, truncate(&e, 80)),
+            None => format!("http {}", self.status),
+        }
+    }
+}
+
+/// At most `n` characters of `s`.
+pub fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// One connection's worth of client to the relay at `base`.
+#[derive(Clone)]
+pub struct Conn {
+    agent: ureq::Agent,
+    base: String,
+}
+
+/// Milliseconds since the Unix epoch (the hop `x-mbx-ts`).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Conn {
+    /// A client for `url` (scheme, host and port; a trailing `/` is ignored).
+    pub fn new(url: &str, timeout: Duration) -> Self {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            // Payload building between timed rounds can take a while: keep the connection.
+            .max_idle_age(Duration::from_secs(3600))
+            .build();
+        Conn {
+            agent: config.into(),
+            base: url.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// The four hop headers for `method path body`, signed now.
+    fn hop(host: &Host, method: &str, path_q: &str, body: &str) -> [(&'static str, String); 4] {
+        let ts = now_ms().to_string();
+        let (path, query) = match path_q.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_q, None),
+        };
+        let sig = sign_hop(&host.key, method, &signed_path(path, query), &ts, body);
+        [
+            ("x-mbx-host", host.name.clone()),
+            ("x-mbx-key", host.pub_b64.clone()),
+            ("x-mbx-ts", ts),
+            ("x-mbx-sig", sig),
+        ]
+    }
+
+    fn finish(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Resp, String> {
+        let res = res.map_err(|e| format!("transport: {}", truncate(&e.to_string(), 80)))?;
+        let status = res.status().as_u16();
+        let body = res
+            .into_body()
+            .with_config()
+            .limit(MAX_RESPONSE)
+            .read_to_string()
+            .map_err(|e| format!("transport: response lost: {}", truncate(&e.to_string(), 60)))?;
+        Ok(Resp { status, body })
+    }
+
+    /// GET `path_q` (path with optional `?query`), hop-signed by `host` when given.
+    ///
+    /// # Errors
+    /// `transport: ...` when no complete answer arrived.
+    pub fn get(&self, path_q: &str, host: Option<&Host>) -> Result<Resp, String> {
+        let mut req = self.agent.get(format!("{}{path_q}", self.base));
+        if let Some(h) = host {
+            for (k, v) in Self::hop(h, "GET", path_q, "") {
+                req = req.header(k, v);
+            }
+        }
+        Self::finish(req.call())
+    }
+
+    /// POST the JSON text `body` to `path`, hop-signed by `host` when given.
+    ///
+    /// # Errors
+    /// `transport: ...` when no complete answer arrived.
+    pub fn post(&self, path: &str, body: &str, host: Option<&Host>) -> Result<Resp, String> {
+        let mut req = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json");
+        if let Some(h) = host {
+            for (k, v) in Self::hop(h, "POST", path, body) {
+                req = req.header(k, v);
+            }
+        }
+        Self::finish(req.send(body.as_bytes()))
+    }
+}

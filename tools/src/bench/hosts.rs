@@ -1,0 +1,107 @@
+//! What the bench learns from the relay (`GET /v2/relay/info`) and how it enrols its own hosts
+//! (host-key challenge + enrol, PROTOCOL.md §3), so it needs no account on the relay under test.
+
+use rand::RngCore;
+use serde_json::{json, Value};
+
+use super::client::{Conn, Host};
+use mbx_relay::wire::keys::parse_pubkey;
+use mbx_relay::wire::records::enrol_statement;
+
+/// The relay facts the bench needs: its key and epoch (to check accept statements) and limits.
+pub struct RelayInfo {
+    pub relay_pubkey_b64: String,
+    pub relay_pubkey: [u8; 32],
+    pub epoch: String,
+    pub version: String,
+    pub max_batch: usize,
+    pub max_pull: usize,
+    pub max_item_bytes: u64,
+}
+
+/// Read `GET /v2/relay/info`.
+///
+/// # Errors
+/// A message naming what is missing or wrong.
+pub fn relay_info(conn: &Conn) -> Result<RelayInfo, String> {
+    let r = conn.get("/v2/relay/info", None)?;
+    if r.status != 200 {
+        return Err(format!("GET /v2/relay/info: {}", r.error_kind()));
+    }
+    let v: Value =
+        serde_json::from_str(&r.body).map_err(|_| "GET /v2/relay/info: not JSON".to_string())?;
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let limit = |k: &str| {
+        v.get("limits")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_u64)
+    };
+    let relay_pubkey_b64 = s("relay_pubkey").ok_or("relay info has no relay_pubkey")?;
+    let relay_pubkey = parse_pubkey(&relay_pubkey_b64).ok_or("relay info: bad relay_pubkey")?;
+    Ok(RelayInfo {
+        relay_pubkey_b64,
+        relay_pubkey,
+        epoch: s("epoch").ok_or("relay info has no epoch")?,
+        version: s("version").unwrap_or_default(),
+        max_batch: limit("max_batch").unwrap_or(200) as usize,
+        max_pull: limit("max_pull").unwrap_or(500) as usize,
+        max_item_bytes: limit("max_item_bytes").unwrap_or(524_288),
+    })
+}
+
+/// A short random tag so each run's host names are new (names shared by many hosts are legal
+/// but crowd the relay's per-name table).
+pub fn run_tag() -> String {
+    let mut b = [0u8; 4];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Enrol a fresh host named `name`: challenge, then the signed enrol statement (no account).
+///
+/// # Errors
+/// The relay's answer, with a hint when enrolment is rate-limited.
+pub fn enrol(conn: &Conn, name: String) -> Result<Host, String> {
+    let host = Host::generate(name);
+    let body = json!({"host": host.name, "pubkey": host.pub_b64}).to_string();
+    let r = conn.post("/v1/relay/challenge", &body, None)?;
+    let challenge = match r.status {
+        200 => serde_json::from_str::<Value>(&r.body)
+            .ok()
+            .and_then(|v| {
+                v.get("challenge")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .ok_or("challenge answer has no challenge")?,
+        _ => return Err(enrol_error("challenge", &r)),
+    };
+    let stmt = enrol_statement(&challenge, &host.name, &host.pub_b64, "");
+    let sig = host.key.sign_canonical(&stmt);
+    let body =
+        json!({"host": host.name, "pubkey": host.pub_b64, "owner_fp": "", "sig": sig}).to_string();
+    let r = conn.post("/v1/relay/enrol", &body, None)?;
+    if r.status != 200 {
+        return Err(enrol_error("enrol", &r));
+    }
+    Ok(host)
+}
+
+fn enrol_error(step: &str, r: &super::client::Resp) -> String {
+    let hint = if r.status == 429 {
+        " (the relay limits enrolment calls per address: start it with a higher --enrol-per-minute)"
+    } else {
+        ""
+    };
+    format!("{step}: {}{hint}", r.error_kind())
+}
+
+/// Enrol `n` hosts named `<prefix><i>`.
+///
+/// # Errors
+/// The first failure.
+pub fn enrol_many(conn: &Conn, prefix: &str, n: usize) -> Result<Vec<Host>, String> {
+    (0..n)
+        .map(|i| enrol(conn, format!("{prefix}{i}")))
+        .collect()
+}

@@ -1,0 +1,263 @@
+//! `relay-tool bench`: a load generator for any relay that speaks PROTOCOL.md. It enrols its own
+//! hosts, pushes sealed envelopes from N concurrent senders, checks every accept statement
+//! against the relay key, optionally drains the queues as the receivers, and reports rates,
+//! latency percentiles and errors by kind (text, JSON, and an SVG of a senders sweep).
+
+mod client;
+mod drain;
+mod hosts;
+mod payload;
+mod push;
+mod report;
+mod stats;
+mod svg;
+mod verify;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use client::Conn;
+use payload::Target;
+use report::{Phase, PointReport, Report};
+
+use crate::fail::{Code, Failure};
+
+/// Most concurrent senders, targets or items a run may ask for (bounds threads and memory).
+const MAX_SENDERS: usize = 1024;
+const MAX_TARGETS: usize = 1024;
+const MAX_ITEMS: u64 = 100_000_000;
+
+/// Flags of `relay-tool bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// The relay's base URL (http://host:port).
+    #[arg(long)]
+    pub url: String,
+    /// Concurrent senders; a comma-separated list (1,8,64) sweeps, one run per value.
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    pub senders: Vec<usize>,
+    /// Target hosts; items go to them round robin.
+    #[arg(long, default_value_t = 8)]
+    pub targets: usize,
+    /// Items pushed per run (split evenly across the senders).
+    #[arg(long, default_value_t = 10_000)]
+    pub items: u64,
+    /// Items per push request (at most the relay's max_batch).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Approximate wire size of each sealed envelope, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub item_bytes: usize,
+    /// After pushing, pull and ack every queue as its receiver (timed separately).
+    #[arg(long)]
+    pub drain: bool,
+    /// Before each drain, print a `{"paused":...}` line on stdout and wait for a line on stdin
+    /// (lets a harness measure the relay with the items queued, or restart it).
+    #[arg(long, requires = "drain")]
+    pub pause_before_drain: bool,
+    /// Print one JSON document instead of the text table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw items/s and p99 latency against senders into this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+fn usage(msg: impl Into<String>) -> Failure {
+    Failure::new(Code::Usage, msg)
+}
+
+fn relay_err(msg: String) -> Failure {
+    Failure::new(Code::Store, msg)
+}
+
+fn validate(a: &BenchArgs) -> Result<(), Failure> {
+    if a.senders.is_empty() || a.senders.iter().any(|s| !(1..=MAX_SENDERS).contains(s)) {
+        return Err(usage(format!(
+            "--senders: each value must be 1..={MAX_SENDERS}"
+        )));
+    }
+    if !(1..=MAX_TARGETS).contains(&a.targets) {
+        return Err(usage(format!("--targets must be 1..={MAX_TARGETS}")));
+    }
+    if !(1..=MAX_ITEMS).contains(&a.items) {
+        return Err(usage(format!("--items must be 1..={MAX_ITEMS}")));
+    }
+    if a.batch == 0 {
+        return Err(usage("--batch must be at least 1"));
+    }
+    if a.timeout == 0 {
+        return Err(usage("--timeout must be at least 1 second"));
+    }
+    if !a.url.starts_with("http://") {
+        return Err(usage(
+            "--url must be http://host:port (this build speaks plain HTTP)",
+        ));
+    }
+    Ok(())
+}
+
+/// Progress on stderr (the report goes to stdout).
+fn progress(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+/// Wait for the harness to say go (one line on stdin), after saying we are paused.
+fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{{\"paused\":true,\"senders\":{senders},\"queued\":{queued}}}"
+    )
+    .and_then(|()| out.flush())
+    .map_err(|e| relay_err(format!("stdout: {e}")))?;
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| relay_err(format!("stdin: {e}")))?;
+    Ok(())
+}
+
+/// Run the bench.
+///
+/// # Errors
+/// Usage errors, an unreachable relay or a refused enrolment; per-item failures are reported,
+/// not returned.
+pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+    validate(a)?;
+    let timeout = Duration::from_secs(a.timeout);
+    let conn = Conn::new(&a.url, timeout);
+    let info = hosts::relay_info(&conn).map_err(relay_err)?;
+    if a.batch > info.max_batch {
+        return Err(usage(format!(
+            "--batch {} is over the relay's max_batch {}",
+            a.batch, info.max_batch
+        )));
+    }
+    let max_senders = a.senders.iter().copied().max().unwrap_or(1);
+    let tag = hosts::run_tag();
+    progress(&format!(
+        "enrolling {} targets and {max_senders} senders (run {tag})",
+        a.targets
+    ));
+    let targets: Vec<Target> = hosts::enrol_many(&conn, &format!("bench-{tag}-t"), a.targets)
+        .map_err(relay_err)?
+        .into_iter()
+        .map(Target::new)
+        .collect();
+    let senders =
+        hosts::enrol_many(&conn, &format!("bench-{tag}-s"), max_senders).map_err(relay_err)?;
+    let (plain_len, item_bytes) =
+        payload::calibrate(&senders[0], &targets[0], a.item_bytes).map_err(relay_err)?;
+    if item_bytes as u64 > info.max_item_bytes {
+        return Err(usage(format!(
+            "items of {item_bytes} bytes are over the relay's max_item_bytes {}",
+            info.max_item_bytes
+        )));
+    }
+    let conns: Vec<Conn> = (0..max_senders)
+        .map(|_| Conn::new(&a.url, timeout))
+        .collect();
+    let mut points = Vec::new();
+    for &n in &a.senders {
+        progress(&format!(
+            "{n} senders: pushing {} items in batches of {}",
+            a.items, a.batch
+        ));
+        let plan = push::Plan {
+            info: &info,
+            conns: &conns[..n],
+            senders: &senders[..n],
+            targets: &targets,
+            items: a.items,
+            batch: a.batch,
+            plain_len,
+            item_bytes,
+        };
+        let mut pushed = push::run(&plan).map_err(relay_err)?;
+        let t = &pushed.tally;
+        let push = Phase::new(
+            t.accepted,
+            t.accepted_bytes,
+            pushed.requests,
+            pushed.timed,
+            &mut pushed.lat_us,
+            &t.errors,
+        );
+        let drain = if a.drain {
+            if a.pause_before_drain {
+                pause(n, t.accepted)?;
+            }
+            // Re-read the epoch: a harness may have restarted the relay while we were paused.
+            let epoch = hosts::relay_info(&conn).map_err(relay_err)?.epoch;
+            progress(&format!("{n} senders: draining {} items", t.accepted));
+            let receivers: Vec<&client::Host> = targets.iter().map(|t| &t.host).collect();
+            let mut d = drain::run(
+                &a.url,
+                timeout,
+                &receivers,
+                &epoch,
+                info.max_pull,
+                &t.per_target,
+            );
+            Some(Phase::new(
+                d.items,
+                d.bytes,
+                d.pages,
+                d.timed,
+                &mut d.lat_us,
+                &d.errors,
+            ))
+        } else {
+            None
+        };
+        points.push(PointReport {
+            senders: n,
+            items: a.items,
+            push,
+            drain,
+        });
+    }
+    let report = Report {
+        url: a.url.clone(),
+        relay_version: info.version.clone(),
+        targets: a.targets,
+        batch: a.batch,
+        item_bytes,
+        item_bytes_asked: a.item_bytes,
+        points,
+    };
+    if let Some(path) = &a.svg {
+        let pts: Vec<svg::Point> = report
+            .points
+            .iter()
+            .map(|p| svg::Point {
+                senders: p.senders,
+                items_per_s: p.push.items_per_s,
+                p99_ms: p.push.latency_ms.p99,
+            })
+            .collect();
+        let title = format!(
+            "mbx-relay push: batches of {}, {}-byte items, {} targets",
+            a.batch, item_bytes, a.targets
+        );
+        std::fs::write(path, svg::render(&title, &pts))
+            .map_err(|e| Failure::io("cannot write", path, &e))?;
+    }
+    let text = if a.json {
+        serde_json::to_string(&report)
+            .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?
+            + "\n"
+    } else {
+        report::text(&report)
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| relay_err(format!("stdout: {e}")))
+}
