@@ -5,6 +5,7 @@
 
 mod access;
 mod backup;
+mod bench;
 mod epoch;
 mod fail;
 mod files;
@@ -140,6 +141,8 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
     /// Generate a relay key (same output as `mbx-relay keygen`).
     #[command(after_help = EXIT_CODES)]
     Keygen,
+    /// Measure a running relay's push and drain throughput (speaks only the wire protocol).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -193,5 +196,6 @@ fn run(command: Command) -> Result<(), Failure> {
             print!("{}", mbx_relay::relay::key::keygen_text(&key));
             Ok(())
         }
+        Command::Bench(args) => bench::run(&args),
     }
 }
