@@ -49,6 +49,9 @@ fn reply_response(r: Reply) -> Response {
     }
 }
 
+/// Largest total size of request header names and values; hosts send a handful of short ones.
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+
 /// Entry point for every request.
 pub async fn handle(
     State(app): State<Arc<App>>,
@@ -56,9 +59,21 @@ pub async fn handle(
     req: Request,
 ) -> Response {
     let route = Route::of(req.method(), req.uri().path());
-    let mut resp = match route {
-        None => json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
-        Some(r) => dispatch(&app, r, peer, req).await,
+    let header_bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    let mut resp = if header_bytes > MAX_HEADER_BYTES {
+        json_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &json!({ "error": "request headers too large" }),
+        )
+    } else {
+        match route {
+            None => json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
+            Some(r) => dispatch(&app, r, peer, req).await,
+        }
     };
     app.http_metrics.count(
         route.map_or("unknown", Route::label),

@@ -1,0 +1,493 @@
+//! Protection against slow and hostile clients, in front of the router: the accept loop of
+//! `mbx-relay serve`.
+//!
+//! - **Connection cap**: at most `max_connections` connections are served at once; one more is
+//!   answered `503 {"error":"too many connections, retry later"}` with `connection: close` (by a
+//!   bounded number of short-lived refusal tasks; beyond those it is closed unanswered).
+//! - **Header timeout**: the request head must be complete within `header_timeout` from the
+//!   moment the connection waits for it (hyper's `header_read_timeout`), so a client trickling
+//!   header bytes is cut off.
+//! - **Keep-alive idle timeout**: a connection that sends nothing for `idle_timeout` while the
+//!   relay waits for its next request (after accept, or after a response) is closed.
+//! - **Body timeout**: the request body must arrive within `body_timeout` of the head; past that
+//!   the body read fails and the handler answers 400 (then the connection is closed). A response
+//!   the client does not read for `body_timeout` is abandoned too.
+//! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
+//!   hop (info, health, metrics, challenge, enrol, rotate, and unknown paths) count against the
+//!   client address's one-minute window (`public_per_minute`); over it, `429`. The table of
+//!   addresses is hard-capped (see [`crate::relay::rate::RateTable`]).
+//!
+//! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
+//! connection stays what hyper and the handler's body cap allow.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::ConnectInfo;
+use axum::http::{header, HeaderValue, Request, Response, StatusCode};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+use super::client_addr::{client_addr, TrustProxy};
+use super::route::Route;
+use crate::relay::config::parse_duration;
+use crate::relay::rate::RateTable;
+use relay_keyspace::{Clock as _, SystemClock};
+
+/// Most client addresses whose public-route windows are tracked at once.
+const PUBLIC_RATE_CAP: usize = 100_000;
+/// Most refusals being written at once (each lives at most [`REFUSAL_TIME`]).
+const REFUSAL_TASKS: usize = 64;
+/// How long a refusal may take to write and drain.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+/// Most request bytes drained from a refused connection (so the close is not a reset).
+const REFUSAL_DRAIN: usize = 16 * 1024;
+/// The refusal sent when the connection cap is reached.
+const REFUSAL_BODY: &str = r#"{"error":"too many connections, retry later"}"#;
+/// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The guard's limits (flags of `mbx-relay serve`, see [`GuardArgs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardConfig {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub public_per_minute: u32,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        GuardConfig {
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(20),
+            body_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(10),
+            public_per_minute: 600,
+        }
+    }
+}
+
+/// Flags for the guard (flattened into `mbx-relay serve`'s flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GuardArgs {
+    /// Most connections served at once; one more is answered 503 and closed.
+    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Time allowed for a request head, from when the relay waits for it (`20s`).
+    #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Time allowed for a request body after its head, and for a client to read a response (`60s`).
+    #[arg(long, env = "MBX_RELAY_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+    /// A connection silent this long while the relay waits for its next request is closed (`10s`).
+    #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Requests per client address per minute to routes that need no signed hop.
+    #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = 600)]
+    pub public_per_minute: u32,
+}
+
+impl GuardArgs {
+    /// The guard configuration.
+    pub fn config(&self) -> GuardConfig {
+        GuardConfig {
+            max_connections: self.max_connections,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            public_per_minute: self.public_per_minute,
+        }
+    }
+}
+
+impl GuardConfig {
+    /// Refuse settings that would disable a protection.
+    ///
+    /// # Errors
+    /// A message naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_connections == 0 || self.max_connections > u32::MAX as usize >> 3 {
+            return Err("--max-connections must be between 1 and 536870911".into());
+        }
+        for (d, flag) in [
+            (self.header_timeout, "--header-timeout"),
+            (self.body_timeout, "--body-timeout"),
+            (self.idle_timeout, "--idle-timeout"),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{flag} must be more than 0"));
+            }
+        }
+        if self.public_per_minute == 0 {
+            return Err("--public-per-minute must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// State shared by every connection.
+struct Shared {
+    router: axum::Router,
+    trust: TrustProxy,
+    config: GuardConfig,
+    public_rate: RateTable<String>,
+}
+
+/// Serve `router` on `listener` under the guard until `shutdown` resolves, then stop accepting,
+/// let in-flight requests finish (idle connections close at once) and return.
+///
+/// # Errors
+/// An invalid [`GuardConfig`].
+pub async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    trust: TrustProxy,
+    config: GuardConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    config
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let max = config.max_connections;
+    let shared = Arc::new(Shared {
+        router,
+        trust,
+        public_rate: RateTable::new(config.public_per_minute, PUBLIC_RATE_CAP),
+        config,
+    });
+    let slots = Arc::new(Semaphore::new(max));
+    let refusals = Arc::new(Semaphore::new(REFUSAL_TASKS));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(serve_connection(
+                    shared.clone(),
+                    stream,
+                    peer,
+                    slot,
+                    stop_rx.clone(),
+                ));
+            }
+            Err(_) => refuse(stream, &refusals),
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection task holds a slot until it ends: wait for all of them.
+    let _ = slots.acquire_many(max as u32).await;
+    Ok(())
+}
+
+/// Answer 503 on a connection over the cap, drain a little of its request, close it.
+fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
+    let Ok(permit) = refusals.clone().try_acquire_owned() else {
+        return; // Dropped: closed without an answer.
+    };
+    tokio::spawn(async move {
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+             cache-control: no-store\r\nretry-after: 1\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n{REFUSAL_BODY}",
+            REFUSAL_BODY.len()
+        );
+        let _ = tokio::time::timeout(REFUSAL_TIME, async {
+            stream.write_all(answer.as_bytes()).await?;
+            stream.shutdown().await?;
+            let mut sink = [0u8; 1024];
+            let mut drained = 0;
+            while drained < REFUSAL_DRAIN {
+                match stream.read(&mut sink).await? {
+                    0 => break,
+                    n => drained += n,
+                }
+            }
+            io::Result::Ok(())
+        })
+        .await;
+        drop(permit);
+    });
+}
+
+async fn serve_connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+    mut stop: watch::Receiver<bool>,
+) {
+    let cfg = &shared.config;
+    let io = TokioIo::new(GuardedIo::new(stream, cfg.idle_timeout, cfg.body_timeout));
+    let service_state = shared.clone();
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let shared = service_state.clone();
+        async move { Ok::<_, Infallible>(handle(&shared, peer, req).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_timeout)
+        .keep_alive(true);
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let stopping = *stop.borrow();
+    if stopping {
+        conn.as_mut().graceful_shutdown();
+    }
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = stop.changed(), if !stopping => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.as_mut().await;
+        }
+    }
+    drop(slot);
+}
+
+/// One request: the per-address window for unauthenticated routes, then the router with
+/// `ConnectInfo` and a body that fails after `body_timeout`.
+async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let public = Route::of(req.method(), req.uri().path()).is_none_or(Route::public);
+    if public {
+        let addr = client_addr(shared.trust, peer, req.headers());
+        let now = SystemClock.now_ms();
+        if !shared.public_rate.hit(&addr, now) {
+            return too_many_requests();
+        }
+    }
+    let deadline = Instant::now() + shared.config.body_timeout;
+    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline)));
+    req.extensions_mut().insert(ConnectInfo(peer));
+    let mut router = shared.router.clone();
+    match tower_service::Service::call(&mut router, req).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    }
+}
+
+fn too_many_requests() -> Response<Body> {
+    let mut r = Response::new(Body::from(
+        r#"{"error":"too many requests from this address, retry later"}"#,
+    ));
+    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    r
+}
+
+/// A request body that fails once its deadline passes before it ends.
+struct TimedBody {
+    inner: Incoming,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl TimedBody {
+    fn new(inner: Incoming, deadline: Instant) -> Self {
+        TimedBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+        }
+    }
+}
+
+/// Why a timed body failed.
+#[derive(Debug)]
+struct BodyTimedOut;
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request body not received in time")
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Poll::Ready(f) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(f.map(|r| r.map_err(Into::into)));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The socket with two deadlines: while the relay waits for the next request (after accept or
+/// after writing), the client must send a byte within `idle`; a write that makes no progress
+/// for `stall` fails.
+struct GuardedIo {
+    inner: TcpStream,
+    idle: Duration,
+    stall: Duration,
+    /// Set while waiting for the next request: since when.
+    waiting_since: Option<Instant>,
+    read_timer: Pin<Box<Sleep>>,
+    /// Set while a write is blocked: since when.
+    blocked_since: Option<Instant>,
+    write_timer: Pin<Box<Sleep>>,
+}
+
+impl GuardedIo {
+    fn new(inner: TcpStream, idle: Duration, stall: Duration) -> Self {
+        let now = Instant::now();
+        GuardedIo {
+            inner,
+            idle,
+            stall,
+            waiting_since: Some(now),
+            read_timer: Box::pin(tokio::time::sleep_until(now + idle)),
+            blocked_since: None,
+            write_timer: Box::pin(tokio::time::sleep_until(now + stall)),
+        }
+    }
+}
+
+/// Arm `timer` for `deadline`; true when it has passed.
+fn expired(timer: &mut Pin<Box<Sleep>>, deadline: Instant, cx: &mut Context<'_>) -> bool {
+    if Instant::now() >= deadline {
+        return true;
+    }
+    if timer.deadline() != deadline {
+        timer.as_mut().reset(deadline);
+    }
+    timer.as_mut().poll(cx).is_ready()
+}
+
+impl AsyncRead for GuardedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    this.waiting_since = None;
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => match this.waiting_since {
+                // Idle too long: report end of stream, so hyper closes the connection quietly.
+                Some(since) if expired(&mut this.read_timer, since + this.idle, cx) => {
+                    Poll::Ready(Ok(()))
+                }
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl GuardedIo {
+    /// Track a write's outcome: progress restarts the wait for the next request; a write
+    /// blocked for longer than `stall` fails.
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(r) => {
+                self.blocked_since = None;
+                if matches!(r, Ok(n) if n > 0) {
+                    self.waiting_since = Some(Instant::now());
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let since = *self.blocked_since.get_or_insert_with(Instant::now);
+                if expired(&mut self.write_timer, since + self.stall, cx) {
+                    Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "client did not read the response in time",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for GuardedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.after_write(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.after_write(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
