@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::enrol::expect_ok;
 use super::store::{Acceptance, ItemKind, OutRow, RowState};
-use super::sync::{Session, SyncOptions, DEADLINE_GRACE_MS};
+use super::sync::{Session, SyncOptions};
 use super::{now_ms, HostError};
 use crate::wire::accept::wire_hash_hex;
 use crate::wire::canonical::{canonical_bytes, canonical_json};
@@ -266,7 +266,7 @@ impl Session<'_> {
                         r.settled_at = Some(now);
                     } else {
                         r.state = RowState::RelayAccepted;
-                        r.deadline = Some(now + retention + DEADLINE_GRACE_MS);
+                        r.deadline = Some(now + retention + self.opts.grace_ms);
                     }
                     self.report.relay_accepted += 1;
                     if x.get("status").and_then(Value::as_str) == Some("duplicate") {
@@ -296,7 +296,7 @@ impl Session<'_> {
             .filter(|r| r.kind == ItemKind::Envelope && r.state == RowState::Done)
             .map(|r| r.target_pubkey.clone())
             .collect();
-        let grace = self.relay.retention_ms + DEADLINE_GRACE_MS;
+        let grace = self.relay.retention_ms + self.opts.grace_ms;
         let mut b = self.store.batch();
         let mut n = 0;
         for mut r in rows

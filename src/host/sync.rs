@@ -23,12 +23,15 @@ pub const MAX_PAGES: usize = 10_000;
 /// Bound on enrol-and-retry rounds in one pass (401 answers).
 const MAX_REENROL: usize = 2;
 
-/// Timing knobs (environment: `MBX_HOST_TIMEOUT_MS`, `MBX_HOST_BACKOFF_MS`, `MBX_HOST_BACKOFF_CAP_MS`).
+/// Timing knobs (environment: `MBX_HOST_TIMEOUT_MS`, `MBX_HOST_BACKOFF_MS`,
+/// `MBX_HOST_BACKOFF_CAP_MS`, `MBX_HOST_DEADLINE_GRACE_MS`).
 #[derive(Debug, Clone, Copy)]
 pub struct SyncOptions {
     pub timeout: Duration,
     pub backoff_base_ms: u64,
     pub backoff_cap_ms: u64,
+    /// Grace after retention before the sender's own deadline (spec: 24 h).
+    pub grace_ms: u64,
 }
 
 impl Default for SyncOptions {
@@ -37,6 +40,7 @@ impl Default for SyncOptions {
             timeout: Duration::from_secs(30),
             backoff_base_ms: 1_000,
             backoff_cap_ms: 300_000,
+            grace_ms: DEADLINE_GRACE_MS,
         }
     }
 }
@@ -52,6 +56,7 @@ impl SyncOptions {
                 .unwrap_or(d.timeout),
             backoff_base_ms: var("MBX_HOST_BACKOFF_MS").unwrap_or(d.backoff_base_ms),
             backoff_cap_ms: var("MBX_HOST_BACKOFF_CAP_MS").unwrap_or(d.backoff_cap_ms),
+            grace_ms: var("MBX_HOST_DEADLINE_GRACE_MS").unwrap_or(d.grace_ms),
         }
     }
 

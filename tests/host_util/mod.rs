@@ -42,12 +42,17 @@ pub struct RelayProc {
 impl RelayProc {
     /// Start a relay on a fresh port with its store under `dir`.
     pub fn start(dir: &Path, args: &[&str]) -> RelayProc {
+        Self::start_on(dir, free_port(), "relay-store", args)
+    }
+
+    /// Start a relay on `port` with the store `dir/store_name`.
+    pub fn start_on(dir: &Path, port: u16, store_name: &str, args: &[&str]) -> RelayProc {
         let mut r = RelayProc {
-            port: free_port(),
-            store: dir.join("relay-store"),
+            port,
+            store: dir.join(store_name),
             args: args.iter().map(|s| s.to_string()).collect(),
             child: None,
-            log: dir.join("relay.log"),
+            log: dir.join(format!("{store_name}.log")),
         };
         r.spawn(None);
         r
@@ -168,6 +173,8 @@ impl Drop for RelayProc {
 pub struct HostCli {
     pub name: String,
     pub dir: PathBuf,
+    /// Extra environment for every command of this host.
+    pub env: Vec<(String, String)>,
 }
 
 impl HostCli {
@@ -176,6 +183,7 @@ impl HostCli {
         let h = HostCli {
             name: name.into(),
             dir: root.join(name),
+            env: Vec::new(),
         };
         h.ok(&["init", "--name", name]);
         h
@@ -191,6 +199,9 @@ impl HostCli {
             .args(args)
             .env_remove("MBX_FAILPOINT");
         for (k, v) in HOST_ENV {
+            cmd.env(k, v);
+        }
+        for (k, v) in &self.env {
             cmd.env(k, v);
         }
         if let Some(fp) = failpoint {
@@ -267,6 +278,23 @@ impl HostCli {
     pub fn count(&self, key: &str) -> u64 {
         self.status()["outbox"][key].as_u64().unwrap_or(0)
     }
+}
+
+/// `relay-tool` from the same build, when it was built (`cargo test --workspace` builds it only
+/// if asked; `cargo build -p relay-tool` does).
+/// `MBX_TEST_NO_RELAY_TOOL=1` forces the library fallback.
+pub fn relay_tool() -> Option<PathBuf> {
+    if std::env::var_os("MBX_TEST_NO_RELAY_TOOL").is_some() {
+        return None;
+    }
+    let p = Path::new(BIN).parent()?.join("relay-tool");
+    p.exists().then_some(p)
+}
+
+/// The host's signing key, read from its key file (to forge items as that host in tests).
+pub fn host_key(h: &HostCli) -> mbx_relay::wire::keys::SigningKey {
+    let text = std::fs::read_to_string(h.dir.join("host.key")).unwrap();
+    mbx_relay::wire::keys::SigningKey::from_key_file(&text).unwrap()
 }
 
 /// Two hosts that pinned each other and the relay.
