@@ -41,6 +41,7 @@ fn garbage_requests_get_4xx_or_a_close_and_the_relay_keeps_serving() {
         ("no version", b"GET /v2/relay/info\r\n\r\n".to_vec()),
         ("bad method", b"G@T /v2/relay/info HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
         ("bad header line", b"GET /v2/relay/info HTTP/1.1\r\nHost x\r\nnocolon\r\n\r\n".to_vec()),
+        ("DEL in header value", b"GET /v2/relay/info HTTP/1.1\r\nHost: x\r\nContent-Type: a/\x7f\r\n\r\n".to_vec()),
         ("nul in header", b"GET /v2/relay/info HTTP/1.1\r\nHost: x\r\nx-mbx-host: a\0b\r\n\r\n".to_vec()),
         ("bad content-length", b"POST /v1/relay/challenge HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}".to_vec()),
         ("negative content-length", b"POST /v1/relay/challenge HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}".to_vec()),
@@ -68,13 +69,18 @@ fn garbage_requests_get_4xx_or_a_close_and_the_relay_keeps_serving() {
 #[test]
 fn huge_headers_are_refused_and_the_relay_keeps_serving() {
     let relay = Relay::start_generous(&[]);
+    // 64 KiB of header may be served or refused; 1 MiB must be refused (bounded buffers).
     for size in [64 * 1024, 1024 * 1024] {
         let req = format!(
             "GET /v2/relay/info HTTP/1.1\r\nHost: x\r\nx-junk: {}\r\nConnection: close\r\n\r\n",
             "a".repeat(size)
         );
         let r = raw(&relay, req.as_bytes());
-        assert_client_error(&r, "huge header");
+        if size > 64 * 1024 {
+            assert_client_error(&r, "huge header");
+        } else if let Some(r) = &r {
+            assert!(r.status < 500, "64 KiB header: {}", r.status);
+        }
         relay.assert_alive();
     }
     // Very many headers.
@@ -187,7 +193,7 @@ fn content_types_do_not_crash_the_relay() {
         "application/x-www-form-urlencoded",
         "multipart/form-data; boundary=x",
         "application/json; charset=utf-8",
-        "garbage/\u{7f}",
+        "garbage/nonsense",
     ] {
         let r = relay.send(
             "POST",

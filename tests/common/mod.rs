@@ -90,6 +90,7 @@ pub struct Relay {
     env: Vec<(String, String)>,
     store: PathBuf,
     stderr_path: PathBuf,
+    bare: bool,
     /// Owns the temporary directory holding the store (unless the caller gave one) and the log.
     _work: tempfile::TempDir,
 }
@@ -103,6 +104,9 @@ pub struct RelayOpts {
     pub env: Vec<(String, String)>,
     /// Store directory to use instead of a fresh temporary one.
     pub store: Option<PathBuf>,
+    /// Pass neither `--listen` nor `--store-dir` (the test sets them another way, e.g. through
+    /// `MBX_RELAY_LISTEN` / `MBX_RELAY_STORE_DIR`).
+    pub bare: bool,
 }
 
 impl RelayOpts {
@@ -121,6 +125,11 @@ impl RelayOpts {
     /// Uses this store directory.
     pub fn store(mut self, dir: &Path) -> Self {
         self.store = Some(dir.to_path_buf());
+        self
+    }
+    /// Passes neither `--listen` nor `--store-dir`; see [`RelayOpts::bare`].
+    pub fn bare(mut self) -> Self {
+        self.bare = true;
         self
     }
 }
@@ -155,6 +164,7 @@ impl Relay {
             env: opts.env,
             store,
             stderr_path,
+            bare: opts.bare,
             _work: work,
         };
         relay.spawn()?;
@@ -168,12 +178,14 @@ impl Relay {
             .open(&self.stderr_path)
             .map_err(|e| e.to_string())?;
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--store-dir")
-            .arg(&self.store)
-            .args(&self.args)
+        cmd.arg("serve");
+        if !self.bare {
+            cmd.arg("--listen")
+                .arg("127.0.0.1:0")
+                .arg("--store-dir")
+                .arg(&self.store);
+        }
+        cmd.args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr));

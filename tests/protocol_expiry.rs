@@ -1,0 +1,113 @@
+//! PROTOCOL.md §4 (expiry notices) beyond the basic sweep: one notice per expired target, told
+//! once, notices and receipts expire silently, no notice for a sender that is no longer enrolled.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Polls `f` every 100 ms until it returns `Some`, at most `limit`.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn kinds(items: &[Value]) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn one_notice_per_expired_target_told_once_and_notices_expire_silently() {
+    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let relay_pk = relay.pubkey();
+    let s = Host::enrolled(&relay, "ex-s");
+    let a = Host::enrolled(&relay, "ex-a");
+    let b = Host::enrolled(&relay, "ex-b");
+    let env = envelope_item(&s, &[&a, &b]);
+    assert_eq!(s.push_one(&relay, &env)["status"], json!("accepted"));
+    let id = env["item_id"].as_str().unwrap();
+    let mut max_seen = 0;
+    let notices = wait_for(Duration::from_secs(20), || {
+        let mine = s.pull_all(&relay, 0);
+        max_seen = max_seen.max(mine.len());
+        (mine.len() == 2).then_some(mine)
+    })
+    .expect("two notices for the sender");
+    assert_eq!(kinds(&notices), vec!["expired", "expired"]);
+    let mut ids: Vec<String> = notices
+        .iter()
+        .map(|n| n["item_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    let mut want = vec![
+        format!("expired:{id}:{}", a.pubkey()),
+        format!("expired:{id}:{}", b.pubkey()),
+    ];
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(notices
+        .iter()
+        .all(|n| n["sender_pubkey"] == json!(relay_pk)));
+    assert!(a.pull_all(&relay, 0).is_empty() && b.pull_all(&relay, 0).is_empty());
+    // Later sweeps never tell again, and the notices themselves expire without a notice.
+    let gone = wait_for(Duration::from_secs(20), || {
+        let mine = s.pull_all(&relay, 0);
+        max_seen = max_seen.max(mine.len());
+        mine.is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "notices expire after the retention");
+    assert_eq!(max_seen, 2, "never more than one notice per expired target");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        s.pull_all(&relay, 0).is_empty(),
+        "expired notices go silently"
+    );
+    assert!(a.pull_all(&relay, 0).is_empty() && b.pull_all(&relay, 0).is_empty());
+}
+
+#[test]
+fn no_notice_for_a_sender_that_is_no_longer_enrolled() {
+    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let s = Host::enrolled(&relay, "gone-s");
+    let a = Host::enrolled(&relay, "gone-a");
+    let witness = Host::enrolled(&relay, "gone-w");
+    assert_eq!(
+        s.push_one(&relay, &envelope_item(&s, &[&a]))["status"],
+        json!("accepted")
+    );
+    // A still-enrolled witness sender shows when the sweep has run.
+    assert_eq!(
+        witness.push_one(&relay, &envelope_item(&witness, &[&a]))["status"],
+        json!("accepted")
+    );
+    let s2 = Host::new("gone-s");
+    relay
+        .post_json(
+            "/v2/relay/rotate",
+            &rotation("gone-s", &s.key, &s2.key, None, None),
+        )
+        .ok();
+    wait_for(Duration::from_secs(20), || {
+        (witness.pull_all(&relay, 0).len() == 1).then_some(())
+    })
+    .expect("the witness is told");
+    assert!(a.pull_all(&relay, 0).is_empty());
+    std::thread::sleep(Duration::from_millis(1200));
+    let got = s2.pull_all(&relay, 0);
+    assert!(
+        got.is_empty(),
+        "no notice for a revoked sender key: {got:?}"
+    );
+}
