@@ -615,3 +615,62 @@ fn command_line_errors_name_their_cause_and_exit_codes_are_documented() {
         "{key}"
     );
 }
+
+/// One raw exchange on the admin socket: send `request`, read everything until the relay closes.
+fn admin_raw(store: &Path, request: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut c = std::os::unix::net::UnixStream::connect(store.join("admin.sock")).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The relay may answer and close before reading everything we send: ignore write errors.
+    let _ = c.write_all(request);
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn the_admin_socket_refuses_garbage_and_a_stale_socket_is_not_a_running_relay() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let mut relay = relay_at(&store, None);
+    let cases: [&[u8]; 6] = [
+        b"hello\n",
+        b"backup now\n",
+        b"dump partition nope\n",
+        b"\xff\xfe\n",
+        b"log 0\n",
+        &[b'x'; 5000],
+    ];
+    for req in cases {
+        let answer = text(&admin_raw(&store, req));
+        assert!(answer.starts_with("error "), "{req:?} -> {answer:?}");
+        assert_eq!(
+            answer.matches('\n').count(),
+            1,
+            "one error line: {answer:?}"
+        );
+    }
+    // A client that connects and says nothing is dropped after the request timeout; meanwhile
+    // others are served.
+    let _silent = std::os::unix::net::UnixStream::connect(store.join("admin.sock")).unwrap();
+    let ok = text(&admin_raw(&store, b"stats\n"));
+    assert!(ok.starts_with("ok\n") && ok.contains("done {}"), "{ok:?}");
+    relay.assert_alive();
+
+    // kill -9 leaves the socket file behind: the tool sees no relay and opens the store itself,
+    // and the next relay replaces the stale socket.
+    relay.kill9();
+    assert!(
+        store.join("admin.sock").exists(),
+        "stale socket expected after kill -9"
+    );
+    let stats: Value = serde_json::from_str(&tool_expect(
+        &["stats", "--store-dir", s(&store), "--json"],
+        0,
+    ))
+    .unwrap();
+    assert_eq!(stats["live_enrolments"], 0);
+    relay.start_again().expect("restart");
+    let ok = text(&admin_raw(&store, b"log 1\n"));
+    assert!(ok.starts_with("ok\n"), "{ok:?}");
+}
