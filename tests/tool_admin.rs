@@ -257,6 +257,32 @@ fn online_backup_under_load_restores_every_item_accepted_before_it() {
     );
 }
 
+/// A copy of a backup whose header claims format `version` (with a valid header checksum), as a
+/// newer relay-tool would write it. Header: magic[8] | format u32 LE | crc32(magic, format) LE.
+fn with_format_version(bytes: &[u8], version: u32) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    out[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32(&out[..12]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// CRC-32 (IEEE, as crc32fast computes it), bitwise.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
 fn common_tmp(file: &Path) -> PathBuf {
     let mut s = file.as_os_str().to_os_string();
     s.push(".tmp");
@@ -296,6 +322,10 @@ fn damaged_or_truncated_backups_fail_verify_and_restore_leaves_the_store_untouch
     assert!(err.contains("truncated"), "{err}");
     let err = tool_fails(&["verify", s(&not_backup)], 3);
     assert!(err.contains("wrong magic"), "{err}");
+    let newer = work.path().join("newer.bak");
+    std::fs::write(&newer, with_format_version(&bytes, 99)).unwrap();
+    let err = tool_fails(&["verify", s(&newer)], 3);
+    assert!(err.contains("newer than this tool"), "{err}");
     let err = tool_fails(&["verify", s(&work.path().join("absent.bak"))], 2);
     assert!(err.contains("no such file"), "{err}");
 
@@ -304,7 +334,7 @@ fn damaged_or_truncated_backups_fail_verify_and_restore_leaves_the_store_untouch
         0,
     );
     let beside_before = listing(work.path());
-    for bad in [&flipped, &truncated, &not_backup] {
+    for bad in [&flipped, &truncated, &not_backup, &newer] {
         let err = tool_fails(&["restore", "--store-dir", s(&store), s(bad)], 3);
         assert!(err.contains("refusing to restore"), "{err}");
         assert_eq!(
@@ -377,6 +407,18 @@ fn restore_and_rotate_epoch_refuse_while_the_relay_runs() {
     relay.assert_alive();
 
     stop(&mut relay);
+    // With no relay running, backup opens the store itself and logs there.
+    let offline = work.path().join("offline.bak");
+    let out = tool_expect(&["backup", "--store-dir", s(&store), s(&offline)], 0);
+    assert!(out.contains("offline, no relay was running"), "{out}");
+    let log = tool_expect(&["log", "--store-dir", s(&store), "--json"], 0);
+    let newest: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(newest["kind"], "backup", "{log}");
+    assert!(
+        newest["detail"].as_str().unwrap().contains("offline.bak"),
+        "{log}"
+    );
+    tool_expect(&["verify", s(&offline)], 0);
     let out = tool_expect(&["rotate-epoch", "--store-dir", s(&store)], 0);
     assert!(out.contains(&epoch), "{out}");
     let stats: Value = serde_json::from_str(&tool_expect(

@@ -1,8 +1,10 @@
 //! Read-only commands: `stats`, `log`, `dump` (through the running relay or the store opened
 //! here, same output either way) and `verify` (a backup file, offline).
 
+use std::cell::Cell;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
+use std::rc::Rc;
 
 use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
 use mbx_relay::admin::report::{op_json, stats_json};
@@ -95,7 +97,11 @@ pub fn dump(
         partition: partition.clone(),
         with_wire,
     };
-    let stdout = io::stdout().lock();
+    let closed = Rc::new(Cell::new(false));
+    let stdout = PipeWatch {
+        inner: io::stdout().lock(),
+        closed: closed.clone(),
+    };
     let mut sink: Box<dyn Write> = if json {
         Box::new(io::BufWriter::new(stdout))
     } else {
@@ -104,28 +110,28 @@ pub fn dump(
             line: Vec::new(),
         })
     };
-    let counts: Vec<(String, u64)> = match access::relay_or_store(dir, &request)? {
-        Via::Relay(mut reply) => {
-            io::copy(&mut reply, &mut sink)
-                .map_err(|e| Failure::new(Code::Store, format!("dump: {e}")))?;
-            let done = reply.finish()?;
-            serde_json::from_value(done["counts"].clone()).unwrap_or_default()
-        }
+    let result = match access::relay_or_store(dir, &request)? {
+        Via::Relay(mut reply) => io::copy(&mut reply, &mut sink)
+            .map_err(|e| Failure::new(Code::Store, format!("dump: {e}")))
+            .and_then(|_| Ok(reply.finish()?))
+            .map(|done| serde_json::from_value(done["counts"].clone()).unwrap_or_default()),
         Via::Local(store) => {
-            let counts = store.dump(
-                &mut sink,
-                &DumpOptions {
-                    partition,
-                    with_wire,
-                },
-            )?;
+            let opts = DumpOptions {
+                partition,
+                with_wire,
+            };
+            let counts = store.dump(&mut sink, &opts);
             access::close(store)?;
-            counts
+            counts.map_err(Failure::from)
         }
     };
-    sink.flush()
-        .map_err(|e| Failure::new(Code::Store, format!("writing the dump: {e}")))?;
+    let flushed = sink.flush();
     drop(sink);
+    if closed.get() {
+        return Ok(()); // stdout went away (`relay-tool dump | head`): not an error
+    }
+    let counts: Vec<(String, u64)> = result?;
+    flushed.map_err(|e| Failure::new(Code::Store, format!("writing the dump: {e}")))?;
     if !json {
         let parts: Vec<String> = counts.iter().map(|(p, n)| format!("{p} {n}")).collect();
         println!("-- records: {}", parts.join(", "));
@@ -147,6 +153,32 @@ pub fn verify(file: &Path) -> Result<(), Failure> {
     println!("backup OK: {}", file.display());
     print!("{}", show::summary(&summary));
     Ok(())
+}
+
+/// Stdout that remembers it was closed by the reader (a broken pipe), so `dump | head` ends quietly.
+struct PipeWatch<W: Write> {
+    inner: W,
+    closed: Rc<Cell<bool>>,
+}
+
+impl<W: Write> PipeWatch<W> {
+    fn watch<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::BrokenPipe) {
+            self.closed.set(true);
+        }
+        r
+    }
+}
+
+impl<W: Write> Write for PipeWatch<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let r = self.inner.write(buf);
+        self.watch(r)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.inner.flush();
+        self.watch(r)
+    }
 }
 
 /// Read up to `max` JSON lines from the relay's stream, then its final line.

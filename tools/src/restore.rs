@@ -43,7 +43,10 @@ enum Old {
 /// `Store` for I/O failures (the old store is then untouched).
 pub fn run(a: &Args) -> Result<(), Failure> {
     let dir = absolute(a.store_dir)?;
-    let bar = progress::step(format!("verifying {}", a.file.display()));
+    let size = std::fs::metadata(a.file)
+        .map(|m| show::human_bytes(m.len()))
+        .unwrap_or_default();
+    let bar = progress::step(format!("verifying {} ({size})", a.file.display()));
     let verified = verify_backup(a.file);
     bar.finish_and_clear();
     let summary = verified.map_err(|e| Failure::from(e).context("refusing to restore"))?;
@@ -62,7 +65,10 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         &dir,
         &format!(".restore-tmp-{}-{stamp}", std::process::id()),
     );
-    let bar = progress::step(format!("building the restored store in {}", tmp.display()));
+    let bar = progress::step(format!(
+        "building the restored store from {size} in {}",
+        tmp.display()
+    ));
     let built = restore_backup(a.file, &tmp);
     bar.finish_and_clear();
     let (restored, epoch) = match built {
