@@ -170,6 +170,7 @@ impl Drop for RelayProc {
 }
 
 /// A host driven through `mbx-relay host --dir DIR ...`.
+#[derive(Clone)]
 pub struct HostCli {
     pub name: String,
     pub dir: PathBuf,

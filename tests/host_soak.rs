@@ -1,0 +1,126 @@
+//! Soak: host alpha sends N messages to host beta while the relay is killed with SIGKILL three
+//! times at random moments. Afterwards beta's inbox holds all N exactly once (and nothing is
+//! quarantined), and alpha holds N delivery receipts (every envelope row settled, no alerts).
+//!
+//! N defaults to 500 (about 30 s here); `MBX_SOAK_N` changes it. While alpha sends (syncing every
+//! 25 messages), beta syncs continuously in another thread, so kills land mid-pass.
+
+mod host_util;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use host_util::{pair, RelayProc};
+use rand::Rng;
+
+#[test]
+fn soak_relay_sigkilled_three_times_loses_and_duplicates_nothing() {
+    let n: usize = std::env::var("MBX_SOAK_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500)
+        .clamp(1, 5_000);
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = pair(tmp.path(), &relay);
+    b.sync();
+    a.sync();
+    let relay = Arc::new(Mutex::new(relay));
+
+    // Three kills at random moments over the expected sending time (~50 ms per message).
+    let window_ms = (n as u64 * 50).max(1_500);
+    let killer = {
+        let relay = Arc::clone(&relay);
+        std::thread::spawn(move || {
+            let mut rng = rand::thread_rng();
+            let mut at: Vec<u64> = (0..3).map(|_| rng.gen_range(100..window_ms)).collect();
+            at.sort_unstable();
+            let start = Instant::now();
+            for t in at {
+                let wait = Duration::from_millis(t).saturating_sub(start.elapsed());
+                std::thread::sleep(wait);
+                let down = Duration::from_millis(rng.gen_range(20..300));
+                let mut r = relay.lock().unwrap();
+                r.kill9();
+                std::thread::sleep(down);
+                r.spawn(None);
+            }
+            3
+        })
+    };
+
+    let sending = Arc::new(AtomicBool::new(true));
+    let b_syncer = {
+        let (b, sending) = (b.clone(), Arc::clone(&sending));
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            while sending.load(Ordering::Relaxed) && ok + failed < 100_000 {
+                match b.run(&["sync"]) {
+                    Ok(_) => ok += 1,
+                    Err(_) => failed += 1,
+                }
+            }
+            (ok, failed)
+        })
+    };
+    let started = Instant::now();
+    let mut sent = BTreeSet::new();
+    let mut a_failed = 0;
+    for i in 0..n {
+        let body = format!("message {i} {}", "x".repeat(i % 97));
+        sent.insert(a.send("beta", &format!("soak {i}"), &body));
+        if i % 25 == 24 && a.run(&["sync"]).is_err() {
+            a_failed += 1;
+        }
+    }
+    assert_eq!(
+        killer.join().unwrap(),
+        3,
+        "the relay was killed three times"
+    );
+    sending.store(false, Ordering::Relaxed);
+    let (b_ok, b_failed) = b_syncer.join().unwrap();
+    let send_phase = started.elapsed();
+    eprintln!("send phase: alpha syncs failed {a_failed}; beta syncs ok {b_ok}, failed {b_failed}");
+
+    let mut rounds = 0;
+    let settled = loop {
+        rounds += 1;
+        let _ = a.run(&["sync"]);
+        let _ = b.run(&["sync"]);
+        let st = a.status();
+        if st["outbox"]["envelope_done"].as_u64() == Some(n as u64)
+            && b.count("receipt_pending") == 0
+        {
+            break true;
+        }
+        if rounds >= 100 {
+            break false;
+        }
+    };
+    eprintln!(
+        "soak n={n}: send phase {send_phase:?}, settled after {rounds} extra rounds, total {:?}",
+        started.elapsed()
+    );
+    assert!(settled, "alpha: {}\nbeta: {}", a.status(), b.status());
+
+    let got: Vec<String> = b.inbox_ids();
+    assert_eq!(got.len(), n, "exactly N messages in beta's inbox");
+    assert_eq!(
+        got.into_iter().collect::<BTreeSet<_>>(),
+        sent,
+        "the same N messages"
+    );
+    let bs = b.status();
+    assert_eq!(bs["quarantine"], 0, "nothing refused: {bs}");
+    let st = a.status();
+    assert_eq!(
+        st["outbox"]["envelope_done"].as_u64(),
+        Some(n as u64),
+        "N delivery receipts"
+    );
+    assert!(st["alerts"].as_array().unwrap().is_empty(), "{st}");
+    assert!(relay.lock().unwrap().running());
+}
