@@ -33,11 +33,6 @@ impl Errors {
             self.add(k, *n);
         }
     }
-
-    /// Total errors.
-    pub fn total(&self) -> u64 {
-        self.0.values().sum()
-    }
 }
 
 /// Latency percentiles in milliseconds.
@@ -96,6 +91,6 @@ mod tests {
         e.add("k0", 2);
         assert_eq!(e.0.len(), MAX_KINDS + 1);
         assert_eq!(e.0["other"], 100 - MAX_KINDS as u64);
-        assert_eq!(e.total(), 102);
+        assert_eq!(e.0.values().sum::<u64>(), 102);
     }
 }

@@ -231,7 +231,7 @@ mod tests {
                 ok.accepted,
                 ok.accepted_bytes,
                 ok.per_target[0],
-                ok.errors.total()
+                ok.errors.0.len() as u64
             ),
             (1, 10, 1, 0)
         );
