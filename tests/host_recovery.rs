@@ -164,3 +164,77 @@ fn an_expiry_notice_ends_the_row_with_an_alert() {
     );
     assert!(b.inbox_ids().is_empty());
 }
+
+/// Copy a directory tree (the relay is stopped), as a volume snapshot would.
+fn copy_tree(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cp: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A file-copy restore that keeps the epoch (no rotate-epoch): the hosts see the relay's head
+/// below their checkpoints, reset to 0 and re-pull, and the sender re-pushes what the copy lost.
+#[test]
+fn a_restore_that_kept_its_epoch_is_detected_by_the_head() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = pair(tmp.path(), &relay);
+    let (mut ta, mut tb) = (serde_json::json!({}), serde_json::json!({}));
+    sync_into(&b, &mut tb);
+    let mut ids = vec![a.send("beta", "before", "b1")];
+    for _ in 0..3 {
+        sync_into(&a, &mut ta);
+        sync_into(&b, &mut tb);
+    }
+    assert_eq!(a.count("envelope_done"), 1);
+    let epoch = a.status()["relay"]["epoch"].clone();
+
+    relay.kill9();
+    let snapshot = tmp.path().join("snapshot");
+    copy_tree(&relay.store, &snapshot);
+    relay.spawn(None);
+
+    // After the copy: m2 is delivered and confirmed, m3 is only relay-accepted.
+    ids.push(a.send("beta", "after 1", "a1"));
+    for _ in 0..3 {
+        sync_into(&a, &mut ta);
+        sync_into(&b, &mut tb);
+    }
+    assert_eq!(a.count("envelope_done"), 2);
+    ids.push(a.send("beta", "after 2", "a2"));
+    sync_into(&a, &mut ta);
+    assert_eq!(a.count("envelope_relay-accepted"), 1);
+
+    relay.kill9();
+    std::fs::rename(&relay.store, tmp.path().join("lost")).unwrap();
+    std::fs::rename(&snapshot, &relay.store).unwrap();
+    relay.spawn(None);
+
+    let mut rewinds = 0;
+    let settled = (0..10).any(|_| {
+        for h in [&b, &a] {
+            if let Ok(r) = h.run(&["sync"]) {
+                rewinds += r["rewinds"].as_u64().unwrap();
+            }
+        }
+        a.count("envelope_done") == 3 && b.count("receipt_pending") == 0
+    });
+    assert!(settled, "alpha: {}\nbeta: {}", a.status(), b.status());
+    assert!(
+        rewinds >= 2,
+        "both hosts saw the head below their checkpoint ({rewinds})"
+    );
+    assert_eq!(a.status()["relay"]["epoch"], epoch, "the epoch was kept");
+    let mut got = b.inbox_ids();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids);
+}
