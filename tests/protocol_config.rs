@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use mbx_relay::wire::keys::{b64, SigningKey};
 use serde_json::json;
 
 fn launch_env(args: &[&str], env: &[(&str, &str)]) -> Relay {
@@ -156,4 +157,59 @@ fn heartbeat_stale_by_environment() {
         e1,
         "a heartbeat older than MBX_RELAY_HEARTBEAT_STALE rotates the epoch"
     );
+}
+
+#[test]
+fn logs_never_contain_key_material_or_wire_bytes() {
+    let seed = SigningKey::generate();
+    let seed_b64 = seed.seed_b64();
+    let relay = launch_env(
+        GENEROUS,
+        &[("RUST_LOG", "debug"), ("MBX_RELAY_KEY", seed_b64.as_str())],
+    );
+    assert_eq!(
+        relay.pubkey(),
+        seed.public_b64(),
+        "MBX_RELAY_KEY is the relay key"
+    );
+    let marker = format!("MARKER{}", ulid());
+    let s = Host::enrolled(&relay, "log-s");
+    let a = Host::enrolled(&relay, "log-a");
+    let id = ulid();
+    let mut env = sealed_envelope(&id, "agent@log-s", &["agent@log-a".to_string()]);
+    env["subject"] = json!(marker);
+    env["enc"]["body"] = json!(b64(marker.as_bytes()));
+    let wire = serde_json::to_vec(&env).unwrap();
+    let it = item("envelope", &id, &[(a.pubkey(), wire.clone())]);
+    assert_eq!(s.push_one(&relay, &it)["status"], json!("accepted"));
+    // A conflict and a bad envelope with the marker in them, too.
+    let mut other = env.clone();
+    other["subject"] = json!(format!("{marker}2"));
+    let r = s.push_one(
+        &relay,
+        &item(
+            "envelope",
+            &id,
+            &[(a.pubkey(), serde_json::to_vec(&other).unwrap())],
+        ),
+    );
+    assert_rejected(&r, "conflict");
+    let bad = item(
+        "envelope",
+        &marker,
+        &[(a.pubkey(), marker.clone().into_bytes())],
+    );
+    s.push_one(&relay, &bad);
+    a.pull(&relay, "?after=0").ok();
+    a.publish_enc(&relay, &b64(&[7u8; 32])).ok();
+    let log = relay.stderr_log();
+    assert!(!log.is_empty(), "RUST_LOG=debug produces logs");
+    for (what, needle) in [
+        ("relay seed", seed_b64.clone()),
+        ("marker from the envelope", marker.clone()),
+        ("wire base64", b64(&wire)[..40].to_string()),
+        ("sealed body", b64(marker.as_bytes())),
+    ] {
+        assert!(!log.contains(&needle), "stderr contains the {what}");
+    }
 }

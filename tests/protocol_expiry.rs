@@ -111,3 +111,58 @@ fn no_notice_for_a_sender_that_is_no_longer_enrolled() {
         "no notice for a revoked sender key: {got:?}"
     );
 }
+
+#[test]
+fn no_notice_when_the_senders_own_queue_is_full() {
+    // Retention 4 s, queues hold one item. The sender's own queue is filled (by a peer) one
+    // second before its item to the target expires; that peer item lives 3 s longer, so the
+    // sweep that expires the target's item finds the sender's queue full and tells nothing.
+    let relay = Relay::start_generous(&[
+        "--retention",
+        "4s",
+        "--sweep-interval",
+        "1s",
+        "--max-queue-items",
+        "1",
+    ]);
+    let s = Host::enrolled(&relay, "qf-s");
+    let t = Host::enrolled(&relay, "qf-t");
+    let p = Host::enrolled(&relay, "qf-p");
+    let t0 = Instant::now();
+    assert_eq!(
+        s.push_one(&relay, &envelope_item(&s, &[&t]))["status"],
+        json!("accepted")
+    );
+    std::thread::sleep(Duration::from_millis(3000).saturating_sub(t0.elapsed()));
+    let filler = envelope_item(&p, &[&s]);
+    assert_eq!(p.push_one(&relay, &filler)["status"], json!("accepted"));
+    let filled_at = t0.elapsed();
+    assert!(
+        filled_at < Duration::from_millis(3900),
+        "filled the sender's queue too late: {filled_at:?}"
+    );
+    wait_for(Duration::from_secs(20), || {
+        t.pull_all(&relay, 0).is_empty().then_some(())
+    })
+    .expect("the target's item expires");
+    let swept_by = t0.elapsed();
+    // The filler (accepted at >= 3 s) cannot have expired before 7 s: the queue was full.
+    assert!(
+        swept_by < filled_at + Duration::from_secs(4),
+        "sweep too slow to decide ({swept_by:?}); the test needs the sweep within 4 s of expiry"
+    );
+    // Until the filler itself is gone, and two sweeps after, the sender hears nothing.
+    let mut seen = Vec::new();
+    wait_for(Duration::from_secs(20), || {
+        let mine = s.pull_all(&relay, 0);
+        seen.extend(mine.iter().map(|i| i["kind"].as_str().unwrap().to_string()));
+        mine.is_empty().then_some(())
+    })
+    .expect("the filler expires too");
+    std::thread::sleep(Duration::from_millis(2200));
+    seen.extend(kinds(&s.pull_all(&relay, 0)));
+    assert!(
+        seen.iter().all(|k| k == "envelope"),
+        "no expiry notice when the sender's own queue was full: {seen:?}"
+    );
+}

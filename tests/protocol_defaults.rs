@@ -1,0 +1,78 @@
+//! PROTOCOL.md §7 defaults that `info` does not show: enrolment calls 30 per address per
+//! minute, pushes 120 per sender per minute, hosts per name 16, open challenges 10,000.
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[test]
+fn default_enrolment_rate_is_30_per_minute() {
+    let relay = Relay::start(&[]);
+    for i in 0..30 {
+        Host::new(&format!("r{i}")).challenge(&relay).ok();
+    }
+    Host::new("r30").challenge(&relay).assert_some_error(429);
+}
+
+#[test]
+fn default_push_rate_is_120_per_minute() {
+    let relay = Relay::start(&[]);
+    let s = Host::enrolled(&relay, "pr-s");
+    let a = Host::enrolled(&relay, "pr-a");
+    for i in 0..120 {
+        let r = s.push(&relay, &[]);
+        assert_eq!(r.status, 200, "push {i}: {}", r.text());
+    }
+    assert_rejected(&s.push_one(&relay, &envelope_item(&s, &[&a])), "rate");
+    // Per sender: the target may still push.
+    assert_eq!(
+        a.push_one(&relay, &envelope_item(&a, &[&s]))["status"],
+        json!("accepted")
+    );
+}
+
+#[test]
+fn default_hosts_per_name_is_16() {
+    let relay = Relay::start(&["--enrol-per-minute", "1000"]);
+    let first = Host::enrolled(&relay, "common");
+    for _ in 1..16 {
+        Host::enrolled(&relay, "common");
+    }
+    // 16 share it: a v1 hop by that name still works.
+    first
+        .call_v1(&relay, "GET", "/v1/relay/messages?after=0", b"")
+        .ok();
+    // A 17th enrolment is never refused, but the name is now crowded for v1 lookups.
+    Host::enrolled(&relay, "common");
+    first
+        .call_v1(&relay, "GET", "/v1/relay/messages?after=0", b"")
+        .assert_error(401, "bad relay hop");
+    first.pull(&relay, "").ok();
+}
+
+#[test]
+fn default_open_challenge_cap_is_10000() {
+    let relay = Relay::start(&["--enrol-per-minute", "100000"]);
+    let addr = relay.addr();
+    // Ten threads open 1,000 challenges each, then one more is refused.
+    std::thread::scope(|sc| {
+        for t in 0..10 {
+            sc.spawn(move || {
+                for i in 0..1000 {
+                    let body = json!({"host": format!("h{t}-{i}"), "pubkey": random_pubkey()});
+                    let r = send(
+                        addr,
+                        "POST",
+                        "/v1/relay/challenge",
+                        &[],
+                        body.to_string().as_bytes(),
+                    );
+                    assert_eq!(r.status, 200, "challenge {t}/{i}: {}", r.text());
+                }
+            });
+        }
+    });
+    Host::new("one-more")
+        .challenge(&relay)
+        .assert_some_error(503);
+}
