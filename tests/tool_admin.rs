@@ -241,15 +241,26 @@ fn online_backup_under_load_restores_every_item_accepted_before_it() {
         "a restore must rotate the epoch"
     );
     assert_all_present(&relay2, &[&alpha, &beta], &before);
-    // Nothing appears that was never pushed.
+    // Nothing appears that was never pushed, and the snapshot is consistent: the usage counters
+    // restored with it count exactly the items restored with it.
+    let mut queued = 0u64;
     for t in [&alpha, &beta] {
-        for id in queue_of(&relay2, t).keys() {
+        let queue = queue_of(&relay2, t);
+        for id in queue.keys() {
             assert!(
                 before.contains_key(id) || loaded.contains(id),
                 "unknown item {id}"
             );
         }
+        queued += queue.len() as u64;
     }
+    let stats: Value = serde_json::from_str(&tool_expect(
+        &["stats", "--store-dir", s(&restored), "--json"],
+        0,
+    ))
+    .unwrap();
+    assert_eq!(stats["queued_items"], queued, "{stats}");
+    assert_eq!(stats["dedup_rows"], queued, "{stats}");
     let log2 = tool_expect(&["log", "--store-dir", s(&restored)], 0);
     assert!(
         log2.lines().next().unwrap_or("").contains("restore"),
