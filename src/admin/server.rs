@@ -322,3 +322,129 @@ fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, S
 fn write_line(out: &mut dyn Write, v: &Value) -> Result<(), String> {
     writeln!(out, "{v}").map_err(|e| format!("writing to the admin client: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+
+    use relay_keyspace::OpenOptions;
+
+    use super::*;
+    use crate::admin::client::{self, ClientError};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn serves_backup_stats_log_and_dump_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenOptions::default()).unwrap();
+        let rt = runtime();
+        let task = rt
+            .block_on(async { spawn(store.clone(), dir.path()) })
+            .unwrap();
+        let sock = dir.path().join(SOCKET_NAME);
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(
+            !dir.path()
+                .join(format!(".adm{}", std::process::id()))
+                .exists(),
+            "private dir removed"
+        );
+
+        let mut reply = client::request(dir.path(), &Request::Backup)
+            .unwrap()
+            .expect("relay answers");
+        let mut bytes = Vec::new();
+        reply.read_to_end(&mut bytes).unwrap();
+        let done = reply.finish().unwrap();
+        let file = dir.path().join("b.bak");
+        std::fs::write(&file, &bytes).unwrap();
+        let summary = relay_keyspace::verify_backup(&file).unwrap();
+        assert_eq!(done["checksum"], summary.checksum.as_str());
+        assert_eq!(done["file_bytes"], bytes.len() as u64);
+
+        let mut reply = client::request(dir.path(), &Request::Log { limit: 5 })
+            .unwrap()
+            .unwrap();
+        let mut log = String::new();
+        reply.read_to_string(&mut log).unwrap();
+        reply.finish().unwrap();
+        let newest: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+        assert_eq!(newest["kind"], "backup");
+        assert!(newest["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&summary.checksum));
+
+        let mut reply = client::request(dir.path(), &Request::Stats)
+            .unwrap()
+            .unwrap();
+        let mut stats = String::new();
+        reply.read_to_string(&mut stats).unwrap();
+        reply.finish().unwrap();
+        let stats: Value = serde_json::from_str(stats.trim()).unwrap();
+        assert_eq!(stats["epoch"], store.meta().unwrap().epoch.as_str());
+
+        let dump = Request::Dump {
+            partition: Some("meta".into()),
+            with_wire: false,
+        };
+        let mut reply = client::request(dir.path(), &dump).unwrap().unwrap();
+        let mut lines = String::new();
+        reply.read_to_string(&mut lines).unwrap();
+        let done = reply.finish().unwrap();
+        assert_eq!(done["counts"][0][0], "meta");
+        assert_eq!(done["counts"][0][1], lines.lines().count() as u64);
+
+        // A failure part-way reaches the client as a refusal on the final line, never as a
+        // complete-looking stream.
+        store.clone().close().unwrap();
+        let reply = client::request(dir.path(), &Request::Backup)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(reply.finish(), Err(ClientError::Refused(_))));
+
+        task.abort();
+        rt.block_on(async {
+            let _ = task.await;
+        });
+        assert!(!sock.exists(), "socket removed when the server stops");
+        assert!(client::request(dir.path(), &Request::Stats)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_other_files_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenOptions::default()).unwrap();
+        let sock = dir.path().join(SOCKET_NAME);
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists(), "stale socket file");
+        let rt = runtime();
+        let task = rt
+            .block_on(async { spawn(store.clone(), dir.path()) })
+            .unwrap();
+        assert!(client::request(dir.path(), &Request::Stats)
+            .unwrap()
+            .is_some());
+        task.abort();
+        rt.block_on(async {
+            let _ = task.await;
+        });
+        std::fs::write(&sock, b"not a socket").unwrap();
+        let err = rt
+            .block_on(async { spawn(store.clone(), dir.path()) })
+            .unwrap_err();
+        assert!(err.to_string().contains("not a socket"), "{err}");
+        assert_eq!(std::fs::read(&sock).unwrap(), b"not a socket");
+    }
+}
