@@ -206,6 +206,7 @@ fn known_paths_with_another_method_are_404() {
         ("DELETE", "/v2/relay/items"),
         ("PUT", "/v2/relay/senders"),
         ("GET", "/v2/relay/rotate"),
+        ("OPTIONS", "/v2/relay/info"),
     ] {
         let body: &[u8] = if m == "GET" { b"" } else { b"{}" };
         let r = a.call(&relay, m, p, body);
@@ -404,5 +405,30 @@ fn responses_are_json() {
         let ct = r.header("content-type").unwrap_or("");
         assert!(ct.starts_with("application/json"), "content-type {ct:?}");
         r.json();
+    }
+}
+
+#[test]
+fn a_kept_alive_connection_serves_several_requests() {
+    let relay = Relay::start_generous(&[]);
+    let a = Host::enrolled(&relay, "ka-a");
+    let mut s = TcpStream::connect(relay.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for i in 0..5 {
+        let hh = a.hop_headers("GET", "/v2/relay/items?after=0", b"", &Hop::default());
+        let mut req = String::from("GET /v2/relay/items?after=0 HTTP/1.1\r\nHost: x\r\n");
+        for (k, v) in &hh {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let r = read_one_response(&mut s).unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(r.json()["items"], json!([]));
+        // An error answer on the same connection.
+        s.write_all(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let r = read_one_response(&mut s).unwrap_or_else(|e| panic!("404 {i}: {e}"));
+        r.assert_error(404, "not found");
     }
 }

@@ -57,6 +57,14 @@ fn accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact() 
     let res = &body["results"][0];
     assert_eq!(res["status"], json!("accepted"));
     let seqs = verify_accept(res, &it, &w.s, rk, epoch);
+    // The acceptance time is now (ISO 8601 with milliseconds).
+    let at = mbx_relay::wire::time::parse_iso_strict(res["accept"]["at"].as_str().unwrap())
+        .expect("at parses") as i64;
+    assert!(
+        (at - now_ms()).abs() < 60_000,
+        "accept.at {} is not now",
+        res["accept"]["at"]
+    );
     // Seqs look like millisecond timestamps: max(next_seq, now_ms).
     let before = now_ms() as u64 - 120_000;
     assert!(seqs.iter().all(|&s| s >= before), "seqs {seqs:?}");
@@ -755,4 +763,29 @@ fn sender_share_byte_quota() {
         status(&w.b.push_one(&w.relay, &envelope_item_sized(&w.b, &[&w.a], 1000))),
         "accepted"
     );
+}
+
+#[test]
+fn item_id_length_counts_like_javascript_string_length() {
+    let w = world(&[]);
+    let good = envelope_item(&w.s, &[&w.a]);
+    let with_id = |id: String| {
+        let mut it = good.clone();
+        it["item_id"] = json!(id);
+        it
+    };
+    let items = vec![
+        // 300 two-byte characters: 300 long (600 bytes), fine; fails later at the envelope id.
+        with_id("\u{e9}".repeat(300)),
+        // 150 astral characters are 300 UTF-16 code units: fine.
+        with_id("\u{1f600}".repeat(150)),
+        // 151 astral characters are 302 UTF-16 code units: over 300.
+        with_id("\u{1f600}".repeat(151)),
+        with_id("\u{e9}".repeat(301)),
+    ];
+    let res = w.s.push_results(&w.relay, &items);
+    assert_rejected(&res[0], "item id is not the envelope id");
+    assert_rejected(&res[1], "item id is not the envelope id");
+    assert_rejected(&res[2], "bad item id");
+    assert_rejected(&res[3], "bad item id");
 }

@@ -515,6 +515,25 @@ pub fn read_until_close(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     }
 }
 
+/// Reads exactly one response from a kept-alive connection (its length must be known from
+/// Content-Length or chunked framing) and parses it.
+pub fn read_one_response(s: &mut TcpStream) -> Result<Response, String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    while !response_complete(&out) {
+        match s.read(&mut buf) {
+            Ok(0) => return Err(format!("connection closed after {} bytes", out.len())),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if out.len() > MAX_RESPONSE {
+            return Err("response too large".into());
+        }
+    }
+    parse_response(&out)
+}
+
 fn header_end(raw: &[u8]) -> Option<usize> {
     raw.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
