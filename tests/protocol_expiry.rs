@@ -166,3 +166,28 @@ fn no_notice_when_the_senders_own_queue_is_full() {
         "no expiry notice when the sender's own queue was full: {seen:?}"
     );
 }
+
+#[test]
+fn a_sender_with_an_allowlist_is_still_told() {
+    // Notices come from the relay key; a sender's own allowlist does not stop them.
+    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let s = Host::enrolled(&relay, "al-s");
+    let t = Host::enrolled(&relay, "al-t");
+    s.publish_senders(&relay, &[t.pubkey()], now_ms()).ok();
+    let it = envelope_item(&s, &[&t]);
+    assert_eq!(s.push_one(&relay, &it)["status"], json!("accepted"));
+    let notices = wait_for(Duration::from_secs(20), || {
+        let mine = s.pull_all(&relay, 0);
+        (!mine.is_empty()).then_some(mine)
+    })
+    .expect("the sender is told");
+    assert_eq!(kinds(&notices), vec!["expired"]);
+    assert_eq!(
+        notices[0]["item_id"],
+        json!(format!(
+            "expired:{}:{}",
+            it["item_id"].as_str().unwrap(),
+            t.pubkey()
+        ))
+    );
+}

@@ -432,3 +432,27 @@ fn a_kept_alive_connection_serves_several_requests() {
         r.assert_error(404, "not found");
     }
 }
+
+#[test]
+fn every_endpoint_refuses_bodies_over_8_mib() {
+    const CAP: usize = 8 * 1024 * 1024;
+    let relay = Relay::start_generous(&[]);
+    let a = Host::enrolled(&relay, "cap-all");
+    let over = format!("{{}}{}", " ".repeat(CAP + 1 - 2));
+    for p in [
+        "/v2/relay/ack",
+        "/v2/relay/senders",
+        "/v1/relay/enc-key",
+        "/v1/relay/messages",
+        "/v1/relay/ack",
+    ] {
+        // Signed headers with a signature over another body: the relay must read to check.
+        let hop = Hop {
+            signed_body: Some("{}".into()),
+            ..Hop::default()
+        };
+        a.call_with(&relay, "POST", p, over.as_bytes(), &hop, &[])
+            .assert_error(413, "request body too large");
+    }
+    relay.assert_alive();
+}
