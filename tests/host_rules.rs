@@ -19,11 +19,29 @@ use serde_json::{json, Value};
 fn a_rejected_result_leaves_the_row_pending_until_accepted() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &["--max-queue-items", "1"]);
-    let (a, b) = pair(tmp.path(), &relay);
+    let (mut a, b) = pair(tmp.path(), &relay);
+    // A fixed 1.5 s backoff, long enough to see that `next_at` is respected.
+    a.env.push(("MBX_HOST_BACKOFF_MS".into(), "1500".into()));
+    a.env
+        .push(("MBX_HOST_BACKOFF_CAP_MS".into(), "1500".into()));
     b.sync();
     a.send("beta", "one", "1");
-    a.send("beta", "two", "2");
+    let file = tmp.path().join("body.txt");
+    std::fs::write(&file, "two, from a file").unwrap();
+    a.ok(&[
+        "send",
+        "--to",
+        "beta",
+        "--subject",
+        "two",
+        "--file",
+        file.to_str().unwrap(),
+    ]);
     let r = a.sync();
+    assert_eq!(
+        r["pushed"], 2,
+        "the rejected row is not retried in the same pass: {r}"
+    );
     assert_eq!(
         (r["relay_accepted"].as_u64(), r["push_failures"].as_u64()),
         (Some(1), Some(1))
@@ -45,9 +63,24 @@ fn a_rejected_result_leaves_the_row_pending_until_accepted() {
         pending["seq"].is_null(),
         "no accept recorded for a rejected result"
     );
-    // beta drains its queue; alpha's retry is then accepted and both messages arrive once.
+    // beta drains its queue; alpha's row is not due yet, so nothing is pushed.
+    assert_eq!(b.sync()["received"], 1);
+    assert_eq!(a.sync()["pushed"], 0, "next_at is respected");
+    std::thread::sleep(Duration::from_millis(1_600));
+    let r = a.sync();
+    assert_eq!(
+        (r["pushed"].as_u64(), r["relay_accepted"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
     assert!(sync_until(&[&b, &a], 10, || a.count("envelope_done") == 2));
-    assert_eq!(b.inbox_ids().len(), 2);
+    let inbox = b.ok(&["inbox"]);
+    assert_eq!(inbox["messages"].as_array().unwrap().len(), 2);
+    assert!(inbox["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["body"] == "two, from a file"));
 }
 
 #[test]
@@ -138,6 +171,9 @@ fn refused_items_are_quarantined_with_their_reason_and_never_block_the_queue() {
     // Sealed for beta and signed by alpha, but addressed to another host.
     let (id3, w3) = sealed_wire("alpha", "gamma", &benc.public(), &akey);
     push_as(&relay, &a, "envelope", &id3, &bpk, &w3);
+    // Signed by alpha but claiming another sending host.
+    let (id4, w4) = sealed_wire("gamma", "beta", &benc.public(), &akey);
+    push_as(&relay, &a, "envelope", &id4, &bpk, &w4);
     // A valid receipt from alpha for a message beta never sent.
     let (rid, rw) = receipt_wire(&akey, &ulid(1), "alpha", 1, mbx_relay::host::now_ms()).unwrap();
     push_as(&relay, &a, "receipt", &rid, &bpk, &rw);
@@ -148,7 +184,7 @@ fn refused_items_are_quarantined_with_their_reason_and_never_block_the_queue() {
     let r = b.sync();
     assert_eq!(
         (r["quarantined"].as_u64(), r["received"].as_u64()),
-        (Some(4), Some(1)),
+        (Some(5), Some(1)),
         "{r}"
     );
     assert_eq!(b.inbox_ids(), vec![good]);
@@ -174,6 +210,10 @@ fn refused_items_are_quarantined_with_their_reason_and_never_block_the_queue() {
     assert!(reason(&id1).starts_with("undecryptable"), "{reasons:?}");
     assert_eq!(reason(&id2), "bad signature");
     assert_eq!(reason(&id3), "not addressed to this host");
+    assert!(
+        reason(&id4).starts_with("from does not name the sending host"),
+        "{reasons:?}"
+    );
     assert!(
         reason(&rid).starts_with("not a message this host sent"),
         "{reasons:?}"

@@ -84,3 +84,37 @@ impl Identity {
         Ok(Identity { host, enc })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_files_are_private_and_reload_to_the_same_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Identity::create(dir.path()).unwrap();
+        #[cfg(unix)]
+        for f in [HOST_KEY, ENC_KEY] {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join(f))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        let again = Identity::load(dir.path()).unwrap();
+        assert_eq!(again.host.public(), id.host.public());
+        assert_eq!(again.enc.public(), id.enc.public());
+        assert!(
+            Identity::create(dir.path()).is_err(),
+            "never overwrites a host"
+        );
+    }
+
+    #[test]
+    fn a_missing_key_file_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Identity::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("init --name"), "{e}");
+    }
+}

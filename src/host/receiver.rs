@@ -242,6 +242,16 @@ fn receive_envelope(
     if !verify_envelope(&env, &peer_pk) {
         return Ok(Outcome::Refused("bad signature".into()));
     }
+    let from_host = env["from"]
+        .as_str()
+        .and_then(|f| f.rsplit('@').next())
+        .unwrap_or("");
+    if !from_host.eq_ignore_ascii_case(&peer.name) {
+        return Ok(Outcome::Refused(format!(
+            "from does not name the sending host {}",
+            peer.name
+        )));
+    }
     let me = owner_address(ctx.name);
     let to_us = env["to"].as_array().is_some_and(|to| {
         to.iter()

@@ -346,3 +346,130 @@ pub fn encode_query(s: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::store::{ItemKind, RowState};
+    use crate::wire::accept::{accept_statement, AcceptTarget};
+    use crate::wire::keys::SigningKey;
+
+    const ITEM: &str = "01KB5Z2X3Y4Z5A6B7C8D9E0F1G";
+
+    fn row(target: &str) -> OutRow {
+        OutRow {
+            id: 1,
+            kind: ItemKind::Envelope,
+            item_id: ITEM.into(),
+            target_name: "b".into(),
+            target_pubkey: target.into(),
+            subject: String::new(),
+            draft: None,
+            wire: Some(b"wire".to_vec()),
+            wire_hash: wire_hash_hex(b"wire"),
+            state: RowState::Pending,
+            attempts: 0,
+            next_at: 0,
+            created_at: 0,
+            last_error: None,
+            acceptance: None,
+            deadline: None,
+            settled_at: None,
+            note: None,
+        }
+    }
+
+    /// A result as the relay signs it, for `row`, by `relay`.
+    fn result(relay: &SigningKey, sender: &str, r: &OutRow, status: &str, hash: &str) -> Value {
+        let t = [AcceptTarget {
+            host_pubkey: r.target_pubkey.clone(),
+            seq: 42,
+            wire_hash: hash.into(),
+        }];
+        let accept = accept_statement(
+            &relay.public_b64(),
+            "E1",
+            sender,
+            &r.item_id,
+            &t,
+            1_764_427_167_000,
+        );
+        let sig = relay.sign_canonical(&accept);
+        json!({"item_id": r.item_id, "status": status, "targets": [{"host_pubkey": r.target_pubkey, "seq": 42}],
+               "accept": accept, "sig": sig})
+    }
+
+    #[test]
+    fn only_a_matching_accept_by_the_pinned_relay_settles_a_row() {
+        let (relay, me, target) = (
+            SigningKey::generate(),
+            SigningKey::generate(),
+            SigningKey::generate(),
+        );
+        let r = row(&target.public_b64());
+        let (rp, mp) = (relay.public_b64(), me.public_b64());
+        let ok = result(&relay, &mp, &r, "accepted", &r.wire_hash);
+        assert_eq!(
+            check_accept(&ok, &r, &relay.public(), &rp, &mp),
+            Ok((42, "E1".into()))
+        );
+        let dup = result(&relay, &mp, &r, "duplicate", &r.wire_hash);
+        assert!(check_accept(&dup, &r, &relay.public(), &rp, &mp).is_ok());
+
+        // A bare 200 result, a rejection, a missing status.
+        let bare = json!({"item_id": ITEM, "status": "accepted", "targets": []});
+        assert!(check_accept(&bare, &r, &relay.public(), &rp, &mp).is_err());
+        let rej =
+            json!({"item_id": ITEM, "status": "rejected:quota:target queue items", "targets": []});
+        assert_eq!(
+            check_accept(&rej, &r, &relay.public(), &rp, &mp),
+            Err("rejected:quota:target queue items".into())
+        );
+        assert!(check_accept(&json!({}), &r, &relay.public(), &rp, &mp).is_err());
+
+        // Signed by another key than the pinned relay key.
+        let other = SigningKey::generate();
+        let forged = result(&other, &mp, &r, "accepted", &r.wire_hash);
+        assert!(check_accept(&forged, &r, &relay.public(), &rp, &mp).is_err());
+        // Another wire hash, target, sender or item.
+        let wrong_hash = result(&relay, &mp, &r, "accepted", &wire_hash_hex(b"other"));
+        assert!(check_accept(&wrong_hash, &r, &relay.public(), &rp, &mp).is_err());
+        let other_target = row(&other.public_b64());
+        let wrong_target = result(&relay, &mp, &other_target, "accepted", &r.wire_hash);
+        assert!(check_accept(&wrong_target, &r, &relay.public(), &rp, &mp).is_err());
+        let wrong_sender = result(&relay, &other.public_b64(), &r, "accepted", &r.wire_hash);
+        assert!(check_accept(&wrong_sender, &r, &relay.public(), &rp, &mp).is_err());
+        let mut other_item = r.clone();
+        other_item.item_id = "01KB5Z2X3Y4Z5A6B7C8D9E0F1H".into();
+        let wrong_item = result(&relay, &mp, &other_item, "accepted", &r.wire_hash);
+        assert!(check_accept(&wrong_item, &r, &relay.public(), &rp, &mp).is_err());
+        // A tampered seq breaks the signature.
+        let mut tampered = ok.clone();
+        tampered["accept"]["targets"][0]["seq"] = json!(43);
+        assert!(check_accept(&tampered, &r, &relay.public(), &rp, &mp).is_err());
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let o = SyncOptions {
+            backoff_base_ms: 100,
+            backoff_cap_ms: 1_000,
+            ..SyncOptions::default()
+        };
+        assert_eq!(
+            [
+                o.backoff(0),
+                o.backoff(1),
+                o.backoff(3),
+                o.backoff(4),
+                o.backoff(200)
+            ],
+            [100, 200, 800, 1_000, 1_000]
+        );
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(encode_query("a+b/c=="), "a%2Bb%2Fc%3D%3D");
+    }
+}

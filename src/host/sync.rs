@@ -89,7 +89,6 @@ pub struct SyncReport {
     pub rewinds: u64,
     pub received_through: u64,
     pub acked_through: u64,
-    pub errors: Vec<String>,
 }
 
 /// Everything a pass needs: the store, the keys, the relay config, a signed client.
