@@ -4,7 +4,9 @@
 //! ```text
 //! magic "MBXRBAK\0" | format u32 | crc32(magic, format) u32
 //! header_len u32 | postcard Header | crc32(header_len, Header) u32
-//! records: 0x01 | partition u8 | key_len u32 | value_len u32 | key | value | crc32(0x01 .. value) u32
+//! records: 0x01 | partition u8 | key_len u32 | value_len u32 | crc32(0x01 .. value_len) u32
+//!          | key | value | crc32(key, value) u32
+//! (the frame head has its own checksum, so a damaged length reads as damage, not truncation)
 //! trailer: 0xFF | n u8 | n x count u64 | sha256(every byte before it) [32]
 //! ```
 //! Records come in partition order. Every length read from a file is bounded before anything is
@@ -126,10 +128,14 @@ impl Store {
                 frame.push(p.id());
                 frame.extend_from_slice(&len32(k.len(), "key")?.to_le_bytes());
                 frame.extend_from_slice(&len32(val.len(), "value")?.to_le_bytes());
+                let head_crc = crc32fast::hash(&frame);
+                frame.extend_from_slice(&head_crc.to_le_bytes());
                 frame.extend_from_slice(&k);
                 frame.extend_from_slice(&val);
-                let crc = crc32fast::hash(&frame);
-                frame.extend_from_slice(&crc.to_le_bytes());
+                let mut h = crc32fast::Hasher::new();
+                h.update(&k);
+                h.update(&val);
+                frame.extend_from_slice(&h.finalize().to_le_bytes());
                 w.put(&frame)?;
                 n += 1;
                 if w.n - last_progress >= IO_BUF as u64 {
@@ -305,6 +311,13 @@ fn read_backup(
                 let [pid] = r.bytes::<1>()?;
                 let klen = r.u32()?;
                 let vlen = r.u32()?;
+                let head_crc = r.u32()?;
+                let mut head = vec![tag, pid];
+                head.extend_from_slice(&klen.to_le_bytes());
+                head.extend_from_slice(&vlen.to_le_bytes());
+                if crc32fast::hash(&head) != head_crc {
+                    return Err(damaged(at, "record head checksum mismatch"));
+                }
                 let part = Part::from_id(pid)
                     .ok_or_else(|| damaged(at, format!("unknown partition {pid}")))?;
                 if pid < last_part {
@@ -321,9 +334,6 @@ fn read_backup(
                 let val = r.vec(vlen)?;
                 let crc = r.u32()?;
                 let mut h = crc32fast::Hasher::new();
-                h.update(&[tag, pid]);
-                h.update(&klen.to_le_bytes());
-                h.update(&vlen.to_le_bytes());
                 h.update(&key);
                 h.update(&val);
                 if h.finalize() != crc {
@@ -342,10 +352,12 @@ fn read_backup(
                     *c = u64::from_le_bytes(r.bytes()?);
                 }
                 let expect: [u8; 32] = r.sha.clone().finalize().into();
-                let sum_at = r.off;
                 let sum: [u8; 32] = r.bytes()?;
                 if sum != expect {
-                    return Err(damaged(sum_at, "whole-file checksum mismatch"));
+                    return Err(damaged(
+                        at,
+                        "whole-file checksum mismatch (trailer or earlier)",
+                    ));
                 }
                 for (i, p) in Part::ALL.iter().enumerate() {
                     if listed[i] != counts[i] {

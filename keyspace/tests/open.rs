@@ -1,0 +1,193 @@
+//! Opening: the lock (in-process and across processes, naming the pid), schema versions
+//! (newer refused, older migrated keeping the epoch), foreign and damaged files.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::*;
+use relay_keyspace::*;
+
+const CHILD_ENV: &str = "RELAY_KEYSPACE_LOCK_CHILD_DIR";
+
+#[test]
+fn second_opener_in_process_is_refused_with_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1));
+    match Store::open(dir.path(), OpenOptions::default()) {
+        Err(StoreError::Locked { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+        Err(e) => panic!("expected Locked, got {e}"),
+        Ok(_) => panic!("expected Locked, got a second store"),
+    }
+    let clone = store.clone();
+    drop(store);
+    assert!(
+        Store::open(dir.path(), OpenOptions::default()).is_err(),
+        "a live clone keeps the lock"
+    );
+    drop(clone);
+    let again =
+        Store::open(dir.path(), OpenOptions::default()).expect("lock released by the last drop");
+    again.close().unwrap();
+}
+
+/// Child mode: hold the store open until stdin closes.
+#[test]
+#[ignore = "child process of second_opener_in_other_process_is_refused_with_pid"]
+fn lock_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let store = Store::open(std::path::Path::new(&dir), OpenOptions::default()).unwrap();
+    println!("\nLOCKED {}", std::process::id());
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    store.close().unwrap();
+}
+
+#[test]
+fn second_opener_in_other_process_is_refused_with_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_child",
+            "--nocapture",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    for _ in 0..50 {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 || line.contains("LOCKED") {
+            break;
+        }
+    }
+    assert!(
+        line.contains("LOCKED"),
+        "child did not open the store: {line:?}"
+    );
+    match Store::open(dir.path(), OpenOptions::default()) {
+        Err(e @ StoreError::Locked { .. }) => {
+            let StoreError::Locked { pid, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*pid, Some(child.id()));
+            assert!(e.to_string().contains(&child.id().to_string()), "{e}");
+        }
+        Err(e) => panic!("expected Locked, got {e}"),
+        Ok(_) => panic!("two processes opened one store"),
+    }
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    Store::open(dir.path(), OpenOptions::default())
+        .expect("reopen after the child exits")
+        .close()
+        .unwrap();
+}
+
+#[test]
+fn newer_schema_is_refused_and_older_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1));
+    let epoch = store.meta().unwrap().epoch;
+    let (s, t) = (key(1), key(2));
+    enrol(&store, t, "t");
+    insert(&store, s, "x", &[(t, b"w")]);
+    store.close().unwrap();
+
+    testing::set_schema_version(dir.path(), SCHEMA_VERSION + 1).unwrap();
+    match Store::open(dir.path(), OpenOptions::default()) {
+        Err(e @ StoreError::SchemaTooNew { .. }) => {
+            assert!(e.to_string().contains("newer"), "{e}");
+        }
+        Err(e) => panic!("expected SchemaTooNew, got {e}"),
+        Ok(_) => panic!("a newer schema was opened"),
+    }
+
+    testing::set_schema_version(dir.path(), SCHEMA_VERSION - 1).unwrap();
+    let store = open_with(dir.path(), TestClock::new(2));
+    let m = store.meta().unwrap();
+    assert_eq!(m.schema_version, SCHEMA_VERSION);
+    assert_eq!(m.epoch, epoch, "migration must keep the epoch");
+    let log = store.ops(1).unwrap();
+    assert_eq!(log[0].kind, "migrate");
+    assert_eq!(store.pull(&t, 0, 10, u64::MAX).unwrap().items.len(), 1);
+}
+
+#[test]
+fn missing_foreign_and_damaged_stores_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let err = Store::open(
+        &missing,
+        OpenOptions {
+            create: false,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(err, StoreError::Missing(_)), "{err}");
+    assert!(!missing.exists());
+
+    // A directory with foreign files where the database should be.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir_all(foreign.join("db")).unwrap();
+    std::fs::write(foreign.join("db/notes.txt"), b"hello").unwrap();
+    std::fs::write(foreign.join("relay.key"), b"not ours to read").unwrap();
+    let err = Store::open(&foreign, OpenOptions::default()).err().unwrap();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+
+    // `db` is a file.
+    let filed = dir.path().join("filed");
+    std::fs::create_dir_all(&filed).unwrap();
+    std::fs::write(filed.join("db"), b"x").unwrap();
+    let err = Store::open(&filed, OpenOptions::default()).err().unwrap();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+
+    // A store whose engine files were overwritten with garbage.
+    let broken = dir.path().join("broken");
+    open_with(&broken, TestClock::new(1)).close().unwrap();
+    let mut damaged = 0;
+    for entry in walk(&broken.join("db")) {
+        std::fs::write(&entry, b"\xff\x00garbage").unwrap();
+        damaged += 1;
+    }
+    assert!(damaged > 0);
+    let r = std::panic::catch_unwind(|| Store::open(&broken, OpenOptions::default()).err());
+    let err = r
+        .expect("opening a damaged store panicked")
+        .expect("a damaged store opened");
+    assert!(
+        matches!(err, StoreError::Corrupt(_) | StoreError::Engine(_)),
+        "{err}"
+    );
+
+    // Unknown files beside the database are ignored.
+    let ok = dir.path().join("ok");
+    open_with(&ok, TestClock::new(1)).close().unwrap();
+    std::fs::write(ok.join("relay.key"), b"k").unwrap();
+    std::fs::write(ok.join("admin.sock.unknown"), b"").unwrap();
+    open_with(&ok, TestClock::new(1)).close().unwrap();
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.file_name().is_some_and(|n| n != "lock") {
+            out.push(p);
+        }
+    }
+    out
+}
