@@ -42,6 +42,18 @@ const UNLIMITED: &[&str] = &[
     "1000000000000",
 ];
 
+/// User + system CPU seconds used so far by process `pid` (Linux `/proc/<pid>/stat`).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 (utime, stime) are at index 11 and 12 after the command name.
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
 /// One pre-built request: the raw HTTP bytes.
 fn build_request(sender: &Host, targets: &[Host], items: usize, round: usize) -> Vec<u8> {
     let list: Vec<_> = (0..items)
@@ -139,7 +151,9 @@ fn run(label: &str, items: usize, requests_per_sender: usize) {
             })
         })
         .collect();
+    let pid = relay.pid().expect("relay running");
     barrier.wait();
+    let cpu0 = cpu_seconds(pid);
     let start = Instant::now();
     let mut accepted = 0;
     let mut lat = Vec::new();
@@ -149,6 +163,7 @@ fn run(label: &str, items: usize, requests_per_sender: usize) {
         lat.extend(l);
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu0;
     lat.sort();
     let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
     assert_eq!(
@@ -162,6 +177,11 @@ fn run(label: &str, items: usize, requests_per_sender: usize) {
         (SENDERS * requests_per_sender) as f64 / secs,
         pct(0.5),
         pct(0.99)
+    );
+    println!(
+        "{label}: relay CPU {cpu:.2}s = {:.1} us per item ({:.2} cores busy on average)",
+        cpu * 1e6 / accepted as f64,
+        cpu / secs
     );
     let m = relay.get("/metrics").text();
     for l in m

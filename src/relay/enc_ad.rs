@@ -83,24 +83,7 @@ impl Relay {
         caller: &Caller,
         name: &str,
     ) -> Result<Option<Enrolment>, RelayError> {
-        Ok(match self.name_candidates(name)? {
-            Some(mut live) if live.len() == 1 => live.pop(),
-            Some(live) => {
-                let Some(account) = caller.enrolment.account.as_deref() else {
-                    return Ok(None);
-                };
-                let mut mine: Vec<_> = live
-                    .into_iter()
-                    .filter(|e| e.account.as_deref() == Some(account))
-                    .collect();
-                if mine.len() == 1 {
-                    mine.pop()
-                } else {
-                    None
-                }
-            }
-            None => None,
-        })
+        Ok(pick_one(caller, self.name_candidates(name)?))
     }
 
     /// Live enrolments carrying `name`; `None` when the name is crowded (over `max_per_name`).
@@ -120,5 +103,24 @@ impl Relay {
         } else {
             Some(live)
         })
+    }
+}
+
+/// The one enrolment among a name's live `candidates` (`None` = crowded): the only one, or the
+/// only one inside the caller's proven account.
+pub fn pick_one(caller: &Caller, candidates: Option<Vec<Enrolment>>) -> Option<Enrolment> {
+    let mut live = candidates?;
+    if live.len() == 1 {
+        return live.pop();
+    }
+    let account = caller.enrolment.account.as_deref()?;
+    let mut mine: Vec<_> = live
+        .into_iter()
+        .filter(|e| e.account.as_deref() == Some(account))
+        .collect();
+    if mine.len() == 1 {
+        mine.pop()
+    } else {
+        None
     }
 }

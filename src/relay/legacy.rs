@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use relay_keyspace::{ItemKind, Key32, NewTarget};
 use serde_json::{json, Value};
 
+use super::enc_ad::pick_one;
 use super::push::{Committed, Prepared, TargetCache};
 use super::{expect_object, Caller, Relay, RelayError, Reply, Status};
 use crate::wire::accept::sha256;
@@ -49,6 +50,7 @@ impl Relay {
                     }
                 }
             }
+            cache.take_failure()?;
         }
         let mut stored = 0u64;
         for c in self.commit(&caller.key, prepared).await? {
@@ -103,7 +105,7 @@ impl Relay {
         }
         let mut keys: Vec<Key32> = Vec::with_capacity(hosts.len());
         for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
-            let target = self.route_v1(caller, host)?;
+            let target = self.route_v1(caller, host, cache)?;
             self.admit_target(cache, &caller.key, &target)
                 .map_err(|r| format!("{r}: {host}"))?;
             if !keys.contains(&target) {
@@ -129,13 +131,21 @@ impl Relay {
         })
     }
 
-    /// The one live key a v1 recipient host name designates.
-    fn route_v1(&self, caller: &Caller, host: &str) -> Result<Key32, String> {
-        let candidates = self
-            .name_candidates(host)
-            .map_err(|e| e.message().to_owned())?;
+    /// The one live key a v1 recipient host name designates. A store failure is noted in
+    /// `cache` (the request answers 503).
+    fn route_v1(
+        &self,
+        caller: &Caller,
+        host: &str,
+        cache: &mut TargetCache,
+    ) -> Result<Key32, String> {
+        let candidates = self.name_candidates(host).map_err(|e| {
+            let msg = e.message().to_owned();
+            cache.note_failure(e);
+            msg
+        })?;
         let many = candidates.as_ref().is_none_or(|c| c.len() > 1);
-        match self.resolve_name(caller, host).map_err(|e| e.message().to_owned())? {
+        match pick_one(caller, candidates) {
             Some(e) => Ok(e.host_pubkey),
             None if many => Err(format!(
                 "recipient host ambiguous: {host} is used by several hosts on this relay; use v2 key addressing"
@@ -161,14 +171,17 @@ impl Relay {
             let Ok(envelope) = serde_json::from_slice::<Value>(&i.wire) else {
                 continue;
             };
-            if !names.contains_key(&i.sender) {
-                let name = self
-                    .store
-                    .enrolment(&i.sender)?
-                    .map_or_else(|| b64(&i.sender), |e| e.host_name);
-                names.insert(i.sender, name);
-            }
-            items.push(json!({ "seq": i.seq, "envelope": envelope, "from": names[&i.sender] }));
+            let from = match names.entry(i.sender) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let name = self
+                        .store
+                        .enrolment(&i.sender)?
+                        .map_or_else(|| b64(&i.sender), |e| e.host_name);
+                    v.insert(name)
+                }
+            };
+            items.push(json!({ "seq": i.seq, "envelope": envelope, "from": from }));
         }
         Ok(json!({ "items": items, "cursor": cursor }))
     }

@@ -29,16 +29,6 @@ impl Relay {
         }
     }
 
-    /// `limit`: missing, zero or non-numeric means `max_pull`; else clamped to 1..=max_pull.
-    pub fn pull_limit(&self, raw: Option<&str>) -> usize {
-        let max = self.limits.max_pull;
-        match raw.map(str::trim).and_then(|s| s.parse::<i128>().ok()) {
-            None | Some(0) => max,
-            Some(n) if n < 1 => 1,
-            Some(n) => usize::try_from(n).unwrap_or(max).min(max),
-        }
-    }
-
     /// 409 `{"error","epoch":CURRENT}` unless `given` is the current epoch.
     fn check_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
         let current = self.epoch();
@@ -61,7 +51,7 @@ impl Relay {
             None => self.epoch(),
         };
         let after = Self::parse_after(q.after)?;
-        let limit = self.pull_limit(q.limit);
+        let limit = pull_limit(q.limit, self.limits.max_pull);
         let page = self.read_page(caller.key, after, limit).await?;
         let last_seq = page.items.last().map_or(after, |i| i.seq);
         let items: Vec<Value> = page
@@ -134,9 +124,28 @@ impl Relay {
     }
 }
 
+/// `limit`: missing, zero or non-numeric means `max`; another is clamped to 1..=max.
+pub fn pull_limit(raw: Option<&str>, max: usize) -> usize {
+    match raw.map(str::trim).and_then(|s| s.parse::<i128>().ok()) {
+        None | Some(0) => max,
+        Some(n) if n < 1 => 1,
+        Some(n) => usize::try_from(n).unwrap_or(max).min(max),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_parsing() {
+        assert_eq!(pull_limit(None, 500), 500);
+        assert_eq!(pull_limit(Some("0"), 500), 500);
+        assert_eq!(pull_limit(Some("abc"), 500), 500);
+        assert_eq!(pull_limit(Some("-3"), 500), 1);
+        assert_eq!(pull_limit(Some("7"), 500), 7);
+        assert_eq!(pull_limit(Some("100000"), 500), 500);
+    }
 
     #[test]
     fn after_parsing() {

@@ -32,9 +32,28 @@ pub enum Committed {
     Rejected(String),
 }
 
-/// Per-request memo of target admission, so a batch to one target reads the store once.
+/// Most targets memoised per request.
+const MAX_CACHED_TARGETS: usize = 4096;
+
+/// Per-request memo of target admission, so a batch to one target reads the store once; also
+/// remembers a store read failure so the request answers 503 instead of a verdict.
 #[derive(Default)]
-pub struct TargetCache(HashMap<Key32, Result<(), &'static str>>);
+pub struct TargetCache {
+    map: HashMap<Key32, Result<(), &'static str>>,
+    failed: Option<RelayError>,
+}
+
+impl TargetCache {
+    /// Remember a store failure (the first one wins).
+    pub fn note_failure(&mut self, e: RelayError) {
+        self.failed.get_or_insert(e);
+    }
+
+    /// The store failure met while checking targets, if any.
+    pub fn take_failure(&mut self) -> Result<(), RelayError> {
+        self.failed.take().map_or(Ok(()), Err)
+    }
+}
 
 impl Relay {
     /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order.
@@ -68,6 +87,7 @@ impl Relay {
                 Err(reason) => results[i] = Some(self.rejected(item.get("item_id"), &reason)),
             }
         }
+        cache.take_failure()?;
         let (indexes, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
         let item_ids: Vec<String> = prepared.iter().map(|p| p.item_id.clone()).collect();
         let target_keys: Vec<Vec<(Key32, [u8; 32])>> = prepared
@@ -159,28 +179,43 @@ impl Relay {
     }
 
     /// `target not enrolled` (unknown or revoked), then `sender not accepted by target`.
-    /// A store failure reads as not enrolled here; the commit re-checks enrolment durably.
+    /// A store read failure is remembered in `cache` (the request then answers 503) and reads
+    /// as not enrolled here.
     pub fn admit_target(
         &self,
         cache: &mut TargetCache,
         sender: &Key32,
         target: &Key32,
     ) -> Result<(), &'static str> {
-        if let Some(r) = cache.0.get(target) {
+        if let Some(r) = cache.map.get(target) {
             return *r;
         }
-        let live = matches!(self.store.enrolment(target), Ok(Some(e)) if e.revoked_at_ms.is_none());
-        let r = if !live {
+        let r = match self.target_admission(sender, target) {
+            Ok(r) => r,
+            Err(e) => {
+                cache.note_failure(e);
+                return Err("target not enrolled");
+            }
+        };
+        if cache.map.len() < MAX_CACHED_TARGETS {
+            cache.map.insert(*target, r);
+        }
+        r
+    }
+
+    fn target_admission(
+        &self,
+        sender: &Key32,
+        target: &Key32,
+    ) -> Result<Result<(), &'static str>, RelayError> {
+        let live = matches!(self.store.enrolment(target)?, Some(e) if e.revoked_at_ms.is_none());
+        Ok(if !live {
             Err("target not enrolled")
-        } else if !self.sender_accepted(target, sender).unwrap_or(false) {
+        } else if !self.sender_accepted(target, sender)? {
             Err("sender not accepted by target")
         } else {
             Ok(())
-        };
-        if cache.0.len() < 4096 {
-            cache.0.insert(*target, r);
-        }
-        r
+        })
     }
 
     /// Submit prepared items together (one store submission, each item atomic) and map outcomes.
