@@ -399,6 +399,26 @@ fn damaged_or_truncated_backups_fail_verify_and_restore_leaves_the_store_untouch
     assert!(!listing(work.path())
         .iter()
         .any(|n| n.contains("restore-tmp")));
+
+    // A store that no longer opens is what a restore is for: it is replaced (and kept aside).
+    std::fs::write(store.join("db").join("version"), b"garbage").unwrap();
+    let err = tool_fails(&["stats", "--store-dir", s(&store)], 2);
+    assert!(err.contains("damaged"), "{err}");
+    let out = tool(&[
+        "restore",
+        "--store-dir",
+        s(&store),
+        s(&good),
+        "--discard-old",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("does not open"),
+        "{}",
+        text(&out.stderr)
+    );
+    let relay3 = relay_at(&store, None);
+    assert_all_present(&relay3, &[&alpha], &accepted);
 }
 
 #[test]

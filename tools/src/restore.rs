@@ -32,8 +32,12 @@ enum Old {
     Absent,
     /// An empty directory (made by hand for the restore).
     Empty,
-    /// A store (open here, so locked against a relay) or a directory holding only a relay key.
-    Present { store: Option<Store> },
+    /// A store or a directory holding only a relay key. A store that opens is held open here
+    /// (locked against a relay); one that does not (damaged, newer schema) is locked by `lock`.
+    Present {
+        store: Option<Store>,
+        lock: Option<swap::HeldLock>,
+    },
 }
 
 /// Run the command.
@@ -53,7 +57,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
 
     let old = inspect(&dir)?;
     let pinned = match &old {
-        Old::Present { store: Some(s) } => s.meta()?.relay_pubkey,
+        Old::Present { store: Some(s), .. } => s.meta()?.relay_pubkey,
         _ => None,
     };
     let key_file = dir.join(KEY_FILE);
@@ -149,12 +153,34 @@ fn inspect(dir: &Path) -> Result<Old, Failure> {
         return Ok(Old::Empty);
     }
     if dir.join("db").is_dir() {
-        let store = access::open_exclusive(dir, "restore")?;
-        return Ok(Old::Present { store: Some(store) });
+        return match access::open_exclusive(dir, "restore") {
+            Ok(store) => Ok(Old::Present {
+                store: Some(store),
+                lock: None,
+            }),
+            Err(f) if f.code == Code::InUse => Err(f),
+            Err(f) => {
+                // Replacing a store that no longer opens is what restores are for: lock it
+                // against a relay and carry on; its pinned key cannot be checked.
+                let lock = swap::hold_lock(dir)?;
+                eprintln!(
+                    "relay-tool: warning: the current store does not open ({}); restoring over it \
+                     without checking its pinned relay key",
+                    f.msg
+                );
+                Ok(Old::Present {
+                    store: None,
+                    lock: Some(lock),
+                })
+            }
+        };
     }
     let only_key = entries.iter().all(|n| n == KEY_FILE);
     if only_key {
-        return Ok(Old::Present { store: None });
+        return Ok(Old::Present {
+            store: None,
+            lock: None,
+        });
     }
     Err(Failure::new(
         Code::Store,
@@ -254,12 +280,15 @@ fn swap_in(
                 .map_err(|e| Failure::io("cannot move the restored store to", dir, &e))?;
             Ok(None)
         }
-        Old::Present { store } => {
+        Old::Present { store, lock } => {
             if let Some(s) = store {
                 access::close(s)?;
             }
             // From the close to the swap, hold the lock ourselves so no relay can slip in.
-            let lock = swap::hold_lock(dir)?;
+            let lock = match lock {
+                Some(held) => held,
+                None => swap::hold_lock(dir)?,
+            };
             let keep = unused(&with_suffix(dir, &format!(".pre-restore-{stamp}")));
             let keep = swap::replace(dir, new, &keep)?;
             drop(lock);
