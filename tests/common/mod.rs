@@ -7,10 +7,17 @@
 //!
 //! Main pieces:
 //! - [`Relay`]: a running relay process on `127.0.0.1:0` with its own temporary store; killed on drop.
-//! - [`Response`], [`send`], [`send_raw`]: a tiny HTTP/1.1 client (one connection per request).
-//! - [`Host`]: a test host identity (Ed25519 key and name) that signs hops and calls every endpoint.
-//! - builders: [`ulid`], [`sealed_envelope`], [`envelope_item`], [`receipt_wire`], [`item`],
-//!   [`rotation`], [`pad_json_to`], plus [`verify_accept`] for accept statements.
+//! - [`Response`], [`send`], [`send_raw`]: a tiny HTTP/1.1 client (one connection per request;
+//!   [`read_one_response`] for kept-alive connections, [`parse_response`] for raw bytes).
+//! - [`Host`]: a test host identity (Ed25519 key and name) that signs hops ([`Hop`] bends any part
+//!   of one) and calls every endpoint.
+//! - builders: [`ulid`], [`sealed_envelope`], [`envelope_item`], [`envelope_item_sized`],
+//!   [`receipt_item`], [`receipt_wire`], [`item`], [`rotation`], [`pad_json_to`].
+//! - checks: [`verify_accept`] (accept statements, field by field, signature included),
+//!   [`assert_rejected`], [`assert_keys`], [`is_uuid_v4`], [`is_iso_ms`].
+//!
+//! Set `MBX_RELAY_TEST_BIN` to run the suite against another relay binary with the same command
+//! line (an independent implementation, or an older build).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,8 +33,13 @@ use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-/// Path of the binary under test.
+/// Path of the binary built with this package.
 pub const BIN: &str = env!("CARGO_BIN_EXE_mbx-relay");
+
+/// The binary under test: `MBX_RELAY_TEST_BIN` if set, else [`BIN`].
+pub fn relay_bin() -> String {
+    std::env::var("MBX_RELAY_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
 
 /// How long a relay may take to print its `listening on` line.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -177,7 +189,8 @@ impl Relay {
             .append(true)
             .open(&self.stderr_path)
             .map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(BIN);
+        let bin = relay_bin();
+        let mut cmd = Command::new(&bin);
         cmd.arg("serve");
         if !self.bare {
             cmd.arg("--listen")
@@ -192,7 +205,7 @@ impl Relay {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().map_err(|e| format!("spawn {BIN}: {e}"))?;
+        let mut child = cmd.spawn().map_err(|e| format!("spawn {bin}: {e}"))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel::<String>();
         std::thread::spawn(move || {
