@@ -32,11 +32,11 @@ pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
             let copied = std::io::copy(&mut reply, &mut counting);
             bar.finish_and_clear();
             copied.map_err(|e| Failure::io("cannot stream the backup into", out.tmp_path(), &e))?;
-            reply
+            let done = reply
                 .finish()
                 .map_err(|e| Failure::from(e).context("the relay could not finish the backup"))?;
             out.sync()?;
-            let summary = check(&out)?;
+            let summary = check(&out, done["checksum"].as_str().unwrap_or(""))?;
             out.commit()?;
             (
                 summary,
@@ -55,13 +55,7 @@ pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
             bar.finish_and_clear();
             let summary = written?;
             out.sync()?;
-            let checked = check(&out)?;
-            if checked.checksum != summary.checksum {
-                return Err(Failure::new(
-                    Code::Backup,
-                    "the file on disk does not match what was written (checksums differ)",
-                ));
-            }
+            let checked = check(&out, &summary.checksum)?;
             out.commit()?;
             let detail = backup_log_detail(
                 &checked,
@@ -82,9 +76,17 @@ pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Verify what was just written, before it may take the final name.
-fn check(out: &AtomicFile) -> Result<BackupSummary, Failure> {
-    verify_backup(out.tmp_path()).map_err(|e| {
+/// Verify what was just written, and that it is what the writer produced (its checksum), before
+/// it may take the final name.
+fn check(out: &AtomicFile, expected_checksum: &str) -> Result<BackupSummary, Failure> {
+    let summary = verify_backup(out.tmp_path()).map_err(|e| {
         Failure::from(e).context("the backup just written does not verify (nothing was kept)")
-    })
+    })?;
+    if summary.checksum != expected_checksum {
+        return Err(Failure::new(
+            Code::Backup,
+            "the file on disk is not what was written (checksums differ; nothing was kept)",
+        ));
+    }
+    Ok(summary)
 }
