@@ -183,17 +183,6 @@ fn bench_cmd(url: &str, args: &[String]) -> Result<Command, String> {
     Ok(c)
 }
 
-/// Run `relay-tool bench ... --json` to completion; its JSON report.
-fn run_tool(url: &str, args: &[String]) -> Result<Value, String> {
-    let out = bench_cmd(url, args)?
-        .output()
-        .map_err(|e| format!("relay-tool: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("relay-tool bench failed ({})", out.status));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("relay-tool output: {e}"))
-}
-
 /// Run a `--drain --pause-before-drain` bench: `paused` runs while the items sit queued.
 fn run_tool_paused(
     url: &str,
@@ -237,6 +226,39 @@ fn thousands(x: f64) -> String {
     out
 }
 
+/// CPU (user + system) the relay process has used so far.
+fn relay_cpu(r: Option<&Relay>) -> Result<Duration, String> {
+    let pid = r.ok_or("relay not running")?.child.id();
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).ok_or("bad /proc stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_millis((ticks(11) + ticks(12)) * 1000 / hz))
+}
+
+/// `relay X / generator Y` CPU microseconds per item of a phase.
+fn cpu_note(relay: Duration, phase: &Value) -> String {
+    let items = phase["items"].as_u64().unwrap_or(0).max(1) as f64;
+    let gen = phase["client_cpu_s"].as_f64().unwrap_or(0.0);
+    format!(
+        "relay {:.0} / gen {:.0}",
+        relay.as_secs_f64() * 1e6 / items,
+        gen * 1e6 / items
+    )
+}
+
+/// The 1-minute load average (how busy the shared machine was).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
+}
+
 fn errors_of(phase: &Value) -> u64 {
     phase["errors"]
         .as_object()
@@ -256,6 +278,7 @@ fn main() -> Result<(), String> {
     let batch_senders = env_u64("MBX_BENCH_BATCH_SENDERS", 8);
     let targets = env_u64("MBX_BENCH_TARGETS", 8).to_string();
     tool_bin()?;
+    let load_before = load_average();
     let tmp = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
     let dir = tmp.path().join("store");
     let port = free_port()?;
@@ -270,7 +293,11 @@ fn main() -> Result<(), String> {
     let empty_startup = relay.startup;
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_string()).collect::<Vec<_>>();
 
-    let single = run_tool(
+    // Relay CPU is read around each phase; the relay is idle while the generator builds or checks.
+    let mut relay = Some(relay);
+    let mut cpu_mark = relay_cpu(relay.as_ref())?;
+    let mut single_push_cpu = Duration::ZERO;
+    let single = run_tool_paused(
         &url,
         &s(&[
             "--senders",
@@ -284,12 +311,19 @@ fn main() -> Result<(), String> {
             "--item-bytes",
             "1024",
             "--drain",
+            "--pause-before-drain",
         ]),
+        &mut |_| {
+            let now = relay_cpu(relay.as_ref())?;
+            single_push_cpu = now.saturating_sub(cpu_mark);
+            Ok(())
+        },
     )?;
 
-    let mut relay = Some(relay);
     let mut queued = 0u64;
     let (mut rss_pushed, mut rss_restarted, mut startup_queued) = (0.0, 0.0, Duration::ZERO);
+    let mut batch_push_cpu = Duration::ZERO;
+    cpu_mark = relay_cpu(relay.as_ref())?;
     let batched = run_tool_paused(
         &url,
         &s(&[
@@ -309,6 +343,7 @@ fn main() -> Result<(), String> {
         &mut |q| {
             queued = q;
             let r = relay.take().ok_or("relay not running")?;
+            batch_push_cpu = relay_cpu(Some(&r))?.saturating_sub(cpu_mark);
             rss_pushed = rss_mib(r.child.id())?;
             stop_relay(r);
             let r = start_relay(&dir, port)?;
@@ -316,10 +351,12 @@ fn main() -> Result<(), String> {
             // Let the restarted relay settle (startup sweep, first heartbeat) before reading RSS.
             std::thread::sleep(Duration::from_millis(500));
             rss_restarted = rss_mib(r.child.id())?;
+            cpu_mark = relay_cpu(Some(&r))?;
             relay = Some(r);
             Ok(())
         },
     )?;
+    let drain_cpu = relay_cpu(relay.as_ref())?.saturating_sub(cpu_mark);
     if let Some(r) = relay.take() {
         stop_relay(r);
     }
@@ -337,6 +374,7 @@ fn main() -> Result<(), String> {
                 sp["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
                 errors_note(sp)
             ),
+            cpu_note(single_push_cpu, sp),
             ">= 5,000 items/s, p99 < 50 ms",
         ),
         (
@@ -347,6 +385,7 @@ fn main() -> Result<(), String> {
                 bp["mb_per_s"].as_f64().unwrap_or(0.0),
                 errors_note(bp)
             ),
+            cpu_note(batch_push_cpu, bp),
             ">= 40,000 items/s",
         ),
         (
@@ -359,6 +398,7 @@ fn main() -> Result<(), String> {
                 thousands(dp["items_per_s"].as_f64().unwrap_or(0.0)),
                 errors_note(dp)
             ),
+            cpu_note(drain_cpu, dp),
             ">= 100,000 items/s",
         ),
         (
@@ -367,25 +407,45 @@ fn main() -> Result<(), String> {
                 thousands(queued as f64)
             ),
             format!("{rss_pushed:.1} MiB / {rss_restarted:.1} MiB"),
+            String::new(),
             "< 64 MiB (1,000,000 queued)",
         ),
         (
             format!("start-up, {} queued", thousands(queued as f64)),
             ms(startup_queued),
+            String::new(),
             "< 200 ms (1,000,000 queued)",
         ),
-        ("start-up, empty store".to_string(), ms(empty_startup), ""),
+        (
+            "start-up, empty store".to_string(),
+            ms(empty_startup),
+            String::new(),
+            "",
+        ),
     ];
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(22);
     println!(
         "\nmbx-relay e2e bench ({} cores, relay and load generator on this machine)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!("| {:w0$} | {:w1$} | target |", "measurement", "result");
-    println!("|{}|{}|--------|", "-".repeat(w0 + 2), "-".repeat(w1 + 2));
-    for (a, b, c) in &rows {
-        println!("| {a:w0$} | {b:w1$} | {c} |");
+    println!(
+        "load average before / after: {load_before} / {}",
+        load_average()
+    );
+    println!(
+        "| {:w0$} | {:w1$} | {:w2$} | target |",
+        "measurement", "result", "CPU per item (µs)"
+    );
+    println!(
+        "|{}|{}|{}|--------|",
+        "-".repeat(w0 + 2),
+        "-".repeat(w1 + 2),
+        "-".repeat(w2 + 2)
+    );
+    for (a, b, c, d) in &rows {
+        println!("| {a:w0$} | {b:w1$} | {c:w2$} | {d} |");
     }
     Ok(())
 }

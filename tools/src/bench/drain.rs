@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use super::client::{Conn, Host};
-use super::stats::{micros, Errors};
+use super::stats::{micros, process_cpu, Errors};
 
 /// Consecutive failed calls after which a receiver gives up.
 const MAX_CONSECUTIVE_ERRORS: u32 = 3;
@@ -23,6 +23,8 @@ pub struct Outcome {
     /// Latency of each page's pull + ack, in microseconds.
     pub lat_us: Vec<u32>,
     pub errors: Errors,
+    /// CPU this process used inside the timed window.
+    pub cpu: Duration,
 }
 
 #[derive(Deserialize)]
@@ -147,7 +149,7 @@ pub fn run(
     let barrier = Barrier::new(receivers.len() + 1);
     // Fresh connections: the relay may have been restarted since the push phase.
     let conns: Vec<Conn> = receivers.iter().map(|_| Conn::new(url, timeout)).collect();
-    let (timed, ones) = std::thread::scope(|s| {
+    let (timed, cpu, ones) = std::thread::scope(|s| {
         let handles: Vec<_> = receivers
             .iter()
             .zip(&conns)
@@ -162,8 +164,9 @@ pub fn run(
             .collect();
         barrier.wait();
         let t0 = Instant::now();
+        let cpu0 = process_cpu();
         let ones: Vec<Option<One>> = handles.into_iter().map(|h| h.join().ok()).collect();
-        (t0.elapsed(), ones)
+        (t0.elapsed(), process_cpu().saturating_sub(cpu0), ones)
     });
     let mut out = Outcome {
         items: 0,
@@ -172,6 +175,7 @@ pub fn run(
         timed,
         lat_us: Vec::new(),
         errors: Errors::default(),
+        cpu,
     };
     for one in ones {
         match one {

@@ -185,7 +185,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
             t.accepted,
             t.accepted_bytes,
             pushed.requests,
-            pushed.timed,
+            (pushed.timed, pushed.cpu),
             &mut pushed.lat_us,
             &t.errors,
         );
@@ -209,7 +209,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
                 d.items,
                 d.bytes,
                 d.pages,
-                d.timed,
+                (d.timed, d.cpu),
                 &mut d.lat_us,
                 &d.errors,
             ))

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::client::{Conn, Host, Resp};
 use super::hosts::RelayInfo;
 use super::payload::{build_batches, Batch, Item, Target};
-use super::stats::micros;
+use super::stats::{micros, process_cpu};
 use super::verify::{check_answer, Tally};
 
 /// Memory the payloads and answers of one round may use.
@@ -36,6 +36,8 @@ pub struct Outcome {
     pub timed: Duration,
     /// Request latencies in microseconds.
     pub lat_us: Vec<u32>,
+    /// CPU this process used inside the timed windows.
+    pub cpu: Duration,
 }
 
 /// Items sender `i` of `n` pushes out of `total` (as even as possible).
@@ -57,7 +59,7 @@ fn timed_round(
     plan: &Plan,
     built: Vec<Vec<Batch>>,
     lat_us: &mut Vec<u32>,
-) -> (Duration, Vec<Sent>) {
+) -> (Duration, Duration, Vec<Sent>) {
     let n = built.len();
     let barrier = Barrier::new(n + 1);
     std::thread::scope(|s| {
@@ -83,6 +85,7 @@ fn timed_round(
             .collect();
         barrier.wait();
         let t0 = Instant::now();
+        let cpu0 = process_cpu();
         let mut all = Vec::with_capacity(n);
         for h in handles {
             match h.join() {
@@ -93,7 +96,7 @@ fn timed_round(
                 Err(_) => all.push(Vec::new()),
             }
         }
-        (t0.elapsed(), all)
+        (t0.elapsed(), process_cpu().saturating_sub(cpu0), all)
     })
 }
 
@@ -187,6 +190,7 @@ pub fn run(plan: &Plan) -> Result<Outcome, String> {
         requests: 0,
         timed: Duration::ZERO,
         lat_us: Vec::new(),
+        cpu: Duration::ZERO,
     };
     // Each round moves every unfinished sender forward by at least one item: bounded.
     while done.iter().zip(&totals).any(|(d, t)| d < t) {
@@ -197,8 +201,9 @@ pub fn run(plan: &Plan) -> Result<Outcome, String> {
             .collect();
         let built = build_round(plan, &done, &this_round)?;
         out.requests += built.iter().map(|b| b.len() as u64).sum::<u64>();
-        let (window, sent) = timed_round(plan, built, &mut out.lat_us);
+        let (window, cpu, sent) = timed_round(plan, built, &mut out.lat_us);
         out.timed += window;
+        out.cpu += cpu;
         check_round(plan, sent, &mut out.tally);
         for (d, r) in done.iter_mut().zip(&this_round) {
             *d += r;

@@ -19,6 +19,8 @@ pub struct Phase {
     pub mb_per_s: f64,
     pub latency_ms: Percentiles,
     pub errors: BTreeMap<String, u64>,
+    /// CPU the load generator itself used inside the timed window(s), in seconds.
+    pub client_cpu_s: f64,
 }
 
 impl Phase {
@@ -27,7 +29,7 @@ impl Phase {
         items: u64,
         bytes: u64,
         requests: u64,
-        timed: Duration,
+        (timed, client_cpu): (Duration, Duration),
         lat_us: &mut [u32],
         errors: &Errors,
     ) -> Self {
@@ -41,6 +43,7 @@ impl Phase {
             mb_per_s: rate(bytes) / 1e6,
             latency_ms: percentiles(lat_us),
             errors: errors.0.clone(),
+            client_cpu_s: client_cpu.as_secs_f64(),
         }
     }
 }
@@ -70,7 +73,7 @@ fn row(out: &mut String, label: &str, p: &Phase) {
     let l = &p.latency_ms;
     let _ = writeln!(
         out,
-        "{label:>7} {:>9} {:>9} {:>10.0} {:>7.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7}",
+        "{label:>7} {:>9} {:>9} {:>10.0} {:>7.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7} {:>8.0}",
         p.items + p.errors.values().sum::<u64>(),
         p.items,
         p.items_per_s,
@@ -79,12 +82,17 @@ fn row(out: &mut String, label: &str, p: &Phase) {
         l.p90,
         l.p99,
         l.max,
-        p.errors.values().sum::<u64>()
+        p.errors.values().sum::<u64>(),
+        if p.seconds > 0.0 {
+            100.0 * p.client_cpu_s / p.seconds
+        } else {
+            0.0
+        }
     );
 }
 
 const HEADER: &str =
-    "senders     items      done    items/s    MB/s   p50 ms   p90 ms   p99 ms   max ms  errors";
+    "senders     items      done    items/s    MB/s   p50 ms   p90 ms   p99 ms   max ms  errors  gen cpu%";
 
 /// The text report.
 pub fn text(r: &Report) -> String {
@@ -96,7 +104,7 @@ pub fn text(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "\npush (done = accepted with a valid accept signature; latency per request):\n{HEADER}"
+        "\npush (done = accepted with a valid accept signature; latency per request;\n gen cpu% = this load generator's own CPU in the timed window, % of one core):\n{HEADER}"
     );
     for p in &r.points {
         row(&mut out, &p.senders.to_string(), &p.push);
@@ -137,7 +145,14 @@ mod tests {
         let mut errs = Errors::default();
         errs.add("rejected:rate", 3);
         let mut lat = vec![1000, 3000, 2000];
-        let p = Phase::new(100, 2_000_000, 10, Duration::from_secs(2), &mut lat, &errs);
+        let p = Phase::new(
+            100,
+            2_000_000,
+            10,
+            (Duration::from_secs(2), Duration::from_millis(500)),
+            &mut lat,
+            &errs,
+        );
         assert_eq!(
             (p.items_per_s, p.mb_per_s, p.latency_ms.max),
             (50.0, 1.0, 3.0)

@@ -62,6 +62,21 @@ pub fn percentiles(lat_us: &mut [u32]) -> Percentiles {
     }
 }
 
+/// CPU time (user + system) this process has used so far: measured around the timed windows
+/// to show what the load generator itself costs on a shared machine.
+pub fn process_cpu() -> std::time::Duration {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        std::time::Duration::from_secs(t.tv_sec.max(0) as u64)
+            + std::time::Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// Microseconds in `d`, saturating (a request over 71 minutes is not a latency worth keeping).
 pub fn micros(d: std::time::Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
