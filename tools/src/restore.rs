@@ -91,6 +91,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         copy_key_file(&key_file, &tmp.join(KEY_FILE)).map_err(cleanup)?;
     }
     private_dir(&tmp).map_err(cleanup)?;
+    fsync_dir(&tmp).map_err(cleanup)?;
 
     let had_old = matches!(old, Old::Present { .. });
     let kept = swap_in(&dir, &tmp, old, &stamp, a.discard_old).map_err(cleanup)?;
