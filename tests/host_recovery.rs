@@ -238,3 +238,41 @@ fn a_restore_that_kept_its_epoch_is_detected_by_the_head() {
     ids.sort();
     assert_eq!(got, ids);
 }
+
+/// The relay forgot the hosts' enrolments but kept its epoch (a copy made before they enrolled):
+/// the cached enrolled flag is wrong, the relay answers 401, and the hosts enrol again.
+#[test]
+fn a_401_makes_the_host_enrol_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay = RelayProc::start(tmp.path(), &[]);
+    relay.kill9();
+    let snapshot = tmp.path().join("snapshot");
+    copy_tree(&relay.store, &snapshot);
+    relay.spawn(None);
+    let (a, b) = pair(tmp.path(), &relay);
+    assert!(b.sync()["enrolled"].as_bool().unwrap());
+    assert!(a.sync()["enrolled"].as_bool().unwrap());
+    assert!(
+        !a.sync()["enrolled"].as_bool().unwrap(),
+        "cached while nothing changed"
+    );
+
+    relay.kill9();
+    std::fs::rename(&relay.store, tmp.path().join("lost")).unwrap();
+    std::fs::rename(&snapshot, &relay.store).unwrap();
+    relay.spawn(None);
+
+    let id = a.send("beta", "after amnesia", "x");
+    let r = b.sync();
+    assert!(r["enrolled"].as_bool().unwrap(), "beta enrolled again: {r}");
+    assert_eq!(r["epoch_changes"], 0);
+    let r = a.sync();
+    assert!(
+        r["enrolled"].as_bool().unwrap(),
+        "alpha enrolled again: {r}"
+    );
+    assert_eq!(r["relay_accepted"], 1);
+    let r = b.sync();
+    assert_eq!(r["received"], 1, "{r}\n{}", b.status());
+    assert_eq!(b.inbox_ids(), vec![id]);
+}

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use super::client::Answer;
 use super::enrol::expect_ok;
 use super::store::{Acceptance, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
@@ -86,34 +87,45 @@ fn back_off(opts: &SyncOptions, r: &mut OutRow, why: &str, now: u64) {
 
 impl Session<'_> {
     /// The peer's enc key from its relay ad, accepted only if the peer's pinned key signed it.
-    fn peer_enc_key(&self, target_pubkey: &str) -> Result<[u8; 32], String> {
-        let pk = parse_pubkey(target_pubkey).ok_or("pinned peer key is invalid")?;
+    ///
+    /// The outer error (unreachable relay, 401) ends the step; the inner one backs the row off.
+    fn peer_enc_key(&self, target_pubkey: &str) -> Result<Result<[u8; 32], String>, HostError> {
+        let Some(pk) = parse_pubkey(target_pubkey) else {
+            return Ok(Err("pinned peer key is invalid".into()));
+        };
         let q = format!("pubkey={}", encode_query(target_pubkey));
-        let a = self
-            .client
-            .get("/v2/relay/enc-key", Some(&q), true)
-            .map_err(|e| e.to_string())?;
-        if a.status == 404 {
-            return Err("peer has no enc key on the relay yet (not enrolled there?)".into());
+        let a = self.client.get("/v2/relay/enc-key", Some(&q), true)?;
+        if a.status == 401 {
+            expect_ok(&a, "enc-key lookup")?;
         }
-        if a.status != 200 {
-            return Err(format!("enc-key lookup: {}", a.error()));
-        }
-        let s = |k: &str| a.body.get(k).and_then(Value::as_str).unwrap_or("");
-        if s("host_pubkey") != target_pubkey {
-            return Err("enc-key ad is for another host key".into());
-        }
-        if !verify_canonical(&pk, &enc_ad_statement(s("host"), s("enc_pub")), s("sig")) {
-            return Err("enc-key ad is not signed by the pinned peer key".into());
-        }
-        parse_pubkey(s("enc_pub")).ok_or_else(|| "enc-key ad carries an invalid key".into())
+        Ok(check_enc_ad(&a, &pk, target_pubkey))
     }
+}
 
+/// The peer's enc key from an enc-key answer, accepted only if its pinned key signed the ad.
+fn check_enc_ad(a: &Answer, pk: &[u8; 32], target_pubkey: &str) -> Result<[u8; 32], String> {
+    if a.status == 404 {
+        return Err("peer has no enc key on the relay yet (not enrolled there?)".into());
+    }
+    if a.status != 200 {
+        return Err(format!("enc-key lookup: {}", a.error()));
+    }
+    let s = |k: &str| a.body.get(k).and_then(Value::as_str).unwrap_or("");
+    if s("host_pubkey") != target_pubkey {
+        return Err("enc-key ad is for another host key".into());
+    }
+    if !verify_canonical(pk, &enc_ad_statement(s("host"), s("enc_pub")), s("sig")) {
+        return Err("enc-key ad is not signed by the pinned peer key".into());
+    }
+    parse_pubkey(s("enc_pub")).ok_or_else(|| "enc-key ad carries an invalid key".into())
+}
+
+impl Session<'_> {
     /// Seal every draft whose peer ad verifies; the wire bytes are persisted (one atomic change)
     /// before any push, and reused on every retry.
     ///
     /// # Errors
-    /// A store failure; lookup failures only back the row off.
+    /// A store failure, an unreachable relay or a 401; other lookup failures back the row off.
     pub fn seal_drafts(&mut self) -> Result<(), HostError> {
         let now = now_ms();
         let drafts: Vec<OutRow> = self
@@ -124,10 +136,14 @@ impl Session<'_> {
             .collect();
         let mut keys: HashMap<String, Result<[u8; 32], String>> = HashMap::new();
         for mut r in drafts {
-            let enc_key = keys
-                .entry(r.target_pubkey.clone())
-                .or_insert_with(|| self.peer_enc_key(&r.target_pubkey))
-                .clone();
+            let enc_key = match keys.get(&r.target_pubkey) {
+                Some(k) => k.clone(),
+                None => {
+                    let k = self.peer_enc_key(&r.target_pubkey)?;
+                    keys.insert(r.target_pubkey.clone(), k.clone());
+                    k
+                }
+            };
             let sealed = enc_key.and_then(|k| {
                 let draft: Value = serde_json::from_str(r.draft.as_deref().unwrap_or(""))
                     .map_err(|_| "draft is damaged".to_string())?;
@@ -172,8 +188,10 @@ impl Session<'_> {
                 .filter(|r| r.state == RowState::Pending && r.next_at <= now && r.wire.is_some())
                 .filter(|r| !pushed_ids.contains(&r.id))
                 .take_while(|r| {
+                    // The first row always goes (one item is far below the relay's body cap).
+                    let first = size == 0;
                     size += r.wire.as_ref().map_or(0, |w| w.len() * 4 / 3 + 200);
-                    size <= MAX_PUSH_BODY
+                    first || size <= MAX_PUSH_BODY
                 })
                 .take(self.relay.max_batch.max(1) as usize)
                 .collect();
@@ -214,8 +232,11 @@ impl Session<'_> {
                 }
                 b.commit()?;
                 self.report.push_failures += rows.len() as u64;
+                // A 401 re-enrols and an unreachable relay ends the pass; any other refusal
+                // (429, 400, 413, 5xx) backs these rows off and lets the pass go on to pull.
                 return match other {
-                    Ok(a) => expect_ok(&a, "push"),
+                    Ok(a) if a.status == 401 => expect_ok(&a, "push"),
+                    Ok(_) => Ok(()),
                     Err(e) => Err(e),
                 };
             }
@@ -283,8 +304,10 @@ impl Session<'_> {
         b.commit()
     }
 
-    /// Rows past their deadline without a delivery receipt become unconfirmed, with an alert
-    /// (spec §3: the sender owns its deadline, whatever the relay says or doesn't).
+    /// Envelope rows past their deadline without a delivery receipt become unconfirmed, with an
+    /// alert (spec §3: the sender owns its deadline, whatever the relay says or doesn't); the
+    /// deadline of a row never accepted is created_at + retention + grace. Receipt rows the relay
+    /// never took by then are dropped without an alert (receipts are advisory).
     ///
     /// # Errors
     /// A store failure.
@@ -299,12 +322,17 @@ impl Session<'_> {
         let grace = self.relay.retention_ms + self.opts.grace_ms;
         let mut b = self.store.batch();
         let mut n = 0;
-        for mut r in rows
-            .into_iter()
-            .filter(|r| r.kind == ItemKind::Envelope && r.state.active())
-        {
+        for mut r in rows.into_iter().filter(|r| r.state.active()) {
             let deadline = r.deadline.unwrap_or(r.created_at + grace);
             if now < deadline {
+                continue;
+            }
+            r.settled_at = Some(now);
+            if r.kind == ItemKind::Receipt {
+                // Receipts are advisory (T218): one the relay never took is dropped quietly.
+                r.state = RowState::Expired;
+                r.note = Some("receipt never accepted by the relay; dropped".into());
+                b.put_row(&r)?;
                 continue;
             }
             let text = if r.state != RowState::RelayAccepted {
@@ -320,11 +348,13 @@ impl Session<'_> {
                     r.target_name, r.item_id
                 )
             } else {
-                format!("Undelivered/unconfirmed to {}: no delivery confirmation for message {} has ever arrived \
-                    from that host; the peer may be older than 0.5.3", r.target_name, r.item_id)
+                format!(
+                    "Undelivered/unconfirmed to {}: no delivery confirmation for message {} has ever arrived \
+                    from that host; the peer may be older than 0.5.3",
+                    r.target_name, r.item_id
+                )
             };
             r.state = RowState::Unconfirmed;
-            r.settled_at = Some(now);
             r.note = Some(text.clone());
             b.put_row(&r)?;
             b.alert(now, "unconfirmed", text)?;
@@ -447,6 +477,37 @@ mod tests {
         let mut tampered = ok.clone();
         tampered["accept"]["targets"][0]["seq"] = json!(43);
         assert!(check_accept(&tampered, &r, &relay.public(), &rp, &mp).is_err());
+    }
+
+    #[test]
+    fn an_enc_ad_counts_only_when_the_pinned_peer_key_signed_it() {
+        let (peer, other) = (SigningKey::generate(), SigningKey::generate());
+        let enc = crate::wire::seal::EncSecret::generate();
+        let ad = |signer: &SigningKey, host_pubkey: &str| {
+            let sig = signer.sign_canonical(&enc_ad_statement("beta", &enc.public_b64()));
+            Answer {
+                status: 200,
+                body: json!({"host": "beta", "host_pubkey": host_pubkey, "enc_pub": enc.public_b64(), "sig": sig}),
+            }
+        };
+        let pk = peer.public();
+        let pb = peer.public_b64();
+        assert_eq!(check_enc_ad(&ad(&peer, &pb), &pk, &pb), Ok(enc.public()));
+        assert!(
+            check_enc_ad(&ad(&other, &pb), &pk, &pb).is_err(),
+            "signed by another key"
+        );
+        assert!(
+            check_enc_ad(&ad(&peer, &other.public_b64()), &pk, &pb).is_err(),
+            "for another host"
+        );
+        let missing = Answer {
+            status: 404,
+            body: json!({"error": "unknown host"}),
+        };
+        assert!(check_enc_ad(&missing, &pk, &pb)
+            .unwrap_err()
+            .contains("no enc key"));
     }
 
     #[test]

@@ -263,7 +263,7 @@ impl<'a> Session<'a> {
         Err(err)
     }
 
-    /// Run one step; on a 401 (`NotEnrolled`) forget the enrolment, re-enrol and retry.
+    /// Run one step; on a 401 forget the enrolment, enrol and publish again, and retry.
     fn with_enrolment(
         &mut self,
         step: fn(&mut Self) -> Result<(), HostError>,
@@ -276,6 +276,8 @@ impl<'a> Session<'a> {
                     b.set_published(None)?;
                     b.commit()?;
                     self.ensure_enrolled()?;
+                    // A relay that forgot the enrolment forgot the enc ad and allowlist too.
+                    self.publish()?;
                 }
                 other => return other,
             }
