@@ -76,3 +76,40 @@ fn default_open_challenge_cap_is_10000() {
         .challenge(&relay)
         .assert_some_error(503);
 }
+
+#[test]
+fn default_max_targets_is_64_inclusive() {
+    let relay = Relay::start_generous(&[]);
+    let s = Host::enrolled(&relay, "mt-s");
+    let targets: Vec<Host> = (0..64)
+        .map(|i| Host::enrolled(&relay, &format!("mt-{i}")))
+        .collect();
+    let refs: Vec<&Host> = targets.iter().collect();
+    let r = s.push_one(&relay, &envelope_item(&s, &refs));
+    assert_eq!(r["status"], json!("accepted"), "{r}");
+    assert_eq!(r["targets"].as_array().unwrap().len(), 64);
+    let mut it = envelope_item(&s, &refs);
+    let extra = it["targets"][0].clone();
+    it["targets"].as_array_mut().unwrap().push(extra);
+    assert_rejected(&s.push_one(&relay, &it), "bad targets");
+}
+
+#[test]
+fn default_pull_page_stops_at_about_8_mib() {
+    let relay = Relay::start_generous(&[]);
+    let s = Host::enrolled(&relay, "pb-s");
+    let a = Host::enrolled(&relay, "pb-a");
+    for _ in 0..20 {
+        let r = s.push_one(&relay, &envelope_item_sized(&s, &[&a], 524_288));
+        assert_eq!(r["status"], json!("accepted"));
+    }
+    let p = a.pull(&relay, "?after=0").ok();
+    let n = p["items"].as_array().unwrap().len();
+    // 16 items of 512 KiB are 8 MiB of wire bytes.
+    assert!(
+        (10..=17).contains(&n),
+        "a page of about 8 MiB: {n} items of 512 KiB"
+    );
+    assert_eq!(p["more"], json!(true));
+    assert_eq!(a.pull_all(&relay, 0).len(), 20);
+}
