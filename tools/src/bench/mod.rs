@@ -11,6 +11,8 @@ mod push;
 mod report;
 mod stats;
 mod svg;
+#[cfg(test)]
+mod tests;
 mod verify;
 
 use std::io::{BufRead, Write};
@@ -123,12 +125,48 @@ fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Run the bench.
+/// Run the bench and print its report (and the SVG when asked).
 ///
 /// # Errors
 /// Usage errors, an unreachable relay or a refused enrolment; per-item failures are reported,
 /// not returned.
 pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+    let report = measure(a)?;
+    if let Some(path) = &a.svg {
+        let pts: Vec<svg::Point> = report
+            .points
+            .iter()
+            .map(|p| svg::Point {
+                senders: p.senders,
+                items_per_s: p.push.items_per_s,
+                p99_ms: p.push.latency_ms.p99,
+            })
+            .collect();
+        let title = format!(
+            "mbx-relay push: batches of {}, {}-byte items, {} targets",
+            report.batch, report.item_bytes, report.targets
+        );
+        std::fs::write(path, svg::render(&title, &pts))
+            .map_err(|e| Failure::io("cannot write", path, &e))?;
+    }
+    let text = if a.json {
+        serde_json::to_string(&report)
+            .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?
+            + "\n"
+    } else {
+        report::text(&report)
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| relay_err(format!("stdout: {e}")))
+}
+
+/// Enrol, push, check, optionally drain, for every sweep point; the measurements.
+///
+/// # Errors
+/// As [`run`].
+fn measure(a: &BenchArgs) -> Result<Report, Failure> {
     validate(a)?;
     let timeout = Duration::from_secs(a.timeout);
     let conn = Conn::new(&a.url, timeout);
@@ -223,7 +261,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
             drain,
         });
     }
-    let report = Report {
+    Ok(Report {
         url: a.url.clone(),
         relay_version: info.version.clone(),
         targets: a.targets,
@@ -231,33 +269,5 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         item_bytes,
         item_bytes_asked: a.item_bytes,
         points,
-    };
-    if let Some(path) = &a.svg {
-        let pts: Vec<svg::Point> = report
-            .points
-            .iter()
-            .map(|p| svg::Point {
-                senders: p.senders,
-                items_per_s: p.push.items_per_s,
-                p99_ms: p.push.latency_ms.p99,
-            })
-            .collect();
-        let title = format!(
-            "mbx-relay push: batches of {}, {}-byte items, {} targets",
-            a.batch, item_bytes, a.targets
-        );
-        std::fs::write(path, svg::render(&title, &pts))
-            .map_err(|e| Failure::io("cannot write", path, &e))?;
-    }
-    let text = if a.json {
-        serde_json::to_string(&report)
-            .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?
-            + "\n"
-    } else {
-        report::text(&report)
-    };
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| relay_err(format!("stdout: {e}")))
+    })
 }
