@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
 use super::push::{Committed, Prepared, TargetCache};
-use super::{expect_object, Caller, Relay, RelayError, Reply, Status};
+use super::{expect_object, object, Caller, Relay, RelayError, Reply, Status};
 use crate::wire::accept::sha256;
 use crate::wire::canonical::canonical_bytes;
 use crate::wire::envelope::{envelope_recipient_hosts, envelope_shape_error};
@@ -181,9 +181,16 @@ impl Relay {
                     v.insert(name)
                 }
             };
-            items.push(json!({ "seq": i.seq, "envelope": envelope, "from": from }));
+            items.push(object([
+                ("seq", json!(i.seq)),
+                ("envelope", envelope),
+                ("from", Value::String(from.clone())),
+            ]));
         }
-        Ok(json!({ "items": items, "cursor": cursor }))
+        Ok(object([
+            ("items", Value::Array(items)),
+            ("cursor", json!(cursor)),
+        ]))
     }
 
     /// `POST /v1/relay/ack {"cursor"}` → `{"ok":true}`; a cursor past the head acks the head.

@@ -133,6 +133,12 @@ impl Relay {
     }
 }
 
+/// A JSON object from fields, moving the values (the `json!` macro would deep-copy a `Value`
+/// variable by re-serialising it, which is measurable on large push and pull answers).
+pub fn object<const N: usize>(fields: [(&str, serde_json::Value); N]) -> serde_json::Value {
+    serde_json::Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
 /// The `error` text of a JSON value that must be an object, for 400 answers.
 fn expect_object(
     v: &serde_json::Value,

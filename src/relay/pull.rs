@@ -4,7 +4,7 @@
 use relay_keyspace::AckOutcome;
 use serde_json::{json, Value};
 
-use super::{Caller, Relay, RelayError, Reply, Status};
+use super::{object, Caller, Relay, RelayError, Reply, Status};
 use crate::wire::keys::b64;
 
 /// The query of a pull, as received (each parameter absent or its raw text).
@@ -58,22 +58,22 @@ impl Relay {
             .items
             .iter()
             .map(|i| {
-                json!({
-                    "seq": i.seq,
-                    "kind": i.kind.as_str(),
-                    "item_id": i.item_id,
-                    "sender_pubkey": b64(&i.sender),
-                    "wire_b64": b64(&i.wire),
-                })
+                object([
+                    ("seq", json!(i.seq)),
+                    ("kind", json!(i.kind.as_str())),
+                    ("item_id", Value::String(i.item_id.clone())),
+                    ("sender_pubkey", Value::String(b64(&i.sender))),
+                    ("wire_b64", Value::String(b64(&i.wire))),
+                ])
             })
             .collect();
-        Ok(json!({
-            "epoch": epoch,
-            "head_seq": page.head_seq,
-            "items": items,
-            "last_seq": last_seq,
-            "more": page.more,
-        }))
+        Ok(object([
+            ("epoch", Value::String(epoch)),
+            ("head_seq", json!(page.head_seq)),
+            ("items", Value::Array(items)),
+            ("last_seq", json!(last_seq)),
+            ("more", Value::Bool(page.more)),
+        ]))
     }
 
     /// Read one bounded page off the async workers (a page may be megabytes).

@@ -10,7 +10,7 @@ use relay_keyspace::{
 };
 use serde_json::{json, Value};
 
-use super::{expect_object, Caller, Relay, RelayError, Reply};
+use super::{expect_object, object, Caller, Relay, RelayError, Reply};
 use crate::wire::accept::{accept_statement, sha256, AcceptTarget};
 use crate::wire::envelope::check_envelope_wire;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
@@ -117,7 +117,7 @@ impl Relay {
             .into_iter()
             .map(|r| r.unwrap_or(Value::Null))
             .collect();
-        Ok(json!({ "results": results }))
+        Ok(object([("results", Value::Array(results))]))
     }
 
     /// Every pre-commit check of one v2 item, in PROTOCOL.md's order; the reason on failure.
@@ -312,13 +312,16 @@ impl Relay {
             at_ms,
         );
         let sig = self.key.sign_canonical(&accept);
-        json!({
-            "item_id": item_id,
-            "status": if all_dup { "duplicate" } else { "accepted" },
-            "targets": brief,
-            "accept": accept,
-            "sig": sig,
-        })
+        object([
+            ("item_id", Value::String(item_id.to_owned())),
+            (
+                "status",
+                json!(if all_dup { "duplicate" } else { "accepted" }),
+            ),
+            ("targets", Value::Array(brief)),
+            ("accept", accept),
+            ("sig", Value::String(sig)),
+        ])
     }
 }
 
