@@ -1,0 +1,151 @@
+//! Disk full (issue 7) against the real binary: the store lives on a size-limited tmpfs; once it
+//! fills, pushes are refused with 503 and a clear error (never a success) and `/health` answers
+//! 503; no answered success is lost (checked after space returns and after kill -9 restarts);
+//! and, the issue's last requirement, the relay serves again without a restart once space
+//! returns (currently failing: see the second test).
+//!
+//! Mounting needs root (CAP_SYS_ADMIN), so the test is ignored by default; run it with
+//! `cargo test --test hardening_disk -- --ignored`.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::json;
+
+/// A tmpfs of `size` mounted at `dir`, unmounted on drop.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn new(dir: &Path, size: &str) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount tmpfs (needs root)");
+        Mount(dir.to_path_buf())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fill the filesystem holding `dir` with `filler` until writing fails (the disk is full).
+fn fill(filler: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(filler).unwrap();
+    let chunk = vec![0xA5u8; 64 * 1024];
+    while f.write_all(&chunk).and_then(|()| f.sync_all()).is_ok() {}
+    // Whatever the last partial write left is kept: the disk is now full.
+}
+
+/// A relay whose store is on a small tmpfs, filled up until pushes are refused: returns the
+/// mount, relay, hosts, the item ids accepted (answered 200 "accepted") and the filler file.
+fn fill_up(work: &Path) -> (Mount, Relay, Host, Host, Vec<String>, PathBuf) {
+    let mnt = work.join("mnt");
+    let m = Mount::new(&mnt, "48m");
+    let store = mnt.join("store");
+    let relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).expect("relay starts");
+    let s = Host::enrolled(&relay, "sender");
+    let t = Host::enrolled(&relay, "target");
+    let mut accepted: Vec<String> = Vec::new();
+    let mut refused = 0;
+    let filler = mnt.join("filler");
+    fill(&filler);
+    // Push ~64 KiB items until the store refuses several: each answer is a durable success or
+    // a 503 with an error, nothing else.
+    for i in 0..400 {
+        let it = envelope_item_sized(&s, &[&t], 64 * 1024);
+        let r = s.push(&relay, std::slice::from_ref(&it));
+        match r.status {
+            200 => {
+                let res = &r.json()["results"][0];
+                assert_eq!(res["status"], json!("accepted"), "push {i}: {res}");
+                accepted.push(it["item_id"].as_str().unwrap().to_string());
+            }
+            503 => {
+                let body = r.json();
+                let e = body["error"].as_str().expect("503 has an error string");
+                assert!(!e.is_empty());
+                refused += 1;
+                if refused >= 5 {
+                    break;
+                }
+            }
+            other => panic!("push {i}: unexpected {other}: {}", r.text()),
+        }
+    }
+    assert!(
+        refused >= 5,
+        "the disk never filled ({} accepted)",
+        accepted.len()
+    );
+    let h = relay.get("/health");
+    assert_eq!(h.status, 503, "health on a full disk: {}", h.text());
+    (m, relay, s, t, accepted, filler)
+}
+
+/// Every accepted item id is in `t`'s queue.
+fn assert_all_pullable(relay: &Relay, t: &Host, accepted: &[String], when: &str) {
+    let got: Vec<String> = t
+        .pull_all(relay, 0)
+        .iter()
+        .map(|i| i["item_id"].as_str().unwrap().to_string())
+        .collect();
+    for id in accepted {
+        assert!(got.contains(id), "{when}: accepted item {id} is missing");
+    }
+}
+
+/// Push one small item, retrying 503s for a few seconds; true once accepted.
+fn push_until_accepted(relay: &Relay, s: &Host, t: &Host, accepted: &mut Vec<String>) -> bool {
+    for _ in 0..25 {
+        let it = envelope_item(s, &[t]);
+        let r = s.push(relay, std::slice::from_ref(&it));
+        if r.status == 200 {
+            assert_eq!(r.json()["results"][0]["status"], json!("accepted"));
+            accepted.push(it["item_id"].as_str().unwrap().to_string());
+            return true;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
+}
+
+#[test]
+#[ignore = "needs root to mount a size-limited tmpfs"]
+fn a_full_disk_answers_503_and_loses_no_accepted_item_across_a_restart() {
+    let work = tempfile::tempdir().unwrap();
+    let (_m, mut relay, s, t, mut accepted, filler) = fill_up(work.path());
+    eprintln!("disk full after {} accepted items", accepted.len());
+    std::fs::remove_file(&filler).unwrap();
+    relay.restart();
+    assert_all_pullable(&relay, &t, &accepted, "after space returned and a restart");
+    assert!(push_until_accepted(&relay, &s, &t, &mut accepted));
+    assert_eq!(relay.get("/health").status, 200);
+    relay.restart();
+    assert_all_pullable(&relay, &t, &accepted, "after kill -9");
+}
+
+/// KNOWN FAILING (reported): after ENOSPC the fjall keyspace is poisoned and every later write
+/// answers 503 `... FjallError: Poisoned` until the process restarts.
+#[test]
+#[ignore = "needs root to mount a size-limited tmpfs"]
+fn a_full_disk_serves_again_without_a_restart_once_space_returns() {
+    let work = tempfile::tempdir().unwrap();
+    let (_m, relay, s, t, mut accepted, filler) = fill_up(work.path());
+    std::fs::remove_file(&filler).unwrap();
+    assert!(
+        push_until_accepted(&relay, &s, &t, &mut accepted),
+        "the relay did not serve again after space returned (no restart)"
+    );
+    assert_eq!(relay.get("/health").status, 200);
+    assert_all_pullable(&relay, &t, &accepted, "after space returned");
+}
