@@ -459,3 +459,58 @@ fn crash_windows_around_the_push_commit() {
         assert_eq!(queued[0]["seq"], r["targets"][0]["seq"]);
     }
 }
+
+/// The relay dies right after an ack commits (the answer is lost): after restart the acked items
+/// are gone, the cursor holds, and the receiver's retry of the same ack succeeds harmlessly.
+#[cfg(feature = "failpoints")]
+#[test]
+fn crash_after_the_ack_commit_keeps_the_ack() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let boot = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).unwrap();
+    let a = Host::enrolled(&boot, "alice");
+    let b = Host::enrolled(&boot, "bob");
+    let first = a.push_one(&boot, &envelope_item(&a, &[&b]));
+    let second = a.push_one(&boot, &envelope_item(&a, &[&b]));
+    let epoch = boot.epoch();
+    drop(boot);
+
+    let crashing = Relay::launch(
+        RelayOpts::args(GENEROUS)
+            .store(&store)
+            .env("MBX_FAILPOINT", "relay-ack-after-commit"),
+    )
+    .unwrap();
+    let through = first["targets"][0]["seq"].as_u64().unwrap();
+    let body = json!({ "epoch": epoch, "through": through }).to_string();
+    let mut req = format!(
+        "POST /v2/relay/ack HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in b.hop_headers(
+        "POST",
+        "/v2/relay/ack",
+        body.as_bytes(),
+        &common::Hop::default(),
+    ) {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(&body);
+    let raw = common::send_raw(crashing.addr(), req.as_bytes()).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&raw).contains(" 200 "),
+        "no answer from a crashed relay"
+    );
+    drop(crashing);
+
+    let relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).unwrap();
+    let left = pull_all(&relay, &b);
+    assert_eq!(left.len(), 1, "the acked item is gone: {left:?}");
+    assert_eq!(left[0]["seq"], second["targets"][0]["seq"]);
+    let me = b.info(&relay);
+    assert_eq!(me["you"]["acked_through"], json!(through));
+    let r = b.ack(&relay, &epoch, json!(through)).ok();
+    assert_eq!(r["acked_through"], json!(through));
+    assert_eq!(r["deleted"], json!(0));
+}

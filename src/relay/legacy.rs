@@ -206,6 +206,7 @@ impl Relay {
         let head = self.store.cursor(&caller.key)?.head_seq;
         self.write(self.store.ack(&caller.key, cursor.min(head)))
             .await?;
+        crate::failpoint::hit("relay-ack-after-commit");
         Ok(json!({ "ok": true }))
     }
 }

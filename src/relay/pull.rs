@@ -111,7 +111,9 @@ impl Relay {
         let Some(through) = obj.get("through").and_then(Value::as_u64) else {
             return Err(bad_ack(self.store.cursor(&caller.key)?.head_seq));
         };
-        match self.write(self.store.ack(&caller.key, through)).await? {
+        let outcome = self.write(self.store.ack(&caller.key, through)).await?;
+        crate::failpoint::hit("relay-ack-after-commit");
+        match outcome {
             AckOutcome::Acked {
                 acked_through,
                 deleted,
