@@ -88,7 +88,7 @@ pub fn write_all(root: &Path) -> Vec<u8> {
         (4, s(&json!({"enc_pub": b64(&[9u8; 32])}))),
         (
             5,
-            s(&json!({"list": senders_list(&b_pub, &[a_pub.clone()]), "sig": "AAAA"})),
+            s(&json!({"list": senders_list(&b_pub, std::slice::from_ref(&a_pub)), "sig": "AAAA"})),
         ),
         (6, s(&senders_list("", &[a_pub.clone(), b_pub.clone()]))),
         (
@@ -215,7 +215,7 @@ pub fn write_all(root: &Path) -> Vec<u8> {
         );
     }
     let lk = SigningKey::from_seed(&[1u8; 32]);
-    let list = senders_list(&lk.public_b64(), &[a_pub.clone()]);
+    let list = senders_list(&lk.public_b64(), std::slice::from_ref(&a_pub));
     let lsig = lk.sign(canonical_json(&list).as_bytes());
     write(
         root,
@@ -283,7 +283,7 @@ pub fn write_all(root: &Path) -> Vec<u8> {
         )),
         "enc ad",
     );
-    let list = senders_list(&f.s.public_b64(), &[a_pub.clone()]);
+    let list = senders_list(&f.s.public_b64(), std::slice::from_ref(&a_pub));
     let lsig = f.s.sign(canonical_json(&list).as_bytes());
     ok(
         rt.block_on(relay.put_sender_list(&json!({"list": list, "sig": lsig}))),
