@@ -514,3 +514,60 @@ fn crash_after_the_ack_commit_keeps_the_ack() {
     assert_eq!(r["acked_through"], json!(through));
     assert_eq!(r["deleted"], json!(0));
 }
+
+#[test]
+fn health_and_metrics_report_requests_items_and_the_queue() {
+    let relay = Relay::start(GENEROUS);
+    let h = relay.get("/health");
+    assert_eq!(h.status, 200, "{}", h.text());
+    assert_eq!(h.header("cache-control"), Some("no-store"));
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let it = envelope_item(&a, &[&b]);
+    assert_eq!(a.push_one(&relay, &it)["status"], json!("accepted"));
+    assert_eq!(a.push_one(&relay, &it)["status"], json!("duplicate"));
+    let bad = common::item("bogus", "x", &[(b.pubkey(), b"{}".to_vec())]);
+    assert_rejected(&a.push_one(&relay, &bad), "bad kind");
+    let m = relay.get("/metrics");
+    assert_eq!(m.status, 200);
+    assert!(m
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/plain"));
+    let text = m.text();
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(prefix)
+                    .map(|v| v.trim().parse::<f64>().unwrap())
+            })
+            .unwrap_or_else(|| panic!("{prefix} missing in\n{text}"))
+    };
+    assert_eq!(
+        value("mbx_relay_items_total{status=\"accepted\",reason=\"\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("mbx_relay_items_total{status=\"duplicate\",reason=\"\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("mbx_relay_items_total{status=\"rejected\",reason=\"bad kind\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("mbx_relay_requests_total{route=\"POST /v2/relay/items\",status=\"200\"}"),
+        3.0
+    );
+    assert_eq!(
+        value("mbx_relay_requests_total{route=\"GET /health\",status=\"200\"}"),
+        1.0
+    );
+    assert_eq!(value("mbx_relay_queued_items"), 1.0);
+    assert_eq!(
+        value("mbx_relay_queued_bytes"),
+        common::item_wire(&it).len() as f64
+    );
+    assert!(value("mbx_relay_store_write_seconds_count") >= 1.0);
+    assert!(text.contains("mbx_relay_store_write_seconds_bucket{le=\"+Inf\"}"));
+}
