@@ -350,6 +350,22 @@ fn another_relay_key_is_refused_without_leaking_key_material() {
         "no raw public key either"
     );
 
+    // A malformed key is refused without echoing it.
+    let garbage = "c2VjcmV0LXZhbHVlLXRoYXQtaXMtbm90LWEta2V5";
+    let err = match Relay::launch(
+        RelayOpts::default()
+            .store(relay.store_dir())
+            .env("MBX_RELAY_KEY", garbage),
+    ) {
+        Ok(_) => panic!("a malformed MBX_RELAY_KEY must refuse to serve"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("MBX_RELAY_KEY"),
+        "says which source is bad: {err}"
+    );
+    assert!(!err.contains(garbage), "never echoes the key: {err}");
+
     // The JSON key form of the right key (as MBX_RELAY_KEY) is accepted and keeps the identity.
     let json_key =
         json!({"publicKey": stored.public_b64(), "privateKey": stored.seed_b64()}).to_string();
