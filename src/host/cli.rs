@@ -1,6 +1,19 @@
 //! `mbx-relay host ...`: the host commands (init, relay set, peer add, send, sync, inbox,
 //! quarantine, status). Each command opens the host store, does its work, prints text or (with
 //! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage).
+//!
+//! ```text
+//! mbx-relay host --dir ./a init --name alpha           # prints alpha's host key
+//! mbx-relay host --dir ./a peer add beta <beta's key>  # pin the peer
+//! mbx-relay host --dir ./a relay set http://relay:8787 [--key ab12-cd34-ef56-7890]
+//! mbx-relay host --dir ./a send --to beta --subject hi --body "hello"
+//! mbx-relay host --dir ./a sync                        # run it periodically (cron, a loop)
+//! mbx-relay host --dir ./a status
+//! ```
+//!
+//! Timing knobs for `sync` come from the environment: `MBX_HOST_TIMEOUT_MS` (HTTP, 30 s),
+//! `MBX_HOST_BACKOFF_MS` / `MBX_HOST_BACKOFF_CAP_MS` (retry backoff, 1 s doubling to 5 min),
+//! `MBX_HOST_DEADLINE_GRACE_MS` (grace after retention before "unconfirmed", 24 h).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
