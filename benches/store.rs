@@ -21,6 +21,8 @@ use sha2::Digest;
 const WRITERS: [usize; 3] = [1, 8, 64];
 const TARGETS: u64 = 64;
 const PAGE: usize = 500;
+/// Receivers draining in parallel.
+const RECEIVERS: u64 = 8;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -137,23 +139,37 @@ fn fjall_inserts(store: &Store, writers: usize, total: u64, run: u64, wire_len: 
     })
 }
 
+/// Drain every queue with `RECEIVERS` receivers in parallel (each owns targets r, r+R, ...):
+/// pull a page from the acked cursor, ack it durably, repeat.
 fn fjall_drain(store: &Store) -> (u64, f64) {
     let start = Instant::now();
-    let mut drained = 0u64;
-    for t in 0..TARGETS {
-        let target = key(1_000 + t);
-        let mut after = store.cursor(&target).expect("cursor").acked_through;
-        loop {
-            let page = store.pull(&target, after, PAGE, 8 << 20).expect("pull");
-            let Some(last) = page.items.last() else { break };
-            after = last.seq;
-            drained += page.items.len() as u64;
-            store.ack(&target, after).wait().expect("ack");
-            if !page.more {
-                break;
-            }
-        }
-    }
+    let handles: Vec<_> = (0..RECEIVERS)
+        .map(|r| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut drained = 0u64;
+                for t in (r..TARGETS).step_by(RECEIVERS as usize) {
+                    let target = key(1_000 + t);
+                    let mut after = store.cursor(&target).expect("cursor").acked_through;
+                    loop {
+                        let page = store.pull(&target, after, PAGE, 8 << 20).expect("pull");
+                        let Some(last) = page.items.last() else { break };
+                        after = last.seq;
+                        drained += page.items.len() as u64;
+                        store.ack(&target, after).wait().expect("ack");
+                        if !page.more {
+                            break;
+                        }
+                    }
+                }
+                drained
+            })
+        })
+        .collect();
+    let drained: u64 = handles
+        .into_iter()
+        .map(|h| h.join().expect("receiver"))
+        .sum();
     (drained, drained as f64 / start.elapsed().as_secs_f64())
 }
 
@@ -254,42 +270,62 @@ fn sqlite_inserts(path: &Path, writers: usize, total: u64, run: u64, wire_len: u
 }
 
 fn sqlite_drain(path: &Path) -> (u64, f64) {
-    let mut c = sqlite_conn(path);
     let start = Instant::now();
-    let mut drained = 0u64;
-    for t in 0..TARGETS {
-        let target = key(1_000 + t);
-        let mut after = 0i64;
-        loop {
-            let tx = c
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .expect("begin");
-            let rows: Vec<(i64, Vec<u8>)> = {
-                let mut st = tx
-                    .prepare_cached("SELECT seq, wire FROM items WHERE target=?1 AND seq>?2 ORDER BY seq LIMIT ?3")
-                    .expect("prepare");
-                st.query_map(rusqlite::params![&target[..], after, PAGE as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .expect("query")
-                .collect::<Result<_, _>>()
-                .expect("rows")
-            };
-            let Some((last, _)) = rows.last() else { break };
-            after = *last;
-            drained += rows.len() as u64;
-            tx.execute(
-                "DELETE FROM items WHERE target=?1 AND seq<=?2",
-                rusqlite::params![&target[..], after],
-            )
-            .expect("delete");
-            tx.commit().expect("commit");
-            if rows.len() < PAGE {
-                break;
-            }
+    let handles: Vec<_> = (0..RECEIVERS)
+        .map(|r| {
+            let path = path.to_path_buf();
+            std::thread::spawn(move || {
+                let mut c = sqlite_conn(&path);
+                let mut drained = 0u64;
+                for t in (r..TARGETS).step_by(RECEIVERS as usize) {
+                    drained += sqlite_drain_target(&mut c, &key(1_000 + t));
+                }
+                drained
+            })
+        })
+        .collect();
+    let drained: u64 = handles
+        .into_iter()
+        .map(|h| h.join().expect("receiver"))
+        .sum();
+    (drained, drained as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Pages of `PAGE` in one transaction each: select, then delete through the page's last seq.
+fn sqlite_drain_target(c: &mut rusqlite::Connection, target: &Key32) -> u64 {
+    let mut drained = 0;
+    let mut after = 0i64;
+    loop {
+        let tx = c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        let rows: Vec<(i64, Vec<u8>)> = {
+            let mut st = tx
+                .prepare_cached(
+                    "SELECT seq, wire FROM items WHERE target=?1 AND seq>?2 ORDER BY seq LIMIT ?3",
+                )
+                .expect("prepare");
+            st.query_map(rusqlite::params![&target[..], after, PAGE as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+        };
+        let Some((last, _)) = rows.last() else { break };
+        after = *last;
+        drained += rows.len() as u64;
+        tx.execute(
+            "DELETE FROM items WHERE target=?1 AND seq<=?2",
+            rusqlite::params![&target[..], after],
+        )
+        .expect("delete");
+        tx.commit().expect("commit");
+        if rows.len() < PAGE {
+            break;
         }
     }
-    (drained, drained as f64 / start.elapsed().as_secs_f64())
+    drained
 }
 
 fn hex(b: &[u8]) -> String {
@@ -315,8 +351,12 @@ fn main() {
     let (fd, f) = fjall_drain(&store);
     let (sd, s) = sqlite_drain(&sqlite);
     assert_eq!(fd, sd, "both stores should drain the same number of items");
-    println!("  drain ({fd} items, pages of {PAGE}): relay-keyspace {f:.0}/s   sqlite {s:.0}/s");
-    rows.push((format!("pull+ack drain ({fd} items)"), f, s));
+    println!("  drain ({fd} items, {RECEIVERS} receivers, pages of {PAGE}): relay-keyspace {f:.0}/s   sqlite {s:.0}/s");
+    rows.push((
+        format!("pull+ack drain ({fd} items, {RECEIVERS} receivers)"),
+        f,
+        s,
+    ));
     drop(store);
 
     println!();

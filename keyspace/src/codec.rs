@@ -49,6 +49,7 @@ pub(crate) struct ItemRecord {
     pub item_id: String,
     pub sender: Key32,
     /// Exactly the bytes the sender gave.
+    #[serde(with = "bytes")]
     pub wire: Vec<u8>,
     pub wire_hash: [u8; 32],
     /// Decoded byte count charged to quotas (= wire.len()).
@@ -57,6 +58,36 @@ pub(crate) struct ItemRecord {
     pub expires_at_ms: u64,
     /// The proven account charged for this item (the target's, at insert time).
     pub account: Option<String>,
+}
+
+/// Byte strings as one length-prefixed run (postcard's encoding of a `u8` sequence, so the
+/// stored bytes are the same) instead of one serde call per byte.
+mod bytes {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
 }
 
 /// Encode a value.
@@ -246,4 +277,46 @@ pub fn fingerprint(key: &[u8]) -> String {
 /// Lowercase hex.
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The byte-run encoding of `wire` is postcard's encoding of a `u8` sequence.
+    #[test]
+    fn wire_bytes_encode_like_a_u8_sequence() {
+        #[derive(Serialize)]
+        struct Plain {
+            wire: Vec<u8>,
+        }
+        #[derive(Serialize, Deserialize)]
+        struct Fast {
+            #[serde(with = "bytes")]
+            wire: Vec<u8>,
+        }
+        let wire: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        let a = enc(&Plain { wire: wire.clone() });
+        let b = enc(&Fast { wire: wire.clone() });
+        assert_eq!(a, b);
+        let back: Fast = dec(&b, "test").unwrap();
+        assert_eq!(back.wire, wire);
+    }
+
+    #[test]
+    fn keys_round_trip_and_order() {
+        let t = [7u8; 32];
+        assert_eq!(item_key_parse(&item_key(&t, 42)), Some((t, 42)));
+        assert!(item_key(&t, 255) < item_key(&t, 256), "seqs must sort numerically");
+        let d = dedup_key(&t, &[9u8; 32], "id:1");
+        assert_eq!(dedup_key_parse(&d), Some((t, [9u8; 32], "id:1".to_string())));
+        assert_eq!(expiry_item_parse(&expiry_item_key(5, &t, 6)), Some((5, t, 6)));
+        assert_eq!(expiry_dedup_parse(&expiry_dedup_key(5, &d)), Some((5, &d[..])));
+        for s in [UsageScope::Target(t), UsageScope::Sender { target: t, sender: [1; 32] }, UsageScope::Account("a".into())] {
+            assert_eq!(usage_key_parse(&usage_key(&s)), Some(s));
+        }
+        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff]), None);
+        assert_eq!(fingerprint(b"x").len(), 19);
+    }
 }
