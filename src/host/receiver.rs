@@ -422,3 +422,97 @@ fn receive_expiry(
     b.alert(now, "expired", text)?;
     Ok(Outcome::Expired)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::store::{HostStore, Peer};
+    use crate::wire::keys::{b64, SigningKey};
+
+    fn item(kind: &str, sender: &str, wire_b64: &str) -> Pulled {
+        Pulled {
+            seq: 7,
+            kind: kind.into(),
+            item_id: "01KB5Z2X3Y4Z5A6B7C8D9E0F1G".into(),
+            sender_pubkey: sender.into(),
+            wire_b64: wire_b64.into(),
+        }
+    }
+
+    fn reason(o: Outcome) -> String {
+        match o {
+            Outcome::Refused(r) => r,
+            _ => "not refused".into(),
+        }
+    }
+
+    #[test]
+    fn items_that_cannot_be_received_are_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Identity::create(&dir.path().join("keys")).unwrap();
+        let mut store = HostStore::open(dir.path()).unwrap();
+        let peer = SigningKey::generate();
+        let mut b = store.batch();
+        b.put_peer(&Peer {
+            name: "alpha".into(),
+            pubkey: peer.public_b64(),
+        })
+        .unwrap();
+        b.commit().unwrap();
+        let relay = SigningKey::generate();
+        let ctx = Ctx {
+            name: "beta",
+            relay_pk: relay.public(),
+            id: &id,
+        };
+        let stranger = SigningKey::generate().public_b64();
+        let wire = b64(b"{}");
+        let mut b = store.batch();
+        let cases = [
+            (item("envelope", &stranger, &wire), "unknown sender"),
+            (
+                item("envelope", &peer.public_b64(), "%%%"),
+                "malformed: wire is not base64",
+            ),
+            (
+                item("envelope", &peer.public_b64(), &b64(b"not json")),
+                "malformed: bad envelope",
+            ),
+            (
+                item("teapot", &peer.public_b64(), &wire),
+                "malformed: unknown item kind",
+            ),
+            (
+                item("receipt", &peer.public_b64(), &wire),
+                "malformed: invalid receipt",
+            ),
+            (
+                item("expired", &peer.public_b64(), &wire),
+                "expiry notice not from the pinned relay",
+            ),
+            (
+                item(
+                    "expired",
+                    &relay.public_b64(),
+                    &b64(b"{\"notice\":{},\"sig\":\"x\"}"),
+                ),
+                "bad signature",
+            ),
+        ];
+        for (it, want) in cases {
+            let got = reason(receive(&mut b, &ctx, &it).unwrap());
+            assert!(got.starts_with(want), "{}: {got}", it.kind);
+        }
+    }
+
+    #[test]
+    fn pages_are_processed_in_seq_order_without_repeats_or_old_items() {
+        let body = serde_json::json!({"items": [
+            {"seq": 30, "kind": "envelope"}, {"seq": 10, "kind": "envelope"},
+            {"seq": 20, "kind": "envelope"}, {"seq": 20, "kind": "envelope"},
+            {"seq": 5, "kind": "envelope"}, {"kind": "no seq"}
+        ]});
+        let seqs: Vec<u64> = page_items(&body, 5).iter().map(|p| p.seq).collect();
+        assert_eq!(seqs, vec![10, 20, 30]);
+    }
+}
