@@ -307,12 +307,31 @@ mod tests {
     fn keys_round_trip_and_order() {
         let t = [7u8; 32];
         assert_eq!(item_key_parse(&item_key(&t, 42)), Some((t, 42)));
-        assert!(item_key(&t, 255) < item_key(&t, 256), "seqs must sort numerically");
+        assert!(
+            item_key(&t, 255) < item_key(&t, 256),
+            "seqs must sort numerically"
+        );
         let d = dedup_key(&t, &[9u8; 32], "id:1");
-        assert_eq!(dedup_key_parse(&d), Some((t, [9u8; 32], "id:1".to_string())));
-        assert_eq!(expiry_item_parse(&expiry_item_key(5, &t, 6)), Some((5, t, 6)));
-        assert_eq!(expiry_dedup_parse(&expiry_dedup_key(5, &d)), Some((5, &d[..])));
-        for s in [UsageScope::Target(t), UsageScope::Sender { target: t, sender: [1; 32] }, UsageScope::Account("a".into())] {
+        assert_eq!(
+            dedup_key_parse(&d),
+            Some((t, [9u8; 32], "id:1".to_string()))
+        );
+        assert_eq!(
+            expiry_item_parse(&expiry_item_key(5, &t, 6)),
+            Some((5, t, 6))
+        );
+        assert_eq!(
+            expiry_dedup_parse(&expiry_dedup_key(5, &d)),
+            Some((5, &d[..]))
+        );
+        for s in [
+            UsageScope::Target(t),
+            UsageScope::Sender {
+                target: t,
+                sender: [1; 32],
+            },
+            UsageScope::Account("a".into()),
+        ] {
             assert_eq!(usage_key_parse(&usage_key(&s)), Some(s));
         }
         assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));

@@ -3,6 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -32,6 +33,7 @@ pub(crate) struct Inner {
     writer: Mutex<Option<JoinHandle<()>>>,
     pub(crate) view: ViewSlot,
     lock: Mutex<Option<StoreLock>>,
+    fail_persists: Arc<AtomicU32>,
 }
 
 /// A locked, opened engine (no writer yet): used by `open`, restore and test hooks.
@@ -156,6 +158,7 @@ impl Store {
             Arc::clone(&view),
             Arc::clone(&opts.clock),
         );
+        let fail_persists = Arc::clone(&w.fail_persists);
         drop(parts);
         let handle = std::thread::Builder::new()
             .name("relay-store-writer".into())
@@ -172,6 +175,7 @@ impl Store {
                 writer: Mutex::new(Some(handle)),
                 view,
                 lock: Mutex::new(Some(lock)),
+                fail_persists,
             }),
         })
     }
@@ -187,6 +191,13 @@ impl Store {
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// Test hook: report the next `n` commit groups' fsync as failed (their batch is committed
+    /// but not synced, as when a real fsync fails). Not part of the supported API.
+    #[doc(hidden)]
+    pub fn inject_persist_failures_for_tests(&self, n: u32) {
+        self.inner.fail_persists.store(n, Ordering::SeqCst);
     }
 
     /// Submit a write job; it resolves once its group is durable.

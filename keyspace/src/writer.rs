@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, RwLock};
 
@@ -228,6 +229,8 @@ pub(crate) struct Writer {
     pub view: ViewSlot,
     pub clock: Arc<dyn Clock>,
     cache: HashMap<Vec<u8>, Option<Slice>>,
+    /// Test hook: groups whose fsync is reported failed (after their batch is committed).
+    pub fail_persists: Arc<AtomicU32>,
     /// The last group's fsync failed: the next group must fsync even if it writes nothing.
     unsynced: bool,
 }
@@ -245,6 +248,7 @@ impl Writer {
             view,
             clock,
             cache: HashMap::new(),
+            fail_persists: Arc::new(AtomicU32::new(0)),
             unsynced: false,
         }
     }
@@ -334,6 +338,13 @@ impl Writer {
             }
         }
         batch.commit().map_err(|e| format!("commit failed: {e}"))?;
+        let injected = self
+            .fail_persists
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if injected {
+            return Err("fsync failed, not durable: injected failure".into());
+        }
         parts
             .db
             .persist(PersistMode::SyncAll)

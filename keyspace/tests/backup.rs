@@ -185,7 +185,7 @@ fn wrong_magic_newer_format_count_mismatch_and_huge_lengths() {
     let target = dir.path().join("t");
     let check = |bytes: &[u8]| {
         std::fs::write(&bad, bytes).unwrap();
-        let e = verify_backup(&bad).err().expect("a bad file verified");
+        let e = verify_backup(&bad).expect_err("a bad file verified");
         assert!(restore_backup(&bad, &target).is_err());
         assert!(!target.exists());
         e

@@ -32,7 +32,9 @@ fn hexk(k: &Key32) -> String {
 #[test]
 #[ignore = "child process of kill9_loses_no_acknowledged_operation"]
 fn crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let round: u64 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
     let store = Store::open(std::path::Path::new(&dir), OpenOptions::default()).unwrap();
     for n in 0..TARGETS {
@@ -56,8 +58,12 @@ fn crash_child() {
                         ts.push(target(c + 1));
                     }
                     let wire = format!("{id}:{}", "x".repeat((c % 200) as usize)).into_bytes();
-                    let pairs: Vec<(Key32, &[u8])> = ts.iter().map(|t| (*t, wire.as_slice())).collect();
-                    let out = store.insert(req(item(sender, &id, &pairs), big_quotas())).wait().unwrap();
+                    let pairs: Vec<(Key32, &[u8])> =
+                        ts.iter().map(|t| (*t, wire.as_slice())).collect();
+                    let out = store
+                        .insert(req(item(sender, &id, &pairs), big_quotas()))
+                        .wait()
+                        .unwrap();
                     let seqs = stored_seqs(&out);
                     let mut line = format!("OK {} {id}", hexk(&sender));
                     for (t, s) in ts.iter().zip(&seqs) {
@@ -68,7 +74,9 @@ fn crash_child() {
                         let t = target(c);
                         let head = store.cursor(&t).unwrap().head_seq;
                         let through = head.saturating_sub(2);
-                        if let AckOutcome::Acked { acked_through, .. } = store.ack(&t, through).wait().unwrap() {
+                        if let AckOutcome::Acked { acked_through, .. } =
+                            store.ack(&t, through).wait().unwrap()
+                        {
                             println_locked(&format!("ACK {} {acked_through}", hexk(&t)));
                         }
                     }
@@ -90,7 +98,10 @@ fn println_locked(line: &str) {
 
 /// A pseudo-random delay from the clock (no rng dependency).
 fn jitter_ms(lo: u64, hi: u64) -> u64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     lo + u64::from(nanos) % (hi - lo)
 }
 
@@ -104,7 +115,13 @@ struct Acked {
 
 fn run_round(dir: &std::path::Path, round: u64, acked: &mut Acked) -> usize {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--ignored", "--test-threads=1"])
+        .args([
+            "--exact",
+            "crash_child",
+            "--nocapture",
+            "--ignored",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, dir)
         .env(ROUND_ENV, round.to_string())
         .stdout(Stdio::piped())
@@ -152,7 +169,10 @@ fn run_round(dir: &std::path::Path, round: u64, acked: &mut Acked) -> usize {
                 let id = parts.next().unwrap().to_string();
                 for ts in parts {
                     let (t, s) = ts.split_once(':').unwrap();
-                    acked.inserts.insert((sender.clone(), id.clone(), t.to_string()), s.parse().unwrap());
+                    acked.inserts.insert(
+                        (sender.clone(), id.clone(), t.to_string()),
+                        s.parse().unwrap(),
+                    );
                 }
                 n += 1;
             }
@@ -182,25 +202,46 @@ fn kill9_loses_no_acknowledged_operation() {
     let mut acked = Acked::default();
     for round in 0..3 {
         let n = run_round(dir.path(), round, &mut acked);
-        assert!(n > 0, "round {round}: the child acknowledged nothing before the kill");
+        assert!(
+            n > 0,
+            "round {round}: the child acknowledged nothing before the kill"
+        );
         let store = Store::open(dir.path(), OpenOptions::default()).expect("reopen after SIGKILL");
         for ((sender, id, t), seq) in &acked.inserts {
             let (sender, t) = (unhex(sender), unhex(t));
             let row = store.dedup(&sender, id, &t).unwrap();
-            assert_eq!(row.map(|r| r.seq), Some(*seq), "acknowledged insert {id} lost");
+            assert_eq!(
+                row.map(|r| r.seq),
+                Some(*seq),
+                "acknowledged insert {id} lost"
+            );
             let c = store.cursor(&t).unwrap();
-            assert!(c.head_seq >= *seq, "head {} below acknowledged seq {seq}", c.head_seq);
+            assert!(
+                c.head_seq >= *seq,
+                "head {} below acknowledged seq {seq}",
+                c.head_seq
+            );
             if *seq > c.acked_through {
                 let page = store.pull(&t, seq - 1, 1, u64::MAX).unwrap();
-                assert_eq!(page.items.first().map(|i| (i.seq, i.item_id.as_str())), Some((*seq, id.as_str())));
+                assert_eq!(
+                    page.items.first().map(|i| (i.seq, i.item_id.as_str())),
+                    Some((*seq, id.as_str()))
+                );
             }
         }
         for (t, through) in &acked.acks {
             let c = store.cursor(&unhex(t)).unwrap();
-            assert!(c.acked_through >= *through, "acknowledged ack through {through} lost");
+            assert!(
+                c.acked_through >= *through,
+                "acknowledged ack through {through} lost"
+            );
         }
         check_invariants(&store);
         store.close().unwrap();
     }
-    assert!(acked.inserts.len() > 50, "too little load to mean anything: {}", acked.inserts.len());
+    assert!(
+        acked.inserts.len() > 50,
+        "too little load to mean anything: {}",
+        acked.inserts.len()
+    );
 }
