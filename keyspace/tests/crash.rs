@@ -51,12 +51,13 @@ fn crash_child() {
                 let mut n = 0u64;
                 while Instant::now() < deadline {
                     let c = counter.fetch_add(1, Ordering::Relaxed);
-                    let id = format!("r{round}-w{w}-{n}");
-                    // Mostly one target; every third item fans out to two.
+                    // Mostly one target; every third item fans out to two. The id names the
+                    // fan-out so the parent can spot a partially stored item.
                     let mut ts = vec![target(c)];
                     if c % 3 == 0 {
                         ts.push(target(c + 1));
                     }
+                    let id = format!("r{round}-w{w}-{n}-t{}", ts.len());
                     let wire = format!("{id}:{}", "x".repeat((c % 200) as usize)).into_bytes();
                     let pairs: Vec<(Key32, &[u8])> =
                         ts.iter().map(|t| (*t, wire.as_slice())).collect();
@@ -188,6 +189,25 @@ fn run_round(dir: &std::path::Path, round: u64, acked: &mut Acked) -> usize {
     n
 }
 
+/// Every item is stored for all of its targets or for none (acknowledged or not).
+fn check_fan_out_complete(store: &Store) {
+    let mut per_item: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in dump(store) {
+        if r["partition"] == "dedup" {
+            let k = &r["key"];
+            let id = k["item_id"].as_str().unwrap().to_string();
+            *per_item
+                .entry((k["sender"].as_str().unwrap().to_string(), id))
+                .or_default() += 1;
+        }
+    }
+    assert!(!per_item.is_empty());
+    for ((_, id), n) in per_item {
+        let want: usize = id.rsplit_once("-t").unwrap().1.parse().unwrap();
+        assert_eq!(n, want, "item {id} stored for {n} of its {want} targets");
+    }
+}
+
 fn unhex(s: &str) -> Key32 {
     let mut k = [0u8; 32];
     for (i, b) in k.iter_mut().enumerate() {
@@ -237,6 +257,7 @@ fn kill9_loses_no_acknowledged_operation() {
             );
         }
         check_invariants(&store);
+        check_fan_out_complete(&store);
         store.close().unwrap();
     }
     assert!(
