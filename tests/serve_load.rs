@@ -203,3 +203,57 @@ fn load_single_item_pushes_64_senders() {
 fn load_batches_of_100_64_senders() {
     run("batches of 100", 100, 40);
 }
+
+/// CPU seconds used by the calling thread (immune to other processes' load).
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// CPU floor of the per-item and per-request signature work on this machine (single thread):
+/// one accept signature per item, one hop verification per request.
+#[test]
+#[ignore = "load generator: run by hand with --release --ignored --nocapture"]
+fn cpu_cost_of_signatures() {
+    use mbx_relay::wire::accept::{accept_statement, AcceptTarget};
+    use mbx_relay::wire::hop::{sign_hop, verify_hop};
+    use mbx_relay::wire::keys::SigningKey;
+    let relay_key = SigningKey::generate();
+    let host = SigningKey::generate();
+    let targets = [AcceptTarget {
+        host_pubkey: host.public_b64(),
+        seq: 1_764_000_000_000,
+        wire_hash: "ab".repeat(32),
+    }];
+    let n = 5_000;
+    let t = thread_cpu();
+    for i in 0..n {
+        let a = accept_statement(
+            &relay_key.public_b64(),
+            "epoch",
+            &host.public_b64(),
+            &format!("item{i}"),
+            &targets,
+            1_764_000_000_000,
+        );
+        std::hint::black_box(relay_key.sign_canonical(&a));
+    }
+    let sign_us = (thread_cpu() - t) * 1e6 / f64::from(n);
+    let body = "x".repeat(1_000);
+    let sig = sign_hop(&host, "POST", "/v2/relay/items", "1764000000000", &body);
+    let t = thread_cpu();
+    for _ in 0..n {
+        std::hint::black_box(verify_hop(
+            &host.public(),
+            "POST",
+            "/v2/relay/items",
+            "1764000000000",
+            &body,
+            &sig,
+        ));
+    }
+    let verify_us = (thread_cpu() - t) * 1e6 / f64::from(n);
+    println!("thread CPU: accept statement build+canonical+sign {sign_us:.1} us; hop verify (1 KB body) {verify_us:.1} us");
+}
