@@ -587,3 +587,51 @@ fn health_and_metrics_report_requests_items_and_the_queue() {
     assert!(value("mbx_relay_store_write_seconds_count") >= 1.0);
     assert!(text.contains("mbx_relay_store_write_seconds_bucket{le=\"+Inf\"}"));
 }
+
+#[test]
+fn sigterm_lets_an_in_flight_push_finish() {
+    use std::io::{Read as _, Write as _};
+    let mut relay = Relay::start(&[]);
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let it = envelope_item(&a, &[&b]);
+    let body = json!({ "items": [it] }).to_string();
+    let mut head = format!(
+        "POST /v2/relay/items HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in a.hop_headers(
+        "POST",
+        "/v2/relay/items",
+        body.as_bytes(),
+        &common::Hop::default(),
+    ) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut s = std::net::TcpStream::connect(relay.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = relay.pid().unwrap();
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(rest).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let r = common::parse_response(&answer).expect("the in-flight request is answered");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["status"], json!("accepted"));
+    assert_eq!(relay.terminate(Duration::from_secs(20)), Some(0));
+    relay.start_again().unwrap();
+    assert_eq!(
+        pull_all(&relay, &b)[0]["item_id"],
+        it["item_id"],
+        "the answered item is durable"
+    );
+}
