@@ -1,5 +1,8 @@
-//! A JSON-lines dump of every partition from one snapshot: partition name, decoded key fields
-//! and value fields (binary as hex; wire bytes left out unless asked for, then base64).
+//! A JSON-lines dump of every partition from one snapshot: one object per record with the
+//! partition name, the decoded key fields and the decoded value fields. In keys, binary fields
+//! are lowercase hex (sortable, as stored); in values, host keys are base64 as on the wire and
+//! hashes hex. Wire bytes are left out unless asked for (then base64, as `wire_b64`). A record
+//! that does not decode shows its raw bytes as `{"hex": ...}` (keys) or fails the dump (values).
 
 use std::io::Write;
 

@@ -119,8 +119,9 @@ pub(crate) fn enrolment(r: &impl Reader, pk: &Key32) -> Result<Option<Enrolment>
 pub(crate) fn live_by_name(r: &impl Reader, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
     let folded = codec::fold_name(name);
     let mut out = Vec::new();
-    // The index holds live keys only; re-check each row against its enrolment anyway.
-    for (k, _) in r.prefix(Part::Enrolments, &codec::name_prefix(name), usize::MAX)? {
+    // The index holds live keys only (so `limit` rows suffice); each row is re-checked
+    // against its enrolment anyway.
+    for (k, _) in r.prefix(Part::Enrolments, &codec::name_prefix(name), limit)? {
         if out.len() >= limit {
             break;
         }

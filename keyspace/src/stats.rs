@@ -36,6 +36,7 @@ impl Store {
         }
         targets.sort_by(|a, b| b.1.items.cmp(&a.1.items).then(a.0.cmp(&b.0)));
         targets.truncate(TOP);
+        // O(rows): an admin figure, not on any request path.
         let dedup_rows = v.snap.iter(v.parts.ks(Part::Dedup)).count() as u64;
         let first = v.range(
             Part::Expiry,

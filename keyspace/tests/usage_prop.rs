@@ -159,9 +159,9 @@ fn run(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, max_shrink_iters: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 200, ..ProptestConfig::default() })]
     #[test]
-    fn usage_equals_recount(ops in prop::collection::vec(op(), 30..160)) {
+    fn usage_equals_recount(ops in prop::collection::vec(op(), 60..200)) {
         run(ops);
     }
 }
