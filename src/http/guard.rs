@@ -13,9 +13,10 @@
 //!   the body read fails and the handler answers 400 (then the connection is closed). A response
 //!   the client does not read for `body_timeout` is abandoned too.
 //! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
-//!   hop (info, health, metrics, challenge, enrol, rotate, and unknown paths) count against the
-//!   client address's one-minute window (`public_per_minute`); over it, `429`. The table of
-//!   addresses is hard-capped (see [`crate::relay::rate::RateTable`]).
+//!   hop and are not already limited per address by the relay (info, health, metrics and unknown
+//!   paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window) count
+//!   against the client address's one-minute window (`public_per_minute`); over it, `429`. The
+//!   table of addresses is hard-capped (see [`crate::relay::rate::RateTable`]).
 //!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
 //! connection stays what hyper and the handler's body cap allow.
@@ -95,7 +96,7 @@ pub struct GuardArgs {
     /// A connection silent this long while the relay waits for its next request is closed (`10s`).
     #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
-    /// Requests per client address per minute to routes that need no signed hop.
+    /// Requests per client address per minute to info, health, metrics and unknown paths.
     #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = 600)]
     pub public_per_minute: u32,
 }
@@ -276,8 +277,10 @@ async fn serve_connection(
 /// One request: the per-address window for unauthenticated routes, then the router with
 /// `ConnectInfo` and a body that fails after `body_timeout`.
 async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
-    let public = Route::of(req.method(), req.uri().path()).is_none_or(Route::public);
-    if public {
+    let route = Route::of(req.method(), req.uri().path());
+    // Enrolment-class routes are counted per address by the relay itself.
+    let counted = route.is_none_or(|r| r.public() && !r.enrolment_class());
+    if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
         let now = SystemClock.now_ms();
         if !shared.public_rate.hit(&addr, now) {
