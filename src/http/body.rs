@@ -10,6 +10,27 @@ pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies.
 pub const MAX_SMALL_BODY: usize = 8_192;
 
+/// Total request-body memory held at once (bytes); requests beyond it wait for room.
+pub const BODY_BUDGET: u64 = 256 * 1024 * 1024;
+
+/// A shared byte budget for request bodies, in KiB units.
+pub struct BodyBudget(tokio::sync::Semaphore);
+
+impl BodyBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: u64) -> Self {
+        BodyBudget(tokio::sync::Semaphore::new(
+            usize::try_from(bytes / 1024).unwrap_or(usize::MAX).max(1),
+        ))
+    }
+
+    /// Wait until `bytes` (rounded up to KiB, at least 1 KiB) fit; `None` once closed.
+    pub async fn reserve(&self, bytes: u64) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        self.0.acquire_many(kib).await.ok()
+    }
+}
+
 /// Why a body could not be read.
 #[derive(Debug, PartialEq, Eq)]
 pub enum BodyError {
@@ -56,6 +77,17 @@ pub async fn read_capped(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn budget_waits_for_room() {
+        let b = BodyBudget::new(4 * 1024);
+        let first = b.reserve(3 * 1024).await.unwrap();
+        let blocked =
+            tokio::time::timeout(std::time::Duration::from_millis(50), b.reserve(2 * 1024)).await;
+        assert!(blocked.is_err(), "over budget waits");
+        drop(first);
+        assert!(b.reserve(2 * 1024).await.is_some());
+    }
 
     #[tokio::test]
     async fn caps_are_inclusive_and_enforced() {

@@ -101,7 +101,21 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     } else {
         MAX_BODY
     };
-    let body = match read_capped(body, cap, declared_length(&parts.headers)).await {
+    let declared = declared_length(&parts.headers);
+    // Reserve the body's memory from the shared budget (its declared length, else the cap) and
+    // hold it until the answer is built, so many large uploads at once wait instead of
+    // exhausting memory.
+    let reserve = declared.map_or(cap as u64, |n| n.min(cap as u64));
+    let _budget = match app.body_budget.reserve(reserve).await {
+        Some(permit) => permit,
+        None => {
+            return json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({ "error": "server is shutting down" }),
+            )
+        }
+    };
+    let body = match read_capped(body, cap, declared).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
             return json_response(

@@ -21,6 +21,8 @@ pub struct App {
     pub relay: Arc<Relay>,
     pub trust_proxy: TrustProxy,
     pub http_metrics: metrics::HttpMetrics,
+    /// Memory budget for request bodies being read and handled.
+    pub body_budget: body::BodyBudget,
 }
 
 /// The router: every request goes through [`handler::handle`].

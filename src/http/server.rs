@@ -69,6 +69,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
         http_metrics: super::metrics::HttpMetrics::default(),
+        body_budget: super::body::BodyBudget::new(super::body::BODY_BUDGET),
     });
     {
         let mut out = std::io::stdout().lock();
