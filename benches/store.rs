@@ -1,7 +1,7 @@
 //! Store benchmark: durable single-item inserts with 1, 8 and 64 concurrent writers, then a
 //! pull+ack drain, on relay-keyspace (fjall, group commit) and, in the same run, on a SQLite
-//! baseline shaped like the agentmbx reference relay (WAL, synchronous=FULL, one transaction per
-//! item, items/dedup/seqs tables).
+//! baseline shaped like the agentmbx reference relay (one process, one connection, WAL,
+//! synchronous=FULL, one transaction per item, items/dedup/seqs tables).
 //!
 //! Run: `cargo bench --bench store`. `MBX_BENCH_ITEMS` sets items per configuration
 //! (default 4000); `MBX_BENCH_WIRE` the wire size in bytes (default 1500).
@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use relay_keyspace::{
@@ -249,16 +249,19 @@ fn sqlite_insert(
     tx.commit().expect("commit");
 }
 
-fn sqlite_inserts(path: &Path, writers: usize, total: u64, run: u64, wire_len: usize) -> f64 {
-    let path = path.to_path_buf();
-    let conns: Arc<Vec<std::sync::Mutex<rusqlite::Connection>>> = Arc::new(
-        (0..writers)
-            .map(|_| std::sync::Mutex::new(sqlite_conn(&path)))
-            .collect(),
-    );
+/// The reference relay is one Node process with one SQLite connection: writers share it
+/// (serialised by a mutex here, as by Node's event loop there), one transaction per item.
+fn sqlite_inserts(
+    conn: &Arc<Mutex<rusqlite::Connection>>,
+    writers: usize,
+    total: u64,
+    run: u64,
+    wire_len: usize,
+) -> f64 {
+    let conn = Arc::clone(conn);
     run_writers(writers, total, move |w, n| {
         let bytes = wire(run * 1_000_000 + n, wire_len);
-        let mut c = conns[w as usize].lock().expect("conn");
+        let mut c = conn.lock().expect("conn");
         sqlite_insert(
             &mut c,
             &key(w),
@@ -269,16 +272,23 @@ fn sqlite_inserts(path: &Path, writers: usize, total: u64, run: u64, wire_len: u
     })
 }
 
-fn sqlite_drain(path: &Path) -> (u64, f64) {
+fn sqlite_drain(conn: &Arc<Mutex<rusqlite::Connection>>) -> (u64, f64) {
     let start = Instant::now();
     let handles: Vec<_> = (0..RECEIVERS)
         .map(|r| {
-            let path = path.to_path_buf();
+            let conn = Arc::clone(conn);
             std::thread::spawn(move || {
-                let mut c = sqlite_conn(&path);
                 let mut drained = 0u64;
                 for t in (r..TARGETS).step_by(RECEIVERS as usize) {
-                    drained += sqlite_drain_target(&mut c, &key(1_000 + t));
+                    let mut after = 0i64;
+                    loop {
+                        let mut c = conn.lock().expect("conn");
+                        let n = sqlite_drain_page(&mut c, &key(1_000 + t), &mut after);
+                        drained += n;
+                        if n < PAGE as u64 {
+                            break;
+                        }
+                    }
                 }
                 drained
             })
@@ -291,41 +301,34 @@ fn sqlite_drain(path: &Path) -> (u64, f64) {
     (drained, drained as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Pages of `PAGE` in one transaction each: select, then delete through the page's last seq.
-fn sqlite_drain_target(c: &mut rusqlite::Connection, target: &Key32) -> u64 {
-    let mut drained = 0;
-    let mut after = 0i64;
-    loop {
-        let tx = c
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .expect("begin");
-        let rows: Vec<(i64, Vec<u8>)> = {
-            let mut st = tx
-                .prepare_cached(
-                    "SELECT seq, wire FROM items WHERE target=?1 AND seq>?2 ORDER BY seq LIMIT ?3",
-                )
-                .expect("prepare");
-            st.query_map(rusqlite::params![&target[..], after, PAGE as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("rows")
-        };
-        let Some((last, _)) = rows.last() else { break };
-        after = *last;
-        drained += rows.len() as u64;
+/// One page in one transaction: select after the cursor, delete through the page's last seq.
+fn sqlite_drain_page(c: &mut rusqlite::Connection, target: &Key32, after: &mut i64) -> u64 {
+    let tx = c
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .expect("begin");
+    let rows: Vec<(i64, Vec<u8>)> = {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT seq, wire FROM items WHERE target=?1 AND seq>?2 ORDER BY seq LIMIT ?3",
+            )
+            .expect("prepare");
+        st.query_map(rusqlite::params![&target[..], *after, PAGE as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+    };
+    if let Some((last, _)) = rows.last() {
+        *after = *last;
         tx.execute(
             "DELETE FROM items WHERE target=?1 AND seq<=?2",
-            rusqlite::params![&target[..], after],
+            rusqlite::params![&target[..], *after],
         )
         .expect("delete");
-        tx.commit().expect("commit");
-        if rows.len() < PAGE {
-            break;
-        }
     }
-    drained
+    tx.commit().expect("commit");
+    rows.len() as u64
 }
 
 fn hex(b: &[u8]) -> String {
@@ -339,8 +342,9 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     println!("store bench: {total} durable single-item inserts per configuration, {wire_len}-byte wire, {TARGETS} targets");
     let store = fjall_open(&dir.path().join("fjall"));
-    let sqlite = dir.path().join("sqlite.db");
-    sqlite_open(&sqlite);
+    let sqlite_path = dir.path().join("sqlite.db");
+    sqlite_open(&sqlite_path);
+    let sqlite = Arc::new(Mutex::new(sqlite_conn(&sqlite_path)));
     let mut rows = Vec::new();
     for (run, &w) in WRITERS.iter().enumerate() {
         let f = fjall_inserts(&store, w, total, run as u64, wire_len);
