@@ -5,6 +5,11 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 
 use crate::api::{Result, PARTITIONS};
 
+/// Memtable of `items` (wire bytes).
+const ITEMS_MEMTABLE: u64 = 8 * 1024 * 1024;
+/// Memtable of every other partition.
+const SMALL_MEMTABLE: u64 = 4 * 1024 * 1024;
+
 /// A partition, numbered in [`PARTITIONS`] order (the backup file's partition id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
@@ -74,9 +79,13 @@ impl Parts {
                 db.keyspace(p.name(), || {
                     KeyspaceCreateOptions::default()
                         .data_block_compression_policy(CompressionPolicy::disabled())
+                        .max_memtable_size(ITEMS_MEMTABLE)
                 })?
             } else {
-                db.keyspace(p.name(), KeyspaceCreateOptions::default)?
+                // Small rows never fill a default (64 MiB) memtable, which would pin journals.
+                db.keyspace(p.name(), || {
+                    KeyspaceCreateOptions::default().max_memtable_size(SMALL_MEMTABLE)
+                })?
             };
             ks.push(handle);
         }
@@ -85,5 +94,17 @@ impl Parts {
 
     pub(crate) fn ks(&self, p: Part) -> &Keyspace {
         &self.ks[p as usize]
+    }
+}
+
+impl Parts {
+    /// Write every partition's memtable out as a table (at close: less journal to replay).
+    /// Best effort: a failure leaves the data in the journal, which is durable anyway.
+    pub(crate) fn flush_memtables(&self) {
+        for ks in &self.ks {
+            if let Err(e) = ks.rotate_memtable_and_wait() {
+                tracing::warn!(error = %e, "flushing a memtable at close failed");
+            }
+        }
     }
 }

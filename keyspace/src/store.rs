@@ -16,6 +16,11 @@ use crate::parts::Parts;
 use crate::reader::SnapView;
 use crate::writer::{self, Job, Tx, ViewSlot, Writer};
 
+/// fjall's smallest journal cap (below it fjall panics).
+const JOURNAL_CAP: u64 = 64 * 1024 * 1024;
+/// Block cache.
+const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// The engine directory inside a store directory.
 pub(crate) const DB_DIR: &str = "db";
 
@@ -75,8 +80,13 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
     let db_dir = dir.join(DB_DIR);
     check_engine_dir(&db_dir, create)?;
     let opened = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        // IMPORTANT: manual persistence: the writer fsyncs once per group (group commit).
+        // A small journal cap and cache bound memory and what a restart must replay
+        // (docs/performance.md measured 253 -> 111 MiB RSS at 100k queued).
         Database::builder(&db_dir)
             .manual_journal_persist(true)
+            .max_journaling_size(JOURNAL_CAP)
+            .cache_size(CACHE_BYTES)
             .open()
     }));
     let db = match opened {
@@ -245,6 +255,8 @@ impl Inner {
             if let Err(e) = v.parts.db.persist(fjall::PersistMode::SyncAll) {
                 result = Err(StoreError::Engine(format!("final flush failed: {e}")));
             }
+            // Flush memtables to tables so the next open replays less journal.
+            v.parts.flush_memtables();
             drop(v);
         }
         if let Ok(mut l) = self.lock.lock() {

@@ -78,11 +78,7 @@ pub(crate) fn remove_item(
     seq: u64,
     rec: &ItemRecord,
 ) -> Result<()> {
-    tx.del(Part::Items, &codec::item_key(target, seq));
-    tx.del(
-        Part::Expiry,
-        &codec::expiry_item_key(rec.expires_at_ms, target, seq),
-    );
+    unlink_item(tx, target, seq, rec);
     add_usage(
         tx,
         target,
@@ -91,6 +87,16 @@ pub(crate) fn remove_item(
         -1,
         -signed(rec.bytes),
     )
+}
+
+/// Delete an item's row and expiry row only; the caller moves its usage (ack does it once per
+/// sender for a whole range).
+pub(crate) fn unlink_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, rec: &ItemRecord) {
+    tx.del(Part::Items, &codec::item_key(target, seq));
+    tx.del(
+        Part::Expiry,
+        &codec::expiry_item_key(rec.expires_at_ms, target, seq),
+    );
 }
 
 /// Allocate the next seq of a target: `max(head + 1, now_ms)`, never reused.
