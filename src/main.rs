@@ -60,12 +60,15 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` filters (default `info`).
+/// Logs go to stderr; `RUST_LOG` filters (default `info`, with the storage engine's own chatter
+/// at `warn`). Colours only on a terminal.
 fn init_logging() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
