@@ -43,7 +43,7 @@ fn check_reply(mode: u8, r: &Reply) {
 /// Keep `bravo`'s queue from filling up (quota rejections would hide the commit path).
 fn drain_now_and_then(f: &Fixture) {
     static N: AtomicU64 = AtomicU64::new(0);
-    if N.fetch_add(1, Ordering::Relaxed) % 512 != 0 {
+    if !N.fetch_add(1, Ordering::Relaxed).is_multiple_of(512) {
         return;
     }
     for c in [&f.caller_b, &f.caller_a] {
