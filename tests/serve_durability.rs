@@ -571,6 +571,13 @@ fn health_and_metrics_report_requests_items_and_the_queue() {
         value("mbx_relay_items_total{status=\"rejected\",reason=\"bad kind\"}"),
         1.0
     );
+    // Group commit at work: the enrolments and the accepted push were made durable by fsync'd
+    // groups, each counted with its operations and its fsync time.
+    let groups = value("mbx_relay_commit_group_ops_count");
+    assert!(groups >= 1.0, "no commit group counted");
+    assert!(value("mbx_relay_commit_group_ops_sum") >= groups);
+    assert!(value("mbx_relay_fsync_seconds_count") >= groups);
+    assert_eq!(value("mbx_relay_commit_groups_failed_total"), 0.0);
     assert_eq!(
         value("mbx_relay_requests_total{route=\"POST /v2/relay/items\",status=\"200\"}"),
         3.0

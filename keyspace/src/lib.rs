@@ -18,6 +18,7 @@
 mod api;
 mod backup;
 mod codec;
+mod commit_stats;
 mod dump;
 mod lock;
 mod migrate;
@@ -32,6 +33,7 @@ mod writer;
 pub use api::*;
 pub use backup::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
 pub use codec::fingerprint;
+pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
 pub use store::Store;
 
 /// Hooks for tests (not a supported API).

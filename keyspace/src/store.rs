@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use fjall::Database;
 
 use crate::api::{Clock, OpenOptions, Pending, Result, StoreError};
+use crate::commit_stats::{CommitCounters, CommitStats};
 use crate::lock::StoreLock;
 use crate::parts::Parts;
 use crate::reader::SnapView;
@@ -39,6 +40,7 @@ pub(crate) struct Inner {
     pub(crate) view: ViewSlot,
     lock: Mutex<Option<StoreLock>>,
     fail_persists: Arc<AtomicU32>,
+    counters: Arc<CommitCounters>,
 }
 
 /// A locked, opened engine (no writer yet): used by `open`, restore and test hooks.
@@ -169,6 +171,7 @@ impl Store {
             Arc::clone(&opts.clock),
         );
         let fail_persists = Arc::clone(&w.fail_persists);
+        let counters = Arc::clone(&w.counters);
         drop(parts);
         let handle = std::thread::Builder::new()
             .name("relay-store-writer".into())
@@ -186,8 +189,14 @@ impl Store {
                 view,
                 lock: Mutex::new(Some(lock)),
                 fail_persists,
+                counters,
             }),
         })
+    }
+
+    /// Group-commit counters: operations per fsync and fsync latency.
+    pub fn commit_stats(&self) -> CommitStats {
+        self.inner.counters.snapshot()
     }
 
     /// Flush, stop the writer, release the lock. Operations already submitted finish first.

@@ -19,6 +19,7 @@ use std::sync::{Arc, RwLock};
 use fjall::{PersistMode, Slice};
 
 use crate::api::{Clock, Result, StoreError};
+use crate::commit_stats::CommitCounters;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView};
 
@@ -233,6 +234,8 @@ pub(crate) struct Writer {
     pub fail_persists: Arc<AtomicU32>,
     /// The last group's fsync failed: the next group must fsync even if it writes nothing.
     unsynced: bool,
+    /// Group sizes and fsync latencies, read by `Store::commit_stats`.
+    pub counters: Arc<CommitCounters>,
 }
 
 impl Writer {
@@ -250,6 +253,7 @@ impl Writer {
             cache: HashMap::new(),
             fail_persists: Arc::new(AtomicU32::new(0)),
             unsynced: false,
+            counters: Arc::new(CommitCounters::default()),
         }
     }
 
@@ -277,6 +281,7 @@ impl Writer {
             undo: Vec::new(),
             now_ms: 0,
         };
+        let ops = jobs.len() as u64;
         let mut replies = Vec::with_capacity(jobs.len());
         for j in jobs {
             tx.now_ms = self.clock.now_ms();
@@ -284,7 +289,11 @@ impl Writer {
         }
         let overlay = std::mem::take(&mut tx.overlay);
         drop(tx);
+        let wrote = !overlay.is_empty() || self.unsynced;
         let outcome = self.commit(&parts, &overlay);
+        if wrote {
+            self.counters.group(ops, outcome.is_ok());
+        }
         match &outcome {
             Ok(()) => {
                 self.unsynced = false;
@@ -345,10 +354,13 @@ impl Writer {
         if injected {
             return Err("fsync failed, not durable: injected failure".into());
         }
+        let started = std::time::Instant::now();
         parts
             .db
             .persist(PersistMode::SyncAll)
             .map_err(|e| format!("fsync failed, not durable: {e}"))?;
+        self.counters
+            .fsync(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         Ok(())
     }
 }

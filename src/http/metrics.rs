@@ -45,6 +45,7 @@ impl HttpMetrics {
             }
         }
         relay.metrics.render(&mut out);
+        crate::relay::metrics::render_commit_stats(&mut out, &relay.store().commit_stats());
         if let Some((items, bytes)) = self.queued(relay).await {
             let _ = writeln!(
                 out,

@@ -159,6 +159,51 @@ impl Metrics {
     }
 }
 
+/// Append one cumulative histogram given as `(bound, count <= bound)` pairs.
+fn render_buckets(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    buckets: &[(u64, u64)],
+    scale: f64,
+    sum: f64,
+    count: u64,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (b, c) in buckets {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", *b as f64 * scale);
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+}
+
+/// Append the store's group-commit figures: operations per commit group and fsync latency.
+pub fn render_commit_stats(out: &mut String, s: &relay_keyspace::CommitStats) {
+    render_buckets(
+        out,
+        "mbx_relay_commit_group_ops",
+        "Operations made durable by one group commit (one fsync).",
+        &s.group_size_buckets,
+        1.0,
+        s.ops as f64,
+        s.groups,
+    );
+    render_buckets(
+        out,
+        "mbx_relay_fsync_seconds",
+        "Duration of each group commit's fsync.",
+        &s.fsync_us_buckets,
+        1e-6,
+        s.fsync_us_sum as f64 / 1e6,
+        s.fsyncs,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP mbx_relay_commit_groups_failed_total Commit groups whose write or fsync failed (answered with errors).\n# TYPE mbx_relay_commit_groups_failed_total counter\nmbx_relay_commit_groups_failed_total {}",
+        s.failed_groups
+    );
+}
+
 /// Reasons are grouped to their stable prefix (`bad envelope: bad ts` stays; quota texts stay).
 fn reason_label(reason: &str) -> &str {
     reason.get(..reason.len().min(80)).unwrap_or("other")

@@ -1,0 +1,112 @@
+//! Counters of the group-commit writer (how many operations share one fsync, and how long the
+//! fsync takes), so operators can see group commit at work. Lock-free; read at any time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Upper bounds of the group-size buckets (operations per commit group).
+pub const GROUP_SIZE_BOUNDS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1024];
+/// Upper bounds of the fsync-latency buckets, in microseconds.
+pub const FSYNC_US_BOUNDS: [u64; 11] = [
+    500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 250_000, 1_000_000, 5_000_000,
+];
+
+/// A point-in-time copy of the writer's counters. Buckets are cumulative (Prometheus style):
+/// `(bound, observations <= bound)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommitStats {
+    /// Groups that wrote something and were made durable.
+    pub groups: u64,
+    /// Operations answered by those groups.
+    pub ops: u64,
+    /// Groups whose commit or fsync failed (their operations were answered with an error).
+    pub failed_groups: u64,
+    pub group_size_buckets: Vec<(u64, u64)>,
+    pub fsync_us_buckets: Vec<(u64, u64)>,
+    /// Sum of fsync durations, microseconds.
+    pub fsync_us_sum: u64,
+    /// Number of fsyncs timed.
+    pub fsyncs: u64,
+}
+
+/// The writer's live counters.
+#[derive(Default)]
+pub(crate) struct CommitCounters {
+    groups: AtomicU64,
+    ops: AtomicU64,
+    failed_groups: AtomicU64,
+    group_size: [AtomicU64; GROUP_SIZE_BOUNDS.len()],
+    fsync_us: [AtomicU64; FSYNC_US_BOUNDS.len()],
+    fsync_us_sum: AtomicU64,
+    fsyncs: AtomicU64,
+}
+
+fn observe(bounds: &[u64], counts: &[AtomicU64], v: u64) {
+    for (b, c) in bounds.iter().zip(counts) {
+        if v <= *b {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn read(bounds: &[u64], counts: &[AtomicU64]) -> Vec<(u64, u64)> {
+    bounds
+        .iter()
+        .zip(counts)
+        .map(|(b, c)| (*b, c.load(Ordering::Relaxed)))
+        .collect()
+}
+
+impl CommitCounters {
+    /// Record one fsync's duration.
+    pub(crate) fn fsync(&self, us: u64) {
+        observe(&FSYNC_US_BOUNDS, &self.fsync_us, us);
+        self.fsync_us_sum.fetch_add(us, Ordering::Relaxed);
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Record a finished group of `ops` operations.
+    pub(crate) fn group(&self, ops: u64, ok: bool) {
+        if !ok {
+            self.failed_groups.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.groups.fetch_add(1, Ordering::Relaxed);
+        self.ops.fetch_add(ops, Ordering::Relaxed);
+        observe(&GROUP_SIZE_BOUNDS, &self.group_size, ops);
+    }
+
+    /// A copy of the counters.
+    pub(crate) fn snapshot(&self) -> CommitStats {
+        CommitStats {
+            groups: self.groups.load(Ordering::Relaxed),
+            ops: self.ops.load(Ordering::Relaxed),
+            failed_groups: self.failed_groups.load(Ordering::Relaxed),
+            group_size_buckets: read(&GROUP_SIZE_BOUNDS, &self.group_size),
+            fsync_us_buckets: read(&FSYNC_US_BOUNDS, &self.fsync_us),
+            fsync_us_sum: self.fsync_us_sum.load(Ordering::Relaxed),
+            fsyncs: self.fsyncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_cumulative_and_failures_counted_apart() {
+        let c = CommitCounters::default();
+        c.group(1, true);
+        c.group(7, true);
+        c.group(3, false);
+        c.fsync(1_500);
+        let s = c.snapshot();
+        assert_eq!((s.groups, s.ops, s.failed_groups), (2, 8, 1));
+        assert_eq!(s.group_size_buckets[0], (1, 1));
+        assert_eq!(s.group_size_buckets[2], (5, 1));
+        assert_eq!(s.group_size_buckets[3], (10, 2));
+        assert_eq!(s.fsync_us_buckets[0], (500, 0));
+        assert_eq!(s.fsync_us_buckets[2], (2_000, 1));
+        assert_eq!((s.fsyncs, s.fsync_us_sum), (1, 1_500));
+    }
+}
