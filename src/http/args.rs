@@ -64,6 +64,8 @@ pub struct ServeArgs {
     /// A stored heartbeat further than this from the clock rotates the epoch at startup (`10m`).
     #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = "10m", value_parser = parse_duration)]
     pub heartbeat_stale: Duration,
+    #[command(flatten)]
+    pub guard: super::guard::GuardArgs,
 }
 
 impl ServeArgs {
@@ -96,6 +98,7 @@ impl ServeArgs {
             trust_proxy: self.trust_proxy,
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
+            guard: self.guard.config(),
         }
     }
 }

@@ -4,7 +4,6 @@
 //! the background tasks, close the store.
 
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -23,6 +22,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// The content of `MBX_RELAY_KEY`, if set (never logged).
     pub key_env: Option<String>,
+    /// Connection cap, timeouts and the public-route rate limit (`super::guard`).
+    pub guard: super::guard::GuardConfig,
 }
 
 /// Run the relay until a shutdown signal.
@@ -78,11 +79,13 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             .map_err(|e| format!("stdout: {e}"))?;
     }
     tracing::info!(%addr, store = %dir.display(), "serving");
-    let served = axum::serve(
+    let served = super::guard::serve(
         listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+        router(app),
+        config.trust_proxy,
+        config.guard.clone(),
+        shutdown_signal(),
     )
-    .with_graceful_shutdown(shutdown_signal())
     .await;
     tracing::info!("shutting down: in-flight requests finished");
     let _ = stop_tx.send(true);
