@@ -494,3 +494,39 @@ impl AsyncWrite for GuardedIo {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_that_disable_a_protection_are_refused() {
+        assert!(GuardConfig::default().validate().is_ok());
+        let bad = [
+            GuardConfig {
+                max_connections: 0,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                header_timeout: Duration::ZERO,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body_timeout: Duration::ZERO,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                idle_timeout: Duration::ZERO,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                public_per_minute: 0,
+                ..GuardConfig::default()
+            },
+        ];
+        for c in bad {
+            let e = c.validate().unwrap_err();
+            assert!(e.starts_with("--"), "names the flag: {e}");
+        }
+    }
+}

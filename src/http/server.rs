@@ -32,6 +32,7 @@ pub struct ServeConfig {
 /// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     config.limits.validate()?;
+    config.guard.validate()?;
     let dir = config.store_dir.clone();
     let store = {
         let open_dir = dir.clone();
