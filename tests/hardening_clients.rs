@@ -273,4 +273,12 @@ fn unauthenticated_routes_are_rate_limited_per_address_but_signed_calls_are_not(
     headers.push(("x-forwarded-for", "203.0.113.7"));
     let r = relay.send("GET", "/v2/relay/items", &headers, &body);
     assert_eq!(r.status, 200, "signed pull: {}", r.text());
+    // Nor is a signed info call (hosts make one every sync pass).
+    let hop = host.hop_headers("GET", "/v2/relay/info", &body, &Hop::default());
+    let mut headers: Vec<(&str, &str)> =
+        hop.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    headers.push(("x-forwarded-for", "203.0.113.7"));
+    let r = relay.send("GET", "/v2/relay/info", &headers, &body);
+    assert_eq!(r.status, 200, "signed info: {}", r.text());
+    assert!(r.json()["you"].is_object(), "signed info names the caller");
 }

@@ -13,8 +13,9 @@
 //!   the body read fails and the handler answers 400 (then the connection is closed). A response
 //!   the client does not read for `body_timeout` is abandoned too.
 //! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
-//!   hop and are not already limited per address by the relay (info, health, metrics and unknown
-//!   paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window) count
+//!   hop and are not already limited per address by the relay (unsigned info, health, metrics and
+//!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window;
+//!   info with a signed hop is treated like the hop routes, which are not counted here) count
 //!   against the client address's one-minute window (`public_per_minute`); over it, `429`. The
 //!   table of addresses is hard-capped (see [`crate::relay::rate::RateTable`]).
 //!
@@ -278,8 +279,10 @@ async fn serve_connection(
 /// `ConnectInfo` and a body that fails after `body_timeout`.
 async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let route = Route::of(req.method(), req.uri().path());
-    // Enrolment-class routes are counted per address by the relay itself.
-    let counted = route.is_none_or(|r| r.public() && !r.enrolment_class());
+    // Enrolment-class routes are counted per address by the relay itself; a signed info call
+    // (hosts make one every sync pass) is an authentication attempt like any hop route.
+    let signed_info = route == Some(Route::Info) && req.headers().contains_key("x-mbx-sig");
+    let counted = !signed_info && route.is_none_or(|r| r.public() && !r.enrolment_class());
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
         let now = SystemClock.now_ms();
