@@ -210,7 +210,10 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
 
     relay.assert_alive();
     let pulled = hosts[0].pull(&relay, "");
-    assert_eq!(pulled.status, 200, "signed calls are not limited per address");
+    assert_eq!(
+        pulled.status, 200,
+        "signed calls are not limited per address"
+    );
     let peak = status_kib(pid, "VmHWM");
     for (phase, rss) in &report {
         eprintln!("memory: after {phase}: VmRSS {} MiB", rss / 1024);
