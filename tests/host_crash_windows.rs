@@ -7,7 +7,7 @@ mod host_util;
 
 use std::time::Duration;
 
-use host_util::{pair, sync_until, RelayProc};
+use host_util::{pair, past_backoff, sync_until, RelayProc};
 
 /// The relay commits the push and dies before answering: the sender's retry is a duplicate with
 /// the same seq, the row settles, and the receiver gets the message once.
@@ -32,6 +32,7 @@ fn relay_commits_but_the_response_is_lost() {
     );
 
     relay.spawn(None);
+    past_backoff();
     let r = a.sync();
     assert_eq!(r["relay_accepted"], 1);
     assert_eq!(
@@ -97,6 +98,7 @@ fn relay_dies_before_commit() {
     assert!(relay.wait_exit(Duration::from_secs(10)));
     assert_eq!(a.count("envelope_pending"), 1);
     relay.spawn(None);
+    past_backoff();
     let r = a.sync();
     assert_eq!(
         (r["relay_accepted"].as_u64(), r["relay_duplicates"].as_u64()),

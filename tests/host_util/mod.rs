@@ -21,6 +21,15 @@ const HOST_ENV: &[(&str, &str)] = &[
     ("MBX_HOST_BACKOFF_CAP_MS", "100"),
 ];
 
+/// The retry backoff cap above, as a duration.
+pub const BACKOFF_CAP: Duration = Duration::from_millis(100);
+
+/// Sleep until a row whose push failed a moment ago is due again (past the capped backoff), so
+/// the next pass retries it however fast the relay came back.
+pub fn past_backoff() {
+    std::thread::sleep(BACKOFF_CAP + Duration::from_millis(50));
+}
+
 /// A free loopback port (bound and released; the relay binds it right after).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
