@@ -24,8 +24,8 @@ use x25519_dalek::{PublicKey, StaticSecret};
 use super::canonical::canonical_json;
 use super::keys::{b64, fingerprint, unb64, verify, SigningKey};
 
-/// The only sealing algorithm agentmbx speaks.
-pub const ENC_ALG: &str = "x25519+xchacha20poly1305";
+/// The `enc.alg` this module seals with (the one the shape check accepts).
+pub use crate::wire::envelope::ENC_ALG;
 
 /// Why a body could not be sealed or opened. Messages never contain key material or plaintext.
 #[derive(Debug, Clone, PartialEq, Eq)]
