@@ -444,25 +444,7 @@ fn crash_windows_around_the_push_commit() {
         .unwrap();
         let it = envelope_item(&a, &[&b]);
         let body = json!({ "items": [it] }).to_string();
-        let mut req = format!(
-            "POST /v2/relay/items HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        for (k, v) in a.hop_headers(
-            "POST",
-            "/v2/relay/items",
-            body.as_bytes(),
-            &common::Hop::default(),
-        ) {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        req.push_str(&body);
-        let raw = common::send_raw(crashing.addr(), req.as_bytes()).unwrap_or_default();
-        assert!(
-            !String::from_utf8_lossy(&raw).contains(" 200 "),
-            "{point}: no answer from a crashed relay"
-        );
+        assert_no_answer_from_crash(&crashing, &a, "/v2/relay/items", &body, point);
         drop(crashing);
         let relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).unwrap();
         let r = a.push_one(&relay, &it);
@@ -474,6 +456,26 @@ fn crash_windows_around_the_push_commit() {
         assert_eq!(queued.len(), 1, "{point}: stored exactly once");
         assert_eq!(queued[0]["seq"], r["targets"][0]["seq"]);
     }
+}
+
+/// Send one hop-signed POST to a relay armed with a failpoint (raw, `Connection: close`) and
+/// assert that it never answered 200: it must abort at the failpoint before replying.
+#[cfg(feature = "failpoints")]
+fn assert_no_answer_from_crash(relay: &Relay, host: &Host, path: &str, body: &str, point: &str) {
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in host.hop_headers("POST", path, body.as_bytes(), &common::Hop::default()) {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    let raw = common::send_raw(relay.addr(), req.as_bytes()).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&raw).contains(" 200 "),
+        "{point}: no answer from a crashed relay"
+    );
 }
 
 /// The relay dies right after an ack commits (the answer is lost): after restart the acked items
@@ -499,24 +501,12 @@ fn crash_after_the_ack_commit_keeps_the_ack() {
     .unwrap();
     let through = first["targets"][0]["seq"].as_u64().unwrap();
     let body = json!({ "epoch": epoch, "through": through }).to_string();
-    let mut req = format!(
-        "POST /v2/relay/ack HTTP/1.1\r\nHost: relay\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in b.hop_headers(
-        "POST",
+    assert_no_answer_from_crash(
+        &crashing,
+        &b,
         "/v2/relay/ack",
-        body.as_bytes(),
-        &common::Hop::default(),
-    ) {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(&body);
-    let raw = common::send_raw(crashing.addr(), req.as_bytes()).unwrap_or_default();
-    assert!(
-        !String::from_utf8_lossy(&raw).contains(" 200 "),
-        "no answer from a crashed relay"
+        &body,
+        "relay-ack-after-commit",
     );
     drop(crashing);
 
