@@ -40,8 +40,8 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Run and require exit code `code`; returns stdout.
-fn tool_expect(args: &[&str], code: i32) -> String {
+/// Run and require exit code `code`; returns the whole output.
+fn tool_exit(args: &[&str], code: i32) -> Output {
     let out = tool(args);
     assert_eq!(
         out.status.code(),
@@ -50,20 +50,17 @@ fn tool_expect(args: &[&str], code: i32) -> String {
         text(&out.stdout),
         text(&out.stderr)
     );
-    text(&out.stdout)
+    out
+}
+
+/// Run and require exit code `code`; returns stdout.
+fn tool_expect(args: &[&str], code: i32) -> String {
+    text(&tool_exit(args, code).stdout)
 }
 
 /// Run, require exit code `code`, and return stderr.
 fn tool_fails(args: &[&str], code: i32) -> String {
-    let out = tool(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "relay-tool {args:?}\nstdout:\n{}\nstderr:\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stderr)
+    text(&tool_exit(args, code).stderr)
 }
 
 fn s(p: &Path) -> &str {
