@@ -26,6 +26,7 @@ mod ops;
 mod parts;
 mod read;
 mod reader;
+mod recover;
 mod stats;
 mod store;
 mod writer;

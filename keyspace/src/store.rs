@@ -15,6 +15,7 @@ use crate::commit_stats::{CommitCounters, CommitStats};
 use crate::lock::StoreLock;
 use crate::parts::Parts;
 use crate::reader::SnapView;
+use crate::recover;
 use crate::writer::{self, Job, Tx, ViewSlot, Writer};
 
 /// fjall's smallest journal cap (below it fjall panics).
@@ -41,6 +42,8 @@ pub(crate) struct Inner {
     lock: Mutex<Option<StoreLock>>,
     fail_persists: Arc<AtomicU32>,
     counters: Arc<CommitCounters>,
+    /// The writer's recovery after a failed write (read errors meanwhile, reopen count).
+    recovery: Arc<recover::Shared>,
 }
 
 /// A locked, opened engine (no writer yet): used by `open`, restore and test hooks.
@@ -79,6 +82,16 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
         }
     }
     let lock = StoreLock::acquire(dir)?;
+    let parts = open_parts(dir, create)?;
+    Ok(Engine { lock, parts })
+}
+
+/// Open the engine under `dir/db` and its partitions, with the store lock already held: used by
+/// [`open_engine`] and by the writer when it reopens the database after a failed write.
+///
+/// # Errors
+/// `Missing`, `Corrupt` (foreign or damaged files, or fjall refused to open), `Io`, `Engine`.
+pub(crate) fn open_parts(dir: &Path, create: bool) -> Result<Arc<Parts>> {
     let db_dir = dir.join(DB_DIR);
     check_engine_dir(&db_dir, create)?;
     let opened = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -106,11 +119,7 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
             )))
         }
     };
-    let parts = Parts::open(db)?;
-    Ok(Engine {
-        lock,
-        parts: Arc::new(parts),
-    })
+    Ok(Arc::new(Parts::open(db)?))
 }
 
 /// Refuse a `db` that is a file, or a non-empty directory that is not an fjall database.
@@ -169,7 +178,9 @@ impl Store {
             rx,
             Arc::clone(&view),
             Arc::clone(&opts.clock),
+            dir.to_path_buf(),
         );
+        let recovery = w.recovery_state();
         let fail_persists = Arc::clone(&w.fail_persists);
         let counters = Arc::clone(&w.counters);
         drop(parts);
@@ -190,6 +201,7 @@ impl Store {
                 lock: Mutex::new(Some(lock)),
                 fail_persists,
                 counters,
+                recovery,
             }),
         })
     }
@@ -212,8 +224,15 @@ impl Store {
         &self.inner.dir
     }
 
+    /// How often the writer reopened the database after a failed write (fjall refuses writes
+    /// after one until reopened; the store does it in-process, without a restart).
+    pub fn reopen_count(&self) -> u64 {
+        self.inner.recovery.reopens.load(Ordering::Relaxed)
+    }
+
     /// Test hook: report the next `n` commit groups' fsync as failed (their batch is committed
-    /// but not synced, as when a real fsync fails). Not part of the supported API.
+    /// but not synced, as when a real fsync fails); each such group makes the writer reopen the
+    /// database, as a real failure does. Not part of the supported API.
     #[doc(hidden)]
     pub fn inject_persist_failures_for_tests(&self, n: u32) {
         self.inner.fail_persists.store(n, Ordering::SeqCst);
@@ -236,14 +255,17 @@ impl Store {
     /// The last durable snapshot.
     ///
     /// # Errors
-    /// `Closed` after `close`.
+    /// `Engine` while the database is being reopened after a failed write; `Closed` after `close`.
     pub(crate) fn view(&self) -> Result<Arc<SnapView>> {
-        self.inner
-            .view
-            .read()
-            .ok()
-            .and_then(|v| v.clone())
-            .ok_or(StoreError::Closed)
+        if let Some(v) = self.inner.view.read().ok().and_then(|v| v.clone()) {
+            return Ok(v);
+        }
+        if self.inner.recovery.recovering.load(Ordering::SeqCst) {
+            return Err(StoreError::Engine(
+                "the store is reopening its database after a write failure; retry later".into(),
+            ));
+        }
+        Err(StoreError::Closed)
     }
 }
 

@@ -8,10 +8,15 @@
 //! answers every job of the group. A job that fails is rolled back inside the overlay, so every
 //! logical operation is all-or-nothing; the group batch is atomic in the journal, so a crash
 //! keeps either the whole group or none of it.
+//!
+//! A group whose commit or fsync fails is answered with an error, and the database is reopened
+//! from disk before the next group runs (`recover`): fjall refuses every write after a failed
+//! one until then.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, RwLock};
@@ -22,6 +27,7 @@ use crate::api::{Clock, Result, StoreError};
 use crate::commit_stats::CommitCounters;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView};
+use crate::recover::{self, Recovery};
 
 /// Most jobs answered by one fsync.
 pub(crate) const MAX_GROUP: usize = 1024;
@@ -32,15 +38,16 @@ const MAX_CACHE: usize = 200_000;
 
 /// Sends a job's answer once its group's fate is known (`Some(why)`: the group failed).
 pub(crate) type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
-/// A job: runs on the writer thread against the group's view and returns its reply.
-pub(crate) type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Reply + Send>;
+/// A job: runs on the writer thread against the group's view and returns its reply. `None`:
+/// the group cannot run (the store is recovering from a failed write); the job only answers.
+pub(crate) type Job = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> Reply + Send>;
 
 /// The published durable read view (None once the store is closed).
 pub(crate) type ViewSlot = Arc<RwLock<Option<Arc<SnapView>>>>;
 
 /// Partitions whose point reads the writer caches across groups. Safe because the writer is
 /// the only one who writes them; the cache is refreshed from each committed group and
-/// dropped whenever a commit fails.
+/// dropped whenever a commit fails (so it never outlives a database that is then reopened).
 fn cacheable(p: Part) -> bool {
     matches!(
         p,
@@ -201,22 +208,28 @@ pub(crate) fn job<T: Send + 'static>(
     op: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
     answer: tokio::sync::oneshot::Sender<Result<T>>,
 ) -> Job {
-    Box::new(move |tx: &mut Tx<'_>| {
-        let sp = tx.savepoint();
-        let r = match std::panic::catch_unwind(AssertUnwindSafe(|| op(tx))) {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Engine(
-                "internal error in a store operation".into(),
-            )),
-        };
-        if r.is_err() {
-            tx.rollback_to(sp);
-        }
+    Box::new(move |tx: Option<&mut Tx<'_>>| {
+        let r = tx.map(|tx| {
+            let sp = tx.savepoint();
+            let r = match std::panic::catch_unwind(AssertUnwindSafe(|| op(tx))) {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Engine(
+                    "internal error in a store operation".into(),
+                )),
+            };
+            if r.is_err() {
+                tx.rollback_to(sp);
+            }
+            r
+        });
         Box::new(move |group_err: Option<&str>| {
             let out = match (r, group_err) {
-                (Err(e), _) => Err(e),
-                (Ok(_), Some(why)) => Err(StoreError::Engine(why.to_string())),
-                (Ok(v), None) => Ok(v),
+                (Some(Err(e)), _) => Err(e),
+                (_, Some(why)) => Err(StoreError::Engine(why.to_string())),
+                (Some(Ok(v)), None) => Ok(v),
+                (None, None) => Err(StoreError::Engine(
+                    "internal error: a store operation was not run".into(),
+                )),
             };
             let _ = answer.send(out);
         })
@@ -225,36 +238,44 @@ pub(crate) fn job<T: Send + 'static>(
 
 /// The writer thread's state.
 pub(crate) struct Writer {
-    pub parts: Arc<Parts>,
+    /// The open database (None only while a reopen after a failed write has not succeeded).
+    parts: Option<Arc<Parts>>,
     pub rx: Receiver<Job>,
     pub view: ViewSlot,
     pub clock: Arc<dyn Clock>,
     cache: HashMap<Vec<u8>, Option<Slice>>,
     /// Test hook: groups whose fsync is reported failed (after their batch is committed).
     pub fail_persists: Arc<AtomicU32>,
-    /// The last group's fsync failed: the next group must fsync even if it writes nothing.
-    unsynced: bool,
+    /// Reopens the database after a failed group.
+    recovery: Recovery,
     /// Group sizes and fsync latencies, read by `Store::commit_stats`.
     pub counters: Arc<CommitCounters>,
 }
 
 impl Writer {
+    /// A writer for the store in `dir` (where it reopens the database after a failed write).
     pub(crate) fn new(
         parts: Arc<Parts>,
         rx: Receiver<Job>,
         view: ViewSlot,
         clock: Arc<dyn Clock>,
+        dir: PathBuf,
     ) -> Writer {
         Writer {
-            parts,
+            parts: Some(parts),
             rx,
             view,
             clock,
             cache: HashMap::new(),
             fail_persists: Arc::new(AtomicU32::new(0)),
-            unsynced: false,
+            recovery: Recovery::new(dir),
             counters: Arc::new(CommitCounters::default()),
         }
+    }
+
+    /// What the store handle shares with the recovery (read errors, reopen count).
+    pub(crate) fn recovery_state(&self) -> Arc<recover::Shared> {
+        Arc::clone(&self.recovery.shared)
     }
 
     /// Serve groups until every sender is gone.
@@ -273,7 +294,17 @@ impl Writer {
     }
 
     fn group(&mut self, jobs: Vec<Job>) {
-        let parts = Arc::clone(&self.parts);
+        let ops = jobs.len() as u64;
+        let parts = match self.recovery.ready(&mut self.parts, &self.view) {
+            Ok(p) => p,
+            Err(why) => {
+                self.counters.group(ops, false);
+                for j in jobs {
+                    j(None)(Some(&why));
+                }
+                return;
+            }
+        };
         let mut tx = Tx {
             parts: &parts,
             cache: &self.cache,
@@ -281,22 +312,23 @@ impl Writer {
             undo: Vec::new(),
             now_ms: 0,
         };
-        let ops = jobs.len() as u64;
         let mut replies = Vec::with_capacity(jobs.len());
         for j in jobs {
             tx.now_ms = self.clock.now_ms();
-            replies.push(j(&mut tx));
+            replies.push(j(Some(&mut tx)));
         }
         let overlay = std::mem::take(&mut tx.overlay);
         drop(tx);
-        let wrote = !overlay.is_empty() || self.unsynced;
+        let wrote = !overlay.is_empty();
         let outcome = self.commit(&parts, &overlay);
         if wrote {
             self.counters.group(ops, outcome.is_ok());
         }
         match &outcome {
             Ok(()) => {
-                self.unsynced = false;
+                if wrote {
+                    self.recovery.group_ok();
+                }
                 if self.cache.len() > MAX_CACHE {
                     self.cache.clear();
                 }
@@ -316,8 +348,7 @@ impl Writer {
                 }
             }
             Err(why) => {
-                tracing::error!(error = %why, "store commit failed; answering the group with an error");
-                self.unsynced = true;
+                self.recovery.group_failed(why);
                 self.cache.clear();
             }
         }
@@ -333,7 +364,7 @@ impl Writer {
         parts: &Parts,
         overlay: &BTreeMap<Vec<u8>, Option<Slice>>,
     ) -> Result<(), String> {
-        if overlay.is_empty() && !self.unsynced {
+        if overlay.is_empty() {
             return Ok(());
         }
         let mut batch = parts.db.batch();
