@@ -74,24 +74,38 @@ pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
 }
 
 /// Appends `s` as a JSON string literal escaped exactly like `JSON.stringify`.
-fn write_string(out: &mut String, s: &str) {
+pub fn write_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    write_escaped(out, s);
+    out.push('"');
+}
+
+/// Appends the escaped contents of `s` (no quotes). Only `"`, `\` and U+0000..U+001F are
+/// escaped, all ASCII, so a byte scan never splits a UTF-8 sequence and the runs between them
+/// are copied in one piece (the char-by-char form was 7% of a batch push).
+pub fn write_escaped(out: &mut String, s: &str) {
+    let mut start = 0;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
         }
+        out.push_str(&s[start..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            _ => {
+                let _ = write!(out, "\\u{b:04x}");
+            }
+        }
+        start = i + 1;
     }
-    out.push('"');
+    out.push_str(&s[start..]);
 }
 
 /// Splits Rust's `{:e}` text (`d[.ddd]e[-]N`) into its digit string and decimal exponent.
@@ -201,7 +215,7 @@ pub fn js_number(x: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -281,6 +295,78 @@ mod tests {
             canon("[-9.074441513367783e-210]"),
             "[-9.074441513367783e-210]"
         );
+    }
+
+    /// The original char-by-char escaper, kept as the reference for [`write_escaped`].
+    fn reference_string(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    /// Random strings biased towards the characters that matter to escaping.
+    pub(crate) fn adversarial_strings(seed: u64, count: usize) -> Vec<String> {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let pool: Vec<char> = (0u32..0x80)
+            .filter_map(char::from_u32)
+            .chain([
+                '\u{80}',
+                '\u{85}',
+                '\u{a0}',
+                'é',
+                '\u{2028}',
+                '\u{2029}',
+                '\u{d7ff}',
+                '\u{e000}',
+                '\u{fffd}',
+                '\u{ffff}',
+                '😀',
+                '\u{10ffff}',
+            ])
+            .collect();
+        (0..count)
+            .map(|_| {
+                let len = rng.gen_range(0..40);
+                (0..len)
+                    .map(|_| {
+                        if rng.gen_bool(0.1) {
+                            char::from_u32(rng.gen_range(0..0x11_0000)).unwrap_or('x')
+                        } else {
+                            pool[rng.gen_range(0..pool.len())]
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn run_copying_escaper_matches_the_char_by_char_reference() {
+        let mut cases = adversarial_strings(7, 5000);
+        cases.extend((0u8..0x80).map(|b| char::from(b).to_string()));
+        cases.push(String::new());
+        cases.push("\"\\\u{0}\u{1f}".repeat(3));
+        for s in cases {
+            let mut out = String::new();
+            write_string(&mut out, &s);
+            assert_eq!(out, reference_string(&s), "{s:?}");
+        }
     }
 
     #[test]

@@ -4,17 +4,34 @@
 //! keeps its query string for `/v2/` paths and is bare for `/v1/` paths, and `BODY` is the
 //! exact request body text (`""` for a GET).
 
-use super::canonical::canonical_json;
+use super::canonical::{write_escaped, write_string};
 use super::keys::{verify, SigningKey};
-use serde_json::json;
 
 /// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
 pub const HOP_SKEW_MS: i64 = 300_000;
 
-/// The canonical text a hop signature covers.
+/// The canonical text a hop signature covers: canonical JSON of
+/// `{"body": M:P:TS:BODY, "method": M, "path": P, "ts": TS}`, written straight into one buffer
+/// (keys already in canonical order) because the body can be a whole 100-item batch.
 pub fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
-    let joined = format!("{method}:{path}:{ts}:{body}");
-    canonical_json(&json!({"method": method, "path": path, "ts": ts, "body": joined}))
+    let fields = method.len() + path.len() + ts.len();
+    // Room for the body plus a little escaping; a body full of quotes grows the buffer once more.
+    let mut out = String::with_capacity(body.len() + body.len() / 16 + 2 * fields + 64);
+    out.push_str("{\"body\":\"");
+    for (i, part) in [method, path, ts, body].into_iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        write_escaped(&mut out, part);
+    }
+    out.push_str("\",\"method\":");
+    write_string(&mut out, method);
+    out.push_str(",\"path\":");
+    write_string(&mut out, path);
+    out.push_str(",\"ts\":");
+    write_string(&mut out, ts);
+    out.push('}');
+    out
 }
 
 /// The base64 `x-mbx-sig` for a request.
@@ -58,6 +75,47 @@ pub fn signed_path(path: &str, query: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::canonical::canonical_json;
+    use serde_json::json;
+
+    /// The original construction (format! + json! + canonical_json), kept as the reference.
+    fn reference_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
+        let joined = format!("{method}:{path}:{ts}:{body}");
+        canonical_json(&json!({"method": method, "path": path, "ts": ts, "body": joined}))
+    }
+
+    #[test]
+    fn direct_payload_equals_the_canonical_json_construction() {
+        let strings = crate::wire::canonical::tests::adversarial_strings(11, 4000);
+        let mut cases: Vec<[&str; 4]> = vec![
+            ["GET", "/v2/relay/items?after=0", "1", ""],
+            ["", "", "", ""],
+            [
+                "POST",
+                "/v2/relay/items",
+                "1790000000000",
+                "{\"items\":[\"a\\\"b\"]}",
+            ],
+            [
+                "P\"O",
+                "/p\\a\u{0}th",
+                "1\n2",
+                "\u{2028}\u{2029}😀\u{7f}\u{1f}",
+            ],
+        ];
+        for w in strings.chunks_exact(4) {
+            cases.push([&w[0], &w[1], &w[2], &w[3]]);
+        }
+        let big = format!("{{\"x\":\"{}\"}}", "\"\\é\t".repeat(5000));
+        cases.push(["POST", "/v1/relay/messages", "5", &big]);
+        for [m, p, t, b] in cases {
+            assert_eq!(
+                hop_payload(m, p, t, b),
+                reference_payload(m, p, t, b),
+                "{m:?} {p:?} {t:?}"
+            );
+        }
+    }
 
     #[test]
     fn payload_and_signature_roundtrip() {
