@@ -16,8 +16,10 @@
 //!   hop and are not already limited per address by the relay (unsigned info, health, metrics and
 //!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window;
 //!   info with a signed hop is treated like the hop routes, which are not counted here) count
-//!   against the client address's one-minute window (`public_per_minute`); over it, `429`. The
-//!   table of addresses is hard-capped (see [`crate::relay::rate::RateTable`]).
+//!   against the client address's one-minute window (`public_per_minute`); over it, `429`.
+//!   Addresses are keyed by [`crate::relay::rate::address_key`] (IPv6 by /64 prefix). The table
+//!   is hard-capped and evicts the oldest window when full, so new clients are still served
+//!   (see [`crate::relay::rate::RateTable`]).
 //!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
 //! connection stays what hyper and the handler's body cap allow.
@@ -44,7 +46,7 @@ use tokio::time::{Instant, Sleep};
 use super::client_addr::{client_addr, TrustProxy};
 use super::route::Route;
 use crate::relay::config::parse_duration;
-use crate::relay::rate::RateTable;
+use crate::relay::rate::{AddrKey, RateTable};
 use relay_keyspace::{Clock as _, SystemClock};
 
 /// Most client addresses whose public-route windows are tracked at once.
@@ -145,7 +147,7 @@ struct Shared {
     router: axum::Router,
     trust: TrustProxy,
     config: GuardConfig,
-    public_rate: RateTable<String>,
+    public_rate: RateTable<AddrKey>,
 }
 
 /// Serve `router` on `listener` under the guard until `shutdown` resolves, then stop accepting,
@@ -286,7 +288,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
         let now = SystemClock.now_ms();
-        if !shared.public_rate.hit(&addr, now) {
+        if !shared.public_rate.hit_addr(&addr, now) {
             return too_many_requests();
         }
     }

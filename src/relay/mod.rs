@@ -44,7 +44,7 @@ pub struct Relay {
     clock: Arc<dyn Clock>,
     epoch: RwLock<String>,
     challenges: challenge::Challenges,
-    address_rate: rate::RateTable<String>,
+    address_rate: rate::RateTable<rate::AddrKey>,
     sender_rate: rate::RateTable<Key32>,
     /// Counters exposed on `/metrics`.
     pub metrics: metrics::Metrics,
@@ -103,12 +103,13 @@ impl Relay {
         self.clock.now_ms()
     }
 
-    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address.
+    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address (keyed by
+    /// [`rate::address_key`]: IPv6 by /64).
     ///
     /// # Errors
     /// 429 when the address used its calls for this minute.
     pub fn check_address_rate(&self, addr: &str) -> Result<(), RelayError> {
-        if self.address_rate.hit(&addr.to_owned(), self.now_ms()) {
+        if self.address_rate.hit_addr(addr, self.now_ms()) {
             Ok(())
         } else {
             Err(RelayError::rate_limited())

@@ -1,18 +1,89 @@
-//! Fixed one-minute rate windows per key (client address or sender key), in a hard-capped table.
-//! When the table is full even after dropping finished windows, new keys are refused (fail closed),
-//! so memory stays bounded whatever the traffic.
+//! Fixed one-minute rate windows per key (client address prefix or sender key), in a hard-capped
+//! table that never locks new keys out.
+//!
+//! Client addresses are keyed by [`address_key`]: IPv4 by full address, IPv6 by /64 prefix (one
+//! end site usually holds a whole /64, so per-address windows there would be free to multiply).
+//!
+//! When the table is full, expired windows go first and then the oldest live window is evicted,
+//! so a new client is always served; memory stays bounded by the cap. See [`RateTable`] for what
+//! eviction costs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
 
 const WINDOW_MS: u64 = 60_000;
+/// Most expired windows dropped by one hit when the table is not full (keeps each call short;
+/// more than the one window a hit can add, so the expired backlog only shrinks).
+const EXPIRE_STEP: usize = 4;
 
-/// Per-key counters over one-minute windows.
+/// The rate-limiting identity of a client address: what one window counts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AddrKey {
+    /// An IPv4 address (also from an IPv4-mapped IPv6 address).
+    V4(u32),
+    /// The upper 64 bits of an IPv6 address: its /64 prefix.
+    V6(u64),
+    /// A string that is not an IP address (as a proxy header gave it, already length-capped).
+    Other(Box<str>),
+}
+
+/// The window key for a client address: IPv4 by address, IPv4-mapped IPv6 as its IPv4 address,
+/// other IPv6 by /64 prefix. A socket form with a port (`1.2.3.4:5`, `[::1]:5`) counts as its
+/// address; anything else is kept as given.
+pub fn address_key(addr: &str) -> AddrKey {
+    let ip = addr
+        .parse::<IpAddr>()
+        .or_else(|_| addr.parse::<SocketAddr>().map(|s| s.ip()));
+    match ip {
+        Ok(IpAddr::V4(v4)) => AddrKey::V4(u32::from(v4)),
+        Ok(IpAddr::V6(v6)) => v6_key(v6),
+        Err(_) => AddrKey::Other(addr.into()),
+    }
+}
+
+fn v6_key(v6: Ipv6Addr) -> AddrKey {
+    match v6.to_ipv4_mapped() {
+        Some(v4) => AddrKey::V4(u32::from(v4)),
+        None => AddrKey::V6((u128::from(v6) >> 64) as u64),
+    }
+}
+
+/// One key's current window.
+struct Window {
+    start: u64,
+    count: u32,
+}
+
+/// The windows and the order they started in (oldest first). Every live window has exactly one
+/// entry `(key, start)` in `order`; entries whose window has since restarted or gone are stale
+/// and skipped.
+struct Inner<K> {
+    windows: HashMap<K, Window>,
+    order: VecDeque<(K, u64)>,
+    evictions: u64,
+}
+
+/// Per-key counters over one-minute windows, holding at most `cap` keys.
+///
+/// Each hit first drops a few windows whose minute is over (oldest first, at most
+/// [`EXPIRE_STEP`] per hit: amortized constant time, never a scan of the table). A new key
+/// arriving when the table is still full evicts the oldest window, so new clients are never
+/// locked out and memory stays bounded by the cap.
+///
+/// Trade-off: an evicted key that comes back gets a fresh window. A window is only evicted once
+/// `cap` newer windows have started after it, so to give one key `limit` more requests early an
+/// attacker must first send `cap` requests from other keys (fresh IPv4 addresses or IPv6 /64s;
+/// each of those it would have been allowed anyway). Rotating through more than `cap` keys it
+/// gets at most `limit` extra requests per eviction, i.e. at most `limit` requests per `cap`
+/// new-key requests for each key, instead of `limit` per key per minute. A legitimate heavy
+/// client can likewise have its window reset early under such a flood; it is never refused
+/// because of it.
 pub struct RateTable<K> {
     limit: u32,
     cap: usize,
-    inner: Mutex<HashMap<K, (u64, u32)>>,
+    inner: Mutex<Inner<K>>,
 }
 
 impl<K: Hash + Eq + Clone> RateTable<K> {
@@ -21,42 +92,135 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         RateTable {
             limit,
             cap: cap.max(1),
-            inner: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Inner {
+                windows: HashMap::new(),
+                order: VecDeque::new(),
+                evictions: 0,
+            }),
         }
     }
 
-    /// Count one hit for `key` at `now_ms`; false when over the limit (or the table is full).
+    /// Count one hit for `key` at `now_ms`; false when the key is over its limit this minute.
     pub fn hit(&self, key: &K, now_ms: u64) -> bool {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((start, n)) = map.get_mut(key) {
-            if now_ms.saturating_sub(*start) >= WINDOW_MS {
-                *start = now_ms;
-                *n = 0;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        inner.expire(now_ms, EXPIRE_STEP);
+        if let Some(w) = inner.windows.get_mut(key) {
+            let restarted = expired(w.start, now_ms);
+            if restarted {
+                w.start = now_ms;
+                w.count = 0;
             }
-            if *n >= self.limit {
-                return false;
+            let allowed = w.count < self.limit;
+            if allowed {
+                w.count += 1;
             }
-            *n += 1;
-            return true;
+            if restarted {
+                inner.order.push_back((key.clone(), now_ms));
+                inner.compact_if_bloated(self.cap);
+            }
+            return allowed;
         }
-        if map.len() >= self.cap {
-            map.retain(|_, (start, _)| now_ms.saturating_sub(*start) < WINDOW_MS);
-            if map.len() >= self.cap {
-                return false;
-            }
+        if inner.windows.len() >= self.cap {
+            inner.evict_oldest(now_ms);
         }
-        map.insert(key.clone(), (now_ms, 1));
+        inner.windows.insert(
+            key.clone(),
+            Window {
+                start: now_ms,
+                count: 1,
+            },
+        );
+        inner.order.push_back((key.clone(), now_ms));
+        inner.compact_if_bloated(self.cap);
         true
     }
 
     /// Keys currently held (for metrics and tests).
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.lock().windows.len()
     }
 
     /// True when no key is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Live windows evicted so far to make room for new keys (for metrics and tests).
+    pub fn evictions(&self) -> u64 {
+        self.lock().evictions
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl RateTable<AddrKey> {
+    /// Count one hit for a client address, keyed by [`address_key`].
+    pub fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
+        self.hit(&address_key(addr), now_ms)
+    }
+}
+
+/// True when a window started at `start` is over at `now_ms` (a clock that went back leaves it
+/// running).
+fn expired(start: u64, now_ms: u64) -> bool {
+    now_ms.saturating_sub(start) >= WINDOW_MS
+}
+
+impl<K: Hash + Eq + Clone> Inner<K> {
+    /// True when `(key, start)` is the entry of a window still held.
+    fn is_current(&self, key: &K, start: u64) -> bool {
+        self.windows.get(key).is_some_and(|w| w.start == start)
+    }
+
+    /// Pop up to `step` expired entries from the front of the order, dropping their windows.
+    fn expire(&mut self, now_ms: u64, step: usize) {
+        for _ in 0..step {
+            match self.order.front() {
+                Some((_, start)) if expired(*start, now_ms) => {}
+                _ => return,
+            }
+            if let Some((key, start)) = self.order.pop_front() {
+                if self.is_current(&key, start) {
+                    self.windows.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Drop the oldest window held (expired ones are the oldest), skipping stale entries.
+    fn evict_oldest(&mut self, now_ms: u64) {
+        while let Some((key, start)) = self.order.pop_front() {
+            if self.is_current(&key, start) {
+                self.windows.remove(&key);
+                if !expired(start, now_ms) {
+                    self.evictions += 1;
+                }
+                return;
+            }
+        }
+        // Unreachable while every held window has its entry; stay bounded regardless.
+        if let Some(key) = self.windows.keys().next().cloned() {
+            self.windows.remove(&key);
+            self.evictions += 1;
+        }
+    }
+
+    /// Rebuild the order from the windows when stale entries pile up (only possible when the
+    /// clock goes back): at most once per `cap` hits, so amortized constant time.
+    fn compact_if_bloated(&mut self, cap: usize) {
+        if self.order.len() <= cap.saturating_mul(2) {
+            return;
+        }
+        let mut live: Vec<(K, u64)> = self
+            .windows
+            .iter()
+            .map(|(k, w)| (k.clone(), w.start))
+            .collect();
+        live.sort_by_key(|(_, start)| *start);
+        self.order = live.into();
     }
 }
 
@@ -71,20 +235,137 @@ mod tests {
         assert!(t.hit(&"a", 1));
         assert!(!t.hit(&"a", 2));
         assert!(t.hit(&"b", 2));
+        assert!(!t.hit(&"a", 59_999), "the window lasts a minute");
         assert!(t.hit(&"a", 60_000));
+        assert!(t.hit(&"a", 60_001));
+        assert!(!t.hit(&"a", 60_002));
     }
 
     #[test]
-    fn table_is_hard_capped() {
-        let t = RateTable::new(5, 2);
+    fn expired_windows_are_swept_without_a_full_table() {
+        let t = RateTable::new(5, 1000);
+        for k in 0..100 {
+            assert!(t.hit(&k, 0));
+        }
+        assert_eq!(t.len(), 100);
+        // Each later hit drops a few expired windows; enough hits empty the backlog.
+        let later = 100 / EXPIRE_STEP + 1;
+        for k in 0..later {
+            assert!(t.hit(&(1000 + k), 60_000));
+            assert!(t.len() <= 100, "the table only shrinks: {}", t.len());
+        }
+        assert_eq!(t.len(), later, "only the live windows are left");
+        assert_eq!(t.evictions(), 0, "expiry is not eviction");
+    }
+
+    #[test]
+    fn a_full_table_drops_expired_windows_before_live_ones() {
+        let t = RateTable::new(1, 3);
         assert!(t.hit(&1, 0));
-        assert!(t.hit(&2, 0));
-        assert!(!t.hit(&3, 10), "full table refuses new keys");
-        assert_eq!(t.len(), 2);
-        assert!(
-            t.hit(&3, 60_000),
-            "finished windows are dropped to make room"
+        assert!(t.hit(&2, 30_000));
+        assert!(t.hit(&3, 30_000));
+        // Key 1's minute is over: a new key takes its place, not a live window.
+        assert!(t.hit(&4, 60_000));
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.evictions(), 0);
+        assert!(!t.hit(&2, 60_001), "live windows were kept");
+        assert!(!t.hit(&3, 60_001));
+    }
+
+    #[test]
+    fn a_new_client_is_served_when_the_table_is_full_of_live_windows() {
+        let t = RateTable::new(2, 100);
+        for k in 0..100 {
+            assert!(t.hit(&k, 1_000 + k));
+            assert!(t.hit(&k, 1_000 + k));
+            assert!(!t.hit(&k, 1_000 + k), "key {k} at its limit");
+        }
+        assert_eq!(t.len(), 100);
+        // Every one of many new keys is served, and the table stays at its cap.
+        for k in 100..1_000 {
+            assert!(t.hit(&k, 2_000), "new key {k} refused");
+            assert!(t.len() <= 100, "table grew past its cap: {}", t.len());
+        }
+        assert_eq!(t.len(), 100);
+        assert_eq!(t.evictions(), 900);
+        // The most recent keys kept their windows.
+        assert!(t.hit(&999, 2_001));
+        assert!(!t.hit(&999, 2_002));
+    }
+
+    #[test]
+    fn the_oldest_window_is_evicted_first() {
+        let t = RateTable::new(1, 3);
+        assert!(t.hit(&1, 10));
+        assert!(t.hit(&2, 20));
+        assert!(t.hit(&3, 30));
+        assert!(t.hit(&4, 40));
+        // Key 1 (oldest) was evicted and so gets a fresh window (the documented trade-off);
+        // keys 3 and 4 are still limited, and key 1's return evicts key 2, then the oldest.
+        assert!(!t.hit(&3, 41));
+        assert!(!t.hit(&4, 41));
+        assert!(t.hit(&1, 42), "evicted key starts afresh");
+        assert_eq!(t.len(), 3);
+        assert!(!t.hit(&3, 43));
+        assert!(t.hit(&2, 44), "key 2 was the oldest when key 1 came back");
+    }
+
+    #[test]
+    fn restarted_windows_leave_no_unbounded_order() {
+        // One key restarting its window every minute for a long time: stale entries are
+        // dropped as they expire.
+        let t = RateTable::new(1, 4);
+        for m in 0..1_000u64 {
+            assert!(t.hit(&"k", m * WINDOW_MS));
+            assert!(!t.hit(&"k", m * WINDOW_MS + 1));
+        }
+        assert!(t.lock().order.len() <= 2, "{}", t.lock().order.len());
+        // A clock going back and forth cannot grow the order past twice the cap.
+        let t = RateTable::new(1, 4);
+        for i in 0..10_000u64 {
+            let now = if i % 2 == 0 { i * WINDOW_MS } else { 0 };
+            t.hit(&(i % 8), now);
+            assert!(t.len() <= 4);
+            assert!(t.lock().order.len() <= 9, "{}", t.lock().order.len());
+        }
+    }
+
+    #[test]
+    fn addresses_group_by_ipv6_64_and_ipv4_address() {
+        let same = [
+            "2001:db8:1:2::1",
+            "2001:db8:1:2:ffff:ffff:ffff:ffff",
+            "[2001:db8:1:2::7]:443",
+        ];
+        for a in same {
+            assert_eq!(address_key(a), address_key(same[0]), "{a}");
+        }
+        assert_ne!(
+            address_key("2001:db8:1:2::1"),
+            address_key("2001:db8:1:3::1")
         );
-        assert!(t.len() <= 2);
+        assert_eq!(address_key("::ffff:192.0.2.1"), address_key("192.0.2.1"));
+        assert_eq!(address_key("192.0.2.1:8080"), address_key("192.0.2.1"));
+        assert_ne!(address_key("192.0.2.1"), address_key("192.0.2.2"));
+        // IPv4-compatible (deprecated) and other v6 forms are not folded into IPv4.
+        assert_ne!(address_key("::1"), address_key("0.0.0.1"));
+        assert_eq!(address_key("not an ip"), AddrKey::Other("not an ip".into()));
+    }
+
+    #[test]
+    fn one_64_shares_a_window_and_another_does_not() {
+        let t = RateTable::new(2, 10);
+        assert!(t.hit_addr("2001:db8:a:b::1", 0));
+        assert!(t.hit_addr("2001:db8:a:b::2", 0));
+        assert!(!t.hit_addr("2001:db8:a:b:1:2:3:4", 0), "same /64");
+        assert!(t.hit_addr("2001:db8:a:c::1", 0), "another /64");
+        assert!(t.hit_addr("198.51.100.9", 0));
+        assert!(t.hit_addr("::ffff:198.51.100.9", 0));
+        assert!(
+            !t.hit_addr("198.51.100.9", 0),
+            "v4-mapped is its IPv4 address"
+        );
+        assert!(t.hit_addr("198.51.100.10", 0), "IPv4 by full address");
+        assert_eq!(t.len(), 4);
     }
 }
