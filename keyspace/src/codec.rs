@@ -18,7 +18,7 @@
 //! | expiry | `i` ++ expires_at ++ target ++ seq / `d` ++ accepted_at ++ dedup key | empty |
 //! | ops | n (u64) | [`OpEntry`] |
 
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::api::{ItemKind, Key32, Result, StoreError};
 
@@ -60,6 +60,25 @@ pub(crate) struct ItemRecord {
     pub account: Option<String>,
 }
 
+/// An [`ItemRecord`] read in place: the id, wire bytes and account borrow the stored value, so
+/// pull copies the wire once (into its page) and ack copies nothing. Same field order and types
+/// as [`ItemRecord`] (postcard is positional); a test holds the two together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(crate) struct ItemView<'a> {
+    pub kind: ItemKind,
+    pub item_id: &'a str,
+    pub sender: Key32,
+    pub wire: &'a [u8],
+    /// Decoded only to reach the fields after it.
+    #[allow(dead_code)]
+    pub wire_hash: [u8; 32],
+    pub bytes: u64,
+    pub accepted_at_ms: u64,
+    pub expires_at_ms: u64,
+    #[serde(borrow)]
+    pub account: Option<&'a str>,
+}
+
 /// Byte strings as one length-prefixed run (postcard's encoding of a `u8` sequence, so the
 /// stored bytes are the same) instead of one serde call per byte.
 mod bytes {
@@ -96,8 +115,9 @@ pub(crate) fn enc<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_allocvec(v).unwrap_or_default()
 }
 
-/// Decode a value, naming the partition when it is damaged.
-pub(crate) fn dec<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+/// Decode a value (owned, or borrowing `bytes` like [`ItemView`]), naming the partition when it
+/// is damaged.
+pub(crate) fn dec<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T> {
     postcard::from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("bad {what} record: {e}")))
 }
 
@@ -151,8 +171,12 @@ pub(crate) fn is_name_key(k: &[u8]) -> bool {
     k.first() == Some(&NAME_TAG)
 }
 
-pub(crate) fn item_key(target: &Key32, seq: u64) -> Vec<u8> {
-    cat(&[target, &seq.to_be_bytes()])
+/// `target ++ seq`, on the stack (ack builds two per deleted item).
+pub(crate) fn item_key(target: &Key32, seq: u64) -> [u8; 40] {
+    let mut k = [0u8; 40];
+    k[..32].copy_from_slice(target);
+    k[32..].copy_from_slice(&seq.to_be_bytes());
+    k
 }
 
 pub(crate) fn item_key_parse(k: &[u8]) -> Option<(Key32, u64)> {
@@ -175,13 +199,14 @@ pub(crate) fn dedup_key_parse(k: &[u8]) -> Option<(Key32, Key32, String)> {
     Some((key32(&k[..32])?, key32(&k[32..64])?, id))
 }
 
-pub(crate) fn expiry_item_key(expires_at: u64, target: &Key32, seq: u64) -> Vec<u8> {
-    cat(&[
-        &[EXPIRY_ITEM],
-        &expires_at.to_be_bytes(),
-        target,
-        &seq.to_be_bytes(),
-    ])
+/// `i ++ expires_at ++ target ++ seq`, on the stack.
+pub(crate) fn expiry_item_key(expires_at: u64, target: &Key32, seq: u64) -> [u8; 49] {
+    let mut k = [0u8; 49];
+    k[0] = EXPIRY_ITEM;
+    k[1..9].copy_from_slice(&expires_at.to_be_bytes());
+    k[9..41].copy_from_slice(target);
+    k[41..].copy_from_slice(&seq.to_be_bytes());
+    k
 }
 
 /// (expires_at, target, seq) of an item expiry row.
@@ -301,6 +326,47 @@ mod tests {
         assert_eq!(a, b);
         let back: Fast = dec(&b, "test").unwrap();
         assert_eq!(back.wire, wire);
+    }
+
+    /// A stored [`ItemRecord`] reads back field for field as an [`ItemView`], with and without
+    /// an account (the last, optional field).
+    #[test]
+    fn item_view_reads_item_records() {
+        for account in [None, Some("acct:é\"x".to_string())] {
+            let rec = ItemRecord {
+                kind: ItemKind::Receipt,
+                item_id: "01ARZ3NDEKTSV4RRFFQ69G5FAV".into(),
+                sender: [3; 32],
+                wire: (0..=255u8).cycle().take(700).collect(),
+                wire_hash: [9; 32],
+                bytes: 700,
+                accepted_at_ms: 1_700_000_000_000,
+                expires_at_ms: u64::MAX - 1,
+                account: account.clone(),
+            };
+            let stored = enc(&rec);
+            let v: ItemView = dec(&stored, "item").unwrap();
+            assert_eq!(
+                (v.kind, v.item_id, v.sender, v.wire, v.wire_hash),
+                (
+                    rec.kind,
+                    rec.item_id.as_str(),
+                    rec.sender,
+                    &rec.wire[..],
+                    rec.wire_hash
+                )
+            );
+            assert_eq!(
+                (v.bytes, v.accepted_at_ms, v.expires_at_ms, v.account),
+                (
+                    rec.bytes,
+                    rec.accepted_at_ms,
+                    rec.expires_at_ms,
+                    account.as_deref()
+                )
+            );
+            assert!(dec::<ItemView>(&stored[..stored.len() - 1], "item").is_err());
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::api::{
     Cursor, DedupRow, EncAd, Enrolment, Key32, Meta, OpEntry, Page, QueuedItem, Result, SenderList,
     Usage,
 };
-use crate::codec::{self, ItemRecord, UsageScope};
+use crate::codec::{self, ItemView, UsageScope};
 use crate::ops::enrol;
 use crate::parts::Part;
 use fjall::Readable;
@@ -150,7 +150,7 @@ fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) 
     let lo = codec::item_key(target, start);
     let hi = codec::item_key(target, u64::MAX);
     let limit = limit.max(1);
-    let mut items = Vec::new();
+    let mut items = Vec::with_capacity(limit.min(1024));
     let mut bytes = 0u64;
     let mut more = false;
     let bounds = (
@@ -162,7 +162,9 @@ fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) 
         let Some((_, seq)) = codec::item_key_parse(&k) else {
             continue;
         };
-        let rec: ItemRecord = codec::dec(&val, "item")?;
+        // Read in place: the wire bytes are copied once, into the page, and only when the
+        // item makes the page.
+        let rec: ItemView = codec::dec(&val, "item")?;
         if items.len() >= limit
             || (!items.is_empty() && bytes.saturating_add(rec.bytes) > max_bytes)
         {
@@ -173,9 +175,9 @@ fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) 
         items.push(QueuedItem {
             seq,
             kind: rec.kind,
-            item_id: rec.item_id,
+            item_id: rec.item_id.to_owned(),
             sender: rec.sender,
-            wire: rec.wire,
+            wire: rec.wire.to_vec(),
             accepted_at_ms: rec.accepted_at_ms,
             expires_at_ms: rec.expires_at_ms,
         });

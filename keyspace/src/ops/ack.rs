@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ops::Bound;
 
 use crate::api::{AckOutcome, Key32, Pending, Result};
-use crate::codec::{self, ItemRecord};
+use crate::codec::{self, ItemView};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
@@ -56,21 +56,22 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64) -> Result<AckOutcome> {
         usize::MAX,
     )?;
     let mut deleted = 0;
-    // Usage moves once per (sender, account) of the range, not once per item.
-    let mut freed: HashMap<(Key32, Option<String>), (i64, i64)> = HashMap::new();
-    for (k, v) in rows {
-        let Some((_, seq)) = codec::item_key_parse(&k) else {
+    // Usage moves once per (sender, account) of the range, not once per item. The rows are
+    // read in place: an ack copies no wire bytes, ids or account names.
+    let mut freed: HashMap<(Key32, Option<&str>), (i64, i64)> = HashMap::new();
+    for (k, v) in &rows {
+        let Some((_, seq)) = codec::item_key_parse(k) else {
             continue;
         };
-        let rec: ItemRecord = codec::dec(&v, "item")?;
-        queue::unlink_item(tx, target, seq, &rec);
+        let rec: ItemView = codec::dec(v, "item")?;
+        queue::unlink_item(tx, target, seq, rec.expires_at_ms);
         let f = freed.entry((rec.sender, rec.account)).or_default();
         f.0 -= 1;
         f.1 -= i64::try_from(rec.bytes).unwrap_or(i64::MAX);
         deleted += 1;
     }
     for ((sender, account), (items, bytes)) in freed {
-        queue::add_usage(tx, target, &sender, account.as_deref(), items, bytes)?;
+        queue::add_usage(tx, target, &sender, account, items, bytes)?;
     }
     tx.put(Part::Acked, target, codec::enc(&through));
     Ok(AckOutcome::Acked {

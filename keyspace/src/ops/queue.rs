@@ -78,7 +78,7 @@ pub(crate) fn remove_item(
     seq: u64,
     rec: &ItemRecord,
 ) -> Result<()> {
-    unlink_item(tx, target, seq, rec);
+    unlink_item(tx, target, seq, rec.expires_at_ms);
     add_usage(
         tx,
         target,
@@ -89,13 +89,13 @@ pub(crate) fn remove_item(
     )
 }
 
-/// Delete an item's row and expiry row only; the caller moves its usage (ack does it once per
-/// sender for a whole range).
-pub(crate) fn unlink_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, rec: &ItemRecord) {
+/// Delete an item's row and expiry row (found by its `expires_at_ms`) only; the caller moves its
+/// usage (ack does it once per sender for a whole range).
+pub(crate) fn unlink_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, expires_at_ms: u64) {
     tx.del(Part::Items, &codec::item_key(target, seq));
     tx.del(
         Part::Expiry,
-        &codec::expiry_item_key(rec.expires_at_ms, target, seq),
+        &codec::expiry_item_key(expires_at_ms, target, seq),
     );
 }
 
