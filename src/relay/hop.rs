@@ -3,8 +3,8 @@
 
 use relay_keyspace::{Enrolment, Key32};
 
-use super::{Relay, RelayError};
-use crate::wire::hop::{ts_fresh, verify_hop};
+use super::{keycache, Relay, RelayError};
+use crate::wire::hop::{ts_fresh, verify_hop_with};
 use crate::wire::keys::parse_pubkey;
 
 /// The hop headers and what they sign, as received.
@@ -50,7 +50,11 @@ impl Relay {
         let Ok(body) = std::str::from_utf8(hop.body) else {
             return Err(RelayError::bad_hop());
         };
-        let verifies = |pk: &Key32| verify_hop(pk, hop.method, hop.path, ts, body, sig);
+        let verifies = |pk: &Key32| {
+            keycache::shared()
+                .get(pk)
+                .is_some_and(|k| verify_hop_with(&k, hop.method, hop.path, ts, body, sig))
+        };
         if let Some(key) = hop.key {
             let pk = parse_pubkey(key).ok_or_else(RelayError::bad_hop)?;
             let enrolment = self.store.enrolment(&pk)?;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod hop;
 pub mod info;
 pub mod key;
+pub mod keycache;
 pub mod legacy;
 pub mod metrics;
 pub mod pull;

@@ -5,7 +5,7 @@
 //! exact request body text (`""` for a GET).
 
 use super::canonical::{write_escaped, write_string};
-use super::keys::{verify, SigningKey};
+use super::keys::{verify, verify_with, SigningKey, VerifyingKey};
 
 /// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
 pub const HOP_SKEW_MS: i64 = 300_000;
@@ -49,6 +49,18 @@ pub fn verify_hop(
     sig_b64: &str,
 ) -> bool {
     verify(pk, hop_payload(method, path, ts, body).as_bytes(), sig_b64)
+}
+
+/// [`verify_hop`] with an already decoded key (the relay memoises key decoding).
+pub fn verify_hop_with(
+    key: &VerifyingKey,
+    method: &str,
+    path: &str,
+    ts: &str,
+    body: &str,
+    sig_b64: &str,
+) -> bool {
+    verify_with(key, hop_payload(method, path, ts, body).as_bytes(), sig_b64)
 }
 
 /// Whether `ts` is a decimal millisecond timestamp (1..=16 ASCII digits) within

@@ -8,7 +8,9 @@
 use super::canonical::canonical_bytes;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use ed25519_dalek::{Signature, Signer as _, VerifyingKey};
+/// A decoded (decompressed) public key, ready to verify with [`verify_with`].
+pub use ed25519_dalek::VerifyingKey;
+use ed25519_dalek::{Signature, Signer as _};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -198,13 +200,21 @@ impl SigningKey {
 
 /// Strict verification of a base64 signature; a bad key, bad base64 or wrong length is `false`.
 pub fn verify(pk: &[u8; 32], msg: &[u8], sig_b64: &str) -> bool {
+    verifying_key(pk).is_some_and(|key| verify_with(&key, msg, sig_b64))
+}
+
+/// Decode (decompress) a raw public key; `None` when it is not a curve point. This square root
+/// is the part of [`verify`] a caller may memoise per key.
+pub fn verifying_key(pk: &[u8; 32]) -> Option<VerifyingKey> {
+    VerifyingKey::from_bytes(pk).ok()
+}
+
+/// [`verify`] with an already decoded key: the one strict verification routine.
+pub fn verify_with(key: &VerifyingKey, msg: &[u8], sig_b64: &str) -> bool {
     let Some(sig_bytes) = unb64(sig_b64) else {
         return false;
     };
     let Ok(sig_arr) = <[u8; 64]>::try_from(sig_bytes.as_slice()) else {
-        return false;
-    };
-    let Ok(key) = VerifyingKey::from_bytes(pk) else {
         return false;
     };
     key.verify_strict(msg, &Signature::from_bytes(&sig_arr))
@@ -343,6 +353,17 @@ mod tests {
         let mut identity = [0u8; 32];
         identity[0] = 1;
         assert!(!verify(&identity, b"m", &sig));
+        // the decoded-key form is the same check
+        let decoded = verifying_key(&pk).expect("a generated key is a point");
+        assert!(verify_with(&decoded, b"{\"a\":\"x\",\"b\":1}", &sig));
+        assert!(!verify_with(&decoded, b"m", &sig));
+        let weak = verifying_key(&identity).expect("the identity is a point");
+        assert!(!verify_with(&weak, b"m", &sig));
+        // y = 2 is not on the curve: no key, so nothing verifies
+        let mut off_curve = [0u8; 32];
+        off_curve[0] = 2;
+        assert!(verifying_key(&off_curve).is_none());
+        assert!(!verify(&off_curve, b"m", &sig));
     }
 
     #[test]
