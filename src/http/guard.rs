@@ -99,7 +99,8 @@ pub struct GuardArgs {
     /// A connection silent this long while the relay waits for its next request is closed (`10s`).
     #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
-    /// Requests per client address per minute to info, health, metrics and unknown paths.
+    /// Requests per client address (IPv6: per /64 prefix) per minute to info, health, metrics and
+    /// unknown paths.
     #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = 600)]
     pub public_per_minute: u32,
 }
