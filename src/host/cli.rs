@@ -308,26 +308,14 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
     let draft = draft_envelope(&id, &me, &peer.name, subject, &body, now)?;
     let mut b = store.batch();
     let row_id = b.new_row_id();
-    b.put_row(&OutRow {
-        id: row_id,
-        kind: ItemKind::Envelope,
-        item_id: id.clone(),
-        target_name: peer.name.clone(),
-        target_pubkey: peer.pubkey.clone(),
-        subject: subject.to_string(),
-        draft: Some(draft.to_string()),
-        wire: None,
-        wire_hash: String::new(),
-        state: RowState::Draft,
-        attempts: 0,
-        next_at: now,
-        created_at: now,
-        last_error: None,
-        acceptance: None,
-        deadline: None,
-        settled_at: None,
-        note: None,
-    })?;
+    b.put_row(&OutRow::draft_envelope(
+        row_id,
+        id.clone(),
+        &peer,
+        subject,
+        draft.to_string(),
+        now,
+    ))?;
     b.commit()?;
     Ok((
         json!({"id": id, "to": owner_address(&peer.name)}),

@@ -13,7 +13,6 @@ use super::message::{owner_address, receipt_wire};
 use super::store::{Batch, Checkpoint, InboxRow, ItemKind, OutRow, QuarantineRow, RowState};
 use super::sync::{Session, MAX_PAGES};
 use super::{now_ms, HostError};
-use crate::wire::accept::wire_hash_hex;
 use crate::wire::envelope::check_envelope_wire;
 use crate::wire::keys::{parse_pubkey, unb64, verify_canonical};
 use crate::wire::receipt::receipt_record_valid;
@@ -284,26 +283,7 @@ fn receive_envelope(
     let seq = b.new_receipt_seq();
     let (receipt_id, receipt) = receipt_wire(&ctx.id.host, &it.item_id, ctx.name, seq, now)?;
     let row_id = b.new_row_id();
-    b.put_row(&OutRow {
-        id: row_id,
-        kind: ItemKind::Receipt,
-        item_id: receipt_id,
-        target_name: peer.name.clone(),
-        target_pubkey: peer.pubkey.clone(),
-        subject: String::new(),
-        draft: None,
-        wire_hash: wire_hash_hex(&receipt),
-        wire: Some(receipt),
-        state: RowState::Pending,
-        attempts: 0,
-        next_at: now,
-        created_at: now,
-        last_error: None,
-        acceptance: None,
-        deadline: None,
-        settled_at: None,
-        note: None,
-    })?;
+    b.put_row(&OutRow::receipt(row_id, receipt_id, &peer, receipt, now))?;
     let s = |k: &str| env.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     b.put_inbox(&InboxRow {
         id: it.item_id.clone(),

@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::HostError;
+use crate::wire::accept::wire_hash_hex;
 
 /// Upper bound on rows returned by one listing, so a huge store cannot exhaust memory.
 pub const MAX_LIST: usize = 1_000_000;
@@ -110,6 +111,59 @@ pub struct OutRow {
     pub deadline: Option<u64>,
     pub settled_at: Option<u64>,
     pub note: Option<String>,
+}
+
+impl OutRow {
+    /// A new envelope row for `peer`, in `Draft` with its plaintext envelope: the next sync seals
+    /// and pushes it.
+    pub fn draft_envelope(
+        id: u64,
+        item_id: String,
+        peer: &Peer,
+        subject: &str,
+        draft: String,
+        now: u64,
+    ) -> OutRow {
+        OutRow {
+            subject: subject.to_string(),
+            draft: Some(draft),
+            state: RowState::Draft,
+            ..OutRow::fresh(id, ItemKind::Envelope, item_id, peer, now)
+        }
+    }
+
+    /// A new receipt row for `peer`, `Pending` with its wire bytes fixed at creation.
+    pub fn receipt(id: u64, item_id: String, peer: &Peer, wire: Vec<u8>, now: u64) -> OutRow {
+        OutRow {
+            wire_hash: wire_hash_hex(&wire),
+            wire: Some(wire),
+            ..OutRow::fresh(id, ItemKind::Receipt, item_id, peer, now)
+        }
+    }
+
+    /// The fields every new row starts with: due now, never tried, no wire yet.
+    fn fresh(id: u64, kind: ItemKind, item_id: String, peer: &Peer, now: u64) -> OutRow {
+        OutRow {
+            id,
+            kind,
+            item_id,
+            target_name: peer.name.clone(),
+            target_pubkey: peer.pubkey.clone(),
+            subject: String::new(),
+            draft: None,
+            wire: None,
+            wire_hash: String::new(),
+            state: RowState::Pending,
+            attempts: 0,
+            next_at: now,
+            created_at: now,
+            last_error: None,
+            acceptance: None,
+            deadline: None,
+            settled_at: None,
+            note: None,
+        }
+    }
 }
 
 /// A received message (dedup by id).
