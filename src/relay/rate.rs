@@ -2,7 +2,8 @@
 //! table that never locks new keys out.
 //!
 //! Client addresses are keyed by [`address_key`]: IPv4 by full address, IPv6 by /64 prefix (one
-//! end site usually holds a whole /64, so per-address windows there would be free to multiply).
+//! end site usually holds a whole /64, so per-address windows there would be free to multiply;
+//! a site's whole /48 is 65,536 keys, fewer than the relay's 100,000-address tables hold).
 //!
 //! When the table is full, expired windows go first and then the oldest live window is evicted,
 //! so a new client is always served; memory stays bounded by the cap. See [`RateTable`] for what
@@ -14,8 +15,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
 
 const WINDOW_MS: u64 = 60_000;
-/// Most expired windows dropped by one hit when the table is not full (keeps each call short;
-/// more than the one window a hit can add, so the expired backlog only shrinks).
+/// Most expired windows dropped by one hit (keeps each call short; more than the one window a
+/// hit can add, so the expired backlog only shrinks).
 const EXPIRE_STEP: usize = 4;
 
 /// The rate-limiting identity of a client address: what one window counts.
