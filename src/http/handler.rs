@@ -54,6 +54,14 @@ fn reply_response(r: Reply) -> Response {
     }
 }
 
+/// [`reply_response`] for a relay answer that arrives as finished JSON text.
+fn text_reply_response(r: Result<Vec<u8>, RelayError>) -> Response {
+    match r {
+        Ok(text) => json_text_response(StatusCode::OK, text),
+        Err(e) => reply_response(Err(e)),
+    }
+}
+
 /// Largest total size of request header names and values; hosts send a handful of short ones.
 const MAX_HEADER_BYTES: usize = 16 * 1024;
 
@@ -228,6 +236,10 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             Err(e) => reply_response(Err(e)),
         };
     }
+    if route == Route::PushV2 {
+        // The results arrive as finished JSON text (no value tree: the push hot path).
+        return text_reply_response(relay.push(&caller, &v).await);
+    }
     reply_response(match route {
         Route::EncKeyPut => relay.put_enc_ad(&caller, &v).await,
         Route::EncKeyGetV2 => {
@@ -243,7 +255,6 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             relay.get_enc_ad(&caller, lookup)
         }
         Route::Senders => relay.put_sender_list(&v).await,
-        Route::PushV2 => relay.push(&caller, &v).await,
         Route::AckV2 => relay.ack(&caller, &v).await,
         Route::PushV1 => relay.push_v1(&caller, &v).await,
         Route::PullV1 => {

@@ -10,8 +10,9 @@ use relay_keyspace::{
 };
 use serde_json::{json, Value};
 
-use super::{expect_object, object, Caller, Relay, RelayError, Reply};
-use crate::wire::accept::{accept_statement, sha256, AcceptTarget};
+use super::{expect_object, Caller, Relay, RelayError};
+use crate::wire::accept::{sha256, AcceptParts, AcceptTarget};
+use crate::wire::canonical::write_string;
 use crate::wire::envelope::check_envelope_wire;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
 use crate::wire::receipt::check_receipt_wire;
@@ -56,11 +57,13 @@ impl TargetCache {
 }
 
 impl Relay {
-    /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order.
+    /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order, as JSON
+    /// text: exactly what serialising the answer as a `serde_json::Value` gives (sorted keys),
+    /// written without the value tree.
     ///
     /// # Errors
     /// 400 when `items` is not an array or holds more than `max_batch`; 503 on store failure.
-    pub async fn push(&self, caller: &Caller, body: &Value) -> Reply {
+    pub async fn push(&self, caller: &Caller, body: &Value) -> Result<Vec<u8>, RelayError> {
         let obj = expect_object(body)?;
         let items = obj
             .get("items")
@@ -73,7 +76,7 @@ impl Relay {
             )));
         }
         let rate_ok = self.sender_rate.hit(&caller.key, self.now_ms());
-        let mut results: Vec<Option<Value>> = vec![None; items.len()];
+        let mut results: Vec<Option<String>> = vec![None; items.len()];
         let mut prepared = Vec::with_capacity(items.len());
         let mut cache = TargetCache::default();
         for (i, item) in items.iter().enumerate() {
@@ -113,11 +116,7 @@ impl Relay {
                 } => self.accepted_result(&epoch, &caller.key, &item_id, &targets, &seqs, at_ms),
             });
         }
-        let results: Vec<Value> = results
-            .into_iter()
-            .map(|r| r.unwrap_or(Value::Null))
-            .collect();
-        Ok(object([("results", Value::Array(results))]))
+        Ok(results_text(results))
     }
 
     /// Every pre-commit check of one v2 item, in PROTOCOL.md's order; the reason on failure.
@@ -263,17 +262,21 @@ impl Relay {
             .collect())
     }
 
-    /// A rejected result: `{"item_id","status":"rejected:<reason>","targets":[]}`.
-    fn rejected(&self, item_id: Option<&Value>, reason: &str) -> Value {
+    /// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`
+    /// (`item_id` echoes whatever JSON the item carried, printed by `serde_json`).
+    fn rejected(&self, item_id: Option<&Value>, reason: &str) -> String {
         self.metrics.rejected(reason);
         json!({
             "item_id": item_id.cloned().unwrap_or(Value::Null),
             "status": format!("rejected:{reason}"),
             "targets": [],
         })
+        .to_string()
     }
 
-    /// An accepted or duplicate result with its accept statement signed by the relay key.
+    /// An accepted or duplicate result's JSON text, with its accept statement signed by the
+    /// relay key: `{"accept","item_id","sig","status","targets":[{"host_pubkey","seq"}]}`. The
+    /// accept's canonical text is built once, signed, and (seqs up to 2^53) answered as is.
     fn accepted_result(
         &self,
         epoch: &str,
@@ -282,7 +285,7 @@ impl Relay {
         targets: &[(Key32, [u8; 32])],
         seqs: &[TargetSeq],
         at_ms: u64,
-    ) -> Value {
+    ) -> String {
         let all_dup = seqs.iter().all(|s| s.duplicate);
         let counter = if all_dup {
             &self.metrics.duplicate
@@ -299,30 +302,75 @@ impl Relay {
                 wire_hash: hex(h),
             })
             .collect();
-        let brief: Vec<Value> = accept_targets
-            .iter()
-            .map(|t| json!({ "host_pubkey": t.host_pubkey, "seq": t.seq }))
-            .collect();
-        let accept = accept_statement(
-            &self.pubkey_b64,
+        let sender_b64 = b64(sender);
+        let parts = AcceptParts {
+            relay_pubkey: &self.pubkey_b64,
             epoch,
-            &b64(sender),
+            sender_pubkey: &sender_b64,
             item_id,
-            &accept_targets,
+            targets: &accept_targets,
             at_ms,
-        );
-        let sig = self.key.sign_canonical(&accept);
-        object([
-            ("item_id", Value::String(item_id.to_owned())),
-            (
-                "status",
-                json!(if all_dup { "duplicate" } else { "accepted" }),
-            ),
-            ("targets", Value::Array(brief)),
-            ("accept", accept),
-            ("sig", Value::String(sig)),
-        ])
+        };
+        let canonical = parts.canonical();
+        let sig = self.key.sign(canonical.as_bytes());
+        let accept = parts.answer_text(canonical);
+        accepted_text(&accept, item_id, &sig, all_dup, &accept_targets)
     }
+}
+
+/// `{"accept","item_id","sig","status","targets":[{"host_pubkey","seq"}]}` with `accept`
+/// already JSON text; keys in `serde_json`'s sorted order, seqs as exact integers.
+fn accepted_text(
+    accept: &str,
+    item_id: &str,
+    sig: &str,
+    all_dup: bool,
+    targets: &[AcceptTarget],
+) -> String {
+    let mut out =
+        String::with_capacity(accept.len() + sig.len() + item_id.len() + 96 * (targets.len() + 1));
+    out.push_str("{\"accept\":");
+    out.push_str(accept);
+    out.push_str(",\"item_id\":");
+    write_string(&mut out, item_id);
+    out.push_str(",\"sig\":");
+    write_string(&mut out, sig);
+    out.push_str(if all_dup {
+        ",\"status\":\"duplicate\",\"targets\":["
+    } else {
+        ",\"status\":\"accepted\",\"targets\":["
+    });
+    for (i, t) in targets.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"host_pubkey\":");
+        write_string(&mut out, &t.host_pubkey);
+        out.push_str(",\"seq\":");
+        out.push_str(&t.seq.to_string());
+        out.push('}');
+    }
+    out.push_str("]}");
+    out
+}
+
+/// `{"results":[...]}` from the results' JSON texts, in order (a missing one prints `null`).
+fn results_text(results: Vec<Option<String>>) -> Vec<u8> {
+    let size = 16
+        + results
+            .iter()
+            .map(|r| r.as_ref().map_or(4, String::len) + 1)
+            .sum::<usize>();
+    let mut out = String::with_capacity(size);
+    out.push_str("{\"results\":[");
+    for (i, r) in results.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r.as_deref().unwrap_or("null"));
+    }
+    out.push_str("]}");
+    out.into_bytes()
 }
 
 /// The §5 wire check for the item's kind.
@@ -348,4 +396,94 @@ pub fn hex(bytes: &[u8]) -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::object;
+    use crate::wire::accept::accept_statement;
+    use crate::wire::keys::SigningKey;
+
+    /// The answer as it was built before (a value tree serialised by `serde_json`).
+    fn reference_answer(
+        parts: &AcceptParts<'_>,
+        key: &SigningKey,
+        all_dup: bool,
+    ) -> (String, Value) {
+        let accept = accept_statement(
+            parts.relay_pubkey,
+            parts.epoch,
+            parts.sender_pubkey,
+            parts.item_id,
+            parts.targets,
+            parts.at_ms,
+        );
+        let sig = key.sign_canonical(&accept);
+        let brief: Vec<Value> = parts
+            .targets
+            .iter()
+            .map(|t| json!({ "host_pubkey": t.host_pubkey, "seq": t.seq }))
+            .collect();
+        let result = object([
+            ("item_id", Value::String(parts.item_id.to_owned())),
+            (
+                "status",
+                json!(if all_dup { "duplicate" } else { "accepted" }),
+            ),
+            ("targets", Value::Array(brief)),
+            ("accept", accept),
+            ("sig", Value::String(sig.clone())),
+        ]);
+        (sig, result)
+    }
+
+    #[test]
+    fn result_texts_equal_the_value_answers() {
+        let key = SigningKey::from_seed(&[4u8; 32]);
+        let strings = crate::wire::canonical::tests::adversarial_strings(21, 600);
+        let mut texts = Vec::new();
+        let mut values = Vec::new();
+        for (n, w) in strings.chunks_exact(3).enumerate() {
+            let targets: Vec<AcceptTarget> = (0..1 + n % 3)
+                .map(|i| AcceptTarget {
+                    host_pubkey: b64(&[i as u8; 32]),
+                    seq: [1, 77, (1 << 53) + 1, u64::MAX][(n + i) % 4],
+                    wire_hash: hex(&[n as u8; 32]),
+                })
+                .collect();
+            let parts = AcceptParts {
+                relay_pubkey: &w[0],
+                epoch: &w[1],
+                sender_pubkey: "c2VuZGVy",
+                item_id: &w[2],
+                targets: &targets,
+                at_ms: 1_795_963_620_919 + n as u64,
+            };
+            let all_dup = n % 2 == 0;
+            let canonical = parts.canonical();
+            let sig = key.sign(canonical.as_bytes());
+            let (want_sig, want) = reference_answer(&parts, &key, all_dup);
+            assert_eq!(sig, want_sig, "the signed bytes are the canonical accept");
+            let text = accepted_text(
+                &parts.answer_text(canonical),
+                &w[2],
+                &sig,
+                all_dup,
+                &targets,
+            );
+            assert_eq!(text, want.to_string());
+            texts.push(Some(text));
+            values.push(want);
+        }
+        texts.push(None);
+        values.push(Value::Null);
+        assert_eq!(
+            results_text(texts),
+            object([("results", Value::Array(values))])
+                .to_string()
+                .into_bytes()
+        );
+        assert_eq!(results_text(Vec::new()), b"{\"results\":[]}");
+    }
 }
