@@ -51,6 +51,22 @@ pub fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
+/// The hop headers of one request and when they were signed. Push bodies are known before the
+/// timed window, so their hops can be signed there too (see `push`); the relay accepts a hop
+/// whose `x-mbx-ts` is within five minutes of its clock.
+pub struct Hop {
+    pub headers: [(&'static str, String); 4],
+    /// `x-mbx-ts`, as a number.
+    pub signed_ms: u64,
+}
+
+impl Hop {
+    /// Whether the signature is at most `max_age_ms` old now.
+    pub fn fresh(&self, max_age_ms: u64) -> bool {
+        now_ms().saturating_sub(self.signed_ms) <= max_age_ms
+    }
+}
+
 /// One connection's worth of client to the relay at `base`.
 #[derive(Clone)]
 pub struct Conn {
@@ -80,20 +96,24 @@ impl Conn {
         }
     }
 
-    /// The four hop headers for `method path body`, signed now.
-    fn hop(host: &Host, method: &str, path_q: &str, body: &str) -> [(&'static str, String); 4] {
-        let ts = now_ms().to_string();
+    /// The four hop headers for `method path_q body`, signed now by `host`.
+    pub fn sign(host: &Host, method: &str, path_q: &str, body: &str) -> Hop {
+        let signed_ms = now_ms();
+        let ts = signed_ms.to_string();
         let (path, query) = match path_q.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (path_q, None),
         };
         let sig = sign_hop(&host.key, method, &signed_path(path, query), &ts, body);
-        [
-            ("x-mbx-host", host.name.clone()),
-            ("x-mbx-key", host.pub_b64.clone()),
-            ("x-mbx-ts", ts),
-            ("x-mbx-sig", sig),
-        ]
+        Hop {
+            headers: [
+                ("x-mbx-host", host.name.clone()),
+                ("x-mbx-key", host.pub_b64.clone()),
+                ("x-mbx-ts", ts),
+                ("x-mbx-sig", sig),
+            ],
+            signed_ms,
+        }
     }
 
     fn finish(res: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Resp, String> {
@@ -115,7 +135,7 @@ impl Conn {
     pub fn get(&self, path_q: &str, host: Option<&Host>) -> Result<Resp, String> {
         let mut req = self.agent.get(format!("{}{path_q}", self.base));
         if let Some(h) = host {
-            for (k, v) in Self::hop(h, "GET", path_q, "") {
+            for (k, v) in Self::sign(h, "GET", path_q, "").headers {
                 req = req.header(k, v);
             }
         }
@@ -127,14 +147,22 @@ impl Conn {
     /// # Errors
     /// `transport: ...` when no complete answer arrived.
     pub fn post(&self, path: &str, body: &str, host: Option<&Host>) -> Result<Resp, String> {
+        let hop = host.map(|h| Self::sign(h, "POST", path, body));
+        self.post_with(path, body, hop.as_ref())
+    }
+
+    /// POST the JSON text `body` to `path` with hop headers signed earlier for exactly this
+    /// method, path and body (see [`Hop`]).
+    ///
+    /// # Errors
+    /// `transport: ...` when no complete answer arrived.
+    pub fn post_with(&self, path: &str, body: &str, hop: Option<&Hop>) -> Result<Resp, String> {
         let mut req = self
             .agent
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json");
-        if let Some(h) = host {
-            for (k, v) in Self::hop(h, "POST", path, body) {
-                req = req.header(k, v);
-            }
+        for (k, v) in hop.map_or(&[][..], |h| &h.headers[..]) {
+            req = req.header(*k, v.as_str());
         }
         Self::finish(req.send(body.as_bytes()))
     }

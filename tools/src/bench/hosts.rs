@@ -5,13 +5,14 @@ use rand::RngCore;
 use serde_json::{json, Value};
 
 use super::client::{Conn, Host};
-use mbx_relay::wire::keys::parse_pubkey;
+use mbx_relay::wire::keys::{parse_pubkey, verifying_key, VerifyingKey};
 use mbx_relay::wire::records::enrol_statement;
 
 /// The relay facts the bench needs: its key and epoch (to check accept statements) and limits.
 pub struct RelayInfo {
     pub relay_pubkey_b64: String,
-    pub relay_pubkey: [u8; 32],
+    /// The relay key, decoded once (every accept statement is checked against it).
+    pub relay_key: VerifyingKey,
     pub epoch: String,
     pub version: String,
     pub max_batch: usize,
@@ -37,10 +38,13 @@ pub fn relay_info(conn: &Conn) -> Result<RelayInfo, String> {
             .and_then(Value::as_u64)
     };
     let relay_pubkey_b64 = s("relay_pubkey").ok_or("relay info has no relay_pubkey")?;
-    let relay_pubkey = parse_pubkey(&relay_pubkey_b64).ok_or("relay info: bad relay_pubkey")?;
+    let relay_key = parse_pubkey(&relay_pubkey_b64)
+        .as_ref()
+        .and_then(verifying_key)
+        .ok_or("relay info: bad relay_pubkey")?;
     Ok(RelayInfo {
         relay_pubkey_b64,
-        relay_pubkey,
+        relay_key,
         epoch: s("epoch").ok_or("relay info has no epoch")?,
         version: s("version").unwrap_or_default(),
         max_batch: limit("max_batch").unwrap_or(200) as usize,

@@ -8,7 +8,8 @@ use super::client::{Host, Resp};
 use super::hosts::RelayInfo;
 use super::payload::{Item, Target};
 use super::stats::Errors;
-use mbx_relay::wire::keys::verify_canonical;
+use mbx_relay::wire::canonical::canonical_bytes;
+use mbx_relay::wire::keys::verify_with;
 
 /// What one sender's answers add up to.
 #[derive(Default)]
@@ -38,8 +39,13 @@ impl Tally {
     }
 }
 
-fn hex(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// Whether `s` is the lowercase hex of `b` (no string built per check).
+fn is_hex_of(s: &str, b: &[u8; 32]) -> bool {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    s.len() == 64
+        && s.as_bytes().chunks_exact(2).zip(b).all(|(c, x)| {
+            c[0] == DIGITS[usize::from(x >> 4)] && c[1] == DIGITS[usize::from(x & 15)]
+        })
 }
 
 /// Why an accepted result's statement is not the one we expect, if it is not.
@@ -83,14 +89,19 @@ fn accept_problem(
     {
         return Some("accept: wrong targets");
     }
-    if t.get("wire_hash").and_then(Value::as_str) != Some(hex(&item.hash).as_str()) {
+    if !t
+        .get("wire_hash")
+        .and_then(Value::as_str)
+        .is_some_and(|h| is_hex_of(h, &item.hash))
+    {
         return Some("accept: wrong wire_hash");
     }
     if s("at").is_none() {
         return Some("accept: no at");
     }
     let sig = res.get("sig").and_then(Value::as_str).unwrap_or("");
-    if !verify_canonical(&info.relay_pubkey, a, sig) {
+    // Strict single verification with the key decoded once.
+    if !verify_with(&info.relay_key, &canonical_bytes(a), sig) {
         return Some("accept: bad signature");
     }
     None
@@ -155,7 +166,7 @@ mod tests {
         let relay = SigningKey::generate();
         let info = RelayInfo {
             relay_pubkey_b64: relay.public_b64(),
-            relay_pubkey: relay.public(),
+            relay_key: mbx_relay::wire::keys::verifying_key(&relay.public()).unwrap(),
             epoch: "e".into(),
             version: String::new(),
             max_batch: 200,
@@ -184,7 +195,7 @@ mod tests {
         let tgt = AcceptTarget {
             host_pubkey: t.host.pub_b64.clone(),
             seq: 5,
-            wire_hash: hex(&hash),
+            wire_hash: hash.iter().map(|x| format!("{x:02x}")).collect(),
         };
         let a = accept_statement(
             &info.relay_pubkey_b64,
@@ -264,6 +275,20 @@ mod tests {
             &item,
         );
         assert_eq!(rejected.errors.0["rejected:rate"], 1);
+    }
+
+    #[test]
+    fn hex_check_is_exact() {
+        let mut b = [0u8; 32];
+        b[0] = 0xab;
+        b[31] = 0x0f;
+        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        assert!(is_hex_of(&h, &b));
+        assert!(!is_hex_of(&h.to_uppercase(), &b));
+        assert!(!is_hex_of(&h[..62], &b));
+        assert!(!is_hex_of(&format!("{h}00"), &b));
+        b[31] = 0x0e;
+        assert!(!is_hex_of(&h, &b));
     }
 
     #[test]
