@@ -11,7 +11,7 @@ use relay_keyspace::{
 use serde_json::{json, Value};
 
 use super::{expect_object, Caller, Relay, RelayError};
-use crate::wire::accept::{sha256, AcceptParts, AcceptTarget};
+use crate::wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use crate::wire::canonical::write_string;
 use crate::wire::envelope::check_envelope_wire;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
@@ -385,17 +385,6 @@ pub fn check_wire(
         ItemKind::Receipt => check_receipt_wire(wire, item_id, sender),
         ItemKind::Expired => Err("bad kind".into()),
     }
-}
-
-/// Lowercase hex of a hash.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

@@ -125,7 +125,18 @@ pub fn sha256(wire: &[u8]) -> [u8; 32] {
 
 /// Lowercase hex SHA-256 of the exact wire bytes (the protocol's `wire_hash`).
 pub fn wire_hash_hex(wire: &[u8]) -> String {
-    sha256(wire).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&sha256(wire))
+}
+
+/// Lowercase hex of `bytes` (a table lookup per nibble: one per accepted item and target).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -173,6 +184,14 @@ mod tests {
             assert_eq!(canonical, canonical_json(&value));
             assert_eq!(parts.answer_text(canonical), value.to_string());
         }
+    }
+
+    #[test]
+    fn hex_matches_format() {
+        let all: Vec<u8> = (0..=255).collect();
+        let want: String = all.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&all), want);
+        assert_eq!(hex(&[]), "");
     }
 
     #[test]

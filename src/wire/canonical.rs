@@ -210,6 +210,10 @@ pub fn js_number(x: f64) -> String {
     if x == 0.0 {
         return "0".to_string();
     }
+    // Integers below 2^53 (seqs, counts, versions) print as their plain digits.
+    if x.fract() == 0.0 && x.abs() < 9_007_199_254_740_992.0 {
+        return (x as i64).to_string();
+    }
     let mut out = String::new();
     if x < 0.0 {
         out.push('-');
@@ -298,6 +302,19 @@ pub(crate) mod tests {
             assert_eq!(js_number(*x), *want, "js_number({x:e})");
         }
         assert_eq!(js_number(f64::NAN), "NaN");
+        // the integer fast path agrees with the general digits-and-layout path around 2^53
+        for x in [
+            1.0f64,
+            -7.0,
+            9_007_199_254_740_991.0,
+            -9_007_199_254_740_991.0,
+            4_503_599_627_370_497.0,
+        ] {
+            let (digits, e) = shortest_digits(x.abs());
+            let zeros = "0".repeat(usize::try_from(e + 1).unwrap_or(0) - digits.len());
+            let sign = if x < 0.0 { "-" } else { "" };
+            assert_eq!(js_number(x), format!("{sign}{digits}{zeros}"));
+        }
         assert_eq!(js_number(f64::INFINITY), "Infinity");
     }
 
