@@ -238,7 +238,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     }
     if route == Route::PushV2 {
         // The results arrive as finished JSON text (no value tree: the push hot path).
-        return text_reply_response(relay.push(&caller, &v).await);
+        return text_reply_response(relay.push_json(&caller, &v).await);
     }
     reply_response(match route {
         Route::EncKeyPut => relay.put_enc_ad(&caller, &v).await,

@@ -10,10 +10,10 @@ use relay_keyspace::{
 };
 use serde_json::{json, Value};
 
-use super::{expect_object, Caller, Relay, RelayError};
+use super::{expect_object, Caller, Relay, RelayError, Reply};
 use crate::wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use crate::wire::canonical::write_string;
-use crate::wire::envelope::check_envelope_wire;
+use crate::wire::envelope::envelope_wire_error;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
 use crate::wire::receipt::check_receipt_wire;
 
@@ -57,13 +57,24 @@ impl TargetCache {
 }
 
 impl Relay {
+    /// [`Self::push_json`] as a value tree (for callers that inspect the answer; the HTTP
+    /// adapter sends the text).
+    ///
+    /// # Errors
+    /// As [`Self::push_json`].
+    pub async fn push(&self, caller: &Caller, body: &Value) -> Reply {
+        let text = self.push_json(caller, body).await?;
+        serde_json::from_slice(&text)
+            .map_err(|_| RelayError::unavailable("push answer is not JSON"))
+    }
+
     /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order, as JSON
     /// text: exactly what serialising the answer as a `serde_json::Value` gives (sorted keys),
     /// written without the value tree.
     ///
     /// # Errors
     /// 400 when `items` is not an array or holds more than `max_batch`; 503 on store failure.
-    pub async fn push(&self, caller: &Caller, body: &Value) -> Result<Vec<u8>, RelayError> {
+    pub async fn push_json(&self, caller: &Caller, body: &Value) -> Result<Vec<u8>, RelayError> {
         let obj = expect_object(body)?;
         let items = obj
             .get("items")
@@ -381,7 +392,7 @@ pub fn check_wire(
     sender: &Key32,
 ) -> Result<(), String> {
     match kind {
-        ItemKind::Envelope => check_envelope_wire(wire, item_id).map(|_| ()),
+        ItemKind::Envelope => envelope_wire_error(wire, item_id),
         ItemKind::Receipt => check_receipt_wire(wire, item_id, sender),
         ItemKind::Expired => Err("bad kind".into()),
     }

@@ -14,7 +14,9 @@
 use super::keys::unb64;
 use super::names::{is_local_name, is_ulid};
 use super::time::parse_date_loose;
-use serde_json::{Map, Value};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use std::borrow::Cow;
 
 /// Largest plaintext `body`, in UTF-8 bytes, when `enc` is null.
 pub const MAX_PLAIN_BODY_BYTES: usize = 262_144;
@@ -46,23 +48,178 @@ fn has_control(s: &str) -> bool {
     })
 }
 
-fn is_string_array(v: Option<&Value>) -> bool {
-    matches!(v, Some(Value::Array(a)) if a.iter().all(Value::is_string))
+/// The read-only view of a JSON value the shape rules need, so the one set of rules runs over a
+/// `serde_json::Value` (v1 envelopes arrive inside the request's value tree) and over the
+/// borrowed [`Node`] tree a v2 wire is parsed into (no map or string allocations per field).
+trait JsonView: Sized {
+    /// The member `key` of an object (the last one when a key repeats, like `JSON.parse`);
+    /// `None` for a missing key or a non-object.
+    fn get_key(&self, key: &str) -> Option<&Self>;
+    fn is_object(&self) -> bool;
+    fn as_text(&self) -> Option<&str>;
+    fn as_items(&self) -> Option<&[Self]>;
+    fn as_number(&self) -> Option<f64>;
+    fn is_json_null(&self) -> bool;
+    fn is_json_bool(&self) -> bool;
+
+    fn has_key(&self, key: &str) -> bool {
+        self.get_key(key).is_some()
+    }
+    fn is_text(&self) -> bool {
+        self.as_text().is_some()
+    }
 }
 
-fn num_is(v: Option<&Value>, want: f64) -> bool {
-    v.and_then(Value::as_f64) == Some(want)
+impl JsonView for Value {
+    fn get_key(&self, key: &str) -> Option<&Self> {
+        self.as_object()?.get(key)
+    }
+    fn is_object(&self) -> bool {
+        Value::is_object(self)
+    }
+    fn as_text(&self) -> Option<&str> {
+        self.as_str()
+    }
+    fn as_items(&self) -> Option<&[Self]> {
+        self.as_array().map(Vec::as_slice)
+    }
+    fn as_number(&self) -> Option<f64> {
+        self.as_f64()
+    }
+    fn is_json_null(&self) -> bool {
+        self.is_null()
+    }
+    fn is_json_bool(&self) -> bool {
+        self.is_boolean()
+    }
+}
+
+/// A JSON value parsed from wire text, borrowing every string that has no escapes. Parsed by
+/// the same `serde_json` parser as [`Value`] (same grammar, depth limit and number reading);
+/// objects keep their members in order and a lookup takes the last of a repeated key, which
+/// is what `Value` (and `JSON.parse`) keep.
+enum Node<'a> {
+    Null,
+    Bool,
+    Number(f64),
+    Text(Cow<'a, str>),
+    Array(Vec<Node<'a>>),
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
+}
+
+impl JsonView for Node<'_> {
+    fn get_key(&self, key: &str) -> Option<&Self> {
+        match self {
+            Node::Object(members) => members.iter().rev().find(|(k, _)| k == key).map(|m| &m.1),
+            _ => None,
+        }
+    }
+    fn is_object(&self) -> bool {
+        matches!(self, Node::Object(_))
+    }
+    fn as_text(&self) -> Option<&str> {
+        match self {
+            Node::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn as_items(&self) -> Option<&[Self]> {
+        match self {
+            Node::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+    fn as_number(&self) -> Option<f64> {
+        match self {
+            Node::Number(n) => Some(*n),
+            _ => None,
+        }
+    }
+    fn is_json_null(&self) -> bool {
+        matches!(self, Node::Null)
+    }
+    fn is_json_bool(&self) -> bool {
+        matches!(self, Node::Bool)
+    }
+}
+
+impl<'de> Deserialize<'de> for Node<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Bool)
+    }
+    // Numbers read as `Value::as_f64` reads them.
+    fn visit_i64<E>(self, n: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(n as f64))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(n as f64))
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(n))
+    }
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Node<'de>, E> {
+        Ok(Node::Text(Cow::Borrowed(s)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Text(Cow::Owned(s.to_owned())))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Node<'de>, E> {
+        Ok(Node::Text(Cow::Owned(s)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Node::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
+        let mut members = Vec::new();
+        while let Some(key) = map.next_key::<Node<'de>>()? {
+            // serde_json object keys are always strings.
+            let Node::Text(key) = key else {
+                return Err(serde::de::Error::custom("object key is not a string"));
+            };
+            members.push((key, map.next_value()?));
+        }
+        Ok(Node::Object(members))
+    }
+}
+
+fn is_string_array<J: JsonView>(v: Option<&J>) -> bool {
+    v.and_then(J::as_items)
+        .is_some_and(|a| a.iter().all(J::is_text))
+}
+
+fn num_is<J: JsonView>(v: Option<&J>, want: f64) -> bool {
+    v.and_then(J::as_number) == Some(want)
 }
 
 /// Whether `v` is a string of standard base64 decoding to exactly `len` bytes.
-fn b64_of_len(v: Option<&Value>, len: usize) -> bool {
-    v.and_then(Value::as_str)
+fn b64_of_len<J: JsonView>(v: Option<&J>, len: usize) -> bool {
+    v.and_then(J::as_text)
         .and_then(unb64)
         .is_some_and(|b| b.len() == len)
 }
 
-fn str_within(v: Option<&Value>, max_chars: usize) -> bool {
-    v.and_then(Value::as_str)
+fn str_within<J: JsonView>(v: Option<&J>, max_chars: usize) -> bool {
+    v.and_then(J::as_text)
         .is_some_and(|s| js_len(s) <= max_chars)
 }
 
@@ -72,18 +229,18 @@ pub fn envelope_shape_error(v: &Value) -> Option<String> {
     shape(v).err()
 }
 
-fn shape(v: &Value) -> Result<(), String> {
+fn shape<J: JsonView>(e: &J) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(e) = v.as_object() else {
+    if !e.is_object() {
         return fail("not an object");
-    };
-    if !num_is(e.get("v"), 3.0) {
+    }
+    if !num_is(e.get_key("v"), 3.0) {
         return fail("unsupported version");
     }
-    if !e.get("id").and_then(Value::as_str).is_some_and(is_ulid) {
+    if !e.get_key("id").and_then(J::as_text).is_some_and(is_ulid) {
         return fail("bad id");
     }
-    match e.get("from").and_then(Value::as_str) {
+    match e.get_key("from").and_then(J::as_text) {
         Some(f) if f.contains('@') => {
             if js_len(f) > 300 {
                 return fail("from over 300 characters");
@@ -91,8 +248,8 @@ fn shape(v: &Value) -> Result<(), String> {
         }
         _ => return fail("bad from"),
     }
-    match e.get("to") {
-        Some(Value::Array(to)) if !to.is_empty() && to.iter().all(Value::is_string) => {
+    match e.get_key("to").and_then(J::as_items) {
+        Some(to) if !to.is_empty() && to.iter().all(J::is_text) => {
             if to.len() > 100 {
                 return fail("more than 100 recipients");
             }
@@ -103,19 +260,19 @@ fn shape(v: &Value) -> Result<(), String> {
         _ => return fail("bad to"),
     }
     if !e
-        .get("kind")
-        .and_then(Value::as_str)
+        .get_key("kind")
+        .and_then(J::as_text)
         .is_some_and(|k| KINDS.contains(&k))
     {
         return fail("bad kind");
     }
-    let Some(enc) = e.get("enc") else {
+    let Some(enc) = e.get_key("enc") else {
         return fail("bad enc");
     };
-    let Some(body) = e.get("body").and_then(Value::as_str) else {
+    let Some(body) = e.get_key("body").and_then(J::as_text) else {
         return fail("bad body");
     };
-    let body_limit = if enc.is_null() {
+    let body_limit = if enc.is_json_null() {
         MAX_PLAIN_BODY_BYTES
     } else {
         MAX_SEALED_BODY_BYTES
@@ -123,7 +280,7 @@ fn shape(v: &Value) -> Result<(), String> {
     if body.len() > body_limit {
         return Err(format!("body over {body_limit} bytes"));
     }
-    let Some(subject) = e.get("subject").and_then(Value::as_str) else {
+    let Some(subject) = e.get_key("subject").and_then(J::as_text) else {
         return fail("bad subject");
     };
     if js_len(subject) > 200 {
@@ -132,61 +289,62 @@ fn shape(v: &Value) -> Result<(), String> {
     if has_control(subject) {
         return fail("subject contains control characters");
     }
-    if e.get("ts")
-        .and_then(Value::as_str)
+    if e.get_key("ts")
+        .and_then(J::as_text)
         .and_then(parse_date_loose)
         .is_none()
     {
         return fail("bad ts");
     }
-    if !str_within(e.get("thread"), 300) {
+    if !str_within(e.get_key("thread"), 300) {
         return fail("bad thread");
     }
-    match e.get("reply_to") {
-        None | Some(Value::Null) => {}
-        r if str_within(r, 300) => {}
+    match e.get_key("reply_to") {
+        None => {}
+        Some(r) if r.is_json_null() || str_within(Some(r), 300) => {}
         _ => return fail("bad reply_to"),
     }
-    if !e.get("needs_reply").is_some_and(Value::is_boolean) {
+    if !e.get_key("needs_reply").is_some_and(J::is_json_bool) {
         return fail("bad needs_reply");
     }
-    match e.get("refs") {
-        Some(Value::Array(refs)) if refs.iter().all(Value::is_string) => {
+    match e.get_key("refs").and_then(J::as_items) {
+        Some(refs) if refs.iter().all(J::is_text) => {
             if refs.len() > 100 || refs.iter().any(|r| !str_within(Some(r), 2048)) {
                 return fail("more than 100 refs or a ref over 2048 characters");
             }
         }
         _ => return fail("bad refs"),
     }
-    if !enc.is_null() {
+    if !enc.is_json_null() {
         check_enc(enc)?;
     }
-    match e.get("authority") {
-        None | Some(Value::Null) => {}
+    match e.get_key("authority") {
+        None => {}
+        Some(a) if a.is_json_null() => {}
         Some(a) => check_authority(a)?,
     }
-    check_meta(e.get("meta"))
+    check_meta(e.get_key("meta"))
 }
 
 /// `{"v":1,"alg":ENC_ALG,"epk":b64(32),"nonce":b64(24),"body":non-empty ≤ 349,548 bytes}`.
-fn check_enc(enc: &Value) -> Result<(), String> {
+fn check_enc<J: JsonView>(enc: &J) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(enc) = enc.as_object() else {
+    if !enc.is_object() {
         return fail("bad enc");
-    };
-    if !num_is(enc.get("v"), 1.0) {
+    }
+    if !num_is(enc.get_key("v"), 1.0) {
         return fail("unsupported enc version");
     }
-    if enc.get("alg").and_then(Value::as_str) != Some(ENC_ALG) {
+    if enc.get_key("alg").and_then(J::as_text) != Some(ENC_ALG) {
         return fail("unsupported enc algorithm");
     }
-    if !b64_of_len(enc.get("epk"), 32) {
+    if !b64_of_len(enc.get_key("epk"), 32) {
         return fail("bad enc epk");
     }
-    if !b64_of_len(enc.get("nonce"), 24) {
+    if !b64_of_len(enc.get_key("nonce"), 24) {
         return fail("bad enc nonce");
     }
-    match enc.get("body").and_then(Value::as_str) {
+    match enc.get_key("body").and_then(J::as_text) {
         Some(b) if !b.is_empty() => {
             if b.len() > MAX_SEALED_BODY_BYTES {
                 return Err(format!("sealed body over {MAX_SEALED_BODY_BYTES} bytes"));
@@ -198,32 +356,33 @@ fn check_enc(enc: &Value) -> Result<(), String> {
 }
 
 /// An owner authority (has `owner_sig`) or a grant authority (has `grant`); else `bad authority`.
-fn check_authority(a: &Value) -> Result<(), String> {
+fn check_authority<J: JsonView>(a: &J) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(a) = a.as_object() else {
+    if !a.is_object() {
         return fail("bad authority");
-    };
-    if a.contains_key("owner_sig") {
+    }
+    if a.has_key("owner_sig") {
         let strings = ["owner_sig", "owner_fp"]
             .iter()
-            .all(|k| a.get(*k).is_some_and(Value::is_string));
-        if !strings || a.contains_key("grant") || a.contains_key("session_sig") {
+            .all(|k| a.get_key(k).is_some_and(J::is_text));
+        if !strings || a.has_key("grant") || a.has_key("session_sig") {
             return fail("bad owner authority");
         }
         return Ok(());
     }
-    if a.contains_key("grant") {
+    if a.has_key("grant") {
         return check_grant(a);
     }
     fail("bad authority")
 }
 
-fn check_grant(a: &Map<String, Value>) -> Result<(), String> {
-    let grant = match a.get("grant") {
-        Some(Value::Object(g))
-            if num_is(g.get("v"), 2.0)
-                && a.get("session_sig").is_some_and(Value::is_string)
-                && !a.contains_key("owner_fp") =>
+fn check_grant<J: JsonView>(a: &J) -> Result<(), String> {
+    let grant = match a.get_key("grant") {
+        Some(g)
+            if g.is_object()
+                && num_is(g.get_key("v"), 2.0)
+                && a.get_key("session_sig").is_some_and(J::is_text)
+                && !a.has_key("owner_fp") =>
         {
             g
         }
@@ -231,53 +390,56 @@ fn check_grant(a: &Map<String, Value>) -> Result<(), String> {
     };
     if let Some(field) = GRANT_STRINGS
         .iter()
-        .find(|f| !grant.get(**f).is_some_and(Value::is_string))
+        .find(|f| !grant.get_key(f).is_some_and(J::is_text))
     {
         return Err(format!("bad grant.{field}"));
     }
-    if !is_string_array(grant.get("caps")) {
+    if !is_string_array(grant.get_key("caps")) {
         return Err("bad grant.caps".to_string());
     }
     Ok(())
 }
 
-fn check_meta(meta: Option<&Value>) -> Result<(), String> {
+fn check_meta<J: JsonView>(meta: Option<&J>) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
-    let Some(m) = meta.and_then(Value::as_object) else {
+    let Some(m) = meta.filter(|m| m.is_object()) else {
         return fail("bad meta");
     };
-    if let Some(field) = META_ARRAYS.iter().find(|f| !is_string_array(m.get(**f))) {
+    if let Some(field) = META_ARRAYS.iter().find(|f| !is_string_array(m.get_key(f))) {
         return Err(format!("bad meta.{field}"));
     }
-    if let Some(sv) = m.get("sender_verification") {
-        if !matches!(sv.as_str(), Some("unverified" | "leased")) {
+    if let Some(sv) = m.get_key("sender_verification") {
+        if !matches!(sv.as_text(), Some("unverified" | "leased")) {
             return fail("bad sender verification");
         }
     }
-    if let Some(hop) = m.get("hop") {
+    if let Some(hop) = m.get_key("hop") {
         let ok = hop
-            .as_f64()
+            .as_number()
             .is_some_and(|h| h.fract() == 0.0 && (0.0..=1000.0).contains(&h));
         if !ok {
             return fail("bad hop");
         }
     }
-    if let Some(origin) = m.get("origin") {
-        if !matches!(origin.as_str(), Some("agent" | "external")) {
+    if let Some(origin) = m.get_key("origin") {
+        if !matches!(origin.as_text(), Some("agent" | "external")) {
             return fail("bad origin");
         }
     }
-    if m.get("project").is_some_and(|p| !str_within(Some(p), 300)) {
+    if m.get_key("project")
+        .is_some_and(|p| !str_within(Some(p), 300))
+    {
         return fail("bad project");
     }
-    if m.get("project_key")
+    if m.get_key("project_key")
         .is_some_and(|p| !str_within(Some(p), 300))
     {
         return fail("bad project key");
     }
-    if let Some(names) = m.get("local_names") {
-        let ok = matches!(names, Value::Array(n)
-            if n.len() <= 100 && n.iter().all(|x| x.as_str().is_some_and(is_local_name)));
+    if let Some(names) = m.get_key("local_names") {
+        let ok = names.as_items().is_some_and(|n| {
+            n.len() <= 100 && n.iter().all(|x| x.as_text().is_some_and(is_local_name))
+        });
         if !ok {
             return fail("bad local names");
         }
@@ -285,23 +447,29 @@ fn check_meta(meta: Option<&Value>) -> Result<(), String> {
     Ok(())
 }
 
-/// The full check of a v2 envelope push: the parsed envelope, or the rejection reason
-/// (`bad envelope: <why>`, `item id is not the envelope id`, `envelope body is not sealed`).
-pub fn check_envelope_wire(wire: &[u8], item_id: &str) -> Result<Value, String> {
-    let v: Value = std::str::from_utf8(wire)
+/// The relay's check of a v2 envelope push: `Ok` or the rejection reason (`bad envelope: <why>`,
+/// `item id is not the envelope id`, `envelope body is not sealed`). The wire is parsed into a
+/// borrowed tree (no value tree: this runs once per pushed envelope).
+pub fn envelope_wire_error(wire: &[u8], item_id: &str) -> Result<(), String> {
+    let v: Node<'_> = std::str::from_utf8(wire)
         .ok()
         .and_then(|text| serde_json::from_str(text).ok())
         .ok_or_else(|| "bad envelope: not JSON".to_string())?;
-    if let Some(why) = envelope_shape_error(&v) {
-        return Err(format!("bad envelope: {why}"));
-    }
-    if v.get("id").and_then(Value::as_str) != Some(item_id) {
+    shape(&v).map_err(|why| format!("bad envelope: {why}"))?;
+    if v.get_key("id").and_then(Node::as_text) != Some(item_id) {
         return Err("item id is not the envelope id".to_string());
     }
-    if v.get("enc").is_none_or(Value::is_null) {
+    if v.get_key("enc").is_none_or(Node::is_json_null) {
         return Err("envelope body is not sealed".to_string());
     }
-    Ok(v)
+    Ok(())
+}
+
+/// [`envelope_wire_error`], then the envelope as a value tree (for the host side, which keeps
+/// it).
+pub fn check_envelope_wire(wire: &[u8], item_id: &str) -> Result<Value, String> {
+    envelope_wire_error(wire, item_id)?;
+    serde_json::from_slice(wire).map_err(|_| "bad envelope: not JSON".to_string())
 }
 
 /// The host parts of the envelope's `to` entries (`name@host` → `host`, split at the last `@`),
@@ -398,9 +566,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn every_reason_in_order() {
-        let cases: Vec<(Value, &str)> = vec![
+    fn reason_cases() -> Vec<(Value, &'static str)> {
+        vec![
             (json!([]), "not an object"),
             (without("v"), "unsupported version"),
             (with(&["v"], json!("3")), "unsupported version"),
@@ -536,8 +703,12 @@ mod tests {
                 with(&["meta", "local_names"], json!("ab")),
                 "bad local names",
             ),
-        ];
-        for (v, want) in cases {
+        ]
+    }
+
+    #[test]
+    fn every_reason_in_order() {
+        for (v, want) in reason_cases() {
             assert_eq!(
                 why(&v).as_deref(),
                 Some(want),
@@ -547,6 +718,74 @@ mod tests {
                     .take(300)
                     .collect::<String>()
             );
+        }
+    }
+
+    /// The verdict of the borrowed-tree rules on `text`, and of the value-tree rules on the
+    /// same text parsed as a `Value`: they must agree on every input.
+    fn both_verdicts(text: &str) -> (Option<String>, Option<String>) {
+        let node: Option<Node<'_>> = serde_json::from_str(text).ok();
+        let value: Option<Value> = serde_json::from_str(text).ok();
+        assert_eq!(node.is_some(), value.is_some(), "same grammar: {text}");
+        (
+            node.and_then(|n| shape(&n).err()),
+            value.and_then(|v| envelope_shape_error(&v)),
+        )
+    }
+
+    #[test]
+    fn borrowed_tree_and_value_tree_agree() {
+        let mut texts: Vec<String> = Vec::new();
+        let mut values = vec![
+            valid(),
+            with(&["enc"], Value::Null),
+            without("reply_to"),
+            with(&["subject"], json!("tab\there \"q\" \\ é 😀")),
+            with(&["meta", "hop"], json!(1e3)),
+            with(&["meta", "hop"], json!(-0.0)),
+            with(&["meta", "hop"], json!(2.5)),
+            with(&["v"], json!(3.0000000000000001)),
+            with(&["v"], json!(-3)),
+            with(&["v"], json!(u64::MAX)),
+        ];
+        values.extend(
+            [
+                ("authority", json!({"owner_sig": "s", "owner_fp": "f"})),
+                ("authority", json!({"grant": {"v": 2}, "session_sig": "x"})),
+            ]
+            .into_iter()
+            .map(|(k, v)| with(&[k], v)),
+        );
+        texts.extend(values.iter().map(Value::to_string));
+        let base = valid().to_string();
+        // repeated keys (the last one counts), escaped keys, nesting and junk
+        texts.push(base.replacen("{", "{\"v\":2,", 1));
+        texts.push(base.replacen("\"v\":3", "\"v\":3,\"v\":4", 1));
+        texts.push(base.replacen("\"v\":3", "\"\\u0076\":3", 1));
+        texts.push(base.replacen("\"enc\":{", "\"enc\":null,\"enc\":{", 1));
+        texts.push(base.replacen("\"meta\":{", "\"meta\":{\"tags\":5,", 1));
+        texts.push(base.replacen("\"subject\":\"hello\"", "\"subject\":\"a\\u0000b\"", 1));
+        for junk in [
+            "",
+            "{",
+            "[]",
+            "null",
+            "1",
+            "\"s\"",
+            "{\"a\":[1,{\"b\":null}]}",
+            "{} x",
+        ] {
+            texts.push(junk.to_string());
+        }
+        for text in &texts {
+            let (node, value) = both_verdicts(text);
+            assert_eq!(node, value, "{text}");
+        }
+        // every reason case of the table below, as text
+        for (v, _) in reason_cases() {
+            let text = v.to_string();
+            let (node, value) = both_verdicts(&text);
+            assert_eq!(node, value, "{text}");
         }
     }
 
