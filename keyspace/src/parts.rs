@@ -1,7 +1,9 @@
 //! The fjall database and its eleven partitions (keyspaces).
 
+use std::time::{Duration, Instant};
+
 use fjall::config::CompressionPolicy;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use crate::api::{Result, PARTITIONS};
 
@@ -97,14 +99,34 @@ impl Parts {
     }
 }
 
+/// Longest wait at close for memtables to be written out as tables.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
 impl Parts {
     /// Write every partition's memtable out as a table (at close: less journal to replay).
     /// Best effort: a failure leaves the data in the journal, which is durable anyway.
+    ///
+    /// Bounded: fjall's own `rotate_memtable_and_wait` waits forever when a flush worker fails
+    /// (disk full: it poisons the database and stops), which hung the close of a full store.
     pub(crate) fn flush_memtables(&self) {
         for ks in &self.ks {
-            if let Err(e) = ks.rotate_memtable_and_wait() {
-                tracing::warn!(error = %e, "flushing a memtable at close failed");
+            if let Err(e) = ks.rotate_memtable() {
+                tracing::warn!(error = %e, "flushing memtables at close failed; the journal keeps their data");
+                return;
             }
+        }
+        let deadline = Instant::now() + FLUSH_WAIT;
+        while self.ks.iter().any(|k| k.sealed_memtable_count() > 0) {
+            // A failed flush poisons the database: nothing more will be written out.
+            if let Err(e) = self.db.persist(PersistMode::Buffer) {
+                tracing::warn!(error = %e, "flushing memtables at close failed; the journal keeps their data");
+                return;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!("memtables not written out within {FLUSH_WAIT:?} at close; the journal keeps their data");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
