@@ -8,5 +8,6 @@ pub mod admin;
 pub mod failpoint;
 pub mod host;
 pub mod http;
+pub mod memory;
 pub mod relay;
 pub mod wire;

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    mbx_relay::memory::tune_allocator();
     init_logging();
     let config = args.into_config();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -50,6 +51,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    mbx_relay::memory::spawn_trimmer(mbx_relay::memory::TRIM_INTERVAL);
     match rt.block_on(mbx_relay::http::run_serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
