@@ -41,6 +41,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             .map_err(|e| format!("store open task failed: {e}"))?
             .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?
     };
+    crate::failpoint::watch_persist_failures(&store);
     let (relay_key, source) = key::load_or_create(&dir, config.key_env.as_deref())?;
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(
