@@ -281,6 +281,8 @@ impl Inner {
             }
         }
         let view = self.view.write().ok().and_then(|mut v| v.take());
+        // Closed, not recovering: later reads answer `Closed`.
+        self.recovery.recovering.store(false, Ordering::SeqCst);
         let mut result = Ok(());
         if let Some(v) = view {
             if let Err(e) = v.parts.db.persist(fjall::PersistMode::SyncAll) {
