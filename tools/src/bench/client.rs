@@ -167,3 +167,18 @@ impl Conn {
         Self::finish(req.send(body.as_bytes()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hops_go_stale_after_their_max_age() {
+        let host = Host::generate("h".into());
+        let mut hop = Conn::sign(&host, "POST", "/v2/relay/items", "{}");
+        assert!(hop.fresh(60_000));
+        assert_eq!(hop.headers[2].1, hop.signed_ms.to_string());
+        hop.signed_ms -= 60_001;
+        assert!(!hop.fresh(60_000));
+    }
+}
