@@ -164,16 +164,25 @@ fn stop_relay(mut r: Relay) {
     }
 }
 
-/// VmRSS of `pid` in MiB.
-fn rss_mib(pid: u32) -> Result<f64, String> {
+/// A memory figure of `pid` from /proc (`VmRSS`: resident now, `VmHWM`: peak resident), in MiB.
+fn proc_mib(pid: u32, field: &str) -> Result<f64, String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
-        .ok_or_else(|| "no VmRSS".into())
+        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
 }
+
+/// VmRSS of `pid` in MiB.
+fn rss_mib(pid: u32) -> Result<f64, String> {
+    proc_mib(pid, "VmRSS")
+}
+
+/// How long the bench lets a relay that just finished pushing settle before reading its RSS:
+/// one heap-trim period (`mbx_relay::memory::TRIM_INTERVAL`) and a second to spare.
+const SETTLE: Duration = Duration::from_secs(3);
 
 fn bench_cmd(url: &str, args: &[String]) -> Result<Command, String> {
     let mut c = Command::new(tool_bin()?);
@@ -321,7 +330,8 @@ fn main() -> Result<(), String> {
     )?;
 
     let mut queued = 0u64;
-    let (mut rss_pushed, mut rss_restarted, mut startup_queued) = (0.0, 0.0, Duration::ZERO);
+    let (mut rss_pushed, mut rss_peak, mut rss_restarted, mut startup_queued) =
+        (0.0, 0.0, 0.0, Duration::ZERO);
     let mut batch_push_cpu = Duration::ZERO;
     cpu_mark = relay_cpu(relay.as_ref())?;
     let batched = run_tool_paused(
@@ -344,7 +354,9 @@ fn main() -> Result<(), String> {
             queued = q;
             let r = relay.take().ok_or("relay not running")?;
             batch_push_cpu = relay_cpu(Some(&r))?.saturating_sub(cpu_mark);
+            std::thread::sleep(SETTLE);
             rss_pushed = rss_mib(r.child.id())?;
+            rss_peak = proc_mib(r.child.id(), "VmHWM")?;
             stop_relay(r);
             let r = start_relay(&dir, port)?;
             startup_queued = r.startup;
@@ -403,10 +415,10 @@ fn main() -> Result<(), String> {
         ),
         (
             format!(
-                "RSS, {} queued: after pushing / after restart",
+                "RSS, {} queued: after pushing (peak while pushing) / after restart",
                 thousands(queued as f64)
             ),
-            format!("{rss_pushed:.1} MiB / {rss_restarted:.1} MiB"),
+            format!("{rss_pushed:.1} ({rss_peak:.1}) MiB / {rss_restarted:.1} MiB"),
             String::new(),
             "< 64 MiB (1,000,000 queued)",
         ),
