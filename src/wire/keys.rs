@@ -54,7 +54,12 @@ pub fn parse_pubkey(s: &str) -> Option<[u8; 32]> {
     {
         return None;
     }
-    unb64(s)?.try_into().ok()
+    // Decoded in place (one per pushed target): 44 chars decode to at most 33 bytes.
+    let mut out = [0u8; 33];
+    match STANDARD.decode_slice(s, &mut out) {
+        Ok(32) => out[..32].try_into().ok(),
+        _ => None,
+    }
 }
 
 /// Standard base64 with padding.
@@ -248,6 +253,11 @@ mod tests {
         assert!(parse_pubkey("RGFywaMKEAqDxDq8ONlqDj48IAilo9uA2tLmfI/i70\n=").is_none());
         assert!(parse_pubkey("============================================").is_none());
         assert!(parse_pubkey("").is_none());
+        // non-canonical trailing bits are refused, like `unb64` refuses them
+        let loose = PUB.replace("70g=", "70h=");
+        assert_eq!(unb64(&loose), None);
+        assert!(parse_pubkey(&loose).is_none());
+        assert_eq!(parse_pubkey(PUB).map(|k| k.to_vec()), unb64(PUB));
     }
 
     #[test]
