@@ -164,6 +164,7 @@ impl Recovery {
         if parts.is_some() {
             release(parts, view, &self.shared)?;
         }
+        drop_cached_pages(&self.dir.join(crate::store::DB_DIR));
         let fresh = crate::store::open_parts(&self.dir, false)
             .map_err(|e| format!("cannot reopen the database: {e}"))?;
         // What recovery replayed may have been in the page cache only: make it durable
@@ -222,6 +223,45 @@ fn release(parts: &mut Option<Arc<Parts>>, view: &ViewSlot, shared: &Shared) -> 
     Ok(())
 }
 
+/// Most files whose cached pages are dropped before a reopen (an fjall database holds a journal
+/// or two and a few tables per partition; this bounds the walk, not correctness).
+const MAX_DROPPED_FILES: usize = 100_000;
+
+/// Ask the kernel to forget the cached pages of every file under `db_dir`, so the reopen reads
+/// what is really on disk. After a failed fsync (EIO) Linux may mark the unwritten pages clean
+/// and keep serving them from the page cache; replaying those would show the relay writes that
+/// never reached the disk. `POSIX_FADV_DONTNEED` drops clean pages only (dirty ones stay and are
+/// written back as usual), so it cannot lose data; on a failure it is merely less thorough.
+fn drop_cached_pages(db_dir: &Path) {
+    let mut stack = vec![db_dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_DROPPED_FILES {
+                return;
+            }
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() => {
+                    if let Ok(f) = std::fs::File::open(&path) {
+                        use std::os::fd::AsRawFd as _;
+                        // SAFETY: a valid open descriptor; fadvise only changes cache state.
+                        unsafe {
+                            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Write and fsync [`PROBE_BYTES`] in `dir` (then remove them): fails while the disk is full.
 fn probe_space(dir: &Path) -> std::io::Result<()> {
     let path = dir.join(PROBE_FILE);
@@ -252,6 +292,50 @@ mod tests {
         assert_eq!(backoff(3), BASE_DELAY * 2);
         assert_eq!(backoff(40), MAX_DELAY);
         assert_eq!(backoff(u32::MAX), MAX_DELAY);
+    }
+
+    /// Pages of `path` resident in the page cache (mincore over a fresh mapping).
+    fn resident_pages(path: &Path) -> usize {
+        use std::os::fd::AsRawFd as _;
+        let f = std::fs::File::open(path).unwrap();
+        let len = usize::try_from(f.metadata().unwrap().len()).unwrap();
+        // SAFETY: mapping a regular file read-only for its length; unmapped before returning.
+        unsafe {
+            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap();
+            let addr = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(addr, libc::MAP_FAILED);
+            let mut vec = vec![0u8; len.div_ceil(page)];
+            assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+            libc::munmap(addr, len);
+            vec.iter().filter(|b| *b & 1 == 1).count()
+        }
+    }
+
+    #[test]
+    fn cached_pages_of_the_database_files_are_dropped() {
+        // Beside the sources, not in the system temp dir: on a tmpfs /tmp the page cache *is*
+        // the file and cannot be dropped.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let nested = dir.path().join("keyspaces").join("1");
+        std::fs::create_dir_all(&nested).unwrap();
+        let files = [dir.path().join("0.jnl"), nested.join("table")];
+        for f in &files {
+            std::fs::write(f, vec![7u8; 256 * 1024]).unwrap();
+            std::fs::File::open(f).unwrap().sync_all().unwrap();
+            assert!(resident_pages(f) > 0, "a just-written file is cached");
+        }
+        drop_cached_pages(dir.path());
+        for f in &files {
+            assert_eq!(resident_pages(f), 0, "{} still cached", f.display());
+            assert_eq!(std::fs::read(f).unwrap(), vec![7u8; 256 * 1024]);
+        }
     }
 
     #[test]
