@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use fjall::config::CompressionPolicy;
+use fjall::config::{CompressionPolicy, PinningPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use crate::api::{Result, PARTITIONS};
@@ -86,7 +86,15 @@ impl Parts {
             } else {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.
                 db.keyspace(p.name(), || {
-                    KeyspaceCreateOptions::default().max_memtable_size(SMALL_MEMTABLE)
+                    let opts = KeyspaceCreateOptions::default().max_memtable_size(SMALL_MEMTABLE);
+                    if p == Part::Dedup {
+                        // Nearly every push looks up a dedup row that is not there: keep the
+                        // filters of every level in memory (~10 bits a row) instead of
+                        // competing for the small block cache.
+                        opts.filter_block_pinning_policy(PinningPolicy::all(true))
+                    } else {
+                        opts
+                    }
                 })?
             };
             ks.push(handle);

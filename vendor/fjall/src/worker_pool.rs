@@ -251,6 +251,10 @@ fn worker_tick(ctx: &WorkerState) -> crate::Result<bool> {
             // NOTE: Let one worker prioritize flushing if there are pending flushes
             if ctx.pool_size > 1 && ctx.worker_id == 0 {
                 ctx.sender.try_send(WorkerMessage::Compact(keyspace)).ok();
+                // mbx-relay patch (PATCHES.md): while the other worker is busy compacting, this
+                // worker would receive its own re-sent message straight back and spin on a
+                // core; a short pause bounds the bouncing to ~1,000 messages a second.
+                std::thread::sleep(std::time::Duration::from_millis(1));
                 return Ok(false);
             }
 
