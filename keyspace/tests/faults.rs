@@ -109,13 +109,19 @@ fn reopened_is_identical(store: Store, dir: &Path, clock: Arc<TestClock>) -> Sto
     store
 }
 
-#[test]
-fn an_injected_fsync_failure_is_answered_with_an_error_then_the_store_serves_again() {
+/// A fresh store on a test clock with target `t` (key 2) enrolled, and a sender `s` (key 1).
+fn store_with_target() -> (tempfile::TempDir, Arc<TestClock>, Store, Key32, Key32) {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock::new(1_000);
     let store = open_with(dir.path(), clock.clone());
     let (s, t) = (key(1), key(2));
     enrol(&store, t, "t");
+    (dir, clock, store, s, t)
+}
+
+#[test]
+fn an_injected_fsync_failure_is_answered_with_an_error_then_the_store_serves_again() {
+    let (dir, clock, store, s, t) = store_with_target();
     for i in 0..3 {
         try_insert(&store, s, &format!("before-{i}"), t).unwrap();
     }
@@ -155,11 +161,7 @@ fn an_injected_fsync_failure_is_answered_with_an_error_then_the_store_serves_aga
 
 #[test]
 fn consecutive_failures_back_off_and_concurrent_writes_stay_consistent() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = TestClock::new(1_000);
-    let store = open_with(dir.path(), clock.clone());
-    let (s, t) = (key(1), key(2));
-    enrol(&store, t, "t");
+    let (dir, clock, store, s, t) = store_with_target();
     try_insert(&store, s, "first", t).unwrap();
 
     store.inject_persist_failures_for_tests(3);
@@ -234,11 +236,7 @@ impl Write for Blocking {
 
 #[test]
 fn a_reader_holding_the_old_database_delays_the_reopen_and_reads_fail_cleanly_meanwhile() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = TestClock::new(1_000);
-    let store = open_with(dir.path(), clock.clone());
-    let (s, t) = (key(1), key(2));
-    enrol(&store, t, "t");
+    let (dir, clock, store, s, t) = store_with_target();
     try_insert(&store, s, "kept", t).unwrap();
 
     let (started_tx, started_rx) = mpsc::channel();

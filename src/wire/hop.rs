@@ -5,7 +5,7 @@
 //! exact request body text (`""` for a GET).
 
 use super::canonical::{write_escaped, write_string};
-use super::keys::{verify, verify_with, SigningKey, VerifyingKey};
+use super::keys::{verify_with, verifying_key, SigningKey, VerifyingKey};
 
 /// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
 pub const HOP_SKEW_MS: i64 = 300_000;
@@ -48,7 +48,7 @@ pub fn verify_hop(
     body: &str,
     sig_b64: &str,
 ) -> bool {
-    verify(pk, hop_payload(method, path, ts, body).as_bytes(), sig_b64)
+    verifying_key(pk).is_some_and(|k| verify_hop_with(&k, method, path, ts, body, sig_b64))
 }
 
 /// [`verify_hop`] with an already decoded key (the relay memoises key decoding).
