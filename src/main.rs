@@ -6,6 +6,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mbx_relay::http::args::ServeArgs;
 
+/// mimalloc, tuned in `mbx_relay::memory` (why: see there).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
 #[derive(Debug, Parser)]
 #[command(name = "mbx-relay", version, about)]
@@ -25,6 +29,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    mbx_relay::memory::tune_allocator();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
@@ -38,11 +43,11 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    mbx_relay::memory::tune_allocator();
     init_logging();
     let config = args.into_config();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(mbx_relay::memory::collect_idle_thread)
         .build()
     {
         Ok(rt) => rt,

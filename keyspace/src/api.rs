@@ -39,13 +39,20 @@ pub struct OpenOptions {
     pub clock: Arc<dyn Clock>,
     /// Create the store directory when it does not exist (the relay: yes; admin tools: no).
     pub create: bool,
+    /// Called on the writer thread every [`WRITER_IDLE`] while it has nothing to do (the relay
+    /// gives the allocator's free pages back there); `None`: nothing.
+    pub on_writer_idle: Option<fn()>,
 }
+
+/// How long the writer waits for work before it counts as idle.
+pub const WRITER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             clock: Arc::new(SystemClock),
             create: true,
+            on_writer_idle: None,
         }
     }
 }

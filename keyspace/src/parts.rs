@@ -3,7 +3,9 @@
 use std::time::{Duration, Instant};
 
 use fjall::config::{CompressionPolicy, PinningPolicy};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{
+    CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
+};
 
 use crate::api::{Result, PARTITIONS};
 
@@ -82,6 +84,15 @@ impl Parts {
                     KeyspaceCreateOptions::default()
                         .data_block_compression_policy(CompressionPolicy::disabled())
                         .max_memtable_size(ITEMS_MEMTABLE)
+                        // Item records (wire bytes, ~1 KiB and up) go to blob files once, at
+                        // flush; compaction then moves only keys and blob pointers. Batched
+                        // pushes: relay CPU per item 57 → 53 µs at 150,000 queued, and the
+                        // saving grows with the store (docs/performance.md).
+                        .with_kv_separation(Some(
+                            KvSeparationOptions::default()
+                                .compression(CompressionType::None)
+                                .separation_threshold(512),
+                        ))
                 })?
             } else {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.

@@ -183,6 +183,7 @@ impl Store {
             Arc::clone(&view),
             Arc::clone(&opts.clock),
             dir.to_path_buf(),
+            opts.on_writer_idle,
         );
         let recovery = w.recovery_state();
         let fail_persists = Arc::clone(&w.fail_persists);

@@ -18,12 +18,12 @@ use std::ops::Bound;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, RwLock};
 
 use fjall::{PersistMode, Slice};
 
-use crate::api::{Clock, Result, StoreError};
+use crate::api::{Clock, Result, StoreError, WRITER_IDLE};
 use crate::commit_stats::CommitCounters;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView};
@@ -250,6 +250,8 @@ pub(crate) struct Writer {
     recovery: Recovery,
     /// Group sizes and fsync latencies, read by `Store::commit_stats`.
     pub counters: Arc<CommitCounters>,
+    /// Runs when the writer goes idle ([`crate::OpenOptions::on_writer_idle`]).
+    on_idle: Option<fn()>,
 }
 
 impl Writer {
@@ -260,6 +262,7 @@ impl Writer {
         view: ViewSlot,
         clock: Arc<dyn Clock>,
         dir: PathBuf,
+        on_idle: Option<fn()>,
     ) -> Writer {
         Writer {
             parts: Some(parts),
@@ -270,6 +273,7 @@ impl Writer {
             fail_persists: Arc::new(AtomicU32::new(0)),
             recovery: Recovery::new(dir),
             counters: Arc::new(CommitCounters::default()),
+            on_idle,
         }
     }
 
@@ -280,7 +284,7 @@ impl Writer {
 
     /// Serve groups until every sender is gone.
     pub(crate) fn run(mut self) {
-        while let Ok(first) = self.rx.recv() {
+        while let Some(first) = self.next_job() {
             let mut jobs = Vec::with_capacity(64);
             jobs.push(first);
             while jobs.len() < MAX_GROUP {
@@ -290,6 +294,22 @@ impl Writer {
                 }
             }
             self.group(jobs);
+        }
+    }
+
+    /// The next job, blocking; `on_idle` runs every [`WRITER_IDLE`] while none comes.
+    /// `None` once every sender is gone.
+    fn next_job(&self) -> Option<Job> {
+        loop {
+            match self.rx.recv_timeout(WRITER_IDLE) {
+                Ok(j) => return Some(j),
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(hook) = self.on_idle {
+                        hook();
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
         }
     }
 

@@ -36,7 +36,11 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     let dir = config.store_dir.clone();
     let store = {
         let open_dir = dir.clone();
-        tokio::task::spawn_blocking(move || Store::open(&open_dir, OpenOptions::default()))
+        let opts = OpenOptions {
+            on_writer_idle: Some(crate::memory::collect_idle_thread),
+            ..OpenOptions::default()
+        };
+        tokio::task::spawn_blocking(move || Store::open(&open_dir, opts))
             .await
             .map_err(|e| format!("store open task failed: {e}"))?
             .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?

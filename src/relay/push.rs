@@ -111,22 +111,27 @@ impl Relay {
         let committed = self.commit(&caller.key, prepared).await?;
         crate::failpoint::hit("relay-after-commit");
         let epoch = self.epoch();
+        let sender_b64 = b64(&caller.key);
+        let mut accepts = Vec::with_capacity(committed.len());
         for (((i, item_id), targets), outcome) in indexes
             .into_iter()
             .zip(item_ids)
             .zip(target_keys)
             .zip(committed)
         {
-            results[i] = Some(match outcome {
+            match outcome {
                 Committed::Rejected(reason) => {
-                    self.rejected(Some(&Value::String(item_id)), &reason)
+                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
                 }
                 Committed::Stored {
                     at_ms,
                     targets: seqs,
-                } => self.accepted_result(&epoch, &caller.key, &item_id, &targets, &seqs, at_ms),
-            });
+                } => {
+                    accepts.push(AcceptDraft::new(i, item_id, &targets, &seqs, at_ms));
+                }
+            }
         }
+        self.sign_accepts(&epoch, &sender_b64, accepts, &mut results);
         Ok(results_text(results))
     }
 
@@ -285,47 +290,82 @@ impl Relay {
         .to_string()
     }
 
-    /// An accepted or duplicate result's JSON text, with its accept statement signed by the
-    /// relay key: `{"accept","item_id","sig","status","targets":[{"host_pubkey","seq"}]}`. The
-    /// accept's canonical text is built once, signed, and (seqs up to 2^53) answered as is.
-    fn accepted_result(
+    /// Fill in the accepted or duplicate results: each accept statement's canonical text is
+    /// built once, all of them are signed by the relay key as one batch, and each (seqs up to
+    /// 2^53) is answered as is:
+    /// `{"accept","item_id","sig","status","targets":[{"host_pubkey","seq"}]}`.
+    fn sign_accepts(
         &self,
         epoch: &str,
-        sender: &Key32,
-        item_id: &str,
+        sender_b64: &str,
+        accepts: Vec<AcceptDraft>,
+        results: &mut [Option<String>],
+    ) {
+        let texts: Vec<(String, Option<String>)> = accepts
+            .iter()
+            .map(|a| {
+                let parts = AcceptParts {
+                    relay_pubkey: &self.pubkey_b64,
+                    epoch,
+                    sender_pubkey: sender_b64,
+                    item_id: &a.item_id,
+                    targets: &a.targets,
+                    at_ms: a.at_ms,
+                };
+                (parts.canonical(), parts.exact_answer())
+            })
+            .collect();
+        let signed: Vec<&[u8]> = texts.iter().map(|(c, _)| c.as_bytes()).collect();
+        let sigs = self.key.sign_many(&signed);
+        for ((a, (canonical, exact)), sig) in accepts.into_iter().zip(texts).zip(sigs) {
+            let counter = if a.all_dup {
+                &self.metrics.duplicate
+            } else {
+                &self.metrics.accepted
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let accept = exact.unwrap_or(canonical);
+            results[a.index] = Some(accepted_text(
+                &accept, &a.item_id, &sig, a.all_dup, &a.targets,
+            ));
+        }
+    }
+}
+
+/// A stored item waiting for its signed accept: where its result goes and what the accept
+/// statement names.
+struct AcceptDraft {
+    index: usize,
+    item_id: String,
+    targets: Vec<AcceptTarget>,
+    at_ms: u64,
+    /// Every target was already stored (a retry): the status is `duplicate`.
+    all_dup: bool,
+}
+
+impl AcceptDraft {
+    fn new(
+        index: usize,
+        item_id: String,
         targets: &[(Key32, [u8; 32])],
         seqs: &[TargetSeq],
         at_ms: u64,
-    ) -> String {
-        let all_dup = seqs.iter().all(|s| s.duplicate);
-        let counter = if all_dup {
-            &self.metrics.duplicate
-        } else {
-            &self.metrics.accepted
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let accept_targets: Vec<AcceptTarget> = targets
-            .iter()
-            .zip(seqs)
-            .map(|((t, h), s)| AcceptTarget {
-                host_pubkey: b64(t),
-                seq: s.seq,
-                wire_hash: hex(h),
-            })
-            .collect();
-        let sender_b64 = b64(sender);
-        let parts = AcceptParts {
-            relay_pubkey: &self.pubkey_b64,
-            epoch,
-            sender_pubkey: &sender_b64,
+    ) -> AcceptDraft {
+        AcceptDraft {
+            index,
             item_id,
-            targets: &accept_targets,
+            targets: targets
+                .iter()
+                .zip(seqs)
+                .map(|((t, h), s)| AcceptTarget {
+                    host_pubkey: b64(t),
+                    seq: s.seq,
+                    wire_hash: hex(h),
+                })
+                .collect(),
             at_ms,
-        };
-        let canonical = parts.canonical();
-        let sig = self.key.sign(canonical.as_bytes());
-        let accept = parts.answer_text(canonical);
-        accepted_text(&accept, item_id, &sig, all_dup, &accept_targets)
+            all_dup: seqs.iter().all(|s| s.duplicate),
+        }
     }
 }
 

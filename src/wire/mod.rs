@@ -3,6 +3,7 @@
 //! checks the relay applies to records and wire items. Shared by the relay, HTTP and host sides.
 
 pub mod accept;
+pub mod batch_sign;
 pub mod canonical;
 pub mod envelope;
 pub mod hop;
