@@ -111,8 +111,14 @@ mod bytes {
 
 /// Encode a value.
 pub(crate) fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    enc_with_capacity(v, 64)
+}
+
+/// [`enc`] into a buffer that starts with `capacity` bytes, so a value of known size (an item
+/// record: its wire bytes and ~100 more) is written without growing the buffer step by step.
+pub(crate) fn enc_with_capacity<T: Serialize>(v: &T, capacity: usize) -> Vec<u8> {
     // postcard into a Vec cannot fail for our plain types
-    postcard::to_allocvec(v).unwrap_or_default()
+    postcard::to_extend(v, Vec::with_capacity(capacity)).unwrap_or_default()
 }
 
 /// Decode a value (owned, or borrowing `bytes` like [`ItemView`]), naming the partition when it

@@ -55,21 +55,24 @@ fn cacheable(p: Part) -> bool {
     )
 }
 
-fn okey(part: Part, key: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(key.len() + 1);
-    v.push(part.id());
-    v.extend_from_slice(key);
-    v
-}
+/// One map per partition, indexed by [`Part`]. Keys and values are fjall `Slice`s, so staging,
+/// undo, the cache and the commit share one copy of each key (a clone is a reference count).
+type PerPart<M> = [M; Part::ALL.len()];
+
+/// Pending writes of a group, per partition: `Some` = put, `None` = delete.
+type Overlay = PerPart<BTreeMap<Slice, Option<Slice>>>;
+
+/// The writer's point-read cache, per partition (only [`cacheable`] ones hold entries).
+type Cache = PerPart<HashMap<Slice, Option<Slice>>>;
 
 /// The writer's view while it runs a group: pending writes over the committed database.
 pub(crate) struct Tx<'a> {
     parts: &'a Parts,
-    cache: &'a HashMap<Vec<u8>, Option<Slice>>,
-    /// Pending writes of this group: `Some` = put, `None` = delete.
-    overlay: BTreeMap<Vec<u8>, Option<Slice>>,
+    cache: &'a Cache,
+    /// Pending writes of this group.
+    overlay: Overlay,
     /// Previous overlay entries, for rolling one job back.
-    undo: Vec<(Vec<u8>, Option<Option<Slice>>)>,
+    undo: Vec<(Part, Slice, Option<Option<Slice>>)>,
     /// The clock at the start of the current job.
     pub now_ms: u64,
 }
@@ -77,17 +80,17 @@ pub(crate) struct Tx<'a> {
 impl<'a> Tx<'a> {
     /// Stage a put.
     pub(crate) fn put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
-        self.stage(okey(part, key), Some(Slice::from(value)));
+        self.stage(part, Slice::new(key), Some(Slice::from(value)));
     }
 
     /// Stage a delete.
     pub(crate) fn del(&mut self, part: Part, key: &[u8]) {
-        self.stage(okey(part, key), None);
+        self.stage(part, Slice::new(key), None);
     }
 
-    fn stage(&mut self, k: Vec<u8>, v: Option<Slice>) {
-        let prev = self.overlay.insert(k.clone(), v);
-        self.undo.push((k, prev));
+    fn stage(&mut self, part: Part, k: Slice, v: Option<Slice>) {
+        let prev = self.overlay[part as usize].insert(k.clone(), v);
+        self.undo.push((part, k, prev));
     }
 
     /// A point to roll back to.
@@ -98,15 +101,16 @@ impl<'a> Tx<'a> {
     /// Undo every write staged since `sp`.
     pub(crate) fn rollback_to(&mut self, sp: usize) {
         while self.undo.len() > sp {
-            let Some((k, prev)) = self.undo.pop() else {
+            let Some((part, k, prev)) = self.undo.pop() else {
                 break;
             };
+            let overlay = &mut self.overlay[part as usize];
             match prev {
                 Some(v) => {
-                    self.overlay.insert(k, v);
+                    overlay.insert(k, v);
                 }
                 None => {
-                    self.overlay.remove(&k);
+                    overlay.remove(&k);
                 }
             }
         }
@@ -115,12 +119,11 @@ impl<'a> Tx<'a> {
 
 impl Reader for Tx<'_> {
     fn get(&self, part: Part, key: &[u8]) -> Result<Option<Slice>> {
-        let k = okey(part, key);
-        if let Some(v) = self.overlay.get(&k) {
+        if let Some(v) = self.overlay[part as usize].get(key) {
             return Ok(v.clone());
         }
         if cacheable(part) {
-            if let Some(v) = self.cache.get(&k) {
+            if let Some(v) = self.cache[part as usize].get(key) {
                 return Ok(v.clone());
             }
         }
@@ -138,16 +141,7 @@ impl Reader for Tx<'_> {
         if limit == 0 {
             return Ok(out);
         }
-        let olo = lo.map(|k| okey(part, k));
-        let ohi = match hi {
-            Bound::Unbounded => Bound::Excluded(vec![part.id() + 1]),
-            b => b.map(|k| okey(part, k)),
-        };
-        let olo = match olo {
-            Bound::Unbounded => Bound::Included(vec![part.id()]),
-            b => b,
-        };
-        let mut pending = self.overlay.range((olo, ohi));
+        let mut pending = self.overlay[part as usize].range::<[u8], _>((lo, hi));
         let mut db = self.parts.ks(part).range::<&[u8], _>((lo, hi));
         let mut db_next = next_pair(&mut db)?;
         let mut ov_next = pending.next();
@@ -162,12 +156,12 @@ impl Reader for Tx<'_> {
                 }
                 (None, Some((ok, ov))) => {
                     if let Some(v) = ov {
-                        out.push((Slice::from(&ok[1..]), v.clone()));
+                        out.push(((*ok).clone(), v.clone()));
                     }
                     ov_next = pending.next();
                 }
                 (Some((dk, _)), Some((ok, ov))) => {
-                    let ord = dk.as_ref().cmp(&ok[1..]);
+                    let ord = dk.as_ref().cmp(ok.as_ref());
                     match ord {
                         std::cmp::Ordering::Less => {
                             if let Some(p) = db_next.take() {
@@ -177,14 +171,14 @@ impl Reader for Tx<'_> {
                         }
                         std::cmp::Ordering::Equal => {
                             if let Some(v) = ov {
-                                out.push((Slice::from(&ok[1..]), v.clone()));
+                                out.push(((*ok).clone(), v.clone()));
                             }
                             ov_next = pending.next();
                             db_next = next_pair(&mut db)?;
                         }
                         std::cmp::Ordering::Greater => {
                             if let Some(v) = ov {
-                                out.push((Slice::from(&ok[1..]), v.clone()));
+                                out.push(((*ok).clone(), v.clone()));
                             }
                             ov_next = pending.next();
                         }
@@ -243,7 +237,7 @@ pub(crate) struct Writer {
     pub rx: Receiver<Job>,
     pub view: ViewSlot,
     pub clock: Arc<dyn Clock>,
-    cache: HashMap<Vec<u8>, Option<Slice>>,
+    cache: Cache,
     /// Test hook: groups whose fsync is reported failed (after their batch is committed).
     pub fail_persists: Arc<AtomicU32>,
     /// Reopens the database after a failed group.
@@ -269,7 +263,7 @@ impl Writer {
             rx,
             view,
             clock,
-            cache: HashMap::new(),
+            cache: Default::default(),
             fail_persists: Arc::new(AtomicU32::new(0)),
             recovery: Recovery::new(dir),
             counters: Arc::new(CommitCounters::default()),
@@ -328,7 +322,7 @@ impl Writer {
         let mut tx = Tx {
             parts: &parts,
             cache: &self.cache,
-            overlay: BTreeMap::new(),
+            overlay: Default::default(),
             undo: Vec::new(),
             now_ms: 0,
         };
@@ -339,7 +333,7 @@ impl Writer {
         }
         let overlay = std::mem::take(&mut tx.overlay);
         drop(tx);
-        let wrote = !overlay.is_empty();
+        let wrote = overlay.iter().any(|m| !m.is_empty());
         let outcome = self.commit(&parts, &overlay);
         if wrote {
             self.counters.group(ops, outcome.is_ok());
@@ -349,12 +343,12 @@ impl Writer {
                 if wrote {
                     self.recovery.group_ok();
                 }
-                if self.cache.len() > MAX_CACHE {
-                    self.cache.clear();
+                if self.cache.iter().map(HashMap::len).sum::<usize>() > MAX_CACHE {
+                    self.clear_cache();
                 }
-                for (k, v) in overlay {
-                    if Part::from_id(k[0]).is_some_and(cacheable) {
-                        self.cache.insert(k, v);
+                for (part, writes) in Part::ALL.into_iter().zip(overlay) {
+                    if cacheable(part) {
+                        self.cache[part as usize].extend(writes);
                     }
                 }
                 let snap = SnapView {
@@ -369,7 +363,7 @@ impl Writer {
             }
             Err(why) => {
                 self.recovery.group_failed(why);
-                self.cache.clear();
+                self.clear_cache();
             }
         }
         let err = outcome.err();
@@ -378,23 +372,22 @@ impl Writer {
         }
     }
 
+    fn clear_cache(&mut self) {
+        self.cache.iter_mut().for_each(HashMap::clear);
+    }
+
     /// Write the group's overlay as one batch and make it durable.
-    fn commit(
-        &self,
-        parts: &Parts,
-        overlay: &BTreeMap<Vec<u8>, Option<Slice>>,
-    ) -> Result<(), String> {
-        if overlay.is_empty() {
+    fn commit(&self, parts: &Parts, overlay: &Overlay) -> Result<(), String> {
+        if overlay.iter().all(BTreeMap::is_empty) {
             return Ok(());
         }
         let mut batch = parts.db.batch();
-        for (k, v) in overlay {
-            let Some(part) = Part::from_id(k[0]) else {
-                continue;
-            };
-            match v {
-                Some(v) => batch.insert(parts.ks(part), &k[1..], v.clone()),
-                None => batch.remove(parts.ks(part), &k[1..]),
+        for (part, writes) in Part::ALL.into_iter().zip(overlay) {
+            for (k, v) in writes {
+                match v {
+                    Some(v) => batch.insert(parts.ks(part), k.clone(), v.clone()),
+                    None => batch.remove(parts.ks(part), k.clone()),
+                }
             }
         }
         batch.commit().map_err(|e| format!("commit failed: {e}"))?;
