@@ -109,3 +109,46 @@ fn stats_and_dump() {
         )
         .is_err());
 }
+
+/// Times the idle hook of [`writer_runs_the_idle_hook_only_while_idle`] ran.
+static IDLE_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn count_idle() {
+    IDLE_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// `OpenOptions::on_writer_idle` runs on the writer every `WRITER_IDLE` while no job comes (the
+/// relay returns allocator pages there), and the store serves normally around it.
+#[test]
+fn writer_runs_the_idle_hook_only_while_idle() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        OpenOptions {
+            on_writer_idle: Some(count_idle),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    let (s, t) = (key(1), key(2));
+    enrol(&store, t, "t");
+    let busy_from = IDLE_CALLS.load(SeqCst);
+    for i in 0..20 {
+        insert(&store, s, &format!("I{i}"), &[(t, b"x")]);
+    }
+    assert!(
+        IDLE_CALLS.load(SeqCst) <= busy_from + 1,
+        "a busy writer does not run the hook after every job"
+    );
+    std::thread::sleep(WRITER_IDLE * 3 + WRITER_IDLE / 2);
+    let idle = IDLE_CALLS.load(SeqCst) - busy_from;
+    assert!(
+        (2..=4).contains(&idle),
+        "hook ran {idle} times in 3.5 idle periods"
+    );
+    insert(&store, s, "after", &[(t, b"y")]);
+    assert_eq!(store.pull(&t, 0, 100, u64::MAX).unwrap().items.len(), 21);
+    check_invariants(&store);
+    store.close().unwrap();
+}
