@@ -53,10 +53,15 @@ pub fn collect_idle_thread() {
         }
     });
     if due {
-        // SAFETY: mi_collect frees this thread's empty pages and purges the arenas; thread-safe.
-        unsafe {
-            libmimalloc_sys::mi_collect(true);
-        }
+        collect();
+    }
+}
+
+/// Free this thread's empty allocator pages and purge freed arena memory process-wide.
+fn collect() {
+    // SAFETY: mi_collect only releases free memory; it is thread-safe.
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
     }
 }
 
@@ -67,10 +72,7 @@ pub fn spawn_trimmer(interval: Duration) {
         .name("heap-trim".into())
         .spawn(move || loop {
             std::thread::sleep(interval);
-            // SAFETY: as in collect_idle_thread.
-            unsafe {
-                libmimalloc_sys::mi_collect(true);
-            }
+            collect();
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the heap trimmer; memory is still bounded, only less of it is returned");

@@ -155,9 +155,7 @@ impl Reader for Tx<'_> {
                     db_next = next_pair(&mut db)?;
                 }
                 (None, Some((ok, ov))) => {
-                    if let Some(v) = ov {
-                        out.push(((*ok).clone(), v.clone()));
-                    }
+                    push_staged(&mut out, ok, ov);
                     ov_next = pending.next();
                 }
                 (Some((dk, _)), Some((ok, ov))) => {
@@ -170,16 +168,12 @@ impl Reader for Tx<'_> {
                             db_next = next_pair(&mut db)?;
                         }
                         std::cmp::Ordering::Equal => {
-                            if let Some(v) = ov {
-                                out.push(((*ok).clone(), v.clone()));
-                            }
+                            push_staged(&mut out, ok, ov);
                             ov_next = pending.next();
                             db_next = next_pair(&mut db)?;
                         }
                         std::cmp::Ordering::Greater => {
-                            if let Some(v) = ov {
-                                out.push(((*ok).clone(), v.clone()));
-                            }
+                            push_staged(&mut out, ok, ov);
                             ov_next = pending.next();
                         }
                     }
@@ -187,6 +181,13 @@ impl Reader for Tx<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Add a staged write to a range answer: a put shows its value, a delete hides the key.
+fn push_staged(out: &mut Vec<(Slice, Slice)>, key: &Slice, staged: &Option<Slice>) {
+    if let Some(v) = staged {
+        out.push((key.clone(), v.clone()));
     }
 }
 

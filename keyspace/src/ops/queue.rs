@@ -55,10 +55,11 @@ fn signed(n: u64) -> i64 {
 
 /// Queue an item: the row, its expiry row and its usage.
 pub(crate) fn put_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, rec: &ItemRecord) -> Result<()> {
-    let fixed = 128; // kind, sender, wire hash, counters, length prefixes
-    let size = rec.wire.len() + rec.item_id.len() + rec.account.as_ref().map_or(0, String::len);
-    let record = codec::enc_with_capacity(rec, size + fixed);
-    tx.put(Part::Items, &codec::item_key(target, seq), record);
+    tx.put(
+        Part::Items,
+        &codec::item_key(target, seq),
+        codec::enc_item(rec),
+    );
     tx.put(
         Part::Expiry,
         &codec::expiry_item_key(rec.expires_at_ms, target, seq),
