@@ -502,7 +502,7 @@ fn stats_and_dump_agree_with_what_was_pushed() {
             v["relay_key_fingerprint"],
             Value::from(fingerprint(&relay_pk))
         );
-        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["schema_version"], relay_keyspace::SCHEMA_VERSION);
         assert_eq!(v["live_enrolments"], 3);
         assert_eq!(v["revoked_enrolments"], 0);
         assert_eq!(v["queued_items"], 12);

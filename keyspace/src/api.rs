@@ -10,8 +10,9 @@ use std::task::{Context, Poll};
 /// A raw 32-byte Ed25519 public key (hosts and the relay).
 pub type Key32 = [u8; 32];
 
-/// The schema version this binary writes.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this binary writes. 1: the first release layout. 2: the dedup prune
+/// index has its own partition, `dedup_expiry` (it shared `expiry` with the item index).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Milliseconds since the Unix epoch; injectable so tests control time.
 pub trait Clock: Send + Sync + 'static {
@@ -523,7 +524,7 @@ pub struct DumpOptions {
 }
 
 /// The partition names, in backup/dump order.
-pub const PARTITIONS: [&str; 11] = [
+pub const PARTITIONS: [&str; 12] = [
     "meta",
     "enrolments",
     "enc_ads",
@@ -535,6 +536,7 @@ pub const PARTITIONS: [&str; 11] = [
     "usage",
     "expiry",
     "ops",
+    "dedup_expiry",
 ];
 
 impl From<fjall::Error> for StoreError {

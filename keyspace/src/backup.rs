@@ -30,8 +30,18 @@ use crate::Store;
 
 /// The file's first bytes.
 pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
-/// The format this binary writes and the newest it reads.
-pub const BACKUP_FORMAT_VERSION: u32 = 1;
+/// The format this binary writes and the newest it reads. Format 1 held the eleven partitions
+/// of schema 1; format 2 adds `dedup_expiry` (schema 2). The layout of a record is unchanged.
+pub const BACKUP_FORMAT_VERSION: u32 = 2;
+
+/// How many partitions (the first of [`Part::ALL`]) a backup of this format holds.
+fn partitions_in_format(format_version: u32) -> usize {
+    if format_version == 1 {
+        11
+    } else {
+        Part::ALL.len()
+    }
+}
 
 const TAG_RECORD: u8 = 0x01;
 const TAG_TRAILER: u8 = 0xFF;
@@ -301,7 +311,8 @@ fn read_backup(
     }
     let header: Header =
         postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
-    let mut counts = [0u64; 11];
+    let parts = &Part::ALL[..partitions_in_format(format_version)];
+    let mut counts = vec![0u64; parts.len()];
     let mut last_part = 0u8;
     loop {
         let at = r.off;
@@ -318,7 +329,9 @@ fn read_backup(
                 if crc32fast::hash(&head) != head_crc {
                     return Err(damaged(at, "record head checksum mismatch"));
                 }
-                let part = Part::from_id(pid)
+                let part = parts
+                    .get(usize::from(pid))
+                    .copied()
                     .ok_or_else(|| damaged(at, format!("unknown partition {pid}")))?;
                 if pid < last_part {
                     return Err(damaged(at, "records out of partition order"));
@@ -347,7 +360,7 @@ fn read_backup(
                 if usize::from(n) != counts.len() {
                     return Err(damaged(at, format!("trailer lists {n} partitions")));
                 }
-                let mut listed = [0u64; 11];
+                let mut listed = vec![0u64; parts.len()];
                 for c in &mut listed {
                     *c = u64::from_le_bytes(r.bytes()?);
                 }
@@ -359,7 +372,7 @@ fn read_backup(
                         "whole-file checksum mismatch (trailer or earlier)",
                     ));
                 }
-                for (i, p) in Part::ALL.iter().enumerate() {
+                for (i, p) in parts.iter().enumerate() {
                     if listed[i] != counts[i] {
                         return Err(BackupError::CountMismatch {
                             partition: p.name().into(),
@@ -377,7 +390,7 @@ fn read_backup(
                     relay_pubkey: header.relay_pubkey,
                     epoch: header.epoch,
                     created_ms: header.created_ms,
-                    counts: Part::ALL
+                    counts: parts
                         .iter()
                         .zip(counts)
                         .map(|(p, c)| (p.name().to_string(), c))

@@ -84,14 +84,12 @@ fn key_json(p: Part, k: &[u8]) -> Value {
             UsageScope::Account(a) => json!({ "account": a }),
         }),
         Part::Expiry => codec::expiry_item_parse(k)
-            .map(|(e, t, s)| json!({ "item_expires_at": e, "target": hex(&t), "seq": s }))
-            .or_else(|| {
-                codec::expiry_dedup_parse(k).and_then(|(at, d)| {
-                    codec::dedup_key_parse(d).map(|(t, s, id)| {
-                        json!({ "dedup_accepted_at": at, "target": hex(&t), "sender": hex(&s), "item_id": id })
-                    })
-                })
-            }),
+            .map(|(e, t, s)| json!({ "item_expires_at": e, "target": hex(&t), "seq": s })),
+        Part::DedupExpiry => codec::expiry_dedup_parse(k).and_then(|(at, d)| {
+            codec::dedup_key_parse(d).map(|(t, s, id)| {
+                json!({ "dedup_accepted_at": at, "target": hex(&t), "sender": hex(&s), "item_id": id })
+            })
+        }),
         Part::Ops => codec::ops_key_parse(k).map(|n| json!({ "n": n })),
     };
     parsed.unwrap_or_else(|| raw(k))
@@ -146,7 +144,7 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             let u: Usage = codec::dec(v, "usage")?;
             json!({ "items": u.items, "bytes": u.bytes })
         }
-        Part::Expiry => Value::Null,
+        Part::Expiry | Part::DedupExpiry => Value::Null,
         Part::Ops => {
             let o: OpEntry = codec::dec(v, "ops")?;
             json!({ "at_ms": o.at_ms, "kind": o.kind, "detail": o.detail })

@@ -40,5 +40,6 @@ pub use store::Store;
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
 }

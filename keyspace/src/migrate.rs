@@ -29,6 +29,10 @@ impl<'a> DirectBatch<'a> {
         self.batch.insert(self.parts.ks(part), key, value);
     }
 
+    pub(crate) fn remove(&mut self, part: Part, key: &[u8]) {
+        self.batch.remove(self.parts.ks(part), key);
+    }
+
     /// Append an ops entry (keeps the newest entries, like the writer's log).
     pub(crate) fn log(&mut self, at_ms: u64, kind: &str, detail: &str) -> Result<()> {
         let n = self.parts.ks(Part::Meta).get(meta_key::OPS_NEXT)?;
@@ -43,8 +47,7 @@ impl<'a> DirectBatch<'a> {
         };
         self.put(Part::Ops, &codec::ops_key(n), codec::enc(&entry));
         if let Some(old) = n.checked_sub(crate::ops::oplog::KEEP) {
-            self.batch
-                .remove(self.parts.ks(Part::Ops), codec::ops_key(old));
+            self.remove(Part::Ops, &codec::ops_key(old));
         }
         self.put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&(n + 1)));
         Ok(())
@@ -108,12 +111,16 @@ pub(crate) fn new_epoch() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// Bring a store of schema `from` up to [`SCHEMA_VERSION`] in one atomic batch.
-/// Each step rewrites what changed between versions; the epoch is never touched.
+/// Bring a store of schema `from` up to [`SCHEMA_VERSION`]. Each step rewrites what changed
+/// between versions; the epoch is never touched. A step may commit in several batches when
+/// each batch leaves a store that the same step can finish after a crash: the version marker
+/// moves only in the last batch, so an interrupted migration simply runs again.
 fn migrate(parts: &Parts, from: u32, now_ms: u64) -> Result<()> {
+    // Version 0 (pre-release layout) has the same records as version 1.
+    if from < 2 {
+        move_dedup_index(parts, Part::Expiry, Part::DedupExpiry)?;
+    }
     let mut b = DirectBatch::new(parts);
-    // Version 0 (pre-release layout) has the same records as version 1: only the marker moves.
-    // Later steps add their record rewrites here, in order, into the same batch.
     b.put(
         Part::Meta,
         meta_key::SCHEMA_VERSION,
@@ -127,6 +134,60 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64) -> Result<()> {
     b.commit_durable()?;
     tracing::info!(from, to = SCHEMA_VERSION, "store schema migrated");
     Ok(())
+}
+
+/// Rows moved per batch by a migration step (bounds its memory on a large store).
+const MIGRATE_CHUNK: usize = 10_000;
+
+/// Schema 1 -> 2: the dedup prune index (`EXPIRY_DEDUP` rows) leaves `expiry` for its own
+/// partition. Both indexes are ordered by time; sharing one partition interleaved two
+/// growing key ranges, so every flushed table overlapped older ones and compaction rewrote
+/// them again and again (docs/performance.md). Moves in chunks: insert there, remove here.
+fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
+    let mut moved = 0u64;
+    loop {
+        let rows: Vec<(fjall::Slice, fjall::Slice)> = parts
+            .ks(from)
+            .prefix([codec::EXPIRY_DEDUP])
+            .take(MIGRATE_CHUNK)
+            .map(|g| g.into_inner())
+            .collect::<std::result::Result<_, _>>()?;
+        if rows.is_empty() {
+            break;
+        }
+        let mut b = DirectBatch::new(parts);
+        for (k, v) in &rows {
+            b.put(to, k, v.to_vec());
+            b.remove(from, k);
+        }
+        b.commit()?;
+        moved += rows.len() as u64;
+    }
+    if moved > 0 {
+        tracing::info!(
+            rows = moved,
+            from = from.name(),
+            to = to.name(),
+            "dedup prune index moved"
+        );
+    }
+    Ok(moved)
+}
+
+/// Test hook: give a closed store the schema-1 layout (dedup prune index inside `expiry`) and
+/// version, as a store written by a schema-1 relay has; returns the rows moved. Not part of
+/// the supported API.
+///
+/// # Errors
+/// As [`crate::Store::open`].
+#[doc(hidden)]
+pub fn downgrade_to_schema_1_for_tests(dir: &Path) -> Result<u64> {
+    let engine = crate::store::open_engine(dir, false)?;
+    let moved = move_dedup_index(&engine.parts, Part::DedupExpiry, Part::Expiry)?;
+    let mut b = DirectBatch::new(&engine.parts);
+    b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&1u32));
+    b.commit_durable()?;
+    Ok(moved)
 }
 
 /// Test hook: rewrite the stored schema version of a closed store (to fake an older or newer

@@ -43,10 +43,11 @@ pub(crate) enum Part {
     Usage = 8,
     Expiry = 9,
     Ops = 10,
+    DedupExpiry = 11,
 }
 
 impl Part {
-    pub(crate) const ALL: [Part; 11] = [
+    pub(crate) const ALL: [Part; 12] = [
         Part::Meta,
         Part::Enrolments,
         Part::EncAds,
@@ -58,12 +59,8 @@ impl Part {
         Part::Usage,
         Part::Expiry,
         Part::Ops,
+        Part::DedupExpiry,
     ];
-
-    /// The partition with this id.
-    pub(crate) fn from_id(id: u8) -> Option<Part> {
-        Part::ALL.get(usize::from(id)).copied()
-    }
 
     pub(crate) fn id(self) -> u8 {
         self as u8
@@ -113,7 +110,7 @@ impl Parts {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.
                 db.keyspace(p.name(), || {
                     let opts = KeyspaceCreateOptions::default().max_memtable_size(SMALL_MEMTABLE);
-                    let opts = if matches!(p, Part::Dedup | Part::Expiry) {
+                    let opts = if matches!(p, Part::Dedup | Part::Expiry | Part::DedupExpiry) {
                         opts.compaction_strategy(few_l0_merges())
                     } else {
                         opts

@@ -89,7 +89,7 @@ fn backup_while_writers_run_restores_consistently() {
     );
     let verified = verify_backup(&file).unwrap();
     assert_eq!(verified, summary);
-    assert_eq!(summary.counts.len(), 11);
+    assert_eq!(summary.counts.len(), relay_keyspace::PARTITIONS.len());
 
     let restored_dir = dir.path().join("restored");
     let (rs, epoch) = restore_backup(&file, &restored_dir).unwrap();
@@ -216,7 +216,7 @@ fn wrong_magic_newer_format_count_mismatch_and_huge_lengths() {
     let mut b = good.clone();
     let n = b.len();
     let counts_end = n - 32;
-    let items_count_at = counts_end - 8 * 11 + 8 * 4;
+    let items_count_at = counts_end - 8 * relay_keyspace::PARTITIONS.len() + 8 * 4;
     b[items_count_at] ^= 0x02;
     let sum: [u8; 32] = sha2::Sha256::digest(&b[..counts_end]).into();
     b[counts_end..].copy_from_slice(&sum);
@@ -242,4 +242,59 @@ fn wrong_magic_newer_format_count_mismatch_and_huge_lengths() {
     let mut b = good.clone();
     b.push(0);
     assert!(matches!(check(&b), BackupError::Damaged { .. }));
+}
+
+/// A backup written by the schema-1 relay (backup format 1, eleven partitions; made by
+/// `relay-tool backup` at commit 839d0e3 after a bench pushed 30 items from 2 senders to 3
+/// targets) verifies, restores and migrates: the dedup prune index ends up in
+/// `dedup_expiry`, and the restored rows deduplicate and prune as their own would.
+#[test]
+fn a_format_1_backup_of_a_schema_1_store_restores_and_migrates() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/schema1-format1.mbxbak");
+    let summary = verify_backup(&file).unwrap();
+    assert_eq!((summary.format_version, summary.schema_version), (1, 1));
+    let count = |name: &str| summary.counts.iter().find(|(n, _)| n == name).map(|c| c.1);
+    assert_eq!(summary.counts.len(), 11);
+    assert_eq!((count("items"), count("dedup")), (Some(30), Some(30)));
+    assert_eq!(count("expiry"), Some(60), "item and dedup index rows");
+    assert_eq!(count("dedup_expiry"), None);
+
+    let dir = tempfile::tempdir().unwrap();
+    let restored = dir.path().join("r");
+    restore_backup(&file, &restored).unwrap();
+    let clock = TestClock::new(summary.created_ms + 1_000);
+    let store = open_with(&restored, clock.clone());
+    assert_eq!(store.meta().unwrap().schema_version, SCHEMA_VERSION);
+    let rows = dump(&store);
+    let in_part = |p: &str| rows.iter().filter(|r| r["partition"] == p).count();
+    assert_eq!((in_part("expiry"), in_part("dedup_expiry")), (30, 30));
+    assert_eq!(check_invariants(&store), 30);
+
+    // Ack every queue; then every dedup row is past a far horizon and no longer queued.
+    let targets: Vec<Key32> = store
+        .stats()
+        .unwrap()
+        .top_targets
+        .iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(targets.len(), 3);
+    for t in &targets {
+        let head = store.cursor(t).unwrap().head_seq;
+        store.ack(t, head).wait().unwrap();
+    }
+    let r = store
+        .sweep(
+            clock.now_ms(),
+            u64::MAX,
+            big_quotas(),
+            u64::MAX / 4,
+            1_000,
+            Box::new(|_: &ExpiredItem, _| None),
+        )
+        .wait()
+        .unwrap();
+    assert_eq!((r.expired, r.dedup_pruned), (0, 30), "{r:?}");
+    assert_eq!(store.stats().unwrap().dedup_rows, 0);
 }

@@ -122,6 +122,78 @@ fn newer_schema_is_refused_and_older_is_migrated() {
     assert_eq!(store.pull(&t, 0, 10, u64::MAX).unwrap().items.len(), 1);
 }
 
+/// The rows of one partition in a dump, as (key, value) JSON.
+fn rows_of(store: &Store, part: &str) -> Vec<(serde_json::Value, serde_json::Value)> {
+    dump(store)
+        .into_iter()
+        .filter(|r| r["partition"] == part)
+        .map(|r| (r["key"].clone(), r["value"].clone()))
+        .collect()
+}
+
+/// Schema 1 kept the dedup prune index inside `expiry`; opening moves it (in more than one
+/// batch when large) to `dedup_expiry`, and deduplication and pruning work on the moved rows.
+#[test]
+fn schema_1_dedup_index_moves_to_its_own_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new(1_000);
+    let store = open_with(dir.path(), clock.clone());
+    let s = key(1);
+    let targets: Vec<Key32> = (0..64).map(|i| key(100 + i)).collect();
+    for (i, t) in targets.iter().enumerate() {
+        enrol(&store, *t, &format!("t{i}"));
+    }
+    // 161 items x 64 targets = 10,304 dedup rows: more than one migration batch (10,000).
+    let wire: &[u8] = b"w";
+    for i in 0..161 {
+        let to: Vec<(Key32, &[u8])> = targets.iter().map(|t| (*t, wire)).collect();
+        insert(&store, s, &format!("m{i}"), &to);
+    }
+    let index = rows_of(&store, "dedup_expiry");
+    assert_eq!(index.len(), 161 * 64);
+    let item_expiry = rows_of(&store, "expiry");
+    assert_eq!(item_expiry.len(), 161 * 64);
+    store.close().unwrap();
+
+    assert_eq!(
+        testing::downgrade_to_schema_1(dir.path()).unwrap(),
+        161 * 64
+    );
+    let store = open_with(dir.path(), clock.clone());
+    assert_eq!(store.meta().unwrap().schema_version, SCHEMA_VERSION);
+    assert_eq!(store.ops(1).unwrap()[0].detail, "schema 1 -> 2");
+    assert_eq!(rows_of(&store, "dedup_expiry"), index);
+    assert_eq!(
+        rows_of(&store, "expiry"),
+        item_expiry,
+        "only item rows stay"
+    );
+    check_invariants(&store);
+
+    // A retry is still a duplicate; once acked and past the horizon, every row is pruned.
+    let retry = insert(&store, s, "m7", &[(targets[3], wire)]);
+    assert!(stored_seqs(&retry)[0].duplicate);
+    for t in &targets {
+        let head = store.cursor(t).unwrap().head_seq;
+        store.ack(t, head).wait().unwrap();
+    }
+    clock.set(5_000);
+    let r = store
+        .sweep(
+            5_000,
+            4_000,
+            big_quotas(),
+            1_000,
+            20_000,
+            Box::new(|_: &ExpiredItem, _| None),
+        )
+        .wait()
+        .unwrap();
+    assert_eq!(r.dedup_pruned, 161 * 64, "{r:?}");
+    assert!(rows_of(&store, "dedup_expiry").is_empty());
+    assert!(store.dedup(&s, "m7", &targets[3]).unwrap().is_none());
+}
+
 #[test]
 fn missing_foreign_and_damaged_stores_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

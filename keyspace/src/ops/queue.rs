@@ -115,7 +115,7 @@ pub(crate) fn alloc_seq(tx: &mut Tx<'_>, target: &Key32) -> Result<u64> {
 pub(crate) fn put_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
     tx.put(Part::Dedup, dkey, codec::enc(row));
     tx.put(
-        Part::Expiry,
+        Part::DedupExpiry,
         &codec::expiry_dedup_key(row.accepted_at_ms, dkey),
         Vec::new(),
     );
@@ -125,7 +125,7 @@ pub(crate) fn put_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
 pub(crate) fn del_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
     tx.del(Part::Dedup, dkey);
     tx.del(
-        Part::Expiry,
+        Part::DedupExpiry,
         &codec::expiry_dedup_key(row.accepted_at_ms, dkey),
     );
 }

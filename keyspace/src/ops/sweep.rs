@@ -129,7 +129,7 @@ fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Resu
     let mut hi = vec![EXPIRY_DEDUP];
     hi.extend_from_slice(&a.dedup_horizon_ms.to_be_bytes());
     let rows = tx.range(
-        Part::Expiry,
+        Part::DedupExpiry,
         Bound::Included(&lo[..]),
         Bound::Excluded(&hi[..]),
         a.max + 1,
@@ -137,11 +137,11 @@ fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Resu
     report.more |= rows.len() > a.max;
     for (k, _) in rows.into_iter().take(a.max) {
         let Some((_, dkey)) = codec::expiry_dedup_parse(&k) else {
-            tx.del(Part::Expiry, &k);
+            tx.del(Part::DedupExpiry, &k);
             continue;
         };
         let Some(row) = reader::dedup_row(tx, dkey)? else {
-            tx.del(Part::Expiry, &k);
+            tx.del(Part::DedupExpiry, &k);
             continue;
         };
         let Some((target, _, _)) = codec::dedup_key_parse(dkey) else {
