@@ -1,6 +1,7 @@
 //! Schema version in `meta`: first-open initialisation, refusal of newer stores, and migration
 //! of older ones in one atomic batch that keeps the epoch.
 
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -144,17 +145,21 @@ const MIGRATE_CHUNK: usize = 10_000;
 /// growing key ranges, so every flushed table overlapped older ones and compaction rewrote
 /// them again and again (docs/performance.md). Moves in chunks: insert there, remove here.
 fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
+    let end = [codec::EXPIRY_DEDUP + 1];
+    let mut start = Bound::Included(vec![codec::EXPIRY_DEDUP]);
     let mut moved = 0u64;
     loop {
+        // Each batch scans on from the last moved key, not over the tombstones just written.
         let rows: Vec<(fjall::Slice, fjall::Slice)> = parts
             .ks(from)
-            .prefix([codec::EXPIRY_DEDUP])
+            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Excluded(&end[..])))
             .take(MIGRATE_CHUNK)
             .map(|g| g.into_inner())
             .collect::<std::result::Result<_, _>>()?;
-        if rows.is_empty() {
+        let Some((last, _)) = rows.last() else {
             break;
-        }
+        };
+        start = Bound::Excluded(last.to_vec());
         let mut b = DirectBatch::new(parts);
         for (k, v) in &rows {
             b.put(to, k, v.to_vec());
