@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::compaction::Leveled;
-use fjall::config::{CompressionPolicy, PinningPolicy};
+use fjall::config::{CompressionPolicy, FilterPolicy, PinningPolicy};
 use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
 };
@@ -110,18 +110,22 @@ impl Parts {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.
                 db.keyspace(p.name(), || {
                     let opts = KeyspaceCreateOptions::default().max_memtable_size(SMALL_MEMTABLE);
-                    let opts = if matches!(p, Part::Dedup | Part::Expiry | Part::DedupExpiry) {
-                        opts.compaction_strategy(few_l0_merges())
-                    } else {
-                        opts
-                    };
-                    if p == Part::Dedup {
+                    match p {
                         // Nearly every push looks up a dedup row that is not there: keep the
                         // filters of every level in memory (~10 bits a row) instead of
                         // competing for the small block cache.
-                        opts.filter_block_pinning_policy(PinningPolicy::all(true))
-                    } else {
-                        opts
+                        Part::Dedup => opts
+                            .compaction_strategy(few_l0_merges())
+                            .filter_block_pinning_policy(PinningPolicy::all(true)),
+                        // Time-ordered indexes, written blind and only ever scanned in key
+                        // order by the sweep: no filters, and no pinned index blocks (their
+                        // tables move down whole and stay in L1, where fjall pins index blocks
+                        // by default: with 1,000,000 queued, 69-73 instead of 55 MiB at rest).
+                        Part::Expiry | Part::DedupExpiry => opts
+                            .compaction_strategy(few_l0_merges())
+                            .filter_policy(FilterPolicy::disabled())
+                            .index_block_pinning_policy(PinningPolicy::all(false)),
+                        _ => opts,
                     }
                 })?
             };
