@@ -1,24 +1,10 @@
 //! Named crash points for crash-window tests.
 //!
-//! With the `failpoints` feature, `hit("name")` aborts the process (as abruptly as `kill -9`) when
-//! the environment variable `MBX_FAILPOINT` equals `name` (or lists it, comma-separated). Without
-//! the feature it compiles to nothing, so release builds carry no crash switch.
+//! [`hit`] (from the store crate, which has crash points of its own) aborts the process when
+//! `MBX_FAILPOINT` names the point; with the `failpoints` feature only, so release builds carry no
+//! crash switch.
 
-/// Abort here if the `MBX_FAILPOINT` environment variable names this point (feature `failpoints`).
-#[inline]
-pub fn hit(name: &str) {
-    #[cfg(feature = "failpoints")]
-    {
-        if let Ok(list) = std::env::var("MBX_FAILPOINT") {
-            if list.split(',').any(|p| p.trim() == name) {
-                eprintln!("failpoint {name}: aborting");
-                std::process::abort();
-            }
-        }
-    }
-    #[cfg(not(feature = "failpoints"))]
-    let _ = name;
-}
+pub use relay_keyspace::failpoint::hit;
 
 /// Names a file: while it exists, every store fsync is reported failed (feature `failpoints`):
 /// a disk fault end-to-end tests switch on and off without root.

@@ -13,13 +13,15 @@
 //!
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `ops/` (one file per write operation), `codec` (keys and values),
-//! `parts` (partitions), `lock` (the store lock), `migrate` (schema), `backup`, `dump`, `stats`.
+//! `parts` (partitions), `lock` (the store lock), `migrate` (schema), `backup`, `dump`, `stats`,
+//! `failpoint` (crash points for tests).
 
 mod api;
 mod backup;
 mod codec;
 mod commit_stats;
 mod dump;
+pub mod failpoint;
 mod lock;
 mod migrate;
 mod ops;

@@ -1,5 +1,5 @@
 //! Schema version in `meta`: first-open initialisation, refusal of newer stores, and migration
-//! of older ones in one atomic batch that keeps the epoch.
+//! of older ones that keeps the epoch and moves the version marker last.
 
 use std::ops::Bound;
 use std::path::Path;
@@ -166,6 +166,7 @@ fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
             b.remove(from, k);
         }
         b.commit()?;
+        crate::failpoint::hit("migrate-after-batch");
         moved += rows.len() as u64;
     }
     if moved > 0 {
