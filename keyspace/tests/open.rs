@@ -123,15 +123,6 @@ fn newer_schema_is_refused_and_older_is_migrated() {
     assert_eq!(store.pull(&t, 0, 10, u64::MAX).unwrap().items.len(), 1);
 }
 
-/// The rows of one partition in a dump, as (key, value) JSON.
-fn rows_of(store: &Store, part: &str) -> Vec<(serde_json::Value, serde_json::Value)> {
-    dump(store)
-        .into_iter()
-        .filter(|r| r["partition"] == part)
-        .map(|r| (r["key"].clone(), r["value"].clone()))
-        .collect()
-}
-
 /// A store with the schema-1 layout: 64 targets, 161 items each sent to all of them, i.e.
 /// 10,304 dedup rows (more than one migration batch of 10,000) whose prune-index rows sit in
 /// `expiry`. Returns the clock, the sender, the targets and, as the schema-2 relay wrote them,

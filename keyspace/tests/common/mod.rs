@@ -142,6 +142,15 @@ pub fn dump(store: &Store) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The rows of one partition in a dump, as (key, value) JSON.
+pub fn rows_of(store: &Store, part: &str) -> Vec<(serde_json::Value, serde_json::Value)> {
+    dump(store)
+        .into_iter()
+        .filter(|r| r["partition"] == part)
+        .map(|r| (r["key"].clone(), r["value"].clone()))
+        .collect()
+}
+
 /// Recount usage from the items and check it equals the stored counters exactly; check every
 /// queued item has its dedup row (same seq and hash) and its expiry row. Returns the number of
 /// queued items.
