@@ -301,30 +301,18 @@ impl Relay {
         accepts: Vec<AcceptDraft>,
         results: &mut [Option<String>],
     ) {
-        let texts: Vec<(String, Option<String>)> = accepts
-            .iter()
-            .map(|a| {
-                let parts = AcceptParts {
-                    relay_pubkey: &self.pubkey_b64,
-                    epoch,
-                    sender_pubkey: sender_b64,
-                    item_id: &a.item_id,
-                    targets: &a.targets,
-                    at_ms: a.at_ms,
-                };
-                (parts.canonical(), parts.exact_answer())
-            })
-            .collect();
-        let signed: Vec<&[u8]> = texts.iter().map(|(c, _)| c.as_bytes()).collect();
+        let parts = |a| AcceptDraft::parts(a, &self.pubkey_b64, epoch, sender_b64);
+        let canonicals: Vec<String> = accepts.iter().map(|a| parts(a).canonical()).collect();
+        let signed: Vec<&[u8]> = canonicals.iter().map(String::as_bytes).collect();
         let sigs = self.key.sign_many(&signed);
-        for ((a, (canonical, exact)), sig) in accepts.into_iter().zip(texts).zip(sigs) {
+        for ((a, canonical), sig) in accepts.iter().zip(canonicals).zip(sigs) {
             let counter = if a.all_dup {
                 &self.metrics.duplicate
             } else {
                 &self.metrics.accepted
             };
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let accept = exact.unwrap_or(canonical);
+            let accept = parts(a).answer_text(canonical);
             results[a.index] = Some(accepted_text(
                 &accept, &a.item_id, &sig, a.all_dup, &a.targets,
             ));
@@ -344,6 +332,23 @@ struct AcceptDraft {
 }
 
 impl AcceptDraft {
+    /// The accept statement of this item.
+    fn parts<'a>(
+        &'a self,
+        relay_pubkey: &'a str,
+        epoch: &'a str,
+        sender_pubkey: &'a str,
+    ) -> AcceptParts<'a> {
+        AcceptParts {
+            relay_pubkey,
+            epoch,
+            sender_pubkey,
+            item_id: &self.item_id,
+            targets: &self.targets,
+            at_ms: self.at_ms,
+        }
+    }
+
     fn new(
         index: usize,
         item_id: String,

@@ -69,15 +69,10 @@ impl AcceptParts<'_> {
     /// text as [`Self::canonical`] except that a seq above 2^53 keeps all its digits, so
     /// `canonical` is returned as is unless a seq is that large.
     pub fn answer_text(&self, canonical: String) -> String {
-        self.exact_answer().unwrap_or(canonical)
-    }
-
-    /// The answer text when it differs from [`Self::canonical`] (a seq above 2^53), else `None`.
-    pub fn exact_answer(&self) -> Option<String> {
         if self.targets.iter().all(|t| t.seq <= EXACT_INT_MAX) {
-            return None;
+            return canonical;
         }
-        Some(self.write(|out, seq| out.push_str(&seq.to_string())))
+        self.write(|out, seq| out.push_str(&seq.to_string()))
     }
 
     /// `{"at","epoch","item_id","relay_pubkey","sender_pubkey","targets":[{"host_pubkey",
