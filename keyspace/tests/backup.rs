@@ -297,3 +297,28 @@ fn a_format_1_backup_of_a_schema_1_store_restores_and_migrates() {
     assert_eq!((r.expired, r.dedup_pruned), (0, 30), "{r:?}");
     assert_eq!(store.stats().unwrap().dedup_rows, 0);
 }
+
+/// A format-1 file holds only the eleven schema-1 partitions: a record claiming the twelfth
+/// (`dedup_expiry`, id 11; head checksum valid) is damage at that record, not data.
+#[test]
+fn a_format_1_backup_cannot_name_a_schema_2_partition() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/schema1-format1.mbxbak");
+    let mut b = std::fs::read(fixture).unwrap();
+    let hlen = u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize;
+    let first = 16 + 4 + hlen + 4;
+    assert_eq!((b[first], b[first + 1]), (0x01, 0), "first record: meta");
+    b[first + 1] = 11;
+    let head_crc = crc32fast::hash(&b[first..first + 10]);
+    b[first + 10..first + 14].copy_from_slice(&head_crc.to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, &b).unwrap();
+    match verify_backup(&bad) {
+        Err(BackupError::Damaged { offset, ref why }) => {
+            assert_eq!(offset, first as u64);
+            assert!(why.contains("unknown partition 11"), "{why}");
+        }
+        other => panic!("expected damage at the record, got {other:?}"),
+    }
+}
