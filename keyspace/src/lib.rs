@@ -13,7 +13,7 @@
 //!
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `ops/` (one file per write operation), `codec` (keys and values),
-//! `parts` (partitions), `lock` (the store lock), `migrate` (schema), `backup`, `dump`, `stats`,
+//! `parts` (partitions), `pulled` (what pulls leave for acks), `lock` (the store lock), `migrate` (schema), `backup`, `dump`, `stats`,
 //! `failpoint` (crash points for tests).
 
 mod api;
@@ -26,6 +26,7 @@ mod lock;
 mod migrate;
 mod ops;
 mod parts;
+mod pulled;
 mod read;
 mod reader;
 mod recover;

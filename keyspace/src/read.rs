@@ -10,6 +10,7 @@ use crate::api::{
 use crate::codec::{self, ItemView, UsageScope};
 use crate::ops::enrol;
 use crate::parts::Part;
+use crate::pulled::ItemHint;
 use fjall::Readable;
 
 use crate::reader::{self, Reader, SnapView};
@@ -81,7 +82,9 @@ impl Store {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     pub fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
-        pull(&*self.view()?, target, after, limit, max_bytes)
+        let (page, hints) = pull(&*self.view()?, target, after, limit, max_bytes)?;
+        self.inner.pulled.note(target, hints);
+        Ok(page)
     }
 
     /// Head and acked-through of a target (durable state).
@@ -141,8 +144,14 @@ impl Store {
     }
 }
 
-/// One pull page from a snapshot.
-fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
+/// One pull page from a snapshot, and the hints its items leave for the ack ([`ItemHint`]).
+fn pull(
+    v: &SnapView,
+    target: &Key32,
+    after: u64,
+    limit: usize,
+    max_bytes: u64,
+) -> Result<(Page, Vec<(u64, ItemHint)>)> {
     let head_seq = reader::head(v, target)?;
     let acked_through = reader::acked_through(v, target)?;
     // IMPORTANT: start at the acked cursor at least, so the scan skips ack tombstones.
@@ -151,6 +160,7 @@ fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) 
     let hi = codec::item_key(target, u64::MAX);
     let limit = limit.max(1);
     let mut items = Vec::with_capacity(limit.min(1024));
+    let mut hints = Vec::with_capacity(limit.min(1024));
     let mut bytes = 0u64;
     let mut more = false;
     let bounds = (
@@ -172,6 +182,15 @@ fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) 
             break;
         }
         bytes = bytes.saturating_add(rec.bytes);
+        hints.push((
+            seq,
+            ItemHint {
+                sender: rec.sender,
+                account: rec.account.map(Box::from),
+                bytes: rec.bytes,
+                expires_at_ms: rec.expires_at_ms,
+            },
+        ));
         items.push(QueuedItem {
             seq,
             kind: rec.kind,
@@ -182,10 +201,11 @@ fn pull(v: &SnapView, target: &Key32, after: u64, limit: usize, max_bytes: u64) 
             expires_at_ms: rec.expires_at_ms,
         });
     }
-    Ok(Page {
+    let page = Page {
         items,
         head_seq,
         acked_through,
         more,
-    })
+    };
+    Ok((page, hints))
 }

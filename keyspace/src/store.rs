@@ -14,6 +14,7 @@ use crate::api::{Clock, OpenOptions, Pending, Result, StoreError};
 use crate::commit_stats::{CommitCounters, CommitStats};
 use crate::lock::StoreLock;
 use crate::parts::Parts;
+use crate::pulled::PulledHints;
 use crate::reader::SnapView;
 use crate::recover;
 use crate::writer::{self, Job, Tx, ViewSlot, Writer};
@@ -48,6 +49,8 @@ pub(crate) struct Inner {
     counters: Arc<CommitCounters>,
     /// The writer's recovery after a failed write (read errors meanwhile, reopen count).
     recovery: Arc<recover::Shared>,
+    /// What pulls learnt of the items they returned, for the acks that follow.
+    pub(crate) pulled: Arc<PulledHints>,
 }
 
 /// A locked, opened engine (no writer yet): used by `open`, restore and test hooks.
@@ -207,6 +210,7 @@ impl Store {
                 fail_persists,
                 counters,
                 recovery,
+                pulled: Arc::default(),
             }),
         })
     }

@@ -137,13 +137,40 @@ impl Reader for Tx<'_> {
         hi: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Slice, Slice)>> {
+        let rows = self.range_with(part, lo, hi, limit, |_| true)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect())
+    }
+}
+
+impl Tx<'_> {
+    /// [`Reader::range`] that loads a stored value only when `want_value(key)` (a staged put
+    /// always shows its value). In a key-value separated partition a value not loaded is a
+    /// blob not read: ack lists an `items` range without reading the wire bytes it has hints
+    /// for.
+    pub(crate) fn range_with(
+        &self,
+        part: Part,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        limit: usize,
+        want_value: impl Fn(&[u8]) -> bool,
+    ) -> Result<Vec<(Slice, Option<Slice>)>> {
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
         }
         let mut pending = self.overlay[part as usize].range::<[u8], _>((lo, hi));
         let mut db = self.parts.ks(part).range::<&[u8], _>((lo, hi));
-        let mut db_next = next_pair(&mut db)?;
+        let mut next_stored = || -> Result<Option<(Slice, Option<Slice>)>> {
+            match db.next() {
+                Some(g) => Ok(Some(g.into_inner_if(|k| want_value(k))?)),
+                None => Ok(None),
+            }
+        };
+        let mut db_next = next_stored()?;
         let mut ov_next = pending.next();
         while out.len() < limit {
             match (&db_next, &ov_next) {
@@ -152,7 +179,7 @@ impl Reader for Tx<'_> {
                     if let Some(p) = db_next.take() {
                         out.push(p);
                     }
-                    db_next = next_pair(&mut db)?;
+                    db_next = next_stored()?;
                 }
                 (None, Some((ok, ov))) => {
                     push_staged(&mut out, ok, ov);
@@ -165,12 +192,12 @@ impl Reader for Tx<'_> {
                             if let Some(p) = db_next.take() {
                                 out.push(p);
                             }
-                            db_next = next_pair(&mut db)?;
+                            db_next = next_stored()?;
                         }
                         std::cmp::Ordering::Equal => {
                             push_staged(&mut out, ok, ov);
                             ov_next = pending.next();
-                            db_next = next_pair(&mut db)?;
+                            db_next = next_stored()?;
                         }
                         std::cmp::Ordering::Greater => {
                             push_staged(&mut out, ok, ov);
@@ -185,16 +212,9 @@ impl Reader for Tx<'_> {
 }
 
 /// Add a staged write to a range answer: a put shows its value, a delete hides the key.
-fn push_staged(out: &mut Vec<(Slice, Slice)>, key: &Slice, staged: &Option<Slice>) {
+fn push_staged(out: &mut Vec<(Slice, Option<Slice>)>, key: &Slice, staged: &Option<Slice>) {
     if let Some(v) = staged {
-        out.push((key.clone(), v.clone()));
-    }
-}
-
-fn next_pair(it: &mut impl Iterator<Item = fjall::Guard>) -> Result<Option<(Slice, Slice)>> {
-    match it.next() {
-        Some(g) => Ok(Some(g.into_inner()?)),
-        None => Ok(None),
+        out.push((key.clone(), Some(v.clone())));
     }
 }
 

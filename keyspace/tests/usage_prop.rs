@@ -1,5 +1,6 @@
-//! Property: after any sequence of inserts, acks, deletes, rotations and sweeps, the usage
-//! counters equal a full recount and every queued item has its dedup and expiry rows.
+//! Property: after any sequence of inserts, pulls, acks, deletes, rotations and sweeps, the
+//! usage counters equal a full recount and every queued item has its dedup and expiry rows.
+//! (Pulls leave hints that later acks count by instead of the items' records.)
 
 mod common;
 
@@ -15,6 +16,10 @@ enum Op {
         targets: Vec<u8>,
         wire: u8,
         retention: u16,
+    },
+    Pull {
+        target: u8,
+        limit: u8,
     },
     Ack {
         target: u8,
@@ -38,6 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..3u8, 0..6u8, prop::collection::vec(0..5u8, 1..3), 0..3u8, 1..2000u16)
             .prop_map(|(sender, id, targets, wire, retention)| Op::Insert { sender, id, targets, wire, retention }),
+        2 => (0..5u8, 1..6u8).prop_map(|(target, limit)| Op::Pull { target, limit }),
         2 => (0..5u8, 0..3u8).prop_map(|(target, back)| Op::Ack { target, back }),
         1 => (0..5u8, 0..3u8).prop_map(|(target, back)| Op::Delete { target, back }),
         1 => (0..5u8, 5..8u8).prop_map(|(old, new)| Op::Rebind { old, new }),
@@ -108,6 +114,12 @@ fn run(ops: Vec<Op>) {
                 r.retention_ms = u64::from(retention);
                 let p = store.insert(r);
                 waits.push(Box::new(move || p.wait().map(|_| ())));
+            }
+            Op::Pull { target, limit } => {
+                // Reads the last durable snapshot: ops still in flight are not in it.
+                store
+                    .pull(&tkey(target), 0, usize::from(limit), u64::MAX)
+                    .unwrap();
             }
             Op::Ack { target, back } => {
                 let c = store.cursor(&tkey(target)).unwrap();

@@ -2,11 +2,13 @@
 
 use std::collections::HashMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
-use crate::api::{AckOutcome, Key32, Pending, Result};
+use crate::api::{AckOutcome, Key32, Pending, Result, StoreError};
 use crate::codec::{self, ItemView};
 use crate::parts::Part;
-use crate::reader::{self, Reader};
+use crate::pulled::PulledHints;
+use crate::reader;
 use crate::writer::Tx;
 use crate::Store;
 
@@ -16,7 +18,8 @@ impl Store {
     /// Delete the target's items with seq <= through and record acked_through.
     pub fn ack(&self, target: &Key32, through: u64) -> Pending<AckOutcome> {
         let target = *target;
-        self.submit(move |tx| ack(tx, &target, through))
+        let pulled = Arc::clone(&self.inner.pulled);
+        self.submit(move |tx| ack(tx, &target, through, &pulled))
     }
 
     /// Delete one queued item (and its usage and expiry rows); false if it was not queued.
@@ -32,7 +35,7 @@ impl Store {
     }
 }
 
-fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64) -> Result<AckOutcome> {
+fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> Result<AckOutcome> {
     let head = reader::head(tx, target)?;
     if through > head {
         return Ok(AckOutcome::BeyondHead { head_seq: head });
@@ -49,11 +52,16 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64) -> Result<AckOutcome> {
     // tombstones that would make every ack rescan them.
     let lo = codec::item_key(target, old);
     let hi = codec::item_key(target, through);
-    let rows = tx.range(
+    // Items pulled by this process left hints of what is needed here: their records (wire
+    // bytes in blob files) are not read back. Only keys still queued are listed, so an item
+    // deleted since its pull is not counted.
+    let hints = pulled.take_through(target, through);
+    let rows = tx.range_with(
         Part::Items,
         Bound::Excluded(&lo),
         Bound::Included(&hi),
         usize::MAX,
+        |k| !codec::item_key_parse(k).is_some_and(|(_, seq)| hints.contains_key(&seq)),
     )?;
     let mut deleted = 0;
     // Usage moves once per (sender, account) of the range, not once per item. The rows are
@@ -63,11 +71,22 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64) -> Result<AckOutcome> {
         let Some((_, seq)) = codec::item_key_parse(k) else {
             continue;
         };
-        let rec: ItemView = codec::dec(v, "item")?;
-        queue::unlink_item(tx, target, seq, rec.expires_at_ms);
-        let f = freed.entry((rec.sender, rec.account)).or_default();
+        let (sender, account, bytes, expires_at_ms) = match (v, hints.get(&seq)) {
+            (Some(v), _) => {
+                let rec: ItemView = codec::dec(v, "item")?;
+                (rec.sender, rec.account, rec.bytes, rec.expires_at_ms)
+            }
+            (None, Some(h)) => (h.sender, h.account.as_deref(), h.bytes, h.expires_at_ms),
+            (None, None) => {
+                return Err(StoreError::Corrupt(
+                    "an item listed without its record or a hint".into(),
+                ))
+            }
+        };
+        queue::unlink_item(tx, target, seq, expires_at_ms);
+        let f = freed.entry((sender, account)).or_default();
         f.0 -= 1;
-        f.1 -= i64::try_from(rec.bytes).unwrap_or(i64::MAX);
+        f.1 -= i64::try_from(bytes).unwrap_or(i64::MAX);
         deleted += 1;
     }
     for ((sender, account), (items, bytes)) in freed {
