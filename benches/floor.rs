@@ -20,6 +20,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use mbx_relay::host::message::{draft_envelope, ulid};
+use mbx_relay::host::now_ms;
 use mbx_relay::relay::parse_json;
 use mbx_relay::relay::push::check_wire;
 use mbx_relay::wire::accept::{sha256, wire_hash_hex, AcceptParts, AcceptTarget};
@@ -35,13 +36,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// One sealed envelope from `sender` with `plain` bytes of body: its id and wire bytes.

@@ -12,9 +12,9 @@
 //! caller.
 //!
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
-//! `read` (durable reads), `ops/` (one file per write operation), `codec` (keys and values),
-//! `parts` (partitions), `pulled` (what pulls leave for acks), `lock` (the store lock), `migrate` (schema), `backup`, `dump`, `stats`,
-//! `failpoint` (crash points for tests).
+//! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
+//! operation), `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
+//! `migrate` (schema), `backup`, `dump`, `stats`, `failpoint` (crash points for tests).
 
 mod api;
 mod backup;
