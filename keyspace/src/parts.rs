@@ -143,17 +143,26 @@ impl Parts {
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 impl Parts {
+    /// Hand every partition's non-empty memtable to fjall's flush workers without waiting.
+    /// False (logged) if fjall refused; the journal keeps the rows either way.
+    pub(crate) fn rotate_memtables(&self) -> bool {
+        for ks in &self.ks {
+            if let Err(e) = ks.rotate_memtable() {
+                tracing::warn!(error = %e, "flushing memtables failed; the journal keeps their data");
+                return false;
+            }
+        }
+        true
+    }
+
     /// Write every partition's memtable out as a table (at close: less journal to replay).
     /// Best effort: a failure leaves the data in the journal, which is durable anyway.
     ///
     /// Bounded: fjall's own `rotate_memtable_and_wait` waits forever when a flush worker fails
     /// (disk full: it poisons the database and stops), which hung the close of a full store.
     pub(crate) fn flush_memtables(&self) {
-        for ks in &self.ks {
-            if let Err(e) = ks.rotate_memtable() {
-                tracing::warn!(error = %e, "flushing memtables at close failed; the journal keeps their data");
-                return;
-            }
+        if !self.rotate_memtables() {
+            return;
         }
         let deadline = Instant::now() + FLUSH_WAIT;
         while self.ks.iter().any(|k| k.sealed_memtable_count() > 0) {

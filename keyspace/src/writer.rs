@@ -12,6 +12,10 @@
 //! A group whose commit or fsync fails is answered with an error, and the database is reopened
 //! from disk before the next group runs (`recover`): fjall refuses every write after a failed
 //! one until then.
+//!
+//! When the writer goes idle after at least [`IDLE_FLUSH_MIN_BYTES`] of writes, it hands the
+//! memtables to fjall's flush workers, so a relay at rest holds its rows in tables, not in
+//! memory (and a crash then has less journal to replay).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -35,6 +39,11 @@ pub(crate) const MAX_GROUP: usize = 1024;
 pub(crate) const CHANNEL_BOUND: usize = 4096;
 /// Entries of the writer's point-read cache before it is cleared.
 const MAX_CACHE: usize = 200_000;
+/// Bytes of keys and values committed since the last idle flush above which an idle writer
+/// flushes the memtables. Memtables hold up to 8 MiB (items) and 4 MiB (each other partition);
+/// flushed at rest, the relay's RSS with 1,000,000 queued fell from 61 to 47 MiB. Below this,
+/// sporadic traffic does not turn every idle second into a handful of tiny tables.
+pub(crate) const IDLE_FLUSH_MIN_BYTES: u64 = 1024 * 1024;
 
 /// Sends a job's answer once its group's fate is known (`Some(why)`: the group failed).
 pub(crate) type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
@@ -267,6 +276,8 @@ pub(crate) struct Writer {
     pub counters: Arc<CommitCounters>,
     /// Runs when the writer goes idle ([`crate::OpenOptions::on_writer_idle`]).
     on_idle: Option<fn()>,
+    /// Bytes of keys and values committed since the memtables were last flushed at idle.
+    unflushed: u64,
 }
 
 impl Writer {
@@ -289,6 +300,7 @@ impl Writer {
             recovery: Recovery::new(dir),
             counters: Arc::new(CommitCounters::default()),
             on_idle,
+            unflushed: 0,
         }
     }
 
@@ -314,17 +326,31 @@ impl Writer {
 
     /// The next job, blocking; `on_idle` runs every [`WRITER_IDLE`] while none comes.
     /// `None` once every sender is gone.
-    fn next_job(&self) -> Option<Job> {
+    fn next_job(&mut self) -> Option<Job> {
         loop {
             match self.rx.recv_timeout(WRITER_IDLE) {
                 Ok(j) => return Some(j),
                 Err(RecvTimeoutError::Timeout) => {
+                    self.flush_when_idle();
                     if let Some(hook) = self.on_idle {
                         hook();
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => return None,
             }
+        }
+    }
+
+    /// Flush the memtables if enough was written since the last time (see
+    /// [`IDLE_FLUSH_MIN_BYTES`]). Fjall's workers write the tables; the journal keeps the rows
+    /// until they have, so this changes nothing of what is durable.
+    fn flush_when_idle(&mut self) {
+        if self.unflushed < IDLE_FLUSH_MIN_BYTES {
+            return;
+        }
+        if let Some(parts) = &self.parts {
+            parts.rotate_memtables();
+            self.unflushed = 0;
         }
     }
 
@@ -355,7 +381,9 @@ impl Writer {
         let overlay = std::mem::take(&mut tx.overlay);
         drop(tx);
         let wrote = overlay.iter().any(|m| !m.is_empty());
-        let outcome = self.commit(&parts, &overlay);
+        let outcome = self.commit(&parts, &overlay).map(|bytes| {
+            self.unflushed = self.unflushed.saturating_add(bytes);
+        });
         if wrote {
             self.counters.group(ops, outcome.is_ok());
         }
@@ -398,15 +426,21 @@ impl Writer {
     }
 
     /// Write the group's overlay as one batch and make it durable.
-    fn commit(&self, parts: &Parts, overlay: &Overlay) -> Result<(), String> {
+    /// Returns the bytes of keys and values written.
+    fn commit(&self, parts: &Parts, overlay: &Overlay) -> Result<u64, String> {
         if overlay.iter().all(BTreeMap::is_empty) {
-            return Ok(());
+            return Ok(0);
         }
         let mut batch = parts.db.batch();
+        let mut bytes = 0u64;
         for (part, writes) in Part::ALL.into_iter().zip(overlay) {
             for (k, v) in writes {
+                bytes += k.len() as u64;
                 match v {
-                    Some(v) => batch.insert(parts.ks(part), k.clone(), v.clone()),
+                    Some(v) => {
+                        bytes += v.len() as u64;
+                        batch.insert(parts.ks(part), k.clone(), v.clone());
+                    }
                     None => batch.remove(parts.ks(part), k.clone()),
                 }
             }
@@ -426,6 +460,6 @@ impl Writer {
             .map_err(|e| format!("fsync failed, not durable: {e}"))?;
         self.counters
             .fsync(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
-        Ok(())
+        Ok(bytes)
     }
 }
