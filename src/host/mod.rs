@@ -3,12 +3,13 @@
 //! The host keeps its own state in its own store directory on the same engine as the relay (fjall).
 //!
 //! Modules: [`identity`] (key files), [`store`] (durable state), [`client`] (signed HTTP to the
-//! relay), [`message`] (envelopes and receipts this host builds), [`enrol`] (enrolment and
-//! publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
+//! relay), [`message`] (envelopes and receipts this host builds), [`enc_ad`] (the v2 enc-key ad:
+//! ours and the check of a peer's), [`enrol`] (enrolment and publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
 //! [`sync`] (one pass), [`cli`] (commands).
 
 pub mod cli;
 pub mod client;
+pub mod enc_ad;
 pub mod enrol;
 pub mod identity;
 pub mod message;

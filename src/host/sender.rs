@@ -1,4 +1,5 @@
-//! Sender duties (spec §3, §5): seal drafts for the peer's verified enc key and persist the wire
+//! Sender duties (spec §3, §5): seal drafts for the peer's verified enc key (its v2 ad when the
+//! answer carries one, else a 0.5.6 peer's v1 pair; see [`super::enc_ad`]) and persist the wire
 //! bytes before the first push; push due rows (respecting `next_at`); leave the active outbox only
 //! on a valid accept; keep relay-accepted rows until the delivery receipt or the own deadline.
 
@@ -6,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::client::Answer;
+use super::enc_ad::{check_answer, PeerEncKey};
 use super::enrol::expect_ok;
 use super::store::{Acceptance, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
@@ -15,7 +16,6 @@ use crate::wire::accept::wire_hash_hex;
 use crate::wire::canonical::{canonical_bytes, canonical_json};
 use crate::wire::envelope::check_envelope_wire;
 use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
-use crate::wire::records::enc_ad_statement;
 use crate::wire::seal::seal_envelope;
 
 /// Largest push body this host builds (the relay refuses over 8 MiB).
@@ -86,10 +86,12 @@ fn back_off(opts: &SyncOptions, r: &mut OutRow, why: &str, now: u64) {
 }
 
 impl Session<'_> {
-    /// The peer's enc key from its relay ad, accepted only if the peer's pinned key signed it.
+    /// The peer's enc key from its relay answer (checked by [`check_answer`] against the pinned
+    /// key and the newest v2 ad accepted for it); a newer v2 ad is remembered durably before any
+    /// row is sealed for its key (the rollback guard).
     ///
-    /// The outer error (unreachable relay, 401) ends the step; the inner one backs the row off.
-    fn peer_enc_key(&self, target_pubkey: &str) -> Result<Result<[u8; 32], String>, HostError> {
+    /// The outer error (unreachable relay, 401, store) ends the step; the inner one backs the row off.
+    fn peer_enc_key(&mut self, target_pubkey: &str) -> Result<Result<[u8; 32], String>, HostError> {
         let Some(pk) = parse_pubkey(target_pubkey) else {
             return Ok(Err("pinned peer key is invalid".into()));
         };
@@ -98,26 +100,19 @@ impl Session<'_> {
         if a.status == 401 {
             expect_ok(&a, "enc-key lookup")?;
         }
-        Ok(check_enc_ad(&a, &pk, target_pubkey))
+        let newest = self.store.peer_ad(target_pubkey)?;
+        match check_answer(&a, &pk, target_pubkey, newest.as_ref(), now_ms()) {
+            Ok(PeerEncKey { enc, ad }) => {
+                if let Some(ad) = ad.filter(|ad| newest.as_ref() != Some(ad)) {
+                    let mut b = self.store.batch();
+                    b.put_peer_ad(target_pubkey, &ad)?;
+                    b.commit()?;
+                }
+                Ok(Ok(enc))
+            }
+            Err(why) => Ok(Err(why.to_string())),
+        }
     }
-}
-
-/// The peer's enc key from an enc-key answer, accepted only if its pinned key signed the ad.
-fn check_enc_ad(a: &Answer, pk: &[u8; 32], target_pubkey: &str) -> Result<[u8; 32], String> {
-    if a.status == 404 {
-        return Err("peer has no enc key on the relay yet (not enrolled there?)".into());
-    }
-    if a.status != 200 {
-        return Err(format!("enc-key lookup: {}", a.error()));
-    }
-    let s = |k: &str| a.body.get(k).and_then(Value::as_str).unwrap_or("");
-    if s("host_pubkey") != target_pubkey {
-        return Err("enc-key ad is for another host key".into());
-    }
-    if !verify_canonical(pk, &enc_ad_statement(s("host"), s("enc_pub")), s("sig")) {
-        return Err("enc-key ad is not signed by the pinned peer key".into());
-    }
-    parse_pubkey(s("enc_pub")).ok_or_else(|| "enc-key ad carries an invalid key".into())
 }
 
 impl Session<'_> {
@@ -477,37 +472,6 @@ mod tests {
         let mut tampered = ok.clone();
         tampered["accept"]["targets"][0]["seq"] = json!(43);
         assert!(check_accept(&tampered, &r, &relay.public(), &rp, &mp).is_err());
-    }
-
-    #[test]
-    fn an_enc_ad_counts_only_when_the_pinned_peer_key_signed_it() {
-        let (peer, other) = (SigningKey::generate(), SigningKey::generate());
-        let enc = crate::wire::seal::EncSecret::generate();
-        let ad = |signer: &SigningKey, host_pubkey: &str| {
-            let sig = signer.sign_canonical(&enc_ad_statement("beta", &enc.public_b64()));
-            Answer {
-                status: 200,
-                body: json!({"host": "beta", "host_pubkey": host_pubkey, "enc_pub": enc.public_b64(), "sig": sig}),
-            }
-        };
-        let pk = peer.public();
-        let pb = peer.public_b64();
-        assert_eq!(check_enc_ad(&ad(&peer, &pb), &pk, &pb), Ok(enc.public()));
-        assert!(
-            check_enc_ad(&ad(&other, &pb), &pk, &pb).is_err(),
-            "signed by another key"
-        );
-        assert!(
-            check_enc_ad(&ad(&peer, &other.public_b64()), &pk, &pb).is_err(),
-            "for another host"
-        );
-        let missing = Answer {
-            status: 404,
-            body: json!({"error": "unknown host"}),
-        };
-        assert!(check_enc_ad(&missing, &pk, &pb)
-            .unwrap_err()
-            .contains("no enc key"));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //!
 //! Keyspaces: `meta` (host name, relay config, caches, counters), `peers`, `outbox` (+ `outbox_idx`
 //! by item id and target), `inbox`, `quarantine`, `checkpoints` (received_through per relay and
-//! relay key), `alerts`. Values are postcard records. Every multi-record change goes through one
-//! [`Batch`], committed atomically with `PersistMode::SyncAll`: when `commit` returns, the change
-//! survives a crash.
+//! relay key), `alerts`, `peer_ads` (the newest v2 enc-key ad accepted per peer key). Values are
+//! postcard records. Every multi-record change goes through one [`Batch`], committed atomically
+//! with `PersistMode::SyncAll`: when `commit` returns, the change survives a crash.
 
 use std::path::Path;
 
@@ -210,6 +210,24 @@ pub struct Peer {
     pub pubkey: String,
 }
 
+/// The v2 enc-key ad this host last had taken by the relay (recorded after the relay's 200).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedAd {
+    /// The enrolment it was published under (relay URL, relay key, epoch, host key).
+    pub scope: String,
+    pub enc_pub: String,
+    pub iat_ms: u64,
+    pub exp_ms: u64,
+}
+
+/// The newest v2 enc-key ad a sender accepted for one peer (its rollback guard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAd {
+    pub iat_ms: u64,
+    pub exp_ms: u64,
+    pub enc_pub: String,
+}
+
 /// The relay this host uses, with its pinned key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RelayConfig {
@@ -235,6 +253,7 @@ const META_NAME: &str = "name";
 const META_RELAY: &str = "relay";
 const META_ENROLLED: &str = "enrolled";
 const META_PUBLISHED: &str = "published";
+const META_PUBLISHED_AD: &str = "published_ad";
 const META_NEXT_ROW: &str = "next_row";
 const META_RECEIPT_SEQ: &str = "receipt_seq";
 const META_NEXT_ALERT: &str = "next_alert";
@@ -262,6 +281,7 @@ pub struct HostStore {
     quarantine: Keyspace,
     checkpoints: Keyspace,
     alerts: Keyspace,
+    peer_ads: Keyspace,
     next_row: u64,
     next_alert: u64,
     receipt_seq: u64,
@@ -301,6 +321,7 @@ impl HostStore {
             quarantine: ks("quarantine")?,
             checkpoints: ks("checkpoints")?,
             alerts: ks("alerts")?,
+            peer_ads: ks("peer_ads")?,
             db,
             next_row: 1,
             next_alert: 1,
@@ -363,6 +384,14 @@ impl HostStore {
     /// The publication cache key (enc ad and allowlist) recorded after the last publication.
     pub fn published(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_PUBLISHED)
+    }
+    /// The v2 enc-key ad recorded as published, if any.
+    pub fn published_ad(&self) -> Result<Option<PublishedAd>, HostError> {
+        self.meta_get(META_PUBLISHED_AD)
+    }
+    /// The newest v2 enc-key ad accepted for the peer with this host key.
+    pub fn peer_ad(&self, pubkey: &str) -> Result<Option<PeerAd>, HostError> {
+        Self::get(&self.peer_ads, pubkey.as_bytes(), "peer ad")
     }
     /// A peer by name.
     pub fn peer(&self, name: &str) -> Result<Option<Peer>, HostError> {
@@ -466,6 +495,22 @@ impl Batch<'_> {
     /// Record (or clear) the publication cache key.
     pub fn set_published(&mut self, key: Option<&str>) -> Result<(), HostError> {
         self.set_cache(META_PUBLISHED, key)
+    }
+    /// Record (or clear) the v2 enc-key ad published.
+    pub fn set_published_ad(&mut self, ad: Option<&PublishedAd>) -> Result<(), HostError> {
+        let m = self.store.meta.clone();
+        match ad {
+            Some(a) => self.put(&m, META_PUBLISHED_AD.as_bytes(), a),
+            None => {
+                self.batch.remove(&m, META_PUBLISHED_AD.as_bytes().to_vec());
+                Ok(())
+            }
+        }
+    }
+    /// Remember the newest v2 enc-key ad accepted for a peer key (the caller checked it is newer).
+    pub fn put_peer_ad(&mut self, pubkey: &str, ad: &PeerAd) -> Result<(), HostError> {
+        let ks = self.store.peer_ads.clone();
+        self.put(&ks, pubkey.as_bytes(), ad)
     }
     fn set_cache(&mut self, name: &str, key: Option<&str>) -> Result<(), HostError> {
         let m = self.store.meta.clone();
@@ -636,6 +681,37 @@ mod tests {
         let mut b = s.batch();
         assert_eq!(b.new_row_id(), 2);
         assert_eq!(b.new_receipt_seq(), 2);
+    }
+
+    #[test]
+    fn published_and_accepted_enc_ads_survive_reopen_and_can_be_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let published = PublishedAd {
+            scope: "u|k|e|h".into(),
+            enc_pub: "E".into(),
+            iat_ms: 1,
+            exp_ms: 2,
+        };
+        let accepted = PeerAd {
+            iat_ms: 3,
+            exp_ms: 4,
+            enc_pub: "P".into(),
+        };
+        {
+            let mut s = HostStore::open(dir.path()).unwrap();
+            let mut b = s.batch();
+            b.set_published_ad(Some(&published)).unwrap();
+            b.put_peer_ad("PEER", &accepted).unwrap();
+            b.commit().unwrap();
+        }
+        let mut s = HostStore::open(dir.path()).unwrap();
+        assert_eq!(s.published_ad().unwrap(), Some(published));
+        assert_eq!(s.peer_ad("PEER").unwrap(), Some(accepted));
+        assert_eq!(s.peer_ad("OTHER").unwrap(), None);
+        let mut b = s.batch();
+        b.set_published_ad(None).unwrap();
+        b.commit().unwrap();
+        assert_eq!(s.published_ad().unwrap(), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::client::RelayClient;
+use super::enc_ad::{AdKinds, RelayView, AD_LIFETIME_MS, MAX_AD_LIFETIME_MS};
 use super::identity::Identity;
 use super::store::{Checkpoint, HostStore, RelayConfig, RowState};
 use super::{now_ms, HostError};
@@ -23,8 +24,9 @@ pub const MAX_PAGES: usize = 10_000;
 /// Bound on enrol-and-retry rounds in one pass (401 answers).
 const MAX_REENROL: usize = 2;
 
-/// Timing knobs (environment: `MBX_HOST_TIMEOUT_MS`, `MBX_HOST_BACKOFF_MS`,
-/// `MBX_HOST_BACKOFF_CAP_MS`, `MBX_HOST_DEADLINE_GRACE_MS`).
+/// Timing and publication knobs (environment: `MBX_HOST_TIMEOUT_MS`, `MBX_HOST_BACKOFF_MS`,
+/// `MBX_HOST_BACKOFF_CAP_MS`, `MBX_HOST_DEADLINE_GRACE_MS`, `MBX_HOST_ENC_ADS`,
+/// `MBX_HOST_ENC_AD_LIFETIME_MS`).
 #[derive(Debug, Clone, Copy)]
 pub struct SyncOptions {
     pub timeout: Duration,
@@ -32,6 +34,10 @@ pub struct SyncOptions {
     pub backoff_cap_ms: u64,
     /// Grace after retention before the sender's own deadline (spec: 24 h).
     pub grace_ms: u64,
+    /// Which enc-key ads to publish (`both`, `v1` as a 0.5.6 host, `v2`).
+    pub enc_ads: AdKinds,
+    /// Lifetime of the published v2 ad (30 days; capped at the relay's 90).
+    pub ad_lifetime_ms: u64,
 }
 
 impl Default for SyncOptions {
@@ -41,6 +47,8 @@ impl Default for SyncOptions {
             backoff_base_ms: 1_000,
             backoff_cap_ms: 300_000,
             grace_ms: DEADLINE_GRACE_MS,
+            enc_ads: AdKinds::default(),
+            ad_lifetime_ms: AD_LIFETIME_MS,
         }
     }
 }
@@ -57,6 +65,13 @@ impl SyncOptions {
             backoff_base_ms: var("MBX_HOST_BACKOFF_MS").unwrap_or(d.backoff_base_ms),
             backoff_cap_ms: var("MBX_HOST_BACKOFF_CAP_MS").unwrap_or(d.backoff_cap_ms),
             grace_ms: var("MBX_HOST_DEADLINE_GRACE_MS").unwrap_or(d.grace_ms),
+            enc_ads: std::env::var("MBX_HOST_ENC_ADS")
+                .ok()
+                .and_then(|v| AdKinds::parse(&v))
+                .unwrap_or(d.enc_ads),
+            ad_lifetime_ms: var("MBX_HOST_ENC_AD_LIFETIME_MS")
+                .unwrap_or(d.ad_lifetime_ms)
+                .clamp(1, MAX_AD_LIFETIME_MS),
         }
     }
 
@@ -86,6 +101,8 @@ pub struct SyncReport {
     pub expired: u64,
     pub unconfirmed: u64,
     pub epoch_changes: u64,
+    /// The v2 enc-key ad in this pass: `published (<why>)`, or why not (absent: still current).
+    pub enc_ad: Option<String>,
     pub rewinds: u64,
     pub received_through: u64,
     pub acked_through: u64,
@@ -101,6 +118,8 @@ pub struct Session<'a> {
     pub client: RelayClient<'a>,
     pub opts: SyncOptions,
     pub report: SyncReport,
+    /// `you.enc_ad` of this pass's signed info, to reconcile the published v2 ad against.
+    pub relay_view: RelayView,
 }
 
 impl<'a> Session<'a> {
@@ -141,6 +160,7 @@ impl<'a> Session<'a> {
             client,
             opts,
             report: SyncReport::default(),
+            relay_view: RelayView::Unknown,
         })
     }
 
@@ -224,6 +244,7 @@ impl<'a> Session<'a> {
         if epoch.is_empty() {
             return Err(HostError::Relay("relay info without an epoch".into()));
         }
+        self.relay_view = RelayView::from_info(&a.body);
         let limits = &a.body["limits"];
         if let Some(days) = limits.get("retention_days").and_then(Value::as_f64) {
             self.relay.retention_ms = (days * 86_400_000.0) as u64;
@@ -274,6 +295,7 @@ impl<'a> Session<'a> {
                     let mut b = self.store.batch();
                     b.set_enrolled(None)?;
                     b.set_published(None)?;
+                    b.set_published_ad(None)?;
                     b.commit()?;
                     self.ensure_enrolled()?;
                     // A relay that forgot the enrolment forgot the enc ad and allowlist too.
