@@ -13,7 +13,10 @@
 //!
 //! Timing knobs for `sync` come from the environment: `MBX_HOST_TIMEOUT_MS` (HTTP, 30 s),
 //! `MBX_HOST_BACKOFF_MS` / `MBX_HOST_BACKOFF_CAP_MS` (retry backoff, 1 s doubling to 5 min),
-//! `MBX_HOST_DEADLINE_GRACE_MS` (grace after retention before "unconfirmed", 24 h).
+//! `MBX_HOST_DEADLINE_GRACE_MS` (grace after retention before "unconfirmed", 24 h). Which enc-key
+//! ads `sync` publishes: `MBX_HOST_ENC_ADS` = `both` (default: the v1 pair and the v2 ad), `v1`
+//! (as an agentmbx 0.5.6 host) or `v2`; `MBX_HOST_ENC_AD_LIFETIME_MS` the v2 ad's lifetime
+//! (30 days, at most 90).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -337,6 +340,10 @@ fn sync(dir: &Path) -> Out {
         r.epoch, r.sealed, r.pushed, r.relay_accepted, r.relay_duplicates, r.push_failures, r.received, r.duplicates,
         r.quarantined, r.receipts_settled, r.expired, r.unconfirmed, r.received_through, r.acked_through
     );
+    let text = match &r.enc_ad {
+        Some(e) => format!("{text}; v2 enc-key ad {e}"),
+        None => text,
+    };
     let v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
     Ok((v, text))
 }
@@ -434,11 +441,23 @@ fn status(dir: &Path) -> Out {
         }
         None => (Default::default(), Value::Null),
     };
+    let enc_ad = store.published_ad()?;
+    let mut peer_ads = serde_json::Map::new();
+    for p in store.peers()? {
+        if let Some(ad) = store.peer_ad(&p.pubkey)? {
+            peer_ads.insert(
+                p.name,
+                json!({"iat": iso_ms(ad.iat_ms), "exp": iso_ms(ad.exp_ms), "enc_pub": ad.enc_pub}),
+            );
+        }
+    }
     let v = json!({
         "name": name, "pubkey": id.host.public_b64(), "fingerprint": fingerprint(&id.host.public()),
         "relay": relay_v, "received_through": cp.received_through, "acked_through": cp.acked_through,
         "outbox": counts, "active": active, "alerts": alerts, "inbox": store.inbox()?.len(),
         "quarantine": store.quarantine()?.len(),
+        "enc_ad": enc_ad.as_ref().map(|a| json!({"iat": iso_ms(a.iat_ms), "exp": iso_ms(a.exp_ms), "enc_pub": a.enc_pub})),
+        "peer_enc_ads": peer_ads,
     });
     let mut text = format!(
         "host {name} ({})\nrelay {}\nreceived_through {} acked_through {}\n",
@@ -456,6 +475,14 @@ fn status(dir: &Path) -> Out {
         cp.received_through,
         cp.acked_through
     );
+    match &enc_ad {
+        Some(a) => text.push_str(&format!(
+            "v2 enc-key ad published {} (expires {})\n",
+            iso_ms(a.iat_ms),
+            iso_ms(a.exp_ms)
+        )),
+        None => text.push_str("v2 enc-key ad not published\n"),
+    }
     for (k, n) in &counts {
         if n.as_u64() != Some(0) {
             text.push_str(&format!("{k}: {n}\n"));
@@ -463,7 +490,7 @@ fn status(dir: &Path) -> Out {
     }
     for r in rows.iter().filter(|r| r.state.active()).take(50) {
         text.push_str(&format!(
-            "  {} {} to {} {}{}\n",
+            "  {} {} to {} {}{}{}\n",
             r.item_id,
             r.state.name(),
             r.target_name,
@@ -471,7 +498,10 @@ fn status(dir: &Path) -> Out {
                 .as_ref()
                 .map_or(String::new(), |a| format!("seq {} ", a.seq)),
             r.deadline
-                .map_or(String::new(), |d| format!("deadline {}", iso_ms(d)))
+                .map_or(String::new(), |d| format!("deadline {}", iso_ms(d))),
+            r.last_error
+                .as_ref()
+                .map_or(String::new(), |e| format!(" waiting: {e}"))
         ));
     }
     for a in store.alerts()? {

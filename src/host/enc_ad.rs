@@ -125,7 +125,7 @@ impl Republish {
     /// Short name for the sync report.
     pub fn name(self) -> &'static str {
         match self {
-            Republish::NotPublished => "not published",
+            Republish::NotPublished => "none recorded",
             Republish::ScopeChanged => "relay, epoch or host key changed",
             Republish::EncKeyChanged => "enc key changed",
             Republish::Daily => "daily refresh",
