@@ -202,6 +202,34 @@ pub struct EncAd {
     pub at_ms: u64,
 }
 
+/// A signed, expiring v2 encryption-key advertisement, stored as received: the relay checked
+/// it; the store keeps its canonical record and signature byte for byte. Independent of the v1
+/// [`EncAd`] of the same key (each publish leaves the other alone).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EncAdV2 {
+    pub host_pubkey: Key32,
+    /// canonical(ad) exactly as signed (extra signed fields included).
+    pub record: Vec<u8>,
+    /// The signature string as received.
+    pub sig: String,
+    /// When the relay stored it.
+    pub at_ms: u64,
+}
+
+/// Both enc ads of one key, read from one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EncAds {
+    pub v1: Option<EncAd>,
+    pub v2: Option<EncAdV2>,
+}
+
+impl EncAds {
+    /// Neither ad is stored.
+    pub fn is_empty(&self) -> bool {
+        self.v1.is_none() && self.v2.is_none()
+    }
+}
+
 /// A target's sender allowlist, as signed by the target.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SenderList {
@@ -439,6 +467,10 @@ pub struct Stats {
     /// Top targets by queued items, largest first (at most 10).
     pub top_targets: Vec<(Key32, Usage)>,
     pub dedup_rows: u64,
+    /// Stored v1 enc ads (`enc_pub` + `sig` pairs).
+    pub enc_ads_v1: u64,
+    /// Stored v2 (signed, expiring) enc ads.
+    pub enc_ads_v2: u64,
     pub oldest_queued_ms: Option<u64>,
     pub disk_bytes: u64,
 }

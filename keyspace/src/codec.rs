@@ -8,7 +8,8 @@
 //! | meta | ascii name (`epoch`, ...) | postcard scalar |
 //! | enrolments | `0x00` ++ host key | [`Enrolment`] |
 //! | enrolments (name index) | `0x01` ++ lower(name) ++ `0x00` ++ host key | empty |
-//! | enc_ads | host key | [`EncAd`] |
+//! | enc_ads | host key | [`EncAd`] (v1) |
+//! | enc_ads | host key ++ `0x02` | [`EncAdV2`] |
 //! | sender_lists | target | [`SenderList`] |
 //! | items | target ++ seq | [`ItemRecord`] |
 //! | dedup | target ++ sender ++ item_id | [`DedupRow`] |
@@ -182,6 +183,31 @@ pub(crate) fn name_key_pk(k: &[u8]) -> Option<Key32> {
 
 pub(crate) fn is_name_key(k: &[u8]) -> bool {
     k.first() == Some(&NAME_TAG)
+}
+
+/// The kind byte after the host key of a v2 enc ad row (a v1 row is the bare host key).
+const ENC_AD_V2_TAG: u8 = 0x02;
+
+/// Which enc ad an `enc_ads` row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EncAdKey {
+    V1(Key32),
+    V2(Key32),
+}
+
+/// `host key ++ 0x02`: the v2 ad of a key, beside (and independent of) its v1 row.
+pub(crate) fn enc_ad_v2_key(pk: &Key32) -> [u8; 33] {
+    let mut k = [ENC_AD_V2_TAG; 33];
+    k[..32].copy_from_slice(pk);
+    k
+}
+
+pub(crate) fn enc_ad_key_parse(k: &[u8]) -> Option<EncAdKey> {
+    match k.len() {
+        32 => key32(k).map(EncAdKey::V1),
+        33 if k[32] == ENC_AD_V2_TAG => key32(&k[..32]).map(EncAdKey::V2),
+        _ => None,
+    }
 }
 
 /// `target ++ seq`, on the stack (ack builds two per deleted item).
@@ -413,6 +439,12 @@ mod tests {
         ] {
             assert_eq!(usage_key_parse(&usage_key(&s)), Some(s));
         }
+        assert_eq!(enc_ad_key_parse(&t), Some(EncAdKey::V1(t)));
+        assert_eq!(enc_ad_key_parse(&enc_ad_v2_key(&t)), Some(EncAdKey::V2(t)));
+        let mut odd = enc_ad_v2_key(&t).to_vec();
+        odd[32] = 0x01;
+        assert_eq!(enc_ad_key_parse(&odd), None);
+        assert_eq!(enc_ad_key_parse(&t[..31]), None);
         assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
         assert_eq!(prefix_end(&[0xff]), None);
         assert_eq!(fingerprint(b"x").len(), 19);

@@ -11,9 +11,10 @@ use fjall::Readable;
 use serde_json::{json, Value};
 
 use crate::api::{
-    DedupRow, DumpOptions, EncAd, Enrolment, OpEntry, Result, SenderList, StoreError, Usage,
+    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, OpEntry, Result, SenderList, StoreError,
+    Usage,
 };
-use crate::codec::{self, hex, meta_key, ItemRecord, UsageScope};
+use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::Store;
 
@@ -70,7 +71,11 @@ fn key_json(p: Part, k: &[u8]) -> Value {
             }),
             None => None,
         },
-        Part::EncAds | Part::SenderLists | Part::Seqs | Part::Acked => {
+        Part::EncAds => codec::enc_ad_key_parse(k).map(|a| match a {
+            EncAdKey::V1(pk) => json!({ "host_pubkey": hex(&pk), "kind": "v1" }),
+            EncAdKey::V2(pk) => json!({ "host_pubkey": hex(&pk), "kind": "v2" }),
+        }),
+        Part::SenderLists | Part::Seqs | Part::Acked => {
             Some(json!({ "host_pubkey": hex(k) }))
         }
         Part::Items => codec::item_key_parse(k).map(|(t, s)| json!({ "target": hex(&t), "seq": s })),
@@ -114,10 +119,17 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
                     "account": e.account, "authorized_by": e.authorized_by, "authority_rank": e.authority_rank,
                     "enrolled_at_ms": e.enrolled_at_ms, "revoked_at_ms": e.revoked_at_ms })
         }
-        Part::EncAds => {
-            let a: EncAd = codec::dec(v, "enc ad")?;
-            json!({ "host_pubkey": b64(&a.host_pubkey), "enc_pub": a.enc_pub, "sig": a.sig, "at_ms": a.at_ms })
-        }
+        Part::EncAds => match codec::enc_ad_key_parse(k) {
+            Some(EncAdKey::V2(_)) => {
+                let a: EncAdV2 = codec::dec(v, "v2 enc ad")?;
+                json!({ "host_pubkey": b64(&a.host_pubkey), "record": String::from_utf8_lossy(&a.record),
+                        "sig": a.sig, "at_ms": a.at_ms })
+            }
+            _ => {
+                let a: EncAd = codec::dec(v, "enc ad")?;
+                json!({ "host_pubkey": b64(&a.host_pubkey), "enc_pub": a.enc_pub, "sig": a.sig, "at_ms": a.at_ms })
+            }
+        },
         Part::SenderLists => {
             let l: SenderList = codec::dec(v, "sender list")?;
             let senders: Vec<String> = l.senders.iter().map(|s| b64(s)).collect();

@@ -4,8 +4,8 @@
 use std::ops::Bound;
 
 use crate::api::{
-    Cursor, DedupRow, EncAd, Enrolment, Key32, Meta, OpEntry, Page, QueuedItem, Result, SenderList,
-    Usage,
+    Cursor, DedupRow, EncAd, EncAds, Enrolment, Key32, Meta, OpEntry, Page, QueuedItem, Result,
+    SenderList, Usage,
 };
 use crate::codec::{self, ItemView, UsageScope};
 use crate::ops::enrol;
@@ -58,6 +58,14 @@ impl Store {
     /// `Closed`, `Corrupt`, `Engine`.
     pub fn enc_ad(&self, key: &Key32) -> Result<Option<EncAd>> {
         reader::enc_ad(&*self.view()?, key)
+    }
+
+    /// Both enc ads of a key (v1 pair and v2 ad), from one durable snapshot.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn enc_ads(&self, key: &Key32) -> Result<EncAds> {
+        reader::enc_ads(&*self.view()?, key)
     }
 
     /// A target's sender list.

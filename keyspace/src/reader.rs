@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fjall::{Readable, Slice, Snapshot};
 
-use crate::api::{DedupRow, EncAd, Enrolment, Key32, Result, SenderList, Usage};
+use crate::api::{DedupRow, EncAd, EncAdV2, EncAds, Enrolment, Key32, Result, SenderList, Usage};
 use crate::codec::{self, meta_key, ItemRecord, UsageScope};
 use crate::parts::{Part, Parts};
 
@@ -144,6 +144,20 @@ pub(crate) fn enc_ad(r: &impl Reader, pk: &Key32) -> Result<Option<EncAd>> {
     r.get(Part::EncAds, pk)?
         .map(|v| codec::dec(&v, "enc ad"))
         .transpose()
+}
+
+pub(crate) fn enc_ad_v2(r: &impl Reader, pk: &Key32) -> Result<Option<EncAdV2>> {
+    r.get(Part::EncAds, &codec::enc_ad_v2_key(pk))?
+        .map(|v| codec::dec(&v, "v2 enc ad"))
+        .transpose()
+}
+
+/// Both ads of a key, from one view.
+pub(crate) fn enc_ads(r: &impl Reader, pk: &Key32) -> Result<EncAds> {
+    Ok(EncAds {
+        v1: enc_ad(r, pk)?,
+        v2: enc_ad_v2(r, pk)?,
+    })
 }
 
 pub(crate) fn sender_list(r: &impl Reader, target: &Key32) -> Result<Option<SenderList>> {

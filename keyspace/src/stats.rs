@@ -5,7 +5,7 @@ use std::ops::Bound;
 use fjall::Readable;
 
 use crate::api::{Key32, Result, Stats, Usage};
-use crate::codec::{self, meta_key, UsageScope, EXPIRY_ITEM};
+use crate::codec::{self, meta_key, EncAdKey, UsageScope, EXPIRY_ITEM};
 use crate::ops::enrol;
 use crate::parts::Part;
 use crate::reader::{self, meta_u64, Reader};
@@ -38,6 +38,14 @@ impl Store {
         targets.truncate(TOP);
         // O(rows): an admin figure, not on any request path.
         let dedup_rows = v.snap.iter(v.parts.ks(Part::Dedup)).count() as u64;
+        let (mut enc_ads_v1, mut enc_ads_v2) = (0u64, 0u64);
+        for g in v.snap.iter(v.parts.ks(Part::EncAds)) {
+            match codec::enc_ad_key_parse(&g.key()?) {
+                Some(EncAdKey::V1(_)) => enc_ads_v1 += 1,
+                Some(EncAdKey::V2(_)) => enc_ads_v2 += 1,
+                None => {}
+            }
+        }
         let first = v.range(
             Part::Expiry,
             Bound::Included(&[EXPIRY_ITEM][..]),
@@ -57,6 +65,8 @@ impl Store {
             queued,
             top_targets: targets,
             dedup_rows,
+            enc_ads_v1,
+            enc_ads_v2,
             oldest_queued_ms,
             disk_bytes: v.parts.db.disk_space().unwrap_or(0),
         })

@@ -34,6 +34,8 @@ pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
         "queued_bytes": s.queued.bytes,
         "top_targets": top,
         "dedup_rows": s.dedup_rows,
+        "enc_ads_v1": s.enc_ads_v1,
+        "enc_ads_v2": s.enc_ads_v2,
         "oldest_queued_ms": s.oldest_queued_ms,
         "oldest_queued_age_ms": s.oldest_queued_ms.map(|t| now_ms.saturating_sub(t)),
         "disk_bytes": s.disk_bytes,

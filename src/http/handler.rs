@@ -209,6 +209,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     let needs_json = matches!(
         route,
         Route::EncKeyPut
+            | Route::EncKeyPutV2
             | Route::Senders
             | Route::PushV2
             | Route::AckV2
@@ -242,6 +243,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     }
     reply_response(match route {
         Route::EncKeyPut => relay.put_enc_ad(&caller, &v).await,
+        Route::EncKeyPutV2 => relay.put_enc_ad_v2(&caller, &v).await,
         Route::EncKeyGetV2 => {
             let q = query();
             relay.get_enc_ad(&caller, q.get("pubkey").map(|k| EncLookup::Key(k)))

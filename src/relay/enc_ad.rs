@@ -1,14 +1,16 @@
-//! Encryption-key advertisements (PROTOCOL.md §3): stored only when signed by the host key, and
-//! looked up by key (v2) or by an unambiguous name (v1).
+//! Encryption-key advertisements (PROTOCOL.md §3): the v1 pair and the v2 signed, expiring ad,
+//! stored side by side and only when signed by the host key; looked up by key (v2) or by an
+//! unambiguous name (v1), and answered merged.
 
-use relay_keyspace::{EncAd, Enrolment};
-use serde_json::{json, Value};
+use relay_keyspace::{EncAd, EncAdV2, EncAds, Enrolment};
+use serde_json::{json, Map, Value};
 
-use super::{expect_object, str_field, Caller, Relay, RelayError, Reply};
+use super::{Caller, Relay, RelayError, Reply};
+use crate::wire::enc_ad::{check_ad, summarize, AdOwner};
 use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
 use crate::wire::records::enc_ad_statement;
 
-/// Longest `enc_pub` string accepted.
+/// Longest v1 `enc_pub` string accepted (mbx-relay bound; the reference has none).
 const MAX_ENC_PUB: usize = 256;
 
 /// How an enc ad is looked up.
@@ -19,20 +21,27 @@ pub enum EncLookup<'a> {
 }
 
 impl Relay {
-    /// `POST /v1/relay/enc-key {"enc_pub","sig"}` by an authenticated caller.
+    /// `POST /v1/relay/enc-key {"enc_pub","sig"}` by an authenticated caller. Leaves the v2 ad alone.
     ///
     /// # Errors
-    /// 400 malformed; 401 bad signature; 503 store failure.
+    /// 400 `enc_pub and sig required`; 401 `bad enc-key signature`; 503 store failure.
     pub async fn put_enc_ad(&self, caller: &Caller, body: &Value) -> Reply {
-        let obj = expect_object(body)?;
-        let enc_pub = str_field(obj, "enc_pub")?;
-        if enc_pub.is_empty() || enc_pub.len() > MAX_ENC_PUB {
-            return Err(RelayError::bad_request("bad enc_pub"));
+        let text = |k: &str| {
+            body.get(k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let (Some(enc_pub), Some(sig)) = (text("enc_pub"), text("sig")) else {
+            return Err(RelayError::bad_request("enc_pub and sig required"));
+        };
+        if enc_pub.len() > MAX_ENC_PUB {
+            return Err(RelayError::bad_request(format!(
+                "enc_pub over {MAX_ENC_PUB} characters"
+            )));
         }
-        let sig = str_field(obj, "sig")?;
         let name = &caller.enrolment.host_name;
         if !verify_canonical(&caller.key, &enc_ad_statement(name, enc_pub), sig) {
-            return Err(RelayError::unauthorized("bad signature"));
+            return Err(RelayError::unauthorized("bad enc-key signature"));
         }
         let ad = EncAd {
             host_pubkey: caller.key,
@@ -44,10 +53,35 @@ impl Relay {
         Ok(json!({ "ok": true }))
     }
 
-    /// `GET /v2/relay/enc-key?pubkey=K` / `GET /v1/relay/enc-key?pubkey=K|host=NAME`.
+    /// `POST /v2/relay/enc-key {"ad","sig"}`: every check of PROTOCOL.md §3 in its order, then
+    /// the ad replaces the caller's stored v2 ad (last valid write wins). Leaves the v1 pair alone.
     ///
     /// # Errors
-    /// 404 `unknown host` when nothing (or nothing unambiguous) is found; 400 with neither query.
+    /// 400 `enc-key ad refused: <reason>` (nothing stored); 503 store failure.
+    pub async fn put_enc_ad_v2(&self, caller: &Caller, body: &Value) -> Reply {
+        let now = self.now_ms();
+        let owner = AdOwner {
+            key: &caller.key,
+            name: &caller.enrolment.host_name,
+        };
+        let ad = check_ad(body, owner, i64::try_from(now).unwrap_or(i64::MAX))
+            .map_err(|r| RelayError::bad_request(r.message()))?;
+        let ad = EncAdV2 {
+            host_pubkey: caller.key,
+            record: ad.canonical.into_bytes(),
+            sig: ad.sig,
+            at_ms: now,
+        };
+        self.write(self.store.put_enc_ad_v2(ad)).await?;
+        Ok(json!({ "ok": true }))
+    }
+
+    /// `GET /v2/relay/enc-key?pubkey=K` / `GET /v1/relay/enc-key?pubkey=K|host=NAME`: the merged
+    /// answer of a live key's ads (see [`fetch_answer`]).
+    ///
+    /// # Errors
+    /// 404 `unknown host` when no live key is found (or the name is ambiguous) or it has neither
+    /// ad; 400 with neither query; 503 store failure.
     pub fn get_enc_ad(&self, caller: &Caller, lookup: Option<EncLookup<'_>>) -> Reply {
         let unknown = || RelayError::not_found("unknown host");
         let enrolment = match lookup {
@@ -61,16 +95,16 @@ impl Relay {
             }
             Some(EncLookup::Name(name)) => self.resolve_name(caller, name)?.ok_or_else(unknown)?,
         };
-        let ad = self
-            .store
-            .enc_ad(&enrolment.host_pubkey)?
-            .ok_or_else(unknown)?;
-        Ok(json!({
-            "host": enrolment.host_name,
-            "host_pubkey": b64(&enrolment.host_pubkey),
-            "enc_pub": ad.enc_pub,
-            "sig": ad.sig,
-        }))
+        let ads = self.store.enc_ads(&enrolment.host_pubkey)?;
+        fetch_answer(&enrolment, &ads).ok_or_else(unknown)
+    }
+
+    /// `you.enc_ad` of the info document for `caller`.
+    ///
+    /// # Errors
+    /// 503 store failure.
+    pub fn you_enc_ad(&self, caller: &Caller) -> Reply {
+        Ok(you_enc_ad(&self.store.enc_ads(&caller.key)?))
     }
 
     /// The one live enrolment a v1 name designates: the only one carrying it, or the only one
@@ -123,4 +157,54 @@ pub fn pick_one(caller: &Caller, candidates: Option<Vec<Enrolment>>) -> Option<E
     } else {
         None
     }
+}
+
+/// The fetch answer (PROTOCOL.md §3): `{"host","host_pubkey","enc_pub","sig"?,"ad"?,"ad_sig"?}`.
+/// The top-level pair is the v1 one when there is one (name = the enrolled name), else the v2
+/// ad's; `sig` only with a v1 pair, `ad` (keys sorted) and `ad_sig` only with a v2 ad. Expired
+/// v2 ads are served too. `None` when neither ad is stored.
+fn fetch_answer(enrolment: &Enrolment, ads: &EncAds) -> Option<Value> {
+    let v2 = ads.v2.as_ref().and_then(stored_ad);
+    let mut out = Map::new();
+    match (&ads.v1, &v2) {
+        (Some(v1), _) => {
+            out.insert("host".into(), json!(enrolment.host_name));
+            out.insert("host_pubkey".into(), json!(b64(&enrolment.host_pubkey)));
+            out.insert("enc_pub".into(), json!(v1.enc_pub));
+            out.insert("sig".into(), json!(v1.sig));
+        }
+        (None, Some((_, s, _))) => {
+            out.insert("host".into(), json!(s.host));
+            out.insert("host_pubkey".into(), json!(b64(&enrolment.host_pubkey)));
+            out.insert("enc_pub".into(), json!(s.enc_pub));
+        }
+        (None, None) => return None,
+    }
+    if let Some((ad, _, sig)) = v2 {
+        out.insert("ad".into(), ad);
+        out.insert("ad_sig".into(), json!(sig));
+    }
+    Some(Value::Object(out))
+}
+
+/// `you.enc_ad`: `null` with neither ad, else `{"enc_pub","exp","v1"}`, each `null` when missing.
+fn you_enc_ad(ads: &EncAds) -> Value {
+    let v2 = ads.v2.as_ref().and_then(stored_ad);
+    let v1 = ads.v1.as_ref().map(|a| a.enc_pub.as_str());
+    if v1.is_none() && v2.is_none() {
+        return Value::Null;
+    }
+    let (enc_pub, exp) = match &v2 {
+        Some((_, s, _)) => (Some(s.enc_pub.as_str()), Some(s.exp.as_str())),
+        None => (None, None),
+    };
+    json!({ "enc_pub": enc_pub, "exp": exp, "v1": v1 })
+}
+
+/// A stored v2 ad as served: the record as a JSON value, its reported fields and its signature.
+/// A record that does not read back (never written by this relay) counts as absent.
+fn stored_ad(ad: &EncAdV2) -> Option<(Value, crate::wire::enc_ad::AdSummary, &str)> {
+    let text = std::str::from_utf8(&ad.record).ok()?;
+    let (value, summary) = summarize(text)?;
+    Some((value, summary, ad.sig.as_str()))
 }

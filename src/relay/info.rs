@@ -1,4 +1,5 @@
-//! `GET /v2/relay/info`: the relay key, epoch, version and limits; a signed hop adds `you`.
+//! `GET /v2/relay/info`: the relay key, epoch, version and limits; a signed hop adds `you`
+//! (with `enc_ad`, what the caller has published).
 
 use serde_json::{json, Value};
 
@@ -39,6 +40,7 @@ impl Relay {
                 "pubkey": b64(&c.key),
                 "head_seq": cur.head_seq,
                 "acked_through": cur.acked_through,
+                "enc_ad": self.you_enc_ad(c)?,
             });
         }
         Ok(doc)

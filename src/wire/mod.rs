@@ -5,6 +5,7 @@
 pub mod accept;
 pub mod batch_sign;
 pub mod canonical;
+pub mod enc_ad;
 pub mod envelope;
 pub mod hop;
 pub mod keys;

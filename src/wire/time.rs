@@ -505,6 +505,64 @@ mod tests {
         }
     }
 
+    /// The forms a v2 enc ad's `iat` / `exp` arrive in (PROTOCOL.md §3): hosts send
+    /// `toISOString()`; RFC 3339 with any offset, no offset (UTC) and a bare date also count.
+    #[test]
+    fn enc_ad_dates_accept_iso_8601_and_rfc_3339_forms() {
+        let t = 1_795_960_800_123i64; // 2026-11-29T14:00:00.123Z
+        let cases: &[(&str, &str, i64)] = &[
+            ("toISOString", "2026-11-29T14:00:00.123Z", t),
+            (
+                "RFC 3339 Z without fraction",
+                "2026-11-29T14:00:00Z",
+                t - 123,
+            ),
+            (
+                "RFC 3339 positive offset",
+                "2026-11-29T19:30:00.123+05:30",
+                t,
+            ),
+            (
+                "RFC 3339 negative offset",
+                "2026-11-29T09:00:00.123-05:00",
+                t,
+            ),
+            ("RFC 3339 zero offset", "2026-11-29T14:00:00.123+00:00", t),
+            ("ISO basic offset", "2026-11-29T15:00:00.123+0100", t),
+            ("no offset is UTC", "2026-11-29T14:00:00.123", t),
+            ("no offset, no seconds", "2026-11-29T14:00", t - 123),
+            ("RFC 3339 lowercase", "2026-11-29t14:00:00.123z", t),
+            ("RFC 3339 space separator", "2026-11-29 14:00:00.123Z", t),
+            ("microseconds", "2026-11-29T14:00:00.123456Z", t),
+            ("bare date", "2026-11-29", 1_795_910_400_000),
+        ];
+        for (what, s, want) in cases {
+            assert_eq!(parse_date_loose(s), Some(*want), "{what}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn enc_ad_dates_refuse_junk() {
+        for bad in [
+            "",
+            " ",
+            "junk",
+            "tomorrow",
+            "1795960800123",
+            "2026-11-29T14:00:00.123Q",
+            "2026-11-29T14:00:00+5",
+            "2026-11-29T14:00:00+05:3",
+            "2026-11-29T14:00:00.123Z junk",
+            "2026-11-29TT14:00",
+            "2026-11-29T1:00",
+            "2026-1-29",
+            "2026-11-29T14:00:00.123\u{0}",
+            "29.11.2026",
+        ] {
+            assert_eq!(parse_date_loose(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn calendar_helpers_agree() {
         for days in [-800_000i64, -1, 0, 1, 59, 10_957, 20_000, 2_932_896] {

@@ -251,6 +251,11 @@ fn stats_text(v: &Value) -> String {
     }
     s.push_str(&format!("dedup rows          {}\n", num("dedup_rows")));
     s.push_str(&format!(
+        "enc ads             {} v1, {} v2\n",
+        num("enc_ads_v1"),
+        num("enc_ads_v2")
+    ));
+    s.push_str(&format!(
         "size on disk        {}\n",
         human_bytes(num("disk_bytes"))
     ));
@@ -387,6 +392,7 @@ mod tests {
             "epoch": "e-1", "relay_pubkey": "PK", "relay_key_fingerprint": "ab12-cd34-ef56-7890",
             "schema_version": 1, "live_enrolments": 3, "revoked_enrolments": 1,
             "queued_items": 10, "queued_bytes": 2048, "dedup_rows": 12,
+            "enc_ads_v1": 4, "enc_ads_v2": 5,
             "oldest_queued_ms": 1_000, "oldest_queued_age_ms": 90_000, "disk_bytes": 4096,
             "top_targets": [{"fingerprint": "ffff-0000-1111-2222", "items": 10, "bytes": 2048, "host_pubkey": "HK"}],
         });
@@ -398,6 +404,7 @@ mod tests {
             "10 items, 2.0 KiB",
             "1m 30s ago",
             "dedup rows          12",
+            "enc ads             4 v1, 5 v2",
             "4.0 KiB",
             "ffff-0000-1111-2222",
         ] {

@@ -42,6 +42,7 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     let moved = move_queue(tx, old, new)?;
     move_lists(tx, old, new)?;
     tx.del(Part::EncAds, old);
+    tx.del(Part::EncAds, &codec::enc_ad_v2_key(old)); // the v2 ad goes with the v1 pair
     enrol::revoke(tx, &o)?;
     oplog::append(
         tx,

@@ -1,0 +1,21 @@
+//! Storing a v2 (signed, expiring) enc ad: the last valid write wins, the v1 pair is untouched.
+
+use crate::api::{EncAdV2, Pending};
+use crate::codec;
+use crate::parts::Part;
+use crate::Store;
+
+impl Store {
+    /// Store a (verified) v2 enc ad, replacing the previous v2 ad of that key whatever its
+    /// `iat` (senders guard against rollback themselves). The key's v1 pair is left alone.
+    pub fn put_enc_ad_v2(&self, ad: EncAdV2) -> Pending<()> {
+        self.submit(move |tx| {
+            tx.put(
+                Part::EncAds,
+                &codec::enc_ad_v2_key(&ad.host_pubkey),
+                codec::enc(&ad),
+            );
+            Ok(())
+        })
+    }
+}
