@@ -221,6 +221,7 @@ fn a_crash_between_publishing_the_ad_and_recording_it_just_republishes() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
     let (a, b) = pair(tmp.path(), &relay);
+    a.sync();
     b.crash_at(&["sync"], "host-after-enc-ad-before-record");
     assert!(b.status()["enc_ad"].is_null(), "nothing recorded");
     let first = fetch_ads(&relay, &a, &b).body["ad"].clone();

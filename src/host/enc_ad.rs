@@ -4,14 +4,16 @@
 //! for that key (signed by the pinned key, current, not older than the newest already accepted).
 //!
 //! Pure functions over values and the clock: the session code in `enrol.rs` and `sender.rs` does
-//! the HTTP and the store writes.
+//! the HTTP and the store writes. A peer's ad passes the relay's own checks
+//! ([`crate::wire::enc_ad::check_ad`], with the pinned key as the owner) before the sender's.
 
 use serde_json::{json, Value};
 
 use super::client::Answer;
 use super::store::{PeerAd, PublishedAd};
+use crate::wire::enc_ad::{check_ad, AdOwner, AdRefusal, MAX_LIFETIME_MS};
 use crate::wire::keys::{parse_pubkey, verify_canonical};
-use crate::wire::records::{enc_ad_statement, MAX_IAT_AHEAD_MS};
+use crate::wire::records::enc_ad_statement;
 use crate::wire::time::{iso_ms, parse_date_loose};
 
 /// Milliseconds in a day.
@@ -19,7 +21,7 @@ pub const DAY_MS: u64 = 86_400_000;
 /// Lifetime of the ads this host publishes (agentmbx hosts use 30 days).
 pub const AD_LIFETIME_MS: u64 = 30 * DAY_MS;
 /// Longest lifetime the relay accepts; a configured lifetime is capped to it.
-pub const MAX_AD_LIFETIME_MS: u64 = 90 * DAY_MS;
+pub const MAX_AD_LIFETIME_MS: u64 = MAX_LIFETIME_MS as u64;
 /// Republish when the recorded ad is this old (the daily refresh)...
 pub const REFRESH_AFTER_MS: u64 = DAY_MS;
 /// ...or when it expires within this much time.
@@ -192,15 +194,10 @@ pub enum Refusal {
     V1Invalid,
     /// Only a v1 pair, but a v2 ad of this peer was accepted before (a downgrade).
     V1AfterV2,
-    /// The v2 ad's shape is wrong (the part named).
-    Malformed(&'static str),
-    /// The v2 ad names another host key than the pinned one.
-    WrongPeer,
-    /// The v2 ad's signature does not verify with the pinned key.
-    BadSignature,
-    /// `iat` more than 5 minutes ahead of this host's clock.
-    NotYetValid(String),
-    /// `exp` has passed.
+    /// The v2 ad fails a check of PROTOCOL.md §3 (as the relay checks it, with the pinned key as
+    /// the owner): malformed, another host key, not signed by the pinned key, not yet valid, ...
+    Invalid(AdRefusal),
+    /// `exp` has passed (the ad's `exp`).
     Expired(String),
     /// Older than the newest ad already accepted for this peer (rollback guard).
     Older { iat: String, newest: u64 },
@@ -217,10 +214,13 @@ impl std::fmt::Display for Refusal {
             Refusal::V1AfterV2 => f.write_str(
                 "peer's enc-key answer has only a v1 pair, but a v2 ad of this peer was accepted before (downgrade refused)",
             ),
-            Refusal::Malformed(what) => write!(f, "{V2}: malformed ({what})"),
-            Refusal::WrongPeer => write!(f, "{V2}: it names another host key"),
-            Refusal::BadSignature => write!(f, "{V2}: not signed by the pinned peer key"),
-            Refusal::NotYetValid(iat) => write!(f, "{V2}: not yet valid (iat {iat})"),
+            Refusal::Invalid(AdRefusal::WrongPeer) => {
+                write!(f, "{V2}: wrong peer (it names another host key)")
+            }
+            Refusal::Invalid(AdRefusal::BadSignature) => {
+                write!(f, "{V2}: bad signature (not by the pinned peer key)")
+            }
+            Refusal::Invalid(why) => write!(f, "{V2}: {}", why.reason()),
             Refusal::Expired(exp) => write!(f, "{V2}: expired (exp {exp}); waiting for the peer to republish"),
             Refusal::Older { iat, newest } => write!(
                 f,
@@ -262,7 +262,7 @@ pub fn check_answer(
     match a.body.get("ad").filter(|v| !v.is_null()) {
         Some(ad) => {
             let sig = a.body.get("ad_sig").and_then(Value::as_str).unwrap_or("");
-            check_v2(ad, sig, pk, target_pubkey, newest, now)
+            check_v2(ad, sig, pk, newest, now)
         }
         None if newest.is_some() => Err(Refusal::V1AfterV2),
         None => {
@@ -275,52 +275,37 @@ pub fn check_answer(
     }
 }
 
-/// The v2 checks, in order: shape, pinned host key, signature over canonical(ad), dates, not yet
-/// valid (5 min skew), expired, older than the newest accepted.
+/// The v2 checks: the relay's, in its order (shape, the pinned host key, the signature over
+/// canonical(ad), dates, not yet valid with 5 minutes' skew, expired, lifetime), then the rollback
+/// guard: not older than the newest ad accepted for this peer.
 fn check_v2(
     ad: &Value,
     sig: &str,
     pk: &[u8; 32],
-    target_pubkey: &str,
     newest: Option<&PeerAd>,
     now: u64,
 ) -> Result<PeerEncKey, Refusal> {
-    let o = ad.as_object().ok_or(Refusal::Malformed("not an object"))?;
-    let s = |k: &'static str| {
-        o.get(k)
-            .and_then(Value::as_str)
-            .ok_or(Refusal::Malformed(k))
+    let text = |k: &str| ad.get(k).and_then(Value::as_str).unwrap_or("");
+    // The host name is the peer's to choose; the pinned key is what must match.
+    let owner = AdOwner {
+        key: pk,
+        name: text("host"),
     };
-    if o.get("v").and_then(Value::as_f64) != Some(2.0) {
-        return Err(Refusal::Malformed("v"));
-    }
-    if s("type")? != "enc-ad" {
-        return Err(Refusal::Malformed("type"));
-    }
-    s("host")?;
-    let enc = parse_pubkey(s("enc_pub")?).ok_or(Refusal::Malformed("enc_pub"))?;
-    let (iat, exp) = (s("iat")?, s("exp")?);
-    if s("host_pubkey")? != target_pubkey {
-        return Err(Refusal::WrongPeer);
-    }
-    if !verify_canonical(pk, ad, sig) {
-        return Err(Refusal::BadSignature);
-    }
-    let date = |v: &str, what| {
-        parse_date_loose(v)
+    let now_i = i64::try_from(now).unwrap_or(i64::MAX);
+    check_ad(&json!({"ad": ad, "sig": sig}), owner, now_i).map_err(|why| match why {
+        AdRefusal::Expired => Refusal::Expired(text("exp").to_string()),
+        why => Refusal::Invalid(why),
+    })?;
+    let date = |k: &str| {
+        parse_date_loose(text(k))
             .and_then(|t| u64::try_from(t).ok())
-            .ok_or(Refusal::Malformed(what))
+            .ok_or(Refusal::Invalid(AdRefusal::Malformed))
     };
-    let (iat_ms, exp_ms) = (date(iat, "iat")?, date(exp, "exp")?);
-    if iat_ms > now.saturating_add(MAX_IAT_AHEAD_MS) {
-        return Err(Refusal::NotYetValid(iat.to_string()));
-    }
-    if exp_ms <= now {
-        return Err(Refusal::Expired(exp.to_string()));
-    }
+    let (iat_ms, exp_ms) = (date("iat")?, date("exp")?);
+    let enc = parse_pubkey(text("enc_pub")).ok_or(Refusal::Invalid(AdRefusal::Malformed))?;
     if let Some(n) = newest.filter(|n| iat_ms < n.iat_ms) {
         return Err(Refusal::Older {
-            iat: iat.to_string(),
+            iat: text("iat").to_string(),
             newest: n.iat_ms,
         });
     }
@@ -329,7 +314,7 @@ fn check_v2(
         ad: Some(PeerAd {
             iat_ms,
             exp_ms,
-            enc_pub: s("enc_pub")?.to_string(),
+            enc_pub: text("enc_pub").to_string(),
         }),
     })
 }
@@ -463,21 +448,21 @@ mod tests {
         let by_other = Some((ad.clone(), other.sign_canonical(&ad)));
         assert_eq!(
             p.check(&p.answer(true, by_other), None, NOW),
-            Err(Refusal::BadSignature),
+            Err(Refusal::Invalid(AdRefusal::BadSignature)),
             "a refused v2 ad is not replaced by the valid v1 pair beside it"
         );
         let mut for_other = ad.clone();
         for_other["host_pubkey"] = json!(other.public_b64());
         assert_eq!(
             p.check(&p.answer(false, p.signed(for_other)), None, NOW),
-            Err(Refusal::WrongPeer)
+            Err(Refusal::Invalid(AdRefusal::WrongPeer))
         );
         let (ad2, sig) = p.signed(ad).unwrap();
         let mut tampered = ad2.clone();
         tampered["enc_pub"] = json!(p.v1_enc.public_b64());
         assert_eq!(
             p.check(&p.answer(false, Some((tampered, sig))), None, NOW),
-            Err(Refusal::BadSignature)
+            Err(Refusal::Invalid(AdRefusal::BadSignature))
         );
         let mut a = p.answer(false, p.signed(ad2));
         a.body["host_pubkey"] = json!(other.public_b64());
@@ -493,9 +478,14 @@ mod tests {
         assert!(check(NOW + 5 * MIN, AD_LIFETIME_MS).is_ok(), "5 min skew");
         assert_eq!(
             check(NOW + 5 * MIN + 1, AD_LIFETIME_MS),
-            Err(Refusal::NotYetValid("2026-11-29T14:05:00.001Z".into()))
+            Err(Refusal::Invalid(AdRefusal::NotYetValid))
         );
         assert!(check(NOW - 1_000, 1_001).is_ok(), "exp 1 ms ahead");
+        assert!(check(NOW, MAX_AD_LIFETIME_MS).is_ok());
+        assert_eq!(
+            check(NOW, MAX_AD_LIFETIME_MS + 1),
+            Err(Refusal::Invalid(AdRefusal::LifetimeOverMaximum))
+        );
         assert_eq!(
             check(NOW - 1_000, 1_000),
             Err(Refusal::Expired("2026-11-29T14:00:00.000Z".into())),
@@ -525,65 +515,29 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_ad_is_refused_with_the_part_named() {
+    fn a_malformed_ad_is_refused() {
         let p = Peer::new();
         let good = p.ad(NOW, AD_LIFETIME_MS);
-        let cases: Vec<(Value, &str)> = vec![
-            (json!("ad"), "not an object"),
-            (json!({"v": 1}), "v"),
-            (
-                {
-                    let mut a = good.clone();
-                    a["v"] = json!("2");
-                    a
-                },
-                "v",
-            ),
-            (
-                {
-                    let mut a = good.clone();
-                    a["type"] = json!("enc-key");
-                    a
-                },
-                "type",
-            ),
-            (
-                {
-                    let mut a = good.clone();
-                    a["host"] = json!(5);
-                    a
-                },
-                "host",
-            ),
-            (
-                {
-                    let mut a = good.clone();
-                    a["enc_pub"] = json!("short");
-                    a
-                },
-                "enc_pub",
-            ),
-            (
-                {
-                    let mut a = good.clone();
-                    a["iat"] = json!(NOW);
-                    a
-                },
-                "iat",
-            ),
-            (
-                {
-                    let mut a = good.clone();
-                    a["exp"] = json!("soon");
-                    a
-                },
-                "exp",
-            ),
-        ];
-        for (ad, part) in cases {
-            let got = p.check(&p.answer(true, p.signed(ad.clone())), None, NOW);
-            assert_eq!(got, Err(Refusal::Malformed(part)), "{ad}");
+        let refused = |ad: &Value| p.check(&p.answer(true, p.signed(ad.clone())), None, NOW);
+        let malformed = Err(Refusal::Invalid(AdRefusal::Malformed));
+        assert_eq!(refused(&json!("ad")), malformed);
+        for (field, value) in [
+            ("v", json!("2")),
+            ("type", json!("enc-key")),
+            ("host", json!(5)),
+            ("enc_pub", json!("short")),
+            ("iat", json!(NOW)),
+            ("exp", json!("soon")),
+        ] {
+            let mut ad = good.clone();
+            ad[field] = value;
+            assert_eq!(refused(&ad), malformed, "{ad}");
         }
+        let unsigned = p.answer(false, Some((good.clone(), String::new())));
+        assert_eq!(
+            p.check(&unsigned, None, NOW),
+            Err(Refusal::Invalid(AdRefusal::Unsigned))
+        );
         // A bare date and an offset are dates too (what the relay accepts).
         let mut a = good.clone();
         a["exp"] = json!("2027-01-01");
