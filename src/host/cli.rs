@@ -489,20 +489,18 @@ fn status(dir: &Path) -> Out {
         }
     }
     for r in rows.iter().filter(|r| r.state.active()).take(50) {
-        text.push_str(&format!(
-            "  {} {} to {} {}{}{}\n",
-            r.item_id,
-            r.state.name(),
-            r.target_name,
-            r.acceptance
-                .as_ref()
-                .map_or(String::new(), |a| format!("seq {} ", a.seq)),
-            r.deadline
-                .map_or(String::new(), |d| format!("deadline {}", iso_ms(d))),
-            r.last_error
-                .as_ref()
-                .map_or(String::new(), |e| format!(" waiting: {e}"))
-        ));
+        let mut line = format!("  {} {} to {}", r.item_id, r.state.name(), r.target_name);
+        if let Some(a) = &r.acceptance {
+            line.push_str(&format!(" seq {}", a.seq));
+        }
+        if let Some(d) = r.deadline {
+            line.push_str(&format!(" deadline {}", iso_ms(d)));
+        }
+        if let Some(e) = &r.last_error {
+            line.push_str(&format!(" waiting: {e}"));
+        }
+        text.push_str(&line);
+        text.push('\n');
     }
     for a in store.alerts()? {
         text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
