@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use relay_keyspace::{ItemKind, Key32, NewTarget};
+use relay_keyspace::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
@@ -20,24 +20,29 @@ impl Relay {
     /// processing stops at the first envelope that cannot be stored. Nothing stored and an error
     /// answers 413 with the same body.
     ///
+    /// Error texts are the reference relay's (older hosts match on them).
+    ///
     /// # Errors
-    /// 400 when `envelopes` is not an array or is over `max_batch`; 413 as above; 503 store failure.
+    /// 400 `bad batch` when `envelopes` is not an array; 413 as above (also `batch over limit N`
+    /// and `push rate exceeded (N/min)`); 503 store failure.
     pub async fn push_v1(&self, caller: &Caller, body: &Value) -> Reply {
-        let obj = expect_object(body)?;
-        let envelopes = obj
+        let envelopes = body
             .get("envelopes")
             .and_then(Value::as_array)
-            .ok_or_else(|| RelayError::bad_request("envelopes must be an array"))?;
+            .ok_or_else(|| RelayError::bad_request("bad batch"))?;
         if envelopes.len() > self.limits.max_batch {
-            return Err(RelayError::bad_request(format!(
-                "more than {} envelopes in one push",
+            return Err(nothing_stored(format!(
+                "batch over limit {}",
                 self.limits.max_batch
             )));
         }
         let mut error = None;
         let mut prepared = Vec::new();
         if !envelopes.is_empty() && !self.sender_rate.hit(&caller.key, self.now_ms()) {
-            error = Some("rate limit exceeded".to_owned());
+            error = Some(format!(
+                "push rate exceeded ({}/min)",
+                self.limits.pushes_per_minute
+            ));
         } else {
             let mut cache = TargetCache::default();
             for env in envelopes {
@@ -53,7 +58,9 @@ impl Relay {
             cache.take_failure()?;
         }
         let mut stored = 0u64;
-        for c in self.commit(&caller.key, prepared).await? {
+        // v1 items never expire: a v1 sender dropped its row on the 200 and v1 pulls carry no
+        // notices, so an expiry would lose mail silently (the reference relay does the same).
+        for c in self.commit(&caller.key, prepared, NEVER_EXPIRES).await? {
             match c {
                 Committed::Stored { targets, .. } => {
                     stored += 1;
@@ -73,10 +80,7 @@ impl Relay {
         crate::failpoint::hit("relay-after-commit");
         match error {
             None => Ok(json!({ "stored": stored })),
-            Some(e) if stored == 0 => Err(RelayError {
-                status: Status::TooLarge,
-                body: json!({ "stored": 0, "error": e }),
-            }),
+            Some(e) if stored == 0 => Err(nothing_stored(e)),
             Some(e) => Ok(json!({ "stored": stored, "error": e })),
         }
     }
@@ -97,7 +101,7 @@ impl Relay {
             .ok_or("bad envelope: bad id")?;
         let wire = canonical_bytes(env);
         if wire.len() as u64 > self.limits.max_item_bytes {
-            return Err("item over size limit".into());
+            return Err("envelope over size limit".into());
         }
         let hosts = envelope_recipient_hosts(env);
         if hosts.is_empty() {
@@ -107,7 +111,10 @@ impl Relay {
         for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
             let target = self.route_v1(caller, host, cache)?;
             self.admit_target(cache, &caller.key, &target)
-                .map_err(|r| format!("{r}: {host}"))?;
+                .map_err(|r| match r {
+                    "sender not accepted by target" => format!("sender not accepted by {host}"),
+                    _ => format!("recipient host not enrolled: {host}"),
+                })?;
             if !keys.contains(&target) {
                 keys.push(target);
             }
@@ -148,9 +155,9 @@ impl Relay {
         match pick_one(caller, candidates) {
             Some(e) => Ok(e.host_pubkey),
             None if many => Err(format!(
-                "recipient host ambiguous: {host} is used by several hosts on this relay; use v2 key addressing"
+                "recipient host ambiguous: {host} (several hosts use that name here; upgrade to address hosts by key)"
             )),
-            None => Err(format!("unknown recipient host: {host}")),
+            None => Err(format!("recipient host not enrolled: {host}")),
         }
     }
 
@@ -208,5 +215,13 @@ impl Relay {
             .await?;
         crate::failpoint::hit("relay-ack-after-commit");
         Ok(json!({ "ok": true }))
+    }
+}
+
+/// The v1 answer when nothing was stored: 413 `{"stored":0,"error"}`.
+fn nothing_stored(error: String) -> RelayError {
+    RelayError {
+        status: Status::TooLarge,
+        body: json!({ "stored": 0, "error": error }),
     }
 }

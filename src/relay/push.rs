@@ -108,7 +108,9 @@ impl Relay {
             .iter()
             .map(|p| p.targets.iter().map(|t| (t.target, t.wire_hash)).collect())
             .collect();
-        let committed = self.commit(&caller.key, prepared).await?;
+        let committed = self
+            .commit(&caller.key, prepared, self.limits.retention_ms())
+            .await?;
         crate::failpoint::hit("relay-after-commit");
         let epoch = self.epoch();
         let sender_b64 = b64(&caller.key);
@@ -234,6 +236,7 @@ impl Relay {
     }
 
     /// Submit prepared items together (one store submission, each item atomic) and map outcomes.
+    /// Items expire after `retention_ms` (`relay_keyspace::NEVER_EXPIRES`: never).
     ///
     /// # Errors
     /// 503 when the store fails: nothing is answered as accepted.
@@ -241,12 +244,12 @@ impl Relay {
         &self,
         sender: &Key32,
         prepared: Vec<Prepared>,
+        retention_ms: u64,
     ) -> Result<Vec<Committed>, RelayError> {
         if prepared.is_empty() {
             return Ok(Vec::new());
         }
         let quotas = self.limits.quotas();
-        let retention_ms = self.limits.retention_ms();
         let reqs: Vec<InsertRequest> = prepared
             .into_iter()
             .map(|p| InsertRequest {
