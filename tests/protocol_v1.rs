@@ -292,3 +292,50 @@ fn v1_push_to_a_crowded_name_is_ambiguous() {
         "{v}"
     );
 }
+
+#[test]
+fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention() {
+    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let s = Host::enrolled(&relay, "ne-s");
+    let t = Host::enrolled(&relay, "ne-t");
+    let v1 = env_to(&s, &["x@ne-t"]);
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&v1)).ok(),
+        json!({"stored": 1})
+    );
+    let v2 = envelope_item(&s, &[&t]);
+    assert_eq!(s.push_one(&relay, &v2)["status"], json!("accepted"));
+    // The v2 item expires (its sender is told); the sweep runs every second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let notices = loop {
+        let mine = s.pull_all(&relay, 0);
+        if !mine.is_empty() {
+            break mine;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the v2 item never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Two more sweeps, well past the v1 item's retention too.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let notices: Vec<Value> = notices
+        .into_iter()
+        .chain(s.pull_all(&relay, 0))
+        .map(|n| n["item_id"].clone())
+        .collect();
+    let v2_notice = format!(
+        "expired:{}:{}",
+        v2["item_id"].as_str().unwrap(),
+        t.pubkey()
+    );
+    assert!(
+        notices.iter().all(|n| n == &json!(v2_notice)),
+        "the only notice is the v2 item's: {notices:?}"
+    );
+    let left = t.pull_all(&relay, 0);
+    assert_eq!(left.len(), 1, "only the v1 item is left: {left:?}");
+    assert_eq!(left[0]["item_id"], v1["id"]);
+    assert_eq!(v1_pull_all(&relay, &t, 500)[0]["envelope"], v1);
+}

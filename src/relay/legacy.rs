@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use relay_keyspace::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
+use relay_keyspace::{ItemKind, Key32, NewTarget, QuotaKind, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
@@ -38,6 +38,8 @@ impl Relay {
         }
         let mut error = None;
         let mut prepared = Vec::new();
+        // The enrolled name of every target, for the quota texts.
+        let mut names: HashMap<Key32, String> = HashMap::new();
         if !envelopes.is_empty() && !self.sender_rate.hit(&caller.key, self.now_ms()) {
             error = Some(format!(
                 "push rate exceeded ({}/min)",
@@ -46,7 +48,7 @@ impl Relay {
         } else {
             let mut cache = TargetCache::default();
             for env in envelopes {
-                match self.prepare_v1(caller, env, &mut cache) {
+                match self.prepare_v1(caller, env, &mut cache, &mut names) {
                     Ok(p) => prepared.push(p),
                     Err(e) => {
                         self.metrics.rejected(&e);
@@ -75,6 +77,12 @@ impl Relay {
                     self.metrics.rejected(&reason);
                     error.get_or_insert(reason);
                 }
+                Committed::OverQuota { target, which } => {
+                    self.metrics
+                        .rejected(&format!("quota:{}", which.describe()));
+                    let host = names.get(&target).map_or("", String::as_str);
+                    error.get_or_insert_with(|| v1_quota_text(which, host));
+                }
             }
         }
         crate::failpoint::hit("relay-after-commit");
@@ -91,6 +99,7 @@ impl Relay {
         caller: &Caller,
         env: &Value,
         cache: &mut TargetCache,
+        names: &mut HashMap<Key32, String>,
     ) -> Result<Prepared, String> {
         if let Some(why) = envelope_shape_error(env) {
             return Err(format!("bad envelope: {why}"));
@@ -109,7 +118,7 @@ impl Relay {
         }
         let mut keys: Vec<Key32> = Vec::with_capacity(hosts.len());
         for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
-            let target = self.route_v1(caller, host, cache)?;
+            let (target, name) = self.route_v1(caller, host, cache)?;
             self.admit_target(cache, &caller.key, &target)
                 .map_err(|r| match r {
                     "sender not accepted by target" => format!("sender not accepted by {host}"),
@@ -117,6 +126,7 @@ impl Relay {
                 })?;
             if !keys.contains(&target) {
                 keys.push(target);
+                names.entry(target).or_insert(name);
             }
         }
         if keys.len() > self.limits.max_targets {
@@ -138,14 +148,14 @@ impl Relay {
         })
     }
 
-    /// The one live key a v1 recipient host name designates. A store failure is noted in
-    /// `cache` (the request answers 503).
+    /// The one live key a v1 recipient host name designates, with its enrolled name. A store
+    /// failure is noted in `cache` (the request answers 503).
     fn route_v1(
         &self,
         caller: &Caller,
         host: &str,
         cache: &mut TargetCache,
-    ) -> Result<Key32, String> {
+    ) -> Result<(Key32, String), String> {
         let candidates = self.name_candidates(host).map_err(|e| {
             let msg = e.message().to_owned();
             cache.note_failure(e);
@@ -153,7 +163,7 @@ impl Relay {
         })?;
         let many = candidates.as_ref().is_none_or(|c| c.len() > 1);
         match pick_one(caller, candidates) {
-            Some(e) => Ok(e.host_pubkey),
+            Some(e) => Ok((e.host_pubkey, e.host_name)),
             None if many => Err(format!(
                 "recipient host ambiguous: {host} (several hosts use that name here; upgrade to address hosts by key)"
             )),
@@ -223,5 +233,18 @@ fn nothing_stored(error: String) -> RelayError {
     RelayError {
         status: Status::TooLarge,
         body: json!({ "stored": 0, "error": error }),
+    }
+}
+
+/// A v1 quota refusal, in the reference relay's words (`host` is the target's enrolled name).
+fn v1_quota_text(which: QuotaKind, host: &str) -> String {
+    match which {
+        QuotaKind::QueueItems => format!("queue depth exceeded for {host}"),
+        QuotaKind::QueueBytes => format!("queue bytes exceeded for {host}"),
+        QuotaKind::SenderItems | QuotaKind::SenderBytes => {
+            format!("sender share exceeded for {host}")
+        }
+        QuotaKind::AccountItems => format!("owner queue depth exceeded for {host}"),
+        QuotaKind::AccountBytes => format!("owner queue bytes exceeded for {host}"),
     }
 }

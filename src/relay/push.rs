@@ -6,11 +6,11 @@
 use std::collections::{HashMap, HashSet};
 
 use relay_keyspace::{
-    InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, TargetSeq,
+    InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, QuotaKind, TargetSeq,
 };
 use serde_json::{json, Value};
 
-use super::{expect_object, Caller, Relay, RelayError, Reply};
+use super::{Caller, Relay, RelayError, Reply};
 use crate::wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use crate::wire::canonical::write_string;
 use crate::wire::envelope::envelope_wire_error;
@@ -31,6 +31,8 @@ pub struct Prepared {
 pub enum Committed {
     Stored { at_ms: u64, targets: Vec<TargetSeq> },
     Rejected(String),
+    /// A quota of `target` would be exceeded (v2 answers `quota:<which>`; v1 has its own texts).
+    OverQuota { target: Key32, which: QuotaKind },
 }
 
 /// Most targets memoised per request.
@@ -75,17 +77,18 @@ impl Relay {
     /// # Errors
     /// 400 when `items` is not an array or holds more than `max_batch`; 503 on store failure.
     pub async fn push_json(&self, caller: &Caller, body: &Value) -> Result<Vec<u8>, RelayError> {
-        let obj = expect_object(body)?;
-        let items = obj
+        // One text for both, the reference relay's.
+        let bad_batch = || {
+            RelayError::bad_request(format!(
+                "batch must be an array of at most {}",
+                self.limits.max_batch
+            ))
+        };
+        let items = body
             .get("items")
             .and_then(Value::as_array)
-            .ok_or_else(|| RelayError::bad_request("items must be an array"))?;
-        if items.len() > self.limits.max_batch {
-            return Err(RelayError::bad_request(format!(
-                "more than {} items in one push",
-                self.limits.max_batch
-            )));
-        }
+            .filter(|items| items.len() <= self.limits.max_batch)
+            .ok_or_else(bad_batch)?;
         let rate_ok = self.sender_rate.hit(&caller.key, self.now_ms());
         let mut results: Vec<Option<String>> = vec![None; items.len()];
         let mut prepared = Vec::with_capacity(items.len());
@@ -123,6 +126,10 @@ impl Relay {
         {
             match outcome {
                 Committed::Rejected(reason) => {
+                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
+                }
+                Committed::OverQuota { which, .. } => {
+                    let reason = format!("quota:{}", which.describe());
                     results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
                 }
                 Committed::Stored {
@@ -271,9 +278,7 @@ impl Relay {
             .map(|o| match o {
                 InsertOutcome::Stored { at_ms, targets } => Committed::Stored { at_ms, targets },
                 InsertOutcome::Conflict { .. } => Committed::Rejected("conflict".into()),
-                InsertOutcome::Quota { which, .. } => {
-                    Committed::Rejected(format!("quota:{}", which.describe()))
-                }
+                InsertOutcome::Quota { target, which } => Committed::OverQuota { target, which },
                 InsertOutcome::TargetNotEnrolled { .. } => {
                     Committed::Rejected("target not enrolled".into())
                 }
