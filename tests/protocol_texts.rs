@@ -32,7 +32,11 @@ struct Row<'a> {
     expect: Expect,
 }
 
-fn row<'a>(label: impl Into<String>, expect: Expect, provoke: impl Fn() -> Response + 'a) -> Row<'a> {
+fn row<'a>(
+    label: impl Into<String>,
+    expect: Expect,
+    provoke: impl Fn() -> Response + 'a,
+) -> Row<'a> {
     Row {
         label: label.into(),
         provoke: Box::new(provoke),
@@ -45,9 +49,17 @@ fn check(rows: Vec<Row<'_>>) {
     let mut bad = Vec::new();
     let n = rows.len();
     for r in rows {
-        let got = (r.provoke)();
-        if let Err(why) = matches(&got, &r.expect) {
-            bad.push(format!("{}: {why}", r.label));
+        // A row whose set-up fails is reported like a mismatch, and the others still run.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (r.provoke)())) {
+            Ok(got) => {
+                if let Err(why) = matches(&got, &r.expect) {
+                    bad.push(format!("{}: {why}", r.label));
+                }
+            }
+            Err(_) => bad.push(format!(
+                "{}: its set-up failed (see the panic above)",
+                r.label
+            )),
         }
     }
     assert!(
@@ -184,40 +196,96 @@ fn envelope_whys() -> Vec<(&'static [&'static str], Option<Value>, &'static str)
         (&["v"], None, "unsupported version"),
         (&["id"], Some(json!(5)), "bad id"),
         (&["from"], Some(json!("no-at-sign")), "bad from"),
-        (&["from"], Some(json!(format!("@{}", "f".repeat(300)))), "from over 300 characters"),
+        (
+            &["from"],
+            Some(json!(format!("@{}", "f".repeat(300)))),
+            "from over 300 characters",
+        ),
         (&["to"], Some(json!(["a@b", 1])), "bad to"),
-        (&["to"], Some(json!(vec!["a@b"; 101])), "more than 100 recipients"),
-        (&["to"], Some(json!([format!("a@{}", "h".repeat(299))])), "recipient over 300 characters"),
+        (
+            &["to"],
+            Some(json!(vec!["a@b"; 101])),
+            "more than 100 recipients",
+        ),
+        (
+            &["to"],
+            Some(json!([format!("a@{}", "h".repeat(299))])),
+            "recipient over 300 characters",
+        ),
         (&["kind"], Some(json!("letter")), "bad kind"),
         (&["enc"], None, "bad enc"),
         (&["body"], None, "bad body"),
         (&["subject"], Some(json!(["x"])), "bad subject"),
-        (&["subject"], Some(json!("s".repeat(201))), "subject over 200 characters"),
-        (&["subject"], Some(json!("a\u{2028}b")), "subject contains control characters"),
+        (
+            &["subject"],
+            Some(json!("s".repeat(201))),
+            "subject over 200 characters",
+        ),
+        (
+            &["subject"],
+            Some(json!("a\u{2028}b")),
+            "subject contains control characters",
+        ),
         (&["ts"], Some(json!("not a date")), "bad ts"),
         (&["thread"], None, "bad thread"),
         (&["reply_to"], Some(json!(7)), "bad reply_to"),
         (&["needs_reply"], Some(json!("no")), "bad needs_reply"),
         (&["refs"], Some(json!("r")), "bad refs"),
-        (&["refs"], Some(json!(["r".repeat(2049)])), "more than 100 refs or a ref over 2048 characters"),
+        (
+            &["refs"],
+            Some(json!(["r".repeat(2049)])),
+            "more than 100 refs or a ref over 2048 characters",
+        ),
         (&["enc"], Some(json!("sealed")), "bad enc"),
         (&["enc", "v"], Some(json!(2)), "unsupported enc version"),
-        (&["enc", "alg"], Some(json!("rot13")), "unsupported enc algorithm"),
+        (
+            &["enc", "alg"],
+            Some(json!("rot13")),
+            "unsupported enc algorithm",
+        ),
         (&["enc", "epk"], Some(json!("not base64!")), "bad enc epk"),
-        (&["enc", "nonce"], Some(json!(b64(&[0u8; 32]))), "bad enc nonce"),
+        (
+            &["enc", "nonce"],
+            Some(json!(b64(&[0u8; 32]))),
+            "bad enc nonce",
+        ),
         (&["enc", "body"], Some(json!(7)), "bad enc body"),
         (&["authority"], Some(json!("owner")), "bad authority"),
-        (&["authority"], Some(json!({"owner_sig": "s"})), "bad owner authority"),
-        (&["authority"], Some(json!({"grant": "g", "session_sig": "x"})), "bad grant authority"),
-        (&["authority"], Some(json!({"grant": {"v": 2}, "session_sig": "x"})), "bad grant.id"),
+        (
+            &["authority"],
+            Some(json!({"owner_sig": "s"})),
+            "bad owner authority",
+        ),
+        (
+            &["authority"],
+            Some(json!({"grant": "g", "session_sig": "x"})),
+            "bad grant authority",
+        ),
+        (
+            &["authority"],
+            Some(json!({"grant": {"v": 2}, "session_sig": "x"})),
+            "bad grant.id",
+        ),
         (&["meta"], Some(json!([])), "bad meta"),
         (&["meta", "tags"], Some(json!([1])), "bad meta.tags"),
-        (&["meta", "sender_verification"], Some(json!("trusted")), "bad sender verification"),
+        (
+            &["meta", "sender_verification"],
+            Some(json!("trusted")),
+            "bad sender verification",
+        ),
         (&["meta", "hop"], Some(json!(1001)), "bad hop"),
         (&["meta", "origin"], Some(json!("robot")), "bad origin"),
         (&["meta", "project"], Some(json!(1)), "bad project"),
-        (&["meta", "project_key"], Some(json!("k".repeat(301))), "bad project key"),
-        (&["meta", "local_names"], Some(json!(["Not-Lower"])), "bad local names"),
+        (
+            &["meta", "project_key"],
+            Some(json!("k".repeat(301))),
+            "bad project key",
+        ),
+        (
+            &["meta", "local_names"],
+            Some(json!(["Not-Lower"])),
+            "bad local names",
+        ),
         // Body caps: plain over 262,144 bytes; sealed over 349,548 (checked on `body` first).
         (&["enc"], Some(json!(null)), "__plain_body__"),
         (&["body"], Some(big(174_775)), "body over 349548 bytes"),
@@ -243,27 +311,34 @@ fn quoted_texts_are_the_references() {
     ]);
     let solo = Host::enrolled(&small, "solo");
     // A relay whose enrolment authority decides by `proof` (feature `failpoints`).
-    let stub = Relay::launch(
-        RelayOpts::args(GENEROUS).env("MBX_RELAY_TEST_AUTHORITY", "proof-stub"),
-    )
-    .expect("relay with the test authority");
+    let stub =
+        Relay::launch(RelayOpts::args(GENEROUS).env("MBX_RELAY_TEST_AUTHORITY", "proof-stub"))
+            .expect("relay with the test authority");
     let pk = random_pubkey();
 
     let mut rows = vec![
         // §2 and §3 generalities.
-        row("bad relay hop", Expect::Body(401, json!({"error": "bad relay hop"})), || {
-            let hop = Hop {
-                signer: Some(SigningKey::generate()),
-                ..Hop::default()
-            };
-            a.call_with(&relay, "GET", "/v2/relay/items", b"", &hop, &[])
-        }),
-        row("not found, unsigned", Expect::Body(404, json!({"error": "not found"})), || {
-            relay.get("/v2/relay/nothing")
-        }),
-        row("not found, signed", Expect::Body(404, json!({"error": "not found"})), || {
-            a.get(&relay, "/v2/relay/nothing")
-        }),
+        row(
+            "bad relay hop",
+            Expect::Body(401, json!({"error": "bad relay hop"})),
+            || {
+                let hop = Hop {
+                    signer: Some(SigningKey::generate()),
+                    ..Hop::default()
+                };
+                a.call_with(&relay, "GET", "/v2/relay/items", b"", &hop, &[])
+            },
+        ),
+        row(
+            "not found, unsigned",
+            Expect::Body(404, json!({"error": "not found"})),
+            || relay.get("/v2/relay/nothing"),
+        ),
+        row(
+            "not found, signed",
+            Expect::Body(404, json!({"error": "not found"})),
+            || a.get(&relay, "/v2/relay/nothing"),
+        ),
         row(
             "request body too large (enrol cap 8,192 bytes)",
             Expect::Body(413, json!({"error": "request body too large"})),
@@ -281,21 +356,37 @@ fn quoted_texts_are_the_references() {
         row(
             "challenge: bad host name",
             Expect::Body(400, json!({"error": "bad host name"})),
-            || relay.post_json("/v1/relay/challenge", &json!({"host": "no spaces", "pubkey": pk})),
+            || {
+                relay.post_json(
+                    "/v1/relay/challenge",
+                    &json!({"host": "no spaces", "pubkey": pk}),
+                )
+            },
         ),
         row(
             "challenge: bad host key",
             Expect::Body(400, json!({"error": "bad host key"})),
-            || relay.post_json("/v1/relay/challenge", &json!({"host": "ok", "pubkey": "abc"})),
+            || {
+                relay.post_json(
+                    "/v1/relay/challenge",
+                    &json!({"host": "ok", "pubkey": "abc"}),
+                )
+            },
         ),
         row(
             "capacity",
-            Expect::Body(503, json!({"error": "relay enrolment capacity reached", "code": "FULL"})),
+            Expect::Body(
+                503,
+                json!({"error": "relay enrolment capacity reached", "code": "FULL"}),
+            ),
             || Host::new("one-too-many").try_enrol(&small, ""),
         ),
         row(
             "challenge: too many open",
-            Expect::Body(503, json!({"error": "too many open enrolment challenges; retry later"})),
+            Expect::Body(
+                503,
+                json!({"error": "too many open enrolment challenges; retry later"}),
+            ),
             || {
                 Host::new("first").challenge(&small).ok();
                 Host::new("second").challenge(&small)
@@ -314,7 +405,10 @@ fn quoted_texts_are_the_references() {
         ),
         row(
             "bad enrolment fields",
-            Expect::Body(400, json!({"error": "bad enrolment fields", "code": "BAD_REQUEST"})),
+            Expect::Body(
+                400,
+                json!({"error": "bad enrolment fields", "code": "BAD_REQUEST"}),
+            ),
             || {
                 let h = Host::new("badf");
                 let ch = challenge_of(&relay, &h);
@@ -352,14 +446,20 @@ fn quoted_texts_are_the_references() {
                 let old = Host::enrolled(&relay, "rot");
                 let new = Host::new("rot");
                 relay
-                    .post_json("/v2/relay/rotate", &rotation("rot", &old.key, &new.key, None, None))
+                    .post_json(
+                        "/v2/relay/rotate",
+                        &rotation("rot", &old.key, &new.key, None, None),
+                    )
                     .ok();
                 old.try_enrol(&relay, "")
             },
         ),
         row(
             "denied without a reason",
-            Expect::Body(403, json!({"error": "enrolment not authorized", "code": "DENIED"})),
+            Expect::Body(
+                403,
+                json!({"error": "enrolment not authorized", "code": "DENIED"}),
+            ),
             || enrol_proof(&stub, &Host::new("d1"), json!({"deny": null})),
         ),
         row(
@@ -407,12 +507,21 @@ fn quoted_texts_are_the_references() {
             },
         ),
         // Encryption-key fetch.
-        row("unknown host, by key", Expect::Body(404, json!({"error": "unknown host"})), || {
-            a.get(&relay, &format!("/v2/relay/enc-key?pubkey={}", urlenc(&b.pubkey())))
-        }),
-        row("unknown host, by name", Expect::Body(404, json!({"error": "unknown host"})), || {
-            a.get(&relay, "/v1/relay/enc-key?host=nobody")
-        }),
+        row(
+            "unknown host, by key",
+            Expect::Body(404, json!({"error": "unknown host"})),
+            || {
+                a.get(
+                    &relay,
+                    &format!("/v2/relay/enc-key?pubkey={}", urlenc(&b.pubkey())),
+                )
+            },
+        ),
+        row(
+            "unknown host, by name",
+            Expect::Body(404, json!({"error": "unknown host"})),
+            || a.get(&relay, "/v1/relay/enc-key?host=nobody"),
+        ),
         // Pull and ack.
         row(
             "pull with another epoch",
@@ -439,35 +548,75 @@ fn quoted_texts_are_the_references() {
         ),
         row(
             "push: not an array",
-            Expect::Body(400, json!({"error": "batch must be an array of at most 200"})),
+            Expect::Body(
+                400,
+                json!({"error": "batch must be an array of at most 200"}),
+            ),
             || a.post_json(&relay, "/v2/relay/items", &json!({"items": {}})),
         ),
         row(
             "push: over max_batch",
-            Expect::Body(400, json!({"error": "batch must be an array of at most 200"})),
+            Expect::Body(
+                400,
+                json!({"error": "batch must be an array of at most 200"}),
+            ),
             || {
                 let it = envelope_item(&a, &[&b]);
-                a.post_json(&relay, "/v2/relay/items", &json!({ "items": vec![it; 201] }))
+                a.post_json(
+                    &relay,
+                    "/v2/relay/items",
+                    &json!({ "items": vec![it; 201] }),
+                )
             },
         ),
         // Push rejections (§3 "Push", §5, §7), in the protocol's order.
-        row("rejected:rate", Expect::Rejected("rejected:rate".into()), || {
-            let it = || envelope_item(&solo, &[&solo]);
-            push(&small, &solo, &it());
-            push(&small, &solo, &it())
-        }),
-        row("rejected:bad item id", Expect::Rejected("rejected:bad item id".into()), || {
-            push(&relay, &a, &edit(&envelope_item(&a, &[&b]), &["item_id"], Some(json!(""))))
-        }),
-        row("rejected:bad kind", Expect::Rejected("rejected:bad kind".into()), || {
-            push(&relay, &a, &edit(&envelope_item(&a, &[&b]), &["kind"], Some(json!("letter"))))
-        }),
-        row("rejected:bad targets", Expect::Rejected("rejected:bad targets".into()), || {
-            push(&relay, &a, &edit(&envelope_item(&a, &[&b]), &["targets"], Some(json!([]))))
-        }),
-        row("rejected:target not enrolled", Expect::Rejected("rejected:target not enrolled".into()), || {
-            push(&relay, &a, &envelope_item(&a, &[&Host::new("stranger")]))
-        }),
+        row(
+            "rejected:rate",
+            Expect::Rejected("rejected:rate".into()),
+            || {
+                let it = || envelope_item(&solo, &[&solo]);
+                push(&small, &solo, &it());
+                push(&small, &solo, &it())
+            },
+        ),
+        row(
+            "rejected:bad item id",
+            Expect::Rejected("rejected:bad item id".into()),
+            || {
+                push(
+                    &relay,
+                    &a,
+                    &edit(&envelope_item(&a, &[&b]), &["item_id"], Some(json!(""))),
+                )
+            },
+        ),
+        row(
+            "rejected:bad kind",
+            Expect::Rejected("rejected:bad kind".into()),
+            || {
+                push(
+                    &relay,
+                    &a,
+                    &edit(&envelope_item(&a, &[&b]), &["kind"], Some(json!("letter"))),
+                )
+            },
+        ),
+        row(
+            "rejected:bad targets",
+            Expect::Rejected("rejected:bad targets".into()),
+            || {
+                push(
+                    &relay,
+                    &a,
+                    &edit(&envelope_item(&a, &[&b]), &["targets"], Some(json!([]))),
+                )
+            },
+        ),
+        row(
+            "rejected:target not enrolled",
+            Expect::Rejected("rejected:target not enrolled".into()),
+            || push(&relay, &a, &envelope_item(&a, &[&Host::new("stranger")])),
+        ),
         row(
             "rejected:sender not accepted by target",
             Expect::Rejected("rejected:sender not accepted by target".into()),
@@ -477,31 +626,67 @@ fn quoted_texts_are_the_references() {
                 push(&relay, &a, &envelope_item(&a, &[&picky]))
             },
         ),
-        row("rejected:duplicate target", Expect::Rejected("rejected:duplicate target".into()), || {
-            push(&relay, &a, &envelope_item(&a, &[&b, &b]))
-        }),
-        row("rejected:bad wire", Expect::Rejected("rejected:bad wire".into()), || {
-            let it = envelope_item(&a, &[&b]);
-            push(&relay, &a, &edit(&it, &["targets"], Some(json!([{"host_pubkey": b.pubkey(), "wire_b64": "!!!"}]))))
-        }),
-        row("rejected:bad wire (not JSON)", Expect::Rejected("rejected:bad wire".into()), || {
-            let id = ulid();
-            push(&relay, &a, &item("envelope", &id, &[(b.pubkey(), b"not json".to_vec())]))
-        }),
-        row("rejected:bad wire (receipt not JSON)", Expect::Rejected("rejected:bad wire".into()), || {
-            push(&relay, &a, &item("receipt", "receipt:x:y@z:1", &[(b.pubkey(), b"{".to_vec())]))
-        }),
-        row("rejected:item over size limit", Expect::Rejected("rejected:item over size limit".into()), || {
-            push(&relay, &a, &envelope_item_sized(&a, &[&b], 524_289))
-        }),
-        row("rejected:conflict", Expect::Rejected("rejected:conflict".into()), || {
-            let q = Host::enrolled(&relay, "conflicted");
-            let first = envelope_item(&a, &[&q]);
-            push(&relay, &a, &first).ok();
-            let id = first["item_id"].as_str().unwrap();
-            let other = envelope_wire(id, &a, &[&q]);
-            push(&relay, &a, &item("envelope", id, &[(q.pubkey(), other)]))
-        }),
+        row(
+            "rejected:duplicate target",
+            Expect::Rejected("rejected:duplicate target".into()),
+            || push(&relay, &a, &envelope_item(&a, &[&b, &b])),
+        ),
+        row(
+            "rejected:bad wire",
+            Expect::Rejected("rejected:bad wire".into()),
+            || {
+                let it = envelope_item(&a, &[&b]);
+                push(
+                    &relay,
+                    &a,
+                    &edit(
+                        &it,
+                        &["targets"],
+                        Some(json!([{"host_pubkey": b.pubkey(), "wire_b64": "!!!"}])),
+                    ),
+                )
+            },
+        ),
+        row(
+            "rejected:bad wire (not JSON)",
+            Expect::Rejected("rejected:bad wire".into()),
+            || {
+                let id = ulid();
+                push(
+                    &relay,
+                    &a,
+                    &item("envelope", &id, &[(b.pubkey(), b"not json".to_vec())]),
+                )
+            },
+        ),
+        row(
+            "rejected:bad wire (receipt not JSON)",
+            Expect::Rejected("rejected:bad wire".into()),
+            || {
+                push(
+                    &relay,
+                    &a,
+                    &item("receipt", "receipt:x:y@z:1", &[(b.pubkey(), b"{".to_vec())]),
+                )
+            },
+        ),
+        row(
+            "rejected:item over size limit",
+            Expect::Rejected("rejected:item over size limit".into()),
+            || push(&relay, &a, &envelope_item_sized(&a, &[&b], 524_289)),
+        ),
+        row(
+            "rejected:conflict",
+            Expect::Rejected("rejected:conflict".into()),
+            || {
+                let q = Host::enrolled(&relay, "conflicted");
+                let first = envelope_item(&a, &[&q]);
+                push(&relay, &a, &first).ok();
+                let id = first["item_id"].as_str().unwrap();
+                let other = envelope_wire(id, &a, &[&q]);
+                push(&relay, &a, &item("envelope", id, &[(q.pubkey(), other)]))
+            },
+        ),
         row(
             "rejected:quota:<which>",
             Expect::Rejected("rejected:quota:target queue items".into()),
@@ -527,22 +712,42 @@ fn quoted_texts_are_the_references() {
             "rejected:envelope body is not sealed",
             Expect::Rejected("rejected:envelope body is not sealed".into()),
             || {
-                let env = edit(&envelope_to(&a, &[b.name.as_str()]), &["enc"], Some(Value::Null));
+                let env = edit(
+                    &envelope_to(&a, &[b.name.as_str()]),
+                    &["enc"],
+                    Some(Value::Null),
+                );
                 push(&relay, &a, &envelope_item_of(&env, &b))
             },
         ),
-        row("rejected:bad receipt", Expect::Rejected("rejected:bad receipt".into()), || {
-            let rec = edit(&receipt_record(&ulid(), "agent@txt-a", 1), &["state"], Some(json!("eaten")));
-            let wire = receipt_wire(&rec, &a.key);
-            push(&relay, &a, &item("receipt", &receipt_item_id(&rec), &[(b.pubkey(), wire)]))
-        }),
+        row(
+            "rejected:bad receipt",
+            Expect::Rejected("rejected:bad receipt".into()),
+            || {
+                let rec = edit(
+                    &receipt_record(&ulid(), "agent@txt-a", 1),
+                    &["state"],
+                    Some(json!("eaten")),
+                );
+                let wire = receipt_wire(&rec, &a.key);
+                push(
+                    &relay,
+                    &a,
+                    &item("receipt", &receipt_item_id(&rec), &[(b.pubkey(), wire)]),
+                )
+            },
+        ),
         row(
             "rejected:item id is not the receipt id",
             Expect::Rejected("rejected:item id is not the receipt id".into()),
             || {
                 let rec = receipt_record(&ulid(), "agent@txt-a", 1);
                 let wire = receipt_wire(&rec, &a.key);
-                push(&relay, &a, &item("receipt", "receipt:other", &[(b.pubkey(), wire)]))
+                push(
+                    &relay,
+                    &a,
+                    &item("receipt", "receipt:other", &[(b.pubkey(), wire)]),
+                )
             },
         ),
         row(
@@ -551,13 +756,20 @@ fn quoted_texts_are_the_references() {
             || {
                 let rec = receipt_record(&ulid(), "agent@txt-a", 1);
                 let wire = receipt_wire(&rec, &SigningKey::generate());
-                push(&relay, &a, &item("receipt", &receipt_item_id(&rec), &[(b.pubkey(), wire)]))
+                push(
+                    &relay,
+                    &a,
+                    &item("receipt", &receipt_item_id(&rec), &[(b.pubkey(), wire)]),
+                )
             },
         ),
         // Legacy v1 mail: the reference's texts, byte for byte.
         row(
             "v1: recipient host not enrolled",
-            Expect::Body(413, json!({"stored": 0, "error": "recipient host not enrolled: nowhere"})),
+            Expect::Body(
+                413,
+                json!({"stored": 0, "error": "recipient host not enrolled: nowhere"}),
+            ),
             || v1_push(&relay, &a, &[envelope_to(&a, &["nowhere"])]),
         ),
         row(
@@ -578,11 +790,20 @@ fn quoted_texts_are_the_references() {
                 200,
                 json!({"stored": 1, "error": "recipient host ambiguous: pair (several hosts use that name here; upgrade to address hosts by key)"}),
             ),
-            || v1_push(&relay, &a, &[envelope_to(&a, &["txt-b"]), envelope_to(&a, &["pair"])]),
+            || {
+                v1_push(
+                    &relay,
+                    &a,
+                    &[envelope_to(&a, &["txt-b"]), envelope_to(&a, &["pair"])],
+                )
+            },
         ),
         row(
             "v1: sender not accepted by <host>",
-            Expect::Body(413, json!({"stored": 0, "error": "sender not accepted by v1-picky"})),
+            Expect::Body(
+                413,
+                json!({"stored": 0, "error": "sender not accepted by v1-picky"}),
+            ),
             || {
                 let picky = Host::enrolled(&relay, "v1-picky");
                 picky.publish_senders(&relay, &[b.pubkey()], now_ms()).ok();
@@ -591,7 +812,10 @@ fn quoted_texts_are_the_references() {
         ),
         row(
             "v1: envelope over size limit",
-            Expect::Body(413, json!({"stored": 0, "error": "envelope over size limit"})),
+            Expect::Body(
+                413,
+                json!({"stored": 0, "error": "envelope over size limit"}),
+            ),
             || {
                 let env = envelope_to(&a, &["txt-b"]);
                 let padded: Value = serde_json::from_slice(&pad_json_to(&env, 524_289)).unwrap();
@@ -601,7 +825,17 @@ fn quoted_texts_are_the_references() {
         row(
             "v1: bad envelope",
             Expect::Body(413, json!({"stored": 0, "error": "bad envelope: bad kind"})),
-            || v1_push(&relay, &a, &[edit(&envelope_to(&a, &["txt-b"]), &["kind"], Some(json!("x")))]),
+            || {
+                v1_push(
+                    &relay,
+                    &a,
+                    &[edit(
+                        &envelope_to(&a, &["txt-b"]),
+                        &["kind"],
+                        Some(json!("x")),
+                    )],
+                )
+            },
         ),
         row(
             "v1: batch over limit",
@@ -613,7 +847,10 @@ fn quoted_texts_are_the_references() {
         ),
         row(
             "v1: queue depth exceeded",
-            Expect::Body(413, json!({"stored": 0, "error": "queue depth exceeded for v1-Full"})),
+            Expect::Body(
+                413,
+                json!({"stored": 0, "error": "queue depth exceeded for v1-Full"}),
+            ),
             || {
                 Host::enrolled(&relay, "v1-Full");
                 for _ in 0..3 {
@@ -622,12 +859,17 @@ fn quoted_texts_are_the_references() {
                 v1_push(&relay, &a, &[envelope_to(&a, &["v1-full"])])
             },
         ),
-        row("v1: bad batch", Expect::Body(400, json!({"error": "bad batch"})), || {
-            a.call_v1(&relay, "POST", "/v1/relay/messages", br#"{"envelopes":{}}"#)
-        }),
+        row(
+            "v1: bad batch",
+            Expect::Body(400, json!({"error": "bad batch"})),
+            || a.call_v1(&relay, "POST", "/v1/relay/messages", br#"{"envelopes":{}}"#),
+        ),
         row(
             "v1: push rate exceeded",
-            Expect::Body(413, json!({"stored": 0, "error": "push rate exceeded (1/min)"})),
+            Expect::Body(
+                413,
+                json!({"stored": 0, "error": "push rate exceeded (1/min)"}),
+            ),
             || v1_push(&small, &solo, &[envelope_to(&solo, &["solo"])]),
         ),
     ];
@@ -635,24 +877,34 @@ fn quoted_texts_are_the_references() {
         let (env, why) = if why == "__plain_body__" {
             // Without `enc`, the plain body cap applies (and then the item is not sealed).
             let env = edit(&envelope_to(&a, &[b.name.as_str()]), &["enc"], new.clone());
-            (edit(&env, &["body"], Some(json!("é".repeat(131_073)))), "body over 262144 bytes")
+            (
+                edit(&env, &["body"], Some(json!("é".repeat(131_073)))),
+                "body over 262144 bytes",
+            )
         } else {
-            (edit(&envelope_to(&a, &[b.name.as_str()]), path, new.clone()), why)
+            (
+                edit(&envelope_to(&a, &[b.name.as_str()]), path, new.clone()),
+                why,
+            )
         };
         let status = format!("rejected:bad envelope: {why}");
         let to = &b;
         let relay = &relay;
         let a = &a;
-        rows.push(row(format!("§5 {status}"), Expect::Rejected(status), move || {
-            push(relay, a, &envelope_item_of(&env, to))
-        }));
+        rows.push(row(
+            format!("§5 {status}"),
+            Expect::Rejected(status),
+            move || push(relay, a, &envelope_item_of(&env, to)),
+        ));
     }
     check(rows);
 }
 
 /// Percent-encode a base64 key for a query string.
 fn urlenc(s: &str) -> String {
-    s.replace('+', "%2B").replace('/', "%2F").replace('=', "%3D")
+    s.replace('+', "%2B")
+        .replace('/', "%2F")
+        .replace('=', "%3D")
 }
 
 /// A v2 enc-key ad of `h` (valid unless changed), lifetime `iat`..`exp` in ms.
@@ -677,25 +929,51 @@ fn texts_fixed_on_other_branches() {
     let b = Host::enrolled(&relay, "other-b");
     let now = now_ms();
     const DAY: i64 = 86_400_000;
-    let refused = |why: &str| Expect::Body(400, json!({ "error": format!("enc-key ad refused: {why}") }));
+    let refused = |why: &str| {
+        Expect::Body(
+            400,
+            json!({ "error": format!("enc-key ad refused: {why}") }),
+        )
+    };
     let mut rows = vec![
         // v1 enc-key publish.
         row(
             "v1 enc-key: enc_pub and sig required",
             Expect::Body(400, json!({"error": "enc_pub and sig required"})),
-            || a.post_json(&relay, "/v1/relay/enc-key", &json!({"enc_pub": b64(&[1u8; 32])})),
+            || {
+                a.post_json(
+                    &relay,
+                    "/v1/relay/enc-key",
+                    &json!({"enc_pub": b64(&[1u8; 32])}),
+                )
+            },
         ),
         row(
             "v1 enc-key: bad enc-key signature",
             Expect::Body(401, json!({"error": "bad enc-key signature"})),
-            || a.post_json(&relay, "/v1/relay/enc-key", &json!({"enc_pub": b64(&[1u8; 32]), "sig": b64(&[0u8; 64])})),
+            || {
+                a.post_json(
+                    &relay,
+                    "/v1/relay/enc-key",
+                    &json!({"enc_pub": b64(&[1u8; 32]), "sig": b64(&[0u8; 64])}),
+                )
+            },
         ),
         // v2 enc-key ads, each reason in the protocol's order.
         row("v2 ad: unsigned", refused("unsigned"), || {
-            a.post_json(&relay, "/v2/relay/enc-key", &json!({"ad": enc_ad(&a, now, now + 30 * DAY)}))
+            a.post_json(
+                &relay,
+                "/v2/relay/enc-key",
+                &json!({"ad": enc_ad(&a, now, now + 30 * DAY)}),
+            )
         }),
         row("v2 ad: malformed", refused("malformed"), || {
-            publish_ad(&relay, &a, &edit(&enc_ad(&a, now, now + 30 * DAY), &["v"], Some(json!(1))), &a.key)
+            publish_ad(
+                &relay,
+                &a,
+                &edit(&enc_ad(&a, now, now + 30 * DAY), &["v"], Some(json!(1))),
+                &a.key,
+            )
         }),
         row("v2 ad: wrong peer", refused("wrong peer"), || {
             publish_ad(&relay, &a, &enc_ad(&b, now, now + 30 * DAY), &b.key)
@@ -704,7 +982,11 @@ fn texts_fixed_on_other_branches() {
             publish_ad(&relay, &a, &enc_ad(&a, now, now + 30 * DAY), &b.key)
         }),
         row("v2 ad: malformed date", refused("malformed"), || {
-            let ad = edit(&enc_ad(&a, now, now + DAY), &["iat"], Some(json!("not a date")));
+            let ad = edit(
+                &enc_ad(&a, now, now + DAY),
+                &["iat"],
+                Some(json!("not a date")),
+            );
             publish_ad(&relay, &a, &ad, &a.key)
         }),
         row("v2 ad: not yet valid", refused("not yet valid"), || {
@@ -713,19 +995,31 @@ fn texts_fixed_on_other_branches() {
         row("v2 ad: expired", refused("expired"), || {
             publish_ad(&relay, &a, &enc_ad(&a, now - 2 * DAY, now - 1_000), &a.key)
         }),
-        row("v2 ad: lifetime over the maximum", refused("lifetime over the maximum"), || {
-            publish_ad(&relay, &a, &enc_ad(&a, now, now + 91 * DAY), &a.key)
-        }),
+        row(
+            "v2 ad: lifetime over the maximum",
+            refused("lifetime over the maximum"),
+            || publish_ad(&relay, &a, &enc_ad(&a, now, now + 91 * DAY), &a.key),
+        ),
         // Sender lists.
-        row("sender list: malformed", Expect::Body(400, json!({"error": "bad sender list"})), || {
-            let mut body = a.sender_list(&[b.pubkey()], now);
-            body["list"]["senders"] = json!("everyone");
-            a.post_json(&relay, "/v2/relay/senders", &body)
-        }),
+        row(
+            "sender list: malformed",
+            Expect::Body(400, json!({"error": "bad sender list"})),
+            || {
+                let mut body = a.sender_list(&[b.pubkey()], now);
+                body["list"]["senders"] = json!("everyone");
+                a.post_json(&relay, "/v2/relay/senders", &body)
+            },
+        ),
         row(
             "sender list: for another key, validly signed by it",
             Expect::Body(400, json!({"error": "bad sender list"})),
-            || a.post_json(&relay, "/v2/relay/senders", &b.sender_list(&[a.pubkey()], now)),
+            || {
+                a.post_json(
+                    &relay,
+                    "/v2/relay/senders",
+                    &b.sender_list(&[a.pubkey()], now),
+                )
+            },
         ),
         row(
             "sender list: iat in the future",
@@ -734,7 +1028,10 @@ fn texts_fixed_on_other_branches() {
         ),
         row(
             "sender list: not signed by the target",
-            Expect::Body(401, json!({"error": "sender list is not signed by the target"})),
+            Expect::Body(
+                401,
+                json!({"error": "sender list is not signed by the target"}),
+            ),
             || {
                 let mut body = a.sender_list(&[b.pubkey()], now);
                 body["sig"] = json!(b.key.sign(b"something else"));
@@ -743,7 +1040,10 @@ fn texts_fixed_on_other_branches() {
         ),
         row(
             "sender list: a newer one is stored",
-            Expect::Body(409, json!({"error": "a newer sender list is already stored"})),
+            Expect::Body(
+                409,
+                json!({"error": "a newer sender list is already stored"}),
+            ),
             || {
                 a.publish_senders(&relay, &[b.pubkey()], now).ok();
                 a.publish_senders(&relay, &[b.pubkey()], now - 60_000)

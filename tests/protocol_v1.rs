@@ -325,11 +325,7 @@ fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention() {
         .chain(s.pull_all(&relay, 0))
         .map(|n| n["item_id"].clone())
         .collect();
-    let v2_notice = format!(
-        "expired:{}:{}",
-        v2["item_id"].as_str().unwrap(),
-        t.pubkey()
-    );
+    let v2_notice = format!("expired:{}:{}", v2["item_id"].as_str().unwrap(), t.pubkey());
     assert!(
         notices.iter().all(|n| n == &json!(v2_notice)),
         "the only notice is the v2 item's: {notices:?}"

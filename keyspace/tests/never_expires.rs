@@ -109,7 +109,11 @@ fn never_expiring_items_count_against_quotas_and_leave_on_ack() {
     ));
     let head = store.cursor(&target).unwrap().head_seq;
     store.ack(&target, head).wait().unwrap();
-    assert!(store.pull(&target, 0, 10, u64::MAX).unwrap().items.is_empty());
+    assert!(store
+        .pull(&target, 0, 10, u64::MAX)
+        .unwrap()
+        .items
+        .is_empty());
     stored_seqs(&store.insert(req("b")).wait().unwrap());
     check_invariants(&store);
 }

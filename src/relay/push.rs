@@ -29,10 +29,16 @@ pub struct Prepared {
 
 /// How an item ended after the commit.
 pub enum Committed {
-    Stored { at_ms: u64, targets: Vec<TargetSeq> },
+    Stored {
+        at_ms: u64,
+        targets: Vec<TargetSeq>,
+    },
     Rejected(String),
     /// A quota of `target` would be exceeded (v2 answers `quota:<which>`; v1 has its own texts).
-    OverQuota { target: Key32, which: QuotaKind },
+    OverQuota {
+        target: Key32,
+        which: QuotaKind,
+    },
 }
 
 /// Most targets memoised per request.
