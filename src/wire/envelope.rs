@@ -470,10 +470,11 @@ pub fn envelope_wire_error(wire: &[u8], item_id: &str) -> Result<(), String> {
 pub const NOT_JSON: &str = "bad wire";
 
 /// [`envelope_wire_error`], then the envelope as a value tree (for the host side, which keeps
-/// it).
+/// it, and names wire that is not JSON `bad envelope: not JSON` in its quarantine).
 pub fn check_envelope_wire(wire: &[u8], item_id: &str) -> Result<Value, String> {
+    let v = serde_json::from_slice(wire).map_err(|_| "bad envelope: not JSON".to_string())?;
     envelope_wire_error(wire, item_id)?;
-    serde_json::from_slice(wire).map_err(|_| NOT_JSON.to_string())
+    Ok(v)
 }
 
 /// The host parts of the envelope's `to` entries (`name@host` → `host`, split at the last `@`),
@@ -826,15 +827,19 @@ mod tests {
         );
         assert_eq!(
             check_envelope_wire(b"{", "x").err().as_deref(),
-            Some("bad wire")
+            Some("bad envelope: not JSON")
         );
         assert_eq!(
             check_envelope_wire(b"\xff\xfe", "x").err().as_deref(),
-            Some("bad wire")
+            Some("bad envelope: not JSON")
         );
         assert_eq!(
             check_envelope_wire(b"", "x").err().as_deref(),
-            Some("bad wire")
+            Some("bad envelope: not JSON")
+        );
+        assert_eq!(
+            envelope_wire_error(b"{", "x").err().as_deref(),
+            Some(NOT_JSON)
         );
         assert_eq!(
             check_envelope_wire(b"null", "x").err().as_deref(),
