@@ -335,3 +335,40 @@ fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention() {
     assert_eq!(left[0]["item_id"], v1["id"]);
     assert_eq!(v1_pull_all(&relay, &t, 500)[0]["envelope"], v1);
 }
+
+#[test]
+fn v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored() {
+    let relay = Relay::start_generous(&[]);
+    let s = Host::enrolled(&relay, "rs-s");
+    let t = Host::enrolled(&relay, "rs-t");
+    let u = Host::enrolled(&relay, "rs-u");
+    let first = env_to(&s, &["x@rs-t"]);
+    let id = first["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&first)).ok(),
+        json!({"stored": 1})
+    );
+    // The retry is sealed again (other bytes, same id): stored, not a conflict, not a copy.
+    let resealed = sealed_envelope(&id, "agent@rs-s", &["x@rs-t".to_string()]);
+    assert_ne!(resealed, first);
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&resealed)).ok(),
+        json!({"stored": 1})
+    );
+    // A retry that adds a recipient host reaches only the new one.
+    let wider = sealed_envelope(
+        &id,
+        "agent@rs-s",
+        &["x@rs-t".to_string(), "y@rs-u".to_string()],
+    );
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&wider)).ok(),
+        json!({"stored": 1})
+    );
+    let at_t = v1_pull_all(&relay, &t, 500);
+    assert_eq!(at_t.len(), 1, "{at_t:?}");
+    assert_eq!(at_t[0]["envelope"], first, "the first bytes stay");
+    let at_u = v1_pull_all(&relay, &u, 500);
+    assert_eq!(at_u.len(), 1);
+    assert_eq!(at_u[0]["envelope"], wider);
+}

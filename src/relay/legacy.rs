@@ -132,6 +132,16 @@ impl Relay {
         if keys.len() > self.limits.max_targets {
             return Err("bad targets".into());
         }
+        // v1 dedup is by envelope id: v1 senders seal again on every retry, so a target that
+        // already holds this id from this sender counts as stored whatever the new bytes are
+        // (an item left with no target stores nothing and counts as stored).
+        keys.retain(|t| match self.store.dedup(&caller.key, id, t) {
+            Ok(row) => row.is_none(),
+            Err(e) => {
+                cache.note_failure(e.into());
+                true
+            }
+        });
         let wire_hash = sha256(&wire);
         let targets = keys
             .into_iter()
