@@ -8,7 +8,7 @@ use relay_keyspace::{ItemKind, Key32, NewTarget, QuotaKind, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
-use super::push::{Committed, Prepared, TargetCache};
+use super::push::{Committed, Prepared, TargetCache, SENDER_NOT_ACCEPTED};
 use super::{expect_object, object, Caller, Relay, RelayError, Reply, Status};
 use crate::wire::accept::sha256;
 use crate::wire::canonical::canonical_bytes;
@@ -120,9 +120,12 @@ impl Relay {
         for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
             let (target, name) = self.route_v1(caller, host, cache)?;
             self.admit_target(cache, &caller.key, &target)
-                .map_err(|r| match r {
-                    "sender not accepted by target" => format!("sender not accepted by {host}"),
-                    _ => format!("recipient host not enrolled: {host}"),
+                .map_err(|r| {
+                    if r == SENDER_NOT_ACCEPTED {
+                        format!("sender not accepted by {host}")
+                    } else {
+                        format!("recipient host not enrolled: {host}")
+                    }
                 })?;
             if !keys.contains(&target) {
                 keys.push(target);

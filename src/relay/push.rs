@@ -17,6 +17,9 @@ use crate::wire::envelope::envelope_wire_error;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
 use crate::wire::receipt::check_receipt_wire;
 
+/// The rejection of a sender a target's allowlist does not name (v1 words it per host).
+pub const SENDER_NOT_ACCEPTED: &str = "sender not accepted by target";
+
 /// Longest item id, in UTF-16 code units as JavaScript counts them.
 const MAX_ITEM_ID: usize = 300;
 
@@ -242,7 +245,7 @@ impl Relay {
         Ok(if !live {
             Err("target not enrolled")
         } else if !self.sender_accepted(target, sender)? {
-            Err("sender not accepted by target")
+            Err(SENDER_NOT_ACCEPTED)
         } else {
             Ok(())
         })
