@@ -355,7 +355,7 @@ fn enrol_bad_fields_are_400() {
         ("owner_fp", json!("slash/no")),
         ("owner_fp", json!(12)),
         ("sig", json!(null)),
-        ("sig", json!(5)),
+        ("sig", json!("")),
     ] {
         let mut b = good.clone();
         if val.is_null() {
@@ -372,8 +372,13 @@ fn enrol_bad_fields_are_400() {
             .post_json("/v1/relay/enrol", &c)
             .assert_some_error(400);
     }
-    // The good body still works afterwards (nothing consumed the challenge), and a 64-char
-    // owner_fp is fine.
+    // A present but non-string signature is a bad signature, as in the reference (401).
+    let mut b = good.clone();
+    b["sig"] = json!(5);
+    relay
+        .post_json("/v1/relay/enrol", &b)
+        .assert_error(401, "bad enrolment signature");
+    // The good body still works afterwards, and a 64-char owner_fp is fine.
     let ch = h.challenge(&relay).ok()["challenge"]
         .as_str()
         .unwrap()

@@ -292,3 +292,83 @@ fn v1_push_to_a_crowded_name_is_ambiguous() {
         "{v}"
     );
 }
+
+#[test]
+fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention() {
+    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let s = Host::enrolled(&relay, "ne-s");
+    let t = Host::enrolled(&relay, "ne-t");
+    let v1 = env_to(&s, &["x@ne-t"]);
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&v1)).ok(),
+        json!({"stored": 1})
+    );
+    let v2 = envelope_item(&s, &[&t]);
+    assert_eq!(s.push_one(&relay, &v2)["status"], json!("accepted"));
+    // The v2 item expires (its sender is told); the sweep runs every second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let notices = loop {
+        let mine = s.pull_all(&relay, 0);
+        if !mine.is_empty() {
+            break mine;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the v2 item never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Two more sweeps, well past the v1 item's retention too.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let notices: Vec<Value> = notices
+        .into_iter()
+        .chain(s.pull_all(&relay, 0))
+        .map(|n| n["item_id"].clone())
+        .collect();
+    let v2_notice = format!("expired:{}:{}", v2["item_id"].as_str().unwrap(), t.pubkey());
+    assert!(
+        notices.iter().all(|n| n == &json!(v2_notice)),
+        "the only notice is the v2 item's: {notices:?}"
+    );
+    let left = t.pull_all(&relay, 0);
+    assert_eq!(left.len(), 1, "only the v1 item is left: {left:?}");
+    assert_eq!(left[0]["item_id"], v1["id"]);
+    assert_eq!(v1_pull_all(&relay, &t, 500)[0]["envelope"], v1);
+}
+
+#[test]
+fn v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored() {
+    let relay = Relay::start_generous(&[]);
+    let s = Host::enrolled(&relay, "rs-s");
+    let t = Host::enrolled(&relay, "rs-t");
+    let u = Host::enrolled(&relay, "rs-u");
+    let first = env_to(&s, &["x@rs-t"]);
+    let id = first["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&first)).ok(),
+        json!({"stored": 1})
+    );
+    // The retry is sealed again (other bytes, same id): stored, not a conflict, not a copy.
+    let resealed = sealed_envelope(&id, "agent@rs-s", &["x@rs-t".to_string()]);
+    assert_ne!(resealed, first);
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&resealed)).ok(),
+        json!({"stored": 1})
+    );
+    // A retry that adds a recipient host reaches only the new one.
+    let wider = sealed_envelope(
+        &id,
+        "agent@rs-s",
+        &["x@rs-t".to_string(), "y@rs-u".to_string()],
+    );
+    assert_eq!(
+        v1_push(&relay, &s, std::slice::from_ref(&wider)).ok(),
+        json!({"stored": 1})
+    );
+    let at_t = v1_pull_all(&relay, &t, 500);
+    assert_eq!(at_t.len(), 1, "{at_t:?}");
+    assert_eq!(at_t[0]["envelope"], first, "the first bytes stay");
+    let at_u = v1_pull_all(&relay, &u, 500);
+    assert_eq!(at_u.len(), 1);
+    assert_eq!(at_u[0]["envelope"], wider);
+}

@@ -328,9 +328,14 @@ impl QuotaKind {
 pub struct InsertRequest {
     pub item: NewItem,
     pub quotas: Quotas,
-    /// Items expire at accepted_at + retention.
+    /// Items expire at accepted_at + retention; [`NEVER_EXPIRES`] stores an item no sweep
+    /// expires (legacy v1 mail).
     pub retention_ms: u64,
 }
+
+/// As [`InsertRequest::retention_ms`]: the item never expires. Its `expires_at_ms` is this
+/// value, beyond any sweep's `now`; quotas still count it and an ack still removes it.
+pub const NEVER_EXPIRES: u64 = u64::MAX;
 
 /// Whether a target's row was new or a dedup hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,7 +55,8 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             config.limits.clone(),
             Arc::new(SystemClock),
         )
-        .await?,
+        .await?
+        .with_authority(crate::relay::authority::for_serve()?),
     );
 
     let listener = tokio::net::TcpListener::bind(&config.listen)

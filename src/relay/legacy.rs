@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use relay_keyspace::{ItemKind, Key32, NewTarget};
+use relay_keyspace::{ItemKind, Key32, NewTarget, QuotaKind, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
-use super::push::{Committed, Prepared, TargetCache};
+use super::push::{Committed, Prepared, TargetCache, SENDER_NOT_ACCEPTED};
 use super::{expect_object, object, Caller, Relay, RelayError, Reply, Status};
 use crate::wire::accept::sha256;
 use crate::wire::canonical::canonical_bytes;
@@ -20,28 +20,35 @@ impl Relay {
     /// processing stops at the first envelope that cannot be stored. Nothing stored and an error
     /// answers 413 with the same body.
     ///
+    /// Error texts are the reference relay's (older hosts match on them).
+    ///
     /// # Errors
-    /// 400 when `envelopes` is not an array or is over `max_batch`; 413 as above; 503 store failure.
+    /// 400 `bad batch` when `envelopes` is not an array; 413 as above (also `batch over limit N`
+    /// and `push rate exceeded (N/min)`); 503 store failure.
     pub async fn push_v1(&self, caller: &Caller, body: &Value) -> Reply {
-        let obj = expect_object(body)?;
-        let envelopes = obj
+        let envelopes = body
             .get("envelopes")
             .and_then(Value::as_array)
-            .ok_or_else(|| RelayError::bad_request("envelopes must be an array"))?;
+            .ok_or_else(|| RelayError::bad_request("bad batch"))?;
         if envelopes.len() > self.limits.max_batch {
-            return Err(RelayError::bad_request(format!(
-                "more than {} envelopes in one push",
+            return Err(nothing_stored(format!(
+                "batch over limit {}",
                 self.limits.max_batch
             )));
         }
         let mut error = None;
         let mut prepared = Vec::new();
+        // The enrolled name of every target, for the quota texts.
+        let mut names: HashMap<Key32, String> = HashMap::new();
         if !envelopes.is_empty() && !self.sender_rate.hit(&caller.key, self.now_ms()) {
-            error = Some("rate limit exceeded".to_owned());
+            error = Some(format!(
+                "push rate exceeded ({}/min)",
+                self.limits.pushes_per_minute
+            ));
         } else {
             let mut cache = TargetCache::default();
             for env in envelopes {
-                match self.prepare_v1(caller, env, &mut cache) {
+                match self.prepare_v1(caller, env, &mut cache, &mut names) {
                     Ok(p) => prepared.push(p),
                     Err(e) => {
                         self.metrics.rejected(&e);
@@ -53,7 +60,9 @@ impl Relay {
             cache.take_failure()?;
         }
         let mut stored = 0u64;
-        for c in self.commit(&caller.key, prepared).await? {
+        // v1 items never expire: a v1 sender dropped its row on the 200 and v1 pulls carry no
+        // notices, so an expiry would lose mail silently (the reference relay does the same).
+        for c in self.commit(&caller.key, prepared, NEVER_EXPIRES).await? {
             match c {
                 Committed::Stored { targets, .. } => {
                     stored += 1;
@@ -68,15 +77,18 @@ impl Relay {
                     self.metrics.rejected(&reason);
                     error.get_or_insert(reason);
                 }
+                Committed::OverQuota { target, which } => {
+                    self.metrics
+                        .rejected(&format!("quota:{}", which.describe()));
+                    let host = names.get(&target).map_or("", String::as_str);
+                    error.get_or_insert_with(|| v1_quota_text(which, host));
+                }
             }
         }
         crate::failpoint::hit("relay-after-commit");
         match error {
             None => Ok(json!({ "stored": stored })),
-            Some(e) if stored == 0 => Err(RelayError {
-                status: Status::TooLarge,
-                body: json!({ "stored": 0, "error": e }),
-            }),
+            Some(e) if stored == 0 => Err(nothing_stored(e)),
             Some(e) => Ok(json!({ "stored": stored, "error": e })),
         }
     }
@@ -87,6 +99,7 @@ impl Relay {
         caller: &Caller,
         env: &Value,
         cache: &mut TargetCache,
+        names: &mut HashMap<Key32, String>,
     ) -> Result<Prepared, String> {
         if let Some(why) = envelope_shape_error(env) {
             return Err(format!("bad envelope: {why}"));
@@ -97,7 +110,7 @@ impl Relay {
             .ok_or("bad envelope: bad id")?;
         let wire = canonical_bytes(env);
         if wire.len() as u64 > self.limits.max_item_bytes {
-            return Err("item over size limit".into());
+            return Err("envelope over size limit".into());
         }
         let hosts = envelope_recipient_hosts(env);
         if hosts.is_empty() {
@@ -105,16 +118,33 @@ impl Relay {
         }
         let mut keys: Vec<Key32> = Vec::with_capacity(hosts.len());
         for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
-            let target = self.route_v1(caller, host, cache)?;
+            let (target, name) = self.route_v1(caller, host, cache)?;
             self.admit_target(cache, &caller.key, &target)
-                .map_err(|r| format!("{r}: {host}"))?;
+                .map_err(|r| {
+                    if r == SENDER_NOT_ACCEPTED {
+                        format!("sender not accepted by {host}")
+                    } else {
+                        format!("recipient host not enrolled: {host}")
+                    }
+                })?;
             if !keys.contains(&target) {
                 keys.push(target);
+                names.entry(target).or_insert(name);
             }
         }
         if keys.len() > self.limits.max_targets {
             return Err("bad targets".into());
         }
+        // v1 dedup is by envelope id: v1 senders seal again on every retry, so a target that
+        // already holds this id from this sender counts as stored whatever the new bytes are
+        // (an item left with no target stores nothing and counts as stored).
+        keys.retain(|t| match self.store.dedup(&caller.key, id, t) {
+            Ok(row) => row.is_none(),
+            Err(e) => {
+                cache.note_failure(e.into());
+                true
+            }
+        });
         let wire_hash = sha256(&wire);
         let targets = keys
             .into_iter()
@@ -131,14 +161,14 @@ impl Relay {
         })
     }
 
-    /// The one live key a v1 recipient host name designates. A store failure is noted in
-    /// `cache` (the request answers 503).
+    /// The one live key a v1 recipient host name designates, with its enrolled name. A store
+    /// failure is noted in `cache` (the request answers 503).
     fn route_v1(
         &self,
         caller: &Caller,
         host: &str,
         cache: &mut TargetCache,
-    ) -> Result<Key32, String> {
+    ) -> Result<(Key32, String), String> {
         let candidates = self.name_candidates(host).map_err(|e| {
             let msg = e.message().to_owned();
             cache.note_failure(e);
@@ -146,11 +176,11 @@ impl Relay {
         })?;
         let many = candidates.as_ref().is_none_or(|c| c.len() > 1);
         match pick_one(caller, candidates) {
-            Some(e) => Ok(e.host_pubkey),
+            Some(e) => Ok((e.host_pubkey, e.host_name)),
             None if many => Err(format!(
-                "recipient host ambiguous: {host} is used by several hosts on this relay; use v2 key addressing"
+                "recipient host ambiguous: {host} (several hosts use that name here; upgrade to address hosts by key)"
             )),
-            None => Err(format!("unknown recipient host: {host}")),
+            None => Err(format!("recipient host not enrolled: {host}")),
         }
     }
 
@@ -208,5 +238,26 @@ impl Relay {
             .await?;
         crate::failpoint::hit("relay-ack-after-commit");
         Ok(json!({ "ok": true }))
+    }
+}
+
+/// The v1 answer when nothing was stored: 413 `{"stored":0,"error"}`.
+fn nothing_stored(error: String) -> RelayError {
+    RelayError {
+        status: Status::TooLarge,
+        body: json!({ "stored": 0, "error": error }),
+    }
+}
+
+/// A v1 quota refusal, in the reference relay's words (`host` is the target's enrolled name).
+fn v1_quota_text(which: QuotaKind, host: &str) -> String {
+    match which {
+        QuotaKind::QueueItems => format!("queue depth exceeded for {host}"),
+        QuotaKind::QueueBytes => format!("queue bytes exceeded for {host}"),
+        QuotaKind::SenderItems | QuotaKind::SenderBytes => {
+            format!("sender share exceeded for {host}")
+        }
+        QuotaKind::AccountItems => format!("owner queue depth exceeded for {host}"),
+        QuotaKind::AccountBytes => format!("owner queue bytes exceeded for {host}"),
     }
 }

@@ -2,7 +2,9 @@
 //! takes parsed request parts and answers a JSON body or a [`RelayError`]. The HTTP adapter
 //! (`crate::http`) only moves bytes and maps [`Status`] to status codes.
 
+pub mod authority;
 pub mod challenge;
+pub mod code;
 pub mod config;
 pub mod enc_ad;
 pub mod enrol;
@@ -47,6 +49,8 @@ pub struct Relay {
     challenges: challenge::Challenges,
     address_rate: rate::RateTable<rate::AddrKey>,
     sender_rate: rate::RateTable<Key32>,
+    /// Who may enrol (spec §8); [`authority::HostKeyChallenge`] unless set otherwise.
+    authority: Arc<dyn authority::EnrolmentAuthority>,
     /// Counters exposed on `/metrics`.
     pub metrics: metrics::Metrics,
 }
@@ -73,11 +77,18 @@ impl Relay {
             ),
             address_rate: rate::RateTable::new(limits.enrol_per_minute, ADDRESS_RATE_CAP),
             sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),
+            authority: Arc::new(authority::HostKeyChallenge),
             limits,
             clock,
             epoch: RwLock::new(epoch),
             metrics: metrics::Metrics::default(),
         }
+    }
+
+    /// This relay with another enrolment authority.
+    pub fn with_authority(mut self, authority: Arc<dyn authority::EnrolmentAuthority>) -> Self {
+        self.authority = authority;
+        self
     }
 
     /// The store (for the admin socket, health checks and shutdown).

@@ -98,7 +98,7 @@ impl Relay {
             status: Status::BadRequest,
             body: json!({
                 "error": "ack through is not an integer between 0 and head_seq",
-                "code": "BAD_ACK",
+                "code": super::code::ErrorCode::BadAck.wire(),
                 "epoch": epoch,
                 "head_seq": head_seq,
             }),

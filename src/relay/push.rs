@@ -6,16 +6,19 @@
 use std::collections::{HashMap, HashSet};
 
 use relay_keyspace::{
-    InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, TargetSeq,
+    InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, QuotaKind, TargetSeq,
 };
 use serde_json::{json, Value};
 
-use super::{expect_object, Caller, Relay, RelayError, Reply};
+use super::{Caller, Relay, RelayError, Reply};
 use crate::wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use crate::wire::canonical::write_string;
 use crate::wire::envelope::envelope_wire_error;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
 use crate::wire::receipt::check_receipt_wire;
+
+/// The rejection of a sender a target's allowlist does not name (v1 words it per host).
+pub const SENDER_NOT_ACCEPTED: &str = "sender not accepted by target";
 
 /// Longest item id, in UTF-16 code units as JavaScript counts them.
 const MAX_ITEM_ID: usize = 300;
@@ -29,8 +32,16 @@ pub struct Prepared {
 
 /// How an item ended after the commit.
 pub enum Committed {
-    Stored { at_ms: u64, targets: Vec<TargetSeq> },
+    Stored {
+        at_ms: u64,
+        targets: Vec<TargetSeq>,
+    },
     Rejected(String),
+    /// A quota of `target` would be exceeded (v2 answers `quota:<which>`; v1 has its own texts).
+    OverQuota {
+        target: Key32,
+        which: QuotaKind,
+    },
 }
 
 /// Most targets memoised per request.
@@ -75,17 +86,18 @@ impl Relay {
     /// # Errors
     /// 400 when `items` is not an array or holds more than `max_batch`; 503 on store failure.
     pub async fn push_json(&self, caller: &Caller, body: &Value) -> Result<Vec<u8>, RelayError> {
-        let obj = expect_object(body)?;
-        let items = obj
+        // One text for both, the reference relay's.
+        let bad_batch = || {
+            RelayError::bad_request(format!(
+                "batch must be an array of at most {}",
+                self.limits.max_batch
+            ))
+        };
+        let items = body
             .get("items")
             .and_then(Value::as_array)
-            .ok_or_else(|| RelayError::bad_request("items must be an array"))?;
-        if items.len() > self.limits.max_batch {
-            return Err(RelayError::bad_request(format!(
-                "more than {} items in one push",
-                self.limits.max_batch
-            )));
-        }
+            .filter(|items| items.len() <= self.limits.max_batch)
+            .ok_or_else(bad_batch)?;
         let rate_ok = self.sender_rate.hit(&caller.key, self.now_ms());
         let mut results: Vec<Option<String>> = vec![None; items.len()];
         let mut prepared = Vec::with_capacity(items.len());
@@ -108,7 +120,9 @@ impl Relay {
             .iter()
             .map(|p| p.targets.iter().map(|t| (t.target, t.wire_hash)).collect())
             .collect();
-        let committed = self.commit(&caller.key, prepared).await?;
+        let committed = self
+            .commit(&caller.key, prepared, self.limits.retention_ms())
+            .await?;
         crate::failpoint::hit("relay-after-commit");
         let epoch = self.epoch();
         let sender_b64 = b64(&caller.key);
@@ -121,6 +135,10 @@ impl Relay {
         {
             match outcome {
                 Committed::Rejected(reason) => {
+                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
+                }
+                Committed::OverQuota { which, .. } => {
+                    let reason = format!("quota:{}", which.describe());
                     results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
                 }
                 Committed::Stored {
@@ -227,13 +245,14 @@ impl Relay {
         Ok(if !live {
             Err("target not enrolled")
         } else if !self.sender_accepted(target, sender)? {
-            Err("sender not accepted by target")
+            Err(SENDER_NOT_ACCEPTED)
         } else {
             Ok(())
         })
     }
 
     /// Submit prepared items together (one store submission, each item atomic) and map outcomes.
+    /// Items expire after `retention_ms` (`relay_keyspace::NEVER_EXPIRES`: never).
     ///
     /// # Errors
     /// 503 when the store fails: nothing is answered as accepted.
@@ -241,12 +260,12 @@ impl Relay {
         &self,
         sender: &Key32,
         prepared: Vec<Prepared>,
+        retention_ms: u64,
     ) -> Result<Vec<Committed>, RelayError> {
         if prepared.is_empty() {
             return Ok(Vec::new());
         }
         let quotas = self.limits.quotas();
-        let retention_ms = self.limits.retention_ms();
         let reqs: Vec<InsertRequest> = prepared
             .into_iter()
             .map(|p| InsertRequest {
@@ -268,9 +287,7 @@ impl Relay {
             .map(|o| match o {
                 InsertOutcome::Stored { at_ms, targets } => Committed::Stored { at_ms, targets },
                 InsertOutcome::Conflict { .. } => Committed::Rejected("conflict".into()),
-                InsertOutcome::Quota { which, .. } => {
-                    Committed::Rejected(format!("quota:{}", which.describe()))
-                }
+                InsertOutcome::Quota { target, which } => Committed::OverQuota { target, which },
                 InsertOutcome::TargetNotEnrolled { .. } => {
                     Committed::Rejected("target not enrolled".into())
                 }

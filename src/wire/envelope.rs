@@ -447,14 +447,15 @@ fn check_meta<J: JsonView>(meta: Option<&J>) -> Result<(), String> {
     Ok(())
 }
 
-/// The relay's check of a v2 envelope push: `Ok` or the rejection reason (`bad envelope: <why>`,
-/// `item id is not the envelope id`, `envelope body is not sealed`). The wire is parsed into a
-/// borrowed tree (no value tree: this runs once per pushed envelope).
+/// The relay's check of a v2 envelope push: `Ok` or the rejection reason (`bad wire` when it is
+/// not JSON, as the reference says; `bad envelope: <why>`, `item id is not the envelope id`,
+/// `envelope body is not sealed`). The wire is parsed into a borrowed tree (no value tree: this
+/// runs once per pushed envelope).
 pub fn envelope_wire_error(wire: &[u8], item_id: &str) -> Result<(), String> {
     let v: Node<'_> = std::str::from_utf8(wire)
         .ok()
         .and_then(|text| serde_json::from_str(text).ok())
-        .ok_or_else(|| "bad envelope: not JSON".to_string())?;
+        .ok_or_else(|| NOT_JSON.to_string())?;
     shape(&v).map_err(|why| format!("bad envelope: {why}"))?;
     if v.get_key("id").and_then(Node::as_text) != Some(item_id) {
         return Err("item id is not the envelope id".to_string());
@@ -465,11 +466,15 @@ pub fn envelope_wire_error(wire: &[u8], item_id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The reason for wire bytes that are not JSON (the reference relay's text).
+pub const NOT_JSON: &str = "bad wire";
+
 /// [`envelope_wire_error`], then the envelope as a value tree (for the host side, which keeps
-/// it).
+/// it, and names wire that is not JSON `bad envelope: not JSON` in its quarantine).
 pub fn check_envelope_wire(wire: &[u8], item_id: &str) -> Result<Value, String> {
+    let v = serde_json::from_slice(wire).map_err(|_| "bad envelope: not JSON".to_string())?;
     envelope_wire_error(wire, item_id)?;
-    serde_json::from_slice(wire).map_err(|_| "bad envelope: not JSON".to_string())
+    Ok(v)
 }
 
 /// The host parts of the envelope's `to` entries (`name@host` → `host`, split at the last `@`),
@@ -831,6 +836,10 @@ mod tests {
         assert_eq!(
             check_envelope_wire(b"", "x").err().as_deref(),
             Some("bad envelope: not JSON")
+        );
+        assert_eq!(
+            envelope_wire_error(b"{", "x").err().as_deref(),
+            Some(NOT_JSON)
         );
         assert_eq!(
             check_envelope_wire(b"null", "x").err().as_deref(),

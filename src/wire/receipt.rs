@@ -73,8 +73,8 @@ pub fn receipt_item_id(rec: &Value) -> Option<String> {
     Some(format!("receipt:{msg}:{recipient}:{}", js_number(seq)))
 }
 
-/// The full check of a v2 receipt push by `sender`: `bad receipt`, `item id is not the receipt
-/// id`, or `receipt is not signed by the sending host`.
+/// The full check of a v2 receipt push by `sender`: `bad wire` (not JSON), `bad receipt`, `item
+/// id is not the receipt id`, or `receipt is not signed by the sending host`.
 pub fn check_receipt_wire(wire: &[u8], item_id: &str, sender: &[u8; 32]) -> Result<(), String> {
     let v: Option<Value> = std::str::from_utf8(wire)
         .ok()
@@ -84,6 +84,7 @@ pub fn check_receipt_wire(wire: &[u8], item_id: &str, sender: &[u8; 32]) -> Resu
             (Some(rec), Some(sig)) if receipt_record_valid(rec) => (rec, sig),
             _ => return Err("bad receipt".to_string()),
         },
+        None if v.is_none() => return Err(crate::wire::envelope::NOT_JSON.to_string()),
         None => return Err("bad receipt".to_string()),
     };
     if receipt_item_id(rec).as_deref() != Some(item_id) {
@@ -183,8 +184,9 @@ mod tests {
             Some("receipt is not signed by the sending host")
         );
         let bad = |w: &[u8]| check_receipt_wire(w, id, &key.public()).err();
-        assert_eq!(bad(b"").as_deref(), Some("bad receipt"));
-        assert_eq!(bad(b"\xff").as_deref(), Some("bad receipt"));
+        assert_eq!(bad(b"").as_deref(), Some("bad wire"));
+        assert_eq!(bad(b"\xff").as_deref(), Some("bad wire"));
+        assert_eq!(bad(b"null").as_deref(), Some("bad receipt"));
         assert_eq!(bad(b"[]").as_deref(), Some("bad receipt"));
         assert_eq!(
             bad(&canonical_bytes(&json!({"rec": r}))).as_deref(),

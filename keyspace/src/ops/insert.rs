@@ -4,6 +4,7 @@
 
 use crate::api::{
     DedupRow, InsertOutcome, InsertRequest, Key32, Pending, QuotaKind, Quotas, Result, TargetSeq,
+    NEVER_EXPIRES,
 };
 use crate::codec::{self, ItemRecord, UsageScope};
 use crate::reader;
@@ -88,7 +89,7 @@ fn insert_inner(tx: &mut Tx<'_>, req: InsertRequest) -> Result<InsertOutcome> {
             wire_hash: t.wire_hash,
             bytes,
             accepted_at_ms: now,
-            expires_at_ms: now.saturating_add(retention_ms),
+            expires_at_ms: expiry(now, retention_ms),
             account,
         };
         queue::put_item(tx, &t.target, seq, &rec)?;
@@ -116,6 +117,15 @@ fn insert_inner(tx: &mut Tx<'_>, req: InsertRequest) -> Result<InsertOutcome> {
         at_ms,
         targets: seqs,
     })
+}
+
+/// When an item accepted at `now` expires ([`NEVER_EXPIRES`] stays never).
+fn expiry(now: u64, retention_ms: u64) -> u64 {
+    if retention_ms == NEVER_EXPIRES {
+        NEVER_EXPIRES
+    } else {
+        now.saturating_add(retention_ms).min(NEVER_EXPIRES - 1)
+    }
 }
 
 /// The first quota one more item of `bytes` would exceed (caps are inclusive).

@@ -1,0 +1,210 @@
+//! PROTOCOL.md §3 "Enrolment" with a pluggable enrolment authority (spec §8): the optional
+//! `proof` reaches the authority; a refusal or a failing authority answers
+//! `403 {"error":"enrolment not authorized[: <reason, at most 200 chars>]","code":"DENIED"}` and
+//! stores nothing; an allowed enrolment records the authority's name and account.
+//!
+//! The relay runs with the test authority of the `failpoints` build
+//! (`MBX_RELAY_TEST_AUTHORITY=proof-stub`), which decides by `proof`: none → allow; `{"account":A}`
+//! → allow inside A; `{"deny":R}` → refuse with reason R; `{"fail":true}` → unavailable;
+//! `{"panic":true}` → panics.
+mod common;
+
+use common::*;
+use mbx_relay::wire::keys::parse_pubkey;
+use serde_json::{json, Value};
+
+fn stub_relay(args: &[&str]) -> Relay {
+    let mut all: Vec<String> = GENEROUS.iter().map(|s| s.to_string()).collect();
+    all.extend(args.iter().map(|s| s.to_string()));
+    let mut opts = RelayOpts {
+        args: all,
+        ..Default::default()
+    };
+    opts = opts.env("MBX_RELAY_TEST_AUTHORITY", "proof-stub");
+    Relay::launch(opts).expect("relay with the test authority starts")
+}
+
+/// A fresh challenge for `h`.
+fn challenge(relay: &Relay, h: &Host) -> String {
+    h.challenge(relay).ok()["challenge"]
+        .as_str()
+        .expect("challenge")
+        .to_string()
+}
+
+/// Challenge, then enrol with this `proof` (none when `Value::Null`... is sent as null).
+fn enrol_with(relay: &Relay, h: &Host, proof: Option<Value>) -> Response {
+    let ch = challenge(relay, h);
+    let mut body = h.enrol_body(&ch, "", None);
+    if let Some(p) = proof {
+        body["proof"] = p;
+    }
+    relay.post_json("/v1/relay/enrol", &body)
+}
+
+fn denied(text: &str) -> Value {
+    json!({"error": text, "code": "DENIED"})
+}
+
+/// The enrolment row of `h` in a stopped relay's store.
+fn stored_enrolment(relay: &mut Relay, h: &Host) -> Option<relay_keyspace::Enrolment> {
+    relay.kill9();
+    let opts = relay_keyspace::OpenOptions {
+        create: false,
+        ..Default::default()
+    };
+    let store = relay_keyspace::Store::open(relay.store_dir(), opts).expect("open store");
+    let e = store
+        .enrolment(&parse_pubkey(&h.pubkey()).expect("key"))
+        .expect("read");
+    store.close().expect("close");
+    relay.start_again().expect("restart");
+    e
+}
+
+#[test]
+fn a_refusing_authority_answers_403_denied_with_its_reason_and_stores_nothing() {
+    // One live enrolment at most: a refused enrolment that took room would lock out the next.
+    let relay = stub_relay(&["--max-enrolments", "1"]);
+    let h = Host::new("refused");
+    let r = enrol_with(&relay, &h, Some(json!({"deny": "not on the guest list"})));
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        denied("enrolment not authorized: not on the guest list")
+    );
+    h.get(&relay, "/v2/relay/items")
+        .assert_error(401, "bad relay hop");
+    assert!(h.info(&relay).get("you").is_none(), "not enrolled");
+    // The refusal consumed the challenge: the same signed statement cannot try another proof.
+    let ch = challenge(&relay, &h);
+    let mut body = h.enrol_body(&ch, "", None);
+    body["proof"] = json!({"deny": null});
+    let r = relay.post_json("/v1/relay/enrol", &body);
+    assert_eq!(r.json(), denied("enrolment not authorized"));
+    body["proof"] = json!({"account": "acme"});
+    relay
+        .post_json("/v1/relay/enrol", &body)
+        .assert_error(401, "no pending enrolment challenge");
+    // Nothing was stored: the live count is still 0, so another key takes the one place...
+    let other = Host::new("other");
+    assert_eq!(enrol_with(&relay, &other, None).ok(), json!({"ok": true}));
+    // ...and the refused key is not enrolled but may enrol when the authority allows (here
+    // the relay is full, so it gets FULL, proving it is a new enrolment and not a stored one).
+    let r = enrol_with(&relay, &h, None);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"error": "relay enrolment capacity reached", "code": "FULL"})
+    );
+}
+
+#[test]
+fn a_refused_key_enrols_later_when_the_authority_allows() {
+    let relay = stub_relay(&[]);
+    let h = Host::new("later");
+    let r = enrol_with(&relay, &h, Some(json!({"deny": ""})));
+    assert_eq!(r.json(), denied("enrolment not authorized"), "empty reason");
+    assert_eq!(enrol_with(&relay, &h, None).ok(), json!({"ok": true}));
+    assert_eq!(h.info(&relay)["you"]["host"], json!("later"));
+}
+
+#[test]
+fn a_refusal_reason_is_cut_to_200_characters() {
+    let relay = stub_relay(&[]);
+    let h = Host::new("long");
+    let reason = format!("{}{}", "r".repeat(200), "cut-off-tail");
+    let r = enrol_with(&relay, &h, Some(json!({ "deny": reason })));
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json(),
+        denied(&format!("enrolment not authorized: {}", "r".repeat(200)))
+    );
+    // Exactly 200 is kept whole.
+    let exact = "e".repeat(200);
+    let r = enrol_with(&relay, &h, Some(json!({ "deny": exact })));
+    assert_eq!(
+        r.json(),
+        denied(&format!("enrolment not authorized: {exact}"))
+    );
+}
+
+#[test]
+fn a_failing_authority_answers_403_unavailable_and_stores_nothing() {
+    let relay = stub_relay(&["--max-enrolments", "1"]);
+    let h = Host::new("failing");
+    for proof in [json!({"fail": true}), json!({"panic": true})] {
+        let r = enrol_with(&relay, &h, Some(proof.clone()));
+        assert_eq!(r.status, 403, "{proof}: {}", r.text());
+        assert_eq!(
+            r.json(),
+            denied("enrolment not authorized: the enrolment authority is unavailable"),
+            "{proof}"
+        );
+    }
+    relay.assert_alive();
+    h.get(&relay, "/v2/relay/items")
+        .assert_error(401, "bad relay hop");
+    // Nothing stored: the one place is still free for the same key.
+    assert_eq!(enrol_with(&relay, &h, None).ok(), json!({"ok": true}));
+}
+
+#[test]
+fn an_allowed_enrolment_records_the_authority_name_and_account() {
+    let mut relay = stub_relay(&[]);
+    let a = Host::new("laptop");
+    assert_eq!(
+        enrol_with(&relay, &a, Some(json!({"account": "acme"}))).ok(),
+        json!({"ok": true})
+    );
+    let e = stored_enrolment(&mut relay, &a).expect("enrolled");
+    assert_eq!(e.authorized_by, "test-proof-stub");
+    assert_eq!(e.account.as_deref(), Some("acme"));
+    assert_eq!(e.authority_rank, 1);
+}
+
+#[test]
+fn the_default_authority_is_host_key_challenge_and_passes_any_proof() {
+    let mut relay = Relay::start_generous(&[]);
+    let h = Host::new("default");
+    // The default authority allows every key, whatever the proof says.
+    assert_eq!(
+        enrol_with(&relay, &h, Some(json!({"deny": "ignored"}))).ok(),
+        json!({"ok": true})
+    );
+    let e = stored_enrolment(&mut relay, &h).expect("enrolled");
+    assert_eq!(e.authorized_by, "host-key-challenge");
+    assert_eq!(e.account, None);
+    assert_eq!(e.authority_rank, 0);
+}
+
+#[test]
+fn a_name_is_unique_inside_a_proven_account_409_name_taken() {
+    let relay = stub_relay(&[]);
+    let first = Host::new("desk");
+    assert_eq!(
+        enrol_with(&relay, &first, Some(json!({"account": "acme"}))).ok(),
+        json!({"ok": true})
+    );
+    // Another key, same name (case-insensitively), same account: refused, nothing stored.
+    let second = Host::new("DESK");
+    let r = enrol_with(&relay, &second, Some(json!({"account": "acme"})));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({
+            "error": "host name DESK is already enrolled in this account with another key",
+            "code": "NAME_TAKEN"
+        })
+    );
+    second
+        .get(&relay, "/v2/relay/items")
+        .assert_error(401, "bad relay hop");
+    // Another account, or no account, may use the name.
+    let third = Host::new("desk");
+    assert_eq!(
+        enrol_with(&relay, &third, Some(json!({"account": "globex"}))).ok(),
+        json!({"ok": true})
+    );
+    assert_eq!(enrol_with(&relay, &second, None).ok(), json!({"ok": true}));
+}
