@@ -1,4 +1,5 @@
-//! The `serve` lifecycle. Startup order: open the store (lock), load or create the relay key, pin
+//! The `serve` lifecycle. Startup order: owner-only umask, refuse a store directory others can
+//! reach, open the store (lock), load or create the relay key (refused likewise), pin
 //! it, stale-heartbeat check, heartbeat, bind, print `listening on <addr>`, then serve; background
 //! tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop
 //! the background tasks, close the store.
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use relay_keyspace::{OpenOptions, Store, SystemClock};
 
 use super::{router, App, TrustProxy};
+use crate::private::{require_private, Kind};
 use crate::relay::{key, startup, Limits};
 use crate::wire::keys::fingerprint;
 
@@ -33,7 +35,12 @@ pub struct ServeConfig {
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     config.limits.validate()?;
     config.guard.validate()?;
+    // Every file the relay and its storage engine create is owner-only, whatever the umask.
+    crate::private::restrict_umask();
     let dir = config.store_dir.clone();
+    if dir.exists() {
+        require_private(&dir, Kind::Dir, "store directory")?;
+    }
     let store = {
         let open_dir = dir.clone();
         let opts = OpenOptions {
