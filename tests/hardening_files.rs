@@ -67,6 +67,11 @@ fn reachable_by_others(dir: &Path) -> Vec<(PathBuf, u32)> {
         .collect()
 }
 
+/// Stops the relay cleanly (SIGTERM: the store is closed, exit code 0).
+fn stop(relay: &mut Relay) {
+    assert_eq!(relay.terminate(Duration::from_secs(30)), Some(0));
+}
+
 fn mode_of(p: &Path) -> u32 {
     std::fs::metadata(p).expect("stat").permissions().mode() & 0o777
 }
@@ -85,7 +90,7 @@ fn store_files_backups_and_restored_stores_are_owner_only_under_a_022_umask() {
         let r = a.push_one(&relay, &envelope_item(&a, &[&b]));
         assert_eq!(r["status"], "accepted", "{r}");
     }
-    assert_eq!(relay.terminate(Duration::from_secs(30)), Some(0));
+    stop(&mut relay);
     let all = modes(&store);
     let files = all.iter().filter(|(p, _)| p.is_file()).count();
     assert!(files >= 5, "the engine wrote its files: {files} in {all:?}");
@@ -111,8 +116,15 @@ fn store_files_backups_and_restored_stores_are_owner_only_under_a_022_umask() {
         vec![],
         "restored store entries other users can reach"
     );
-    // The relay starts on what relay-tool wrote.
-    let relay = Relay::launch(RelayOpts::args(GENEROUS).store(&restored)).expect("restored");
+    // The relay starts on what relay-tool wrote (with its key: restore into a fresh directory
+    // has no relay.key to copy).
+    let seed = std::fs::read_to_string(store.join("relay.key")).unwrap();
+    let relay = Relay::launch(
+        RelayOpts::args(GENEROUS)
+            .store(&restored)
+            .env("MBX_RELAY_KEY", seed.trim()),
+    )
+    .expect("restored store serves");
     relay.assert_alive();
 }
 
@@ -121,7 +133,7 @@ fn a_key_file_or_store_directory_others_can_reach_is_refused_naming_the_chmod() 
     let work = tempfile::tempdir().unwrap();
     let store = work.path().join("store");
     let mut relay = Relay::launch(RelayOpts::default().store(&store)).expect("relay starts");
-    assert_eq!(relay.terminate(Duration::from_secs(30)), Some(0));
+    stop(&mut relay);
     let key = store.join("relay.key");
     let chmod = |p: &Path, mode: u32| {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -157,7 +169,7 @@ fn a_backup_never_writes_through_a_planted_temporary_file() {
     let work = tempfile::tempdir().unwrap();
     let store = work.path().join("store");
     let mut relay = Relay::launch(RelayOpts::default().store(&store)).expect("relay starts");
-    assert_eq!(relay.terminate(Duration::from_secs(30)), Some(0));
+    stop(&mut relay);
 
     // Another user (in a shared directory) links FILE.tmp to a file of ours, or to a path the
     // backup would then create for them.

@@ -85,6 +85,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         http_metrics: super::metrics::HttpMetrics::default(),
         body_budget: super::body::BodyBudget::new(super::body::BODY_BUDGET),
     });
+    let shutdown = shutdown_signal()?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "listening on {addr}")
@@ -97,7 +98,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         router(app),
         config.trust_proxy,
         config.guard.clone(),
-        shutdown_signal(),
+        shutdown,
     )
     .await;
     tracing::info!("shutting down: in-flight requests finished");
@@ -113,24 +114,22 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Resolves on SIGTERM or SIGINT. The handlers are installed by this call, not when the future
+/// is first polled, so a signal sent right after `listening on` is printed stops the relay
+/// cleanly instead of killing it.
+///
+/// # Errors
+/// The signal handlers could not be installed.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let installed =
+        |kind| signal(kind).map_err(|e| format!("cannot install a signal handler: {e}"));
+    let mut term = installed(SignalKind::terminate())?;
+    let mut int = installed(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received"),
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
-    }
+    })
 }
