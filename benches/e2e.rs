@@ -117,6 +117,8 @@ fn start_relay(dir: &Path, port: u16) -> Result<Relay, String> {
             "1000000",
             "--enrol-per-minute-v6-48",
             "1000000",
+            "--max-connections-per-address",
+            "1024",
         ])
         .args(["--max-queue-items", big, "--max-queue-bytes", big])
         .args(["--max-sender-items", big, "--max-sender-bytes", big])

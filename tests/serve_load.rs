@@ -32,6 +32,8 @@ const UNLIMITED: &[&str] = &[
     "100000000",
     "--enrol-per-minute-v6-48",
     "100000000",
+    "--max-connections-per-address",
+    "1024",
     "--max-queue-items",
     "1000000000",
     "--max-queue-bytes",
