@@ -74,31 +74,63 @@ fn attack(d: &Dialer, relay: &Relay, from: Ipv4Addr, n: usize) -> Vec<TcpStream>
         .collect()
 }
 
-/// Classifies every connection by what the relay did with it (waits for refusals to land).
-fn tally(conns: &mut [TcpStream]) -> Tally {
-    std::thread::sleep(Duration::from_millis(500));
-    let mut t = Tally::default();
-    for s in conns {
-        s.set_nonblocking(true).expect("nonblocking");
-        let mut buf = [0u8; 512];
-        match s.read(&mut buf) {
-            Ok(0) => t.closed += 1,
-            Ok(n) => {
-                let head = String::from_utf8_lossy(&buf[..n]);
-                if head.starts_with("HTTP/1.1 429") {
-                    assert!(
-                        head.contains("too many connections from this address"),
-                        "{head}"
-                    );
-                    t.refused_429 += 1;
-                } else if head.starts_with("HTTP/1.1 503") {
-                    t.refused_503 += 1;
-                } else {
-                    panic!("unexpected answer to a half-sent head: {head}");
-                }
+/// What the relay did with one connection, once it did something.
+enum Seen {
+    Refused429,
+    Refused503,
+    Closed,
+}
+
+/// Reads what is there without waiting: `None` while the connection is open and unanswered.
+fn look(s: &mut TcpStream) -> Option<Seen> {
+    let mut buf = [0u8; 512];
+    match s.read(&mut buf) {
+        Ok(0) => Some(Seen::Closed),
+        Ok(n) => {
+            let head = String::from_utf8_lossy(&buf[..n]);
+            if head.starts_with("HTTP/1.1 429") {
+                assert!(
+                    head.contains("too many connections from this address"),
+                    "{head}"
+                );
+                Some(Seen::Refused429)
+            } else if head.starts_with("HTTP/1.1 503") {
+                Some(Seen::Refused503)
+            } else {
+                panic!("unexpected answer to a half-sent head: {head}");
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => t.held += 1,
-            Err(_) => t.closed += 1,
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+        Err(_) => Some(Seen::Closed),
+    }
+}
+
+/// Classifies every connection by what the relay did with it. Connections still in the
+/// listen backlog look held until the relay accepts them, so this waits (up to 15 s) until at
+/// most `expect_held` are open and unanswered.
+fn tally(conns: &mut [TcpStream], expect_held: usize) -> Tally {
+    let mut seen: Vec<Option<Seen>> = conns.iter().map(|_| None).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        for (s, seen) in conns.iter_mut().zip(seen.iter_mut()) {
+            if seen.is_none() {
+                s.set_nonblocking(true).expect("nonblocking");
+                *seen = look(s);
+            }
+        }
+        let held = seen.iter().filter(|s| s.is_none()).count();
+        if held <= expect_held || Instant::now() >= deadline {
+            break;
+        }
+    }
+    let mut t = Tally::default();
+    for s in &seen {
+        match s {
+            None => t.held += 1,
+            Some(Seen::Refused429) => t.refused_429 += 1,
+            Some(Seen::Refused503) => t.refused_503 += 1,
+            Some(Seen::Closed) => t.closed += 1,
         }
     }
     t
@@ -139,7 +171,7 @@ fn one_address_cannot_take_every_connection_slot() {
     let relay = Relay::start(PATIENT);
 
     let mut conns = attack(&d, &relay, v4(2), ATTACK);
-    let t = tally(&mut conns);
+    let t = tally(&mut conns, DEFAULT_CAP);
     eprintln!("one address, {ATTACK} half-sent heads, default cap: {t:?}");
     assert_eq!(t.held, DEFAULT_CAP, "{t:?}");
     assert_eq!(t.refused_503, 0, "{t:?}");
@@ -155,13 +187,13 @@ fn one_address_cannot_take_every_connection_slot() {
     }
     // A second address at its cap: both held at 64, a third address still served.
     let mut more = attack(&d, &relay, v4(4), 2 * DEFAULT_CAP);
-    let t4 = tally(&mut more);
+    let t4 = tally(&mut more, DEFAULT_CAP);
     assert_eq!(t4.held, DEFAULT_CAP, "{t4:?}");
     let (statuses, _) = honest(&d, &relay, v4(5));
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     // The capped address itself is refused a new connection with the 429 ...
     let mut one = attack(&d, &relay, v4(2), 1);
-    let t1 = tally(&mut one);
+    let t1 = tally(&mut one, 0);
     assert_eq!(t1.refused_429 + t1.closed, 1, "{t1:?}");
 
     // ... and served again once it closes its connections (its count went back to nothing).
@@ -191,7 +223,7 @@ fn without_the_per_address_cap_one_address_takes_every_slot() {
     args.extend(["--max-connections-per-address", "1024"]);
     let relay = Relay::start(&args);
     let mut conns = attack(&d, &relay, v4(2), ATTACK);
-    let t = tally(&mut conns);
+    let t = tally(&mut conns, ATTACK);
     eprintln!("one address, {ATTACK} half-sent heads, cap lifted: {t:?}");
     assert_eq!(t.held, ATTACK, "{t:?}");
     let (statuses, _) = honest(&d, &relay, v4(1));
@@ -206,7 +238,7 @@ fn the_per_address_cap_is_a_flag_and_a_variable() {
         Relay::launch(RelayOpts::args(PATIENT).env("MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", "3"))
             .expect("relay starts");
     let mut conns = attack(&d, &relay, v4(2), 5);
-    let t = tally(&mut conns);
+    let t = tally(&mut conns, 3);
     assert_eq!((t.held, t.refused_429), (3, 2), "{t:?}");
     let r = send(relay.addr(), "GET", "/health", &[], b"");
     assert_eq!(r.status, 200);
