@@ -58,6 +58,8 @@ pub fn fuzz_limits() -> Limits {
     Limits {
         pushes_per_minute: u32::MAX,
         enrol_per_minute: u32::MAX,
+        enrol_per_minute_v4_24: u32::MAX,
+        enrol_per_minute_v6_48: u32::MAX,
         ..Limits::default()
     }
 }

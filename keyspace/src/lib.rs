@@ -7,6 +7,10 @@
 //! Reads are served from the last *durable* snapshot the writer published, never from state a
 //! crash could still erase.
 //!
+//! A store directory this crate creates is 0700 and its lock file 0600; the engine's own files
+//! take the process umask, so callers that need them owner-only set one (`mbx-relay serve` and
+//! relay-tool use 077).
+//!
 //! CONTRACT NOTE (for the crates above): the public API below is what `mbx-relay` and
 //! `relay-tool` program against. Extend it freely; change a signature only together with every
 //! caller.

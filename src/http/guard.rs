@@ -4,6 +4,12 @@
 //! - **Connection cap**: at most `max_connections` connections are served at once; one more is
 //!   answered `503 {"error":"too many connections, retry later"}` with `connection: close` (by a
 //!   bounded number of short-lived refusal tasks; beyond those it is closed unanswered).
+//! - **Per-address connection cap**: one client address (IPv4 address, IPv6 /64) holds at most
+//!   `max_connections_per_address` of those connections; one more is answered
+//!   `429 {"error":"too many connections from this address, retry later"}` the same way, so
+//!   other addresses keep being served while one is at its cap. This counts the socket address
+//!   (the accept loop sees no proxy header): behind a reverse proxy it counts the proxy
+//!   (see [`super::conn_limit`]).
 //! - **Header timeout**: the request head must be complete within `header_timeout` from the
 //!   moment the connection waits for it (hyper's `header_read_timeout`), so a client trickling
 //!   header bytes is cut off.
@@ -44,6 +50,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::client_addr::{client_addr, TrustProxy};
+use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
 use crate::relay::config::parse_duration;
 use crate::relay::rate::{AddrKey, RateTable};
@@ -59,6 +66,11 @@ const REFUSAL_TIME: Duration = Duration::from_secs(1);
 const REFUSAL_DRAIN: usize = 16 * 1024;
 /// The refusal sent when the connection cap is reached.
 const REFUSAL_BODY: &str = r#"{"error":"too many connections, retry later"}"#;
+/// The refusal sent when the client's address is at its connection cap.
+const PER_ADDRESS_REFUSAL_BODY: &str =
+    r#"{"error":"too many connections from this address, retry later"}"#;
+/// Default of `--max-connections-per-address`: a sixteenth of the default connection cap.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -70,6 +82,7 @@ pub struct GuardConfig {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub public_per_minute: u32,
+    pub max_connections_per_address: usize,
 }
 
 impl Default for GuardConfig {
@@ -80,6 +93,7 @@ impl Default for GuardConfig {
             body_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(10),
             public_per_minute: 600,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
         }
     }
 }
@@ -103,6 +117,10 @@ pub struct GuardArgs {
     /// unknown paths.
     #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = 600)]
     pub public_per_minute: u32,
+    /// Most connections open at once from one client address (IPv6: per /64); one more is
+    /// answered 429 and closed. Counts the socket address: behind a reverse proxy, the proxy.
+    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    pub max_connections_per_address: usize,
 }
 
 impl GuardArgs {
@@ -114,6 +132,7 @@ impl GuardArgs {
             body_timeout: self.body_timeout,
             idle_timeout: self.idle_timeout,
             public_per_minute: self.public_per_minute,
+            max_connections_per_address: self.max_connections_per_address,
         }
     }
 }
@@ -138,6 +157,9 @@ impl GuardConfig {
         }
         if self.public_per_minute == 0 {
             return Err("--public-per-minute must be at least 1".into());
+        }
+        if self.max_connections_per_address == 0 {
+            return Err("--max-connections-per-address must be at least 1".into());
         }
         Ok(())
     }
@@ -174,6 +196,7 @@ pub async fn serve(
         config,
     });
     let slots = Arc::new(Semaphore::new(max));
+    let per_address = OpenPerAddress::new(shared.config.max_connections_per_address);
     let refusals = Arc::new(Semaphore::new(REFUSAL_TASKS));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -189,18 +212,23 @@ pub async fn serve(
                 }
             },
         };
-        match slots.clone().try_acquire_owned() {
-            Ok(slot) => {
-                tokio::spawn(serve_connection(
-                    shared.clone(),
-                    stream,
-                    peer,
-                    slot,
-                    stop_rx.clone(),
-                ));
-            }
-            Err(_) => refuse(stream, &refusals),
-        }
+        // The global slot first: address entries then never outnumber open connections.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refuse(stream, &refusals, Refusal::Full);
+            continue;
+        };
+        let Some(address_slot) = per_address.try_open(peer.ip()) else {
+            drop(slot);
+            refuse(stream, &refusals, Refusal::AddressFull);
+            continue;
+        };
+        tokio::spawn(serve_connection(
+            shared.clone(),
+            stream,
+            peer,
+            (slot, address_slot),
+            stop_rx.clone(),
+        ));
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -209,17 +237,31 @@ pub async fn serve(
     Ok(())
 }
 
-/// Answer 503 on a connection over the cap, drain a little of its request, close it.
-fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
+/// Why a connection is refused at accept.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// Every connection slot is taken: 503.
+    Full,
+    /// The client's address holds its share of the slots: 429.
+    AddressFull,
+}
+
+/// Answer a connection over a cap (503, or 429 for its address), drain a little of its
+/// request, close it.
+fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
     let Ok(permit) = refusals.clone().try_acquire_owned() else {
         return; // Dropped: closed without an answer.
     };
+    let (status, body) = match why {
+        Refusal::Full => ("503 Service Unavailable", REFUSAL_BODY),
+        Refusal::AddressFull => ("429 Too Many Requests", PER_ADDRESS_REFUSAL_BODY),
+    };
     tokio::spawn(async move {
         let answer = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
              cache-control: no-store\r\nretry-after: 1\r\nconnection: close\r\n\
-             content-length: {}\r\n\r\n{REFUSAL_BODY}",
-            REFUSAL_BODY.len()
+             content-length: {}\r\n\r\n{body}",
+            body.len()
         );
         let _ = tokio::time::timeout(REFUSAL_TIME, async {
             stream.write_all(answer.as_bytes()).await?;
@@ -239,11 +281,12 @@ fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
     });
 }
 
+/// Serve one connection; `slots` (its connection slot and its address's) are held until it ends.
 async fn serve_connection(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    slot: OwnedSemaphorePermit,
+    slots: (OwnedSemaphorePermit, AddressSlot),
     mut stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config;
@@ -275,7 +318,7 @@ async fn serve_connection(
             let _ = conn.as_mut().await;
         }
     }
-    drop(slot);
+    drop(slots);
 }
 
 /// One request: the per-address window for unauthenticated routes, then the router with
@@ -527,6 +570,10 @@ mod tests {
             },
             GuardConfig {
                 public_per_minute: 0,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                max_connections_per_address: 0,
                 ..GuardConfig::default()
             },
         ];

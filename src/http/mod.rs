@@ -5,6 +5,7 @@
 pub mod args;
 pub mod body;
 pub mod client_addr;
+pub mod conn_limit;
 pub mod guard;
 pub mod handler;
 pub mod metrics;

@@ -34,7 +34,8 @@ pub use hop::{Caller, HopHeaders};
 
 /// Most sender keys whose push windows are tracked at once (rate table cap).
 const SENDER_RATE_CAP: usize = 200_000;
-/// Most client addresses whose enrolment windows are tracked at once (rate table cap).
+/// Most client addresses (and, apiece, IPv4 /24s and IPv6 /48s) whose enrolment windows are
+/// tracked at once (rate table cap).
 const ADDRESS_RATE_CAP: usize = 100_000;
 
 /// The relay: the store, its key, limits and the bounded in-memory tables.
@@ -47,7 +48,7 @@ pub struct Relay {
     clock: Arc<dyn Clock>,
     epoch: RwLock<String>,
     challenges: challenge::Challenges,
-    address_rate: rate::RateTable<rate::AddrKey>,
+    address_rate: rate::NestedWindows,
     sender_rate: rate::RateTable<Key32>,
     /// Who may enrol (spec §8); [`authority::HostKeyChallenge`] unless set otherwise.
     authority: Arc<dyn authority::EnrolmentAuthority>,
@@ -75,7 +76,7 @@ impl Relay {
                 limits.max_challenges,
                 config::CHALLENGE_LIFETIME.as_millis() as u64,
             ),
-            address_rate: rate::RateTable::new(limits.enrol_per_minute, ADDRESS_RATE_CAP),
+            address_rate: rate::NestedWindows::new(limits.enrol_windows(), ADDRESS_RATE_CAP),
             sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),
             authority: Arc::new(authority::HostKeyChallenge),
             limits,
@@ -115,11 +116,12 @@ impl Relay {
         self.clock.now_ms()
     }
 
-    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address (keyed by
-    /// [`rate::address_key`]: IPv6 by /64).
+    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address in its
+    /// nested windows ([`rate::NestedWindows`]: the address, IPv6 by /64, and its IPv4 /24 or
+    /// IPv6 /48).
     ///
     /// # Errors
-    /// 429 when the address used its calls for this minute.
+    /// 429 when one of those windows is used up for this minute (then nothing is counted).
     pub fn check_address_rate(&self, addr: &str) -> Result<(), RelayError> {
         if self.address_rate.hit_addr(addr, self.now_ms()) {
             Ok(())
