@@ -80,12 +80,13 @@ impl Relay {
     /// answer of a live key's ads (see [`fetch_answer`]).
     ///
     /// # Errors
-    /// 404 `unknown host` when no live key is found (or the name is ambiguous) or it has neither
-    /// ad; 400 with neither query; 503 store failure.
+    /// 404 `unknown host` (the only fetch error PROTOCOL.md names) when there is nothing to look
+    /// up, no live key is found, the name is ambiguous, or the key has neither ad; 503 store
+    /// failure.
     pub fn get_enc_ad(&self, caller: &Caller, lookup: Option<EncLookup<'_>>) -> Reply {
         let unknown = || RelayError::not_found("unknown host");
         let enrolment = match lookup {
-            None => return Err(RelayError::bad_request("pubkey or host required")),
+            None => return Err(unknown()),
             Some(EncLookup::Key(k)) => {
                 let pk = parse_pubkey(k).ok_or_else(unknown)?;
                 self.store
