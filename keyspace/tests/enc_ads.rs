@@ -25,25 +25,25 @@ fn v2(pk: Key32, record: &str, at_ms: u64) -> EncAdV2 {
     }
 }
 
+/// Stores a v2 ad of a live key (asserts it was stored).
+fn put_v2(store: &Store, ad: EncAdV2) {
+    assert!(store.put_enc_ad_v2(ad).wait().unwrap(), "stored");
+}
+
 #[test]
 fn v1_and_v2_ads_are_independent_and_the_last_write_wins() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_with(dir.path(), TestClock::new(1));
+    enrol(&store, key(1), "h");
     assert!(store.enc_ads(&key(1)).unwrap().is_empty());
-    store
-        .put_enc_ad_v2(v2(key(1), "{\"n\":2}", 7))
-        .wait()
-        .unwrap();
+    put_v2(&store, v2(key(1), "{\"n\":2}", 7));
     let ads = store.enc_ads(&key(1)).unwrap();
     assert_eq!((ads.v1, ads.v2), (None, Some(v2(key(1), "{\"n\":2}", 7))));
     // The v1 read path sees no v1 pair: the v2 row is not mistaken for one.
     assert_eq!(store.enc_ad(&key(1)).unwrap(), None);
     store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
     // An "older" record written later replaces the stored one: the store keeps no iat order.
-    store
-        .put_enc_ad_v2(v2(key(1), "{\"n\":1}", 8))
-        .wait()
-        .unwrap();
+    put_v2(&store, v2(key(1), "{\"n\":1}", 8));
     let ads = store.enc_ads(&key(1)).unwrap();
     assert_eq!(ads.v1, Some(v1(key(1), "E1")));
     assert_eq!(ads.v2, Some(v2(key(1), "{\"n\":1}", 8)));
@@ -57,6 +57,20 @@ fn v1_and_v2_ads_are_independent_and_the_last_write_wins() {
 }
 
 #[test]
+fn a_v2_ad_of_a_key_not_live_at_commit_time_is_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1_000));
+    assert!(!store.put_enc_ad_v2(v2(key(1), "{}", 1)).wait().unwrap());
+    enrol(&store, key(2), "h");
+    store.rebind(key(2), key(3)).wait().unwrap(); // key(2) is revoked now
+    assert!(!store.put_enc_ad_v2(v2(key(2), "{}", 1)).wait().unwrap());
+    for k in [key(1), key(2)] {
+        assert!(store.enc_ads(&k).unwrap().is_empty());
+    }
+    assert_eq!(store.stats().unwrap().enc_ads_v2, 0);
+}
+
+#[test]
 fn rotation_deletes_both_ads_of_the_old_key_in_its_commit() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_with(dir.path(), TestClock::new(1_000));
@@ -65,7 +79,7 @@ fn rotation_deletes_both_ads_of_the_old_key_in_its_commit() {
     enrol(&store, other, "o");
     for pk in [old, other] {
         store.put_enc_ad(v1(pk, "E")).wait().unwrap();
-        store.put_enc_ad_v2(v2(pk, "{}", 1)).wait().unwrap();
+        put_v2(&store, v2(pk, "{}", 1));
     }
     assert_eq!(
         store.rebind(old, new).wait().unwrap(),
@@ -89,12 +103,11 @@ fn rotation_deletes_both_ads_of_the_old_key_in_its_commit() {
 fn dump_and_stats_show_each_kind_and_a_reopen_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_with(dir.path(), TestClock::new(1));
+    enrol(&store, key(1), "a");
+    enrol(&store, key(2), "b");
     store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
-    store
-        .put_enc_ad_v2(v2(key(1), "{\"x\":\"é\"}", 3))
-        .wait()
-        .unwrap();
-    store.put_enc_ad_v2(v2(key(2), "{}", 4)).wait().unwrap();
+    put_v2(&store, v2(key(1), "{\"x\":\"é\"}", 3));
+    put_v2(&store, v2(key(2), "{}", 4));
     let s = store.stats().unwrap();
     assert_eq!((s.enc_ads_v1, s.enc_ads_v2), (1, 2));
     let rows = rows_of(&store, "enc_ads");
@@ -126,10 +139,7 @@ fn backup_and_restore_carry_both_kinds() {
     let store = open_with(&dir.path().join("live"), TestClock::new(1));
     enrol(&store, key(1), "h");
     store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
-    store
-        .put_enc_ad_v2(v2(key(1), "{\"v\":2}", 3))
-        .wait()
-        .unwrap();
+    put_v2(&store, v2(key(1), "{\"v\":2}", 3));
     let file = dir.path().join("b.mbxb");
     let mut f = std::fs::File::create(&file).unwrap();
     let summary = store.backup_to(&mut f, &mut |_| {}).unwrap();

@@ -57,7 +57,8 @@ impl Relay {
     /// the ad replaces the caller's stored v2 ad (last valid write wins). Leaves the v1 pair alone.
     ///
     /// # Errors
-    /// 400 `enc-key ad refused: <reason>` (nothing stored); 503 store failure.
+    /// 400 `enc-key ad refused: <reason>` (nothing stored); 401 `bad relay hop` when the key was
+    /// revoked before the commit; 503 store failure.
     pub async fn put_enc_ad_v2(&self, caller: &Caller, body: &Value) -> Reply {
         let now = self.now_ms();
         let owner = AdOwner {
@@ -72,7 +73,10 @@ impl Relay {
             sig: ad.sig,
             at_ms: now,
         };
-        self.write(self.store.put_enc_ad_v2(ad)).await?;
+        if !self.write(self.store.put_enc_ad_v2(ad)).await? {
+            // Revoked by a rotation since the hop was checked: as if the hop had come later.
+            return Err(RelayError::bad_hop());
+        }
         Ok(json!({ "ok": true }))
     }
 
