@@ -6,7 +6,7 @@ use relay_keyspace::{EncAd, EncAdV2, EncAds, Enrolment};
 use serde_json::{json, Map, Value};
 
 use super::{Caller, Relay, RelayError, Reply};
-use crate::wire::enc_ad::{check_ad, summarize, AdOwner};
+use crate::wire::enc_ad::{check_ad, summarize, AdOwner, AdSummary};
 use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
 use crate::wire::records::enc_ad_statement;
 
@@ -21,7 +21,8 @@ pub enum EncLookup<'a> {
 }
 
 impl Relay {
-    /// `POST /v1/relay/enc-key {"enc_pub","sig"}` by an authenticated caller. Leaves the v2 ad alone.
+    /// `POST /v1/relay/enc-key {"enc_pub","sig"}` by an authenticated caller. Leaves the v2 ad
+    /// alone.
     ///
     /// # Errors
     /// 400 `enc_pub and sig required`; 401 `bad enc-key signature`; 503 store failure.
@@ -208,7 +209,7 @@ fn you_enc_ad(ads: &EncAds) -> Value {
 
 /// A stored v2 ad as served: the record as a JSON value, its reported fields and its signature.
 /// A record that does not read back (never written by this relay) counts as absent.
-fn stored_ad(ad: &EncAdV2) -> Option<(Value, crate::wire::enc_ad::AdSummary, &str)> {
+fn stored_ad(ad: &EncAdV2) -> Option<(Value, AdSummary, &str)> {
     let text = std::str::from_utf8(&ad.record).ok()?;
     let (value, summary) = summarize(text)?;
     Some((value, summary, ad.sig.as_str()))
