@@ -1,5 +1,5 @@
-//! The envelope, receipt, sender-list, rotation and v2 enc-ad checks of `wire` (PROTOCOL.md §3, §5),
-//! on arbitrary bytes and on arbitrary JSON, including harness-signed records so the checks
+//! The envelope, receipt, sender-list, rotation and v2 enc-ad checks of `wire` (PROTOCOL.md §3,
+//! §5), on arbitrary bytes and on arbitrary JSON, including harness-signed records so the checks
 //! behind a signature run too.
 //!
 //! Input: first byte picks a mode, the rest is the wire bytes / JSON.
