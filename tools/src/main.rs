@@ -114,7 +114,7 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         #[arg(long)]
         json: bool,
     },
-    /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, disk size.
+    /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, enc ads, disk size.
     #[command(after_help = EXIT_CODES)]
     Stats {
         /// The relay's store directory.
