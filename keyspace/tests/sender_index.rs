@@ -39,9 +39,12 @@ fn b64_to_hex(s: &str) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// (sender, target) pairs as the stored lists name them, and as `sender_index` holds them
-/// (both hex), from one dump.
-fn named_and_indexed(store: &Store) -> (BTreeSet<(String, String)>, BTreeSet<(String, String)>) {
+/// (sender, target) pairs, in hex.
+type Pairs = BTreeSet<(String, String)>;
+
+/// (sender, target) pairs as the stored lists name them, and as `sender_index` holds them,
+/// from one dump.
+fn named_and_indexed(store: &Store) -> (Pairs, Pairs) {
     let mut named = BTreeSet::new();
     let mut indexed = BTreeSet::new();
     for r in dump(store) {
@@ -98,13 +101,19 @@ fn every_list_write_keeps_the_sender_index_exact() {
         store.rebind(old, new).wait().unwrap(),
         RebindOutcome::Moved { .. }
     ));
-    assert_eq!(store.sender_list(&a).unwrap().unwrap().senders, vec![b, new]);
+    assert_eq!(
+        store.sender_list(&a).unwrap().unwrap().senders,
+        vec![b, new]
+    );
     assert_eq!(
         store.sender_list(&b).unwrap().unwrap().senders,
         vec![a, new],
         "new is listed once"
     );
-    assert_eq!(store.sender_list(&new).unwrap().unwrap().senders, vec![a, c]);
+    assert_eq!(
+        store.sender_list(&new).unwrap().unwrap().senders,
+        vec![a, c]
+    );
     assert!(store.sender_list(&old).unwrap().is_none());
     assert_eq!(assert_index_exact(&store), 8);
     // The index is durable with the lists: the same after a reopen.
@@ -160,6 +169,9 @@ fn rotate_among(lists: u64) -> RotationCost {
     for p in pending {
         assert_eq!(p.wait().unwrap(), SenderListOutcome::Stored);
     }
+    // Let the idle writer hand its memtables to the flush workers, and them finish, so the
+    // figures printed are the rotation's own.
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
     let before = store.commit_stats().rows_scanned;
     reset_peak_rss();
     let rss = peak_rss_kib();
@@ -295,7 +307,13 @@ fn a_rerun_migration_drops_index_rows_no_list_backs() {
     // Fake the layout of a half-migrated store a schema-2 relay wrote to afterwards: version 2,
     // the index as the schema-3 relay left it plus a row for a list that changed since.
     testing::set_schema_version(dir.path(), 2).unwrap();
-    testing::put_raw_row(dir.path(), "sender_index", &[key(4), key(101)].concat(), &[]).unwrap();
+    testing::put_raw_row(
+        dir.path(),
+        "sender_index",
+        &[key(4), key(101)].concat(),
+        &[],
+    )
+    .unwrap();
     let store = open_with(dir.path(), TestClock::new(2_000));
     assert_eq!(store.meta().unwrap().schema_version, SCHEMA_VERSION);
     assert_eq!(assert_index_exact(&store), 2);
@@ -318,7 +336,10 @@ fn a_format_2_backup_restores_with_its_sender_index_built() {
     assert_eq!((summary.format_version, summary.schema_version), (2, 2));
     assert_eq!(summary.counts.len(), 12);
     let count = |name: &str| summary.counts.iter().find(|(n, _)| n == name).map(|c| c.1);
-    assert_eq!((count("sender_lists"), count("sender_index")), (Some(3), None));
+    assert_eq!(
+        (count("sender_lists"), count("sender_index")),
+        (Some(3), None)
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let restored = dir.path().join("r");
@@ -345,7 +366,9 @@ fn a_format_2_backup_restores_with_its_sender_index_built() {
     store.rebind(old, new).wait().unwrap();
     let (named, _) = named_and_indexed(&store);
     assert_eq!(named.iter().filter(|(s, _)| *s == hex(&new)).count(), 2);
-    assert!(named.iter().all(|(s, t)| *s != hex(&old) && *t != hex(&old)));
+    assert!(named
+        .iter()
+        .all(|(s, t)| *s != hex(&old) && *t != hex(&old)));
     assert_index_exact(&store);
 }
 
