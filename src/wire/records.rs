@@ -381,10 +381,7 @@ mod tests {
     #[test]
     fn sender_list_repeats_are_kept_once() {
         let (a, b) = (b64(&[2u8; 32]), b64(&[3u8; 32]));
-        let body = signed(list_with(
-            json!([a, b, a, b]),
-            "2026-11-29T14:00:00.000Z",
-        ));
+        let body = signed(list_with(json!([a, b, a, b]), "2026-11-29T14:00:00.000Z"));
         let (rec, _) = parse_sender_list(&body, NOW, &host().public()).expect("valid list");
         assert_eq!(rec.senders, vec![[2u8; 32], [3u8; 32]]);
         assert_eq!(rec.canonical, canonical_json(&body["list"]));
