@@ -149,6 +149,9 @@ fn move_lists(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<()> {
         let Some(mut list) = reader::sender_list(tx, &target)? else {
             continue;
         };
+        if !list.senders.contains(old) {
+            continue; // the index and the list agree by construction; never add to a list blindly
+        }
         list.senders.retain(|s| s != old);
         if !list.senders.contains(new) {
             list.senders.push(*new);
