@@ -18,7 +18,7 @@ use mbx_relay::wire::enc_ad::{check_ad, is_enc_pub, summarize, AdOwner, AdRefusa
 use mbx_relay::wire::envelope::{
     check_envelope_wire, envelope_recipient_hosts, envelope_shape_error,
 };
-use mbx_relay::wire::keys::SigningKey;
+use mbx_relay::wire::keys::{parse_pubkey, SigningKey};
 use mbx_relay::wire::receipt::{check_receipt_wire, receipt_item_id, receipt_record_valid};
 use mbx_relay::wire::records::{parse_rotation, parse_sender_list, RecordError};
 use relay_keyspace::ItemKind;
@@ -104,9 +104,16 @@ fn receipt_signed(rec: &Value) {
 fn senders(v: &Value, signed: bool) {
     let now = mbx_relay_fuzz::now_ms();
     if !signed {
-        let _ = parse_sender_list(v, now);
-        let _ = parse_sender_list(v, 0);
-        let _ = parse_sender_list(v, u64::MAX);
+        // Posted by the key the list names (when it names one), so later checks are reached.
+        let owner = v
+            .get("list")
+            .and_then(|l| l.get("host_pubkey"))
+            .and_then(Value::as_str)
+            .and_then(parse_pubkey)
+            .unwrap_or([0u8; 32]);
+        let _ = parse_sender_list(v, now, &owner);
+        let _ = parse_sender_list(v, 0, &owner);
+        let _ = parse_sender_list(v, u64::MAX, &owner);
         return;
     }
     let (k, _) = keys();
@@ -115,7 +122,7 @@ fn senders(v: &Value, signed: bool) {
         o.insert("host_pubkey".into(), json!(k.public_b64()));
     }
     let sig = k.sign(canonical_json(&list).as_bytes());
-    let r = parse_sender_list(&json!({"list": list, "sig": sig}), now);
+    let r = parse_sender_list(&json!({"list": list, "sig": sig}), now, &k.public());
     assert!(
         !matches!(r, Err(RecordError::BadSignature)),
         "a correctly signed list failed its signature check"

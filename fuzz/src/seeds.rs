@@ -310,7 +310,7 @@ pub fn write_all(root: &Path) -> Vec<u8> {
     let list = senders_list(&f.s.public_b64(), std::slice::from_ref(&a_pub));
     let lsig = f.s.sign(canonical_json(&list).as_bytes());
     ok(
-        rt.block_on(relay.put_sender_list(&json!({"list": list, "sig": lsig}))),
+        rt.block_on(relay.put_sender_list(&f.caller_s, &json!({"list": list, "sig": lsig}))),
         "senders",
     );
     ok(rt.block_on(relay.push(&f.caller_a, &push)), "push envelope");

@@ -48,5 +48,7 @@ pub use store::Store;
 #[doc(hidden)]
 pub mod testing {
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
+    pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
+    pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
 }

@@ -256,7 +256,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
                 .or_else(|| q.get("host").map(|n| EncLookup::Name(n)));
             relay.get_enc_ad(&caller, lookup)
         }
-        Route::Senders => relay.put_sender_list(&v).await,
+        Route::Senders => relay.put_sender_list(&caller, &v).await,
         Route::AckV2 => relay.ack(&caller, &v).await,
         Route::PushV1 => relay.push_v1(&caller, &v).await,
         Route::PullV1 => {
