@@ -170,13 +170,3 @@ pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, RelayError> {
     serde_json::from_slice(body)
         .map_err(|e| RelayError::bad_request(format!("malformed JSON: {e}")))
 }
-
-/// A string field of an object, or 400 naming it.
-fn str_field<'a>(
-    obj: &'a serde_json::Map<String, serde_json::Value>,
-    name: &str,
-) -> Result<&'a str, RelayError> {
-    obj.get(name)
-        .and_then(serde_json::Value::as_str)
-        .ok_or_else(|| RelayError::bad_request(format!("bad {name}")))
-}
