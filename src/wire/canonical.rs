@@ -100,10 +100,34 @@ fn word_needs_escape(w: u64) -> bool {
     (below_space | quote | backslash) & HIGH != 0
 }
 
-/// Appends the escaped contents of `s` (no quotes). Clean 8-byte words are skipped whole and
-/// runs without escapes are copied in one piece: a hop payload holds the whole request body,
-/// and the char-by-char form was 7% of a batch push.
+/// Appends the escaped contents of `s` (no quotes).
 pub fn write_escaped(out: &mut String, s: &str) {
+    escape_pieces(s, |piece| out.push_str(piece));
+}
+
+/// The `JSON.stringify` escape of a byte that [`needs_escape`]: `\"`, `\\`, the five short
+/// control escapes, else lowercase `\u00xx`.
+fn escape_of(b: u8) -> &'static str {
+    const CONTROL: [&str; 32] = [
+        "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007",
+        "\\b", "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010",
+        "\\u0011", "\\u0012", "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018",
+        "\\u0019", "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+    ];
+    match b {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        _ => CONTROL.get(usize::from(b)).copied().unwrap_or(""),
+    }
+}
+
+/// Hands the escaped contents of `s` (no quotes) to `emit` in pieces: runs of `s` that need no
+/// escape, copied in one piece, and the escapes between them. The one escaper: [`write_escaped`]
+/// appends the pieces to a string, and a hop check feeds them straight into its hash
+/// (`wire::hop`), so a large body is never copied to be escaped. Clean 8-byte words are
+/// skipped whole: a hop payload holds the whole request body, and the char-by-char form was 7%
+/// of a batch push.
+pub fn escape_pieces(s: &str, mut emit: impl FnMut(&str)) {
     let bytes = s.as_bytes();
     let mut start = 0;
     let mut i = 0;
@@ -123,24 +147,18 @@ pub fn write_escaped(out: &mut String, s: &str) {
             if !needs_escape(b) {
                 continue;
             }
-            out.push_str(&s[start..j]);
-            match b {
-                b'"' => out.push_str("\\\""),
-                b'\\' => out.push_str("\\\\"),
-                0x08 => out.push_str("\\b"),
-                0x0c => out.push_str("\\f"),
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                _ => {
-                    let _ = write!(out, "\\u{b:04x}");
-                }
+            // Escaped bytes are ASCII, so `j` is always a char boundary.
+            if j > start {
+                emit(&s[start..j]);
             }
+            emit(escape_of(b));
             start = j + 1;
         }
         i = end;
     }
-    out.push_str(&s[start..]);
+    if start < bytes.len() {
+        emit(&s[start..]);
+    }
 }
 
 /// Splits Rust's `{:e}` text (`d[.ddd]e[-]N`) into its digit string and decimal exponent.
