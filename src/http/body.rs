@@ -24,7 +24,11 @@ pub const BODY_BUDGET: u64 = 256 * 1024 * 1024;
 /// Default for `--max-body-bytes-per-address`: four full-size bodies.
 pub const DEFAULT_BODY_BYTES_PER_ADDRESS: u64 = 4 * MAX_BODY as u64;
 
-/// A body without a declared length reserves in steps of this many bytes as it arrives.
+/// A body reading this many bytes lets other tasks run before it reads on: a worker reading
+/// a full 8 MiB body in one go kept every other connection on it waiting (for tens of ms).
+const YIELD_EVERY: usize = 64 * 1024;
+
+/// A body reserves its memory in steps of this many bytes as it arrives.
 const RESERVE_STEP: u64 = 64 * 1024;
 
 /// Most bytes read and discarded after an early answer (PROTOCOL.md §3: 64 MiB or 10 s).
@@ -47,6 +51,9 @@ pub enum BodyError {
     TooLarge,
     /// The client's address already holds its share of body memory (answer 429).
     AddressBusy,
+    /// The shared budget had no room for more of a body that is already partly held (answer
+    /// 503).
+    Busy,
     /// The client stopped sending or the stream failed.
     Aborted,
     /// The budget is closed: the relay is shutting down.
@@ -106,62 +113,99 @@ impl Reservation<'_> {
         self.grow(total, total).await
     }
 
-    /// Hold `want` bytes, or at least `need` when the address's share has no room for `want`.
+    /// Hold `want` bytes, or at least `need` when the address's share has no room for `want`;
+    /// waits for room in the shared budget.
     async fn grow(&mut self, need: u64, want: u64) -> Result<(), BodyError> {
-        if need <= self.bytes {
+        let Some(kib) = self.take_share(need, want)? else {
             return Ok(());
-        }
-        {
-            let mut table = self.limits.table();
-            let held = table.entry(self.addr.clone()).or_insert(0);
-            let room = self.limits.address_cap.saturating_sub(*held);
-            let total = if want - self.bytes <= room {
-                want
-            } else if need - self.bytes <= room {
-                need
-            } else {
-                if *held == 0 {
-                    table.remove(&self.addr);
-                }
-                return Err(BodyError::AddressBusy);
-            };
-            *held += total - self.bytes;
-            self.bytes = total;
-        }
-        let kib = u32::try_from(self.bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-        if kib > self.kib {
-            let permit = self
-                .limits
-                .global
-                .acquire_many(kib - self.kib)
-                .await
-                .map_err(|_| BodyError::Closed)?;
-            permit.forget();
-            self.kib = kib;
-        }
+        };
+        let permit = self
+            .limits
+            .global
+            .acquire_many(kib)
+            .await
+            .map_err(|_| BodyError::Closed)?;
+        permit.forget();
+        self.kib += kib;
         Ok(())
+    }
+
+    /// [`Reservation::grow`] without waiting: a request that already holds part of the budget
+    /// must not wait for more, or requests holding parts could all wait for each other.
+    ///
+    /// # Errors
+    /// [`BodyError::Busy`] when the shared budget has no room now.
+    fn try_grow(&mut self, need: u64, want: u64) -> Result<(), BodyError> {
+        let before = self.bytes;
+        let Some(kib) = self.take_share(need, want)? else {
+            return Ok(());
+        };
+        match self.limits.global.try_acquire_many(kib) {
+            Ok(permit) => {
+                permit.forget();
+                self.kib += kib;
+                Ok(())
+            }
+            Err(_) => {
+                self.give_back_share(before);
+                Err(BodyError::Busy)
+            }
+        }
+    }
+
+    /// Count `want` (else `need`) bytes in the address's share; the shared-budget KiB still to
+    /// take, `None` when nothing more is needed.
+    fn take_share(&mut self, need: u64, want: u64) -> Result<Option<u32>, BodyError> {
+        if need <= self.bytes {
+            return Ok(None);
+        }
+        let mut table = self.limits.table();
+        let held = table.entry(self.addr.clone()).or_insert(0);
+        let room = self.limits.address_cap.saturating_sub(*held);
+        let total = if want - self.bytes <= room {
+            want
+        } else if need - self.bytes <= room {
+            need
+        } else {
+            if *held == 0 {
+                table.remove(&self.addr);
+            }
+            return Err(BodyError::AddressBusy);
+        };
+        *held += total - self.bytes;
+        self.bytes = total;
+        let kib = u32::try_from(total.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        Ok((kib > self.kib).then(|| kib - self.kib))
+    }
+
+    /// Return share bytes down to `to`.
+    fn give_back_share(&mut self, to: u64) {
+        let mut table = self.limits.table();
+        if let Some(held) = table.get_mut(&self.addr) {
+            *held = held.saturating_sub(self.bytes - to);
+            if *held == 0 {
+                table.remove(&self.addr);
+            }
+        }
+        self.bytes = to;
     }
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         self.limits.global.add_permits(self.kib as usize);
-        if self.bytes == 0 {
-            return;
-        }
-        let mut table = self.limits.table();
-        if let Some(held) = table.get_mut(&self.addr) {
-            *held = held.saturating_sub(self.bytes);
-            if *held == 0 {
-                table.remove(&self.addr);
-            }
+        if self.bytes > 0 {
+            self.give_back_share(0);
         }
     }
 }
 
 /// Read `body` into memory, refusing more than `cap` bytes, reserving its memory in
-/// `reservation` first: a declared length whole, else in [`RESERVE_STEP`]s as bytes arrive. On
-/// an error the rest of the body is still in `body` (to drain it).
+/// `reservation` only once bytes arrive, so a client that declares a large body and sends
+/// nothing holds nothing: a declared length whole at the first byte (waiting for room in the
+/// shared budget while holding none of it), a body without a length in [`RESERVE_STEP`]s as it
+/// arrives (only the first step waits; see [`Reservation::try_grow`]). On an error the rest of
+/// the body is still in `body` (to drain it).
 ///
 /// # Errors
 /// [`BodyError::TooLarge`] once the declared or received length passes `cap`; see
@@ -176,13 +220,7 @@ pub async fn read_capped(
     if declared.is_some_and(|n| n > cap64) || body.size_hint().lower() > cap64 {
         return Err(BodyError::TooLarge);
     }
-    if body.is_end_stream() {
-        return Ok(Vec::new());
-    }
-    if let Some(n) = declared {
-        reservation.grow_to(n).await?;
-    }
-    let mut buf = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    let mut buf = Vec::new();
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
         match frame {
@@ -194,9 +232,27 @@ pub async fn read_capped(
                     if len > cap64 {
                         return Err(BodyError::TooLarge);
                     }
-                    let step = len.next_multiple_of(RESERVE_STEP).min(cap64);
-                    reservation.grow(len, step).await?;
+                    match declared {
+                        // A declared body is reserved whole at its first byte.
+                        Some(n) => reservation.grow(n, n).await?,
+                        None if reservation.bytes == 0 => {
+                            reservation
+                                .grow(len, len.next_multiple_of(RESERVE_STEP).min(cap64))
+                                .await?;
+                        }
+                        None => reservation
+                            .try_grow(len, len.next_multiple_of(RESERVE_STEP).min(cap64))?,
+                    }
+                    if buf.capacity() == 0 {
+                        buf.reserve_exact(declared.map_or(data.len(), |n| n as usize));
+                    }
+                    let before = buf.len();
                     buf.extend_from_slice(&data);
+                    if before / YIELD_EVERY != buf.len() / YIELD_EVERY {
+                        // Bytes keep arriving while a large body is read; let the worker
+                        // serve other connections between pieces of it.
+                        tokio::task::yield_now().await;
+                    }
                 }
             }
         }

@@ -137,6 +137,15 @@ fn body_refused(e: BodyError, body: Body) -> Response {
             "too many request bytes in flight from this address, retry later",
             "1",
         ),
+        BodyError::Busy => {
+            let mut r = json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({ "error": "server busy, retry later" }),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
         BodyError::Aborted => {
             return json_response(
                 StatusCode::BAD_REQUEST,

@@ -100,34 +100,10 @@ fn word_needs_escape(w: u64) -> bool {
     (below_space | quote | backslash) & HIGH != 0
 }
 
-/// Appends the escaped contents of `s` (no quotes).
+/// Appends the escaped contents of `s` (no quotes). Clean 8-byte words are skipped whole and
+/// runs without escapes are copied in one piece: a hop payload holds the whole request body,
+/// and the char-by-char form was 7% of a batch push.
 pub fn write_escaped(out: &mut String, s: &str) {
-    escape_pieces(s, |piece| out.push_str(piece));
-}
-
-/// The `JSON.stringify` escape of a byte that [`needs_escape`]: `\"`, `\\`, the five short
-/// control escapes, else lowercase `\u00xx`.
-fn escape_of(b: u8) -> &'static str {
-    const CONTROL: [&str; 32] = [
-        "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007",
-        "\\b", "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010",
-        "\\u0011", "\\u0012", "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018",
-        "\\u0019", "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
-    ];
-    match b {
-        b'"' => "\\\"",
-        b'\\' => "\\\\",
-        _ => CONTROL.get(usize::from(b)).copied().unwrap_or(""),
-    }
-}
-
-/// Hands the escaped contents of `s` (no quotes) to `emit` in pieces: runs of `s` that need no
-/// escape, copied in one piece, and the escapes between them. The one escaper: [`write_escaped`]
-/// appends the pieces to a string, and a hop check feeds them straight into its hash
-/// (`wire::hop`), so a large body is never copied to be escaped. Clean 8-byte words are
-/// skipped whole: a hop payload holds the whole request body, and the char-by-char form was 7%
-/// of a batch push.
-pub fn escape_pieces(s: &str, mut emit: impl FnMut(&str)) {
     let bytes = s.as_bytes();
     let mut start = 0;
     let mut i = 0;
@@ -148,16 +124,28 @@ pub fn escape_pieces(s: &str, mut emit: impl FnMut(&str)) {
                 continue;
             }
             // Escaped bytes are ASCII, so `j` is always a char boundary.
-            if j > start {
-                emit(&s[start..j]);
-            }
-            emit(escape_of(b));
+            out.push_str(&s[start..j]);
+            out.push_str(escape_of(b));
             start = j + 1;
         }
         i = end;
     }
-    if start < bytes.len() {
-        emit(&s[start..]);
+    out.push_str(&s[start..]);
+}
+
+/// The `JSON.stringify` escape of a byte that [`needs_escape`]: `\"`, `\\`, the five short
+/// control escapes, else lowercase `\u00xx`.
+fn escape_of(b: u8) -> &'static str {
+    const CONTROL: [&str; 32] = [
+        "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007",
+        "\\b", "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011",
+        "\\u0012", "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018", "\\u0019",
+        "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+    ];
+    match b {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        _ => CONTROL.get(usize::from(b)).copied().unwrap_or(""),
     }
 }
 

@@ -4,7 +4,7 @@
 //! keeps its query string for `/v2/` paths and is bare for `/v1/` paths, and `BODY` is the
 //! exact request body text (`""` for a GET).
 
-use super::canonical::escape_pieces;
+use super::canonical::{write_escaped, write_string};
 use super::keys::{verify_stream_with, verifying_key, SigningKey, VerifyingKey};
 
 /// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
@@ -20,22 +20,47 @@ pub fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
     out
 }
 
+/// Body bytes escaped at a time by [`feed_hop_payload`] (at most six times this once escaped).
+const FEED_CHUNK: usize = 16 * 1024;
+
 /// Hands the text of [`hop_payload`] to `emit` in pieces, keys already in canonical order, so a
-/// verifier can hash it as a stream: the body (a whole batch, up to 8 MiB) is escaped piece by
-/// piece and never copied.
-pub fn feed_hop_payload(method: &str, path: &str, ts: &str, body: &str, mut emit: impl FnMut(&str)) {
-    emit("{\"body\":\"");
-    for (i, part) in [method, path, ts, body].into_iter().enumerate() {
-        if i > 0 {
-            emit(":");
+/// verifier can hash it as a stream: the body (a whole batch, up to 8 MiB) is escaped
+/// [`FEED_CHUNK`] bytes at a time into one small buffer, never copied whole.
+pub fn feed_hop_payload(
+    method: &str,
+    path: &str,
+    ts: &str,
+    body: &str,
+    mut emit: impl FnMut(&str),
+) {
+    let mut buf = String::with_capacity(FEED_CHUNK + FEED_CHUNK / 8 + 64);
+    buf.push_str("{\"body\":\"");
+    for part in [method, path, ts] {
+        write_escaped(&mut buf, part);
+        buf.push(':');
+    }
+    let mut rest = body;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(FEED_CHUNK);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
         }
-        escape_pieces(part, &mut emit);
+        let (piece, tail) = rest.split_at(end);
+        write_escaped(&mut buf, piece);
+        emit(&buf);
+        buf.clear();
+        rest = tail;
     }
-    for (key, value) in [("\",\"method\":\"", method), ("\",\"path\":\"", path), ("\",\"ts\":\"", ts)] {
-        emit(key);
-        escape_pieces(value, &mut emit);
+    for (key, value) in [
+        ("\",\"method\":", method),
+        (",\"path\":", path),
+        (",\"ts\":", ts),
+    ] {
+        buf.push_str(key);
+        write_string(&mut buf, value);
     }
-    emit("\"}");
+    buf.push('}');
+    emit(&buf);
 }
 
 /// The base64 `x-mbx-sig` for a request.

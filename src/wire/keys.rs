@@ -235,11 +235,6 @@ pub fn verify_with(key: &VerifyingKey, msg: &[u8], sig_b64: &str) -> bool {
         .is_ok()
 }
 
-/// How many payload bytes a streamed verification gathers before hashing them: the escaper
-/// hands over many tiny pieces (a body of control bytes is one 6-byte escape per byte), and one
-/// hash update per piece would cost more than the hashing.
-const STREAM_BLOCK: usize = 8 * 1024;
-
 /// [`verify_with`] over a message that `feed` hands over in pieces (through the `update` it is
 /// given), hashed as it arrives so the message is never assembled. The same strict checks as
 /// `verify_strict`: a canonical `s` (checked by `verify_stream`), and neither the key nor the
@@ -266,21 +261,7 @@ pub fn verify_stream_with(
     let Ok(mut verifier) = key.verify_stream(&Signature::from_bytes(&sig_arr)) else {
         return false;
     };
-    let mut block = [0u8; STREAM_BLOCK];
-    let mut len = 0;
-    feed(&mut |piece: &[u8]| {
-        if len + piece.len() > STREAM_BLOCK {
-            verifier.update(&block[..len]);
-            len = 0;
-        }
-        if piece.len() >= STREAM_BLOCK {
-            verifier.update(piece);
-        } else {
-            block[len..len + piece.len()].copy_from_slice(piece);
-            len += piece.len();
-        }
-    });
-    verifier.update(&block[..len]);
+    feed(&mut |piece: &[u8]| verifier.update(piece));
     verifier.finalize_and_verify().is_ok()
 }
 
@@ -410,7 +391,7 @@ mod tests {
         let key = SigningKey::from_seed(&[7u8; 32]);
         let decoded = verifying_key(&key.public()).expect("a point");
         for n in 0..300 {
-            let len = rng.gen_range(0..3 * STREAM_BLOCK);
+            let len = rng.gen_range(0..3 * 8192);
             let msg: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
             let mut sig = unb64(&key.sign(&msg)).expect("base64");
             match n % 4 {
@@ -423,7 +404,7 @@ mod tests {
             let streamed = verify_stream_with(&decoded, &sig, |update| {
                 let mut at = 0;
                 while at < msg.len() {
-                    let step = rng.gen_range(0..=(msg.len() - at).min(2 * STREAM_BLOCK));
+                    let step = rng.gen_range(0..=(msg.len() - at).min(2 * 8192));
                     update(&msg[at..at + step]);
                     at += step;
                 }
