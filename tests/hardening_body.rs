@@ -26,6 +26,15 @@ use serde_json::json;
 
 /// The general body cap (8 MiB).
 const MAX_BODY: usize = 8 * 1024 * 1024;
+/// Held by every test here: each loads the machine, and the timing tests measure what an
+/// honest client sees under one attack, not under the others.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Run one test alone among this file's tests.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The address the honest client's requests come from.
 const HONEST: &str = "203.0.113.1";
 
@@ -164,6 +173,7 @@ fn honest_rounds(relay: &Relay, from: &Host, to: &Host, span: Duration) -> [Dura
 
 #[test]
 fn bodies_cost_nothing_before_a_live_key_and_fresh_ts_and_honest_clients_stay_fast() {
+    let _alone = alone();
     let relay = Relay::start_generous(&["--trust-proxy", "xff", "--body-first-byte-timeout", "2s"]);
     let honest = Host::enrolled(&relay, "honest");
     let target = Host::enrolled(&relay, "target");
@@ -290,6 +300,7 @@ fn send_body(relay: &Relay, head: &[u8], len: usize) -> TcpStream {
 
 #[test]
 fn one_address_holds_at_most_its_share_of_body_memory() {
+    let _alone = alone();
     let relay = Relay::start_generous(&[
         "--trust-proxy",
         "xff",
@@ -350,6 +361,7 @@ fn one_address_holds_at_most_its_share_of_body_memory() {
 
 #[test]
 fn failed_authentications_are_counted_per_address_then_refused_with_429() {
+    let _alone = alone();
     let relay = Relay::start_generous(&["--trust-proxy", "xff", "--auth-failures-per-minute", "5"]);
     let known = Host::enrolled(&relay, "known");
     let from = |addr: &'static str| [("x-forwarded-for", addr)];
@@ -464,6 +476,7 @@ fn quantile(v: &[Duration], q: f64) -> Duration {
 
 #[test]
 fn a_junk_signature_flood_leaves_unsigned_info_fast_and_memory_bounded() {
+    let _alone = alone();
     // The failure window is opened wide so every junk body is read and checked: this measures
     // the cost of the checks themselves.
     let relay = Relay::start_generous(&[
@@ -555,6 +568,7 @@ fn a_junk_signature_flood_leaves_unsigned_info_fast_and_memory_bounded() {
 
 #[test]
 fn a_failed_hop_counts_against_the_public_window_and_a_valid_one_does_not() {
+    let _alone = alone();
     let relay = Relay::start_generous(&[
         "--trust-proxy",
         "xff",
@@ -632,6 +646,7 @@ fn chunked_body(body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn an_oversized_body_is_answered_413_and_drained_so_a_client_still_writing_reads_it() {
+    let _alone = alone();
     let relay = Relay::start_generous(&["--trust-proxy", "xff"]);
     let known = Host::enrolled(&relay, "known");
     let big = vec![b' '; 9 * 1024 * 1024];
