@@ -204,14 +204,13 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
         sig: h("x-mbx-sig"),
         method: parts.method.as_str(),
         path: &signed,
-        body: &[],
+        body: &[], // not read yet: the headers are checked first
     };
     let query = || {
         Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
             .map(|q| q.0)
             .unwrap_or_default()
     };
-    let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     match route {
         Route::Health => return health(app).await,
         Route::Metrics => {
@@ -226,6 +225,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
         Route::Info if !hop.present() => return reply_response(relay.info(None)),
         _ => {}
     }
+    let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     if route.enrolment_class() {
         if let Err(e) = relay.check_address_rate(&addr) {
             return reply_response(Err(e));
