@@ -33,7 +33,10 @@ pub fn feed_hop_payload(
     body: &str,
     mut emit: impl FnMut(&str),
 ) {
-    let mut buf = String::with_capacity(FEED_CHUNK + FEED_CHUNK / 8 + 64);
+    let fields = method.len() + path.len() + ts.len();
+    // Room for a chunk and a little escaping (a chunk full of escapes grows it once).
+    let chunk = body.len().min(FEED_CHUNK);
+    let mut buf = String::with_capacity(chunk + chunk / 8 + 2 * fields + 64);
     buf.push_str("{\"body\":\"");
     for part in [method, path, ts] {
         write_escaped(&mut buf, part);
