@@ -18,11 +18,15 @@
 //! - **Body timeout**: the request body must arrive within `body_timeout` of the head; past that
 //!   the body read fails and the handler answers 400 (then the connection is closed). A response
 //!   the client does not read for `body_timeout` is abandoned too.
+//! - **First body byte**: once the handler starts reading a body, its first byte must arrive
+//!   within `body_first_byte_timeout`, else the read fails (400), so a client that declares a
+//!   body and sends nothing holds its connection only briefly.
 //! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
 //!   hop and are not already limited per address by the relay (unsigned info, health, metrics and
-//!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window;
-//!   info with a signed hop is treated like the hop routes, which are not counted here) count
-//!   against the client address's one-minute window (`public_per_minute`); over it, `429`.
+//!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window)
+//!   count against the client address's one-minute window (`public_per_minute`); over it, `429`.
+//!   A request whose signed hop fails (the handler marks its answer [`HopRefused`]) counts the
+//!   same way; a valid signed call is not counted here.
 //!   Addresses are keyed by [`crate::relay::rate::address_key`] (IPv6 by /64 prefix). The table
 //!   is hard-capped and evicts the oldest window when full, so new clients are still served
 //!   (see [`crate::relay::rate::RateTable`]).
@@ -83,7 +87,32 @@ pub struct GuardConfig {
     pub idle_timeout: Duration,
     pub public_per_minute: u32,
     pub max_connections_per_address: usize,
+    /// Request bodies (see [`BodyGuardArgs`]).
+    pub body: BodyGuardConfig,
 }
+
+/// The limits on request bodies and failed authentications, per client address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyGuardConfig {
+    pub first_byte_timeout: Duration,
+    pub bytes_per_address: u64,
+    pub auth_failures_per_minute: u32,
+}
+
+impl Default for BodyGuardConfig {
+    fn default() -> Self {
+        BodyGuardConfig {
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            bytes_per_address: super::body::DEFAULT_BODY_BYTES_PER_ADDRESS,
+            auth_failures_per_minute: DEFAULT_AUTH_FAILURES_PER_MINUTE,
+        }
+    }
+}
+
+/// Default for `--body-first-byte-timeout`.
+const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default for `--auth-failures-per-minute`.
+const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
 
 impl Default for GuardConfig {
     fn default() -> Self {
@@ -94,6 +123,7 @@ impl Default for GuardConfig {
             idle_timeout: Duration::from_secs(10),
             public_per_minute: 600,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            body: BodyGuardConfig::default(),
         }
     }
 }
@@ -121,6 +151,25 @@ pub struct GuardArgs {
     /// answered 429 and closed. Counts the socket address: behind a reverse proxy, the proxy.
     #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub max_connections_per_address: usize,
+    #[command(flatten)]
+    pub body: BodyGuardArgs,
+}
+
+/// Flags for request bodies and failed authentications (part of [`GuardArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BodyGuardArgs {
+    /// Time allowed for the first byte of a request body, from when the relay starts reading it
+    /// (`5s`).
+    #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub body_first_byte_timeout: Duration,
+    /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
+    /// more is answered 429. At least 8388608 (one full-size body).
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_ADDRESS)]
+    pub max_body_bytes_per_address: u64,
+    /// Failed hop authentications per client address (IPv6: per /64) per minute; past it, calls
+    /// with a hop from that address are answered 429 without being checked.
+    #[arg(long, env = "MBX_RELAY_AUTH_FAILURES_PER_MINUTE", default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE)]
+    pub auth_failures_per_minute: u32,
 }
 
 impl GuardArgs {
@@ -133,6 +182,11 @@ impl GuardArgs {
             idle_timeout: self.idle_timeout,
             public_per_minute: self.public_per_minute,
             max_connections_per_address: self.max_connections_per_address,
+            body: BodyGuardConfig {
+                first_byte_timeout: self.body.body_first_byte_timeout,
+                bytes_per_address: self.body.max_body_bytes_per_address,
+                auth_failures_per_minute: self.body.auth_failures_per_minute,
+            },
         }
     }
 }
@@ -150,6 +204,7 @@ impl GuardConfig {
             (self.header_timeout, "--header-timeout"),
             (self.body_timeout, "--body-timeout"),
             (self.idle_timeout, "--idle-timeout"),
+            (self.body.first_byte_timeout, "--body-first-byte-timeout"),
         ] {
             if d.is_zero() {
                 return Err(format!("{flag} must be more than 0"));
@@ -160,6 +215,15 @@ impl GuardConfig {
         }
         if self.max_connections_per_address == 0 {
             return Err("--max-connections-per-address must be at least 1".into());
+        }
+        if self.body.bytes_per_address < super::body::MAX_BODY as u64 {
+            return Err(format!(
+                "--max-body-bytes-per-address must be at least {} (one full-size body)",
+                super::body::MAX_BODY
+            ));
+        }
+        if self.body.auth_failures_per_minute == 0 {
+            return Err("--auth-failures-per-minute must be at least 1".into());
         }
         Ok(())
     }
@@ -321,29 +385,40 @@ async fn serve_connection(
     drop(slots);
 }
 
+/// Marks an answer to a request whose signed hop failed, with the client address: the guard
+/// counts it in the public window like an unsigned request (a valid signed call is not counted).
+#[derive(Debug, Clone)]
+pub struct HopRefused(pub String);
+
 /// One request: the per-address window for unauthenticated routes, then the router with
-/// `ConnectInfo` and a body that fails after `body_timeout`.
+/// `ConnectInfo` and a body with its deadlines; a request whose hop failed is counted after.
 async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let route = Route::of(req.method(), req.uri().path());
     // Enrolment-class routes are counted per address by the relay itself; a signed info call
-    // (hosts make one every sync pass) is an authentication attempt like any hop route.
+    // (hosts make one every sync pass) is counted only if its hop fails (below).
     let signed_info = route == Some(Route::Info) && req.headers().contains_key("x-mbx-sig");
     let counted = !signed_info && route.is_none_or(|r| r.public() && !r.enrolment_class());
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
-        let now = SystemClock.now_ms();
-        if !shared.public_rate.hit_addr(&addr, now) {
+        if !shared.public_rate.hit_addr(&addr, SystemClock.now_ms()) {
             return too_many_requests();
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
-    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline)));
+    let first_byte = shared.config.body.first_byte_timeout;
+    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline, first_byte)));
     req.extensions_mut().insert(ConnectInfo(peer));
     let mut router = shared.router.clone();
-    match tower_service::Service::call(&mut router, req).await {
+    let resp = match tower_service::Service::call(&mut router, req).await {
         Ok(r) => r,
         Err(never) => match never {},
+    };
+    if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
+        if !counted && !shared.public_rate.hit_addr(addr, SystemClock.now_ms()) {
+            return too_many_requests();
+        }
     }
+    resp
 }
 
 fn too_many_requests() -> Response<Body> {
@@ -361,17 +436,34 @@ fn too_many_requests() -> Response<Body> {
     r
 }
 
-/// A request body that fails once its deadline passes before it ends.
+/// A request body that fails once its deadline passes before it ends, or when its first byte
+/// has not come `first_byte` after it was first read.
 struct TimedBody {
     inner: Incoming,
-    deadline: Pin<Box<Sleep>>,
+    /// When the whole body must be in.
+    deadline: Instant,
+    /// Armed for the nearer of the deadlines.
+    timer: Pin<Box<Sleep>>,
+    first_byte: FirstByte,
+}
+
+/// The first-byte deadline of a [`TimedBody`].
+enum FirstByte {
+    /// Not read yet: the wait starts at the first read (after the handler's own checks).
+    Unread(Duration),
+    /// Read, no byte yet: the deadline.
+    Waiting(Instant),
+    /// A byte came (or the body ended).
+    Arrived,
 }
 
 impl TimedBody {
-    fn new(inner: Incoming, deadline: Instant) -> Self {
+    fn new(inner: Incoming, deadline: Instant, first_byte: Duration) -> Self {
         TimedBody {
             inner,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            deadline,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            first_byte: FirstByte::Unread(first_byte),
         }
     }
 }
@@ -396,13 +488,22 @@ impl HttpBody for TimedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let FirstByte::Unread(wait) = self.first_byte {
+            self.first_byte = FirstByte::Waiting(Instant::now() + wait);
+        }
         if let Poll::Ready(f) = Pin::new(&mut self.inner).poll_frame(cx) {
+            self.first_byte = FirstByte::Arrived;
             return Poll::Ready(f.map(|r| r.map_err(Into::into)));
         }
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut)))),
-            Poll::Pending => Poll::Pending,
+        let this = &mut *self;
+        let end = match this.first_byte {
+            FirstByte::Waiting(first) => first.min(this.deadline),
+            _ => this.deadline,
+        };
+        if expired(&mut this.timer, end, cx) {
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
         }
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
@@ -574,6 +675,27 @@ mod tests {
             },
             GuardConfig {
                 max_connections_per_address: 0,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    first_byte_timeout: Duration::ZERO,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    bytes_per_address: 1024,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    auth_failures_per_minute: 0,
+                    ..BodyGuardConfig::default()
+                },
                 ..GuardConfig::default()
             },
         ];

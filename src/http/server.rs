@@ -84,7 +84,11 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
         http_metrics: super::metrics::HttpMetrics::default(),
-        body_budget: super::body::BodyBudget::new(super::body::BODY_BUDGET),
+        bodies: super::body::BodyLimits::new(
+            super::body::BODY_BUDGET,
+            config.guard.body.bytes_per_address,
+        ),
+        hop_gate: super::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
     });
     let shutdown = shutdown_signal()?;
     {

@@ -30,7 +30,7 @@ use relay_keyspace::{Clock, Key32, Store};
 use crate::wire::keys::SigningKey;
 pub use config::Limits;
 pub use error::{RelayError, Reply, Status};
-pub use hop::{Caller, HopHeaders};
+pub use hop::{Caller, HopCheck, HopHeaders};
 
 /// Most sender keys whose push windows are tracked at once (rate table cap).
 const SENDER_RATE_CAP: usize = 200_000;

@@ -122,6 +122,15 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         room
     }
 
+    /// True when `key` has used up its window at `now_ms`; counts nothing (to refuse before
+    /// doing the work whose failure [`RateTable::hit`] would count).
+    pub fn exhausted(&self, key: &K, now_ms: u64) -> bool {
+        self.lock()
+            .windows
+            .get(key)
+            .is_some_and(|w| !expired(w.start, now_ms) && w.count >= self.limit)
+    }
+
     /// Keys currently held (for metrics and tests).
     pub fn len(&self) -> usize {
         self.lock().windows.len()
@@ -335,6 +344,18 @@ mod tests {
         assert!(t.hit(&"a", 60_000));
         assert!(t.hit(&"a", 60_001));
         assert!(!t.hit(&"a", 60_002));
+    }
+
+    #[test]
+    fn exhausted_tells_without_counting() {
+        let t = RateTable::new(2, 10);
+        assert!(!t.exhausted(&"a", 0));
+        assert!(t.hit(&"a", 0));
+        assert!(!t.exhausted(&"a", 1));
+        assert!(t.hit(&"a", 1));
+        assert!(t.exhausted(&"a", 2));
+        assert!(t.exhausted(&"a", 2), "asking twice counts nothing");
+        assert!(!t.exhausted(&"a", 60_000), "a new minute");
     }
 
     #[test]
