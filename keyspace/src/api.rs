@@ -590,3 +590,52 @@ impl From<StoreError> for BackupError {
         BackupError::Store(e)
     }
 }
+
+/// An admin's revocation and/or purge of one key (`relay-tool revoke` / `purge`).
+#[derive(Debug, Clone)]
+pub struct RevokeRequest {
+    pub key: Key32,
+    /// Revoke the key exactly as a rotation revokes the old one (no-op if already revoked).
+    pub revoke: bool,
+    /// Delete its queued items, queueing an expiry notice for each envelope's sender.
+    pub purge: bool,
+    /// Quotas and retention the notices are inserted under (as the sweep's).
+    pub quotas: Quotas,
+    pub retention_ms: u64,
+    /// Who asked (the admin's uid) and why, for the relay log.
+    pub admin_uid: u32,
+    pub reason: String,
+}
+
+/// What a revoke or purge did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RevokeReport {
+    /// The key was live and is revoked now.
+    pub revoked: bool,
+    /// The key was revoked before this call (a revocation is never undone or redone).
+    pub already_revoked: bool,
+    /// Queued items deleted, and their bytes.
+    pub purged_items: u64,
+    pub purged_bytes: u64,
+    /// Expiry notices queued for the purged envelopes' senders.
+    pub notices: u64,
+    /// Allowlists of other targets the key was taken out of.
+    pub lists_changed: u64,
+}
+
+/// How a revoke or purge ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    Done(RevokeReport),
+    /// No enrolment, live or revoked, has this key: nothing changed.
+    UnknownKey,
+    /// The queue holds more than [`MAX_PURGE_ITEMS`] items: nothing changed.
+    QueueTooLarge { items: u64 },
+}
+
+/// Most items a purge deletes in its one batch: the largest queue `--max-queue-items` allows
+/// by default is 10,000; a queue over this bound (a raised quota) is refused, not half-purged.
+pub const MAX_PURGE_ITEMS: u64 = 100_000;
+
+/// Longest reason (characters) a revoke or purge records; longer ones are cut.
+pub const MAX_REASON_CHARS: usize = 200;

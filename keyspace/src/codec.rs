@@ -162,6 +162,11 @@ pub(crate) fn enrol_key(pk: &Key32) -> Vec<u8> {
     cat(&[&[ENROL_TAG], pk])
 }
 
+/// Bounds of the by-key enrolment rows: from the first (included) to the name index (excluded).
+pub(crate) fn enrol_rows() -> (Vec<u8>, Vec<u8>) {
+    (vec![ENROL_TAG], vec![NAME_TAG])
+}
+
 pub(crate) fn enrol_key_parse(k: &[u8]) -> Option<Key32> {
     match k.split_first() {
         Some((&ENROL_TAG, rest)) => key32(rest),

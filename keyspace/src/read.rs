@@ -7,7 +7,7 @@ use crate::api::{
     Cursor, DedupRow, EncAd, EncAds, Enrolment, Key32, Meta, OpEntry, Page, QueuedItem, Result,
     SenderList, Usage,
 };
-use crate::codec::{self, ItemView, UsageScope};
+use crate::codec::{self, fingerprint, ItemView, UsageScope};
 use crate::ops::enrol;
 use crate::parts::Part;
 use crate::pulled::ItemHint;
@@ -135,6 +135,53 @@ impl Store {
     /// `Closed`, `Corrupt`, `Engine`.
     pub fn usage_account(&self, account: &str) -> Result<Usage> {
         reader::usage(&*self.view()?, &UsageScope::Account(account.to_string()))
+    }
+
+    /// Enrolments (live or revoked) whose fingerprint starts with `prefix` (hex digits, dashes
+    /// and case ignored), at most `limit`. Reads every enrolment row once, a page at a time:
+    /// for an admin's command, not a request path.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        const PAGE: usize = 1024;
+        let want: String = prefix
+            .chars()
+            .filter(|c| *c != '-')
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        let v = self.view()?;
+        let (first, end) = codec::enrol_rows();
+        let mut lo_bound = Bound::Included(first);
+        let mut out = Vec::new();
+        loop {
+            let rows = v.range(
+                Part::Enrolments,
+                lo_bound.as_ref().map(Vec::as_slice),
+                Bound::Excluded(&end),
+                PAGE,
+            )?;
+            let Some((last, _)) = rows.last() else {
+                break;
+            };
+            let next = Bound::Excluded(last.to_vec());
+            for (k, val) in &rows {
+                let Some(pk) = codec::enrol_key_parse(k) else {
+                    continue;
+                };
+                if fingerprint(&pk).replace('-', "").starts_with(&want) {
+                    out.push(codec::dec(val, "enrolment")?);
+                    if out.len() >= limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            if rows.len() < PAGE {
+                break;
+            }
+            lo_bound = next;
+        }
+        Ok(out)
     }
 
     /// The relay log, newest first, at most `limit`.

@@ -61,6 +61,39 @@ pub(crate) fn write_list(tx: &mut Tx<'_>, target: &Key32, list: Option<&SenderLi
     Ok(())
 }
 
+/// Take `old` out of every other target's allowlist, putting `new` in its place (a rotation) or
+/// nothing (a revocation). The lists are found through `sender_index`, so the cost follows how
+/// many lists name `old`, not how many are stored. `old`'s and `new`'s own lists are left to the
+/// caller. Returns how many lists changed.
+pub(crate) fn replace_sender(
+    tx: &mut Tx<'_>,
+    old: &Key32,
+    new: Option<&Key32>,
+    limit: usize,
+) -> Result<u64> {
+    let mut changed = 0;
+    for target in targets_naming(tx, old, limit)? {
+        if target == *old || Some(&target) == new {
+            continue;
+        }
+        let Some(mut list) = reader::sender_list(tx, &target)? else {
+            continue;
+        };
+        if !list.senders.contains(old) {
+            continue; // the index and the list agree by construction; never add to a list blindly
+        }
+        list.senders.retain(|s| s != old);
+        if let Some(new) = new {
+            if !list.senders.contains(new) {
+                list.senders.push(*new);
+            }
+        }
+        write_list(tx, &target, Some(&list))?;
+        changed += 1;
+    }
+    Ok(changed)
+}
+
 /// The targets whose list names `sender`, from the index (at most `limit`).
 pub(crate) fn targets_naming(tx: &Tx<'_>, sender: &Key32, limit: usize) -> Result<Vec<Key32>> {
     use crate::reader::Reader;

@@ -10,4 +10,5 @@ pub(crate) mod meta;
 pub(crate) mod oplog;
 pub(crate) mod queue;
 pub(crate) mod rebind;
+pub(crate) mod revoke;
 pub(crate) mod sweep;

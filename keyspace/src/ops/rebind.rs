@@ -12,8 +12,9 @@ use crate::Store;
 
 use super::{enrol, lists, oplog, queue};
 
-/// Most sender lists a rotation rewrites (one list per target; targets are bounded by enrolments).
-const MAX_LISTS: usize = 1_000_000;
+/// Most sender lists a rotation or revocation rewrites (one list per target; targets are
+/// bounded by enrolments).
+pub(crate) const MAX_LISTS: usize = 1_000_000;
 
 impl Store {
     /// Key rotation: the new key takes the old one's name, account and authority; the old queue
@@ -41,9 +42,7 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     take_over_enrolment(tx, &o, new, n.as_ref())?;
     let moved = move_queue(tx, old, new)?;
     move_lists(tx, old, new)?;
-    tx.del(Part::EncAds, old);
-    tx.del(Part::EncAds, &codec::enc_ad_v2_key(old)); // the v2 ad goes with the v1 pair
-    enrol::revoke(tx, &o)?;
+    revoke_key(tx, &o)?;
     oplog::append(
         tx,
         "rotate-key",
@@ -54,6 +53,15 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
         ),
     )?;
     Ok(RebindOutcome::Moved { moved })
+}
+
+/// Revoke a live key as a rotation revokes the old one: both enc ads (the v1 pair and the v2
+/// ad) go and the enrolment is marked revoked (name index and counters move with it). Shared
+/// by rotation and the admin's revocation.
+pub(crate) fn revoke_key(tx: &mut Tx<'_>, e: &Enrolment) -> Result<()> {
+    tx.del(Part::EncAds, &e.host_pubkey);
+    tx.del(Part::EncAds, &codec::enc_ad_v2_key(&e.host_pubkey)); // the v2 ad goes with the v1 pair
+    enrol::revoke(tx, e)
 }
 
 fn take_over_enrolment(
@@ -143,22 +151,7 @@ fn move_queue(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<u64> {
 /// lists swap old for new. The lists naming the old key are found through `sender_index`, so
 /// the cost follows how many lists name it, not how many lists are stored.
 fn move_lists(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<()> {
-    for target in lists::targets_naming(tx, old, MAX_LISTS)? {
-        if target == *old || target == *new {
-            continue;
-        }
-        let Some(mut list) = reader::sender_list(tx, &target)? else {
-            continue;
-        };
-        if !list.senders.contains(old) {
-            continue; // the index and the list agree by construction; never add to a list blindly
-        }
-        list.senders.retain(|s| s != old);
-        if !list.senders.contains(new) {
-            list.senders.push(*new);
-        }
-        lists::write_list(tx, &target, Some(&list))?;
-    }
+    lists::replace_sender(tx, old, Some(new), MAX_LISTS)?;
     let from_old = reader::sender_list(tx, old)?;
     let at_new = reader::sender_list(tx, new)?;
     lists::write_list(tx, old, None)?;

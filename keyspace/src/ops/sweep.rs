@@ -102,26 +102,40 @@ fn expire(
             accepted_at_ms: rec.accepted_at_ms,
             expires_at_ms: rec.expires_at_ms,
         };
-        let Some(item) = notice(&expired, a.now_ms) else {
-            continue;
-        };
-        // A notice goes to the sender only; enrolment, quotas and dedup apply as to any insert
-        // (a sender no longer enrolled, a full queue or an earlier notice: no notice).
-        if item.targets.is_empty() || item.targets.iter().any(|t| t.target != expired.sender) {
-            continue;
-        }
-        let req = InsertRequest {
-            item,
-            quotas: a.quotas,
-            retention_ms: a.retention_ms,
-        };
-        if let InsertOutcome::Stored { targets, .. } = insert::insert_one(tx, req)? {
-            if targets.iter().any(|t| !t.duplicate) {
-                report.notices += 1;
-            }
+        if notify(tx, &expired, notice, a.quotas, a.retention_ms, a.now_ms)? {
+            report.notices += 1;
         }
     }
     Ok(())
+}
+
+/// Queue the expiry notice `notice` builds for an item that left its queue undelivered (the
+/// sweep's expiries and an admin's purge). True when a new notice was queued.
+pub(crate) fn notify(
+    tx: &mut Tx<'_>,
+    gone: &ExpiredItem,
+    notice: &NoticeFn,
+    quotas: Quotas,
+    retention_ms: u64,
+    now_ms: u64,
+) -> Result<bool> {
+    let Some(item) = notice(gone, now_ms) else {
+        return Ok(false);
+    };
+    // A notice goes to the sender only; enrolment, quotas and dedup apply as to any insert
+    // (a sender no longer enrolled, a full queue or an earlier notice: no notice).
+    if item.targets.is_empty() || item.targets.iter().any(|t| t.target != gone.sender) {
+        return Ok(false);
+    }
+    let req = InsertRequest {
+        item,
+        quotas,
+        retention_ms,
+    };
+    Ok(match insert::insert_one(tx, req)? {
+        InsertOutcome::Stored { targets, .. } => targets.iter().any(|t| !t.duplicate),
+        _ => false,
+    })
 }
 
 fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Result<()> {
