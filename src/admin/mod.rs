@@ -6,7 +6,8 @@
 pub mod client;
 pub mod proto;
 pub mod report;
+pub mod revoke;
 mod server;
 
 pub use proto::SOCKET_NAME;
-pub use server::spawn;
+pub use server::{spawn, spawn_with};

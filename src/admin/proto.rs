@@ -2,7 +2,8 @@
 //!
 //! One request per connection:
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
-//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`;
+//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`,
+//!   `revoke TARGET [purge] [reason TEXT...]`, `purge TARGET [reason TEXT...]`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
 //!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
@@ -37,6 +38,8 @@ pub enum Request {
         partition: Option<String>,
         with_wire: bool,
     },
+    /// Revoke and/or purge one key (`revoke`: revoke, purge if `purge`; `purge`: purge only).
+    Revoke(crate::admin::revoke::Action),
 }
 
 impl Request {
@@ -57,6 +60,18 @@ impl Request {
                 }
                 if *with_wire {
                     line.push_str(" with-wire");
+                }
+                line
+            }
+            Request::Revoke(a) => {
+                let mut line = if a.revoke { "revoke " } else { "purge " }.to_string();
+                line.push_str(&a.target);
+                if a.revoke && a.purge {
+                    line.push_str(" purge");
+                }
+                if !a.reason.is_empty() {
+                    line.push_str(" reason ");
+                    line.push_str(&one_line(&a.reason));
                 }
                 line
             }
@@ -91,8 +106,11 @@ impl Request {
                 _ => Err("usage: log [LIMIT]".to_string()),
             },
             "dump" => parse_dump(&rest),
+            "revoke" | "purge" => parse_revoke(verb == "revoke", &rest),
             "backup" | "stats" => Err(format!("{verb} takes no arguments")),
-            _ => Err("unknown request (expected backup, stats, log or dump)".to_string()),
+            _ => Err(
+                "unknown request (expected backup, stats, log, dump, revoke or purge)".to_string(),
+            ),
         }
     }
 }
@@ -119,6 +137,37 @@ fn parse_dump(words: &[&str]) -> Result<Request, String> {
         partition,
         with_wire,
     })
+}
+
+/// `TARGET [purge] [reason TEXT...]` (`purge` only after `revoke`; the reason is the rest).
+fn parse_revoke(revoke: bool, words: &[&str]) -> Result<Request, String> {
+    let usage = || {
+        if revoke {
+            "usage: revoke TARGET [purge] [reason TEXT...]".to_string()
+        } else {
+            "usage: purge TARGET [reason TEXT...]".to_string()
+        }
+    };
+    let (target, mut rest) = match words.split_first() {
+        Some((t, rest)) if !t.is_empty() => (t.to_string(), rest),
+        _ => return Err(usage()),
+    };
+    let mut purge = !revoke;
+    if revoke && rest.first() == Some(&"purge") {
+        purge = true;
+        rest = &rest[1..];
+    }
+    let reason = match rest.split_first() {
+        None => String::new(),
+        Some((&"reason", text)) if !text.is_empty() => text.join(" "),
+        _ => return Err(usage()),
+    };
+    Ok(Request::Revoke(crate::admin::revoke::Action {
+        target,
+        revoke,
+        purge,
+        reason,
+    }))
 }
 
 /// Check a partition name against the store's partitions.
@@ -193,6 +242,24 @@ mod tests {
                 partition: None,
                 with_wire: true,
             },
+            Request::Revoke(crate::admin::revoke::Action {
+                target: "ab12-cd34".into(),
+                revoke: true,
+                purge: true,
+                reason: "stolen laptop, see ticket 42".into(),
+            }),
+            Request::Revoke(crate::admin::revoke::Action {
+                target: "ab12".into(),
+                revoke: true,
+                purge: false,
+                reason: String::new(),
+            }),
+            Request::Revoke(crate::admin::revoke::Action {
+                target: "ab12".into(),
+                revoke: false,
+                purge: true,
+                reason: "abuse".into(),
+            }),
         ];
         for r in all {
             let line = format!("{}\n", r.to_line());
@@ -224,6 +291,11 @@ mod tests {
             b"dump partition items partition meta",
             b"\xff\xfe",
             b"dump  items",
+            b"revoke",
+            b"revoke ab12 reason",
+            b"revoke ab12 nonsense",
+            b"purge ab12 purge",
+            b"purge",
         ] {
             let err = Request::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::proto::{frame_header, one_line, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
 use super::report::{backup_log_detail, op_json, stats_json, summary_json};
+use crate::relay::revoke::Revoker;
 
 /// Requests served at once; more get `error busy` (a backup holds a snapshot and a thread).
 const MAX_CONCURRENT: usize = 4;
@@ -41,6 +42,19 @@ const CHUNK: usize = 64 * 1024;
 /// When the store directory is missing or unwritable, when `admin.sock` exists and is not a
 /// socket, or when the socket path is too long for a Unix socket address.
 pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
+    spawn_with(store, store_dir, None)
+}
+
+/// [`spawn`], with the relay's [`Revoker`] so the socket also serves `revoke` and `purge`
+/// (without one they are refused: expiry notices need the relay key).
+///
+/// # Errors
+/// As [`spawn`].
+pub fn spawn_with(
+    store: Store,
+    store_dir: &Path,
+    revoker: Option<Revoker>,
+) -> io::Result<JoinHandle<()>> {
     let path = store_dir.join(SOCKET_NAME);
     remove_stale(&path)?;
     let listener = bind_private(store_dir, &path)?;
@@ -53,7 +67,8 @@ pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
     tracing::info!(socket = %path.display(), "admin socket listening");
-    Ok(tokio::spawn(accept_loop(listener, store, guard)))
+    let ctx = Arc::new(Ctx { store, revoker });
+    Ok(tokio::spawn(accept_loop(listener, ctx, guard)))
 }
 
 /// Remove a socket left by a relay that did not shut down cleanly; refuse to touch anything else.
@@ -119,7 +134,13 @@ impl Drop for SocketFile {
     }
 }
 
-async fn accept_loop(listener: UnixListener, store: Store, _guard: SocketFile) {
+/// What every connection is served from.
+struct Ctx {
+    store: Store,
+    revoker: Option<Revoker>,
+}
+
+async fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, _guard: SocketFile) {
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
     // SAFETY: geteuid has no preconditions and cannot fail.
     let my_uid = unsafe { libc::geteuid() };
@@ -133,30 +154,31 @@ async fn accept_loop(listener: UnixListener, store: Store, _guard: SocketFile) {
                 continue;
             }
         };
-        let store = store.clone();
+        let ctx = ctx.clone();
         let slot = slots.clone().try_acquire_owned();
         tokio::spawn(async move {
             let mut stream = stream;
-            match stream.peer_cred() {
-                Ok(cred) if cred.uid() == my_uid => {}
+            // The admin's uid, for the relay log (only this process's own user is served).
+            let uid = match stream.peer_cred() {
+                Ok(cred) if cred.uid() == my_uid => cred.uid(),
                 _ => {
                     tracing::warn!("admin socket: refused a peer with another uid");
                     let _ = send_line(&mut stream, "error permission denied: not the relay's user")
                         .await;
                     return;
                 }
-            }
+            };
             let Ok(_slot) = slot else {
                 let _ = send_line(&mut stream, "error busy: too many admin requests at once").await;
                 return;
             };
-            serve(store, stream).await;
+            serve(ctx, uid, stream).await;
         });
     }
 }
 
 /// One connection: read the request line, answer `ok` + stream + final line, or one error line.
-async fn serve(store: Store, mut stream: UnixStream) {
+async fn serve(ctx: Arc<Ctx>, uid: u32, mut stream: UnixStream) {
     let request = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
         Ok(Ok(line)) => Request::parse(&line),
         Ok(Err(why)) => Err(why),
@@ -177,7 +199,7 @@ async fn serve(store: Store, mut stream: UnixStream) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(8);
     let job = tokio::task::spawn_blocking(move || {
         let mut out = BufWriter::with_capacity(CHUNK, ChannelWriter { tx });
-        let result = run(&store, &request, &mut out);
+        let result = run(&ctx, uid, &request, &mut out);
         let flushed = out
             .flush()
             .map_err(|e| format!("writing to the admin client: {e}"));
@@ -279,7 +301,8 @@ impl Write for ChannelWriter {
 }
 
 /// Run one request against the store (blocking); the JSON goes on the final `done` line.
-fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, String> {
+fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Value, String> {
+    let store = &ctx.store;
     match request {
         Request::Backup => {
             let summary = store
@@ -315,6 +338,22 @@ fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, S
             };
             let counts = store.dump(out, &opts).map_err(|e| e.to_string())?;
             Ok(json!({ "counts": counts }))
+        }
+        Request::Revoke(action) => {
+            let revoker = ctx
+                .revoker
+                .as_ref()
+                .ok_or("this admin socket cannot revoke or purge (no relay key)")?;
+            let done = super::revoke::run(store, revoker, action, uid)?;
+            tracing::warn!(
+                key = %done["fingerprint"].as_str().unwrap_or("-"),
+                revoked = %done["revoked"],
+                purged_items = %done["purged_items"],
+                notices = %done["notices"],
+                uid,
+                "admin {}", if action.revoke { "revoked a key" } else { "purged a queue" }
+            );
+            Ok(done)
         }
     }
 }

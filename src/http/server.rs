@@ -75,7 +75,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
 
     // Extension point: the admin socket (relay-tool backup/dump while running) starts here, with
     // `store` and `dir` in scope.
-    let _admin = crate::admin::spawn(store.clone(), &dir)
+    let _admin = crate::admin::spawn_with(store.clone(), &dir, Some(relay.revoker()))
         .map_err(|e| format!("cannot start the admin socket in {}: {e}", dir.display()))?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -33,10 +33,28 @@ pub fn load_or_create(
     dir: &Path,
     env_value: Option<&str>,
 ) -> Result<(SigningKey, KeySource), String> {
+    if let Some(found) = load_existing(dir, env_value)? {
+        return Ok(found);
+    }
+    let key = SigningKey::generate();
+    write_key_file(dir, &key)?;
+    Ok((key, KeySource::Generated))
+}
+
+/// Load the relay key as [`load_or_create`] does, but never generate one: `None` when neither
+/// `MBX_RELAY_KEY` nor `dir/relay.key` holds a key (relay-tool signs expiry notices offline
+/// with the relay's own key or not at all).
+///
+/// # Errors
+/// As [`load_or_create`].
+pub fn load_existing(
+    dir: &Path,
+    env_value: Option<&str>,
+) -> Result<Option<(SigningKey, KeySource)>, String> {
     if let Some(v) = env_value.filter(|v| !v.trim().is_empty()) {
         let key = SigningKey::from_key_file(v.trim())
             .map_err(|e| format!("{KEY_ENV} is not a valid relay key ({e})"))?;
-        return Ok((key, KeySource::Env));
+        return Ok(Some((key, KeySource::Env)));
     }
     let path = dir.join(KEY_FILE);
     match std::fs::metadata(&path) {
@@ -48,13 +66,9 @@ pub fn load_or_create(
         Ok(text) => {
             let key = SigningKey::from_key_file(text.trim())
                 .map_err(|e| format!("{} is not a valid relay key ({e})", path.display()))?;
-            Ok((key, KeySource::File))
+            Ok(Some((key, KeySource::File)))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = SigningKey::generate();
-            write_key_file(dir, &key)?;
-            Ok((key, KeySource::Generated))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
 }

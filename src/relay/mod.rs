@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pull;
 pub mod push;
 pub mod rate;
+pub mod revoke;
 pub mod rotate;
 pub mod senders;
 pub mod startup;

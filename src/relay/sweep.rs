@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use relay_keyspace::{ExpiredItem, ItemKind, NewItem, NewTarget, NoticeFn, SweepReport};
+use relay_keyspace::{
+    ExpiredItem, ItemKind, NewItem, NewTarget, NoticeFn, SweepReport, NEVER_EXPIRES,
+};
 
 use super::config::DEDUP_GRACE;
 use super::{Relay, RelayError};
@@ -17,12 +19,14 @@ const SWEEP_BATCH: usize = 1_000;
 /// Store calls per sweep run, so one run is bounded; the next run continues.
 const SWEEP_ROUNDS: usize = 1_000;
 
-/// The notice builder handed to the store: envelopes get a signed `expired` item for their
-/// sender; receipts and notices expire silently.
+/// The notice builder handed to the store (the sweep, and an admin's purge): envelopes get a
+/// signed `expired` item for their sender; receipts and notices expire silently.
 pub fn notice_fn(key: Arc<SigningKey>) -> NoticeFn {
     let relay_pub = key.public();
     Box::new(move |item: &ExpiredItem, now_ms: u64| {
-        if item.kind != ItemKind::Envelope {
+        // Legacy v1 mail never expires and gets no notice (PROTOCOL.md §3); an admin's purge
+        // of it tells no one either.
+        if item.kind != ItemKind::Envelope || item.expires_at_ms == NEVER_EXPIRES {
             return None;
         }
         let target = b64(&item.target);

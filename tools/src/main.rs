@@ -12,6 +12,7 @@ mod files;
 mod inspect;
 mod progress;
 mod restore;
+mod revoke;
 mod show;
 mod swap;
 
@@ -40,7 +41,7 @@ EXIT CODES:
      backup (wrong magic); backup format newer than this tool; trailer counts disagree with the
      records; backup made by another relay key (restore without --accept-other-key)
   4  store in use by pid N: a relay holds the store. restore and rotate-epoch need it stopped;
-     backup, dump, stats and log go through its admin socket instead
+     backup, dump, stats, log, revoke and purge go through its admin socket instead
 
 Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.";
 
@@ -149,6 +150,49 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
     Keygen,
     /// Measure a running relay's push and drain throughput (speaks only the wire protocol).
     Bench(bench::BenchArgs),
+    /// Revoke a host key as a rotation revokes it; with --purge also drop its queue.
+    #[command(
+        long_about = "Revoke a host key: its hops answer 401, enrolling it again 403 REVOKED, its enc ads \
+(v1 and v2) and its own sender allowlist go, other targets' allowlists drop it, pushes to it answer \
+`target not enrolled`. With --purge its queued items are deleted too, and each envelope's sender is \
+queued the relay-signed expiry notice (PROTOCOL.md §4), in the same atomic batch; dedup tombstones stay. \
+KEY is the base64 host key or a fingerprint (prefix of at least 4 hex digits) that exactly one \
+enrolment has. Through the running relay's admin socket, else on the stopped store (the notices are \
+signed with MBX_RELAY_KEY or <store-dir>/relay.key). Recorded in the relay log with your uid, the \
+reason and the counts. A purge deletes at most 100,000 items (one batch).",
+        after_help = EXIT_CODES
+    )]
+    Revoke {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// The host key (base64) or its fingerprint (prefix).
+        key: String,
+        /// Also delete its queued items (each envelope's sender gets an expiry notice).
+        #[arg(long)]
+        purge: bool,
+        /// Why, for the relay log (at most 200 characters).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop a host's queue without revoking it (each envelope's sender gets an expiry notice).
+    #[command(after_help = EXIT_CODES)]
+    Purge {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// The host key (base64) or its fingerprint (prefix).
+        key: String,
+        /// Why, for the relay log (at most 200 characters).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Command {
@@ -218,5 +262,36 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Revoke {
+            store_dir,
+            key,
+            purge,
+            reason,
+            json,
+        } => revoke::run(
+            &store_dir,
+            &mbx_relay::admin::revoke::Action {
+                target: key,
+                revoke: true,
+                purge,
+                reason,
+            },
+            json,
+        ),
+        Command::Purge {
+            store_dir,
+            key,
+            reason,
+            json,
+        } => revoke::run(
+            &store_dir,
+            &mbx_relay::admin::revoke::Action {
+                target: key,
+                revoke: false,
+                purge: true,
+                reason,
+            },
+            json,
+        ),
     }
 }

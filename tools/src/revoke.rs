@@ -1,0 +1,122 @@
+//! `relay-tool revoke` and `relay-tool purge`: through the running relay's admin socket (the
+//! relay writes through its own store, so its very next read sees the change), or on a stopped
+//! store with the relay key from `MBX_RELAY_KEY` or `<store-dir>/relay.key` signing the expiry
+//! notices. Refused offline while a relay holds the store without answering on its socket.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mbx_relay::admin::client;
+use mbx_relay::admin::proto::Request;
+use mbx_relay::admin::revoke::{self, Action};
+use mbx_relay::relay::config::Limits;
+use mbx_relay::relay::key::{load_existing, KEY_ENV};
+use mbx_relay::relay::revoke::Revoker;
+use mbx_relay::wire::keys::{fingerprint, SigningKey};
+use relay_keyspace::{Store, MAX_REASON_CHARS};
+use serde_json::Value;
+
+use crate::access;
+use crate::fail::{Code, Failure};
+use crate::files::require_dir;
+
+/// Run the command; prints one line (or the JSON object) saying what was done.
+///
+/// # Errors
+/// Usage (a reason over [`MAX_REASON_CHARS`]); the relay's refusal or the offline one (unknown
+/// key, prefix matching several keys, queue over the purge bound) as `Store`; `InUse` while a
+/// relay holds the store and its socket does not answer.
+pub fn run(dir: &Path, action: &Action, json: bool) -> Result<(), Failure> {
+    if action.reason.chars().count() > MAX_REASON_CHARS {
+        return Err(Failure::new(
+            Code::Usage,
+            format!("--reason is longer than {MAX_REASON_CHARS} characters"),
+        ));
+    }
+    require_dir(dir)?;
+    let (done, via) = match client::request(dir, &Request::Revoke(action.clone()))? {
+        Some(reply) => (reply.finish()?, "through the running relay"),
+        None => (offline(dir, action)?, "offline"),
+    };
+    if json {
+        println!("{done}");
+    } else {
+        println!("{} ({via}; recorded in the relay log)", describe(&done));
+    }
+    Ok(())
+}
+
+/// Revoke or purge on a stopped store, as the relay would.
+fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
+    let what = if action.revoke { "revoke" } else { "purge" };
+    let store = access::open_exclusive(dir, what)?;
+    let result = relay_key(dir, &store, action.purge).and_then(|key| {
+        let revoker = Revoker::new(Arc::new(key), &Limits::default());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        revoke::run(&store, &revoker, action, uid).map_err(|why| Failure::new(Code::Store, why))
+    });
+    access::close(store)?;
+    result
+}
+
+/// The relay's own key, checked against the store's pinned one. A revocation without a purge
+/// queues no notice and so signs nothing: without a key it uses a throwaway one.
+fn relay_key(dir: &Path, store: &Store, needed: bool) -> Result<SigningKey, Failure> {
+    let env = std::env::var(KEY_ENV).ok();
+    let Some((key, _)) =
+        load_existing(dir, env.as_deref()).map_err(|why| Failure::new(Code::Store, why))?
+    else {
+        if needed {
+            return Err(Failure::new(
+                Code::Store,
+                format!(
+                    "purging queues expiry notices signed by the relay key: set {KEY_ENV} or put relay.key in {}",
+                    dir.display()
+                ),
+            ));
+        }
+        return Ok(SigningKey::generate());
+    };
+    if let Some(pinned) = store.meta()?.relay_pubkey {
+        if pinned != key.public() {
+            return Err(Failure::new(
+                Code::Store,
+                format!(
+                    "the relay key {} is not this store's ({}); notices signed by it would not verify",
+                    fingerprint(&key.public()),
+                    fingerprint(&pinned)
+                ),
+            ));
+        }
+    }
+    Ok(key)
+}
+
+/// `revoked ab12-... (alice): 1 allowlists changed, 3 items (1234 bytes) purged, 3 expiry
+/// notices queued`.
+fn describe(v: &Value) -> String {
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let fp = v["fingerprint"].as_str().unwrap_or("-");
+    let name = v["host_name"].as_str().unwrap_or("-");
+    let mut parts = Vec::new();
+    let head = if v["action"] == "revoke" {
+        if v["already_revoked"] == true {
+            parts.push("it was revoked already".to_string());
+        } else {
+            parts.push(format!("{} allowlists changed", n("lists_changed")));
+        }
+        "revoked"
+    } else {
+        "purged"
+    };
+    if v["purge"] == true {
+        parts.push(format!(
+            "{} items ({} bytes) purged, {} expiry notices queued",
+            n("purged_items"),
+            n("purged_bytes"),
+            n("notices")
+        ));
+    }
+    format!("{head} {fp} ({name}): {}", parts.join(", "))
+}
