@@ -630,7 +630,9 @@ pub enum RevokeOutcome {
     /// No enrolment, live or revoked, has this key: nothing changed.
     UnknownKey,
     /// The queue holds more than [`MAX_PURGE_ITEMS`] items: nothing changed.
-    QueueTooLarge { items: u64 },
+    QueueTooLarge {
+        items: u64,
+    },
 }
 
 /// Most items a purge deletes in its one batch: the largest queue `--max-queue-items` allows

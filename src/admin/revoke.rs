@@ -93,7 +93,11 @@ pub fn resolve(store: &Store, target: &str) -> Result<Key32, String> {
                 .iter()
                 .take(MAX_CANDIDATES)
                 .map(|e| {
-                    let state = if e.revoked_at_ms.is_some() { "revoked" } else { "live" };
+                    let state = if e.revoked_at_ms.is_some() {
+                        "revoked"
+                    } else {
+                        "live"
+                    };
                     format!("{} ({}, {state})", fingerprint(&e.host_pubkey), e.host_name)
                 })
                 .collect();

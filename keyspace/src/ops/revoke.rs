@@ -60,7 +60,7 @@ fn revoke_key(tx: &mut Tx<'_>, req: &RevokeRequest, notice: &NoticeFn) -> Result
     Ok(RevokeOutcome::Done(report))
 }
 
-/// Delete the key's queue from its acked cursor on, each envelope's sender told.
+/// Delete the key's queue from its acked cursor to its head, each envelope's sender told.
 fn purge(
     tx: &mut Tx<'_>,
     req: &RevokeRequest,
@@ -69,7 +69,9 @@ fn purge(
 ) -> Result<()> {
     let key = &req.key;
     let mut lo = codec::item_key(key, reader::acked_through(tx, key)?).to_vec();
-    let hi = codec::item_key(key, u64::MAX);
+    // Up to the head as it is now: a notice for mail the key sent itself (purge without
+    // revoke) is queued behind it and stays.
+    let hi = codec::item_key(key, reader::head(tx, key)?);
     // Bounded: the queue was counted against MAX_PURGE_ITEMS, and every round removes what it read.
     loop {
         let rows = tx.range(
@@ -151,4 +153,3 @@ pub(crate) fn one_line_reason(reason: &str) -> String {
         r.to_string()
     }
 }
-
