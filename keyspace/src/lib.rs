@@ -17,7 +17,8 @@
 //!
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
-//! operation), `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
+//! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
+//! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
 //! `migrate` (schema), `backup`, `dump`, `stats`, `failpoint` (crash points for tests).
 
 mod api;

@@ -48,8 +48,21 @@ pub fn run(dir: &Path, action: &Action, json: bool) -> Result<(), Failure> {
 
 /// Revoke or purge on a stopped store, as the relay would.
 fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
-    let what = if action.revoke { "revoke" } else { "purge" };
-    let store = access::open_exclusive(dir, what)?;
+    let what = if action.revoke {
+        "revoke offline"
+    } else {
+        "purge offline"
+    };
+    let store = access::open_exclusive(dir, what).map_err(|f| {
+        if f.code == Code::InUse {
+            Failure::new(
+                Code::InUse,
+                format!("{} (its admin socket does not answer)", f.msg),
+            )
+        } else {
+            f
+        }
+    })?;
     let result = relay_key(dir, &store, action.purge).and_then(|key| {
         let revoker = Revoker::new(Arc::new(key), &Limits::default());
         // SAFETY: geteuid has no preconditions and cannot fail.
