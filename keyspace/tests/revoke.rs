@@ -233,6 +233,13 @@ fn a_fingerprint_prefix_finds_every_matching_enrolment() {
     assert_eq!(many.len(), 2);
 }
 
+/// A `/proc/self/status` figure in KiB (Linux; `None` elsewhere), for the printed measurement.
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The bound: a queue at the default `--max-queue-items` (10,000 items, here 1 KiB each from
 /// 100 senders) is deleted, with its 10,000 notices, in one batch. Prints the time taken.
 #[test]
@@ -260,10 +267,15 @@ fn purging_a_full_queue_is_one_bounded_batch() {
         p.wait().unwrap();
     }
     assert_eq!(store.usage_target(&t).unwrap().items, 10_000);
+    let (rss_before, peak_before) = (proc_status_kib("VmRSS"), proc_status_kib("VmHWM"));
     let started = Instant::now();
     let r = run(&store, request(t, true, true));
     let took = started.elapsed();
-    eprintln!("purged 10,000 items (10 MiB) with 10,000 notices in one batch: {took:?}");
+    eprintln!(
+        "purged 10,000 items (10 MiB) with 10,000 notices in one batch: {took:?}; \
+         RSS before {rss_before:?} KiB, peak before {peak_before:?} KiB, peak after {:?} KiB",
+        proc_status_kib("VmHWM")
+    );
     assert_eq!((r.purged_items, r.notices), (10_000, 10_000));
     assert_eq!(store.usage_target(&t).unwrap(), Usage::default());
     assert!(took.as_secs() < 60, "took {took:?}");
