@@ -1,5 +1,6 @@
 //! `relay-tool`: what admins run against an mbx-relay store — online and offline backups,
-//! verified restores, dumps, stats, the relay log, epoch rotation and relay key generation.
+//! verified restores, dumps, stats, the relay log, epoch rotation, relay key generation, and
+//! revoking keys and purging queues.
 //! While a relay runs, read-only commands and backups go through its owner-only admin socket
 //! (`<store-dir>/admin.sock`); commands that change the store refuse to run beside it.
 
