@@ -9,4 +9,4 @@ pub mod report;
 mod server;
 
 pub use proto::SOCKET_NAME;
-pub use server::spawn;
+pub use server::{spawn, spawn_with_cap};

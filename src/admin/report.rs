@@ -7,8 +7,9 @@ use serde_json::{json, Value};
 
 use crate::wire::keys::{b64, fingerprint};
 
-/// Whole-store figures as one JSON object; `now_ms` dates the oldest queued item's age.
-pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
+/// Whole-store figures as one JSON object; `max_enrolments` is the serving relay's cap (`null`
+/// for a stopped store, which has none); `now_ms` dates the oldest queued item's age.
+pub fn stats_json(s: &Stats, max_enrolments: Option<u64>, now_ms: u64) -> Value {
     let top: Vec<Value> = s
         .top_targets
         .iter()
@@ -29,6 +30,7 @@ pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
         "created_ms": s.meta.created_ms,
         "heartbeat_ms": s.meta.heartbeat_ms,
         "live_enrolments": s.live_enrolments,
+        "max_enrolments": max_enrolments,
         "revoked_enrolments": s.revoked_enrolments,
         "queued_items": s.queued.items,
         "queued_bytes": s.queued.bytes,

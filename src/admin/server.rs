@@ -41,6 +41,18 @@ const CHUNK: usize = 64 * 1024;
 /// When the store directory is missing or unwritable, when `admin.sock` exists and is not a
 /// socket, or when the socket path is too long for a Unix socket address.
 pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
+    spawn_with_cap(store, store_dir, None)
+}
+
+/// [`spawn`] for a serving relay: `stats` also reports its `--max-enrolments`.
+///
+/// # Errors
+/// As [`spawn`].
+pub fn spawn_with_cap(
+    store: Store,
+    store_dir: &Path,
+    max_enrolments: Option<u64>,
+) -> io::Result<JoinHandle<()>> {
     let path = store_dir.join(SOCKET_NAME);
     remove_stale(&path)?;
     let listener = bind_private(store_dir, &path)?;
@@ -53,7 +65,7 @@ pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
     tracing::info!(socket = %path.display(), "admin socket listening");
-    Ok(tokio::spawn(accept_loop(listener, store, guard)))
+    Ok(tokio::spawn(accept_loop(listener, store, max_enrolments, guard)))
 }
 
 /// Remove a socket left by a relay that did not shut down cleanly; refuse to touch anything else.
@@ -119,7 +131,12 @@ impl Drop for SocketFile {
     }
 }
 
-async fn accept_loop(listener: UnixListener, store: Store, _guard: SocketFile) {
+async fn accept_loop(
+    listener: UnixListener,
+    store: Store,
+    max_enrolments: Option<u64>,
+    _guard: SocketFile,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
     // SAFETY: geteuid has no preconditions and cannot fail.
     let my_uid = unsafe { libc::geteuid() };
@@ -150,13 +167,13 @@ async fn accept_loop(listener: UnixListener, store: Store, _guard: SocketFile) {
                 let _ = send_line(&mut stream, "error busy: too many admin requests at once").await;
                 return;
             };
-            serve(store, stream).await;
+            serve(store, max_enrolments, stream).await;
         });
     }
 }
 
 /// One connection: read the request line, answer `ok` + stream + final line, or one error line.
-async fn serve(store: Store, mut stream: UnixStream) {
+async fn serve(store: Store, max_enrolments: Option<u64>, mut stream: UnixStream) {
     let request = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
         Ok(Ok(line)) => Request::parse(&line),
         Ok(Err(why)) => Err(why),
@@ -177,7 +194,7 @@ async fn serve(store: Store, mut stream: UnixStream) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(8);
     let job = tokio::task::spawn_blocking(move || {
         let mut out = BufWriter::with_capacity(CHUNK, ChannelWriter { tx });
-        let result = run(&store, &request, &mut out);
+        let result = run(&store, max_enrolments, &request, &mut out);
         let flushed = out
             .flush()
             .map_err(|e| format!("writing to the admin client: {e}"));
@@ -279,7 +296,12 @@ impl Write for ChannelWriter {
 }
 
 /// Run one request against the store (blocking); the JSON goes on the final `done` line.
-fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, String> {
+fn run(
+    store: &Store,
+    max_enrolments: Option<u64>,
+    request: &Request,
+    out: &mut dyn Write,
+) -> Result<Value, String> {
     match request {
         Request::Backup => {
             let summary = store
@@ -295,7 +317,8 @@ fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, S
         }
         Request::Stats => {
             let stats = store.stats().map_err(|e| e.to_string())?;
-            write_line(out, &stats_json(&stats, SystemClock.now_ms()))?;
+            let v = stats_json(&stats, max_enrolments, SystemClock.now_ms());
+            write_line(out, &v)?;
             Ok(json!({}))
         }
         Request::Log { limit } => {

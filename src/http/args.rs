@@ -13,6 +13,9 @@ pub struct ServeArgs {
     /// Address to listen on (`127.0.0.1:0` picks a free port).
     #[arg(long, env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
+    /// Private address for `GET /metrics` (e.g. `127.0.0.1:9187`); unset: metrics are not served.
+    #[arg(long, env = "MBX_RELAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
     #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
     pub store_dir: PathBuf,
@@ -94,6 +97,7 @@ impl ServeArgs {
         };
         ServeConfig {
             listen: self.listen,
+            metrics_listen: self.metrics_listen,
             store_dir: self.store_dir,
             trust_proxy: self.trust_proxy,
             limits,

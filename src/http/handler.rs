@@ -190,15 +190,6 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
                 Err(e) => Err(e),
             },
             Route::Health => return health(app).await,
-            Route::Metrics => {
-                let text = app.http_metrics.render(relay).await;
-                let mut r = (StatusCode::OK, text).into_response();
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
-                return r;
-            }
             _ => Err(RelayError::not_found("not found")),
         });
     }

@@ -1,7 +1,8 @@
 //! The `serve` lifecycle. Startup order: open the store (lock), load or create the relay key, pin
-//! it, stale-heartbeat check, heartbeat, bind, print `listening on <addr>`, then serve; background
-//! tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop
-//! the background tasks, close the store.
+//! it, stale-heartbeat check, heartbeat, bind (and bind `--metrics-listen`, printing
+//! `metrics listening on <addr>`), print `listening on <addr>`, then serve; background tasks
+//! sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
+//! background tasks and the metrics listener, close the store.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -17,6 +18,8 @@ use crate::wire::keys::fingerprint;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: String,
+    /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
+    pub metrics_listen: Option<String>,
     pub store_dir: PathBuf,
     pub trust_proxy: TrustProxy,
     pub limits: Limits,
@@ -66,21 +69,46 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
 
+    let metrics_listener = match &config.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen on {a} for metrics: {e}"))?,
+        ),
+        None => None,
+    };
+
     // Extension point: the admin socket (relay-tool backup/dump while running) starts here, with
     // `store` and `dir` in scope.
-    let _admin = crate::admin::spawn(store.clone(), &dir)
+    let cap = Some(config.limits.max_enrolments);
+    let _admin = crate::admin::spawn_with_cap(store.clone(), &dir, cap)
         .map_err(|e| format!("cannot start the admin socket in {}: {e}", dir.display()))?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let background = tokio::spawn(relay.clone().run_background(stop_rx));
+    let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
     let app = Arc::new(App {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
         http_metrics: super::metrics::HttpMetrics::default(),
         body_budget: super::body::BodyBudget::new(super::body::BODY_BUDGET),
     });
+    let metrics_at = match &metrics_listener {
+        Some(l) => Some(
+            l.local_addr()
+                .map_err(|e| format!("cannot read the metrics address: {e}"))?,
+        ),
+        None => None,
+    };
+    let metrics = metrics_listener.map(|l| {
+        let guard = config.guard.clone();
+        tokio::spawn(super::metrics::serve_private(l, app.clone(), guard, stop_rx))
+    });
     {
         let mut out = std::io::stdout().lock();
+        if let Some(at) = metrics_at {
+            tracing::info!(%at, "serving /metrics");
+            writeln!(out, "metrics listening on {at}").map_err(|e| format!("stdout: {e}"))?;
+        }
         writeln!(out, "listening on {addr}")
             .and_then(|()| out.flush())
             .map_err(|e| format!("stdout: {e}"))?;
@@ -97,6 +125,9 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     tracing::info!("shutting down: in-flight requests finished");
     let _ = stop_tx.send(true);
     let _ = background.await;
+    if let Some(m) = metrics {
+        let _ = m.await;
+    }
     drop(relay);
     let closed = tokio::task::spawn_blocking(move || store.close())
         .await

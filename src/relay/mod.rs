@@ -3,6 +3,7 @@
 //! (`crate::http`) only moves bytes and maps [`Status`] to status codes.
 
 pub mod authority;
+pub mod capacity;
 pub mod challenge;
 pub mod code;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod metrics;
 pub mod pull;
 pub mod push;
 pub mod rate;
+pub mod reason;
 pub mod rotate;
 pub mod senders;
 pub mod startup;

@@ -91,7 +91,7 @@ impl Relay {
     }
 
     /// Sweep now (the startup sweep), then heartbeat every 30 s and sweep every `sweep_interval`
-    /// until `stop` fires.
+    /// until `stop` fires; each sweep also checks live enrolments against the cap.
     pub async fn run_background(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut hb = tokio::time::interval(super::config::HEARTBEAT_EVERY);
         let mut sw = tokio::time::interval(self.limits.sweep_interval);
@@ -110,6 +110,7 @@ impl Relay {
                     if let Err(e) = self.sweep().await {
                         tracing::error!(error = %e, "retention sweep failed");
                     }
+                    self.watch_enrolments();
                 }
             }
         }

@@ -35,7 +35,7 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
         Via::Local(store) => {
             let s = store.stats()?;
             access::close(store)?;
-            stats_json(&s, SystemClock.now_ms())
+            stats_json(&s, None, SystemClock.now_ms())
         }
     };
     if json {
@@ -228,11 +228,18 @@ fn stats_text(v: &Value) -> String {
         _ => s.push_str("relay key           (none pinned yet)\n"),
     }
     s.push_str(&format!("schema version      {}\n", num("schema_version")));
-    s.push_str(&format!(
-        "enrolments          {} live, {} revoked\n",
-        num("live_enrolments"),
-        num("revoked_enrolments")
-    ));
+    let live = num("live_enrolments");
+    match v["max_enrolments"].as_u64().filter(|m| *m > 0) {
+        Some(max) => s.push_str(&format!(
+            "enrolments          {live} live of {max} max ({:.1}%), {} revoked\n",
+            live as f64 * 100.0 / max as f64,
+            num("revoked_enrolments")
+        )),
+        None => s.push_str(&format!(
+            "enrolments          {live} live, {} revoked\n",
+            num("revoked_enrolments")
+        )),
+    }
     s.push_str(&format!(
         "queued              {} items, {}\n",
         num("queued_items"),
@@ -410,5 +417,9 @@ mod tests {
         ] {
             assert!(t.contains(want), "missing {want:?} in\n{t}");
         }
+        let mut online = v.clone();
+        online["max_enrolments"] = serde_json::json!(4);
+        let t = stats_text(&online);
+        assert!(t.contains("3 live of 4 max (75.0%), 1 revoked"), "{t}");
     }
 }
