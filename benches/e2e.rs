@@ -113,6 +113,12 @@ fn start_relay(dir: &Path, port: u16) -> Result<Relay, String> {
             "4000000000",
             "--enrol-per-minute",
             "1000000",
+            "--enrol-per-minute-v4-24",
+            "1000000",
+            "--enrol-per-minute-v6-48",
+            "1000000",
+            "--max-connections-per-address",
+            "1024",
         ])
         .args(["--max-queue-items", big, "--max-queue-bytes", big])
         .args(["--max-sender-items", big, "--max-sender-bytes", big])

@@ -9,5 +9,6 @@ pub mod failpoint;
 pub mod host;
 pub mod http;
 pub mod memory;
+pub mod private;
 pub mod relay;
 pub mod wire;

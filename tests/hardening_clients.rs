@@ -236,6 +236,10 @@ fn unauthenticated_routes_are_rate_limited_per_address_but_signed_calls_are_not(
         "5",
         "--enrol-per-minute",
         "100",
+        "--enrol-per-minute-v4-24",
+        "100",
+        "--enrol-per-minute-v6-48",
+        "100",
     ]);
     // Enrol from the socket address (two public calls there).
     let host = Host::enrolled(&relay, "limited");

@@ -33,7 +33,14 @@ fn default_push_rate_is_120_per_minute() {
 
 #[test]
 fn default_hosts_per_name_is_16() {
-    let relay = Relay::start(&["--enrol-per-minute", "1000"]);
+    let relay = Relay::start(&[
+        "--enrol-per-minute",
+        "1000",
+        "--enrol-per-minute-v4-24",
+        "1000",
+        "--enrol-per-minute-v6-48",
+        "1000",
+    ]);
     let first = Host::enrolled(&relay, "common");
     for _ in 1..16 {
         Host::enrolled(&relay, "common");
@@ -52,7 +59,14 @@ fn default_hosts_per_name_is_16() {
 
 #[test]
 fn default_open_challenge_cap_is_10000() {
-    let relay = Relay::start(&["--enrol-per-minute", "100000"]);
+    let relay = Relay::start(&[
+        "--enrol-per-minute",
+        "100000",
+        "--enrol-per-minute-v4-24",
+        "100000",
+        "--enrol-per-minute-v6-48",
+        "100000",
+    ]);
     let addr = relay.addr();
     // Ten threads open 1,000 challenges each, then one more is refused.
     std::thread::scope(|sc| {

@@ -199,6 +199,38 @@ fn neither_ad_is_404_unknown_host() {
 }
 
 #[test]
+fn fetch_without_a_usable_lookup_is_404_unknown_host() {
+    let relay = Relay::start_generous(&[]);
+    let a = Host::enrolled(&relay, "lookup");
+    publish_v2(&relay, &a, &fresh_ad(&a, &enc_pub())).ok();
+    for path in [
+        "/v2/relay/enc-key",
+        "/v2/relay/enc-key?pubkey=",
+        "/v2/relay/enc-key?pubkey=not-a-key",
+        // The v2 path looks up by key only.
+        "/v2/relay/enc-key?host=lookup",
+    ] {
+        a.get(&relay, path).assert_error(404, "unknown host");
+    }
+    for path in ["/v1/relay/enc-key", "/v1/relay/enc-key?host=nobody"] {
+        a.call_v1(&relay, "GET", path, b"")
+            .assert_error(404, "unknown host");
+    }
+    // `pubkey` wins over `host` when both are given.
+    let other = Host::enrolled(&relay, "other");
+    let q = urlencode(&a.pubkey());
+    let r = other
+        .call_v1(
+            &relay,
+            "GET",
+            &format!("/v1/relay/enc-key?host=other&pubkey={q}"),
+            b"",
+        )
+        .ok();
+    assert_eq!(r["host_pubkey"], json!(a.pubkey()));
+}
+
+#[test]
 fn expired_v2_ad_is_still_served_and_shown_in_info() {
     let relay = Relay::start_generous(&[]);
     let a = Host::enrolled(&relay, "short");
@@ -519,6 +551,29 @@ fn no_hop_is_401_before_the_body_is_parsed_and_bad_json_is_400() {
             &json!({"ad": fresh_ad(&stranger, &enc_pub())}),
         )
         .assert_error(401, "bad relay hop");
+}
+
+#[test]
+fn v2_publish_body_over_8_mib_is_413() {
+    const CAP: usize = 8 * 1024 * 1024;
+    let relay = Relay::start_generous(&[]);
+    let a = Host::enrolled(&relay, "cap-v2");
+    let over = format!("{{}}{}", " ".repeat(CAP + 1 - 2));
+    // Signed over another body: the relay must refuse while reading, before any check.
+    let hop = Hop {
+        signed_body: Some("{}".into()),
+        ..Hop::default()
+    };
+    a.call_with(
+        &relay,
+        "POST",
+        "/v2/relay/enc-key",
+        over.as_bytes(),
+        &hop,
+        &[],
+    )
+    .assert_error(413, "request body too large");
+    relay.assert_alive();
 }
 
 // ----- v1 publish texts -----

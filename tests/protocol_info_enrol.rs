@@ -132,10 +132,14 @@ fn info_with_hop_adds_you_and_tracks_head_and_ack() {
         &v,
         &["v", "relay_pubkey", "epoch", "version", "limits", "you"],
     );
-    assert_keys(&v["you"], &["host", "pubkey", "head_seq", "acked_through"]);
+    assert_keys(
+        &v["you"],
+        &["host", "pubkey", "head_seq", "acked_through", "enc_ad"],
+    );
     assert_eq!(
         v["you"],
-        json!({"host": "info-a", "pubkey": a.pubkey(), "head_seq": 0, "acked_through": 0})
+        json!({"host": "info-a", "pubkey": a.pubkey(), "head_seq": 0, "acked_through": 0,
+               "enc_ad": null})
     );
     let res = b.push_one(&relay, &b.envelope_to(&[&a]));
     assert_eq!(res["status"], json!("accepted"));

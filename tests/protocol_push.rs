@@ -626,7 +626,16 @@ fn results_are_one_per_item_in_order() {
 
 #[test]
 fn push_rate_is_per_sender_per_request_and_checked_first() {
-    let relay = Relay::start(&["--pushes-per-minute", "2", "--enrol-per-minute", "1000"]);
+    let relay = Relay::start(&[
+        "--pushes-per-minute",
+        "2",
+        "--enrol-per-minute",
+        "1000",
+        "--enrol-per-minute-v4-24",
+        "1000",
+        "--enrol-per-minute-v6-48",
+        "1000",
+    ]);
     let s = Host::enrolled(&relay, "rs");
     let t = Host::enrolled(&relay, "rt");
     let a = Host::enrolled(&relay, "ra");

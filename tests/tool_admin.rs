@@ -750,3 +750,97 @@ fn the_admin_socket_refuses_garbage_and_a_stale_socket_is_not_a_running_relay() 
     let ok = text(&admin_raw(&store, b"log 1\n"));
     assert!(ok.starts_with("ok\n"), "{ok:?}");
 }
+
+/// v1 pairs and v2 enc ads (PROTOCOL.md §3) are counted by `stats`, shown by `dump` (each row
+/// with its kind), and carried by an online backup and its restore, served again as before.
+#[test]
+fn enc_ads_of_both_kinds_are_counted_dumped_backed_up_and_restored() {
+    use mbx_relay::wire::canonical::canonical_json;
+    use serde_json::json;
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let relay = relay_at(&store, None);
+    let both = Host::enrolled(&relay, "both");
+    let only_v2 = Host::enrolled(&relay, "only-v2");
+    let asker = Host::enrolled(&relay, "asker");
+    both.publish_enc(&relay, &b64(&[1u8; 32])).ok();
+    let now = common::now_ms();
+    let mut ads = Vec::new();
+    for h in [&both, &only_v2] {
+        let ad = json!({"v": 2, "type": "enc-ad", "host": h.name, "host_pubkey": h.pubkey(),
+            "enc_pub": b64(&[2u8; 32]), "iat": common::iso(now),
+            "exp": common::iso(now + 30 * 86_400_000), "extra": "kept"});
+        let sig = h.key.sign(canonical_json(&ad).as_bytes());
+        let r = h.post_json(&relay, "/v2/relay/enc-key", &json!({"ad": ad, "sig": sig}));
+        assert_eq!(r.ok(), json!({"ok": true}));
+        ads.push((ad, sig));
+    }
+    let fetch = |relay: &Relay, h: &Host| {
+        let q = h
+            .pubkey()
+            .replace('+', "%2B")
+            .replace('/', "%2F")
+            .replace('=', "%3D");
+        asker
+            .get(relay, &format!("/v2/relay/enc-key?pubkey={q}"))
+            .ok()
+    };
+    let before = [fetch(&relay, &both), fetch(&relay, &only_v2)];
+    assert_eq!(before[0]["ad"], ads[0].0);
+    assert_eq!(before[1]["ad_sig"], json!(ads[1].1));
+
+    let stats: Value = serde_json::from_str(&tool_expect(
+        &["stats", "--store-dir", s(&store), "--json"],
+        0,
+    ))
+    .unwrap();
+    assert_eq!(
+        (&stats["enc_ads_v1"], &stats["enc_ads_v2"]),
+        (&json!(1), &json!(2))
+    );
+    let human = tool_expect(&["stats", "--store-dir", s(&store)], 0);
+    assert!(human.contains("enc ads             1 v1, 2 v2"), "{human}");
+
+    let dump = tool_expect(
+        &[
+            "dump",
+            "--store-dir",
+            s(&store),
+            "--partition",
+            "enc_ads",
+            "--json",
+        ],
+        0,
+    );
+    let rows: Vec<Value> = dump
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{dump}");
+    let v2_rows: Vec<&Value> = rows.iter().filter(|r| r["key"]["kind"] == "v2").collect();
+    assert_eq!(v2_rows.len(), 2, "{dump}");
+    for (ad, sig) in &ads {
+        let row = v2_rows
+            .iter()
+            .find(|r| r["value"]["host_pubkey"] == ad["host_pubkey"])
+            .expect("a v2 row per host");
+        assert_eq!(row["value"]["record"], json!(canonical_json(ad)));
+        assert_eq!(row["value"]["sig"], json!(sig));
+    }
+    assert_eq!(
+        rows.iter().filter(|r| r["key"]["kind"] == "v1").count(),
+        1,
+        "{dump}"
+    );
+
+    let file = work.path().join("ads.backup");
+    tool_expect(&["backup", "--store-dir", s(&store), s(&file)], 0);
+    let verified = tool_expect(&["verify", s(&file)], 0);
+    assert!(verified.contains("backup OK"), "{verified}");
+    let restored = work.path().join("restored");
+    tool_expect(&["restore", "--store-dir", s(&restored), s(&file)], 0);
+    let seed = std::fs::read_to_string(store.join("relay.key")).unwrap();
+    let relay2 = relay_at(&restored, Some(seed.trim()));
+    assert_eq!(fetch(&relay2, &both), before[0]);
+    assert_eq!(fetch(&relay2, &only_v2), before[1]);
+}

@@ -148,7 +148,7 @@ fn signature_vectors() {
             "relay-senders" => {
                 let body = json!({"list": obj, "sig": sig});
                 let (rec, got_sig) =
-                    parse_sender_list(&body, ms(s(obj, "iat"))).expect("valid list");
+                    parse_sender_list(&body, ms(s(obj, "iat")), &key.public()).expect("valid list");
                 assert_eq!(got_sig, sig);
                 assert_eq!(rec.canonical, s(e, "canonical"));
                 assert_eq!(rec.host_pubkey, key.public());

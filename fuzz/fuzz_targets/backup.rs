@@ -17,7 +17,8 @@ use relay_keyspace::{restore_backup, verify_backup};
 use sha2::{Digest, Sha256};
 
 const MAGIC_LEN: usize = 8;
-const TRAILER_PARTS: usize = 11;
+/// Partitions of the newest backup format (3); older formats list fewer.
+const MAX_PARTS: usize = 13;
 
 fn u32_at(b: &[u8], at: usize) -> Option<usize> {
     let s = b.get(at..at + 4)?;
@@ -39,7 +40,7 @@ fn repair(b: &mut [u8], counts: bool) -> Option<()> {
     let hlen = u32_at(b, h)?;
     put_crc(b, h, h.checked_add(4 + hlen)?)?;
     let mut off = h + 8 + hlen;
-    let mut seen = [0u64; TRAILER_PARTS];
+    let mut seen = [0u64; MAX_PARTS];
     loop {
         match *b.get(off)? {
             0x01 => {
@@ -57,8 +58,8 @@ fn repair(b: &mut [u8], counts: bool) -> Option<()> {
             }
             0xFF => {
                 let n = usize::from(*b.get(off + 1)?);
-                if counts && n == TRAILER_PARTS {
-                    for (i, c) in seen.iter().enumerate() {
+                if counts && n <= MAX_PARTS {
+                    for (i, c) in seen.iter().take(n).enumerate() {
                         let at = off + 2 + 8 * i;
                         b.get_mut(at..at + 8)?.copy_from_slice(&c.to_le_bytes());
                     }

@@ -123,7 +123,7 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
             o.insert("sig".into(), json!(sig));
             rt.block_on(relay.put_enc_ad(&f.caller_a, &v))
         }
-        5 => parsed.and_then(|v| rt.block_on(relay.put_sender_list(&v))),
+        5 => parsed.and_then(|v| rt.block_on(relay.put_sender_list(&f.caller_s, &v))),
         6 => {
             // The fuzzed value is the list record; the harness signs it with `lists`' key.
             let Ok(mut list) = parsed else { return };
@@ -131,7 +131,7 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
                 o.insert("host_pubkey".into(), json!(f.s.public_b64()));
             }
             let sig = f.s.sign(canonical_json(&list).as_bytes());
-            rt.block_on(relay.put_sender_list(&json!({"list": list, "sig": sig})))
+            rt.block_on(relay.put_sender_list(&f.caller_s, &json!({"list": list, "sig": sig})))
         }
         7 => parsed.and_then(|v| rt.block_on(relay.rotate(&v))),
         8 => {

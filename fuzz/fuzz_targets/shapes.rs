@@ -1,22 +1,24 @@
-//! The envelope, receipt, sender-list and rotation shape checks of `wire` (PROTOCOL.md §3, §5),
-//! on arbitrary bytes and on arbitrary JSON, including harness-signed records so the checks
+//! The envelope, receipt, sender-list, rotation and v2 enc-ad checks of `wire` (PROTOCOL.md §3,
+//! §5), on arbitrary bytes and on arbitrary JSON, including harness-signed records so the checks
 //! behind a signature run too.
 //!
 //! Input: first byte picks a mode, the rest is the wire bytes / JSON.
 //! Oracles: no panic; the checks agree with each other (a wire that passes `check_envelope_wire`
 //! has no shape error, its id is the item id and it is sealed; a record `receipt_record_valid`
 //! accepts has an item id, and a receipt wire built from it and signed by the sender passes
-//! `check_receipt_wire`; rotations and sender lists signed by the right keys never fail on
-//! their signatures).
+//! `check_receipt_wire`; rotations, sender lists and enc ads signed by the right keys never fail
+//! on their signatures; an accepted enc ad is within its size bound, reads back, and is refused
+//! when signed by another key).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mbx_relay::relay::push::check_wire;
 use mbx_relay::wire::canonical::canonical_json;
+use mbx_relay::wire::enc_ad::{check_ad, is_enc_pub, summarize, AdOwner, AdRefusal, MAX_AD_BYTES};
 use mbx_relay::wire::envelope::{
     check_envelope_wire, envelope_recipient_hosts, envelope_shape_error,
 };
-use mbx_relay::wire::keys::SigningKey;
+use mbx_relay::wire::keys::{parse_pubkey, SigningKey};
 use mbx_relay::wire::receipt::{check_receipt_wire, receipt_item_id, receipt_record_valid};
 use mbx_relay::wire::records::{parse_rotation, parse_sender_list, RecordError};
 use relay_keyspace::ItemKind;
@@ -102,9 +104,16 @@ fn receipt_signed(rec: &Value) {
 fn senders(v: &Value, signed: bool) {
     let now = mbx_relay_fuzz::now_ms();
     if !signed {
-        let _ = parse_sender_list(v, now);
-        let _ = parse_sender_list(v, 0);
-        let _ = parse_sender_list(v, u64::MAX);
+        // Posted by the key the list names (when it names one), so later checks are reached.
+        let owner = v
+            .get("list")
+            .and_then(|l| l.get("host_pubkey"))
+            .and_then(Value::as_str)
+            .and_then(parse_pubkey)
+            .unwrap_or([0u8; 32]);
+        let _ = parse_sender_list(v, now, &owner);
+        let _ = parse_sender_list(v, 0, &owner);
+        let _ = parse_sender_list(v, u64::MAX, &owner);
         return;
     }
     let (k, _) = keys();
@@ -113,7 +122,7 @@ fn senders(v: &Value, signed: bool) {
         o.insert("host_pubkey".into(), json!(k.public_b64()));
     }
     let sig = k.sign(canonical_json(&list).as_bytes());
-    let r = parse_sender_list(&json!({"list": list, "sig": sig}), now);
+    let r = parse_sender_list(&json!({"list": list, "sig": sig}), now, &k.public());
     assert!(
         !matches!(r, Err(RecordError::BadSignature)),
         "a correctly signed list failed its signature check"
@@ -155,12 +164,55 @@ fn rotation(v: &Value, signed: bool) {
     assert!(parse_rotation(&swapped).is_err());
 }
 
+fn enc_ad(v: &Value, signed: bool) {
+    let (k, other) = keys();
+    let pk = k.public();
+    let owner = AdOwner {
+        key: &pk,
+        name: "fuzz-host",
+    };
+    let now = i64::try_from(mbx_relay_fuzz::now_ms()).unwrap_or(i64::MAX);
+    if !signed {
+        for t in [now, 0, i64::MIN, i64::MAX] {
+            if let Ok(ad) = check_ad(v, owner, t) {
+                assert!(ad.canonical.len() <= MAX_AD_BYTES);
+                assert!(!ad.sig.is_empty());
+            }
+        }
+        return;
+    }
+    let mut ad = v.clone();
+    if let Some(o) = ad.as_object_mut() {
+        o.insert("host_pubkey".into(), json!(k.public_b64()));
+        o.insert("host".into(), json!("fuzz-host"));
+    }
+    let body = json!({"ad": ad, "sig": k.sign_canonical(&ad)});
+    let r = check_ad(&body, owner, now);
+    assert!(
+        !matches!(
+            r,
+            Err(AdRefusal::Unsigned | AdRefusal::WrongPeer | AdRefusal::BadSignature)
+        ),
+        "a correctly signed ad of the caller was refused as {r:?}"
+    );
+    if let Ok(checked) = &r {
+        assert_eq!(checked.canonical, canonical_json(&ad));
+        assert!(checked.canonical.len() <= MAX_AD_BYTES);
+        let (back, summary) = summarize(&checked.canonical).expect("an accepted ad reads back");
+        assert_eq!(back, ad);
+        assert!(is_enc_pub(&summary.enc_pub));
+        assert_eq!(summary.host, "fuzz-host");
+        let forged = json!({"ad": ad, "sig": other.sign_canonical(&ad)});
+        assert_eq!(check_ad(&forged, owner, now), Err(AdRefusal::BadSignature));
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
     let json: Option<Value> = serde_json::from_slice(rest).ok();
-    match mode % 7 {
+    match mode % 9 {
         0 => envelope(rest),
         1 => receipt_raw(rest),
         2 => {
@@ -170,12 +222,17 @@ fuzz_target!(|data: &[u8]| {
         }
         3 | 4 => {
             if let Some(v) = &json {
-                senders(v, mode % 7 == 4);
+                senders(v, mode % 9 == 4);
+            }
+        }
+        5 | 6 => {
+            if let Some(v) = &json {
+                rotation(v, mode % 9 == 6);
             }
         }
         _ => {
             if let Some(v) = &json {
-                rotation(v, mode % 7 == 6);
+                enc_ad(v, mode % 9 == 8);
             }
         }
     }

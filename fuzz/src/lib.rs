@@ -26,6 +26,8 @@ pub struct Fixture {
     pub b: SigningKey,
     pub caller_a: Caller,
     pub caller_b: Caller,
+    /// `s` as an authenticated caller (a host posts only its own list).
+    pub caller_s: Caller,
     /// Signs sender lists (its own allowlist, so `b`'s queue stays open to `a`).
     pub s: SigningKey,
     /// The current key of the rotating host (name `rot`).
@@ -58,6 +60,8 @@ pub fn fuzz_limits() -> Limits {
     Limits {
         pushes_per_minute: u32::MAX,
         enrol_per_minute: u32::MAX,
+        enrol_per_minute_v4_24: u32::MAX,
+        enrol_per_minute_v6_48: u32::MAX,
         ..Limits::default()
     }
 }
@@ -99,6 +103,7 @@ impl Fixture {
         }
         let caller_a = authenticate(&relay, &a, "alpha");
         let caller_b = authenticate(&relay, &b, "bravo");
+        let caller_s = authenticate(&relay, &s, "lists");
         Fixture {
             rt,
             relay,
@@ -106,6 +111,7 @@ impl Fixture {
             b,
             caller_a,
             caller_b,
+            caller_s,
             s,
             r: Mutex::new(r),
             _dir: dir,

@@ -1,7 +1,7 @@
 //! Writes the committed seed corpora under `fuzz/corpus/<target>/`: valid inputs for every mode of
 //! every target (so fuzzing starts at the accepted paths), the reference wire vectors, and a real
-//! small backup produced by `Store::backup_to` from a relay that enrolled hosts, stored enc ads,
-//! a sender list and queued items.
+//! small backup produced by `Store::backup_to` from a relay that enrolled hosts, stored enc ads
+//! (v1 and v2), a sender list and queued items.
 //!
 //! Used by `examples/make_seeds.rs` (run from `fuzz/`: `cargo run --example make_seeds`) and by
 //! the workspace test `tests/hardening_fuzz_seeds.rs`, which checks the seeds are what they claim
@@ -53,6 +53,13 @@ fn rotation_rec() -> Value {
 fn senders_list(host_pubkey: &str, senders: &[String]) -> Value {
     json!({"v": 1, "type": "relay-senders", "host_pubkey": host_pubkey,
         "senders": senders, "iat": iso_ms(now_ms())})
+}
+
+/// A v2 enc ad valid for 30 days from now.
+fn enc_ad_v2(host_pubkey: &str, host: &str) -> Value {
+    let now = now_ms();
+    json!({"v": 2, "type": "enc-ad", "host": host, "host_pubkey": host_pubkey,
+        "enc_pub": b64(&[6u8; 32]), "iat": iso_ms(now), "exp": iso_ms(now + 30 * 86_400_000)})
 }
 
 fn vectors() -> Value {
@@ -177,7 +184,8 @@ pub fn write_all(root: &Path) -> Vec<u8> {
         );
     }
 
-    // shapes: modes 0 envelope, 1 receipt raw, 2 receipt signed, 3/4 senders, 5/6 rotation.
+    // shapes: modes 0 envelope, 1 receipt raw, 2 receipt signed, 3/4 senders, 5/6 rotation,
+    // 7/8 v2 enc ad.
     write(root, "shapes", "seed-00-envelope", Some(0), &env);
     for (i, e) in vectors()["envelope_shape"]
         .as_array()
@@ -233,6 +241,16 @@ pub fn write_all(root: &Path) -> Vec<u8> {
         Some(6),
         &s(&rotation_rec()),
     );
+    let ad = enc_ad_v2(&lk.public_b64(), "fuzz-host");
+    let adsig = lk.sign(canonical_json(&ad).as_bytes());
+    write(
+        root,
+        "shapes",
+        "seed-07-enc-ad",
+        Some(7),
+        &s(&json!({"ad": ad, "sig": adsig})),
+    );
+    write(root, "shapes", "seed-08-enc-ad-signed", Some(8), &s(&ad));
 
     // canonical: the reference vectors' inputs, plus numbers.
     for (i, c) in vectors()["canonical"]
@@ -283,10 +301,16 @@ pub fn write_all(root: &Path) -> Vec<u8> {
         )),
         "enc ad",
     );
+    let ad = enc_ad_v2(&a_pub, "alpha");
+    let adsig = f.a.sign(canonical_json(&ad).as_bytes());
+    ok(
+        rt.block_on(relay.put_enc_ad_v2(&f.caller_a, &json!({"ad": ad, "sig": adsig}))),
+        "v2 enc ad",
+    );
     let list = senders_list(&f.s.public_b64(), std::slice::from_ref(&a_pub));
     let lsig = f.s.sign(canonical_json(&list).as_bytes());
     ok(
-        rt.block_on(relay.put_sender_list(&json!({"list": list, "sig": lsig}))),
+        rt.block_on(relay.put_sender_list(&f.caller_s, &json!({"list": list, "sig": lsig}))),
         "senders",
     );
     ok(rt.block_on(relay.push(&f.caller_a, &push)), "push envelope");

@@ -12,7 +12,9 @@ pub type Key32 = [u8; 32];
 
 /// The schema version this binary writes. 1: the first release layout. 2: the dedup prune
 /// index has its own partition, `dedup_expiry` (it shared `expiry` with the item index).
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: `sender_index`, the reverse index of sender lists (sender -> targets whose list names it),
+/// so a key rotation finds the lists naming the old key without reading every list.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Milliseconds since the Unix epoch; injectable so tests control time.
 pub trait Clock: Send + Sync + 'static {
@@ -561,7 +563,7 @@ pub struct DumpOptions {
 }
 
 /// The partition names, in backup/dump order.
-pub const PARTITIONS: [&str; 12] = [
+pub const PARTITIONS: [&str; 13] = [
     "meta",
     "enrolments",
     "enc_ads",
@@ -574,6 +576,7 @@ pub const PARTITIONS: [&str; 12] = [
     "expiry",
     "ops",
     "dedup_expiry",
+    "sender_index",
 ];
 
 impl From<fjall::Error> for StoreError {

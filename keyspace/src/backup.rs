@@ -31,15 +31,17 @@ use crate::Store;
 /// The file's first bytes.
 pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// The format this binary writes and the newest it reads. Format 1 held the eleven partitions
-/// of schema 1; format 2 adds `dedup_expiry` (schema 2). The layout of a record is unchanged.
-pub const BACKUP_FORMAT_VERSION: u32 = 2;
+/// of schema 1; format 2 adds `dedup_expiry` (schema 2); format 3 adds `sender_index`
+/// (schema 3). The layout of a record is unchanged. An older format restores into a store of
+/// its schema, which the first open migrates (building what the format lacked).
+pub const BACKUP_FORMAT_VERSION: u32 = 3;
 
 /// How many partitions (the first of [`Part::ALL`]) a backup of this format holds.
 fn partitions_in_format(format_version: u32) -> usize {
-    if format_version == 1 {
-        11
-    } else {
-        Part::ALL.len()
+    match format_version {
+        1 => 11,
+        2 => 12,
+        _ => Part::ALL.len(),
     }
 }
 

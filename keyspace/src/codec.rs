@@ -16,8 +16,10 @@
 //! | seqs | target | head seq (u64) |
 //! | acked | target | acked_through (u64) |
 //! | usage | `0x00` ++ target / `0x01` ++ target ++ sender / `0x02` ++ account | [`Usage`] |
-//! | expiry | `i` ++ expires_at ++ target ++ seq / `d` ++ accepted_at ++ dedup key | empty |
+//! | expiry | `i` ++ expires_at ++ target ++ seq | empty |
 //! | ops | n (u64) | [`OpEntry`] |
+//! | dedup_expiry | `d` ++ accepted_at ++ dedup key | empty |
+//! | sender_index | sender ++ target (the target's list names the sender) | empty |
 
 use serde::{Deserialize, Serialize};
 
@@ -309,6 +311,23 @@ pub(crate) fn usage_key_parse(k: &[u8]) -> Option<UsageScope> {
     }
 }
 
+/// `sender ++ target`: `target`'s sender list names `sender`. One sender's rows are one
+/// contiguous range, so a rotation lists the targets naming the old key by prefix.
+pub(crate) fn sender_index_key(sender: &Key32, target: &Key32) -> [u8; 64] {
+    let mut k = [0u8; 64];
+    k[..32].copy_from_slice(sender);
+    k[32..].copy_from_slice(target);
+    k
+}
+
+/// (sender, target) of a sender-index key.
+pub(crate) fn sender_index_parse(k: &[u8]) -> Option<(Key32, Key32)> {
+    if k.len() != 64 {
+        return None;
+    }
+    Some((key32(&k[..32])?, key32(&k[32..])?))
+}
+
 pub(crate) fn ops_key(n: u64) -> Vec<u8> {
     n.to_be_bytes().to_vec()
 }
@@ -445,6 +464,11 @@ mod tests {
         odd[32] = 0x01;
         assert_eq!(enc_ad_key_parse(&odd), None);
         assert_eq!(enc_ad_key_parse(&t[..31]), None);
+        assert_eq!(
+            sender_index_parse(&sender_index_key(&[1; 32], &t)),
+            Some(([1; 32], t))
+        );
+        assert_eq!(sender_index_parse(&[0; 63]), None);
         assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
         assert_eq!(prefix_end(&[0xff]), None);
         assert_eq!(fingerprint(b"x").len(), 19);

@@ -26,6 +26,10 @@ pub struct CommitStats {
     pub fsync_us_sum: u64,
     /// Number of fsyncs timed.
     pub fsyncs: u64,
+    /// Stored rows the writer's operations read through range scans (ordered reads inside a
+    /// commit, e.g. a rotation's look-up of the lists naming a key): what such an operation
+    /// costs grows with this, not with the store.
+    pub rows_scanned: u64,
 }
 
 /// The writer's live counters.
@@ -38,6 +42,7 @@ pub(crate) struct CommitCounters {
     fsync_us: [AtomicU64; FSYNC_US_BOUNDS.len()],
     fsync_us_sum: AtomicU64,
     fsyncs: AtomicU64,
+    rows_scanned: AtomicU64,
 }
 
 fn observe(bounds: &[u64], counts: &[AtomicU64], v: u64) {
@@ -64,6 +69,11 @@ impl CommitCounters {
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Record stored rows read by range scans in a group.
+    pub(crate) fn scanned(&self, rows: u64) {
+        self.rows_scanned.fetch_add(rows, Ordering::Relaxed);
+    }
+
     /// Record a finished group of `ops` operations.
     pub(crate) fn group(&self, ops: u64, ok: bool) {
         if !ok {
@@ -85,6 +95,7 @@ impl CommitCounters {
             fsync_us_buckets: read(&FSYNC_US_BOUNDS, &self.fsync_us),
             fsync_us_sum: self.fsync_us_sum.load(Ordering::Relaxed),
             fsyncs: self.fsyncs.load(Ordering::Relaxed),
+            rows_scanned: self.rows_scanned.load(Ordering::Relaxed),
         }
     }
 }
@@ -100,7 +111,10 @@ mod tests {
         c.group(7, true);
         c.group(3, false);
         c.fsync(1_500);
+        c.scanned(4);
+        c.scanned(5);
         let s = c.snapshot();
+        assert_eq!(s.rows_scanned, 9);
         assert_eq!((s.groups, s.ops, s.failed_groups), (2, 8, 1));
         assert_eq!(s.group_size_buckets[0], (1, 1));
         assert_eq!(s.group_size_buckets[2], (5, 1));

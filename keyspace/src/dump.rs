@@ -96,6 +96,8 @@ fn key_json(p: Part, k: &[u8]) -> Value {
             })
         }),
         Part::Ops => codec::ops_key_parse(k).map(|n| json!({ "n": n })),
+        Part::SenderIndex => codec::sender_index_parse(k)
+            .map(|(s, t)| json!({ "sender": hex(&s), "target": hex(&t) })),
     };
     parsed.unwrap_or_else(|| raw(k))
 }
@@ -156,7 +158,7 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             let u: Usage = codec::dec(v, "usage")?;
             json!({ "items": u.items, "bytes": u.bytes })
         }
-        Part::Expiry | Part::DedupExpiry => Value::Null,
+        Part::Expiry | Part::DedupExpiry | Part::SenderIndex => Value::Null,
         Part::Ops => {
             let o: OpEntry = codec::dec(v, "ops")?;
             json!({ "at_ms": o.at_ms, "kind": o.kind, "detail": o.detail })

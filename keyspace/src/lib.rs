@@ -7,6 +7,10 @@
 //! Reads are served from the last *durable* snapshot the writer published, never from state a
 //! crash could still erase.
 //!
+//! A store directory this crate creates is 0700 and its lock file 0600; the engine's own files
+//! take the process umask, so callers that need them owner-only set one (`mbx-relay serve` and
+//! relay-tool use 077).
+//!
 //! CONTRACT NOTE (for the crates above): the public API below is what `mbx-relay` and
 //! `relay-tool` program against. Extend it freely; change a signature only together with every
 //! caller.
@@ -44,5 +48,7 @@ pub use store::Store;
 #[doc(hidden)]
 pub mod testing {
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
+    pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
+    pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
 }

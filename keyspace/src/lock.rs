@@ -6,6 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,7 @@ impl StoreLock {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(&path)
             .map_err(|source| StoreError::Io {
                 context: format!("opening lock file {}", path.display()),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fjall::{PersistMode, Readable};
 
-use crate::api::{Result, StoreError, SCHEMA_VERSION};
+use crate::api::{Key32, Result, SenderList, StoreError, SCHEMA_VERSION};
 use crate::codec::{self, meta_key};
 use crate::parts::{Part, Parts};
 use crate::reader::{self, SnapView};
@@ -121,6 +121,9 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64) -> Result<()> {
     if from < 2 {
         move_dedup_index(parts, Part::Expiry, Part::DedupExpiry)?;
     }
+    if from < 3 {
+        build_sender_index(parts)?;
+    }
     let mut b = DirectBatch::new(parts);
     b.put(
         Part::Meta,
@@ -180,6 +183,97 @@ fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
     Ok(moved)
 }
 
+/// Schema 2 -> 3: build `sender_index` (sender ++ target for every sender a stored list names)
+/// in batches of about [`MIGRATE_CHUNK`] rows. It first empties the partition: rows left by an
+/// interrupted run are correct, but a schema-2 relay that opened the store since (the version
+/// marker still said 2) may have changed lists without them. Returns the rows written.
+fn build_sender_index(parts: &Parts) -> Result<u64> {
+    clear(parts, Part::SenderIndex)?;
+    let mut start = Bound::Unbounded;
+    let mut written = 0u64;
+    loop {
+        let mut b = DirectBatch::new(parts);
+        let mut in_batch = 0usize;
+        let mut last = None;
+        for g in parts
+            .ks(Part::SenderLists)
+            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
+        {
+            let (k, v) = g.into_inner()?;
+            let list: SenderList = codec::dec(&v, "sender list")?;
+            let target: Key32 = k.as_ref().try_into().map_err(|_| {
+                StoreError::Corrupt("a sender list is keyed by something not a host key".into())
+            })?;
+            written += list.senders.len() as u64;
+            for s in &list.senders {
+                b.put(
+                    Part::SenderIndex,
+                    &codec::sender_index_key(s, &target),
+                    Vec::new(),
+                );
+            }
+            in_batch += list.senders.len().max(1);
+            last = Some(k.to_vec());
+            // A list names at most 1,024 keys, so a batch holds at most MIGRATE_CHUNK + 1,024 rows.
+            if in_batch >= MIGRATE_CHUNK {
+                break;
+            }
+        }
+        let Some(last) = last else {
+            break;
+        };
+        start = Bound::Excluded(last);
+        b.commit()?;
+        crate::failpoint::hit("migrate-after-batch");
+    }
+    if written > 0 {
+        tracing::info!(rows = written, "sender-list index built");
+    }
+    Ok(written)
+}
+
+/// Remove every row of `part`, in batches of [`MIGRATE_CHUNK`] (scanning on from the last
+/// removed key, not over its own tombstones).
+fn clear(parts: &Parts, part: Part) -> Result<u64> {
+    let mut start: Bound<Vec<u8>> = Bound::Unbounded;
+    let mut removed = 0u64;
+    loop {
+        let keys: Vec<fjall::Slice> = parts
+            .ks(part)
+            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
+            .take(MIGRATE_CHUNK)
+            .map(|g| g.key())
+            .collect::<std::result::Result<_, _>>()?;
+        let Some(last) = keys.last() else {
+            break;
+        };
+        start = Bound::Excluded(last.to_vec());
+        let mut b = DirectBatch::new(parts);
+        for k in &keys {
+            b.remove(part, k);
+        }
+        b.commit()?;
+        removed += keys.len() as u64;
+    }
+    Ok(removed)
+}
+
+/// Test hook: give a closed store the schema-2 layout (no `sender_index`) and version, as a
+/// store written by a schema-2 relay has; returns the index rows removed. Not part of the
+/// supported API.
+///
+/// # Errors
+/// As [`crate::Store::open`].
+#[doc(hidden)]
+pub fn downgrade_to_schema_2_for_tests(dir: &Path) -> Result<u64> {
+    let engine = crate::store::open_engine(dir, false)?;
+    let removed = clear(&engine.parts, Part::SenderIndex)?;
+    let mut b = DirectBatch::new(&engine.parts);
+    b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&2u32));
+    b.commit_durable()?;
+    Ok(removed)
+}
+
 /// Test hook: give a closed store the schema-1 layout (dedup prune index inside `expiry`) and
 /// version, as a store written by a schema-1 relay has; returns the rows moved. Not part of
 /// the supported API.
@@ -189,11 +283,27 @@ fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
 #[doc(hidden)]
 pub fn downgrade_to_schema_1_for_tests(dir: &Path) -> Result<u64> {
     let engine = crate::store::open_engine(dir, false)?;
+    clear(&engine.parts, Part::SenderIndex)?;
     let moved = move_dedup_index(&engine.parts, Part::DedupExpiry, Part::Expiry)?;
     let mut b = DirectBatch::new(&engine.parts);
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&1u32));
     b.commit_durable()?;
     Ok(moved)
+}
+
+/// Test hook: write one raw row into a partition (by name) of a closed store, as a damaged or
+/// foreign writer might have left it. Not part of the supported API.
+///
+/// # Errors
+/// `Corrupt` for an unknown partition name; otherwise as [`crate::Store::open`].
+#[doc(hidden)]
+pub fn put_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8], value: &[u8]) -> Result<()> {
+    let part = Part::by_name(partition)
+        .ok_or_else(|| StoreError::Corrupt(format!("no partition named {partition:?}")))?;
+    let engine = crate::store::open_engine(dir, false)?;
+    let mut b = DirectBatch::new(&engine.parts);
+    b.put(part, key, value.to_vec());
+    b.commit_durable()
 }
 
 /// Test hook: rewrite the stored schema version of a closed store (to fake an older or newer

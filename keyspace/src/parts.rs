@@ -1,4 +1,4 @@
-//! The fjall database and its eleven partitions (keyspaces).
+//! The fjall database and its thirteen partitions (keyspaces).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,10 +44,11 @@ pub(crate) enum Part {
     Expiry = 9,
     Ops = 10,
     DedupExpiry = 11,
+    SenderIndex = 12,
 }
 
 impl Part {
-    pub(crate) const ALL: [Part; 12] = [
+    pub(crate) const ALL: [Part; 13] = [
         Part::Meta,
         Part::Enrolments,
         Part::EncAds,
@@ -60,6 +61,7 @@ impl Part {
         Part::Expiry,
         Part::Ops,
         Part::DedupExpiry,
+        Part::SenderIndex,
     ];
 
     pub(crate) fn id(self) -> u8 {

@@ -1,6 +1,7 @@
 //! The `Store` handle: opening (lock, engine, schema), submitting writes, the durable read view,
 //! and closing.
 
+use std::os::unix::fs::DirBuilderExt as _;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -76,10 +77,15 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
             if !create {
                 return Err(StoreError::Missing(dir.to_path_buf()));
             }
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-                context: format!("creating store directory {}", dir.display()),
-                source,
-            })?;
+            // Owner-only: the store holds every queued item and the relay key.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| StoreError::Io {
+                    context: format!("creating store directory {}", dir.display()),
+                    source,
+                })?;
         }
         Err(source) => {
             return Err(StoreError::Io {

@@ -84,6 +84,8 @@ pub(crate) struct Tx<'a> {
     undo: Vec<(Part, Slice, Option<Option<Slice>>)>,
     /// The clock at the start of the current job.
     pub now_ms: u64,
+    /// Stored rows read by range scans in this group (for [`crate::CommitStats::rows_scanned`]).
+    scanned: std::cell::Cell<u64>,
 }
 
 impl<'a> Tx<'a> {
@@ -173,9 +175,13 @@ impl Tx<'_> {
         }
         let mut pending = self.overlay[part as usize].range::<[u8], _>((lo, hi));
         let mut db = self.parts.ks(part).range::<&[u8], _>((lo, hi));
+        let scanned = &self.scanned;
         let mut next_stored = || -> Result<Option<(Slice, Option<Slice>)>> {
             match db.next() {
-                Some(g) => Ok(Some(g.into_inner_if(|k| want_value(k))?)),
+                Some(g) => {
+                    scanned.set(scanned.get() + 1);
+                    Ok(Some(g.into_inner_if(|k| want_value(k))?))
+                }
                 None => Ok(None),
             }
         };
@@ -372,6 +378,7 @@ impl Writer {
             overlay: Default::default(),
             undo: Vec::new(),
             now_ms: 0,
+            scanned: Default::default(),
         };
         let mut replies = Vec::with_capacity(jobs.len());
         for j in jobs {
@@ -379,6 +386,7 @@ impl Writer {
             replies.push(j(Some(&mut tx)));
         }
         let overlay = std::mem::take(&mut tx.overlay);
+        self.counters.scanned(tx.scanned.get());
         drop(tx);
         let wrote = overlay.iter().any(|m| !m.is_empty());
         let outcome = self.commit(&parts, &overlay).map(|bytes| {

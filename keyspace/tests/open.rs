@@ -1,5 +1,6 @@
 //! Opening: the lock (in-process and across processes, naming the pid), schema versions
-//! (newer refused, older migrated keeping the epoch), foreign and damaged files.
+//! (newer refused, older migrated keeping the epoch), foreign and damaged files, owner-only
+//! modes of what opening creates.
 
 mod common;
 
@@ -168,7 +169,10 @@ fn schema_1_store(dir: &std::path::Path) -> Schema1 {
 fn open_migrated(dir: &std::path::Path, old: &Schema1) -> Store {
     let store = open_with(dir, old.clock.clone());
     assert_eq!(store.meta().unwrap().schema_version, SCHEMA_VERSION);
-    assert_eq!(store.ops(1).unwrap()[0].detail, "schema 1 -> 2");
+    assert_eq!(
+        store.ops(1).unwrap()[0].detail,
+        format!("schema 1 -> {SCHEMA_VERSION}")
+    );
     assert_eq!(rows_of(&store, "dedup_expiry"), old.index);
     assert_eq!(
         rows_of(&store, "expiry"),
@@ -319,4 +323,17 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn a_new_store_directory_and_its_lock_file_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a").join("store");
+    let store = Store::open(&path, OpenOptions::default()).unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    // Explicit modes, so any umask can only narrow them.
+    assert_eq!(mode(&path), 0o700);
+    assert_eq!(mode(&path.join("relay.lock")), 0o600);
+    store.close().unwrap();
 }

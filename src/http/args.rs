@@ -57,8 +57,15 @@ pub struct ServeArgs {
     pub max_enrolments: u64,
     #[arg(long, env = "MBX_RELAY_MAX_CHALLENGES", default_value_t = 10_000)]
     pub max_challenges: usize,
+    /// Challenge, enrol and rotate calls per client address (IPv6: per /64) per minute.
     #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE", default_value_t = 30)]
     pub enrol_per_minute: u32,
+    /// Challenge, enrol and rotate calls per IPv4 /24 per minute (all its addresses together).
+    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V4_24", default_value_t = 60)]
+    pub enrol_per_minute_v4_24: u32,
+    /// Challenge, enrol and rotate calls per IPv6 /48 per minute (all its /64s together).
+    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V6_48", default_value_t = 60)]
+    pub enrol_per_minute_v6_48: u32,
     #[arg(long, env = "MBX_RELAY_MAX_PER_NAME", default_value_t = 16)]
     pub max_per_name: usize,
     /// How often the retention sweep runs (`10m`).
@@ -91,6 +98,8 @@ impl ServeArgs {
             max_enrolments: self.max_enrolments,
             max_challenges: self.max_challenges,
             enrol_per_minute: self.enrol_per_minute,
+            enrol_per_minute_v4_24: self.enrol_per_minute_v4_24,
+            enrol_per_minute_v6_48: self.enrol_per_minute_v6_48,
             max_per_name: self.max_per_name,
             sweep_interval: self.sweep_interval,
             heartbeat_stale: self.heartbeat_stale,

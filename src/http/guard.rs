@@ -4,6 +4,12 @@
 //! - **Connection cap**: at most `max_connections` connections are served at once; one more is
 //!   answered `503 {"error":"too many connections, retry later"}` with `connection: close` (by a
 //!   bounded number of short-lived refusal tasks; beyond those it is closed unanswered).
+//! - **Per-address connection cap**: one client address (IPv4 address, IPv6 /64) holds at most
+//!   `max_connections_per_address` of those connections; one more is answered
+//!   `429 {"error":"too many connections from this address, retry later"}` the same way, so
+//!   other addresses keep being served while one is at its cap. This counts the socket address
+//!   (the accept loop sees no proxy header): behind a reverse proxy it counts the proxy
+//!   (see [`super::conn_limit`]).
 //! - **Header timeout**: the request head must be complete within `header_timeout` from the
 //!   moment the connection waits for it (hyper's `header_read_timeout`), so a client trickling
 //!   header bytes is cut off.
@@ -12,11 +18,15 @@
 //! - **Body timeout**: the request body must arrive within `body_timeout` of the head; past that
 //!   the body read fails and the handler answers 400 (then the connection is closed). A response
 //!   the client does not read for `body_timeout` is abandoned too.
+//! - **First body byte**: once the handler starts reading a body, its first byte must arrive
+//!   within `body_first_byte_timeout`, else the read fails (400), so a client that declares a
+//!   body and sends nothing holds its connection only briefly.
 //! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
 //!   hop and are not already limited per address by the relay (unsigned info, health, metrics and
-//!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window;
-//!   info with a signed hop is treated like the hop routes, which are not counted here) count
-//!   against the client address's one-minute window (`public_per_minute`); over it, `429`.
+//!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window)
+//!   count against the client address's one-minute window (`public_per_minute`); over it, `429`.
+//!   A request whose signed hop fails (the handler marks its answer [`HopRefused`]) counts the
+//!   same way; a valid signed call is not counted here.
 //!   Addresses are keyed by [`crate::relay::rate::address_key`] (IPv6 by /64 prefix). The table
 //!   is hard-capped and evicts the oldest window when full, so new clients are still served
 //!   (see [`crate::relay::rate::RateTable`]).
@@ -44,6 +54,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::client_addr::{client_addr, TrustProxy};
+use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
 use crate::relay::config::parse_duration;
 use crate::relay::rate::{AddrKey, RateTable};
@@ -59,6 +70,11 @@ const REFUSAL_TIME: Duration = Duration::from_secs(1);
 const REFUSAL_DRAIN: usize = 16 * 1024;
 /// The refusal sent when the connection cap is reached.
 const REFUSAL_BODY: &str = r#"{"error":"too many connections, retry later"}"#;
+/// The refusal sent when the client's address is at its connection cap.
+const PER_ADDRESS_REFUSAL_BODY: &str =
+    r#"{"error":"too many connections from this address, retry later"}"#;
+/// Default of `--max-connections-per-address`: a sixteenth of the default connection cap.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -70,7 +86,33 @@ pub struct GuardConfig {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub public_per_minute: u32,
+    pub max_connections_per_address: usize,
+    /// Request bodies (see [`BodyGuardArgs`]).
+    pub body: BodyGuardConfig,
 }
+
+/// The limits on request bodies and failed authentications, per client address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyGuardConfig {
+    pub first_byte_timeout: Duration,
+    pub bytes_per_address: u64,
+    pub auth_failures_per_minute: u32,
+}
+
+impl Default for BodyGuardConfig {
+    fn default() -> Self {
+        BodyGuardConfig {
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            bytes_per_address: super::body::DEFAULT_BODY_BYTES_PER_ADDRESS,
+            auth_failures_per_minute: DEFAULT_AUTH_FAILURES_PER_MINUTE,
+        }
+    }
+}
+
+/// Default for `--body-first-byte-timeout`.
+const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default for `--auth-failures-per-minute`.
+const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
 
 impl Default for GuardConfig {
     fn default() -> Self {
@@ -80,6 +122,8 @@ impl Default for GuardConfig {
             body_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(10),
             public_per_minute: 600,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            body: BodyGuardConfig::default(),
         }
     }
 }
@@ -103,6 +147,29 @@ pub struct GuardArgs {
     /// unknown paths.
     #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = 600)]
     pub public_per_minute: u32,
+    /// Most connections open at once from one client address (IPv6: per /64); one more is
+    /// answered 429 and closed. Counts the socket address: behind a reverse proxy, the proxy.
+    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    pub max_connections_per_address: usize,
+    #[command(flatten)]
+    pub body: BodyGuardArgs,
+}
+
+/// Flags for request bodies and failed authentications (part of [`GuardArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BodyGuardArgs {
+    /// Time allowed for the first byte of a request body, from when the relay starts reading it
+    /// (`5s`).
+    #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub body_first_byte_timeout: Duration,
+    /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
+    /// more is answered 429. At least 8388608 (one full-size body).
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_ADDRESS)]
+    pub max_body_bytes_per_address: u64,
+    /// Failed hop authentications per client address (IPv6: per /64) per minute; past it, calls
+    /// with a hop from that address are answered 429 without being checked.
+    #[arg(long, env = "MBX_RELAY_AUTH_FAILURES_PER_MINUTE", default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE)]
+    pub auth_failures_per_minute: u32,
 }
 
 impl GuardArgs {
@@ -114,6 +181,12 @@ impl GuardArgs {
             body_timeout: self.body_timeout,
             idle_timeout: self.idle_timeout,
             public_per_minute: self.public_per_minute,
+            max_connections_per_address: self.max_connections_per_address,
+            body: BodyGuardConfig {
+                first_byte_timeout: self.body.body_first_byte_timeout,
+                bytes_per_address: self.body.max_body_bytes_per_address,
+                auth_failures_per_minute: self.body.auth_failures_per_minute,
+            },
         }
     }
 }
@@ -131,6 +204,7 @@ impl GuardConfig {
             (self.header_timeout, "--header-timeout"),
             (self.body_timeout, "--body-timeout"),
             (self.idle_timeout, "--idle-timeout"),
+            (self.body.first_byte_timeout, "--body-first-byte-timeout"),
         ] {
             if d.is_zero() {
                 return Err(format!("{flag} must be more than 0"));
@@ -138,6 +212,18 @@ impl GuardConfig {
         }
         if self.public_per_minute == 0 {
             return Err("--public-per-minute must be at least 1".into());
+        }
+        if self.max_connections_per_address == 0 {
+            return Err("--max-connections-per-address must be at least 1".into());
+        }
+        if self.body.bytes_per_address < super::body::MAX_BODY as u64 {
+            return Err(format!(
+                "--max-body-bytes-per-address must be at least {} (one full-size body)",
+                super::body::MAX_BODY
+            ));
+        }
+        if self.body.auth_failures_per_minute == 0 {
+            return Err("--auth-failures-per-minute must be at least 1".into());
         }
         Ok(())
     }
@@ -174,6 +260,7 @@ pub async fn serve(
         config,
     });
     let slots = Arc::new(Semaphore::new(max));
+    let per_address = OpenPerAddress::new(shared.config.max_connections_per_address);
     let refusals = Arc::new(Semaphore::new(REFUSAL_TASKS));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -189,18 +276,23 @@ pub async fn serve(
                 }
             },
         };
-        match slots.clone().try_acquire_owned() {
-            Ok(slot) => {
-                tokio::spawn(serve_connection(
-                    shared.clone(),
-                    stream,
-                    peer,
-                    slot,
-                    stop_rx.clone(),
-                ));
-            }
-            Err(_) => refuse(stream, &refusals),
-        }
+        // The global slot first: address entries then never outnumber open connections.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refuse(stream, &refusals, Refusal::Full);
+            continue;
+        };
+        let Some(address_slot) = per_address.try_open(peer.ip()) else {
+            drop(slot);
+            refuse(stream, &refusals, Refusal::AddressFull);
+            continue;
+        };
+        tokio::spawn(serve_connection(
+            shared.clone(),
+            stream,
+            peer,
+            (slot, address_slot),
+            stop_rx.clone(),
+        ));
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -209,17 +301,31 @@ pub async fn serve(
     Ok(())
 }
 
-/// Answer 503 on a connection over the cap, drain a little of its request, close it.
-fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
+/// Why a connection is refused at accept.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// Every connection slot is taken: 503.
+    Full,
+    /// The client's address holds its share of the slots: 429.
+    AddressFull,
+}
+
+/// Answer a connection over a cap (503, or 429 for its address), drain a little of its
+/// request, close it.
+fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
     let Ok(permit) = refusals.clone().try_acquire_owned() else {
         return; // Dropped: closed without an answer.
     };
+    let (status, body) = match why {
+        Refusal::Full => ("503 Service Unavailable", REFUSAL_BODY),
+        Refusal::AddressFull => ("429 Too Many Requests", PER_ADDRESS_REFUSAL_BODY),
+    };
     tokio::spawn(async move {
         let answer = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
              cache-control: no-store\r\nretry-after: 1\r\nconnection: close\r\n\
-             content-length: {}\r\n\r\n{REFUSAL_BODY}",
-            REFUSAL_BODY.len()
+             content-length: {}\r\n\r\n{body}",
+            body.len()
         );
         let _ = tokio::time::timeout(REFUSAL_TIME, async {
             stream.write_all(answer.as_bytes()).await?;
@@ -239,11 +345,12 @@ fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
     });
 }
 
+/// Serve one connection; `slots` (its connection slot and its address's) are held until it ends.
 async fn serve_connection(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    slot: OwnedSemaphorePermit,
+    slots: (OwnedSemaphorePermit, AddressSlot),
     mut stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config;
@@ -275,32 +382,43 @@ async fn serve_connection(
             let _ = conn.as_mut().await;
         }
     }
-    drop(slot);
+    drop(slots);
 }
 
+/// Marks an answer to a request whose signed hop failed, with the client address: the guard
+/// counts it in the public window like an unsigned request (a valid signed call is not counted).
+#[derive(Debug, Clone)]
+pub struct HopRefused(pub String);
+
 /// One request: the per-address window for unauthenticated routes, then the router with
-/// `ConnectInfo` and a body that fails after `body_timeout`.
+/// `ConnectInfo` and a body with its deadlines; a request whose hop failed is counted after.
 async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let route = Route::of(req.method(), req.uri().path());
     // Enrolment-class routes are counted per address by the relay itself; a signed info call
-    // (hosts make one every sync pass) is an authentication attempt like any hop route.
+    // (hosts make one every sync pass) is counted only if its hop fails (below).
     let signed_info = route == Some(Route::Info) && req.headers().contains_key("x-mbx-sig");
     let counted = !signed_info && route.is_none_or(|r| r.public() && !r.enrolment_class());
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
-        let now = SystemClock.now_ms();
-        if !shared.public_rate.hit_addr(&addr, now) {
+        if !shared.public_rate.hit_addr(&addr, SystemClock.now_ms()) {
             return too_many_requests();
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
-    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline)));
+    let first_byte = shared.config.body.first_byte_timeout;
+    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline, first_byte)));
     req.extensions_mut().insert(ConnectInfo(peer));
     let mut router = shared.router.clone();
-    match tower_service::Service::call(&mut router, req).await {
+    let resp = match tower_service::Service::call(&mut router, req).await {
         Ok(r) => r,
         Err(never) => match never {},
+    };
+    if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
+        if !counted && !shared.public_rate.hit_addr(addr, SystemClock.now_ms()) {
+            return too_many_requests();
+        }
     }
+    resp
 }
 
 fn too_many_requests() -> Response<Body> {
@@ -318,17 +436,34 @@ fn too_many_requests() -> Response<Body> {
     r
 }
 
-/// A request body that fails once its deadline passes before it ends.
+/// A request body that fails once its deadline passes before it ends, or when its first byte
+/// has not come `first_byte` after it was first read.
 struct TimedBody {
     inner: Incoming,
-    deadline: Pin<Box<Sleep>>,
+    /// When the whole body must be in.
+    deadline: Instant,
+    /// Armed for the nearer of the deadlines.
+    timer: Pin<Box<Sleep>>,
+    first_byte: FirstByte,
+}
+
+/// The first-byte deadline of a [`TimedBody`].
+enum FirstByte {
+    /// Not read yet: the wait starts at the first read (after the handler's own checks).
+    Unread(Duration),
+    /// Read, no byte yet: the deadline.
+    Waiting(Instant),
+    /// A byte came (or the body ended).
+    Arrived,
 }
 
 impl TimedBody {
-    fn new(inner: Incoming, deadline: Instant) -> Self {
+    fn new(inner: Incoming, deadline: Instant, first_byte: Duration) -> Self {
         TimedBody {
             inner,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            deadline,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            first_byte: FirstByte::Unread(first_byte),
         }
     }
 }
@@ -353,13 +488,22 @@ impl HttpBody for TimedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let FirstByte::Unread(wait) = self.first_byte {
+            self.first_byte = FirstByte::Waiting(Instant::now() + wait);
+        }
         if let Poll::Ready(f) = Pin::new(&mut self.inner).poll_frame(cx) {
+            self.first_byte = FirstByte::Arrived;
             return Poll::Ready(f.map(|r| r.map_err(Into::into)));
         }
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut)))),
-            Poll::Pending => Poll::Pending,
+        let this = &mut *self;
+        let end = match this.first_byte {
+            FirstByte::Waiting(first) => first.min(this.deadline),
+            _ => this.deadline,
+        };
+        if expired(&mut this.timer, end, cx) {
+            return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
         }
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
@@ -527,6 +671,31 @@ mod tests {
             },
             GuardConfig {
                 public_per_minute: 0,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                max_connections_per_address: 0,
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    first_byte_timeout: Duration::ZERO,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    bytes_per_address: 1024,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    auth_failures_per_minute: 0,
+                    ..BodyGuardConfig::default()
+                },
                 ..GuardConfig::default()
             },
         ];

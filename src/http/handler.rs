@@ -1,17 +1,21 @@
-//! The one request handler: route, cap and read the body, authenticate the hop, call the relay
-//! rule, and answer JSON with `cache-control: no-store`. Status mapping lives in [`status_code`].
+//! The one request handler: route, check the hop's headers, cap and read the body (its memory
+//! reserved as it arrives), check the hop's signature, call the relay rule, and answer JSON with
+//! `cache-control: no-store`. Status mapping lives in [`status_code`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
+use super::body::{drain, read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
+use super::guard::HopRefused;
+use super::hop_gate::Refusal;
 use super::route::Route;
 use super::App;
 use crate::relay::enc_ad::EncLookup;
@@ -107,43 +111,89 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let cap = if route.enrolment_class() {
-        MAX_SMALL_BODY
-    } else {
-        MAX_BODY
-    };
-    let declared = declared_length(&parts.headers);
-    // Reserve the body's memory from the shared budget (its declared length, else the cap) and
-    // hold it until the answer is built, so many large uploads at once wait instead of
-    // exhausting memory.
-    let reserve = declared.map_or(cap as u64, |n| n.min(cap as u64));
-    let _budget = match app.body_budget.reserve(reserve).await {
-        Some(permit) => permit,
-        None => {
+/// `413 {"error":"request body too large"}`.
+fn too_large() -> Response {
+    json_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &json!({ "error": "request body too large" }),
+    )
+}
+
+/// A 429 with `retry-after` (seconds).
+fn too_many(text: &str, retry_after: &'static str) -> Response {
+    let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, &json!({ "error": text }));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+    r
+}
+
+/// The answer to a body that could not be read. A body refused before its end is drained in
+/// the background and the connection closed after the answer (PROTOCOL.md §3), so a client
+/// still writing reads the answer rather than a reset.
+fn body_refused(e: BodyError, body: Body) -> Response {
+    let mut r = match e {
+        BodyError::TooLarge => too_large(),
+        BodyError::AddressBusy => too_many(
+            "too many request bytes in flight from this address, retry later",
+            "1",
+        ),
+        BodyError::Busy => {
+            let mut r = json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({ "error": "server busy, retry later" }),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+        BodyError::Aborted => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "request body could not be read" }),
+            )
+        }
+        BodyError::Closed => {
             return json_response(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &json!({ "error": "server is shutting down" }),
             )
         }
     };
-    let body = match read_capped(body, cap, declared).await {
-        Ok(b) => b,
-        Err(BodyError::TooLarge) => {
-            return json_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &json!({ "error": "request body too large" }),
-            )
-        }
-        Err(BodyError::Aborted) => {
-            return json_response(
-                StatusCode::BAD_REQUEST,
-                &json!({ "error": "request body could not be read" }),
-            )
-        }
+    drain(body);
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// The answer to a hop the gate refused, marked for the guard's public window; an info call
+/// whose hop fails is answered as an unsigned one.
+fn hop_refused(app: &App, route: Route, addr: String, refusal: Refusal) -> Response {
+    let mut r = match refusal {
+        Refusal::Store(e) => return reply_response(Err(e)),
+        Refusal::TooManyFailures => too_many(
+            "too many failed authentications from this address, retry later",
+            "60",
+        ),
+        Refusal::BadHop if route == Route::Info => reply_response(app.relay.info(None)),
+        Refusal::BadHop => reply_response(Err(RelayError::bad_hop())),
     };
+    r.extensions_mut().insert(HopRefused(addr));
+    r
+}
+
+async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Response {
+    let (parts, mut body) = req.into_parts();
     let relay = &app.relay;
+    // Info and health take no body; only a signed info call reads one (its hop signs it).
+    let cap = if route.public() {
+        MAX_SMALL_BODY
+    } else {
+        MAX_BODY
+    };
+    let declared = declared_length(&parts.headers);
+    if declared.is_some_and(|n| n > cap as u64) {
+        return body_refused(BodyError::TooLarge, body);
+    }
     let path = parts.uri.path();
     let signed = signed_path(path, parts.uri.query());
     let h = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
@@ -154,49 +204,63 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
         sig: h("x-mbx-sig"),
         method: parts.method.as_str(),
         path: &signed,
-        body: &body,
+        body: &[], // not read yet: the headers are checked first
     };
     let query = || {
         Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
             .map(|q| q.0)
             .unwrap_or_default()
     };
+    match route {
+        Route::Health => return health(app).await,
+        Route::Info if !hop.present() => return reply_response(relay.info(None)),
+        _ => {}
+    }
+    let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     if route.enrolment_class() {
-        let addr = client_addr(app.trust_proxy, peer, &parts.headers);
         if let Err(e) = relay.check_address_rate(&addr) {
             return reply_response(Err(e));
         }
     }
-    if route.public() {
+    // A hop is checked as far as its headers allow before any body memory is reserved: a
+    // caller without a live key and a fresh ts costs a header parse and one store read.
+    let check = if route.enrolment_class() {
+        None
+    } else {
+        match app.hop_gate.check_head(relay, &addr, &hop) {
+            Ok(c) => Some(c),
+            Err(refusal) => return hop_refused(app, route, addr, refusal),
+        }
+    };
+    let mut reservation = app.bodies.reservation(&addr);
+    let bytes = match read_capped(&mut body, cap, declared, &mut reservation).await {
+        Ok(b) => b,
+        Err(e) => return body_refused(e, body),
+    };
+    let (caller, bytes) = match check {
+        None => (None, bytes),
+        Some(check) => match app.hop_gate.verify(&addr, check, bytes).await {
+            (Ok(c), bytes) => (Some(c), bytes),
+            (Err(refusal), _) => return hop_refused(app, route, addr, refusal),
+        },
+    };
+    let Some(caller) = caller else {
         return reply_response(match route {
-            Route::Info => {
-                let caller = if hop.present() {
-                    relay.authenticate(&hop).ok()
-                } else {
-                    None
-                };
-                relay.info(caller.as_ref())
-            }
-            Route::Challenge => match parse_json(&body) {
-                Ok(v) => relay.challenge(&v),
-                Err(e) => Err(e),
-            },
-            Route::Enrol => match parse_json(&body) {
+            Route::Challenge => parse_json(&bytes).and_then(|v| relay.challenge(&v)),
+            Route::Enrol => match parse_json(&bytes) {
                 Ok(v) => relay.enrol(&v).await,
                 Err(e) => Err(e),
             },
-            Route::Rotate => match parse_json(&body) {
+            Route::Rotate => match parse_json(&bytes) {
                 Ok(v) => relay.rotate(&v).await,
                 Err(e) => Err(e),
             },
-            Route::Health => return health(app).await,
             _ => Err(RelayError::not_found("not found")),
         });
-    }
-    let caller = match relay.authenticate(&hop) {
-        Ok(c) => c,
-        Err(e) => return reply_response(Err(e)),
     };
+    if route == Route::Info {
+        return reply_response(relay.info(Some(&caller)));
+    }
     let needs_json = matches!(
         route,
         Route::EncKeyPut
@@ -208,7 +272,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             | Route::AckV1
     );
     let v = if needs_json {
-        match parse_json(&body) {
+        match parse_json(&bytes) {
             Ok(v) => v,
             Err(e) => return reply_response(Err(e)),
         }
@@ -247,7 +311,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
                 .or_else(|| q.get("host").map(|n| EncLookup::Name(n)));
             relay.get_enc_ad(&caller, lookup)
         }
-        Route::Senders => relay.put_sender_list(&v).await,
+        Route::Senders => relay.put_sender_list(&caller, &v).await,
         Route::AckV2 => relay.ack(&caller, &v).await,
         Route::PushV1 => relay.push_v1(&caller, &v).await,
         Route::PullV1 => {

@@ -5,11 +5,14 @@
 pub mod args;
 pub mod body;
 pub mod client_addr;
+pub mod conn_limit;
 pub mod guard;
 pub mod handler;
+pub mod hop_gate;
 pub mod metrics;
 pub mod route;
 pub mod server;
+pub mod verify;
 
 use std::sync::Arc;
 
@@ -22,8 +25,10 @@ pub struct App {
     pub relay: Arc<Relay>,
     pub trust_proxy: TrustProxy,
     pub http_metrics: metrics::HttpMetrics,
-    /// Memory budget for request bodies being read and handled.
-    pub body_budget: body::BodyBudget,
+    /// Memory limits for request bodies being read and handled (shared and per address).
+    pub bodies: body::BodyLimits,
+    /// Failed hop authentications per address, and where signatures are checked.
+    pub hop_gate: hop_gate::HopGate,
 }
 
 /// The router: every request goes through [`handler::handle`].

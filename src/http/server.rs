@@ -1,4 +1,5 @@
-//! The `serve` lifecycle. Startup order: open the store (lock), load or create the relay key, pin
+//! The `serve` lifecycle. Startup order: owner-only umask, refuse a store directory others can
+//! reach, open the store (lock), load or create the relay key (refused likewise), pin
 //! it, stale-heartbeat check, heartbeat, bind (and bind `--metrics-listen`, printing
 //! `metrics listening on <addr>`), print `listening on <addr>`, then serve; background tasks
 //! sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use relay_keyspace::{OpenOptions, Store, SystemClock};
 
 use super::{router, App, TrustProxy};
+use crate::private::{require_private, Kind};
 use crate::relay::{key, startup, Limits};
 use crate::wire::keys::fingerprint;
 
@@ -36,7 +38,12 @@ pub struct ServeConfig {
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     config.limits.validate()?;
     config.guard.validate()?;
+    // Every file the relay and its storage engine create is owner-only, whatever the umask.
+    crate::private::restrict_umask();
     let dir = config.store_dir.clone();
+    if dir.exists() {
+        require_private(&dir, Kind::Dir, "store directory")?;
+    }
     let store = {
         let open_dir = dir.clone();
         let opts = OpenOptions {
@@ -90,7 +97,11 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
         http_metrics: super::metrics::HttpMetrics::default(),
-        body_budget: super::body::BodyBudget::new(super::body::BODY_BUDGET),
+        bodies: super::body::BodyLimits::new(
+            super::body::BODY_BUDGET,
+            config.guard.body.bytes_per_address,
+        ),
+        hop_gate: super::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
     });
     let metrics_at = match &metrics_listener {
         Some(l) => Some(
@@ -103,6 +114,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         let guard = config.guard.clone();
         tokio::spawn(super::metrics::serve_private(l, app.clone(), guard, stop_rx))
     });
+    let shutdown = shutdown_signal()?;
     {
         let mut out = std::io::stdout().lock();
         if let Some(at) = metrics_at {
@@ -119,7 +131,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         router(app),
         config.trust_proxy,
         config.guard.clone(),
-        shutdown_signal(),
+        shutdown,
     )
     .await;
     tracing::info!("shutting down: in-flight requests finished");
@@ -138,24 +150,22 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Resolves on SIGTERM or SIGINT. The handlers are installed by this call, not when the future
+/// is first polled, so a signal sent right after `listening on` is printed stops the relay
+/// cleanly instead of killing it.
+///
+/// # Errors
+/// The signal handlers could not be installed.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let installed =
+        |kind| signal(kind).map_err(|e| format!("cannot install a signal handler: {e}"));
+    let mut term = installed(SignalKind::terminate())?;
+    let mut int = installed(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received"),
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
-    }
+    })
 }

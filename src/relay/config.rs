@@ -22,6 +22,10 @@ pub struct Limits {
     pub max_enrolments: u64,
     pub max_challenges: usize,
     pub enrol_per_minute: u32,
+    /// Enrolment-class calls per IPv4 /24 per minute (nested around `enrol_per_minute`).
+    pub enrol_per_minute_v4_24: u32,
+    /// Enrolment-class calls per IPv6 /48 per minute (nested around `enrol_per_minute`).
+    pub enrol_per_minute_v6_48: u32,
     pub max_per_name: usize,
     pub sweep_interval: Duration,
     pub heartbeat_stale: Duration,
@@ -53,6 +57,8 @@ impl Default for Limits {
             max_enrolments: 100_000,
             max_challenges: 10_000,
             enrol_per_minute: 30,
+            enrol_per_minute_v4_24: 60,
+            enrol_per_minute_v6_48: 60,
             max_per_name: 16,
             sweep_interval: Duration::from_secs(600),
             heartbeat_stale: Duration::from_secs(600),
@@ -73,6 +79,15 @@ impl Limits {
         }
     }
 
+    /// The nested per-address windows of challenge, enrol and rotate.
+    pub fn enrol_windows(&self) -> crate::relay::rate::NestedLimits {
+        crate::relay::rate::NestedLimits {
+            address: self.enrol_per_minute,
+            v4_24: self.enrol_per_minute_v4_24,
+            v6_48: self.enrol_per_minute_v6_48,
+        }
+    }
+
     /// Retention in milliseconds.
     pub fn retention_ms(&self) -> u64 {
         u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX)
@@ -88,7 +103,7 @@ impl Limits {
     /// # Errors
     /// A message naming the first bad limit.
     pub fn validate(&self) -> Result<(), String> {
-        let positive: [(&str, u64); 17] = [
+        let positive: [(&str, u64); 19] = [
             ("max-item-bytes", self.max_item_bytes),
             ("max-batch", self.max_batch as u64),
             ("max-targets", self.max_targets as u64),
@@ -105,6 +120,14 @@ impl Limits {
             ("max-enrolments", self.max_enrolments),
             ("max-challenges", self.max_challenges as u64),
             ("enrol-per-minute", u64::from(self.enrol_per_minute)),
+            (
+                "enrol-per-minute-v4-24",
+                u64::from(self.enrol_per_minute_v4_24),
+            ),
+            (
+                "enrol-per-minute-v6-48",
+                u64::from(self.enrol_per_minute_v6_48),
+            ),
             ("max-per-name", self.max_per_name as u64),
         ];
         for (name, v) in positive {

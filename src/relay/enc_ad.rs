@@ -6,7 +6,7 @@ use relay_keyspace::{EncAd, EncAdV2, EncAds, Enrolment};
 use serde_json::{json, Map, Value};
 
 use super::{Caller, Relay, RelayError, Reply};
-use crate::wire::enc_ad::{check_ad, summarize, AdOwner};
+use crate::wire::enc_ad::{check_ad, summarize, AdOwner, AdSummary};
 use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
 use crate::wire::records::enc_ad_statement;
 
@@ -21,7 +21,8 @@ pub enum EncLookup<'a> {
 }
 
 impl Relay {
-    /// `POST /v1/relay/enc-key {"enc_pub","sig"}` by an authenticated caller. Leaves the v2 ad alone.
+    /// `POST /v1/relay/enc-key {"enc_pub","sig"}` by an authenticated caller. Leaves the v2 ad
+    /// alone.
     ///
     /// # Errors
     /// 400 `enc_pub and sig required`; 401 `bad enc-key signature`; 503 store failure.
@@ -57,7 +58,8 @@ impl Relay {
     /// the ad replaces the caller's stored v2 ad (last valid write wins). Leaves the v1 pair alone.
     ///
     /// # Errors
-    /// 400 `enc-key ad refused: <reason>` (nothing stored); 503 store failure.
+    /// 400 `enc-key ad refused: <reason>` (nothing stored); 401 `bad relay hop` when the key was
+    /// revoked before the commit; 503 store failure.
     pub async fn put_enc_ad_v2(&self, caller: &Caller, body: &Value) -> Reply {
         let now = self.now_ms();
         let owner = AdOwner {
@@ -72,7 +74,10 @@ impl Relay {
             sig: ad.sig,
             at_ms: now,
         };
-        self.write(self.store.put_enc_ad_v2(ad)).await?;
+        if !self.write(self.store.put_enc_ad_v2(ad)).await? {
+            // Revoked by a rotation since the hop was checked: as if the hop had come later.
+            return Err(RelayError::bad_hop());
+        }
         Ok(json!({ "ok": true }))
     }
 
@@ -80,12 +85,13 @@ impl Relay {
     /// answer of a live key's ads (see [`fetch_answer`]).
     ///
     /// # Errors
-    /// 404 `unknown host` when no live key is found (or the name is ambiguous) or it has neither
-    /// ad; 400 with neither query; 503 store failure.
+    /// 404 `unknown host` (the only fetch error PROTOCOL.md names) when there is nothing to look
+    /// up, no live key is found, the name is ambiguous, or the key has neither ad; 503 store
+    /// failure.
     pub fn get_enc_ad(&self, caller: &Caller, lookup: Option<EncLookup<'_>>) -> Reply {
         let unknown = || RelayError::not_found("unknown host");
         let enrolment = match lookup {
-            None => return Err(RelayError::bad_request("pubkey or host required")),
+            None => return Err(unknown()),
             Some(EncLookup::Key(k)) => {
                 let pk = parse_pubkey(k).ok_or_else(unknown)?;
                 self.store
@@ -203,7 +209,7 @@ fn you_enc_ad(ads: &EncAds) -> Value {
 
 /// A stored v2 ad as served: the record as a JSON value, its reported fields and its signature.
 /// A record that does not read back (never written by this relay) counts as absent.
-fn stored_ad(ad: &EncAdV2) -> Option<(Value, crate::wire::enc_ad::AdSummary, &str)> {
+fn stored_ad(ad: &EncAdV2) -> Option<(Value, AdSummary, &str)> {
     let text = std::str::from_utf8(&ad.record).ok()?;
     let (value, summary) = summarize(text)?;
     Some((value, summary, ad.sig.as_str()))

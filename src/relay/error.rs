@@ -3,6 +3,9 @@
 
 use serde_json::{json, Value};
 
+/// The one answer text of a store failure (503): fixed, so no internal detail reaches clients.
+pub const STORE_UNAVAILABLE: &str = "store unavailable, retry later";
+
 /// The status classes the protocol answers with (no HTTP types here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -57,6 +60,10 @@ impl RelayError {
             "rate limit exceeded, retry in a minute",
         )
     }
+    /// A store failure: the fixed [`STORE_UNAVAILABLE`] text (the cause goes to the log only).
+    pub fn store_unavailable() -> Self {
+        Self::unavailable(STORE_UNAVAILABLE)
+    }
     /// The error message, for logs (never contains wire bytes or keys).
     pub fn message(&self) -> &str {
         self.body.get("error").and_then(Value::as_str).unwrap_or("")
@@ -64,10 +71,11 @@ impl RelayError {
 }
 
 impl From<relay_keyspace::StoreError> for RelayError {
-    /// Store failures are never a success: 503 with the cause (store errors carry no key material).
+    /// Store failures are never a success: 503 with a fixed text. The cause (paths, engine
+    /// messages, errno) is logged, never answered: `/health` and every route reach this.
     fn from(e: relay_keyspace::StoreError) -> Self {
         tracing::error!(error = %e, "store operation failed");
-        Self::unavailable(format!("store unavailable: {e}"))
+        Self::store_unavailable()
     }
 }
 
@@ -81,3 +89,19 @@ impl std::error::Error for RelayError {}
 
 /// Shorthand for relay results whose success is a JSON body.
 pub type Reply = Result<Value, RelayError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_failure_answers_a_fixed_text_without_its_cause() {
+        let cause = relay_keyspace::StoreError::Io {
+            context: "writing /secret/path/db/journal".into(),
+            source: std::io::Error::other("No space left on device"),
+        };
+        let e = RelayError::from(cause);
+        assert_eq!(e.status, Status::Unavailable);
+        assert_eq!(e.body, json!({ "error": STORE_UNAVAILABLE }));
+    }
+}

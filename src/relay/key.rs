@@ -1,10 +1,12 @@
 //! The relay's own Ed25519 key (PROTOCOL.md §6): from `MBX_RELAY_KEY`, else `relay.key` in the
-//! store directory, else generated and written there atomically with mode 0600.
+//! store directory (refused when other users can reach it), else generated and written there
+//! atomically with mode 0600.
 //! No error or log line here ever contains key material: keys are named by fingerprint.
 
 use std::io::Write as _;
 use std::path::Path;
 
+use crate::private::{create_exclusive, require_private, Kind};
 use crate::wire::keys::{fingerprint, SigningKey};
 
 /// The file name of the relay key inside the store directory.
@@ -24,7 +26,9 @@ pub enum KeySource {
 /// else a new key is generated and written to `dir/relay.key` (0600, atomic rename).
 ///
 /// # Errors
-/// A message naming the source that failed (never the key itself).
+/// A message naming the source that failed (never the key itself); a `relay.key` that group or
+/// other users may access is refused with the `chmod` that fixes it (the key may have leaked:
+/// the operator decides).
 pub fn load_or_create(
     dir: &Path,
     env_value: Option<&str>,
@@ -35,6 +39,11 @@ pub fn load_or_create(
         return Ok((key, KeySource::Env));
     }
     let path = dir.join(KEY_FILE);
+    match std::fs::metadata(&path) {
+        Ok(_) => require_private(&path, Kind::File, "relay key file")?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    }
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let key = SigningKey::from_key_file(text.trim())
@@ -50,20 +59,14 @@ pub fn load_or_create(
     }
 }
 
-/// Write `dir/relay.key` (the base64 seed) with mode 0600: temp file, fsync, rename, fsync dir.
+/// Write `dir/relay.key` (the base64 seed) with mode 0600: a new temp file (exclusive create, no
+/// link followed), fsync, rename, fsync dir.
 fn write_key_file(dir: &Path, key: &SigningKey) -> Result<(), String> {
     let tmp = dir.join(format!("{KEY_FILE}.tmp.{}", std::process::id()));
     let path = dir.join(KEY_FILE);
     let io = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", path.display());
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(&tmp).map_err(|e| io("create", e))?;
-    #[cfg(unix)]
+    let mut f =
+        create_exclusive(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     {
         use std::os::unix::fs::PermissionsExt as _;
         f.set_permissions(std::fs::Permissions::from_mode(0o600))

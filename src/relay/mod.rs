@@ -32,11 +32,12 @@ use relay_keyspace::{Clock, Key32, Store};
 use crate::wire::keys::SigningKey;
 pub use config::Limits;
 pub use error::{RelayError, Reply, Status};
-pub use hop::{Caller, HopHeaders};
+pub use hop::{Caller, HopCheck, HopHeaders};
 
 /// Most sender keys whose push windows are tracked at once (rate table cap).
 const SENDER_RATE_CAP: usize = 200_000;
-/// Most client addresses whose enrolment windows are tracked at once (rate table cap).
+/// Most client addresses (and, apiece, IPv4 /24s and IPv6 /48s) whose enrolment windows are
+/// tracked at once (rate table cap).
 const ADDRESS_RATE_CAP: usize = 100_000;
 
 /// The relay: the store, its key, limits and the bounded in-memory tables.
@@ -49,7 +50,7 @@ pub struct Relay {
     clock: Arc<dyn Clock>,
     epoch: RwLock<String>,
     challenges: challenge::Challenges,
-    address_rate: rate::RateTable<rate::AddrKey>,
+    address_rate: rate::NestedWindows,
     sender_rate: rate::RateTable<Key32>,
     /// Who may enrol (spec §8); [`authority::HostKeyChallenge`] unless set otherwise.
     authority: Arc<dyn authority::EnrolmentAuthority>,
@@ -77,7 +78,7 @@ impl Relay {
                 limits.max_challenges,
                 config::CHALLENGE_LIFETIME.as_millis() as u64,
             ),
-            address_rate: rate::RateTable::new(limits.enrol_per_minute, ADDRESS_RATE_CAP),
+            address_rate: rate::NestedWindows::new(limits.enrol_windows(), ADDRESS_RATE_CAP),
             sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),
             authority: Arc::new(authority::HostKeyChallenge),
             limits,
@@ -117,11 +118,12 @@ impl Relay {
         self.clock.now_ms()
     }
 
-    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address (keyed by
-    /// [`rate::address_key`]: IPv6 by /64).
+    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address in its
+    /// nested windows ([`rate::NestedWindows`]: the address, IPv6 by /64, and its IPv4 /24 or
+    /// IPv6 /48).
     ///
     /// # Errors
-    /// 429 when the address used its calls for this minute.
+    /// 429 when one of those windows is used up for this minute (then nothing is counted).
     pub fn check_address_rate(&self, addr: &str) -> Result<(), RelayError> {
         if self.address_rate.hit_addr(addr, self.now_ms()) {
             Ok(())
@@ -169,14 +171,4 @@ fn expect_object(
 pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, RelayError> {
     serde_json::from_slice(body)
         .map_err(|e| RelayError::bad_request(format!("malformed JSON: {e}")))
-}
-
-/// A string field of an object, or 400 naming it.
-fn str_field<'a>(
-    obj: &'a serde_json::Map<String, serde_json::Value>,
-    name: &str,
-) -> Result<&'a str, RelayError> {
-    obj.get(name)
-        .and_then(serde_json::Value::as_str)
-        .ok_or_else(|| RelayError::bad_request(format!("bad {name}")))
 }

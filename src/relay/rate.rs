@@ -5,6 +5,10 @@
 //! end site usually holds a whole /64, so per-address windows there would be free to multiply;
 //! a site's whole /48 is 65,536 keys, fewer than the relay's 100,000-address tables hold).
 //!
+//! [`NestedWindows`] adds the network around an address (IPv4 /24, IPv6 /48) as windows of
+//! their own, for the enrolment-class calls: a site holding a whole /48 gets the /48's limit,
+//! not 65,536 times the /64's.
+//!
 //! When the table is full, expired windows go first and then the oldest live window is evicted,
 //! so a new client is always served; memory stays bounded by the cap. See [`RateTable`] for what
 //! eviction costs.
@@ -38,9 +42,16 @@ pub fn address_key(addr: &str) -> AddrKey {
         .parse::<IpAddr>()
         .or_else(|_| addr.parse::<SocketAddr>().map(|s| s.ip()));
     match ip {
-        Ok(IpAddr::V4(v4)) => AddrKey::V4(u32::from(v4)),
-        Ok(IpAddr::V6(v6)) => v6_key(v6),
+        Ok(ip) => ip_key(ip),
         Err(_) => AddrKey::Other(addr.into()),
+    }
+}
+
+/// The window key of an IP address (as [`address_key`] gives it for the address's text).
+pub fn ip_key(ip: IpAddr) -> AddrKey {
+    match ip {
+        IpAddr::V4(v4) => AddrKey::V4(u32::from(v4)),
+        IpAddr::V6(v6) => v6_key(v6),
     }
 }
 
@@ -103,38 +114,21 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
 
     /// Count one hit for `key` at `now_ms`; false when the key is over its limit this minute.
     pub fn hit(&self, key: &K, now_ms: u64) -> bool {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        inner.expire(now_ms, EXPIRE_STEP);
-        if let Some(w) = inner.windows.get_mut(key) {
-            let restarted = expired(w.start, now_ms);
-            if restarted {
-                w.start = now_ms;
-                w.count = 0;
-            }
-            let allowed = w.count < self.limit;
-            if allowed {
-                w.count += 1;
-            }
-            if restarted {
-                inner.order.push_back((key.clone(), now_ms));
-                inner.compact_if_bloated(self.cap);
-            }
-            return allowed;
+        let mut inner = self.lock();
+        let room = inner.prepare(key, now_ms, self.limit, self.cap);
+        if room {
+            inner.count(key);
         }
-        if inner.windows.len() >= self.cap {
-            inner.evict_oldest(now_ms);
-        }
-        inner.windows.insert(
-            key.clone(),
-            Window {
-                start: now_ms,
-                count: 1,
-            },
-        );
-        inner.order.push_back((key.clone(), now_ms));
-        inner.compact_if_bloated(self.cap);
-        true
+        room
+    }
+
+    /// True when `key` has used up its window at `now_ms`; counts nothing (to refuse before
+    /// doing the work whose failure [`RateTable::hit`] would count).
+    pub fn exhausted(&self, key: &K, now_ms: u64) -> bool {
+        self.lock()
+            .windows
+            .get(key)
+            .is_some_and(|w| !expired(w.start, now_ms) && w.count >= self.limit)
     }
 
     /// Keys currently held (for metrics and tests).
@@ -164,6 +158,80 @@ impl RateTable<AddrKey> {
     }
 }
 
+/// Per-minute limits of the nested client-address windows (see [`NestedWindows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NestedLimits {
+    /// Per IPv4 address and per IPv6 /64 (the [`address_key`] of the client).
+    pub address: u32,
+    /// Per IPv4 /24.
+    pub v4_24: u32,
+    /// Per IPv6 /48.
+    pub v6_48: u32,
+}
+
+/// One-minute windows over a client address and the network around it: an IPv4 address and its
+/// /24, an IPv6 /64 and its /48. A hit is admitted only when every window containing the
+/// address has room, and then counts in all of them; so one site cannot multiply its share by
+/// spreading over the 65,536 /64s of its /48 (or the 256 addresses of a /24). Each level is a
+/// [`RateTable`] of its own, hard-capped at `cap` keys.
+pub struct NestedWindows {
+    address: RateTable<AddrKey>,
+    v4_24: RateTable<AddrKey>,
+    v6_48: RateTable<AddrKey>,
+}
+
+impl NestedWindows {
+    /// Windows with these limits, each table holding at most `cap` keys.
+    pub fn new(limits: NestedLimits, cap: usize) -> Self {
+        NestedWindows {
+            address: RateTable::new(limits.address, cap),
+            v4_24: RateTable::new(limits.v4_24, cap),
+            v6_48: RateTable::new(limits.v6_48, cap),
+        }
+    }
+
+    /// Count one hit for a client address in all its windows; false (counted nowhere) when one
+    /// of them is full this minute. A non-IP address has only its own window.
+    pub fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
+        let key = address_key(addr);
+        match &key {
+            AddrKey::V4(a) => {
+                let net = AddrKey::V4(a & 0xffff_ff00);
+                hit_all(&[(&self.address, &key), (&self.v4_24, &net)], now_ms)
+            }
+            AddrKey::V6(p) => {
+                let net = AddrKey::V6(p & 0xffff_ffff_ffff_0000);
+                hit_all(&[(&self.address, &key), (&self.v6_48, &net)], now_ms)
+            }
+            AddrKey::Other(_) => self.address.hit(&key, now_ms),
+        }
+    }
+
+    /// Keys held per level: address, IPv4 /24, IPv6 /48 (for tests).
+    pub fn lens(&self) -> [usize; 3] {
+        [self.address.len(), self.v4_24.len(), self.v6_48.len()]
+    }
+}
+
+/// Count one hit in every `(table, key)` window, or in none: true (and counted everywhere) only
+/// when each window has room this minute. The tables are locked in the order given, so callers
+/// must always pass them in one fixed order (a nesting, outermost last) and never one table
+/// twice; a refused hit counts nowhere, so it never uses up another window's room.
+fn hit_all<K: Hash + Eq + Clone>(windows: &[(&RateTable<K>, &K)], now_ms: u64) -> bool {
+    let mut guards: Vec<_> = windows.iter().map(|(t, _)| t.lock()).collect();
+    let mut room = true;
+    for (g, (t, key)) in guards.iter_mut().zip(windows) {
+        // Every window is made current (even after a refusal) so each table's order stays sound.
+        room &= g.prepare(key, now_ms, t.limit, t.cap);
+    }
+    if room {
+        for (g, (_, key)) in guards.iter_mut().zip(windows) {
+            g.count(key);
+        }
+    }
+    room
+}
+
 /// True when a window started at `start` is over at `now_ms` (a clock that went back leaves it
 /// running).
 fn expired(start: u64, now_ms: u64) -> bool {
@@ -171,6 +239,42 @@ fn expired(start: u64, now_ms: u64) -> bool {
 }
 
 impl<K: Hash + Eq + Clone> Inner<K> {
+    /// Make `key`'s window current at `now_ms` (restart a finished one; start an empty one,
+    /// evicting the oldest when the table holds `cap` keys) and say whether it has room for one
+    /// more hit under `limit`. Counts nothing.
+    fn prepare(&mut self, key: &K, now_ms: u64, limit: u32, cap: usize) -> bool {
+        self.expire(now_ms, EXPIRE_STEP);
+        if let Some(w) = self.windows.get_mut(key) {
+            if expired(w.start, now_ms) {
+                w.start = now_ms;
+                w.count = 0;
+                self.order.push_back((key.clone(), now_ms));
+                self.compact_if_bloated(cap);
+            }
+        } else {
+            if self.windows.len() >= cap {
+                self.evict_oldest(now_ms);
+            }
+            self.windows.insert(
+                key.clone(),
+                Window {
+                    start: now_ms,
+                    count: 0,
+                },
+            );
+            self.order.push_back((key.clone(), now_ms));
+            self.compact_if_bloated(cap);
+        }
+        self.windows.get(key).is_some_and(|w| w.count < limit)
+    }
+
+    /// Count one hit in `key`'s window (made current by [`Inner::prepare`]).
+    fn count(&mut self, key: &K) {
+        if let Some(w) = self.windows.get_mut(key) {
+            w.count = w.count.saturating_add(1);
+        }
+    }
+
     /// True when `(key, start)` is the entry of a window still held.
     fn is_current(&self, key: &K, start: u64) -> bool {
         self.windows.get(key).is_some_and(|w| w.start == start)
@@ -240,6 +344,18 @@ mod tests {
         assert!(t.hit(&"a", 60_000));
         assert!(t.hit(&"a", 60_001));
         assert!(!t.hit(&"a", 60_002));
+    }
+
+    #[test]
+    fn exhausted_tells_without_counting() {
+        let t = RateTable::new(2, 10);
+        assert!(!t.exhausted(&"a", 0));
+        assert!(t.hit(&"a", 0));
+        assert!(!t.exhausted(&"a", 1));
+        assert!(t.hit(&"a", 1));
+        assert!(t.exhausted(&"a", 2));
+        assert!(t.exhausted(&"a", 2), "asking twice counts nothing");
+        assert!(!t.exhausted(&"a", 60_000), "a new minute");
     }
 
     #[test]
@@ -368,5 +484,108 @@ mod tests {
         );
         assert!(t.hit_addr("198.51.100.10", 0), "IPv4 by full address");
         assert_eq!(t.len(), 4);
+    }
+
+    fn nested(address: u32, v4_24: u32, v6_48: u32) -> NestedWindows {
+        NestedWindows::new(
+            NestedLimits {
+                address,
+                v4_24,
+                v6_48,
+            },
+            1_000,
+        )
+    }
+
+    #[test]
+    fn the_64s_of_one_48_share_the_48_window() {
+        let w = nested(2, 100, 5);
+        // Five different /64s of one /48: the fifth call fills the /48 window.
+        for i in 0..5 {
+            assert!(w.hit_addr(&format!("2001:db8:1:{i:x}::1"), 0), "/64 {i}");
+        }
+        assert!(!w.hit_addr("2001:db8:1:ff::1", 0), "a sixth /64 of the /48");
+        assert!(!w.hit_addr("2001:db8:1:0::2", 0), "a /64 with room left");
+        assert!(
+            w.hit_addr("2001:db8:2::1", 0),
+            "another /48 has its own window"
+        );
+        assert!(w.hit_addr("2001:db8:1:ff::1", 60_000), "a new minute");
+    }
+
+    #[test]
+    fn the_addresses_of_one_24_share_the_24_window() {
+        let w = nested(2, 3, 100);
+        for i in 1..=3 {
+            assert!(w.hit_addr(&format!("198.51.100.{i}"), 0), "address {i}");
+        }
+        assert!(
+            !w.hit_addr("198.51.100.200", 0),
+            "a fourth address of the /24"
+        );
+        assert!(
+            !w.hit_addr("::ffff:198.51.100.9", 0),
+            "v4-mapped is in the /24"
+        );
+        assert!(w.hit_addr("198.51.101.1", 0), "another /24");
+    }
+
+    #[test]
+    fn the_inner_window_still_limits_one_address() {
+        let w = nested(2, 100, 100);
+        assert!(w.hit_addr("2001:db8:1:2::1", 0));
+        assert!(w.hit_addr("2001:db8:1:2::9", 0));
+        assert!(!w.hit_addr("2001:db8:1:2::3", 0), "same /64");
+        assert!(w.hit_addr("2001:db8:1:3::1", 0), "next /64, same /48");
+        assert!(w.hit_addr("203.0.113.1", 0));
+        assert!(w.hit_addr("203.0.113.1", 0));
+        assert!(!w.hit_addr("203.0.113.1", 0), "IPv4 address");
+        assert!(w.hit_addr("203.0.113.2", 0), "next address, same /24");
+        assert!(
+            w.hit_addr("not an ip", 0),
+            "non-IP keys have their own window"
+        );
+        assert!(w.hit_addr("not an ip", 0));
+        assert!(!w.hit_addr("not an ip", 0));
+    }
+
+    #[test]
+    fn a_refused_hit_counts_in_no_window() {
+        let w = nested(1, 2, 2);
+        // One address at its own limit, hammering: its refusals do not use up the /24.
+        assert!(w.hit_addr("192.0.2.1", 0));
+        for _ in 0..10 {
+            assert!(!w.hit_addr("192.0.2.1", 0));
+        }
+        assert!(w.hit_addr("192.0.2.2", 0), "the /24 had room for one more");
+        // Likewise for a /64 inside its /48.
+        let w = nested(1, 100, 2);
+        assert!(w.hit_addr("2001:db8:5:1::1", 0));
+        for _ in 0..10 {
+            assert!(!w.hit_addr("2001:db8:5:1::1", 0));
+        }
+        assert!(
+            w.hit_addr("2001:db8:5:2::1", 0),
+            "the /48 had room for one more"
+        );
+        assert!(!w.hit_addr("2001:db8:5:3::1", 0), "and now it is full");
+    }
+
+    #[test]
+    fn nested_tables_stay_bounded() {
+        let w = NestedWindows::new(
+            NestedLimits {
+                address: 1,
+                v4_24: 1,
+                v6_48: 1,
+            },
+            50,
+        );
+        for i in 0..10_000u32 {
+            let v4 = std::net::Ipv4Addr::from(i.wrapping_mul(2_654_435_761));
+            w.hit_addr(&v4.to_string(), 0);
+            w.hit_addr(&format!("2001:{:x}:{:x}::1", i >> 16, i & 0xffff), 0);
+            assert!(w.lens().iter().all(|n| *n <= 50), "{:?}", w.lens());
+        }
     }
 }

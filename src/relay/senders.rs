@@ -4,21 +4,30 @@
 use relay_keyspace::{Key32, SenderList, SenderListOutcome};
 use serde_json::{json, Value};
 
-use super::{Relay, RelayError, Reply};
+use super::{Caller, Relay, RelayError, Reply};
 use crate::wire::records::{parse_sender_list, RecordError};
 
+/// PROTOCOL.md §3 texts, as the reference sends them.
+const BAD_LIST: &str = "bad sender list";
+const FUTURE_IAT: &str = "sender list iat is in the future";
+const NOT_SIGNED: &str = "sender list is not signed by the target";
+const NOT_NEWER: &str = "a newer sender list is already stored";
+
 impl Relay {
-    /// `POST /v2/relay/senders {"list","sig"}` (the caller is authenticated by its hop).
+    /// `POST /v2/relay/senders {"list","sig"}`: the caller (authenticated by its hop) stores
+    /// its own allowlist; a list naming any other `host_pubkey` is refused, signed or not.
     ///
     /// # Errors
-    /// 400 malformed or future `iat`; 401 bad signature; 409 an equal or newer list is stored.
-    pub async fn put_sender_list(&self, body: &Value) -> Reply {
-        let (rec, sig) = parse_sender_list(body, self.now_ms()).map_err(|e| match e {
-            RecordError::Malformed(why) => {
-                RelayError::bad_request(format!("bad sender list: {why}"))
+    /// 400 malformed, another key's, over 64 KiB canonical, or future `iat`; 401 bad signature;
+    /// 409 an equal or newer list is stored.
+    pub async fn put_sender_list(&self, caller: &Caller, body: &Value) -> Reply {
+        let (rec, sig) = parse_sender_list(body, self.now_ms(), &caller.key).map_err(|e| {
+            tracing::debug!(why = %e, "sender list refused");
+            match e {
+                RecordError::Malformed(_) => RelayError::bad_request(BAD_LIST),
+                RecordError::FutureIat => RelayError::bad_request(FUTURE_IAT),
+                RecordError::BadSignature => RelayError::unauthorized(NOT_SIGNED),
             }
-            RecordError::FutureIat => RelayError::bad_request("sender list iat is in the future"),
-            RecordError::BadSignature => RelayError::unauthorized("bad signature"),
         })?;
         let list = SenderList {
             target: rec.host_pubkey,
@@ -29,9 +38,7 @@ impl Relay {
         };
         match self.write(self.store.put_sender_list(list)).await? {
             SenderListOutcome::Stored => Ok(json!({ "ok": true })),
-            SenderListOutcome::NotNewer => Err(RelayError::conflict(
-                "an equal or newer sender list is stored",
-            )),
+            SenderListOutcome::NotNewer => Err(RelayError::conflict(NOT_NEWER)),
         }
     }
 

@@ -123,24 +123,30 @@ pub fn write_escaped(out: &mut String, s: &str) {
             if !needs_escape(b) {
                 continue;
             }
+            // Escaped bytes are ASCII, so `j` is always a char boundary.
             out.push_str(&s[start..j]);
-            match b {
-                b'"' => out.push_str("\\\""),
-                b'\\' => out.push_str("\\\\"),
-                0x08 => out.push_str("\\b"),
-                0x0c => out.push_str("\\f"),
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                _ => {
-                    let _ = write!(out, "\\u{b:04x}");
-                }
-            }
+            out.push_str(escape_of(b));
             start = j + 1;
         }
         i = end;
     }
     out.push_str(&s[start..]);
+}
+
+/// The `JSON.stringify` escape of a byte that [`needs_escape`]: `\"`, `\\`, the five short
+/// control escapes, else lowercase `\u00xx`.
+fn escape_of(b: u8) -> &'static str {
+    const CONTROL: [&str; 32] = [
+        "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007",
+        "\\b", "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011",
+        "\\u0012", "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018", "\\u0019",
+        "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+    ];
+    match b {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        _ => CONTROL.get(usize::from(b)).copied().unwrap_or(""),
+    }
 }
 
 /// Splits Rust's `{:e}` text (`d[.ddd]e[-]N`) into its digit string and decimal exponent.

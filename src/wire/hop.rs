@@ -5,33 +5,65 @@
 //! exact request body text (`""` for a GET).
 
 use super::canonical::{write_escaped, write_string};
-use super::keys::{verify_with, verifying_key, SigningKey, VerifyingKey};
+use super::keys::{verify_stream_with, verifying_key, SigningKey, VerifyingKey};
 
 /// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
 pub const HOP_SKEW_MS: i64 = 300_000;
 
 /// The canonical text a hop signature covers: canonical JSON of
-/// `{"body": M:P:TS:BODY, "method": M, "path": P, "ts": TS}`, written straight into one buffer
-/// (keys already in canonical order) because the body can be a whole 100-item batch.
+/// `{"body": M:P:TS:BODY, "method": M, "path": P, "ts": TS}` (see [`feed_hop_payload`]).
 pub fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
     let fields = method.len() + path.len() + ts.len();
     // Room for the body plus a little escaping; a body full of quotes grows the buffer once more.
     let mut out = String::with_capacity(body.len() + body.len() / 16 + 2 * fields + 64);
-    out.push_str("{\"body\":\"");
-    for (i, part) in [method, path, ts, body].into_iter().enumerate() {
-        if i > 0 {
-            out.push(':');
-        }
-        write_escaped(&mut out, part);
-    }
-    out.push_str("\",\"method\":");
-    write_string(&mut out, method);
-    out.push_str(",\"path\":");
-    write_string(&mut out, path);
-    out.push_str(",\"ts\":");
-    write_string(&mut out, ts);
-    out.push('}');
+    feed_hop_payload(method, path, ts, body, |piece| out.push_str(piece));
     out
+}
+
+/// Body bytes escaped at a time by [`feed_hop_payload`] (at most six times this once escaped).
+const FEED_CHUNK: usize = 16 * 1024;
+
+/// Hands the text of [`hop_payload`] to `emit` in pieces, keys already in canonical order, so a
+/// verifier can hash it as a stream: the body (a whole batch, up to 8 MiB) is escaped
+/// [`FEED_CHUNK`] bytes at a time into one small buffer, never copied whole.
+pub fn feed_hop_payload(
+    method: &str,
+    path: &str,
+    ts: &str,
+    body: &str,
+    mut emit: impl FnMut(&str),
+) {
+    let fields = method.len() + path.len() + ts.len();
+    // Room for a chunk and a little escaping (a chunk full of escapes grows it once).
+    let chunk = body.len().min(FEED_CHUNK);
+    let mut buf = String::with_capacity(chunk + chunk / 8 + 2 * fields + 64);
+    buf.push_str("{\"body\":\"");
+    for part in [method, path, ts] {
+        write_escaped(&mut buf, part);
+        buf.push(':');
+    }
+    let mut rest = body;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(FEED_CHUNK);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, tail) = rest.split_at(end);
+        write_escaped(&mut buf, piece);
+        emit(&buf);
+        buf.clear();
+        rest = tail;
+    }
+    for (key, value) in [
+        ("\",\"method\":", method),
+        (",\"path\":", path),
+        (",\"ts\":", ts),
+    ] {
+        buf.push_str(key);
+        write_string(&mut buf, value);
+    }
+    buf.push('}');
+    emit(&buf);
 }
 
 /// The base64 `x-mbx-sig` for a request.
@@ -51,7 +83,8 @@ pub fn verify_hop(
     verifying_key(pk).is_some_and(|k| verify_hop_with(&k, method, path, ts, body, sig_b64))
 }
 
-/// [`verify_hop`] with an already decoded key (the relay memoises key decoding).
+/// [`verify_hop`] with an already decoded key (the relay memoises key decoding). The payload is
+/// hashed as it is escaped: memory stays the body's own, whatever the body holds.
 pub fn verify_hop_with(
     key: &VerifyingKey,
     method: &str,
@@ -60,7 +93,9 @@ pub fn verify_hop_with(
     body: &str,
     sig_b64: &str,
 ) -> bool {
-    verify_with(key, hop_payload(method, path, ts, body).as_bytes(), sig_b64)
+    verify_stream_with(key, sig_b64, |update| {
+        feed_hop_payload(method, path, ts, body, |piece| update(piece.as_bytes()));
+    })
 }
 
 /// Whether `ts` is a decimal millisecond timestamp (1..=16 ASCII digits) within

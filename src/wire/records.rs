@@ -6,7 +6,7 @@
 //! Error texts name the failed field, never key material.
 
 use super::canonical::{canonical_bytes, canonical_json};
-use super::keys::{parse_pubkey, verify_canonical, SigningKey};
+use super::keys::{parse_pubkey, verify, verify_canonical, SigningKey};
 use super::names::is_host_name;
 use super::time::{iso_ms, parse_iso_strict};
 use serde_json::{json, Map, Value};
@@ -15,6 +15,8 @@ use serde_json::{json, Map, Value};
 pub const MAX_SENDERS: usize = 1024;
 /// How far ahead of the relay clock a sender list's `iat` may be.
 pub const MAX_IAT_AHEAD_MS: u64 = 300_000;
+/// Largest canonical(list) the relay stores (PROTOCOL.md §3; a list of 1,024 keys is ~47 KB).
+pub const MAX_SENDER_LIST_BYTES: usize = 65_536;
 
 /// Why a signed record was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +60,7 @@ pub fn enc_ad_statement(host: &str, enc_pub: &str) -> Value {
 pub struct SenderListRecord {
     /// The target host that signed the list.
     pub host_pubkey: [u8; 32],
-    /// The accepted sender keys, in the order given.
+    /// The accepted sender keys, in the order given (a repeated key once).
     pub senders: Vec<[u8; 32]>,
     /// `iat` in milliseconds since the epoch.
     pub iat_ms: u64,
@@ -98,12 +100,16 @@ fn iat_field(o: &Map<String, Value>, what: &str) -> Result<u64, RecordError> {
 }
 
 /// Parses and verifies `{"list":{"v":1,"type":"relay-senders","host_pubkey","senders","iat"},"sig"}`
-/// signed by `host_pubkey`. Checks, in order: shape (Malformed; more than [`MAX_SENDERS`] keys or
-/// any invalid key is Malformed), `iat` no more than [`MAX_IAT_AHEAD_MS`] past `now_ms`
-/// (FutureIat), signature (BadSignature). Returns the record and its signature.
+/// posted by `caller` and signed by `host_pubkey`. Checks, in order: shape (Malformed; more
+/// than [`MAX_SENDERS`] keys or any invalid key is Malformed), `host_pubkey` is `caller`
+/// (Malformed: a host stores only its own list), canonical(list) at most
+/// [`MAX_SENDER_LIST_BYTES`] (Malformed), `iat` no more than [`MAX_IAT_AHEAD_MS`] past `now_ms`
+/// (FutureIat), signature (BadSignature). Returns the record (senders without repeats, in
+/// first-seen order) and its signature.
 pub fn parse_sender_list(
     body: &Value,
     now_ms: u64,
+    caller: &[u8; 32],
 ) -> Result<(SenderListRecord, String), RecordError> {
     let outer = object(Some(body), "body")?;
     let list_value = outer.get("list");
@@ -123,24 +129,38 @@ pub fn parse_sender_list(
             "list.senders has more than {MAX_SENDERS} keys"
         )));
     }
-    let senders = entries
-        .iter()
-        .map(|s| s.as_str().and_then(parse_pubkey))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| malformed("list.senders holds an invalid key"))?;
+    let mut senders = Vec::with_capacity(entries.len());
+    for e in entries {
+        let s = e
+            .as_str()
+            .and_then(parse_pubkey)
+            .ok_or_else(|| malformed("list.senders holds an invalid key"))?;
+        if !senders.contains(&s) {
+            senders.push(s);
+        }
+    }
     let iat_ms = iat_field(list, "list")?;
+    if host_pubkey != *caller {
+        return Err(malformed("list.host_pubkey is not the caller's key"));
+    }
+    let list_value = list_value.ok_or_else(|| malformed("list is not an object"))?;
+    let canonical = canonical_json(list_value);
+    if canonical.len() > MAX_SENDER_LIST_BYTES {
+        return Err(RecordError::Malformed(format!(
+            "canonical list over {MAX_SENDER_LIST_BYTES} bytes"
+        )));
+    }
     if iat_ms > now_ms.saturating_add(MAX_IAT_AHEAD_MS) {
         return Err(RecordError::FutureIat);
     }
-    let list_value = list_value.ok_or_else(|| malformed("list is not an object"))?;
-    if !verify_canonical(&host_pubkey, list_value, sig) {
+    if !verify(&host_pubkey, canonical.as_bytes(), sig) {
         return Err(RecordError::BadSignature);
     }
     let record = SenderListRecord {
         host_pubkey,
         senders,
         iat_ms,
-        canonical: canonical_json(list_value),
+        canonical,
     };
     Ok((record, sig.to_string()))
 }
@@ -251,7 +271,7 @@ mod tests {
     }
 
     fn sender_err(body: &Value) -> RecordError {
-        match parse_sender_list(body, NOW) {
+        match parse_sender_list(body, NOW, &host().public()) {
             Ok(_) => panic!("expected an error for {body}"),
             Err(e) => e,
         }
@@ -261,19 +281,19 @@ mod tests {
     fn sender_list_ok() {
         let s = b64(&[2u8; 32]);
         let body = signed(list_with(json!([s]), "2026-11-29T14:05:00.000Z"));
-        let (rec, sig) = parse_sender_list(&body, NOW).expect("valid list");
+        let (rec, sig) = parse_sender_list(&body, NOW, &host().public()).expect("valid list");
         assert_eq!(rec.host_pubkey, host().public());
         assert_eq!(rec.senders, vec![[2u8; 32]]);
         assert_eq!(rec.iat_ms, NOW + 300_000);
         assert_eq!(rec.canonical, canonical_json(&body["list"]));
         assert_eq!(sig, body["sig"].as_str().unwrap_or_default());
         let empty = signed(list_with(json!([]), "2026-11-29T14:00:00.000Z"));
-        assert!(parse_sender_list(&empty, NOW).is_ok());
+        assert!(parse_sender_list(&empty, NOW, &host().public()).is_ok());
         let full = signed(list_with(
             json!(vec![s.clone(); MAX_SENDERS]),
             "2026-11-29T14:00:00.000Z",
         ));
-        assert!(parse_sender_list(&full, NOW).is_ok());
+        assert!(parse_sender_list(&full, NOW, &host().public()).is_ok());
     }
 
     #[test]
@@ -322,6 +342,49 @@ mod tests {
         let mut body = signed(list_with(json!([s]), iat));
         body["sig"] = json!("not base64");
         assert_eq!(sender_err(&body), RecordError::BadSignature);
+    }
+
+    /// A host stores only its own list: one validly signed by another key is malformed for
+    /// this caller (and fine for its owner).
+    #[test]
+    fn sender_list_of_another_key_is_malformed_even_when_validly_signed() {
+        let other = SigningKey::from_seed(&[7u8; 32]);
+        let list = json!({"v": 1, "type": "relay-senders", "host_pubkey": other.public_b64(),
+            "senders": [b64(&[2u8; 32])], "iat": "2026-11-29T14:00:00.000Z"});
+        let body = json!({"list": list, "sig": other.sign_canonical(&list)});
+        assert!(parse_sender_list(&body, NOW, &other.public()).is_ok());
+        assert!(matches!(
+            parse_sender_list(&body, NOW, &host().public()),
+            Err(RecordError::Malformed(_))
+        ));
+    }
+
+    /// canonical(list) may be 65,536 bytes, not one more (extra signed fields count).
+    #[test]
+    fn sender_list_over_64_kib_canonical_is_malformed() {
+        let sized = |pad: usize| {
+            let mut l = list_with(json!([b64(&[2u8; 32])]), "2026-11-29T14:00:00.000Z");
+            l["pad"] = json!("");
+            let base = canonical_json(&l).len();
+            l["pad"] = json!("x".repeat(pad - base));
+            assert_eq!(canonical_json(&l).len(), pad);
+            signed(l)
+        };
+        assert!(parse_sender_list(&sized(MAX_SENDER_LIST_BYTES), NOW, &host().public()).is_ok());
+        assert!(matches!(
+            sender_err(&sized(MAX_SENDER_LIST_BYTES + 1)),
+            RecordError::Malformed(_)
+        ));
+    }
+
+    /// A key listed twice is kept once, in first-seen order; the canonical record is as signed.
+    #[test]
+    fn sender_list_repeats_are_kept_once() {
+        let (a, b) = (b64(&[2u8; 32]), b64(&[3u8; 32]));
+        let body = signed(list_with(json!([a, b, a, b]), "2026-11-29T14:00:00.000Z"));
+        let (rec, _) = parse_sender_list(&body, NOW, &host().public()).expect("valid list");
+        assert_eq!(rec.senders, vec![[2u8; 32], [3u8; 32]]);
+        assert_eq!(rec.canonical, canonical_json(&body["list"]));
     }
 
     fn rotation(old: &SigningKey, new: &SigningKey) -> Value {

@@ -171,8 +171,8 @@ fn random_values_never_panic_and_canonical_is_stable() {
         let _ = envelope_recipient_hosts(&v);
         let _ = receipt_record_valid(&v);
         let _ = receipt_item_id(&v);
-        let _ = parse_sender_list(&v, u64::MAX);
-        let _ = parse_sender_list(&json!({"list": v, "sig": "x"}), 0);
+        let _ = parse_sender_list(&v, u64::MAX, &[0u8; 32]);
+        let _ = parse_sender_list(&json!({"list": v, "sig": "x"}), 0, &[0u8; 32]);
         let _ = parse_rotation(&json!({"rotation": {"rec": v, "old_sig": "a", "new_sig": "b"}}));
     }
 }

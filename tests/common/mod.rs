@@ -54,6 +54,10 @@ pub const GENEROUS: &[&str] = &[
     "1000000",
     "--enrol-per-minute",
     "1000000",
+    "--enrol-per-minute-v4-24",
+    "1000000",
+    "--enrol-per-minute-v6-48",
+    "1000000",
 ];
 
 /// Milliseconds since the Unix epoch, now.

@@ -106,6 +106,10 @@ impl RelayProc {
                 "1000000",
                 "--enrol-per-minute",
                 "1000000",
+                "--enrol-per-minute-v4-24",
+                "1000000",
+                "--enrol-per-minute-v6-48",
+                "1000000",
             ])
             .args(&self.args)
             .env_remove("MBX_FAILPOINT")

@@ -1,10 +1,11 @@
 //! File-system steps that must be crash-safe: write-then-rename with fsyncs, directory checks,
 //! key file copies (0600) and UTC stamps for directory names.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use mbx_relay::private::create_exclusive;
 
 use crate::fail::{Code, Failure};
 
@@ -55,16 +56,23 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
-    /// Create (or truncate) `dest.tmp`, mode 0600.
+    /// Create `dest.tmp`, mode 0600, only if nothing is at that path (no existing file is
+    /// truncated and no link followed: the destination may be in a directory others can write).
     pub fn create(dest: &Path) -> Result<AtomicFile, Failure> {
         let tmp = with_suffix(dest, ".tmp");
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| Failure::io("cannot create", &tmp, &e))?;
+        let file = create_exclusive(&tmp).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Failure::new(
+                    Code::Store,
+                    format!(
+                        "cannot create {}: something is already there (left by an interrupted run? remove it if so)",
+                        tmp.display()
+                    ),
+                )
+            } else {
+                Failure::io("cannot create", &tmp, &e)
+            }
+        })?;
         Ok(AtomicFile {
             tmp,
             dest: dest.to_path_buf(),
@@ -130,12 +138,7 @@ impl Drop for AtomicFile {
 /// Copy a key file to `dest` (which must not exist) with mode 0600, fsync'd.
 pub fn copy_key_file(src: &Path, dest: &Path) -> Result<(), Failure> {
     let bytes = std::fs::read(src).map_err(|e| Failure::io("cannot read", src, &e))?;
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dest)
-        .map_err(|e| Failure::io("cannot create", dest, &e))?;
+    let mut f = create_exclusive(dest).map_err(|e| Failure::io("cannot create", dest, &e))?;
     f.write_all(&bytes)
         .and_then(|()| f.sync_all())
         .map_err(|e| Failure::io("cannot write", dest, &e))
@@ -196,5 +199,17 @@ mod tests {
             0o600
         );
         assert!(copy_key_file(&src, &dest).is_err(), "never overwrites");
+    }
+
+    #[test]
+    fn a_planted_tmp_file_or_link_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out.bak");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, with_suffix(&dest, ".tmp")).unwrap();
+        let e = AtomicFile::create(&dest).err().expect("refused");
+        assert!(e.msg.contains("already there"), "{}", e.msg);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
     }
 }

@@ -114,7 +114,7 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         #[arg(long)]
         json: bool,
     },
-    /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, disk size.
+    /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, enc ads, disk size.
     #[command(after_help = EXIT_CODES)]
     Stats {
         /// The relay's store directory.
@@ -151,6 +151,17 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
     Bench(bench::BenchArgs),
 }
 
+impl Command {
+    /// True for commands that may create store files or backups (every command that opens a
+    /// store may make the engine write).
+    fn writes_files(&self) -> bool {
+        !matches!(
+            self,
+            Command::Verify { .. } | Command::Keygen | Command::Bench(_)
+        )
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -170,6 +181,10 @@ fn main() -> ExitCode {
 }
 
 fn run(command: Command) -> Result<(), Failure> {
+    if command.writes_files() {
+        // Store files (the engine creates its own) and backups are owner-only, whatever the umask.
+        mbx_relay::private::restrict_umask();
+    }
     match command {
         Command::Backup { store_dir, file } => backup::run(&store_dir, &file),
         Command::Restore {

@@ -7,6 +7,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -33,6 +34,7 @@ pub fn hold_lock(dir: &Path) -> Result<HeldLock, Failure> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(&path)
         .map_err(|e| Failure::io("cannot open lock file", &path, &e))?;
     // SAFETY: flock on a valid file descriptor we own; no memory is shared.

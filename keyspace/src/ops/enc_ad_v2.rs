@@ -5,17 +5,24 @@ use crate::codec;
 use crate::parts::Part;
 use crate::Store;
 
+use super::enrol;
+
 impl Store {
     /// Store a (verified) v2 enc ad, replacing the previous v2 ad of that key whatever its
     /// `iat` (senders guard against rollback themselves). The key's v1 pair is left alone.
-    pub fn put_enc_ad_v2(&self, ad: EncAdV2) -> Pending<()> {
+    /// Resolves to `false`, storing nothing, when the key is no longer enrolled and live at
+    /// commit time (a rotation revoked it after the caller was authenticated).
+    pub fn put_enc_ad_v2(&self, ad: EncAdV2) -> Pending<bool> {
         self.submit(move |tx| {
+            if enrol::live(tx, &ad.host_pubkey)?.is_none() {
+                return Ok(false);
+            }
             tx.put(
                 Part::EncAds,
                 &codec::enc_ad_v2_key(&ad.host_pubkey),
                 codec::enc(&ad),
             );
-            Ok(())
+            Ok(true)
         })
     }
 }

@@ -10,9 +10,9 @@ use crate::reader::{self, Reader};
 use crate::writer::Tx;
 use crate::Store;
 
-use super::{enrol, oplog, queue};
+use super::{enrol, lists, oplog, queue};
 
-/// Most sender lists a rotation rewrites (lists are capped per target; targets by enrolments).
+/// Most sender lists a rotation rewrites (one list per target; targets are bounded by enrolments).
 const MAX_LISTS: usize = 1_000_000;
 
 impl Store {
@@ -140,35 +140,28 @@ fn move_queue(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<u64> {
 }
 
 /// The old key's allowlist moves to the new key (unless the new key has a newer one); other
-/// lists swap old for new.
+/// lists swap old for new. The lists naming the old key are found through `sender_index`, so
+/// the cost follows how many lists name it, not how many lists are stored.
 fn move_lists(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<()> {
-    let swap = |list: &mut SenderList| -> bool {
+    for target in lists::targets_naming(tx, old, MAX_LISTS)? {
+        if target == *old || target == *new {
+            continue;
+        }
+        let Some(mut list) = reader::sender_list(tx, &target)? else {
+            continue;
+        };
         if !list.senders.contains(old) {
-            return false;
+            continue; // the index and the list agree by construction; never add to a list blindly
         }
         list.senders.retain(|s| s != old);
         if !list.senders.contains(new) {
             list.senders.push(*new);
         }
-        true
-    };
-    for (k, v) in tx.range(
-        Part::SenderLists,
-        Bound::Unbounded,
-        Bound::Unbounded,
-        MAX_LISTS,
-    )? {
-        if k.as_ref() == old.as_slice() || k.as_ref() == new.as_slice() {
-            continue;
-        }
-        let mut list: SenderList = codec::dec(&v, "sender list")?;
-        if swap(&mut list) {
-            tx.put(Part::SenderLists, &k, codec::enc(&list));
-        }
+        lists::write_list(tx, &target, Some(&list))?;
     }
     let from_old = reader::sender_list(tx, old)?;
     let at_new = reader::sender_list(tx, new)?;
-    tx.del(Part::SenderLists, old);
+    lists::write_list(tx, old, None)?;
     let winner = match (from_old, at_new) {
         (Some(o), Some(n)) if n.iat_ms >= o.iat_ms => Some(n),
         (Some(o), _) => Some(SenderList { target: *new, ..o }),
@@ -176,7 +169,7 @@ fn move_lists(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<()> {
     };
     if let Some(mut list) = winner {
         list.senders.retain(|s| s != old);
-        tx.put(Part::SenderLists, new, codec::enc(&list));
+        lists::write_list(tx, new, Some(&list))?;
     }
     Ok(())
 }

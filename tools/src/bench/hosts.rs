@@ -93,7 +93,8 @@ pub fn enrol(conn: &Conn, name: String) -> Result<Host, String> {
 
 fn enrol_error(step: &str, r: &super::client::Resp) -> String {
     let hint = if r.status == 429 {
-        " (the relay limits enrolment calls per address: start it with a higher --enrol-per-minute)"
+        " (the relay limits enrolment calls per address and per /24 or /48: start it with higher \
+         --enrol-per-minute, --enrol-per-minute-v4-24 and --enrol-per-minute-v6-48)"
     } else {
         ""
     };

@@ -1,0 +1,157 @@
+//! Encryption-key ads in the store: the v2 ad lives beside the v1 pair of the same key (its own
+//! row in `enc_ads`), each write leaves the other alone, the last write wins, a rotation deletes
+//! both, a reopen and a backup/restore keep both, and dump and stats show them.
+
+mod common;
+
+use common::*;
+use relay_keyspace::*;
+
+fn v1(pk: Key32, enc: &str) -> EncAd {
+    EncAd {
+        host_pubkey: pk,
+        enc_pub: enc.into(),
+        sig: format!("sig-{enc}"),
+        at_ms: 5,
+    }
+}
+
+fn v2(pk: Key32, record: &str, at_ms: u64) -> EncAdV2 {
+    EncAdV2 {
+        host_pubkey: pk,
+        record: record.as_bytes().to_vec(),
+        sig: format!("sig-{record}"),
+        at_ms,
+    }
+}
+
+/// Stores a v2 ad of a live key (asserts it was stored).
+fn put_v2(store: &Store, ad: EncAdV2) {
+    assert!(store.put_enc_ad_v2(ad).wait().unwrap(), "stored");
+}
+
+#[test]
+fn v1_and_v2_ads_are_independent_and_the_last_write_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1));
+    enrol(&store, key(1), "h");
+    assert!(store.enc_ads(&key(1)).unwrap().is_empty());
+    put_v2(&store, v2(key(1), "{\"n\":2}", 7));
+    let ads = store.enc_ads(&key(1)).unwrap();
+    assert_eq!((ads.v1, ads.v2), (None, Some(v2(key(1), "{\"n\":2}", 7))));
+    // The v1 read path sees no v1 pair: the v2 row is not mistaken for one.
+    assert_eq!(store.enc_ad(&key(1)).unwrap(), None);
+    store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
+    // An "older" record written later replaces the stored one: the store keeps no iat order.
+    put_v2(&store, v2(key(1), "{\"n\":1}", 8));
+    let ads = store.enc_ads(&key(1)).unwrap();
+    assert_eq!(ads.v1, Some(v1(key(1), "E1")));
+    assert_eq!(ads.v2, Some(v2(key(1), "{\"n\":1}", 8)));
+    store.put_enc_ad(v1(key(1), "E2")).wait().unwrap();
+    assert_eq!(
+        store.enc_ads(&key(1)).unwrap().v2,
+        Some(v2(key(1), "{\"n\":1}", 8)),
+        "a v1 publish leaves the v2 ad alone"
+    );
+    assert!(store.enc_ads(&key(2)).unwrap().is_empty());
+}
+
+#[test]
+fn a_v2_ad_of_a_key_not_live_at_commit_time_is_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1_000));
+    assert!(!store.put_enc_ad_v2(v2(key(1), "{}", 1)).wait().unwrap());
+    enrol(&store, key(2), "h");
+    store.rebind(key(2), key(3)).wait().unwrap(); // key(2) is revoked now
+    assert!(!store.put_enc_ad_v2(v2(key(2), "{}", 1)).wait().unwrap());
+    for k in [key(1), key(2)] {
+        assert!(store.enc_ads(&k).unwrap().is_empty());
+    }
+    assert_eq!(store.stats().unwrap().enc_ads_v2, 0);
+}
+
+#[test]
+fn rotation_deletes_both_ads_of_the_old_key_in_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1_000));
+    let (old, new, other) = (key(1), key(2), key(3));
+    enrol(&store, old, "h");
+    enrol(&store, other, "o");
+    for pk in [old, other] {
+        store.put_enc_ad(v1(pk, "E")).wait().unwrap();
+        put_v2(&store, v2(pk, "{}", 1));
+    }
+    assert_eq!(
+        store.rebind(old, new).wait().unwrap(),
+        RebindOutcome::Moved { moved: 0 }
+    );
+    assert!(store.enc_ads(&old).unwrap().is_empty());
+    assert!(
+        store.enc_ads(&new).unwrap().is_empty(),
+        "nothing carried over"
+    );
+    let kept = store.enc_ads(&other).unwrap();
+    assert!(
+        kept.v1.is_some() && kept.v2.is_some(),
+        "other keys untouched"
+    );
+    let s = store.stats().unwrap();
+    assert_eq!((s.enc_ads_v1, s.enc_ads_v2), (1, 1));
+}
+
+#[test]
+fn dump_and_stats_show_each_kind_and_a_reopen_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(dir.path(), TestClock::new(1));
+    enrol(&store, key(1), "a");
+    enrol(&store, key(2), "b");
+    store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
+    put_v2(&store, v2(key(1), "{\"x\":\"é\"}", 3));
+    put_v2(&store, v2(key(2), "{}", 4));
+    let s = store.stats().unwrap();
+    assert_eq!((s.enc_ads_v1, s.enc_ads_v2), (1, 2));
+    let rows = rows_of(&store, "enc_ads");
+    assert_eq!(rows.len(), 3);
+    let hex1: String = key(1).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        rows[0].0,
+        serde_json::json!({"host_pubkey": hex1, "kind": "v1"})
+    );
+    assert_eq!(rows[0].1["enc_pub"], "E1");
+    assert_eq!(
+        rows[1].0,
+        serde_json::json!({"host_pubkey": hex1, "kind": "v2"})
+    );
+    assert_eq!(rows[1].1["record"], "{\"x\":\"é\"}");
+    assert_eq!(rows[1].1["sig"], "sig-{\"x\":\"é\"}");
+    assert_eq!(rows[1].1["at_ms"], 3);
+    assert_eq!(rows[2].0["kind"], "v2");
+    store.close().unwrap();
+    let store = open_with(dir.path(), TestClock::new(2));
+    let ads = store.enc_ads(&key(1)).unwrap();
+    assert_eq!(ads.v1, Some(v1(key(1), "E1")));
+    assert_eq!(ads.v2, Some(v2(key(1), "{\"x\":\"é\"}", 3)));
+}
+
+#[test]
+fn backup_and_restore_carry_both_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with(&dir.path().join("live"), TestClock::new(1));
+    enrol(&store, key(1), "h");
+    store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
+    put_v2(&store, v2(key(1), "{\"v\":2}", 3));
+    let file = dir.path().join("b.mbxb");
+    let mut f = std::fs::File::create(&file).unwrap();
+    let summary = store.backup_to(&mut f, &mut |_| {}).unwrap();
+    drop(f);
+    let counts: std::collections::BTreeMap<_, _> = summary.counts.iter().cloned().collect();
+    assert_eq!(counts["enc_ads"], 2);
+    assert_eq!(verify_backup(&file).unwrap(), summary);
+    let restored = dir.path().join("restored");
+    restore_backup(&file, &restored).unwrap();
+    store.close().unwrap();
+    let r = open_with(&restored, TestClock::new(2));
+    let ads = r.enc_ads(&key(1)).unwrap();
+    assert_eq!(ads.v1, Some(v1(key(1), "E1")));
+    assert_eq!(ads.v2, Some(v2(key(1), "{\"v\":2}", 3)));
+}

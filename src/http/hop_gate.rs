@@ -1,0 +1,85 @@
+//! The gate in front of every signed hop: failed authentications are counted per client address
+//! (IPv4 address, IPv6 /64) over a one-minute window, and an address past it is answered 429
+//! before its hop is looked at; a hop is checked from its headers before any body memory is
+//! reserved, and its signature where [`Verifier`] puts it.
+
+use relay_keyspace::{Clock as _, SystemClock};
+
+use super::verify::Verifier;
+use crate::relay::rate::{address_key, AddrKey, RateTable};
+use crate::relay::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
+
+/// Most client addresses whose failure windows are tracked at once (the oldest window is
+/// evicted when full, like the other address tables).
+const FAILURE_TABLE_CAP: usize = 100_000;
+
+/// What the gate decided against a hop.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The hop failed (401 `bad relay hop`), counted against the address.
+    BadHop,
+    /// The address is past its failure window: 429, nothing checked.
+    TooManyFailures,
+    /// The store could not be read (503).
+    Store(RelayError),
+}
+
+/// The per-address failure window and the signature checker.
+pub struct HopGate {
+    failures: RateTable<AddrKey>,
+    verifier: Verifier,
+}
+
+impl HopGate {
+    /// A gate allowing `per_minute` failed authentications per address.
+    pub fn new(per_minute: u32) -> Self {
+        HopGate {
+            failures: RateTable::new(per_minute, FAILURE_TABLE_CAP),
+            verifier: Verifier::default(),
+        }
+    }
+
+    /// The header checks of a hop from `addr` (see [`Relay::check_hop_head`]), unless the
+    /// address has already used up its failures.
+    ///
+    /// # Errors
+    /// A [`Refusal`]; a failed check is counted.
+    pub fn check_head(
+        &self,
+        relay: &Relay,
+        addr: &str,
+        hop: &HopHeaders<'_>,
+    ) -> Result<HopCheck, Refusal> {
+        let key = address_key(addr);
+        if self.failures.exhausted(&key, SystemClock.now_ms()) {
+            return Err(Refusal::TooManyFailures);
+        }
+        relay.check_hop_head(hop).map_err(|e| self.refusal(&key, e))
+    }
+
+    /// The signature check of `check` over `body`; the body comes back.
+    ///
+    /// # Errors
+    /// A [`Refusal`]; a failed check is counted.
+    pub async fn verify(
+        &self,
+        addr: &str,
+        check: HopCheck,
+        body: Vec<u8>,
+    ) -> (Result<Caller, Refusal>, Vec<u8>) {
+        let (r, body) = self.verifier.verify(check, body).await;
+        (r.map_err(|e| self.refusal(&address_key(addr), e)), body)
+    }
+
+    /// Count a failed hop; the failure that uses up the window is already answered 429.
+    fn refusal(&self, key: &AddrKey, e: RelayError) -> Refusal {
+        if e.status != Status::Unauthorized {
+            return Refusal::Store(e);
+        }
+        if self.failures.hit(key, SystemClock.now_ms()) {
+            Refusal::BadHop
+        } else {
+            Refusal::TooManyFailures
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Local files against other users of the machine (issue 19 item 7), with real processes: under
+//! a permissive umask (022) the relay's store directory and every file in it (the storage
+//! engine's included) are owner-only, and so are relay-tool's backups and restored stores; a
+//! relay key or store directory that other users can reach is refused at start-up with the
+//! `chmod` that fixes it; a backup's temporary file is never written through a planted link.
+mod common;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
+
+/// The `relay-tool` binary, built next to `mbx-relay` (`cargo build -p relay-tool`).
+fn tool_bin() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_mbx-relay")).with_file_name("relay-tool")
+}
+
+fn tool(args: &[&str]) -> Output {
+    let bin = tool_bin();
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo build -p relay-tool` (or `cargo test --workspace`)",
+        bin.display()
+    );
+    Command::new(&bin)
+        .args(args)
+        .env_remove("MBX_RELAY_STORE_DIR")
+        .output()
+        .expect("run relay-tool")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The permissive umask most systems start processes with (inherited by the children).
+fn permissive_umask() {
+    // SAFETY: umask only replaces this process's file-mode creation mask.
+    unsafe {
+        libc::umask(0o022);
+    }
+}
+
+/// Every entry under `dir` (itself included) as (path, permission bits), links not followed.
+fn modes(dir: &Path) -> Vec<(PathBuf, u32)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let m = std::fs::symlink_metadata(&p).expect("stat");
+        out.push((p.clone(), m.permissions().mode() & 0o777));
+        if m.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read_dir") {
+                todo.push(e.expect("entry").path());
+            }
+        }
+    }
+    out
+}
+
+/// Entries other users may access.
+fn reachable_by_others(dir: &Path) -> Vec<(PathBuf, u32)> {
+    modes(dir)
+        .into_iter()
+        .filter(|(_, mode)| mode & 0o077 != 0)
+        .collect()
+}
+
+/// Stops the relay cleanly (SIGTERM: the store is closed, exit code 0).
+fn stop(relay: &mut Relay) {
+    assert_eq!(relay.terminate(Duration::from_secs(30)), Some(0));
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o777
+}
+
+#[test]
+fn store_files_backups_and_restored_stores_are_owner_only_under_a_022_umask() {
+    permissive_umask();
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let mut relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).expect("relay starts");
+    let (a, b) = (
+        Host::enrolled(&relay, "files-a"),
+        Host::enrolled(&relay, "files-b"),
+    );
+    for _ in 0..50 {
+        let r = a.push_one(&relay, &envelope_item(&a, &[&b]));
+        assert_eq!(r["status"], "accepted", "{r}");
+    }
+    stop(&mut relay);
+    let all = modes(&store);
+    let files = all.iter().filter(|(p, _)| p.is_file()).count();
+    assert!(files >= 5, "the engine wrote its files: {files} in {all:?}");
+    assert_eq!(
+        reachable_by_others(&store),
+        vec![],
+        "store entries other users can reach"
+    );
+    assert_eq!(mode_of(&store), 0o700);
+    assert_eq!(mode_of(&store.join("relay.key")), 0o600);
+
+    // relay-tool under the same umask: the backup and every file of the restored store.
+    let backup = work.path().join("store.bak");
+    let out = tool(&["backup", "--store-dir", s(&store), s(&backup)]);
+    assert!(out.status.success(), "backup: {out:?}");
+    assert_eq!(mode_of(&backup), 0o600);
+    let restored = work.path().join("restored");
+    let out = tool(&["restore", "--store-dir", s(&restored), s(&backup)]);
+    assert!(out.status.success(), "restore: {out:?}");
+    assert!(modes(&restored).iter().filter(|(p, _)| p.is_file()).count() >= 3);
+    assert_eq!(
+        reachable_by_others(&restored),
+        vec![],
+        "restored store entries other users can reach"
+    );
+    // The relay starts on what relay-tool wrote (with its key: restore into a fresh directory
+    // has no relay.key to copy).
+    let seed = std::fs::read_to_string(store.join("relay.key")).unwrap();
+    let relay = Relay::launch(
+        RelayOpts::args(GENEROUS)
+            .store(&restored)
+            .env("MBX_RELAY_KEY", seed.trim()),
+    )
+    .expect("restored store serves");
+    relay.assert_alive();
+}
+
+#[test]
+fn a_key_file_or_store_directory_others_can_reach_is_refused_naming_the_chmod() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let mut relay = Relay::launch(RelayOpts::default().store(&store)).expect("relay starts");
+    stop(&mut relay);
+    let key = store.join("relay.key");
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+
+    chmod(&key, 0o644);
+    let e = Relay::launch(RelayOpts::default().store(&store))
+        .err()
+        .expect("a world-readable key is refused");
+    assert!(e.contains(&format!("chmod 600 {}", key.display())), "{e}");
+    chmod(&key, 0o640);
+    let e = Relay::launch(RelayOpts::default().store(&store))
+        .err()
+        .expect("a group-readable key is refused");
+    assert!(e.contains(&format!("chmod 600 {}", key.display())), "{e}");
+    chmod(&key, 0o600);
+
+    chmod(&store, 0o755);
+    let e = Relay::launch(RelayOpts::default().store(&store))
+        .err()
+        .expect("a world-readable store directory is refused");
+    assert!(e.contains(&format!("chmod 700 {}", store.display())), "{e}");
+    assert_eq!(mode_of(&store), 0o755, "the operator's mode is not changed");
+    chmod(&store, 0o700);
+
+    // Fixed as the message says: the relay starts with its key.
+    let relay = Relay::launch(RelayOpts::default().store(&store)).expect("starts once fixed");
+    relay.assert_alive();
+}
+
+#[test]
+fn a_backup_never_writes_through_a_planted_temporary_file() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let mut relay = Relay::launch(RelayOpts::default().store(&store)).expect("relay starts");
+    stop(&mut relay);
+
+    // Another user (in a shared directory) links FILE.tmp to a file of ours, or to a path the
+    // backup would then create for them.
+    let shared = work.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let victim = work.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let file = shared.join("relay.bak");
+    std::os::unix::fs::symlink(&victim, shared.join("relay.bak.tmp")).unwrap();
+    let out = tool(&["backup", "--store-dir", s(&store), s(&file)]);
+    assert!(!out.status.success(), "backup through a link: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("relay.bak.tmp"), "names the path: {err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep", "victim untouched");
+    assert!(!file.exists());
+
+    let created = work.path().join("created-for-them");
+    std::fs::remove_file(shared.join("relay.bak.tmp")).unwrap();
+    std::os::unix::fs::symlink(&created, shared.join("relay.bak.tmp")).unwrap();
+    let out = tool(&["backup", "--store-dir", s(&store), s(&file)]);
+    assert!(
+        !out.status.success(),
+        "backup through a dangling link: {out:?}"
+    );
+    assert!(!created.exists(), "a dangling link was followed");
+
+    // A plain file left there is not truncated either.
+    std::fs::remove_file(shared.join("relay.bak.tmp")).unwrap();
+    std::fs::write(shared.join("relay.bak.tmp"), "theirs").unwrap();
+    let out = tool(&["backup", "--store-dir", s(&store), s(&file)]);
+    assert!(
+        !out.status.success(),
+        "backup over an existing tmp: {out:?}"
+    );
+    assert_eq!(
+        std::fs::read(shared.join("relay.bak.tmp")).unwrap(),
+        b"theirs"
+    );
+    // Once the path is free, the backup is made.
+    std::fs::remove_file(shared.join("relay.bak.tmp")).unwrap();
+    let out = tool(&["backup", "--store-dir", s(&store), s(&file)]);
+    assert!(out.status.success(), "backup: {out:?}");
+    assert_eq!(mode_of(&file), 0o600);
+}
