@@ -20,8 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the relay (HTTP) over its store directory.
-    Serve(ServeArgs),
+    /// Run the relay (HTTP) over its store directory (boxed: its many flags dwarf the others).
+    Serve(Box<ServeArgs>),
     /// Print a new relay key (base64 seed, for MBX_RELAY_KEY or relay.key) and its fingerprint.
     Keygen,
     /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     mbx_relay::memory::tune_allocator();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Host(args) => mbx_relay::host::cli::run(args),
         Command::Keygen => {
             let key = mbx_relay::wire::keys::SigningKey::generate();

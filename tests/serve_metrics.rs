@@ -151,8 +151,16 @@ fn live_enrolments_are_reported_against_the_cap() {
         Host::enrolled(&relay, name);
     }
     let text = relay.metrics().text();
-    assert_eq!(sample(&text, "mbx_relay_enrolments_live"), Some(3.0), "{text}");
-    assert_eq!(sample(&text, "mbx_relay_enrolments_max"), Some(50.0), "{text}");
+    assert_eq!(
+        sample(&text, "mbx_relay_enrolments_live"),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "mbx_relay_enrolments_max"),
+        Some(50.0),
+        "{text}"
+    );
 }
 
 /// Lines of the relay's log that carry the cap warnings: (reached, back under).
@@ -190,7 +198,11 @@ fn crossing_ninety_percent_of_the_enrolment_cap_warns_once_each_way() {
     rotate_onto(&hosts[2], &hosts[3]);
     assert_eq!(cap_warnings(&relay), (1, 1), "8 of 10 is back under");
     let text = relay.metrics().text();
-    assert_eq!(sample(&text, "mbx_relay_enrolments_live"), Some(8.0), "{text}");
+    assert_eq!(
+        sample(&text, "mbx_relay_enrolments_live"),
+        Some(8.0),
+        "{text}"
+    );
     assert_eq!(cap_warnings(&relay), (1, 1));
     // The warnings carry figures, never keys.
     let log = relay.stderr_log();

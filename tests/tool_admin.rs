@@ -587,7 +587,11 @@ fn stats_and_dump_agree_with_what_was_pushed() {
     ))
     .unwrap();
     check_stats(&offline);
-    assert_eq!(offline["max_enrolments"], Value::Null, "a stopped store has no cap");
+    assert_eq!(
+        offline["max_enrolments"],
+        Value::Null,
+        "a stopped store has no cap"
+    );
     let dump_offline = tool_expect(
         &[
             "dump",

@@ -65,7 +65,12 @@ pub fn spawn_with_cap(
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
     tracing::info!(socket = %path.display(), "admin socket listening");
-    Ok(tokio::spawn(accept_loop(listener, store, max_enrolments, guard)))
+    Ok(tokio::spawn(accept_loop(
+        listener,
+        store,
+        max_enrolments,
+        guard,
+    )))
 }
 
 /// Remove a socket left by a relay that did not shut down cleanly; refuse to touch anything else.

@@ -101,6 +101,10 @@ mod tests {
         assert_eq!(Route::of(&Method::DELETE, "/v2/relay/items"), None);
         assert_eq!(Route::of(&Method::GET, "/v2/relay/items/"), None);
         assert_eq!(Route::of(&Method::GET, "/nope"), None);
-        assert_eq!(Route::of(&Method::GET, "/metrics"), None, "private listener only");
+        assert_eq!(
+            Route::of(&Method::GET, "/metrics"),
+            None,
+            "private listener only"
+        );
     }
 }

@@ -112,7 +112,12 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     };
     let metrics = metrics_listener.map(|l| {
         let guard = config.guard.clone();
-        tokio::spawn(super::metrics::serve_private(l, app.clone(), guard, stop_rx))
+        tokio::spawn(super::metrics::serve_private(
+            l,
+            app.clone(),
+            guard,
+            stop_rx,
+        ))
     });
     let shutdown = shutdown_signal()?;
     {

@@ -68,7 +68,10 @@ pub enum Reason {
 /// answers plain texts; this table is where they become reasons).
 const WIRE_CHECK_TEXTS: &[(&str, Reason)] = &[
     (NOT_JSON, Reason::BadWire),
-    ("item id is not the envelope id", Reason::ItemIdNotEnvelopeId),
+    (
+        "item id is not the envelope id",
+        Reason::ItemIdNotEnvelopeId,
+    ),
     ("envelope body is not sealed", Reason::EnvelopeNotSealed),
     ("bad receipt", Reason::BadReceipt),
     ("item id is not the receipt id", Reason::ItemIdNotReceiptId),
@@ -264,8 +267,14 @@ mod tests {
             .wire_text(),
             "owner queue bytes exceeded for h"
         );
-        assert_eq!(Reason::PushRateV1(120).wire_text(), "push rate exceeded (120/min)");
-        assert_eq!(Reason::BatchOverLimitV1(200).wire_text(), "batch over limit 200");
+        assert_eq!(
+            Reason::PushRateV1(120).wire_text(),
+            "push rate exceeded (120/min)"
+        );
+        assert_eq!(
+            Reason::BatchOverLimitV1(200).wire_text(),
+            "batch over limit 200"
+        );
         assert_eq!(Reason::BadWire.wire_text(), "bad wire");
     }
 
