@@ -100,6 +100,7 @@ impl Relay {
         let mut results: Vec<Option<String>> = vec![None; items.len()];
         let mut prepared = Vec::with_capacity(items.len());
         let mut cache = TargetCache::default();
+        let mut early = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let check = if rate_ok {
                 self.prepare_v2_item(caller, item, &mut cache)
@@ -108,10 +109,17 @@ impl Relay {
             };
             match check {
                 Ok(p) => prepared.push((i, p)),
-                Err(reason) => results[i] = Some(self.rejected(item.get("item_id"), &reason)),
+                Err(reason) => {
+                    results[i] = Some(rejected_text(item.get("item_id"), &reason));
+                    early.push(reason.reason);
+                }
             }
         }
+        // A store failure answers 503: the refusals above are counted only when answered.
         cache.take_failure()?;
+        for reason in &early {
+            self.metrics.rejected(reason);
+        }
         let (indexes, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
         let item_ids: Vec<String> = prepared.iter().map(|p| p.item_id.clone()).collect();
         let target_keys: Vec<Vec<(Key32, [u8; 32])>> = prepared
@@ -133,11 +141,13 @@ impl Relay {
         {
             match outcome {
                 Committed::Rejected(reason) => {
-                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason.into()));
+                    self.metrics.rejected(&reason);
+                    results[i] = Some(rejected_text(Some(&Value::String(item_id)), &reason.into()));
                 }
                 Committed::OverQuota { which, .. } => {
-                    let reason = Reason::Quota(which).into();
-                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
+                    let reason = Reason::Quota(which);
+                    self.metrics.rejected(&reason);
+                    results[i] = Some(rejected_text(Some(&Value::String(item_id)), &reason.into()));
                 }
                 Committed::Stored {
                     at_ms,
@@ -292,18 +302,6 @@ impl Relay {
             .collect())
     }
 
-    /// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`
-    /// (`item_id` echoes whatever JSON the item carried, printed by `serde_json`).
-    fn rejected(&self, item_id: Option<&Value>, reason: &Rejection) -> String {
-        self.metrics.rejected(&reason.reason);
-        json!({
-            "item_id": item_id.cloned().unwrap_or(Value::Null),
-            "status": format!("rejected:{}", reason.wire_text()),
-            "targets": [],
-        })
-        .to_string()
-    }
-
     /// Fill in the accepted or duplicate results: each accept statement's canonical text is
     /// built once, all of them are signed by the relay key as one batch, and each (seqs up to
     /// 2^53) is answered as is:
@@ -422,6 +420,17 @@ fn accepted_text(
     }
     out.push_str("]}");
     out
+}
+
+/// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`
+/// (`item_id` echoes whatever JSON the item carried, printed by `serde_json`).
+fn rejected_text(item_id: Option<&Value>, reason: &Rejection) -> String {
+    json!({
+        "item_id": item_id.cloned().unwrap_or(Value::Null),
+        "status": format!("rejected:{}", reason.wire_text()),
+        "targets": [],
+    })
+    .to_string()
 }
 
 /// `{"results":[...]}` from the results' JSON texts, in order (a missing one prints `null`).
