@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the relay (HTTP) over its store directory (boxed: its many flags dwarf the others).
+    /// Run the relay (HTTP) over its store directory.
     Serve(Box<ServeArgs>),
     /// Print a new relay key (base64 seed, for MBX_RELAY_KEY or relay.key) and its fingerprint.
     Keygen,
