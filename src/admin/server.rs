@@ -316,6 +316,8 @@ fn run(store: &Store, request: &Request, out: &mut dyn Write) -> Result<Value, S
             let counts = store.dump(out, &opts).map_err(|e| e.to_string())?;
             Ok(json!({ "counts": counts }))
         }
+        Request::Hosts(q) => super::hosts::write_hosts(store, q, SystemClock.now_ms(), out)
+            .map_err(|e| e.to_string()),
     }
 }
 

@@ -19,6 +19,7 @@ pub mod pull;
 pub mod push;
 pub mod rate;
 pub mod rotate;
+pub mod seen;
 pub mod senders;
 pub mod startup;
 pub mod sweep;
@@ -54,6 +55,8 @@ pub struct Relay {
     authority: Arc<dyn authority::EnrolmentAuthority>,
     /// Counters exposed on `/metrics`.
     pub metrics: metrics::Metrics,
+    /// Last-seen days noted in memory, written in batches.
+    seen: seen::Seen,
 }
 
 impl Relay {
@@ -83,6 +86,7 @@ impl Relay {
             clock,
             epoch: RwLock::new(epoch),
             metrics: metrics::Metrics::default(),
+            seen: seen::Seen::default(),
         }
     }
 
