@@ -77,8 +77,112 @@ impl Relay {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
     use super::*;
-    use relay_keyspace::DAY_MS;
+    use crate::relay::config::Limits;
+    use crate::wire::keys::SigningKey;
+    use relay_keyspace::{Clock, EnrolRequest, OpenOptions, Store, DAY_MS};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    struct TestClock(AtomicU64);
+    impl Clock for TestClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    fn relay_on(dir: &std::path::Path, clock: Arc<TestClock>) -> Relay {
+        let opts = OpenOptions {
+            clock: clock.clone(),
+            ..OpenOptions::default()
+        };
+        let store = Store::open(dir, opts).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(crate::relay::startup::start(
+            store,
+            SigningKey::generate(),
+            Limits::default(),
+            clock,
+        ))
+        .unwrap()
+    }
+
+    fn enrol(relay: &Relay, pk: Key32, name: &str) {
+        relay
+            .store()
+            .enrol(EnrolRequest {
+                host_pubkey: pk,
+                host_name: name.into(),
+                owner_fp: String::new(),
+                account: None,
+                authorized_by: "host-key".into(),
+                authority_rank: 0,
+                max_live: 100,
+            })
+            .wait()
+            .unwrap();
+    }
+
+    fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn many_sightings_on_one_day_cost_one_store_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(TestClock(AtomicU64::new(T0)));
+        let relay = relay_on(dir.path(), clock.clone());
+        let a = [7u8; 32];
+        enrol(&relay, a, "alpha");
+        let ops_before = relay.store().commit_stats().ops;
+        for _ in 0..500 {
+            relay.note_seen(&a);
+            clock.0.fetch_add(1000, Ordering::SeqCst);
+        }
+        assert_eq!(block(relay.flush_seen()).unwrap(), 1, "one row written");
+        assert_eq!(block(relay.flush_seen()).unwrap(), 0, "nothing queued");
+        for _ in 0..500 {
+            relay.note_seen(&a);
+        }
+        assert_eq!(block(relay.flush_seen()).unwrap(), 0);
+        assert_eq!(
+            relay.store().commit_stats().ops - ops_before,
+            1,
+            "1,000 sightings on one day: one store operation"
+        );
+        clock.0.fetch_add(DAY_MS, Ordering::SeqCst);
+        relay.note_seen(&a);
+        assert_eq!(
+            block(relay.flush_seen()).unwrap(),
+            1,
+            "the next day: one more"
+        );
+    }
+
+    #[test]
+    fn the_idle_sweep_counts_sightings_still_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(TestClock(AtomicU64::new(T0)));
+        let relay = relay_on(dir.path(), clock.clone());
+        let (idle, active) = ([1u8; 32], [2u8; 32]);
+        enrol(&relay, idle, "idle");
+        enrol(&relay, active, "active");
+        clock.0.fetch_add(91 * DAY_MS, Ordering::SeqCst);
+        relay.note_seen(&active); // not yet written: the sweep writes it first
+        assert_eq!(block(relay.expire_idle_enrolments()).unwrap(), 1);
+        assert!(relay.store().enrolment(&idle).unwrap().is_none());
+        assert!(relay.store().enrolment(&active).unwrap().is_some());
+    }
 
     #[test]
     fn one_write_per_key_per_day() {
