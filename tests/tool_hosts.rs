@@ -146,7 +146,7 @@ fn hosts_lists_enrolments_online_and_offline_with_last_seen_after_a_hop_and_a_pu
     assert_eq!(online, offline);
     assert_eq!(
         stable(&hosts_json(&store, &["--name", "beta"])),
-        vec![stable(&[b.clone()])[0].clone()]
+        vec![stable(std::slice::from_ref(b))[0].clone()]
     );
     drop(gamma);
 }
