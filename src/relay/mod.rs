@@ -57,6 +57,8 @@ pub struct Relay {
     pub metrics: metrics::Metrics,
     /// Last-seen days noted in memory, written in batches.
     seen: seen::Seen,
+    /// Where the idle-enrolment expiry continues when a run stopped at its round cap.
+    idle_cursor: std::sync::Mutex<Option<Key32>>,
 }
 
 impl Relay {
@@ -87,6 +89,7 @@ impl Relay {
             epoch: RwLock::new(epoch),
             metrics: metrics::Metrics::default(),
             seen: seen::Seen::default(),
+            idle_cursor: std::sync::Mutex::new(None),
         }
     }
 

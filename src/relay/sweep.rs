@@ -17,8 +17,11 @@ use crate::wire::records::expiry_notice_wire;
 const SWEEP_BATCH: usize = 1_000;
 /// Store calls per sweep run, so one run is bounded; the next run continues.
 const SWEEP_ROUNDS: usize = 1_000;
-/// Enrolment rows the idle expiry looks at per store call (one atomic batch).
-const IDLE_BATCH: usize = 1_000;
+/// Enrolment rows the idle expiry looks at per store call (one atomic batch). Measured on
+/// 100,000 enrolments (release build): a pass that expires nothing takes 0.4 s in all; one that
+/// expires every host averages 17 ms of writer time per batch of 250 (55 ms per 1,000; the
+/// slowest batch, fsync included, took 205 ms either way).
+const IDLE_BATCH: usize = 250;
 
 /// The notice builder handed to the store: envelopes get a signed `expired` item for their
 /// sender; receipts and notices expire silently.
@@ -87,8 +90,8 @@ impl Relay {
 
     /// Delete live enrolments not seen for `enrolment_idle` whose queue is empty: one pass over
     /// the enrolments in batches of [`IDLE_BATCH`] rows (each one atomic, logged operation),
-    /// at most [`SWEEP_ROUNDS`] batches. Sightings still in memory are written first.
-    /// Returns how many expired.
+    /// at most [`SWEEP_ROUNDS`] batches (a longer table is continued by the next run).
+    /// Sightings still in memory are written first. Returns how many expired.
     ///
     /// # Errors
     /// 503-class error when the store fails (the next run retries).
@@ -97,7 +100,8 @@ impl Relay {
             return Ok(0);
         };
         self.flush_seen().await?;
-        let (mut expired, mut after) = (0, None);
+        let mut after = *self.idle_cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut expired = 0;
         for _ in 0..SWEEP_ROUNDS {
             let report = self
                 .write(
@@ -111,6 +115,7 @@ impl Relay {
                 break;
             }
         }
+        *self.idle_cursor.lock().unwrap_or_else(|p| p.into_inner()) = after;
         if expired > 0 {
             tracing::info!(expired, "idle enrolments expired");
         }
