@@ -8,6 +8,7 @@
 //! | meta | ascii name (`epoch`, ...) | postcard scalar |
 //! | enrolments | `0x00` ++ host key | [`Enrolment`] |
 //! | enrolments (name index) | `0x01` ++ lower(name) ++ `0x00` ++ host key | empty |
+//! | enrolments (last seen) | `0x02` ++ host key | UTC day number (u32); absent: seen at enrolment |
 //! | enc_ads | host key | [`EncAd`] (v1) |
 //! | enc_ads | host key ++ `0x02` | [`EncAdV2`] |
 //! | sender_lists | target | [`SenderList`] |
@@ -39,6 +40,7 @@ pub(crate) mod meta_key {
 
 const ENROL_TAG: u8 = 0x00;
 const NAME_TAG: u8 = 0x01;
+const SEEN_TAG: u8 = 0x02;
 const USAGE_TARGET: u8 = 0x00;
 const USAGE_SENDER: u8 = 0x01;
 const USAGE_ACCOUNT: u8 = 0x02;
@@ -186,6 +188,23 @@ pub(crate) fn name_key_pk(k: &[u8]) -> Option<Key32> {
 pub(crate) fn is_name_key(k: &[u8]) -> bool {
     k.first() == Some(&NAME_TAG)
 }
+
+/// `0x02 ++ host key`: the UTC day a live key was last seen (hop or push to it).
+pub(crate) fn seen_key(pk: &Key32) -> [u8; 33] {
+    let mut k = [SEEN_TAG; 33];
+    k[1..].copy_from_slice(pk);
+    k
+}
+
+pub(crate) fn seen_key_parse(k: &[u8]) -> Option<Key32> {
+    match k.split_first() {
+        Some((&SEEN_TAG, rest)) => key32(rest),
+        _ => None,
+    }
+}
+
+/// The first key after every enrolment row (`0x00 ++ host key`): the end of a scan over them.
+pub(crate) const ENROL_END: [u8; 1] = [ENROL_TAG + 1];
 
 /// The kind byte after the host key of a v2 enc ad row (a v1 row is the bare host key).
 const ENC_AD_V2_TAG: u8 = 0x02;

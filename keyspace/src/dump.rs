@@ -69,7 +69,7 @@ fn key_json(p: Part, k: &[u8]) -> Value {
                 let name = String::from_utf8_lossy(&k[1..k.len() - 33]).into_owned();
                 json!({ "name_index": name, "host_pubkey": hex(&pk) })
             }),
-            None => None,
+            None => codec::seen_key_parse(k).map(|pk| json!({ "last_seen": hex(&pk) })),
         },
         Part::EncAds => codec::enc_ad_key_parse(k).map(|a| match a {
             EncAdKey::V1(pk) => json!({ "host_pubkey": hex(&pk), "kind": "v1" }),
@@ -115,6 +115,9 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             },
         },
         Part::Enrolments if codec::is_name_key(k) => Value::Null,
+        Part::Enrolments if codec::seen_key_parse(k).is_some() => {
+            json!({ "day": codec::dec::<u32>(v, "last seen")? })
+        }
         Part::Enrolments => {
             let e: Enrolment = codec::dec(v, "enrolment")?;
             json!({ "host_pubkey": b64(&e.host_pubkey), "host_name": e.host_name, "owner_fp": e.owner_fp,

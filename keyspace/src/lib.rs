@@ -18,7 +18,13 @@
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation), `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
-//! `migrate` (schema), `backup`, `dump`, `stats`, `failpoint` (crash points for tests).
+//! `migrate` (schema), `backup`, `dump`, `hosts` (the enrolment listing), `stats`, `failpoint`
+//! (crash points for tests).
+//!
+//! Last seen (`ops/seen`): one row per live key in `enrolments` (`0x02 ++ host key`, the UTC
+//! day), written by `record_seen` at most once per key per day (the relay batches sightings);
+//! a missing row means "seen at enrolment". Rotation moves it; `expire_idle` (`ops/idle`)
+//! deletes live enrolments idle that long with an empty queue, in bounded atomic batches.
 
 mod api;
 mod backup;
@@ -26,6 +32,7 @@ mod codec;
 mod commit_stats;
 mod dump;
 pub mod failpoint;
+mod hosts;
 mod lock;
 mod migrate;
 mod ops;

@@ -2,7 +2,8 @@
 //!
 //! One request per connection:
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
-//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`;
+//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`,
+//!   `hosts [name NAME] [revoked] [idle-for MS]`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
 //!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
@@ -37,6 +38,8 @@ pub enum Request {
         partition: Option<String>,
         with_wire: bool,
     },
+    /// The enrolments as JSON lines, one per enrolment ([`super::hosts`]).
+    Hosts(super::hosts::HostsQuery),
 }
 
 impl Request {
@@ -60,6 +63,7 @@ impl Request {
                 }
                 line
             }
+            Request::Hosts(q) => format!("hosts{}", q.to_words()),
         }
     }
 
@@ -91,8 +95,9 @@ impl Request {
                 _ => Err("usage: log [LIMIT]".to_string()),
             },
             "dump" => parse_dump(&rest),
+            "hosts" => super::hosts::HostsQuery::parse(&rest).map(Request::Hosts),
             "backup" | "stats" => Err(format!("{verb} takes no arguments")),
-            _ => Err("unknown request (expected backup, stats, log or dump)".to_string()),
+            _ => Err("unknown request (expected backup, stats, log, dump or hosts)".to_string()),
         }
     }
 }
@@ -193,6 +198,12 @@ mod tests {
                 partition: None,
                 with_wire: true,
             },
+            Request::Hosts(Default::default()),
+            Request::Hosts(super::super::hosts::HostsQuery {
+                name: Some("a.b".into()),
+                revoked: true,
+                idle_for_ms: Some(86_400_000),
+            }),
         ];
         for r in all {
             let line = format!("{}\n", r.to_line());

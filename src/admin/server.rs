@@ -344,6 +344,8 @@ fn run(
             let counts = store.dump(out, &opts).map_err(|e| e.to_string())?;
             Ok(json!({ "counts": counts }))
         }
+        Request::Hosts(q) => super::hosts::write_hosts(store, q, SystemClock.now_ms(), out)
+            .map_err(|e| e.to_string()),
     }
 }
 

@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// A stored heartbeat further than this from the clock rotates the epoch at startup (`10m`).
     #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = "10m", value_parser = parse_duration)]
     pub heartbeat_stale: Duration,
+    /// Delete a live enrolment not seen (no hop by it, no push to it) for this long whose queue
+    /// is empty (`90d`; `0` = never; at least `1d`).
+    #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = "90d", value_parser = parse_duration)]
+    pub enrolment_idle: Duration,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
 }
@@ -103,6 +107,7 @@ impl ServeArgs {
             max_per_name: self.max_per_name,
             sweep_interval: self.sweep_interval,
             heartbeat_stale: self.heartbeat_stale,
+            enrolment_idle: self.enrolment_idle,
         };
         ServeConfig {
             listen: self.listen,

@@ -258,6 +258,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             _ => Err(RelayError::not_found("not found")),
         });
     };
+    relay.note_seen(&caller.key); // a hop-authenticated request: an in-memory note (issue 13)
     if route == Route::Info {
         return reply_response(relay.info(Some(&caller)));
     }

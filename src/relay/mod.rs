@@ -21,6 +21,7 @@ pub mod push;
 pub mod rate;
 pub mod reason;
 pub mod rotate;
+pub mod seen;
 pub mod senders;
 pub mod startup;
 pub mod sweep;
@@ -56,6 +57,10 @@ pub struct Relay {
     authority: Arc<dyn authority::EnrolmentAuthority>,
     /// Counters exposed on `/metrics`.
     pub metrics: metrics::Metrics,
+    /// Last-seen days noted in memory, written in batches.
+    seen: seen::Seen,
+    /// Where the idle-enrolment expiry continues when a run stopped at its round cap.
+    idle_cursor: std::sync::Mutex<Option<Key32>>,
 }
 
 impl Relay {
@@ -85,6 +90,8 @@ impl Relay {
             clock,
             epoch: RwLock::new(epoch),
             metrics: metrics::Metrics::default(),
+            seen: seen::Seen::default(),
+            idle_cursor: std::sync::Mutex::new(None),
         }
     }
 

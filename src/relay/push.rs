@@ -287,12 +287,21 @@ impl Relay {
             })
             .collect();
         self.metrics.items_per_submit.observe(reqs.len() as f64);
+        // A push to a target is a sighting of it (issue 13: last seen); noted once stored.
+        let target_keys: Vec<Vec<Key32>> = reqs
+            .iter()
+            .map(|r| r.item.targets.iter().map(|t| t.target).collect())
+            .collect();
         crate::failpoint::hit("relay-before-commit");
         let outcomes = self.write(self.store.insert_many(reqs)).await?;
         Ok(outcomes
             .into_iter()
-            .map(|o| match o {
-                InsertOutcome::Stored { at_ms, targets } => Committed::Stored { at_ms, targets },
+            .zip(target_keys)
+            .map(|(o, keys)| match o {
+                InsertOutcome::Stored { at_ms, targets } => {
+                    keys.iter().for_each(|k| self.note_seen(k));
+                    Committed::Stored { at_ms, targets }
+                }
                 InsertOutcome::Conflict { .. } => Committed::Rejected(Reason::Conflict),
                 InsertOutcome::Quota { target, which } => Committed::OverQuota { target, which },
                 InsertOutcome::TargetNotEnrolled { .. } => {

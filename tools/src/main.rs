@@ -9,6 +9,7 @@ mod bench;
 mod epoch;
 mod fail;
 mod files;
+mod hosts;
 mod inspect;
 mod progress;
 mod restore;
@@ -40,7 +41,7 @@ EXIT CODES:
      backup (wrong magic); backup format newer than this tool; trailer counts disagree with the
      records; backup made by another relay key (restore without --accept-other-key)
   4  store in use by pid N: a relay holds the store. restore and rotate-epoch need it stopped;
-     backup, dump, stats and log go through its admin socket instead
+     backup, dump, stats, log and hosts go through its admin socket instead
 
 Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.";
 
@@ -149,6 +150,26 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
     Keygen,
     /// Measure a running relay's push and drain throughput (speaks only the wire protocol).
     Bench(bench::BenchArgs),
+    /// One line per enrolment: fingerprint, name, account, enrolled, last seen (day), queue,
+    /// enc ad and its age, revoked at (read-only; through the relay while it runs).
+    #[command(after_help = EXIT_CODES)]
+    Hosts {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// Only hosts of this name (case-insensitive).
+        #[arg(long)]
+        name: Option<String>,
+        /// Only revoked keys.
+        #[arg(long)]
+        revoked: bool,
+        /// Only hosts last seen this long ago or longer (`30d`, `12h`; day resolution).
+        #[arg(long, value_parser = mbx_relay::relay::config::parse_duration)]
+        idle_for: Option<std::time::Duration>,
+        /// JSON lines, one object per enrolment.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Command {
@@ -218,5 +239,12 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Hosts {
+            store_dir,
+            name,
+            revoked,
+            idle_for,
+            json,
+        } => hosts::run(&store_dir, name.as_deref(), revoked, idle_for, json),
     }
 }

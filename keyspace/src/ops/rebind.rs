@@ -10,7 +10,7 @@ use crate::reader::{self, Reader};
 use crate::writer::Tx;
 use crate::Store;
 
-use super::{enrol, lists, oplog, queue};
+use super::{enrol, lists, oplog, queue, seen};
 
 /// Most sender lists a rotation rewrites (one list per target; targets are bounded by enrolments).
 const MAX_LISTS: usize = 1_000_000;
@@ -44,6 +44,9 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     tx.del(Part::EncAds, old);
     tx.del(Part::EncAds, &codec::enc_ad_v2_key(old)); // the v2 ad goes with the v1 pair
     enrol::revoke(tx, &o)?;
+    // Last seen moves with the key: the rotation is a sighting of the new key.
+    seen::del(tx, old);
+    seen::put(tx, new, crate::api::utc_day(tx.now_ms));
     oplog::append(
         tx,
         "rotate-key",
