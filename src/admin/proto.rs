@@ -2,7 +2,7 @@
 //!
 //! One request per connection:
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
-//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`;
+//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
 //!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
@@ -20,7 +20,7 @@ pub const MAX_REQUEST_LINE: usize = 1024;
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Longest status or final line accepted by the client.
 pub const MAX_STATUS_LINE: usize = 64 * 1024;
-/// Most relay-log entries a `log` request returns (the store keeps 1,000).
+/// Most relay-log entries a `log` request returns (newest first).
 pub const MAX_LOG_LIMIT: usize = 1000;
 
 /// One admin request.
@@ -37,6 +37,8 @@ pub enum Request {
         partition: Option<String>,
         with_wire: bool,
     },
+    /// Recompute the relay log's hash chain; the verdict is the final line's JSON.
+    LogVerify,
 }
 
 impl Request {
@@ -60,6 +62,7 @@ impl Request {
                 }
                 line
             }
+            Request::LogVerify => "log-verify".to_string(),
         }
     }
 
@@ -91,8 +94,11 @@ impl Request {
                 _ => Err("usage: log [LIMIT]".to_string()),
             },
             "dump" => parse_dump(&rest),
-            "backup" | "stats" => Err(format!("{verb} takes no arguments")),
-            _ => Err("unknown request (expected backup, stats, log or dump)".to_string()),
+            "log-verify" if rest.is_empty() => Ok(Request::LogVerify),
+            "backup" | "stats" | "log-verify" => Err(format!("{verb} takes no arguments")),
+            _ => {
+                Err("unknown request (expected backup, stats, log, dump or log-verify)".to_string())
+            }
         }
     }
 }
@@ -193,6 +199,7 @@ mod tests {
                 partition: None,
                 with_wire: true,
             },
+            Request::LogVerify,
         ];
         for r in all {
             let line = format!("{}\n", r.to_line());
@@ -224,6 +231,7 @@ mod tests {
             b"dump partition items partition meta",
             b"\xff\xfe",
             b"dump  items",
+            b"log-verify now",
         ] {
             let err = Request::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");

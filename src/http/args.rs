@@ -71,9 +71,17 @@ pub struct ServeArgs {
     /// A stored heartbeat further than this from the clock rotates the epoch at startup (`10m`).
     #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = "10m", value_parser = parse_duration)]
     pub heartbeat_stale: Duration,
+    /// Relay-log entries older than this are dropped, the chain kept from a checkpoint
+    /// (`400d`; `0`: no age bound). The newest 200,000 entries are the hard cap regardless.
+    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration)]
+    pub log_retention: Duration,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
 }
+
+/// `--log-retention`'s default: the keyspace's [`relay_keyspace::DEFAULT_LOG_RETENTION_MS`]
+/// (a test holds the two together).
+const LOG_RETENTION_DEFAULT: &str = "400d";
 
 impl ServeArgs {
     /// The serve configuration; the key comes from `MBX_RELAY_KEY` (read here, never logged).
@@ -108,6 +116,25 @@ impl ServeArgs {
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
             guard: self.guard.config(),
+            log_retention: relay_keyspace::LogRetention {
+                max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
+                ..relay_keyspace::LogRetention::default()
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod log_retention_tests {
+    use super::*;
+
+    /// The flag's default is the keyspace's default (one source of truth for both).
+    #[test]
+    fn log_retention_default_is_the_keyspace_default() {
+        let d = parse_duration(LOG_RETENTION_DEFAULT).unwrap();
+        assert_eq!(
+            d.as_millis(),
+            u128::from(relay_keyspace::DEFAULT_LOG_RETENTION_MS)
+        );
     }
 }
