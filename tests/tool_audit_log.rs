@@ -1,5 +1,5 @@
-//! The relay log as an audit trail, end to end: a real `mbx-relay serve` records enrolments
-//! and backups on a hash-chained log; `relay-tool log --verify` recomputes the chain online
+//! The relay log as an audit trail, end to end: a real `mbx-relay serve` records enrolments,
+//! a key rotation and backups on a hash-chained log; `relay-tool log --verify` recomputes the chain online
 //! (admin socket) and offline, and names the first entry that an edit of the store broke
 //! (exit 3); `relay-tool verify FILE` checks the chain a backup carries.
 
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{Host, Relay, RelayOpts, GENEROUS};
+use common::{rotation, Host, Relay, RelayOpts, GENEROUS};
 
 /// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
 fn tool_bin() -> PathBuf {
@@ -64,17 +64,27 @@ fn log_verify_online_and_offline_names_an_edited_entry_and_verify_checks_a_backu
     let alpha = Host::enrolled(&relay, "alpha");
     Host::enrolled(&relay, "beta");
     alpha.enrol(&relay); // the same enrolment again: nothing changed, nothing logged
+    let new = Host::new("alpha");
+    let r = relay.post_json(
+        "/v2/relay/rotate",
+        &rotation("alpha", &alpha.key, &new.key, None, None),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
 
     // Online: through the admin socket of the running relay.
     let (log, _) = tool(&["log", "--store-dir", s(&store)], 0);
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 2, "{log}");
-    assert!(lines[0].contains("enrol") && lines[0].contains("\"beta\""), "{log}");
-    assert!(lines[1].contains("\"alpha\""), "{log}");
+    assert_eq!(lines.len(), 3, "{log}");
+    assert!(lines[0].contains("rotate-key"), "{log}");
+    assert!(
+        lines[1].contains("enrol") && lines[1].contains("\"beta\""),
+        "{log}"
+    );
+    assert!(lines[2].contains("\"alpha\""), "{log}");
     let (ok, _) = tool(&["log", "--verify", "--store-dir", s(&store)], 0);
     assert_eq!(
         ok.trim(),
-        "relay log OK: 2 entries verified, from its first entry"
+        "relay log OK: 3 entries verified, from its first entry"
     );
 
     // An online backup carries the chain (the backup entry itself follows the snapshot).
@@ -82,12 +92,15 @@ fn log_verify_online_and_offline_names_an_edited_entry_and_verify_checks_a_backu
     tool(&["backup", "--store-dir", s(&store), s(&file)], 0);
     let (verified, _) = tool(&["verify", s(&file)], 0);
     assert!(
-        verified.contains("relay log       chain verified: 2 entries"),
+        verified.contains("relay log       chain verified: 3 entries"),
         "{verified}"
     );
     let (json, _) = tool(&["log", "--verify", "--json", "--store-dir", s(&store)], 0);
     let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
-    assert_eq!((v["intact"].as_bool(), v["entries"].as_u64()), (Some(true), Some(3)));
+    assert_eq!(
+        (v["intact"].as_bool(), v["entries"].as_u64()),
+        (Some(true), Some(4))
+    );
 
     // Offline: the relay stopped, the store opened by relay-tool.
     assert_eq!(relay.terminate(Duration::from_secs(10)), Some(0));
@@ -109,7 +122,10 @@ fn log_verify_online_and_offline_names_an_edited_entry_and_verify_checks_a_backu
     let (out, _) = tool(&["backup", "--store-dir", s(&store), s(&tampered)], 0);
     assert!(out.contains("CHAIN BROKEN at entry 1"), "{out}");
     let (_, err) = tool(&["verify", s(&tampered)], 3);
-    assert!(err.contains("relay log does not verify: first bad entry 1"), "{err}");
+    assert!(
+        err.contains("relay log does not verify: first bad entry 1"),
+        "{err}"
+    );
     // The first backup, taken before the edit, still verifies.
     tool(&["verify", s(&file)], 0);
 }
