@@ -110,81 +110,119 @@ impl Store {
         progress: &mut dyn FnMut(u64),
     ) -> Result<BackupSummary, BackupError> {
         let v = self.view()?;
-        let meta = reader::meta(&*v)?;
-        let log = oplog::verify(&v)?;
-        let header = Header {
-            schema_version: meta.schema_version,
-            relay_pubkey: meta.relay_pubkey,
-            epoch: meta.epoch,
-            created_ms: self.inner.clock.now_ms(),
-        };
-        let mut w = HashingWriter {
-            out: BufWriter::with_capacity(IO_BUF, out),
-            sha: Sha256::new(),
-            n: 0,
-        };
-        let mut first = Vec::from(BACKUP_MAGIC);
-        first.extend_from_slice(&BACKUP_FORMAT_VERSION.to_le_bytes());
-        let crc = crc32fast::hash(&first);
-        first.extend_from_slice(&crc.to_le_bytes());
-        let hb = codec::enc(&header);
-        let mut hframe = len32(hb.len(), "header")?.to_le_bytes().to_vec();
-        hframe.extend_from_slice(&hb);
-        let crc = crc32fast::hash(&hframe);
-        hframe.extend_from_slice(&crc.to_le_bytes());
-        w.put(&first)?;
-        w.put(&hframe)?;
-        let mut counts = Vec::with_capacity(Part::ALL.len());
-        let mut frame = Vec::new();
-        let mut last_progress = 0;
-        for p in Part::ALL {
-            let mut n = 0u64;
-            for g in v.snap.iter(v.parts.ks(p)) {
-                let (k, val) = g.into_inner().map_err(StoreError::from)?;
-                frame.clear();
-                frame.push(TAG_RECORD);
-                frame.push(p.id());
-                frame.extend_from_slice(&len32(k.len(), "key")?.to_le_bytes());
-                frame.extend_from_slice(&len32(val.len(), "value")?.to_le_bytes());
-                let head_crc = crc32fast::hash(&frame);
-                frame.extend_from_slice(&head_crc.to_le_bytes());
-                frame.extend_from_slice(&k);
-                frame.extend_from_slice(&val);
-                let mut h = crc32fast::Hasher::new();
-                h.update(&k);
-                h.update(&val);
-                frame.extend_from_slice(&h.finalize().to_le_bytes());
-                w.put(&frame)?;
-                n += 1;
-                if w.n - last_progress >= IO_BUF as u64 {
-                    last_progress = w.n;
-                    progress(w.n);
-                }
-            }
-            counts.push((p.name().to_string(), n));
-        }
-        let mut trailer = vec![TAG_TRAILER, Part::ALL.len() as u8];
-        for (_, n) in &counts {
-            trailer.extend_from_slice(&n.to_le_bytes());
-        }
-        w.put(&trailer)?;
-        let sum: [u8; 32] = w.sha.clone().finalize().into();
-        w.out.write_all(&sum).map_err(io("writing the backup"))?;
-        w.n += 32;
-        w.out.flush().map_err(io("writing the backup"))?;
-        progress(w.n);
-        Ok(BackupSummary {
-            format_version: BACKUP_FORMAT_VERSION,
-            schema_version: header.schema_version,
-            relay_pubkey: header.relay_pubkey,
-            epoch: header.epoch,
-            created_ms: header.created_ms,
-            counts,
-            checksum: codec::hex(&sum),
-            file_bytes: w.n,
-            log,
-        })
+        let created_ms = self.inner.clock.now_ms();
+        write_backup(&v, BACKUP_FORMAT_VERSION, created_ms, out, progress)
     }
+}
+
+/// Test hook: write a backup file claiming `format` of a closed store as it is, without the
+/// migration an open would run (to make backups as older relays wrote them). Not part of the
+/// supported API.
+///
+/// # Errors
+/// As [`Store::backup_to`].
+#[doc(hidden)]
+pub fn backup_closed_store_for_tests(
+    dir: &Path,
+    format: u32,
+    out: &mut dyn Write,
+) -> Result<BackupSummary, BackupError> {
+    let engine = open_engine(dir, false)?;
+    let v = reader::SnapView {
+        snap: engine.parts.db.snapshot(),
+        parts: std::sync::Arc::clone(&engine.parts),
+    };
+    let now = crate::api::SystemClock.now_ms();
+    write_backup(&v, format, now, out, &mut |_| {})
+}
+
+/// Stream one snapshot as a backup file of `format` (always [`BACKUP_FORMAT_VERSION`] outside
+/// test hooks).
+fn write_backup(
+    v: &reader::SnapView,
+    format: u32,
+    created_ms: u64,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<BackupSummary, BackupError> {
+    let meta = reader::meta(v)?;
+    let log = if meta.schema_version >= 4 {
+        oplog::verify(v)?
+    } else {
+        LogVerdict::Unchained
+    };
+    let header = Header {
+        schema_version: meta.schema_version,
+        relay_pubkey: meta.relay_pubkey,
+        epoch: meta.epoch,
+        created_ms,
+    };
+    let mut w = HashingWriter {
+        out: BufWriter::with_capacity(IO_BUF, out),
+        sha: Sha256::new(),
+        n: 0,
+    };
+    let mut first = Vec::from(BACKUP_MAGIC);
+    first.extend_from_slice(&format.to_le_bytes());
+    let crc = crc32fast::hash(&first);
+    first.extend_from_slice(&crc.to_le_bytes());
+    let hb = codec::enc(&header);
+    let mut hframe = len32(hb.len(), "header")?.to_le_bytes().to_vec();
+    hframe.extend_from_slice(&hb);
+    let crc = crc32fast::hash(&hframe);
+    hframe.extend_from_slice(&crc.to_le_bytes());
+    w.put(&first)?;
+    w.put(&hframe)?;
+    let mut counts = Vec::with_capacity(Part::ALL.len());
+    let mut frame = Vec::new();
+    let mut last_progress = 0;
+    for p in Part::ALL {
+        let mut n = 0u64;
+        for g in v.snap.iter(v.parts.ks(p)) {
+            let (k, val) = g.into_inner().map_err(StoreError::from)?;
+            frame.clear();
+            frame.push(TAG_RECORD);
+            frame.push(p.id());
+            frame.extend_from_slice(&len32(k.len(), "key")?.to_le_bytes());
+            frame.extend_from_slice(&len32(val.len(), "value")?.to_le_bytes());
+            let head_crc = crc32fast::hash(&frame);
+            frame.extend_from_slice(&head_crc.to_le_bytes());
+            frame.extend_from_slice(&k);
+            frame.extend_from_slice(&val);
+            let mut h = crc32fast::Hasher::new();
+            h.update(&k);
+            h.update(&val);
+            frame.extend_from_slice(&h.finalize().to_le_bytes());
+            w.put(&frame)?;
+            n += 1;
+            if w.n - last_progress >= IO_BUF as u64 {
+                last_progress = w.n;
+                progress(w.n);
+            }
+        }
+        counts.push((p.name().to_string(), n));
+    }
+    let mut trailer = vec![TAG_TRAILER, Part::ALL.len() as u8];
+    for (_, n) in &counts {
+        trailer.extend_from_slice(&n.to_le_bytes());
+    }
+    w.put(&trailer)?;
+    let sum: [u8; 32] = w.sha.clone().finalize().into();
+    w.out.write_all(&sum).map_err(io("writing the backup"))?;
+    w.n += 32;
+    w.out.flush().map_err(io("writing the backup"))?;
+    progress(w.n);
+    Ok(BackupSummary {
+        format_version: format,
+        schema_version: header.schema_version,
+        relay_pubkey: header.relay_pubkey,
+        epoch: header.epoch,
+        created_ms: header.created_ms,
+        counts,
+        checksum: codec::hex(&sum),
+        file_bytes: w.n,
+        log,
+    })
 }
 
 /// Reads a backup file, checking as it goes.

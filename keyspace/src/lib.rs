@@ -53,6 +53,7 @@ pub use store::Store;
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::backup::backup_closed_store_for_tests as backup_closed_store;
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
     pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;
