@@ -18,7 +18,7 @@
 //! | acked | target | acked_through (u64) |
 //! | usage | `0x00` ++ target / `0x01` ++ target ++ sender / `0x02` ++ account | [`Usage`] |
 //! | expiry | `i` ++ expires_at ++ target ++ seq | empty |
-//! | ops | n (u64) | [`OpEntry`] |
+//! | ops | n (u64) | [`StoredOp`] (schema < 4: [`LegacyOp`]) |
 //! | dedup_expiry | `d` ++ accepted_at ++ dedup key | empty |
 //! | sender_index | sender ++ target (the target's list names the sender) | empty |
 
@@ -36,6 +36,10 @@ pub(crate) mod meta_key {
     pub const LIVE_ENROLMENTS: &[u8] = b"live_enrolments";
     pub const REVOKED_ENROLMENTS: &[u8] = b"revoked_enrolments";
     pub const OPS_NEXT: &[u8] = b"ops_next";
+    /// Hash of the newest relay-log entry (the chain's head).
+    pub const OPS_HEAD: &[u8] = b"ops_head";
+    /// Seq and hash of the last dropped relay-log entry (where the chain starts).
+    pub const OPS_CHECKPOINT: &[u8] = b"ops_checkpoint";
 }
 
 const ENROL_TAG: u8 = 0x00;
@@ -63,6 +67,24 @@ pub(crate) struct ItemRecord {
     pub expires_at_ms: u64,
     /// The proven account charged for this item (the target's, at insert time).
     pub account: Option<String>,
+}
+
+/// One relay-log entry as stored (schema 4): its seq is the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredOp {
+    pub at_ms: u64,
+    pub kind: String,
+    pub detail: String,
+    /// SHA-256(previous hash ++ canonical bytes), see `ops::oplog`.
+    pub hash: [u8; 32],
+}
+
+/// A relay-log entry as schema 1-3 stored it (no hash); only the schema-4 migration reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LegacyOp {
+    pub at_ms: u64,
+    pub kind: String,
+    pub detail: String,
 }
 
 /// An [`ItemRecord`] read in place: the id, wire bytes and account borrow the stored value, so

@@ -11,10 +11,9 @@ use fjall::Readable;
 use serde_json::{json, Value};
 
 use crate::api::{
-    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, OpEntry, Result, SenderList, StoreError,
-    Usage,
+    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
 };
-use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, UsageScope};
+use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, StoredOp, UsageScope};
 use crate::parts::Part;
 use crate::Store;
 
@@ -109,6 +108,11 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             meta_key::EPOCH => json!(codec::dec::<String>(v, "meta")?),
             meta_key::RELAY_PUBKEY => json!(b64(&codec::dec::<[u8; 32]>(v, "meta")?)),
             meta_key::SCHEMA_VERSION => json!(codec::dec::<u32>(v, "meta")?),
+            meta_key::OPS_HEAD => json!(hex(&codec::dec::<[u8; 32]>(v, "meta")?)),
+            meta_key::OPS_CHECKPOINT => {
+                let (seq, hash) = codec::dec::<(u64, [u8; 32])>(v, "meta")?;
+                json!({ "seq": seq, "hash": hex(&hash) })
+            }
             _ => match codec::dec::<u64>(v, "meta") {
                 Ok(n) => json!(n),
                 Err(_) => raw(v),
@@ -163,8 +167,8 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
         }
         Part::Expiry | Part::DedupExpiry | Part::SenderIndex => Value::Null,
         Part::Ops => {
-            let o: OpEntry = codec::dec(v, "ops")?;
-            json!({ "at_ms": o.at_ms, "kind": o.kind, "detail": o.detail })
+            let o: StoredOp = codec::dec(v, "ops")?;
+            json!({ "at_ms": o.at_ms, "kind": o.kind, "detail": o.detail, "hash": hex(&o.hash) })
         }
     })
 }

@@ -15,6 +15,12 @@
 //! `relay-tool` program against. Extend it freely; change a signature only together with every
 //! caller.
 //!
+//! CONTRACT (relay log): every mutation that is not mail appends one entry through
+//! `ops::oplog::append(tx, kind, detail)` inside its own operation (same atomic batch). Entries
+//! are hash-chained (`oplog` defines the canonical bytes); the log is bounded by
+//! [`OpenOptions::log_retention`] (age and count), dropping the oldest and recording the last
+//! dropped entry as the checkpoint; [`Store::verify_log`] and backup verification recompute it.
+//!
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation), `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
@@ -54,8 +60,12 @@ pub use store::Store;
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::backup::backup_closed_store_for_tests as backup_closed_store;
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
+    pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;
     pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
+    pub use crate::migrate::raw_rows_for_tests as raw_rows;
+    pub use crate::migrate::remove_raw_row_for_tests as remove_raw_row;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
 }

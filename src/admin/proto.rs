@@ -2,7 +2,7 @@
 //!
 //! One request per connection:
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
-//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`,
+//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`,
 //!   `hosts [name NAME] [revoked] [idle-for MS]`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
@@ -21,7 +21,7 @@ pub const MAX_REQUEST_LINE: usize = 1024;
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Longest status or final line accepted by the client.
 pub const MAX_STATUS_LINE: usize = 64 * 1024;
-/// Most relay-log entries a `log` request returns (the store keeps 1,000).
+/// Most relay-log entries a `log` request returns (newest first).
 pub const MAX_LOG_LIMIT: usize = 1000;
 
 /// One admin request.
@@ -40,6 +40,8 @@ pub enum Request {
     },
     /// The enrolments as JSON lines, one per enrolment ([`super::hosts`]).
     Hosts(super::hosts::HostsQuery),
+    /// Recompute the relay log's hash chain; the verdict is the final line's JSON.
+    LogVerify,
 }
 
 impl Request {
@@ -64,6 +66,7 @@ impl Request {
                 line
             }
             Request::Hosts(q) => format!("hosts{}", q.to_words()),
+            Request::LogVerify => "log-verify".to_string(),
         }
     }
 
@@ -96,8 +99,12 @@ impl Request {
             },
             "dump" => parse_dump(&rest),
             "hosts" => super::hosts::HostsQuery::parse(&rest).map(Request::Hosts),
-            "backup" | "stats" => Err(format!("{verb} takes no arguments")),
-            _ => Err("unknown request (expected backup, stats, log, dump or hosts)".to_string()),
+            "log-verify" if rest.is_empty() => Ok(Request::LogVerify),
+            "backup" | "stats" | "log-verify" => Err(format!("{verb} takes no arguments")),
+            _ => Err(
+                "unknown request (expected backup, stats, log, dump, hosts or log-verify)"
+                    .to_string(),
+            ),
         }
     }
 }
@@ -204,6 +211,7 @@ mod tests {
                 revoked: true,
                 idle_for_ms: Some(86_400_000),
             }),
+            Request::LogVerify,
         ];
         for r in all {
             let line = format!("{}\n", r.to_line());
@@ -235,6 +243,7 @@ mod tests {
             b"dump partition items partition meta",
             b"\xff\xfe",
             b"dump  items",
+            b"log-verify now",
         ] {
             let err = Request::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");

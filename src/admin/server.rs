@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::proto::{frame_header, one_line, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
-use super::report::{backup_log_detail, op_json, stats_json, summary_json};
+use super::report::{backup_log_detail, log_verdict_json, op_json, stats_json, summary_json};
 
 /// Requests served at once; more get `error busy` (a backup holds a snapshot and a thread).
 const MAX_CONCURRENT: usize = 4;
@@ -346,6 +346,10 @@ fn run(
         }
         Request::Hosts(q) => super::hosts::write_hosts(store, q, SystemClock.now_ms(), out)
             .map_err(|e| e.to_string()),
+        Request::LogVerify => {
+            let verdict = store.verify_log().map_err(|e| e.to_string())?;
+            Ok(log_verdict_json(&verdict))
+        }
     }
 }
 

@@ -78,9 +78,17 @@ pub struct ServeArgs {
     /// is empty (`90d`; `0` = never; at least `1d`).
     #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = "90d", value_parser = parse_duration)]
     pub enrolment_idle: Duration,
+    /// Relay-log entries older than this are dropped, the chain kept from a checkpoint
+    /// (`400d`; `0`: no age bound). The newest 200,000 entries are the hard cap regardless.
+    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration)]
+    pub log_retention: Duration,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
 }
+
+/// `--log-retention`'s default: the keyspace's [`relay_keyspace::DEFAULT_LOG_RETENTION_MS`]
+/// (a test holds the two together).
+const LOG_RETENTION_DEFAULT: &str = "400d";
 
 impl ServeArgs {
     /// The serve configuration; the key comes from `MBX_RELAY_KEY` (read here, never logged).
@@ -117,6 +125,25 @@ impl ServeArgs {
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
             guard: self.guard.config(),
+            log_retention: relay_keyspace::LogRetention {
+                max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
+                ..relay_keyspace::LogRetention::default()
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod log_retention_tests {
+    use super::*;
+
+    /// The flag's default is the keyspace's default (one source of truth for both).
+    #[test]
+    fn log_retention_default_is_the_keyspace_default() {
+        let d = parse_duration(LOG_RETENTION_DEFAULT).unwrap();
+        assert_eq!(
+            d.as_millis(),
+            u128::from(relay_keyspace::DEFAULT_LOG_RETENTION_MS)
+        );
     }
 }

@@ -29,6 +29,8 @@ pub struct ServeConfig {
     pub key_env: Option<String>,
     /// Connection cap, timeouts and the public-route rate limit (`super::guard`).
     pub guard: super::guard::GuardConfig,
+    /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.
+    pub log_retention: relay_keyspace::LogRetention,
 }
 
 /// Run the relay until a shutdown signal.
@@ -48,6 +50,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         let open_dir = dir.clone();
         let opts = OpenOptions {
             on_writer_idle: Some(crate::memory::collect_idle_thread),
+            log_retention: config.log_retention,
             ..OpenOptions::default()
         };
         tokio::task::spawn_blocking(move || Store::open(&open_dir, opts))

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::rc::Rc;
 
 use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
-use mbx_relay::admin::report::{op_json, stats_json};
+use mbx_relay::admin::report::{log_verdict_from_json, log_verdict_json, op_json, stats_json};
 use mbx_relay::wire::time::iso_ms;
-use relay_keyspace::{verify_backup, Clock, DumpOptions, SystemClock};
+use relay_keyspace::{verify_backup, Clock, DumpOptions, LogVerdict, SystemClock};
 use serde_json::Value;
 
 use crate::access::{self, Via};
@@ -67,7 +67,8 @@ pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
         } else {
             let at = e["at_ms"].as_u64().map(iso_ms).unwrap_or_default();
             format!(
-                "{at}  {:<14} {}",
+                "{:>6}  {at}  {:<14} {}",
+                e["seq"].as_u64().unwrap_or(0),
                 e["kind"].as_str().unwrap_or("?"),
                 e["detail"].as_str().unwrap_or("")
             )
@@ -77,6 +78,75 @@ pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `relay-tool log --verify`: recompute the relay log's hash chain (through the running relay or
+/// on the store opened here).
+///
+/// # Errors
+/// Store access, the relay's refusal, or `Backup` (exit 3) naming the first entry that does not
+/// match.
+pub fn log_verify(dir: &Path, json: bool) -> Result<(), Failure> {
+    let verdict = match access::relay_or_store(dir, &Request::LogVerify)? {
+        Via::Relay(reply) => {
+            let done = reply.finish()?;
+            log_verdict_from_json(&done).ok_or_else(|| {
+                Failure::new(
+                    Code::Store,
+                    "the relay sent a log verdict this tool cannot read",
+                )
+            })?
+        }
+        Via::Local(store) => {
+            let v = store.verify_log();
+            access::close(store)?;
+            v?
+        }
+    };
+    if json {
+        println!("{}", log_verdict_json(&verdict));
+    }
+    log_outcome(&verdict, "relay log", !json)
+}
+
+/// Print (when `print`) or fail with a verdict on a relay log: exit 3 when it does not verify.
+///
+/// # Errors
+/// `Backup` naming the first entry that does not match.
+pub fn log_outcome(v: &LogVerdict, what: &str, print: bool) -> Result<(), Failure> {
+    match v {
+        LogVerdict::Intact {
+            entries,
+            checkpoint,
+        } => {
+            if print {
+                let from = match checkpoint {
+                    Some(c) => format!(
+                        "from the checkpoint after entry {} (hash {})",
+                        c.seq,
+                        hex_short(&c.hash)
+                    ),
+                    None => "from its first entry".to_string(),
+                };
+                println!("{what} OK: {entries} entries verified, {from}");
+            }
+            Ok(())
+        }
+        LogVerdict::Broken { seq, why } => Err(Failure::new(
+            Code::Backup,
+            format!("{what} does not verify: first bad entry {seq}: {why}"),
+        )),
+        LogVerdict::Unchained => {
+            if print {
+                println!("{what}: not hash-chained (written before schema 4); nothing to verify");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn hex_short(h: &[u8; 32]) -> String {
+    h.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// `relay-tool dump`: JSON lines (`--json`) or one readable line per record.
@@ -150,6 +220,11 @@ pub fn verify(file: &Path) -> Result<(), Failure> {
     let summary = result.map_err(|e| {
         Failure::from(e).context(&format!("{} failed verification", file.display()))
     })?;
+    log_outcome(
+        &summary.log,
+        &format!("{}: relay log", file.display()),
+        false,
+    )?;
     println!("backup OK: {}", file.display());
     print!("{}", show::summary(&summary));
     Ok(())
