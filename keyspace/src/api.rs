@@ -674,8 +674,10 @@ pub struct IdleReport {
     pub expired: u64,
     /// Where the next call continues (`None`: the scan reached the end).
     pub next: Option<Key32>,
+}
+
 /// Default age beyond which relay-log entries are dropped: 400 days.
-pub const DEFAULT_LOG_RETENTION_MS: u64 = 400 * 86_400_000;
+pub const DEFAULT_LOG_RETENTION_MS: u64 = 400 * DAY_MS;
 /// Default hard cap on relay-log entries: the oldest go beyond it whatever their age, so a flood
 /// of enrolments cannot grow the log without bound (200,000 entries: about 40 MB at most).
 pub const DEFAULT_LOG_MAX_ENTRIES: u64 = 200_000;
