@@ -174,7 +174,16 @@ fn honest_rounds(relay: &Relay, from: &Host, to: &Host, span: Duration) -> [Dura
 #[test]
 fn bodies_cost_nothing_before_a_live_key_and_fresh_ts_and_honest_clients_stay_fast() {
     let _alone = alone();
-    let relay = Relay::start_generous(&["--trust-proxy", "xff", "--body-first-byte-timeout", "2s"]);
+    // Every connection comes from 127.0.0.1 (addresses are simulated with X-Forwarded-For), so
+    // the socket-level per-address connection cap is lifted as behind a proxy.
+    let relay = Relay::start_generous(&[
+        "--trust-proxy",
+        "xff",
+        "--body-first-byte-timeout",
+        "2s",
+        "--max-connections-per-address",
+        "1024",
+    ]);
     let honest = Host::enrolled(&relay, "honest");
     let target = Host::enrolled(&relay, "target");
     let known = Host::enrolled(&relay, "known");

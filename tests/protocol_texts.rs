@@ -2,8 +2,8 @@
 //! with what the relay sends: status and the whole body, each row provoking its error through
 //! real HTTP against the real binary. Push rejections are compared as the item's whole result.
 //!
-//! `texts_fixed_on_other_branches` holds the rows whose texts other work streams fix (v1/v2
-//! enc-key publish, sender lists, the 413 drain); it is expected to pass once they are merged.
+//! `publish_and_oversize_texts_are_the_references` holds the enc-key publish (v1 and v2),
+//! sender-list and 413-drain rows, on a relay of their own.
 mod common;
 
 use common::*;
@@ -920,10 +920,9 @@ fn publish_ad(relay: &Relay, h: &Host, ad: &Value, signer: &SigningKey) -> Respo
     h.post_json(relay, "/v2/relay/enc-key", &json!({"ad": ad, "sig": sig}))
 }
 
-/// Texts other work streams fix in parallel (v1/v2 enc-key publish, sender lists, the 413
-/// drain). These rows fail until those branches are merged.
+/// The enc-key publish (v1 and v2), sender-list and 413-drain texts.
 #[test]
-fn texts_fixed_on_other_branches() {
+fn publish_and_oversize_texts_are_the_references() {
     let relay = Relay::start_generous(&[]);
     let a = Host::enrolled(&relay, "other-a");
     let b = Host::enrolled(&relay, "other-b");

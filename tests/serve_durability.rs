@@ -523,7 +523,9 @@ fn crash_after_the_ack_commit_keeps_the_ack() {
 
 #[test]
 fn health_and_metrics_report_requests_items_and_the_queue() {
-    let relay = Relay::start(GENEROUS);
+    let mut args = GENEROUS.to_vec();
+    args.extend(["--metrics-listen", "127.0.0.1:0"]);
+    let relay = Relay::start(&args);
     let h = relay.get("/health");
     assert_eq!(h.status, 200, "{}", h.text());
     assert_eq!(h.header("cache-control"), Some("no-store"));
@@ -534,7 +536,7 @@ fn health_and_metrics_report_requests_items_and_the_queue() {
     assert_eq!(a.push_one(&relay, &it)["status"], json!("duplicate"));
     let bad = common::item("bogus", "x", &[(b.pubkey(), b"{}".to_vec())]);
     assert_rejected(&a.push_one(&relay, &bad), "bad kind");
-    let m = relay.get("/metrics");
+    let m = relay.metrics();
     assert_eq!(m.status, 200);
     assert!(m
         .header("content-type")

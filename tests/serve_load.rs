@@ -46,6 +46,8 @@ const UNLIMITED: &[&str] = &[
     "1000000000",
     "--max-account-bytes",
     "1000000000000",
+    "--metrics-listen",
+    "127.0.0.1:0",
 ];
 
 /// User + system CPU seconds used so far by process `pid` (Linux `/proc/<pid>/stat`).
@@ -189,7 +191,7 @@ fn run(label: &str, items: usize, requests_per_sender: usize) {
         cpu * 1e6 / accepted as f64,
         cpu / secs
     );
-    let m = relay.get("/metrics").text();
+    let m = relay.metrics().text();
     for l in m
         .lines()
         .filter(|l| l.starts_with("mbx_relay_store_write_seconds_") && !l.contains("bucket"))

@@ -523,8 +523,13 @@ fn stats_and_dump_agree_with_what_was_pushed() {
     ))
     .unwrap();
     check_stats(&online);
+    // The running relay reports live enrolments against its cap (the default 100,000).
+    assert_eq!(online["max_enrolments"], 100_000, "{online}");
     let human = tool_expect(&["stats", "--store-dir", s(&store)], 0);
-    assert!(human.contains("3 live, 0 revoked"), "{human}");
+    assert!(
+        human.contains("3 live of 100000 max (0.0%), 0 revoked"),
+        "{human}"
+    );
     assert!(human.contains("12 items"), "{human}");
 
     let dump = tool_expect(
@@ -582,6 +587,11 @@ fn stats_and_dump_agree_with_what_was_pushed() {
     ))
     .unwrap();
     check_stats(&offline);
+    assert_eq!(
+        offline["max_enrolments"],
+        Value::Null,
+        "a stopped store has no cap"
+    );
     let dump_offline = tool_expect(
         &[
             "dump",

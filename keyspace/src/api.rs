@@ -14,7 +14,9 @@ pub type Key32 = [u8; 32];
 /// index has its own partition, `dedup_expiry` (it shared `expiry` with the item index).
 /// 3: `sender_index`, the reverse index of sender lists (sender -> targets whose list names it),
 /// so a key rotation finds the lists naming the old key without reading every list.
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: the relay log (`ops`) is hash-chained: each entry stores SHA-256 over the previous
+/// entry's hash and its own canonical bytes; meta holds the head and the checkpoint.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Milliseconds since the Unix epoch; injectable so tests control time.
 pub trait Clock: Send + Sync + 'static {
@@ -45,6 +47,8 @@ pub struct OpenOptions {
     /// Called on the writer thread every [`WRITER_IDLE`] while it has nothing to do (the relay
     /// gives the allocator's free pages back there); `None`: nothing.
     pub on_writer_idle: Option<fn()>,
+    /// How long and how many relay-log entries are kept.
+    pub log_retention: LogRetention,
 }
 
 /// How long the writer waits for work before it counts as idle.
@@ -56,6 +60,7 @@ impl Default for OpenOptions {
             clock: Arc::new(SystemClock),
             create: true,
             on_writer_idle: None,
+            log_retention: LogRetention::default(),
         }
     }
 }
@@ -448,13 +453,17 @@ pub enum RebindOutcome {
 }
 
 /// One relay-log entry.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpEntry {
+    /// Position in the log (never reused; the chain covers it).
+    pub seq: u64,
     pub at_ms: u64,
-    /// e.g. "backup", "restore", "epoch-rotate", "sweep", "migrate", "rotate-key".
+    /// e.g. "enrol", "re-enrol", "rotate-key", "backup", "restore", "epoch-rotate", "migrate".
     pub kind: String,
-    /// Human-readable detail (fingerprints and counts only).
+    /// Human-readable detail (fingerprints, names and counts; never keys or wire bytes).
     pub detail: String,
+    /// SHA-256 over the previous entry's hash and this entry's canonical bytes.
+    pub hash: [u8; 32],
 }
 
 /// Usage counters of one scope.
@@ -495,6 +504,8 @@ pub struct BackupSummary {
     /// Whole-file checksum (hex), as in the trailer.
     pub checksum: String,
     pub file_bytes: u64,
+    /// The relay log's hash chain, recomputed ([`LogVerdict::Unchained`] before schema 4).
+    pub log: LogVerdict,
 }
 
 /// Why a backup file was refused. Each is distinct and names where.
@@ -589,6 +600,127 @@ impl From<StoreError> for BackupError {
     fn from(e: StoreError) -> Self {
         BackupError::Store(e)
     }
+}
+
+/// Milliseconds in a UTC day: the resolution of "last seen".
+pub const DAY_MS: u64 = 86_400_000;
+
+/// The UTC day number (days since the Unix epoch) of a time.
+pub fn utc_day(ms: u64) -> u32 {
+    u32::try_from(ms / DAY_MS).unwrap_or(u32::MAX)
+}
+
+/// When a host was last seen at day resolution: the start of its last-seen day, or its
+/// enrolment time when that is later or no day is recorded (a missing row: seen at enrolment).
+pub fn last_seen_ms(enrolled_at_ms: u64, last_seen_day: Option<u32>) -> u64 {
+    last_seen_day.map_or(enrolled_at_ms, |d| {
+        (u64::from(d) * DAY_MS).max(enrolled_at_ms)
+    })
+}
+
+/// One enrolment as `relay-tool hosts` lists it, read from one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRow {
+    pub enrolment: Enrolment,
+    /// The UTC day it was last seen (a hop by it, a push to it); `None`: not since enrolment.
+    pub last_seen_day: Option<u32>,
+    /// Its queue (the usage counters).
+    pub queue: Usage,
+    /// When its v1 enc ad was stored, if it has one.
+    pub enc_ad_v1_at_ms: Option<u64>,
+    /// When its v2 enc ad was stored, if it has one.
+    pub enc_ad_v2_at_ms: Option<u64>,
+}
+
+impl HostRow {
+    /// See [`last_seen_ms`].
+    pub fn last_seen_ms(&self) -> u64 {
+        last_seen_ms(self.enrolment.enrolled_at_ms, self.last_seen_day)
+    }
+}
+
+/// Which enrolments `hosts` lists (all conditions must hold).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFilter {
+    /// Only this name (case-insensitive, whole name).
+    pub name: Option<String>,
+    /// Only revoked keys.
+    pub revoked_only: bool,
+    /// Only keys last seen at or before this time (ms).
+    pub seen_at_or_before_ms: Option<u64>,
+}
+
+impl HostFilter {
+    /// Whether `row` passes.
+    pub fn matches(&self, row: &HostRow) -> bool {
+        let name_ok = self
+            .name
+            .as_ref()
+            .is_none_or(|n| n.to_lowercase() == row.enrolment.host_name.to_lowercase());
+        let revoked_ok = !self.revoked_only || row.enrolment.revoked_at_ms.is_some();
+        let idle_ok = self
+            .seen_at_or_before_ms
+            .is_none_or(|t| row.last_seen_ms() <= t);
+        name_ok && revoked_ok && idle_ok
+    }
+}
+
+/// What one idle-expiry call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IdleReport {
+    /// Enrolment rows looked at.
+    pub scanned: u64,
+    /// Live enrolments deleted (idle, empty queue).
+    pub expired: u64,
+    /// Where the next call continues (`None`: the scan reached the end).
+    pub next: Option<Key32>,
+}
+
+/// Default age beyond which relay-log entries are dropped: 400 days.
+pub const DEFAULT_LOG_RETENTION_MS: u64 = 400 * DAY_MS;
+/// Default hard cap on relay-log entries: the oldest go beyond it whatever their age, so a flood
+/// of enrolments cannot grow the log without bound (200,000 entries: about 40 MB at most).
+pub const DEFAULT_LOG_MAX_ENTRIES: u64 = 200_000;
+
+/// How the relay log is bounded. Entries older than `max_age_ms`, and the oldest beyond
+/// `max_entries`, are dropped as new ones are appended; the chain then starts from the
+/// checkpoint (seq and hash of the last dropped entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRetention {
+    pub max_age_ms: u64,
+    pub max_entries: u64,
+}
+
+impl Default for LogRetention {
+    fn default() -> Self {
+        LogRetention {
+            max_age_ms: DEFAULT_LOG_RETENTION_MS,
+            max_entries: DEFAULT_LOG_MAX_ENTRIES,
+        }
+    }
+}
+
+/// Where a relay-log chain starts: the last dropped entry (or the start of the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogCheckpoint {
+    /// Seq of the last dropped entry.
+    pub seq: u64,
+    /// Its hash (all zeros for entries dropped before the log was chained, schema < 4).
+    pub hash: [u8; 32],
+}
+
+/// The result of recomputing the relay-log chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogVerdict {
+    /// Every entry matched, from the checkpoint (if any) to the recorded head.
+    Intact {
+        entries: u64,
+        checkpoint: Option<LogCheckpoint>,
+    },
+    /// The first entry that does not match (`seq`: the seq expected or found there).
+    Broken { seq: u64, why: String },
+    /// The log predates the chain (a schema < 4 backup): nothing to check.
+    Unchained,
 }
 
 /// An admin's revocation and/or purge of one key (`relay-tool revoke` / `purge`).

@@ -20,9 +20,12 @@ use fjall::Readable;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::api::{BackupError, BackupSummary, Key32, StoreError, SCHEMA_VERSION};
+use crate::api::{
+    BackupError, BackupSummary, Key32, LogRetention, LogVerdict, StoreError, SCHEMA_VERSION,
+};
 use crate::codec::{self, meta_key};
 use crate::migrate::{new_epoch, DirectBatch};
+use crate::ops::oplog::{self, ChainCheck};
 use crate::parts::Part;
 use crate::reader;
 use crate::store::open_engine;
@@ -32,9 +35,11 @@ use crate::Store;
 pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// The format this binary writes and the newest it reads. Format 1 held the eleven partitions
 /// of schema 1; format 2 adds `dedup_expiry` (schema 2); format 3 adds `sender_index`
-/// (schema 3). The layout of a record is unchanged. An older format restores into a store of
-/// its schema, which the first open migrates (building what the format lacked).
-pub const BACKUP_FORMAT_VERSION: u32 = 3;
+/// (schema 3); format 4 holds a schema-4 store, whose relay log is hash-chained (verification
+/// recomputes the chain). The layout of a record is unchanged. An older format restores into a
+/// store of its schema, which is migrated before the restore is logged (building what the
+/// format lacked, the log's chain included).
+pub const BACKUP_FORMAT_VERSION: u32 = 4;
 
 /// How many partitions (the first of [`Part::ALL`]) a backup of this format holds.
 fn partitions_in_format(format_version: u32) -> usize {
@@ -105,79 +110,119 @@ impl Store {
         progress: &mut dyn FnMut(u64),
     ) -> Result<BackupSummary, BackupError> {
         let v = self.view()?;
-        let meta = reader::meta(&*v)?;
-        let header = Header {
-            schema_version: meta.schema_version,
-            relay_pubkey: meta.relay_pubkey,
-            epoch: meta.epoch,
-            created_ms: self.inner.clock.now_ms(),
-        };
-        let mut w = HashingWriter {
-            out: BufWriter::with_capacity(IO_BUF, out),
-            sha: Sha256::new(),
-            n: 0,
-        };
-        let mut first = Vec::from(BACKUP_MAGIC);
-        first.extend_from_slice(&BACKUP_FORMAT_VERSION.to_le_bytes());
-        let crc = crc32fast::hash(&first);
-        first.extend_from_slice(&crc.to_le_bytes());
-        let hb = codec::enc(&header);
-        let mut hframe = len32(hb.len(), "header")?.to_le_bytes().to_vec();
-        hframe.extend_from_slice(&hb);
-        let crc = crc32fast::hash(&hframe);
-        hframe.extend_from_slice(&crc.to_le_bytes());
-        w.put(&first)?;
-        w.put(&hframe)?;
-        let mut counts = Vec::with_capacity(Part::ALL.len());
-        let mut frame = Vec::new();
-        let mut last_progress = 0;
-        for p in Part::ALL {
-            let mut n = 0u64;
-            for g in v.snap.iter(v.parts.ks(p)) {
-                let (k, val) = g.into_inner().map_err(StoreError::from)?;
-                frame.clear();
-                frame.push(TAG_RECORD);
-                frame.push(p.id());
-                frame.extend_from_slice(&len32(k.len(), "key")?.to_le_bytes());
-                frame.extend_from_slice(&len32(val.len(), "value")?.to_le_bytes());
-                let head_crc = crc32fast::hash(&frame);
-                frame.extend_from_slice(&head_crc.to_le_bytes());
-                frame.extend_from_slice(&k);
-                frame.extend_from_slice(&val);
-                let mut h = crc32fast::Hasher::new();
-                h.update(&k);
-                h.update(&val);
-                frame.extend_from_slice(&h.finalize().to_le_bytes());
-                w.put(&frame)?;
-                n += 1;
-                if w.n - last_progress >= IO_BUF as u64 {
-                    last_progress = w.n;
-                    progress(w.n);
-                }
-            }
-            counts.push((p.name().to_string(), n));
-        }
-        let mut trailer = vec![TAG_TRAILER, Part::ALL.len() as u8];
-        for (_, n) in &counts {
-            trailer.extend_from_slice(&n.to_le_bytes());
-        }
-        w.put(&trailer)?;
-        let sum: [u8; 32] = w.sha.clone().finalize().into();
-        w.out.write_all(&sum).map_err(io("writing the backup"))?;
-        w.n += 32;
-        w.out.flush().map_err(io("writing the backup"))?;
-        progress(w.n);
-        Ok(BackupSummary {
-            format_version: BACKUP_FORMAT_VERSION,
-            schema_version: header.schema_version,
-            relay_pubkey: header.relay_pubkey,
-            epoch: header.epoch,
-            created_ms: header.created_ms,
-            counts,
-            checksum: codec::hex(&sum),
-            file_bytes: w.n,
-        })
+        let created_ms = self.inner.clock.now_ms();
+        write_backup(&v, BACKUP_FORMAT_VERSION, created_ms, out, progress)
     }
+}
+
+/// Test hook: write a backup file claiming `format` of a closed store as it is, without the
+/// migration an open would run (to make backups as older relays wrote them). Not part of the
+/// supported API.
+///
+/// # Errors
+/// As [`Store::backup_to`].
+#[doc(hidden)]
+pub fn backup_closed_store_for_tests(
+    dir: &Path,
+    format: u32,
+    out: &mut dyn Write,
+) -> Result<BackupSummary, BackupError> {
+    let engine = open_engine(dir, false)?;
+    let v = reader::SnapView {
+        snap: engine.parts.db.snapshot(),
+        parts: std::sync::Arc::clone(&engine.parts),
+    };
+    let now = crate::api::SystemClock.now_ms();
+    write_backup(&v, format, now, out, &mut |_| {})
+}
+
+/// Stream one snapshot as a backup file of `format` (always [`BACKUP_FORMAT_VERSION`] outside
+/// test hooks).
+fn write_backup(
+    v: &reader::SnapView,
+    format: u32,
+    created_ms: u64,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<BackupSummary, BackupError> {
+    let meta = reader::meta(v)?;
+    let log = if meta.schema_version >= 4 {
+        oplog::verify(v)?
+    } else {
+        LogVerdict::Unchained
+    };
+    let header = Header {
+        schema_version: meta.schema_version,
+        relay_pubkey: meta.relay_pubkey,
+        epoch: meta.epoch,
+        created_ms,
+    };
+    let mut w = HashingWriter {
+        out: BufWriter::with_capacity(IO_BUF, out),
+        sha: Sha256::new(),
+        n: 0,
+    };
+    let mut first = Vec::from(BACKUP_MAGIC);
+    first.extend_from_slice(&format.to_le_bytes());
+    let crc = crc32fast::hash(&first);
+    first.extend_from_slice(&crc.to_le_bytes());
+    let hb = codec::enc(&header);
+    let mut hframe = len32(hb.len(), "header")?.to_le_bytes().to_vec();
+    hframe.extend_from_slice(&hb);
+    let crc = crc32fast::hash(&hframe);
+    hframe.extend_from_slice(&crc.to_le_bytes());
+    w.put(&first)?;
+    w.put(&hframe)?;
+    let mut counts = Vec::with_capacity(Part::ALL.len());
+    let mut frame = Vec::new();
+    let mut last_progress = 0;
+    for p in Part::ALL {
+        let mut n = 0u64;
+        for g in v.snap.iter(v.parts.ks(p)) {
+            let (k, val) = g.into_inner().map_err(StoreError::from)?;
+            frame.clear();
+            frame.push(TAG_RECORD);
+            frame.push(p.id());
+            frame.extend_from_slice(&len32(k.len(), "key")?.to_le_bytes());
+            frame.extend_from_slice(&len32(val.len(), "value")?.to_le_bytes());
+            let head_crc = crc32fast::hash(&frame);
+            frame.extend_from_slice(&head_crc.to_le_bytes());
+            frame.extend_from_slice(&k);
+            frame.extend_from_slice(&val);
+            let mut h = crc32fast::Hasher::new();
+            h.update(&k);
+            h.update(&val);
+            frame.extend_from_slice(&h.finalize().to_le_bytes());
+            w.put(&frame)?;
+            n += 1;
+            if w.n - last_progress >= IO_BUF as u64 {
+                last_progress = w.n;
+                progress(w.n);
+            }
+        }
+        counts.push((p.name().to_string(), n));
+    }
+    let mut trailer = vec![TAG_TRAILER, Part::ALL.len() as u8];
+    for (_, n) in &counts {
+        trailer.extend_from_slice(&n.to_le_bytes());
+    }
+    w.put(&trailer)?;
+    let sum: [u8; 32] = w.sha.clone().finalize().into();
+    w.out.write_all(&sum).map_err(io("writing the backup"))?;
+    w.n += 32;
+    w.out.flush().map_err(io("writing the backup"))?;
+    progress(w.n);
+    Ok(BackupSummary {
+        format_version: format,
+        schema_version: header.schema_version,
+        relay_pubkey: header.relay_pubkey,
+        epoch: header.epoch,
+        created_ms: header.created_ms,
+        counts,
+        checksum: codec::hex(&sum),
+        file_bytes: w.n,
+        log,
+    })
 }
 
 /// Reads a backup file, checking as it goes.
@@ -315,6 +360,7 @@ fn read_backup(
         postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
     let parts = &Part::ALL[..partitions_in_format(format_version)];
     let mut counts = vec![0u64; parts.len()];
+    let mut chain = LogChain::new(header.schema_version);
     let mut last_part = 0u8;
     loop {
         let at = r.off;
@@ -355,6 +401,7 @@ fn read_backup(
                     return Err(damaged(at, "record checksum mismatch"));
                 }
                 counts[usize::from(pid)] += 1;
+                chain.record(part, &key, &val);
                 sink(part, key, val)?;
             }
             TAG_TRAILER => {
@@ -399,9 +446,93 @@ fn read_backup(
                         .collect(),
                     checksum: codec::hex(&sum),
                     file_bytes: r.len,
+                    log: chain.finish(),
                 });
             }
             other => return Err(damaged(at, format!("unknown record tag {other:#04x}"))),
+        }
+    }
+}
+
+/// Recomputes the relay-log chain of a backup as its records stream past: `meta` (partition 0)
+/// comes before `ops`, so the checkpoint and head are known when the entries arrive.
+struct LogChain {
+    chained: bool,
+    next: Option<Vec<u8>>,
+    head: Option<Vec<u8>>,
+    checkpoint: Option<Vec<u8>>,
+    check: Option<ChainCheck>,
+    /// A log record of meta that does not decode.
+    bad_meta: Option<String>,
+}
+
+impl LogChain {
+    fn new(schema_version: u32) -> LogChain {
+        LogChain {
+            chained: schema_version >= 4,
+            next: None,
+            head: None,
+            checkpoint: None,
+            check: None,
+            bad_meta: None,
+        }
+    }
+
+    fn record(&mut self, part: Part, key: &[u8], value: &[u8]) {
+        if !self.chained {
+            return;
+        }
+        match part {
+            Part::Meta if key == meta_key::OPS_NEXT => self.next = Some(value.to_vec()),
+            Part::Meta if key == meta_key::OPS_HEAD => self.head = Some(value.to_vec()),
+            Part::Meta if key == meta_key::OPS_CHECKPOINT => {
+                self.checkpoint = Some(value.to_vec());
+            }
+            Part::Ops => {
+                self.checker().row(key, value);
+            }
+            _ => {}
+        }
+    }
+
+    fn checker(&mut self) -> &mut ChainCheck {
+        let cp = self.checkpoint.as_deref().map(|v| {
+            codec::dec::<(u64, [u8; 32])>(v, "meta ops_checkpoint")
+                .map(|(seq, hash)| crate::api::LogCheckpoint { seq, hash })
+        });
+        let cp = match cp.transpose() {
+            Ok(cp) => cp,
+            Err(e) => {
+                self.bad_meta = Some(e.to_string());
+                None
+            }
+        };
+        self.check.get_or_insert_with(|| ChainCheck::new(cp))
+    }
+
+    fn finish(mut self) -> LogVerdict {
+        if !self.chained {
+            return LogVerdict::Unchained;
+        }
+        self.checker();
+        let next = self
+            .next
+            .as_deref()
+            .map(|v| codec::dec::<u64>(v, "meta ops_next"))
+            .transpose();
+        let head = self
+            .head
+            .as_deref()
+            .map(|v| codec::dec::<[u8; 32]>(v, "meta ops_head"))
+            .transpose();
+        match (next, head, self.bad_meta, self.check) {
+            (Ok(next), Ok(head), None, Some(check)) => check.finish(next, head),
+            (Err(e), ..) | (_, Err(e), ..) => LogVerdict::Broken {
+                seq: 0,
+                why: e.to_string(),
+            },
+            (_, _, Some(why), _) => LogVerdict::Broken { seq: 0, why },
+            (_, _, None, None) => LogVerdict::Unchained,
         }
     }
 }
@@ -463,19 +594,6 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
             Ok(())
         })?;
         batch.commit()?;
-        let now = crate::api::SystemClock.now_ms();
-        let mut fin = DirectBatch::new(parts);
-        fin.put(Part::Meta, meta_key::EPOCH, codec::enc(&epoch));
-        let total: u64 = summary.counts.iter().map(|(_, n)| n).sum();
-        fin.log(
-            now,
-            "restore",
-            &format!(
-                "from backup of epoch {} taken at {} ms ({total} records); new epoch {epoch}",
-                summary.epoch, summary.created_ms
-            ),
-        )?;
-        fin.commit_durable()?;
         if parts
             .db
             .snapshot()
@@ -485,8 +603,27 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
         {
             return Err(StoreError::Corrupt("backup holds no schema version".into()).into());
         }
+        let now = crate::api::SystemClock.now_ms();
+        // relay-tool's offline writers bound the log as `mbx-relay serve` does by default.
+        let keep = LogRetention::default();
+        // An older schema becomes the current one first (its log chained), so the restore
+        // entry below extends a chain.
+        crate::migrate::prepare(parts, now, keep)?;
+        let mut fin = DirectBatch::new(parts);
+        fin.put(Part::Meta, meta_key::EPOCH, codec::enc(&epoch));
+        let total: u64 = summary.counts.iter().map(|(_, n)| n).sum();
+        fin.log(
+            now,
+            keep,
+            "restore",
+            &format!(
+                "from backup of epoch {} taken at {} ms ({total} records); new epoch {epoch}",
+                summary.epoch, summary.created_ms
+            ),
+        )?;
+        fin.commit_durable()?;
     }
-    // Open once through the normal path: migrates an older schema, checks everything else.
+    // Open once through the normal path: checks everything else.
     let store = Store::open(
         new_dir,
         crate::api::OpenOptions {

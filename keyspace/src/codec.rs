@@ -8,6 +8,7 @@
 //! | meta | ascii name (`epoch`, ...) | postcard scalar |
 //! | enrolments | `0x00` ++ host key | [`Enrolment`] |
 //! | enrolments (name index) | `0x01` ++ lower(name) ++ `0x00` ++ host key | empty |
+//! | enrolments (last seen) | `0x02` ++ host key | UTC day number (u32); absent: seen at enrolment |
 //! | enc_ads | host key | [`EncAd`] (v1) |
 //! | enc_ads | host key ++ `0x02` | [`EncAdV2`] |
 //! | sender_lists | target | [`SenderList`] |
@@ -17,7 +18,7 @@
 //! | acked | target | acked_through (u64) |
 //! | usage | `0x00` ++ target / `0x01` ++ target ++ sender / `0x02` ++ account | [`Usage`] |
 //! | expiry | `i` ++ expires_at ++ target ++ seq | empty |
-//! | ops | n (u64) | [`OpEntry`] |
+//! | ops | n (u64) | [`StoredOp`] (schema < 4: [`LegacyOp`]) |
 //! | dedup_expiry | `d` ++ accepted_at ++ dedup key | empty |
 //! | sender_index | sender ++ target (the target's list names the sender) | empty |
 
@@ -35,10 +36,15 @@ pub(crate) mod meta_key {
     pub const LIVE_ENROLMENTS: &[u8] = b"live_enrolments";
     pub const REVOKED_ENROLMENTS: &[u8] = b"revoked_enrolments";
     pub const OPS_NEXT: &[u8] = b"ops_next";
+    /// Hash of the newest relay-log entry (the chain's head).
+    pub const OPS_HEAD: &[u8] = b"ops_head";
+    /// Seq and hash of the last dropped relay-log entry (where the chain starts).
+    pub const OPS_CHECKPOINT: &[u8] = b"ops_checkpoint";
 }
 
 const ENROL_TAG: u8 = 0x00;
 const NAME_TAG: u8 = 0x01;
+const SEEN_TAG: u8 = 0x02;
 const USAGE_TARGET: u8 = 0x00;
 const USAGE_SENDER: u8 = 0x01;
 const USAGE_ACCOUNT: u8 = 0x02;
@@ -61,6 +67,24 @@ pub(crate) struct ItemRecord {
     pub expires_at_ms: u64,
     /// The proven account charged for this item (the target's, at insert time).
     pub account: Option<String>,
+}
+
+/// One relay-log entry as stored (schema 4): its seq is the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredOp {
+    pub at_ms: u64,
+    pub kind: String,
+    pub detail: String,
+    /// SHA-256(previous hash ++ canonical bytes), see `ops::oplog`.
+    pub hash: [u8; 32],
+}
+
+/// A relay-log entry as schema 1-3 stored it (no hash); only the schema-4 migration reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LegacyOp {
+    pub at_ms: u64,
+    pub kind: String,
+    pub detail: String,
 }
 
 /// An [`ItemRecord`] read in place: the id, wire bytes and account borrow the stored value, so
@@ -191,6 +215,23 @@ pub(crate) fn name_key_pk(k: &[u8]) -> Option<Key32> {
 pub(crate) fn is_name_key(k: &[u8]) -> bool {
     k.first() == Some(&NAME_TAG)
 }
+
+/// `0x02 ++ host key`: the UTC day a live key was last seen (hop or push to it).
+pub(crate) fn seen_key(pk: &Key32) -> [u8; 33] {
+    let mut k = [SEEN_TAG; 33];
+    k[1..].copy_from_slice(pk);
+    k
+}
+
+pub(crate) fn seen_key_parse(k: &[u8]) -> Option<Key32> {
+    match k.split_first() {
+        Some((&SEEN_TAG, rest)) => key32(rest),
+        _ => None,
+    }
+}
+
+/// The first key after every enrolment row (`0x00 ++ host key`): the end of a scan over them.
+pub(crate) const ENROL_END: [u8; 1] = [ENROL_TAG + 1];
 
 /// The kind byte after the host key of a v2 enc ad row (a v1 row is the bare host key).
 const ENC_AD_V2_TAG: u8 = 0x02;

@@ -11,10 +11,9 @@ use fjall::Readable;
 use serde_json::{json, Value};
 
 use crate::api::{
-    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, OpEntry, Result, SenderList, StoreError,
-    Usage,
+    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
 };
-use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, UsageScope};
+use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, StoredOp, UsageScope};
 use crate::parts::Part;
 use crate::Store;
 
@@ -69,7 +68,7 @@ fn key_json(p: Part, k: &[u8]) -> Value {
                 let name = String::from_utf8_lossy(&k[1..k.len() - 33]).into_owned();
                 json!({ "name_index": name, "host_pubkey": hex(&pk) })
             }),
-            None => None,
+            None => codec::seen_key_parse(k).map(|pk| json!({ "last_seen": hex(&pk) })),
         },
         Part::EncAds => codec::enc_ad_key_parse(k).map(|a| match a {
             EncAdKey::V1(pk) => json!({ "host_pubkey": hex(&pk), "kind": "v1" }),
@@ -109,12 +108,20 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             meta_key::EPOCH => json!(codec::dec::<String>(v, "meta")?),
             meta_key::RELAY_PUBKEY => json!(b64(&codec::dec::<[u8; 32]>(v, "meta")?)),
             meta_key::SCHEMA_VERSION => json!(codec::dec::<u32>(v, "meta")?),
+            meta_key::OPS_HEAD => json!(hex(&codec::dec::<[u8; 32]>(v, "meta")?)),
+            meta_key::OPS_CHECKPOINT => {
+                let (seq, hash) = codec::dec::<(u64, [u8; 32])>(v, "meta")?;
+                json!({ "seq": seq, "hash": hex(&hash) })
+            }
             _ => match codec::dec::<u64>(v, "meta") {
                 Ok(n) => json!(n),
                 Err(_) => raw(v),
             },
         },
         Part::Enrolments if codec::is_name_key(k) => Value::Null,
+        Part::Enrolments if codec::seen_key_parse(k).is_some() => {
+            json!({ "day": codec::dec::<u32>(v, "last seen")? })
+        }
         Part::Enrolments => {
             let e: Enrolment = codec::dec(v, "enrolment")?;
             json!({ "host_pubkey": b64(&e.host_pubkey), "host_name": e.host_name, "owner_fp": e.owner_fp,
@@ -160,8 +167,8 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
         }
         Part::Expiry | Part::DedupExpiry | Part::SenderIndex => Value::Null,
         Part::Ops => {
-            let o: OpEntry = codec::dec(v, "ops")?;
-            json!({ "at_ms": o.at_ms, "kind": o.kind, "detail": o.detail })
+            let o: StoredOp = codec::dec(v, "ops")?;
+            json!({ "at_ms": o.at_ms, "kind": o.kind, "detail": o.detail, "hash": hex(&o.hash) })
         }
     })
 }

@@ -15,11 +15,23 @@
 //! `relay-tool` program against. Extend it freely; change a signature only together with every
 //! caller.
 //!
+//! CONTRACT (relay log): every mutation that is not mail appends one entry through
+//! `ops::oplog::append(tx, kind, detail)` inside its own operation (same atomic batch). Entries
+//! are hash-chained (`oplog` defines the canonical bytes); the log is bounded by
+//! [`OpenOptions::log_retention`] (age and count), dropping the oldest and recording the last
+//! dropped entry as the checkpoint; [`Store::verify_log`] and backup verification recompute it.
+//!
 //! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
 //! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
-//! `migrate` (schema), `backup`, `dump`, `stats`, `failpoint` (crash points for tests).
+//! `migrate` (schema), `backup`, `dump`, `hosts` (the enrolment listing), `stats`, `failpoint`
+//! (crash points for tests).
+//!
+//! Last seen (`ops/seen`): one row per live key in `enrolments` (`0x02 ++ host key`, the UTC
+//! day), written by `record_seen` at most once per key per day (the relay batches sightings);
+//! a missing row means "seen at enrolment". Rotation moves it; `expire_idle` (`ops/idle`)
+//! deletes live enrolments idle that long with an empty queue, in bounded atomic batches.
 
 mod api;
 mod backup;
@@ -27,6 +39,7 @@ mod codec;
 mod commit_stats;
 mod dump;
 pub mod failpoint;
+mod hosts;
 mod lock;
 mod migrate;
 mod ops;
@@ -48,8 +61,12 @@ pub use store::Store;
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::backup::backup_closed_store_for_tests as backup_closed_store;
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
+    pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;
     pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
+    pub use crate::migrate::raw_rows_for_tests as raw_rows;
+    pub use crate::migrate::remove_raw_row_for_tests as remove_raw_row;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
 }

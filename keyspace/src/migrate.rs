@@ -1,21 +1,29 @@
 //! Schema version in `meta`: first-open initialisation, refusal of newer stores, and migration
 //! of older ones that keeps the epoch and moves the version marker last.
 
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use fjall::{PersistMode, Readable};
+use fjall::{PersistMode, Readable, Slice};
 
-use crate::api::{Key32, Result, SenderList, StoreError, SCHEMA_VERSION};
-use crate::codec::{self, meta_key};
+use crate::api::{
+    Key32, LogCheckpoint, LogRetention, Result, SenderList, StoreError, SCHEMA_VERSION,
+};
+use crate::codec::{self, meta_key, LegacyOp, StoredOp};
+use crate::ops::oplog::{self, LogStage};
 use crate::parts::{Part, Parts};
-use crate::reader::{self, SnapView};
+use crate::reader::{self, Reader, SnapView};
 
-/// A batch plus the ops-log bookkeeping needed outside the writer (open, restore).
+/// A batch written outside the writer (open, migration, restore). Point reads of the
+/// partitions the relay log reads (`meta`, `ops`) see its own staged writes, so the log's one
+/// append path ([`oplog::append_at`]) serves it as it serves the writer.
 pub(crate) struct DirectBatch<'a> {
     parts: &'a Parts,
     batch: fjall::OwnedWriteBatch,
+    /// Staged writes to `meta` and `ops` (`None`: removed), for read-your-writes.
+    staged: HashMap<(Part, Vec<u8>), Option<Vec<u8>>>,
 }
 
 impl<'a> DirectBatch<'a> {
@@ -23,35 +31,39 @@ impl<'a> DirectBatch<'a> {
         DirectBatch {
             parts,
             batch: parts.db.batch(),
+            staged: HashMap::new(),
         }
     }
 
+    fn remember(part: Part) -> bool {
+        matches!(part, Part::Meta | Part::Ops)
+    }
+
     pub(crate) fn put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
+        if Self::remember(part) {
+            self.staged
+                .insert((part, key.to_vec()), Some(value.clone()));
+        }
         self.batch.insert(self.parts.ks(part), key, value);
     }
 
     pub(crate) fn remove(&mut self, part: Part, key: &[u8]) {
+        if Self::remember(part) {
+            self.staged.insert((part, key.to_vec()), None);
+        }
         self.batch.remove(self.parts.ks(part), key);
     }
 
-    /// Append an ops entry (keeps the newest entries, like the writer's log).
-    pub(crate) fn log(&mut self, at_ms: u64, kind: &str, detail: &str) -> Result<()> {
-        let n = self.parts.ks(Part::Meta).get(meta_key::OPS_NEXT)?;
-        let n: u64 = match n {
-            Some(v) => codec::dec(&v, "meta ops_next")?,
-            None => 0,
-        };
-        let entry = crate::api::OpEntry {
-            at_ms,
-            kind: kind.into(),
-            detail: detail.into(),
-        };
-        self.put(Part::Ops, &codec::ops_key(n), codec::enc(&entry));
-        if let Some(old) = n.checked_sub(crate::ops::oplog::KEEP) {
-            self.remove(Part::Ops, &codec::ops_key(old));
-        }
-        self.put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&(n + 1)));
-        Ok(())
+    /// Append a relay-log entry (same chain and bounds as the writer's log; `keep` as the
+    /// store's open options give it).
+    pub(crate) fn log(
+        &mut self,
+        at_ms: u64,
+        keep: LogRetention,
+        kind: &str,
+        detail: &str,
+    ) -> Result<()> {
+        oplog::append_at(self, at_ms, keep, kind, detail)
     }
 
     /// Commit without fsync (a later `commit_durable` or persist makes it durable).
@@ -68,11 +80,45 @@ impl<'a> DirectBatch<'a> {
     }
 }
 
+impl Reader for DirectBatch<'_> {
+    fn get(&self, part: Part, key: &[u8]) -> Result<Option<Slice>> {
+        if let Some(v) = self.staged.get(&(part, key.to_vec())) {
+            return Ok(v.as_ref().map(|v| Slice::from(v.as_slice())));
+        }
+        Ok(self.parts.ks(part).get(key)?)
+    }
+
+    /// Not needed by the log (point reads only): reads the committed rows.
+    fn range(
+        &self,
+        part: Part,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Slice, Slice)>> {
+        self.parts
+            .ks(part)
+            .range::<&[u8], _>((lo, hi))
+            .take(limit)
+            .map(|g| g.into_inner().map_err(StoreError::from))
+            .collect()
+    }
+}
+
+impl LogStage for DirectBatch<'_> {
+    fn stage_put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
+        self.put(part, key, value);
+    }
+    fn stage_del(&mut self, part: Part, key: &[u8]) {
+        self.remove(part, key);
+    }
+}
+
 /// Initialise meta on first open, refuse a newer schema, migrate an older one.
 ///
 /// # Errors
 /// `SchemaTooNew`, `Corrupt` (meta without a schema but with data), `Engine`.
-pub(crate) fn prepare(parts: &Arc<Parts>, now_ms: u64) -> Result<()> {
+pub(crate) fn prepare(parts: &Arc<Parts>, now_ms: u64, keep: LogRetention) -> Result<()> {
     let view = SnapView {
         snap: parts.db.snapshot(),
         parts: Arc::clone(parts),
@@ -102,7 +148,7 @@ pub(crate) fn prepare(parts: &Arc<Parts>, now_ms: u64) -> Result<()> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v) if v < SCHEMA_VERSION => migrate(parts, v, now_ms),
+        Some(v) if v < SCHEMA_VERSION => migrate(parts, v, now_ms, keep),
         Some(_) => Ok(()),
     }
 }
@@ -116,7 +162,7 @@ pub(crate) fn new_epoch() -> String {
 /// between versions; the epoch is never touched. A step may commit in several batches when
 /// each batch leaves a store that the same step can finish after a crash: the version marker
 /// moves only in the last batch, so an interrupted migration simply runs again.
-fn migrate(parts: &Parts, from: u32, now_ms: u64) -> Result<()> {
+fn migrate(parts: &Parts, from: u32, now_ms: u64, keep: LogRetention) -> Result<()> {
     // Version 0 (pre-release layout) has the same records as version 1.
     if from < 2 {
         move_dedup_index(parts, Part::Expiry, Part::DedupExpiry)?;
@@ -124,7 +170,14 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64) -> Result<()> {
     if from < 3 {
         build_sender_index(parts)?;
     }
+    // The last batch: the relay log becomes a chain (schema 4), the migration is logged on it,
+    // and the version marker moves, all at once: a crash before it leaves the old log as it was.
     let mut b = DirectBatch::new(parts);
+    let chained = if from < 4 {
+        chain_legacy_log(&mut b)?
+    } else {
+        0
+    };
     b.put(
         Part::Meta,
         meta_key::SCHEMA_VERSION,
@@ -132,13 +185,85 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64) -> Result<()> {
     );
     b.log(
         now_ms,
+        keep,
         "migrate",
-        &format!("schema {from} -> {SCHEMA_VERSION}"),
+        &format!(
+            "schema {from} -> {SCHEMA_VERSION}{}",
+            chained_note(from, chained)
+        ),
     )?;
+    crate::failpoint::hit("migrate-before-last-batch");
     b.commit_durable()?;
     tracing::info!(from, to = SCHEMA_VERSION, "store schema migrated");
     Ok(())
 }
+
+/// What the migrate entry says about the chain it started.
+fn chained_note(from: u32, chained: u64) -> String {
+    if from < 4 {
+        format!(" (relay log chained: {chained} earlier entries)")
+    } else {
+        String::new()
+    }
+}
+
+/// Schema 3 -> 4: hash every relay-log entry, in order, as the start of the chain. Schema 1-3
+/// logs kept at most the newest 1,000 entries, so they fit in the migration's last batch. When
+/// older entries were dropped before (the first kept seq is above 0), the checkpoint is the last
+/// dropped seq with the zero hash: those entries were never hashed. Returns the entries chained.
+fn chain_legacy_log(b: &mut DirectBatch<'_>) -> Result<u64> {
+    let rows: Vec<(Slice, Slice)> = b
+        .parts
+        .ks(Part::Ops)
+        .iter()
+        .take(LEGACY_LOG_MAX + 1)
+        .map(|g| g.into_inner())
+        .collect::<std::result::Result<_, _>>()?;
+    if rows.len() > LEGACY_LOG_MAX {
+        return Err(StoreError::Corrupt(format!(
+            "the relay log holds more than the {LEGACY_LOG_MAX} entries a schema-3 store keeps"
+        )));
+    }
+    let mut prev = [0u8; 32];
+    let mut expect = None;
+    for (k, v) in &rows {
+        let seq = codec::ops_key_parse(k)
+            .ok_or_else(|| StoreError::Corrupt("a relay-log key is not a position".into()))?;
+        if expect.is_some_and(|e| e != seq) {
+            return Err(StoreError::Corrupt(format!(
+                "the relay log has a gap before entry {seq}"
+            )));
+        }
+        if expect.is_none() && seq > 0 {
+            oplog::put_checkpoint(
+                b,
+                &LogCheckpoint {
+                    seq: seq - 1,
+                    hash: prev,
+                },
+            );
+        }
+        let old: LegacyOp = codec::dec(v, "ops")?;
+        let hash = oplog::chain_hash(&prev, seq, old.at_ms, &old.kind, &old.detail);
+        let entry = StoredOp {
+            at_ms: old.at_ms,
+            kind: old.kind,
+            detail: old.detail,
+            hash,
+        };
+        b.put(Part::Ops, k, codec::enc(&entry));
+        prev = hash;
+        expect = Some(seq + 1);
+    }
+    if let Some(next) = expect {
+        b.put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&next));
+        b.put(Part::Meta, meta_key::OPS_HEAD, codec::enc(&prev));
+    }
+    Ok(rows.len() as u64)
+}
+
+/// Most entries a schema 1-3 relay log held.
+const LEGACY_LOG_MAX: usize = 1_000;
 
 /// Rows moved per batch by a migration step (bounds its memory on a large store).
 const MIGRATE_CHUNK: usize = 10_000;
@@ -258,7 +383,7 @@ fn clear(parts: &Parts, part: Part) -> Result<u64> {
     Ok(removed)
 }
 
-/// Test hook: give a closed store the schema-2 layout (no `sender_index`) and version, as a
+/// Test hook: give a closed store the schema-2 layout (no `sender_index`, an unchained log) and version, as a
 /// store written by a schema-2 relay has; returns the index rows removed. Not part of the
 /// supported API.
 ///
@@ -269,6 +394,7 @@ pub fn downgrade_to_schema_2_for_tests(dir: &Path) -> Result<u64> {
     let engine = crate::store::open_engine(dir, false)?;
     let removed = clear(&engine.parts, Part::SenderIndex)?;
     let mut b = DirectBatch::new(&engine.parts);
+    unchain_log(&mut b)?;
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&2u32));
     b.commit_durable()?;
     Ok(removed)
@@ -286,6 +412,7 @@ pub fn downgrade_to_schema_1_for_tests(dir: &Path) -> Result<u64> {
     clear(&engine.parts, Part::SenderIndex)?;
     let moved = move_dedup_index(&engine.parts, Part::DedupExpiry, Part::Expiry)?;
     let mut b = DirectBatch::new(&engine.parts);
+    unchain_log(&mut b)?;
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&1u32));
     b.commit_durable()?;
     Ok(moved)
@@ -317,4 +444,75 @@ pub fn set_schema_version_for_tests(dir: &Path, version: u32) -> Result<()> {
     let mut b = DirectBatch::new(&engine.parts);
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&version));
     b.commit_durable()
+}
+
+/// Test hook: remove one raw row from a partition (by name) of a closed store. Not part of the
+/// supported API.
+///
+/// # Errors
+/// `Corrupt` for an unknown partition name; otherwise as [`crate::Store::open`].
+#[doc(hidden)]
+pub fn remove_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8]) -> Result<()> {
+    let part = Part::by_name(partition)
+        .ok_or_else(|| StoreError::Corrupt(format!("no partition named {partition:?}")))?;
+    let engine = crate::store::open_engine(dir, false)?;
+    let mut b = DirectBatch::new(&engine.parts);
+    b.remove(part, key);
+    b.commit_durable()
+}
+
+/// Test hook: every raw row (key, value) of a partition (by name) of a closed store, in key
+/// order. Not part of the supported API.
+///
+/// # Errors
+/// `Corrupt` for an unknown partition name; otherwise as [`crate::Store::open`].
+#[doc(hidden)]
+pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let part = Part::by_name(partition)
+        .ok_or_else(|| StoreError::Corrupt(format!("no partition named {partition:?}")))?;
+    let engine = crate::store::open_engine(dir, false)?;
+    let rows = engine
+        .parts
+        .ks(part)
+        .iter()
+        .map(|g| g.into_inner().map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<std::result::Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Test hook: give a closed store the schema-3 relay log (entries without hashes, no chain
+/// records in meta) and version, as a schema-3 relay left it. Not part of the supported API.
+///
+/// # Errors
+/// As [`crate::Store::open`].
+#[doc(hidden)]
+pub fn downgrade_to_schema_3_for_tests(dir: &Path) -> Result<u64> {
+    let engine = crate::store::open_engine(dir, false)?;
+    let mut b = DirectBatch::new(&engine.parts);
+    let n = unchain_log(&mut b)?;
+    b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&3u32));
+    b.commit_durable()?;
+    Ok(n)
+}
+
+/// Stage the schema 1-3 form of the relay log: entries without hashes, no chain records.
+fn unchain_log(b: &mut DirectBatch<'_>) -> Result<u64> {
+    let rows: Vec<(Slice, Slice)> = b
+        .parts
+        .ks(Part::Ops)
+        .iter()
+        .map(|g| g.into_inner())
+        .collect::<std::result::Result<_, _>>()?;
+    for (k, v) in &rows {
+        let e: StoredOp = codec::dec(v, "ops")?;
+        let old = LegacyOp {
+            at_ms: e.at_ms,
+            kind: e.kind,
+            detail: e.detail,
+        };
+        b.put(Part::Ops, k, codec::enc(&old));
+    }
+    b.remove(Part::Meta, meta_key::OPS_HEAD);
+    b.remove(Part::Meta, meta_key::OPS_CHECKPOINT);
+    Ok(rows.len() as u64)
 }

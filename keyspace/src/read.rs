@@ -4,8 +4,8 @@
 use std::ops::Bound;
 
 use crate::api::{
-    Cursor, DedupRow, EncAd, EncAds, Enrolment, Key32, Meta, OpEntry, Page, QueuedItem, Result,
-    SenderList, Usage,
+    Cursor, DedupRow, EncAd, EncAds, Enrolment, Key32, Meta, Page, QueuedItem, Result, SenderList,
+    Usage,
 };
 use crate::codec::{self, fingerprint, ItemView, UsageScope};
 use crate::ops::enrol;
@@ -13,11 +13,8 @@ use crate::parts::Part;
 use crate::pulled::ItemHint;
 use fjall::Readable;
 
-use crate::reader::{self, Reader, SnapView};
+use crate::reader::{self, Reader as _, SnapView};
 use crate::Store;
-
-/// Most ops-log entries ever held (the log keeps the newest 1,000).
-const MAX_OPS: usize = 1_000;
 
 impl Store {
     /// Current meta (epoch, relay key, schema, heartbeat).
@@ -182,20 +179,6 @@ impl Store {
             lo_bound = next;
         }
         Ok(out)
-    }
-
-    /// The relay log, newest first, at most `limit`.
-    ///
-    /// # Errors
-    /// `Closed`, `Corrupt`, `Engine`.
-    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
-        let v = self.view()?;
-        let rows = v.range(Part::Ops, Bound::Unbounded, Bound::Unbounded, MAX_OPS + 1)?;
-        rows.iter()
-            .rev()
-            .take(limit)
-            .map(|(_, val)| codec::dec(val, "ops"))
-            .collect()
     }
 }
 

@@ -180,7 +180,7 @@ impl Store {
     /// `Locked` (names the holding pid), `Missing`, `SchemaTooNew`, `Corrupt`, `Io`, `Engine`.
     pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
         let Engine { lock, parts } = open_engine(dir, opts.create)?;
-        crate::migrate::prepare(&parts, opts.clock.now_ms())?;
+        crate::migrate::prepare(&parts, opts.clock.now_ms(), opts.log_retention)?;
         let view: ViewSlot = Arc::new(RwLock::new(Some(Arc::new(SnapView {
             snap: parts.db.snapshot(),
             parts: Arc::clone(&parts),
@@ -193,6 +193,7 @@ impl Store {
             Arc::clone(&opts.clock),
             dir.to_path_buf(),
             opts.on_writer_idle,
+            opts.log_retention,
         );
         let recovery = w.recovery_state();
         let fail_persists = Arc::clone(&w.fail_persists);

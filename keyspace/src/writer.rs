@@ -27,7 +27,7 @@ use std::sync::{Arc, RwLock};
 
 use fjall::{PersistMode, Slice};
 
-use crate::api::{Clock, Result, StoreError, WRITER_IDLE};
+use crate::api::{Clock, LogRetention, Result, StoreError, WRITER_IDLE};
 use crate::commit_stats::CommitCounters;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView};
@@ -84,6 +84,8 @@ pub(crate) struct Tx<'a> {
     undo: Vec<(Part, Slice, Option<Option<Slice>>)>,
     /// The clock at the start of the current job.
     pub now_ms: u64,
+    /// How the relay log is bounded (`ops::oplog`).
+    pub log_retention: LogRetention,
     /// Stored rows read by range scans in this group (for [`crate::CommitStats::rows_scanned`]).
     scanned: std::cell::Cell<u64>,
 }
@@ -284,6 +286,8 @@ pub(crate) struct Writer {
     on_idle: Option<fn()>,
     /// Bytes of keys and values committed since the memtables were last flushed at idle.
     unflushed: u64,
+    /// How the relay log is bounded.
+    log_retention: LogRetention,
 }
 
 impl Writer {
@@ -295,6 +299,7 @@ impl Writer {
         clock: Arc<dyn Clock>,
         dir: PathBuf,
         on_idle: Option<fn()>,
+        log_retention: LogRetention,
     ) -> Writer {
         Writer {
             parts: Some(parts),
@@ -307,6 +312,7 @@ impl Writer {
             counters: Arc::new(CommitCounters::default()),
             on_idle,
             unflushed: 0,
+            log_retention,
         }
     }
 
@@ -378,6 +384,7 @@ impl Writer {
             overlay: Default::default(),
             undo: Vec::new(),
             now_ms: 0,
+            log_retention: self.log_retention,
             scanned: Default::default(),
         };
         let mut replies = Vec::with_capacity(jobs.len());

@@ -202,7 +202,8 @@ fn sweep_expires_notifies_and_prunes() {
         store.dedup(&sender, "keep", &t).unwrap().is_some(),
         "row of a queued item pruned"
     );
-    assert_eq!(store.ops(1).unwrap()[0].kind, "sweep");
+    // Expiring mail is mail: the relay log does not record sweeps.
+    assert!(store.ops(100).unwrap().iter().all(|e| e.kind != "sweep"));
     check_invariants(&store);
 }
 

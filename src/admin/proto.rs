@@ -2,8 +2,9 @@
 //!
 //! One request per connection:
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
-//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`,
-//!   `revoke TARGET [purge] [reason TEXT...]`, `purge TARGET [reason TEXT...]`;
+//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`,
+//!   `hosts [name NAME] [revoked] [idle-for MS]`, `revoke TARGET [purge] [reason TEXT...]`,
+//!   `purge TARGET [reason TEXT...]`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
 //!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
@@ -21,7 +22,7 @@ pub const MAX_REQUEST_LINE: usize = 1024;
 pub const MAX_FRAME: usize = 256 * 1024;
 /// Longest status or final line accepted by the client.
 pub const MAX_STATUS_LINE: usize = 64 * 1024;
-/// Most relay-log entries a `log` request returns (the store keeps 1,000).
+/// Most relay-log entries a `log` request returns (newest first).
 pub const MAX_LOG_LIMIT: usize = 1000;
 
 /// One admin request.
@@ -38,6 +39,10 @@ pub enum Request {
         partition: Option<String>,
         with_wire: bool,
     },
+    /// The enrolments as JSON lines, one per enrolment ([`super::hosts`]).
+    Hosts(super::hosts::HostsQuery),
+    /// Recompute the relay log's hash chain; the verdict is the final line's JSON.
+    LogVerify,
     /// Revoke and/or purge one key (`revoke`: revoke, purge if `purge`; `purge`: purge only).
     Revoke(crate::admin::revoke::Action),
 }
@@ -63,6 +68,8 @@ impl Request {
                 }
                 line
             }
+            Request::Hosts(q) => format!("hosts{}", q.to_words()),
+            Request::LogVerify => "log-verify".to_string(),
             Request::Revoke(a) => {
                 let mut line = if a.revoke { "revoke " } else { "purge " }.to_string();
                 line.push_str(&a.target);
@@ -106,10 +113,13 @@ impl Request {
                 _ => Err("usage: log [LIMIT]".to_string()),
             },
             "dump" => parse_dump(&rest),
+            "hosts" => super::hosts::HostsQuery::parse(&rest).map(Request::Hosts),
+            "log-verify" if rest.is_empty() => Ok(Request::LogVerify),
             "revoke" | "purge" => parse_revoke(verb == "revoke", &rest),
-            "backup" | "stats" => Err(format!("{verb} takes no arguments")),
+            "backup" | "stats" | "log-verify" => Err(format!("{verb} takes no arguments")),
             _ => Err(
-                "unknown request (expected backup, stats, log, dump, revoke or purge)".to_string(),
+                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke or purge)"
+                    .to_string(),
             ),
         }
     }
@@ -242,6 +252,13 @@ mod tests {
                 partition: None,
                 with_wire: true,
             },
+            Request::Hosts(Default::default()),
+            Request::Hosts(super::super::hosts::HostsQuery {
+                name: Some("a.b".into()),
+                revoked: true,
+                idle_for_ms: Some(86_400_000),
+            }),
+            Request::LogVerify,
             Request::Revoke(crate::admin::revoke::Action {
                 target: "ab12-cd34".into(),
                 revoke: true,
@@ -291,6 +308,7 @@ mod tests {
             b"dump partition items partition meta",
             b"\xff\xfe",
             b"dump  items",
+            b"log-verify now",
             b"revoke",
             b"revoke ab12 reason",
             b"revoke ab12 nonsense",

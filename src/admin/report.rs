@@ -2,13 +2,14 @@
 //! relay and an offline store answer in exactly the same shape. Keys appear as public keys and
 //! fingerprints only; no wire bytes.
 
-use relay_keyspace::{BackupSummary, OpEntry, Stats};
+use relay_keyspace::{BackupSummary, LogVerdict, OpEntry, Stats};
 use serde_json::{json, Value};
 
 use crate::wire::keys::{b64, fingerprint};
 
-/// Whole-store figures as one JSON object; `now_ms` dates the oldest queued item's age.
-pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
+/// Whole-store figures as one JSON object; `max_enrolments` is the serving relay's cap (`null`
+/// for a stopped store, which has none); `now_ms` dates the oldest queued item's age.
+pub fn stats_json(s: &Stats, max_enrolments: Option<u64>, now_ms: u64) -> Value {
     let top: Vec<Value> = s
         .top_targets
         .iter()
@@ -29,6 +30,7 @@ pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
         "created_ms": s.meta.created_ms,
         "heartbeat_ms": s.meta.heartbeat_ms,
         "live_enrolments": s.live_enrolments,
+        "max_enrolments": max_enrolments,
         "revoked_enrolments": s.revoked_enrolments,
         "queued_items": s.queued.items,
         "queued_bytes": s.queued.bytes,
@@ -42,9 +44,65 @@ pub fn stats_json(s: &Stats, now_ms: u64) -> Value {
     })
 }
 
-/// One relay-log entry as a JSON object.
+/// One relay-log entry as a JSON object (its chain hash in hex).
 pub fn op_json(op: &OpEntry) -> Value {
-    json!({ "at_ms": op.at_ms, "kind": op.kind, "detail": op.detail })
+    json!({ "seq": op.seq, "at_ms": op.at_ms, "kind": op.kind, "detail": op.detail,
+            "hash": hex(&op.hash) })
+}
+
+/// The result of recomputing the relay log's chain, as a JSON object: `{"intact": true,
+/// "entries": N, "checkpoint": {"seq", "hash"} | null}`, `{"intact": false, "seq": N, "why"}`,
+/// or `{"intact": null}` for a log from before the chain (schema < 4).
+pub fn log_verdict_json(v: &LogVerdict) -> Value {
+    match v {
+        LogVerdict::Intact {
+            entries,
+            checkpoint,
+        } => json!({
+            "intact": true,
+            "entries": entries,
+            "checkpoint": checkpoint.map(|c| json!({ "seq": c.seq, "hash": hex(&c.hash) })),
+        }),
+        LogVerdict::Broken { seq, why } => json!({ "intact": false, "seq": seq, "why": why }),
+        LogVerdict::Unchained => json!({ "intact": null }),
+    }
+}
+
+/// The verdict back from its JSON form (what the admin socket carries).
+pub fn log_verdict_from_json(v: &Value) -> Option<LogVerdict> {
+    match v["intact"].as_bool() {
+        Some(true) => Some(LogVerdict::Intact {
+            entries: v["entries"].as_u64()?,
+            checkpoint: match &v["checkpoint"] {
+                Value::Null => None,
+                c => Some(relay_keyspace::LogCheckpoint {
+                    seq: c["seq"].as_u64()?,
+                    hash: unhex32(c["hash"].as_str()?)?,
+                }),
+            },
+        }),
+        Some(false) => Some(LogVerdict::Broken {
+            seq: v["seq"].as_u64()?,
+            why: v["why"].as_str()?.to_string(),
+        }),
+        None if v["intact"].is_null() => Some(LogVerdict::Unchained),
+        None => None,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if s.len() != 64 {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// A backup file's summary as a JSON object (counts in file order).
@@ -60,6 +118,7 @@ pub fn summary_json(s: &BackupSummary) -> Value {
         "counts": counts,
         "checksum": s.checksum,
         "file_bytes": s.file_bytes,
+        "log": log_verdict_json(&s.log),
     })
 }
 

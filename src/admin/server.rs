@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::proto::{frame_header, one_line, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
-use super::report::{backup_log_detail, op_json, stats_json, summary_json};
+use super::report::{backup_log_detail, log_verdict_json, op_json, stats_json, summary_json};
 use crate::relay::revoke::Revoker;
 
 /// Requests served at once; more get `error busy` (a backup holds a snapshot and a thread).
@@ -42,11 +42,12 @@ const CHUNK: usize = 64 * 1024;
 /// When the store directory is missing or unwritable, when `admin.sock` exists and is not a
 /// socket, or when the socket path is too long for a Unix socket address.
 pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
-    spawn_with(store, store_dir, None)
+    spawn_with(store, store_dir, None, None)
 }
 
-/// [`spawn`], with the relay's [`Revoker`] so the socket also serves `revoke` and `purge`
-/// (without one they are refused: expiry notices need the relay key).
+/// [`spawn`] for a serving relay: with its [`Revoker`] the socket also serves `revoke` and
+/// `purge` (without one they are refused: expiry notices need the relay key), and `stats` also
+/// reports its `--max-enrolments`.
 ///
 /// # Errors
 /// As [`spawn`].
@@ -54,6 +55,7 @@ pub fn spawn_with(
     store: Store,
     store_dir: &Path,
     revoker: Option<Revoker>,
+    max_enrolments: Option<u64>,
 ) -> io::Result<JoinHandle<()>> {
     let path = store_dir.join(SOCKET_NAME);
     remove_stale(&path)?;
@@ -67,7 +69,11 @@ pub fn spawn_with(
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
     tracing::info!(socket = %path.display(), "admin socket listening");
-    let ctx = Arc::new(Ctx { store, revoker });
+    let ctx = Arc::new(Ctx {
+        store,
+        revoker,
+        max_enrolments,
+    });
     Ok(tokio::spawn(accept_loop(listener, ctx, guard)))
 }
 
@@ -138,6 +144,8 @@ impl Drop for SocketFile {
 struct Ctx {
     store: Store,
     revoker: Option<Revoker>,
+    /// The serving relay's `--max-enrolments`, for `stats`.
+    max_enrolments: Option<u64>,
 }
 
 async fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, _guard: SocketFile) {
@@ -318,7 +326,8 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
         }
         Request::Stats => {
             let stats = store.stats().map_err(|e| e.to_string())?;
-            write_line(out, &stats_json(&stats, SystemClock.now_ms()))?;
+            let v = stats_json(&stats, ctx.max_enrolments, SystemClock.now_ms());
+            write_line(out, &v)?;
             Ok(json!({}))
         }
         Request::Log { limit } => {
@@ -354,6 +363,12 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
                 "admin {}", if action.revoke { "revoked a key" } else { "purged a queue" }
             );
             Ok(done)
+        }
+        Request::Hosts(q) => super::hosts::write_hosts(store, q, SystemClock.now_ms(), out)
+            .map_err(|e| e.to_string()),
+        Request::LogVerify => {
+            let verdict = store.verify_log().map_err(|e| e.to_string())?;
+            Ok(log_verdict_json(&verdict))
         }
     }
 }

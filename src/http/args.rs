@@ -13,6 +13,9 @@ pub struct ServeArgs {
     /// Address to listen on (`127.0.0.1:0` picks a free port).
     #[arg(long, env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
+    /// Private address for `GET /metrics` (e.g. `127.0.0.1:9187`); unset: metrics are not served.
+    #[arg(long, env = "MBX_RELAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
     #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
     pub store_dir: PathBuf,
@@ -71,9 +74,21 @@ pub struct ServeArgs {
     /// A stored heartbeat further than this from the clock rotates the epoch at startup (`10m`).
     #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = "10m", value_parser = parse_duration)]
     pub heartbeat_stale: Duration,
+    /// Delete a live enrolment not seen (no hop by it, no push to it) for this long whose queue
+    /// is empty (`90d`; `0` = never; at least `1d`).
+    #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = "90d", value_parser = parse_duration)]
+    pub enrolment_idle: Duration,
+    /// Relay-log entries older than this are dropped, the chain kept from a checkpoint
+    /// (`400d`; `0`: no age bound). The newest 200,000 entries are the hard cap regardless.
+    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration)]
+    pub log_retention: Duration,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
 }
+
+/// `--log-retention`'s default: the keyspace's [`relay_keyspace::DEFAULT_LOG_RETENTION_MS`]
+/// (a test holds the two together).
+const LOG_RETENTION_DEFAULT: &str = "400d";
 
 impl ServeArgs {
     /// The serve configuration; the key comes from `MBX_RELAY_KEY` (read here, never logged).
@@ -100,14 +115,35 @@ impl ServeArgs {
             max_per_name: self.max_per_name,
             sweep_interval: self.sweep_interval,
             heartbeat_stale: self.heartbeat_stale,
+            enrolment_idle: self.enrolment_idle,
         };
         ServeConfig {
             listen: self.listen,
+            metrics_listen: self.metrics_listen,
             store_dir: self.store_dir,
             trust_proxy: self.trust_proxy,
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
             guard: self.guard.config(),
+            log_retention: relay_keyspace::LogRetention {
+                max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
+                ..relay_keyspace::LogRetention::default()
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod log_retention_tests {
+    use super::*;
+
+    /// The flag's default is the keyspace's default (one source of truth for both).
+    #[test]
+    fn log_retention_default_is_the_keyspace_default() {
+        let d = parse_duration(LOG_RETENTION_DEFAULT).unwrap();
+        assert_eq!(
+            d.as_millis(),
+            u128::from(relay_keyspace::DEFAULT_LOG_RETENTION_MS)
+        );
     }
 }

@@ -184,7 +184,7 @@ fn hop_refused(app: &App, route: Route, addr: String, refusal: Refusal) -> Respo
 async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Response {
     let (parts, mut body) = req.into_parts();
     let relay = &app.relay;
-    // Info, health and metrics take no body; only a signed info call reads one (its hop signs it).
+    // Info and health take no body; only a signed info call reads one (its hop signs it).
     let cap = if route.public() {
         MAX_SMALL_BODY
     } else {
@@ -213,15 +213,6 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     };
     match route {
         Route::Health => return health(app).await,
-        Route::Metrics => {
-            let text = app.http_metrics.render(relay).await;
-            let mut r = (StatusCode::OK, text).into_response();
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            return r;
-        }
         Route::Info if !hop.present() => return reply_response(relay.info(None)),
         _ => {}
     }
@@ -267,6 +258,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             _ => Err(RelayError::not_found("not found")),
         });
     };
+    relay.note_seen(&caller.key); // a hop-authenticated request: an in-memory note (issue 13)
     if route == Route::Info {
         return reply_response(relay.info(Some(&caller)));
     }

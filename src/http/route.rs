@@ -1,5 +1,6 @@
-//! The route table of PROTOCOL.md §3 plus `/health` and `/metrics`. Anything else — another path
-//! or another method — is `404 {"error":"not found"}`.
+//! The route table of PROTOCOL.md §3 plus `/health`. Anything else — another path or another
+//! method, `/metrics` included (it is served on `--metrics-listen` only) — is
+//! `404 {"error":"not found"}`.
 
 use axum::http::Method;
 
@@ -22,7 +23,6 @@ pub enum Route {
     PullV1,
     AckV1,
     Health,
-    Metrics,
 }
 
 impl Route {
@@ -47,7 +47,6 @@ impl Route {
             ("/v1/relay/messages", true, _) => Route::PullV1,
             ("/v1/relay/ack", _, true) => Route::AckV1,
             ("/health", true, _) => Route::Health,
-            ("/metrics", true, _) => Route::Metrics,
             _ => return None,
         })
     }
@@ -71,7 +70,6 @@ impl Route {
             Route::PullV1 => "GET /v1/relay/messages",
             Route::AckV1 => "POST /v1/relay/ack",
             Route::Health => "GET /health",
-            Route::Metrics => "GET /metrics",
         }
     }
 
@@ -82,7 +80,7 @@ impl Route {
 
     /// Routes that need no signed hop.
     pub fn public(self) -> bool {
-        self.enrolment_class() || matches!(self, Route::Info | Route::Health | Route::Metrics)
+        self.enrolment_class() || matches!(self, Route::Info | Route::Health)
     }
 }
 
@@ -103,5 +101,10 @@ mod tests {
         assert_eq!(Route::of(&Method::DELETE, "/v2/relay/items"), None);
         assert_eq!(Route::of(&Method::GET, "/v2/relay/items/"), None);
         assert_eq!(Route::of(&Method::GET, "/nope"), None);
+        assert_eq!(
+            Route::of(&Method::GET, "/metrics"),
+            None,
+            "private listener only"
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The `serve` lifecycle. Startup order: owner-only umask, refuse a store directory others can
 //! reach, open the store (lock), load or create the relay key (refused likewise), pin
-//! it, stale-heartbeat check, heartbeat, bind, print `listening on <addr>`, then serve; background
-//! tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop
-//! the background tasks, close the store.
+//! it, stale-heartbeat check, heartbeat, bind (and bind `--metrics-listen`, printing
+//! `metrics listening on <addr>`), print `listening on <addr>`, then serve; background tasks
+//! sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
+//! background tasks and the metrics listener, close the store.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ use crate::wire::keys::fingerprint;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: String,
+    /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
+    pub metrics_listen: Option<String>,
     pub store_dir: PathBuf,
     pub trust_proxy: TrustProxy,
     pub limits: Limits,
@@ -26,6 +29,8 @@ pub struct ServeConfig {
     pub key_env: Option<String>,
     /// Connection cap, timeouts and the public-route rate limit (`super::guard`).
     pub guard: super::guard::GuardConfig,
+    /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.
+    pub log_retention: relay_keyspace::LogRetention,
 }
 
 /// Run the relay until a shutdown signal.
@@ -45,6 +50,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         let open_dir = dir.clone();
         let opts = OpenOptions {
             on_writer_idle: Some(crate::memory::collect_idle_thread),
+            log_retention: config.log_retention,
             ..OpenOptions::default()
         };
         tokio::task::spawn_blocking(move || Store::open(&open_dir, opts))
@@ -73,13 +79,23 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
 
+    let metrics_listener = match &config.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen on {a} for metrics: {e}"))?,
+        ),
+        None => None,
+    };
+
     // Extension point: the admin socket (relay-tool backup/dump while running) starts here, with
     // `store` and `dir` in scope.
-    let _admin = crate::admin::spawn_with(store.clone(), &dir, Some(relay.revoker()))
+    let cap = Some(config.limits.max_enrolments);
+    let _admin = crate::admin::spawn_with(store.clone(), &dir, Some(relay.revoker()), cap)
         .map_err(|e| format!("cannot start the admin socket in {}: {e}", dir.display()))?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let background = tokio::spawn(relay.clone().run_background(stop_rx));
+    let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
     let app = Arc::new(App {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
@@ -90,9 +106,29 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         ),
         hop_gate: super::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
     });
+    let metrics_at = match &metrics_listener {
+        Some(l) => Some(
+            l.local_addr()
+                .map_err(|e| format!("cannot read the metrics address: {e}"))?,
+        ),
+        None => None,
+    };
+    let metrics = metrics_listener.map(|l| {
+        let guard = config.guard.clone();
+        tokio::spawn(super::metrics::serve_private(
+            l,
+            app.clone(),
+            guard,
+            stop_rx,
+        ))
+    });
     let shutdown = shutdown_signal()?;
     {
         let mut out = std::io::stdout().lock();
+        if let Some(at) = metrics_at {
+            tracing::info!(%at, "serving /metrics");
+            writeln!(out, "metrics listening on {at}").map_err(|e| format!("stdout: {e}"))?;
+        }
         writeln!(out, "listening on {addr}")
             .and_then(|()| out.flush())
             .map_err(|e| format!("stdout: {e}"))?;
@@ -109,6 +145,9 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     tracing::info!("shutting down: in-flight requests finished");
     let _ = stop_tx.send(true);
     let _ = background.await;
+    if let Some(m) = metrics {
+        let _ = m.await;
+    }
     drop(relay);
     let closed = tokio::task::spawn_blocking(move || store.close())
         .await

@@ -29,7 +29,18 @@ pub struct Limits {
     pub max_per_name: usize,
     pub sweep_interval: Duration,
     pub heartbeat_stale: Duration,
+    /// A live enrolment not seen for this long whose queue is empty is deleted by the sweep
+    /// (zero: never). See [`DEFAULT_ENROLMENT_IDLE`].
+    pub enrolment_idle: Duration,
 }
+
+/// Idle enrolments expire after 90 days by default (issue 13): far beyond any host's ordinary
+/// absence, and six times the default retention, so an idle host's queue has long expired
+/// (and its senders were told) before its enrolment goes; yet a cap filled once by throwaway
+/// keys frees itself within a quarter.
+pub const DEFAULT_ENROLMENT_IDLE: Duration = Duration::from_secs(90 * 24 * 3600);
+/// The shortest non-zero idle period: last seen has day resolution.
+pub const MIN_ENROLMENT_IDLE: Duration = Duration::from_secs(24 * 3600);
 
 /// How long a challenge stays valid (PROTOCOL.md §3).
 pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
@@ -62,6 +73,7 @@ impl Default for Limits {
             max_per_name: 16,
             sweep_interval: Duration::from_secs(600),
             heartbeat_stale: Duration::from_secs(600),
+            enrolment_idle: DEFAULT_ENROLMENT_IDLE,
         }
     }
 }
@@ -86,6 +98,12 @@ impl Limits {
             v4_24: self.enrol_per_minute_v4_24,
             v6_48: self.enrol_per_minute_v6_48,
         }
+    }
+
+    /// The idle period after which enrolments expire, in ms (`None`: never).
+    pub fn enrolment_idle_ms(&self) -> Option<u64> {
+        (!self.enrolment_idle.is_zero())
+            .then(|| u64::try_from(self.enrolment_idle.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// Retention in milliseconds.
@@ -140,6 +158,9 @@ impl Limits {
         }
         if self.heartbeat_stale.is_zero() {
             return Err("--heartbeat-stale must be greater than 0".into());
+        }
+        if !self.enrolment_idle.is_zero() && self.enrolment_idle < MIN_ENROLMENT_IDLE {
+            return Err("--enrolment-idle must be 0 (never) or at least 1d".into());
         }
         Ok(())
     }
@@ -204,6 +225,19 @@ mod tests {
         assert_eq!(half_day.retention_days(), 0.5);
         assert!(Limits {
             max_batch: 0,
+            ..Limits::default()
+        }
+        .validate()
+        .is_err());
+        assert_eq!(l.enrolment_idle_ms(), Some(90 * 86_400_000));
+        let never = Limits {
+            enrolment_idle: Duration::ZERO,
+            ..Limits::default()
+        };
+        assert!(never.validate().is_ok());
+        assert_eq!(never.enrolment_idle_ms(), None);
+        assert!(Limits {
+            enrolment_idle: Duration::from_secs(3600),
             ..Limits::default()
         }
         .validate()

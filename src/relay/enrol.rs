@@ -182,6 +182,7 @@ impl Relay {
             EnrolOutcome::Enrolled | EnrolOutcome::AlreadyEnrolled => {
                 if outcome == EnrolOutcome::Enrolled {
                     tracing::info!(host = %host, key = %fingerprint(&pk), "host enrolled");
+                    self.watch_enrolments();
                 }
                 Ok(json!({ "ok": true }))
             }

@@ -4,11 +4,12 @@
 
 use std::collections::HashMap;
 
-use relay_keyspace::{ItemKind, Key32, NewTarget, QuotaKind, NEVER_EXPIRES};
+use relay_keyspace::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
-use super::push::{Committed, Prepared, TargetCache, SENDER_NOT_ACCEPTED};
+use super::push::{Committed, Prepared, TargetCache};
+use super::reason::{Reason, Rejection};
 use super::{expect_object, object, Caller, Relay, RelayError, Reply, Status};
 use crate::wire::accept::sha256;
 use crate::wire::canonical::canonical_bytes;
@@ -31,33 +32,32 @@ impl Relay {
             .and_then(Value::as_array)
             .ok_or_else(|| RelayError::bad_request("bad batch"))?;
         if envelopes.len() > self.limits.max_batch {
-            return Err(nothing_stored(format!(
-                "batch over limit {}",
-                self.limits.max_batch
-            )));
+            return Err(nothing_stored(
+                Reason::BatchOverLimitV1(self.limits.max_batch).into(),
+            ));
         }
-        let mut error = None;
+        let mut error: Option<Rejection> = None;
         let mut prepared = Vec::new();
         // The enrolled name of every target, for the quota texts.
         let mut names: HashMap<Key32, String> = HashMap::new();
         if !envelopes.is_empty() && !self.sender_rate.hit(&caller.key, self.now_ms()) {
-            error = Some(format!(
-                "push rate exceeded ({}/min)",
-                self.limits.pushes_per_minute
-            ));
+            error = Some(Reason::PushRateV1(self.limits.pushes_per_minute).into());
         } else {
             let mut cache = TargetCache::default();
             for env in envelopes {
                 match self.prepare_v1(caller, env, &mut cache, &mut names) {
                     Ok(p) => prepared.push(p),
                     Err(e) => {
-                        self.metrics.rejected(&e);
                         error = Some(e);
                         break;
                     }
                 }
             }
+            // A store failure answers 503: no refusal to count then.
             cache.take_failure()?;
+            if let Some(e) = &error {
+                self.metrics.rejected(&e.reason);
+            }
         }
         let mut stored = 0u64;
         // v1 items never expire: a v1 sender dropped its row on the 200 and v1 pulls carry no
@@ -75,13 +75,13 @@ impl Relay {
                 }
                 Committed::Rejected(reason) => {
                     self.metrics.rejected(&reason);
-                    error.get_or_insert(reason);
+                    error.get_or_insert(reason.into());
                 }
                 Committed::OverQuota { target, which } => {
-                    self.metrics
-                        .rejected(&format!("quota:{}", which.describe()));
-                    let host = names.get(&target).map_or("", String::as_str);
-                    error.get_or_insert_with(|| v1_quota_text(which, host));
+                    let host = names.get(&target).cloned().unwrap_or_default();
+                    let reason = Reason::QuotaV1 { which, host };
+                    self.metrics.rejected(&reason);
+                    error.get_or_insert(reason.into());
                 }
             }
         }
@@ -89,7 +89,7 @@ impl Relay {
         match error {
             None => Ok(json!({ "stored": stored })),
             Some(e) if stored == 0 => Err(nothing_stored(e)),
-            Some(e) => Ok(json!({ "stored": stored, "error": e })),
+            Some(e) => Ok(json!({ "stored": stored, "error": e.wire_text() })),
         }
     }
 
@@ -100,32 +100,29 @@ impl Relay {
         env: &Value,
         cache: &mut TargetCache,
         names: &mut HashMap<Key32, String>,
-    ) -> Result<Prepared, String> {
+    ) -> Result<Prepared, Rejection> {
         if let Some(why) = envelope_shape_error(env) {
-            return Err(format!("bad envelope: {why}"));
+            return Err(Reason::BadEnvelope(why).into());
         }
         let id = env
             .get("id")
             .and_then(Value::as_str)
-            .ok_or("bad envelope: bad id")?;
+            .ok_or_else(|| Reason::BadEnvelope("bad id".into()))?;
         let wire = canonical_bytes(env);
         if wire.len() as u64 > self.limits.max_item_bytes {
-            return Err("envelope over size limit".into());
+            return Err(Reason::EnvelopeOverSizeLimit.into());
         }
         let hosts = envelope_recipient_hosts(env);
         if hosts.is_empty() {
-            return Err("no recipient host".into());
+            return Err(Reason::NoRecipientHost.into());
         }
         let mut keys: Vec<Key32> = Vec::with_capacity(hosts.len());
         for host in hosts.iter().take(self.limits.max_targets.saturating_add(1)) {
             let (target, name) = self.route_v1(caller, host, cache)?;
             self.admit_target(cache, &caller.key, &target)
-                .map_err(|r| {
-                    if r == SENDER_NOT_ACCEPTED {
-                        format!("sender not accepted by {host}")
-                    } else {
-                        format!("recipient host not enrolled: {host}")
-                    }
+                .map_err(|r| match r {
+                    Reason::SenderNotAccepted => Reason::SenderNotAcceptedBy(host.clone()),
+                    _ => Reason::RecipientHostNotEnrolled(host.clone()),
                 })?;
             if !keys.contains(&target) {
                 keys.push(target);
@@ -133,7 +130,7 @@ impl Relay {
             }
         }
         if keys.len() > self.limits.max_targets {
-            return Err("bad targets".into());
+            return Err(Reason::BadTargets.into());
         }
         // v1 dedup is by envelope id: v1 senders seal again on every retry, so a target that
         // already holds this id from this sender counts as stored whatever the new bytes are
@@ -168,19 +165,17 @@ impl Relay {
         caller: &Caller,
         host: &str,
         cache: &mut TargetCache,
-    ) -> Result<(Key32, String), String> {
+    ) -> Result<(Key32, String), Reason> {
+        // On a store failure the request answers 503 (noted in `cache`), never this reason.
         let candidates = self.name_candidates(host).map_err(|e| {
-            let msg = e.message().to_owned();
             cache.note_failure(e);
-            msg
+            Reason::RecipientHostNotEnrolled(host.to_owned())
         })?;
         let many = candidates.as_ref().is_none_or(|c| c.len() > 1);
         match pick_one(caller, candidates) {
             Some(e) => Ok((e.host_pubkey, e.host_name)),
-            None if many => Err(format!(
-                "recipient host ambiguous: {host} (several hosts use that name here; upgrade to address hosts by key)"
-            )),
-            None => Err(format!("recipient host not enrolled: {host}")),
+            None if many => Err(Reason::RecipientHostAmbiguous(host.to_owned())),
+            None => Err(Reason::RecipientHostNotEnrolled(host.to_owned())),
         }
     }
 
@@ -242,22 +237,9 @@ impl Relay {
 }
 
 /// The v1 answer when nothing was stored: 413 `{"stored":0,"error"}`.
-fn nothing_stored(error: String) -> RelayError {
+fn nothing_stored(error: Rejection) -> RelayError {
     RelayError {
         status: Status::TooLarge,
-        body: json!({ "stored": 0, "error": error }),
-    }
-}
-
-/// A v1 quota refusal, in the reference relay's words (`host` is the target's enrolled name).
-fn v1_quota_text(which: QuotaKind, host: &str) -> String {
-    match which {
-        QuotaKind::QueueItems => format!("queue depth exceeded for {host}"),
-        QuotaKind::QueueBytes => format!("queue bytes exceeded for {host}"),
-        QuotaKind::SenderItems | QuotaKind::SenderBytes => {
-            format!("sender share exceeded for {host}")
-        }
-        QuotaKind::AccountItems => format!("owner queue depth exceeded for {host}"),
-        QuotaKind::AccountBytes => format!("owner queue bytes exceeded for {host}"),
+        body: json!({ "stored": 0, "error": error.wire_text() }),
     }
 }

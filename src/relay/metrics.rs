@@ -1,14 +1,14 @@
 //! In-process counters for `/metrics`: item outcomes by status and reason, store-write latency
 //! as seen by the relay, items per commit submission, and the health of the last store write.
-//! Everything is bounded: the reason table holds at most [`MAX_REASONS`] distinct labels.
+//! Everything is bounded: rejections are counted by [`Reason`] label, a closed set.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Most distinct rejection reasons tracked; later new ones are counted under `other`.
-pub const MAX_REASONS: usize = 128;
+use super::capacity::CapWatch;
+use super::reason::Reason;
 
 /// A fixed-bucket histogram (Prometheus `_bucket`, `_sum`, `_count`).
 pub struct Histogram {
@@ -67,13 +67,16 @@ const SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500
 pub struct Metrics {
     pub accepted: AtomicU64,
     pub duplicate: AtomicU64,
-    rejected: Mutex<BTreeMap<String, u64>>,
+    /// Keyed by [`Reason::as_wire_str`]: never more entries than reasons.
+    rejected: Mutex<BTreeMap<&'static str, u64>>,
     /// Wall time of each awaited store write (submit to durable answer), seconds.
     pub store_write: Histogram,
     /// Items handed to the store in one insert submission (one push request).
     pub items_per_submit: Histogram,
     last_write_ok_ms: AtomicU64,
     write_failed: AtomicBool,
+    /// Live enrolments against `--max-enrolments` (warns on crossing 90 %).
+    pub enrolment_cap: CapWatch,
 }
 
 impl Default for Metrics {
@@ -86,20 +89,16 @@ impl Default for Metrics {
             items_per_submit: Histogram::new(SIZE_BOUNDS),
             last_write_ok_ms: AtomicU64::new(0),
             write_failed: AtomicBool::new(false),
+            enrolment_cap: CapWatch::default(),
         }
     }
 }
 
 impl Metrics {
-    /// Count a rejected item under its reason (bounded label set).
-    pub fn rejected(&self, reason: &str) {
-        let label = reason_label(reason);
+    /// Count a rejected item under its reason's fixed text (free parts never become labels).
+    pub fn rejected(&self, reason: &Reason) {
         let mut m = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
-        if !m.contains_key(label) && m.len() >= MAX_REASONS {
-            *m.entry("other".to_owned()).or_insert(0) += 1;
-            return;
-        }
-        *m.entry(label.to_owned()).or_insert(0) += 1;
+        *m.entry(reason.as_wire_str()).or_insert(0) += 1;
     }
 
     /// A store write succeeded at `now_ms`.
@@ -204,11 +203,6 @@ pub fn render_commit_stats(out: &mut String, s: &relay_keyspace::CommitStats) {
     );
 }
 
-/// Reasons are grouped to their stable prefix (`bad envelope: bad ts` stays; quota texts stay).
-fn reason_label(reason: &str) -> &str {
-    reason.get(..reason.len().min(80)).unwrap_or("other")
-}
-
 /// Escape a Prometheus label value.
 pub fn escape_label(s: &str) -> String {
     s.replace('\\', "\\\\")
@@ -224,8 +218,8 @@ mod tests {
     fn histogram_and_reasons_render() {
         let m = Metrics::default();
         m.store_write.observe(0.003);
-        m.rejected("rate");
-        m.rejected("rate");
+        m.rejected(&Reason::Rate);
+        m.rejected(&Reason::Rate);
         let mut s = String::new();
         m.render(&mut s);
         assert!(s.contains("mbx_relay_items_total{status=\"rejected\",reason=\"rate\"} 2"));
@@ -235,11 +229,13 @@ mod tests {
     }
 
     #[test]
-    fn reason_table_is_capped() {
+    fn reasons_with_free_text_count_under_their_fixed_label() {
         let m = Metrics::default();
-        for i in 0..(MAX_REASONS + 10) {
-            m.rejected(&format!("r{i}"));
+        for i in 0..100 {
+            m.rejected(&Reason::RecipientHostNotEnrolled(format!("made-up-{i}")));
+            m.rejected(&Reason::BadEnvelope(format!("why {i}")));
         }
-        assert!(m.rejected.lock().unwrap().len() <= MAX_REASONS + 1);
+        let labels: Vec<&str> = m.rejected.lock().unwrap().keys().copied().collect();
+        assert_eq!(labels, ["bad envelope", "recipient host not enrolled"]);
     }
 }

@@ -3,6 +3,7 @@
 //! (`crate::http`) only moves bytes and maps [`Status`] to status codes.
 
 pub mod authority;
+pub mod capacity;
 pub mod challenge;
 pub mod code;
 pub mod config;
@@ -18,8 +19,10 @@ pub mod metrics;
 pub mod pull;
 pub mod push;
 pub mod rate;
+pub mod reason;
 pub mod revoke;
 pub mod rotate;
+pub mod seen;
 pub mod senders;
 pub mod startup;
 pub mod sweep;
@@ -55,6 +58,10 @@ pub struct Relay {
     authority: Arc<dyn authority::EnrolmentAuthority>,
     /// Counters exposed on `/metrics`.
     pub metrics: metrics::Metrics,
+    /// Last-seen days noted in memory, written in batches.
+    seen: seen::Seen,
+    /// Where the idle-enrolment expiry continues when a run stopped at its round cap.
+    idle_cursor: std::sync::Mutex<Option<Key32>>,
 }
 
 impl Relay {
@@ -84,6 +91,8 @@ impl Relay {
             clock,
             epoch: RwLock::new(epoch),
             metrics: metrics::Metrics::default(),
+            seen: seen::Seen::default(),
+            idle_cursor: std::sync::Mutex::new(None),
         }
     }
 

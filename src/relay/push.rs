@@ -10,15 +10,13 @@ use relay_keyspace::{
 };
 use serde_json::{json, Value};
 
+use super::reason::{Reason, Rejection};
 use super::{Caller, Relay, RelayError, Reply};
 use crate::wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use crate::wire::canonical::write_string;
 use crate::wire::envelope::envelope_wire_error;
 use crate::wire::keys::{b64, parse_pubkey, unb64};
 use crate::wire::receipt::check_receipt_wire;
-
-/// The rejection of a sender a target's allowlist does not name (v1 words it per host).
-pub const SENDER_NOT_ACCEPTED: &str = "sender not accepted by target";
 
 /// Longest item id, in UTF-16 code units as JavaScript counts them.
 const MAX_ITEM_ID: usize = 300;
@@ -36,7 +34,7 @@ pub enum Committed {
         at_ms: u64,
         targets: Vec<TargetSeq>,
     },
-    Rejected(String),
+    Rejected(Reason),
     /// A quota of `target` would be exceeded (v2 answers `quota:<which>`; v1 has its own texts).
     OverQuota {
         target: Key32,
@@ -51,7 +49,7 @@ const MAX_CACHED_TARGETS: usize = 4096;
 /// remembers a store read failure so the request answers 503 instead of a verdict.
 #[derive(Default)]
 pub struct TargetCache {
-    map: HashMap<Key32, Result<(), &'static str>>,
+    map: HashMap<Key32, Result<(), Reason>>,
     failed: Option<RelayError>,
 }
 
@@ -102,18 +100,26 @@ impl Relay {
         let mut results: Vec<Option<String>> = vec![None; items.len()];
         let mut prepared = Vec::with_capacity(items.len());
         let mut cache = TargetCache::default();
+        let mut early = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let check = if rate_ok {
                 self.prepare_v2_item(caller, item, &mut cache)
             } else {
-                Err("rate".into())
+                Err(Reason::Rate.into())
             };
             match check {
                 Ok(p) => prepared.push((i, p)),
-                Err(reason) => results[i] = Some(self.rejected(item.get("item_id"), &reason)),
+                Err(reason) => {
+                    results[i] = Some(rejected_text(item.get("item_id"), &reason));
+                    early.push(reason.reason);
+                }
             }
         }
+        // A store failure answers 503: the refusals above are counted only when answered.
         cache.take_failure()?;
+        for reason in &early {
+            self.metrics.rejected(reason);
+        }
         let (indexes, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
         let item_ids: Vec<String> = prepared.iter().map(|p| p.item_id.clone()).collect();
         let target_keys: Vec<Vec<(Key32, [u8; 32])>> = prepared
@@ -135,11 +141,13 @@ impl Relay {
         {
             match outcome {
                 Committed::Rejected(reason) => {
-                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
+                    self.metrics.rejected(&reason);
+                    results[i] = Some(rejected_text(Some(&Value::String(item_id)), &reason.into()));
                 }
                 Committed::OverQuota { which, .. } => {
-                    let reason = format!("quota:{}", which.describe());
-                    results[i] = Some(self.rejected(Some(&Value::String(item_id)), &reason));
+                    let reason = Reason::Quota(which);
+                    self.metrics.rejected(&reason);
+                    results[i] = Some(rejected_text(Some(&Value::String(item_id)), &reason.into()));
                 }
                 Committed::Stored {
                     at_ms,
@@ -159,22 +167,22 @@ impl Relay {
         caller: &Caller,
         item: &Value,
         cache: &mut TargetCache,
-    ) -> Result<Prepared, String> {
+    ) -> Result<Prepared, Rejection> {
         let item_id = item
             .get("item_id")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty() && s.encode_utf16().count() <= MAX_ITEM_ID)
-            .ok_or("bad item id")?;
+            .ok_or(Reason::BadItemId)?;
         let kind = match item.get("kind").and_then(Value::as_str) {
             Some("envelope") => ItemKind::Envelope,
             Some("receipt") => ItemKind::Receipt,
-            _ => return Err("bad kind".into()),
+            _ => return Err(Reason::BadKind.into()),
         };
         let targets = item
             .get("targets")
             .and_then(Value::as_array)
             .filter(|t| !t.is_empty() && t.len() <= self.limits.max_targets)
-            .ok_or("bad targets")?;
+            .ok_or(Reason::BadTargets)?;
         let mut seen = HashSet::with_capacity(targets.len());
         let mut out = Vec::with_capacity(targets.len());
         for t in targets {
@@ -182,19 +190,18 @@ impl Relay {
                 .get("host_pubkey")
                 .and_then(Value::as_str)
                 .and_then(parse_pubkey)
-                .ok_or("target not enrolled")?;
-            self.admit_target(cache, &caller.key, &target)
-                .map_err(|r| r.to_owned())?;
+                .ok_or(Reason::TargetNotEnrolled)?;
+            self.admit_target(cache, &caller.key, &target)?;
             if !seen.insert(target) {
-                return Err("duplicate target".into());
+                return Err(Reason::DuplicateTarget.into());
             }
             let wire = t
                 .get("wire_b64")
                 .and_then(Value::as_str)
                 .and_then(unb64)
-                .ok_or("bad wire")?;
+                .ok_or(Reason::BadWire)?;
             if wire.len() as u64 > self.limits.max_item_bytes {
-                return Err("item over size limit".into());
+                return Err(Reason::ItemOverSizeLimit.into());
             }
             check_wire(kind, &wire, item_id, &caller.key)?;
             let wire_hash = sha256(&wire);
@@ -219,19 +226,19 @@ impl Relay {
         cache: &mut TargetCache,
         sender: &Key32,
         target: &Key32,
-    ) -> Result<(), &'static str> {
+    ) -> Result<(), Reason> {
         if let Some(r) = cache.map.get(target) {
-            return *r;
+            return r.clone();
         }
         let r = match self.target_admission(sender, target) {
             Ok(r) => r,
             Err(e) => {
                 cache.note_failure(e);
-                return Err("target not enrolled");
+                return Err(Reason::TargetNotEnrolled);
             }
         };
         if cache.map.len() < MAX_CACHED_TARGETS {
-            cache.map.insert(*target, r);
+            cache.map.insert(*target, r.clone());
         }
         r
     }
@@ -240,12 +247,12 @@ impl Relay {
         &self,
         sender: &Key32,
         target: &Key32,
-    ) -> Result<Result<(), &'static str>, RelayError> {
+    ) -> Result<Result<(), Reason>, RelayError> {
         let live = matches!(self.store.enrolment(target)?, Some(e) if e.revoked_at_ms.is_none());
         Ok(if !live {
-            Err("target not enrolled")
+            Err(Reason::TargetNotEnrolled)
         } else if !self.sender_accepted(target, sender)? {
-            Err(SENDER_NOT_ACCEPTED)
+            Err(Reason::SenderNotAccepted)
         } else {
             Ok(())
         })
@@ -280,31 +287,28 @@ impl Relay {
             })
             .collect();
         self.metrics.items_per_submit.observe(reqs.len() as f64);
+        // A push to a target is a sighting of it (issue 13: last seen); noted once stored.
+        let target_keys: Vec<Vec<Key32>> = reqs
+            .iter()
+            .map(|r| r.item.targets.iter().map(|t| t.target).collect())
+            .collect();
         crate::failpoint::hit("relay-before-commit");
         let outcomes = self.write(self.store.insert_many(reqs)).await?;
         Ok(outcomes
             .into_iter()
-            .map(|o| match o {
-                InsertOutcome::Stored { at_ms, targets } => Committed::Stored { at_ms, targets },
-                InsertOutcome::Conflict { .. } => Committed::Rejected("conflict".into()),
+            .zip(target_keys)
+            .map(|(o, keys)| match o {
+                InsertOutcome::Stored { at_ms, targets } => {
+                    keys.iter().for_each(|k| self.note_seen(k));
+                    Committed::Stored { at_ms, targets }
+                }
+                InsertOutcome::Conflict { .. } => Committed::Rejected(Reason::Conflict),
                 InsertOutcome::Quota { target, which } => Committed::OverQuota { target, which },
                 InsertOutcome::TargetNotEnrolled { .. } => {
-                    Committed::Rejected("target not enrolled".into())
+                    Committed::Rejected(Reason::TargetNotEnrolled)
                 }
             })
             .collect())
-    }
-
-    /// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`
-    /// (`item_id` echoes whatever JSON the item carried, printed by `serde_json`).
-    fn rejected(&self, item_id: Option<&Value>, reason: &str) -> String {
-        self.metrics.rejected(reason);
-        json!({
-            "item_id": item_id.cloned().unwrap_or(Value::Null),
-            "status": format!("rejected:{reason}"),
-            "targets": [],
-        })
-        .to_string()
     }
 
     /// Fill in the accepted or duplicate results: each accept statement's canonical text is
@@ -427,6 +431,17 @@ fn accepted_text(
     out
 }
 
+/// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`
+/// (`item_id` echoes whatever JSON the item carried, printed by `serde_json`).
+fn rejected_text(item_id: Option<&Value>, reason: &Rejection) -> String {
+    json!({
+        "item_id": item_id.cloned().unwrap_or(Value::Null),
+        "status": format!("rejected:{}", reason.wire_text()),
+        "targets": [],
+    })
+    .to_string()
+}
+
 /// `{"results":[...]}` from the results' JSON texts, in order (a missing one prints `null`).
 fn results_text(results: Vec<Option<String>>) -> Vec<u8> {
     let size = 16
@@ -452,12 +467,13 @@ pub fn check_wire(
     wire: &[u8],
     item_id: &str,
     sender: &Key32,
-) -> Result<(), String> {
+) -> Result<(), Rejection> {
     match kind {
         ItemKind::Envelope => envelope_wire_error(wire, item_id),
         ItemKind::Receipt => check_receipt_wire(wire, item_id, sender),
-        ItemKind::Expired => Err("bad kind".into()),
+        ItemKind::Expired => return Err(Reason::BadKind.into()),
     }
+    .map_err(Rejection::of_wire_check)
 }
 
 #[cfg(test)]

@@ -46,6 +46,8 @@ impl Relay {
                     moved,
                     "host key rotated"
                 );
+                // Rotating onto a key enrolled already frees one live enrolment.
+                self.watch_enrolments();
                 Ok(json!({ "moved": moved }))
             }
             RebindOutcome::OldNotEnrolled => Err(RelayError::not_found("old key not enrolled")),

@@ -1,6 +1,7 @@
 //! The retention sweep (PROTOCOL.md §4, §6): expired items leave in the same batch as the
 //! relay-signed expiry notice queued for their sender; dedup tombstones are pruned after
-//! retention + 7 days. Runs at startup and every `sweep_interval`.
+//! retention + 7 days; live enrolments idle for `enrolment_idle` with an empty queue are
+//! deleted (issue 13). Runs at startup and every `sweep_interval`.
 
 use std::sync::Arc;
 
@@ -18,6 +19,11 @@ use crate::wire::records::expiry_notice_wire;
 const SWEEP_BATCH: usize = 1_000;
 /// Store calls per sweep run, so one run is bounded; the next run continues.
 const SWEEP_ROUNDS: usize = 1_000;
+/// Enrolment rows the idle expiry looks at per store call (one atomic batch). Measured on
+/// 100,000 enrolments (release build): a pass that expires nothing takes 0.4 s in all; one that
+/// expires every host averages 17 ms of writer time per batch of 250 (55 ms per 1,000; the
+/// slowest batch, fsync included, took 205 ms either way).
+const IDLE_BATCH: usize = 250;
 
 /// The notice builder handed to the store (the sweep, and an admin's purge): envelopes get a
 /// signed `expired` item for their sender; receipts and notices expire silently.
@@ -86,6 +92,40 @@ impl Relay {
         Ok(total)
     }
 
+    /// Delete live enrolments not seen for `enrolment_idle` whose queue is empty: one pass over
+    /// the enrolments in batches of [`IDLE_BATCH`] rows (each one atomic, logged operation),
+    /// at most [`SWEEP_ROUNDS`] batches (a longer table is continued by the next run).
+    /// Sightings still in memory are written first. Returns how many expired.
+    ///
+    /// # Errors
+    /// 503-class error when the store fails (the next run retries).
+    pub async fn expire_idle_enrolments(&self) -> Result<u64, RelayError> {
+        let Some(idle_ms) = self.limits.enrolment_idle_ms() else {
+            return Ok(0);
+        };
+        self.flush_seen().await?;
+        let mut after = *self.idle_cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let mut expired = 0;
+        for _ in 0..SWEEP_ROUNDS {
+            let report = self
+                .write(
+                    self.store
+                        .expire_idle(self.now_ms(), idle_ms, after, IDLE_BATCH),
+                )
+                .await?;
+            expired += report.expired;
+            after = report.next;
+            if after.is_none() {
+                break;
+            }
+        }
+        *self.idle_cursor.lock().unwrap_or_else(|p| p.into_inner()) = after;
+        if expired > 0 {
+            tracing::info!(expired, "idle enrolments expired");
+        }
+        Ok(expired)
+    }
+
     /// Write the heartbeat now.
     ///
     /// # Errors
@@ -94,17 +134,30 @@ impl Relay {
         self.write(self.store.heartbeat(self.now_ms())).await
     }
 
-    /// Sweep now (the startup sweep), then heartbeat every 30 s and sweep every `sweep_interval`
-    /// until `stop` fires.
+    /// Sweep now (the startup sweep), then heartbeat every 30 s, write last-seen days every
+    /// [`super::seen::FLUSH_EVERY`] and sweep every `sweep_interval` until `stop` fires (then
+    /// write the last sightings); each sweep also checks live enrolments against the cap.
     pub async fn run_background(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut hb = tokio::time::interval(super::config::HEARTBEAT_EVERY);
         let mut sw = tokio::time::interval(self.limits.sweep_interval);
+        let mut seen = tokio::time::interval(super::seen::FLUSH_EVERY);
         hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        seen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         hb.tick().await; // written at startup already
         loop {
             tokio::select! {
-                _ = stop.changed() => break,
+                _ = stop.changed() => {
+                    if let Err(e) = self.flush_seen().await {
+                        tracing::warn!(error = %e, "writing last-seen days at shutdown failed");
+                    }
+                    break;
+                }
+                _ = seen.tick() => {
+                    if let Err(e) = self.flush_seen().await {
+                        tracing::warn!(error = %e, "writing last-seen days failed");
+                    }
+                }
                 _ = hb.tick() => {
                     if let Err(e) = self.heartbeat().await {
                         tracing::error!(error = %e, "heartbeat write failed");
@@ -114,6 +167,10 @@ impl Relay {
                     if let Err(e) = self.sweep().await {
                         tracing::error!(error = %e, "retention sweep failed");
                     }
+                    if let Err(e) = self.expire_idle_enrolments().await {
+                        tracing::error!(error = %e, "idle enrolment expiry failed");
+                    }
+                    self.watch_enrolments();
                 }
             }
         }

@@ -102,6 +102,8 @@ pub fn random_pubkey() -> String {
 pub struct Relay {
     child: Option<Child>,
     addr: SocketAddr,
+    /// The `--metrics-listen` address, when the relay printed `metrics listening on`.
+    metrics_addr: Option<SocketAddr>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     store: PathBuf,
@@ -176,6 +178,7 @@ impl Relay {
         let mut relay = Relay {
             child: None,
             addr: "127.0.0.1:0".parse().expect("addr"),
+            metrics_addr: None,
             args: opts.args,
             env: opts.env,
             store,
@@ -224,6 +227,9 @@ impl Relay {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(Duration::from_millis(200))) {
                 Ok(line) => {
+                    if let Some(a) = line.trim().strip_prefix("metrics listening on ") {
+                        self.metrics_addr = a.trim().parse().ok();
+                    }
                     if let Some(a) = line.trim().strip_prefix("listening on ") {
                         self.addr = a
                             .trim()
@@ -263,6 +269,17 @@ impl Relay {
     /// The address the relay listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The private metrics address (started with `--metrics-listen 127.0.0.1:0`).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+            .expect("relay started with --metrics-listen")
+    }
+
+    /// `GET /metrics` on the private metrics listener.
+    pub fn metrics(&self) -> Response {
+        send(self.metrics_addr(), "GET", "/metrics", &[], b"")
     }
 
     /// The store directory.

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::rc::Rc;
 
 use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
-use mbx_relay::admin::report::{op_json, stats_json};
+use mbx_relay::admin::report::{log_verdict_from_json, log_verdict_json, op_json, stats_json};
 use mbx_relay::wire::time::iso_ms;
-use relay_keyspace::{verify_backup, Clock, DumpOptions, SystemClock};
+use relay_keyspace::{verify_backup, Clock, DumpOptions, LogVerdict, SystemClock};
 use serde_json::Value;
 
 use crate::access::{self, Via};
@@ -35,7 +35,7 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
         Via::Local(store) => {
             let s = store.stats()?;
             access::close(store)?;
-            stats_json(&s, SystemClock.now_ms())
+            stats_json(&s, None, SystemClock.now_ms())
         }
     };
     if json {
@@ -67,7 +67,8 @@ pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
         } else {
             let at = e["at_ms"].as_u64().map(iso_ms).unwrap_or_default();
             format!(
-                "{at}  {:<14} {}",
+                "{:>6}  {at}  {:<14} {}",
+                e["seq"].as_u64().unwrap_or(0),
                 e["kind"].as_str().unwrap_or("?"),
                 e["detail"].as_str().unwrap_or("")
             )
@@ -77,6 +78,75 @@ pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `relay-tool log --verify`: recompute the relay log's hash chain (through the running relay or
+/// on the store opened here).
+///
+/// # Errors
+/// Store access, the relay's refusal, or `Backup` (exit 3) naming the first entry that does not
+/// match.
+pub fn log_verify(dir: &Path, json: bool) -> Result<(), Failure> {
+    let verdict = match access::relay_or_store(dir, &Request::LogVerify)? {
+        Via::Relay(reply) => {
+            let done = reply.finish()?;
+            log_verdict_from_json(&done).ok_or_else(|| {
+                Failure::new(
+                    Code::Store,
+                    "the relay sent a log verdict this tool cannot read",
+                )
+            })?
+        }
+        Via::Local(store) => {
+            let v = store.verify_log();
+            access::close(store)?;
+            v?
+        }
+    };
+    if json {
+        println!("{}", log_verdict_json(&verdict));
+    }
+    log_outcome(&verdict, "relay log", !json)
+}
+
+/// Print (when `print`) or fail with a verdict on a relay log: exit 3 when it does not verify.
+///
+/// # Errors
+/// `Backup` naming the first entry that does not match.
+pub fn log_outcome(v: &LogVerdict, what: &str, print: bool) -> Result<(), Failure> {
+    match v {
+        LogVerdict::Intact {
+            entries,
+            checkpoint,
+        } => {
+            if print {
+                let from = match checkpoint {
+                    Some(c) => format!(
+                        "from the checkpoint after entry {} (hash {})",
+                        c.seq,
+                        hex_short(&c.hash)
+                    ),
+                    None => "from its first entry".to_string(),
+                };
+                println!("{what} OK: {entries} entries verified, {from}");
+            }
+            Ok(())
+        }
+        LogVerdict::Broken { seq, why } => Err(Failure::new(
+            Code::Backup,
+            format!("{what} does not verify: first bad entry {seq}: {why}"),
+        )),
+        LogVerdict::Unchained => {
+            if print {
+                println!("{what}: not hash-chained (written before schema 4); nothing to verify");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn hex_short(h: &[u8; 32]) -> String {
+    h.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// `relay-tool dump`: JSON lines (`--json`) or one readable line per record.
@@ -150,6 +220,11 @@ pub fn verify(file: &Path) -> Result<(), Failure> {
     let summary = result.map_err(|e| {
         Failure::from(e).context(&format!("{} failed verification", file.display()))
     })?;
+    log_outcome(
+        &summary.log,
+        &format!("{}: relay log", file.display()),
+        false,
+    )?;
     println!("backup OK: {}", file.display());
     print!("{}", show::summary(&summary));
     Ok(())
@@ -228,11 +303,18 @@ fn stats_text(v: &Value) -> String {
         _ => s.push_str("relay key           (none pinned yet)\n"),
     }
     s.push_str(&format!("schema version      {}\n", num("schema_version")));
-    s.push_str(&format!(
-        "enrolments          {} live, {} revoked\n",
-        num("live_enrolments"),
-        num("revoked_enrolments")
-    ));
+    let live = num("live_enrolments");
+    match v["max_enrolments"].as_u64().filter(|m| *m > 0) {
+        Some(max) => s.push_str(&format!(
+            "enrolments          {live} live of {max} max ({:.1}%), {} revoked\n",
+            live as f64 * 100.0 / max as f64,
+            num("revoked_enrolments")
+        )),
+        None => s.push_str(&format!(
+            "enrolments          {live} live, {} revoked\n",
+            num("revoked_enrolments")
+        )),
+    }
     s.push_str(&format!(
         "queued              {} items, {}\n",
         num("queued_items"),
@@ -410,5 +492,9 @@ mod tests {
         ] {
             assert!(t.contains(want), "missing {want:?} in\n{t}");
         }
+        let mut online = v.clone();
+        online["max_enrolments"] = serde_json::json!(4);
+        let t = stats_text(&online);
+        assert!(t.contains("3 live of 4 max (75.0%), 1 revoked"), "{t}");
     }
 }

@@ -10,6 +10,7 @@ mod bench;
 mod epoch;
 mod fail;
 mod files;
+mod hosts;
 mod inspect;
 mod progress;
 mod restore;
@@ -40,9 +41,11 @@ EXIT CODES:
   3  damaged or refused backup: damaged backup at byte offset X (a record or the trailer fails
      its checksum); truncated backup (ends at byte offset X before its trailer); not an mbx-relay
      backup (wrong magic); backup format newer than this tool; trailer counts disagree with the
-     records; backup made by another relay key (restore without --accept-other-key)
+     records; backup made by another relay key (restore without --accept-other-key); a relay log
+     (of the store with `log --verify`, or inside a backup with `verify`) whose hash chain does
+     not verify: the message names the first entry that does not match
   4  store in use by pid N: a relay holds the store. restore and rotate-epoch need it stopped;
-     backup, dump, stats, log, revoke and purge go through its admin socket instead
+     backup, dump, stats, log, hosts, revoke and purge go through its admin socket instead
 
 Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.";
 
@@ -133,24 +136,56 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         #[arg(long, env = "MBX_RELAY_STORE_DIR")]
         store_dir: PathBuf,
     },
-    /// The relay log (backups, restores, epoch rotations, sweeps), newest first.
-    #[command(after_help = EXIT_CODES)]
+    /// The relay log (enrolments, rotations, backups, restores, epoch rotations, migrations),
+    /// newest first; `--verify` recomputes its hash chain.
+    #[command(
+        long_about = "The relay log, newest first: every change to the store that is not mail, each entry \
+hash-chained to the one before (SHA-256 over the previous hash and the entry's canonical bytes). \
+Entries older than the relay's --log-retention (400d), and the oldest beyond 200,000, are dropped; \
+the chain then starts from a checkpoint (the last dropped entry's seq and hash). With --verify, \
+recompute the chain from the checkpoint and name the first entry that does not match (exit 3), \
+else print how many entries verified.",
+        after_help = EXIT_CODES
+    )]
     Log {
         /// The relay's store directory.
         #[arg(long, env = "MBX_RELAY_STORE_DIR")]
         store_dir: PathBuf,
-        /// At most this many entries (the store keeps the newest 1,000).
+        /// At most this many entries (1 to 1,000).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
         /// JSON lines.
         #[arg(long)]
         json: bool,
+        /// Recompute the hash chain instead of listing entries.
+        #[arg(long)]
+        verify: bool,
     },
     /// Generate a relay key (same output as `mbx-relay keygen`).
     #[command(after_help = EXIT_CODES)]
     Keygen,
     /// Measure a running relay's push and drain throughput (speaks only the wire protocol).
     Bench(bench::BenchArgs),
+    /// One line per enrolment: fingerprint, name, account, enrolled, last seen (day), queue,
+    /// enc ad and its age, revoked at (read-only; through the relay while it runs).
+    #[command(after_help = EXIT_CODES)]
+    Hosts {
+        /// The relay's store directory.
+        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+        store_dir: PathBuf,
+        /// Only hosts of this name (case-insensitive).
+        #[arg(long)]
+        name: Option<String>,
+        /// Only revoked keys.
+        #[arg(long)]
+        revoked: bool,
+        /// Only hosts last seen this long ago or longer (`30d`, `12h`; day resolution).
+        #[arg(long, value_parser = mbx_relay::relay::config::parse_duration)]
+        idle_for: Option<std::time::Duration>,
+        /// JSON lines, one object per enrolment.
+        #[arg(long)]
+        json: bool,
+    },
     /// Revoke a host key as a rotation revokes it; with --purge also drop its queue.
     #[command(
         long_about = "Revoke a host key: its hops answer 401, enrolling it again 403 REVOKED, its enc ads \
@@ -254,8 +289,15 @@ fn run(command: Command) -> Result<(), Failure> {
         Command::RotateEpoch { store_dir } => epoch::rotate(&store_dir),
         Command::Log {
             store_dir,
+            verify: true,
+            json,
+            ..
+        } => inspect::log_verify(&store_dir, json),
+        Command::Log {
+            store_dir,
             limit,
             json,
+            verify: false,
         } => inspect::log(&store_dir, limit, json),
         Command::Keygen => {
             let key = mbx_relay::wire::keys::SigningKey::generate();
@@ -263,6 +305,13 @@ fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Hosts {
+            store_dir,
+            name,
+            revoked,
+            idle_for,
+            json,
+        } => hosts::run(&store_dir, name.as_deref(), revoked, idle_for, json),
         Command::Revoke {
             store_dir,
             key,

@@ -2,7 +2,7 @@
 
 use mbx_relay::wire::keys::fingerprint;
 use mbx_relay::wire::time::iso_ms;
-use relay_keyspace::BackupSummary;
+use relay_keyspace::{BackupSummary, LogVerdict};
 
 /// Counts per partition, total, checksum and header facts of a backup file.
 pub fn summary(s: &BackupSummary) -> String {
@@ -30,7 +30,24 @@ pub fn summary(s: &BackupSummary) -> String {
         "format/schema   {}/{}\n",
         s.format_version, s.schema_version
     ));
+    out.push_str(&format!("relay log       {}\n", log_line(&s.log)));
     out
+}
+
+/// One line on a relay log's chain.
+pub fn log_line(v: &LogVerdict) -> String {
+    match v {
+        LogVerdict::Intact {
+            entries,
+            checkpoint: Some(c),
+        } => format!(
+            "chain verified: {entries} entries from the checkpoint after entry {}",
+            c.seq
+        ),
+        LogVerdict::Intact { entries, .. } => format!("chain verified: {entries} entries"),
+        LogVerdict::Broken { seq, why } => format!("CHAIN BROKEN at entry {seq}: {why}"),
+        LogVerdict::Unchained => "not hash-chained (schema < 4; chained when restored)".into(),
+    }
 }
 
 /// `1.5 MiB`-style sizes.

@@ -4,6 +4,7 @@
 pub(crate) mod ack;
 pub(crate) mod enc_ad_v2;
 pub(crate) mod enrol;
+pub(crate) mod idle;
 pub(crate) mod insert;
 pub(crate) mod lists;
 pub(crate) mod meta;
@@ -11,4 +12,5 @@ pub(crate) mod oplog;
 pub(crate) mod queue;
 pub(crate) mod rebind;
 pub(crate) mod revoke;
+pub(crate) mod seen;
 pub(crate) mod sweep;

@@ -1,35 +1,329 @@
-//! The relay log (`ops`): newest [`KEEP`] entries, oldest dropped as new ones arrive.
+//! The relay log (`ops`): a hash-chained record of every mutation that is not mail, bounded by
+//! age and by count.
+//!
+//! Entry `n` stores `hash_n = SHA-256(hash_{n-1} ++ canonical_n)`, where `canonical_n` is the
+//! fixed binary encoding of the entry (all integers big-endian):
+//! `seq u64 | at_ms u64 | len(kind) u32 | kind | len(detail) u32 | detail`. The first entry of a
+//! log chains from 32 zero bytes. Meta holds the head (`ops_next`, `ops_head`) and, once old
+//! entries were dropped, the checkpoint (`ops_checkpoint`: seq and hash of the last dropped
+//! entry) the chain then starts from. Editing, removing or reordering an entry breaks the chain
+//! at that entry; removing entries at the end disagrees with the head.
+//!
+//! One append path serves the writer ([`Tx`]) and the writes made outside it at open and restore
+//! (`migrate::DirectBatch`), through [`LogStage`].
 
-use crate::api::{OpEntry, Pending, Result};
-use crate::codec::{self, meta_key};
+use std::ops::Bound;
+
+use fjall::Readable;
+use sha2::{Digest, Sha256};
+
+use crate::api::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Pending, Result};
+use crate::codec::{self, meta_key, StoredOp};
 use crate::parts::Part;
-use crate::reader::meta_u64;
+use crate::reader::{meta_u64, Reader, SnapView};
 use crate::writer::Tx;
 use crate::Store;
 
-/// Entries kept.
-pub(crate) const KEEP: u64 = 1_000;
+/// Most old entries one append drops (bounds its work; each append adds one entry, so a log
+/// over its bounds still shrinks by up to this many per append).
+const MAX_DROP_PER_APPEND: u64 = 64;
 
-/// Append an entry inside the current operation.
+/// What appending needs: point reads that see the writes staged so far, and staging.
+pub(crate) trait LogStage: Reader {
+    fn stage_put(&mut self, part: Part, key: &[u8], value: Vec<u8>);
+    fn stage_del(&mut self, part: Part, key: &[u8]);
+}
+
+impl LogStage for Tx<'_> {
+    fn stage_put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
+        self.put(part, key, value);
+    }
+    fn stage_del(&mut self, part: Part, key: &[u8]) {
+        self.del(part, key);
+    }
+}
+
+/// The canonical bytes of an entry (what its hash covers besides the previous hash).
+pub(crate) fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u8> {
+    let mut b = Vec::with_capacity(24 + kind.len() + detail.len());
+    b.extend_from_slice(&seq.to_be_bytes());
+    b.extend_from_slice(&at_ms.to_be_bytes());
+    for s in [kind, detail] {
+        // Kinds and details are short texts we write; a length over u32 cannot occur.
+        b.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_be_bytes());
+        b.extend_from_slice(s.as_bytes());
+    }
+    b
+}
+
+/// `SHA-256(prev ++ canonical(entry))`.
+pub(crate) fn chain_hash(
+    prev: &[u8; 32],
+    seq: u64,
+    at_ms: u64,
+    kind: &str,
+    detail: &str,
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(prev);
+    h.update(canonical(seq, at_ms, kind, detail));
+    h.finalize().into()
+}
+
+/// Append an entry inside the current operation (dropping entries beyond the store's bounds).
 pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {
-    let n = meta_u64(tx, meta_key::OPS_NEXT)?.unwrap_or(0);
-    let entry = OpEntry {
-        at_ms: tx.now_ms,
+    let (at_ms, keep) = (tx.now_ms, tx.log_retention);
+    append_at(tx, at_ms, keep, kind, detail)
+}
+
+/// Append an entry dated `at_ms` through any [`LogStage`], then drop what `keep` no longer covers.
+pub(crate) fn append_at<S: LogStage>(
+    s: &mut S,
+    at_ms: u64,
+    keep: LogRetention,
+    kind: &str,
+    detail: &str,
+) -> Result<()> {
+    let n = meta_u64(s, meta_key::OPS_NEXT)?.unwrap_or(0);
+    let prev = head(s)?.unwrap_or([0; 32]);
+    let hash = chain_hash(&prev, n, at_ms, kind, detail);
+    let entry = StoredOp {
+        at_ms,
         kind: kind.into(),
         detail: detail.into(),
+        hash,
     };
-    tx.put(Part::Ops, &codec::ops_key(n), codec::enc(&entry));
-    if let Some(old) = n.checked_sub(KEEP) {
-        tx.del(Part::Ops, &codec::ops_key(old));
+    s.stage_put(Part::Ops, &codec::ops_key(n), codec::enc(&entry));
+    s.stage_put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&(n + 1)));
+    s.stage_put(Part::Meta, meta_key::OPS_HEAD, codec::enc(&hash));
+    drop_old(s, n + 1, at_ms, keep)
+}
+
+/// Drop the oldest entries while there are more than `keep.max_entries` or they are older than
+/// `keep.max_age_ms` (0: no age bound), at most [`MAX_DROP_PER_APPEND`], never the newest; the
+/// last one dropped becomes the checkpoint.
+fn drop_old<S: LogStage>(s: &mut S, next: u64, now_ms: u64, keep: LogRetention) -> Result<()> {
+    let cutoff = match keep.max_age_ms {
+        0 => 0,
+        age => now_ms.saturating_sub(age),
+    };
+    let max_entries = keep.max_entries.max(1);
+    let mut cp = checkpoint(s)?;
+    let mut dropped = 0;
+    while dropped < MAX_DROP_PER_APPEND {
+        let first = cp.map_or(0, |c| c.seq + 1);
+        let count = next.saturating_sub(first);
+        if count <= 1 {
+            break;
+        }
+        // A missing oldest entry is left for `log --verify` to report, never papered over.
+        let Some(v) = s.get(Part::Ops, &codec::ops_key(first))? else {
+            break;
+        };
+        let e: StoredOp = codec::dec(&v, "ops")?;
+        if count <= max_entries && e.at_ms >= cutoff {
+            break;
+        }
+        s.stage_del(Part::Ops, &codec::ops_key(first));
+        cp = Some(LogCheckpoint {
+            seq: first,
+            hash: e.hash,
+        });
+        dropped += 1;
     }
-    tx.put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&(n + 1)));
+    if let (true, Some(c)) = (dropped > 0, cp) {
+        put_checkpoint(s, &c);
+    }
     Ok(())
 }
 
+/// The chain's head hash (None: nothing was ever appended under schema 4).
+pub(crate) fn head(r: &impl Reader) -> Result<Option<[u8; 32]>> {
+    r.get(Part::Meta, meta_key::OPS_HEAD)?
+        .map(|v| codec::dec(&v, "meta ops_head"))
+        .transpose()
+}
+
+/// Where the chain starts (None: at seq 0 from the zero hash).
+pub(crate) fn checkpoint(r: &impl Reader) -> Result<Option<LogCheckpoint>> {
+    let cp: Option<(u64, [u8; 32])> = r
+        .get(Part::Meta, meta_key::OPS_CHECKPOINT)?
+        .map(|v| codec::dec(&v, "meta ops_checkpoint"))
+        .transpose()?;
+    Ok(cp.map(|(seq, hash)| LogCheckpoint { seq, hash }))
+}
+
+pub(crate) fn put_checkpoint<S: LogStage>(s: &mut S, c: &LogCheckpoint) {
+    s.stage_put(
+        Part::Meta,
+        meta_key::OPS_CHECKPOINT,
+        codec::enc(&(c.seq, c.hash)),
+    );
+}
+
+/// Recomputes a chain from its checkpoint, fed the `ops` rows in key order; remembers the first
+/// entry that does not match. Serves the store's `verify_log` and backup verification alike.
+pub(crate) struct ChainCheck {
+    checkpoint: Option<LogCheckpoint>,
+    expect: u64,
+    prev: [u8; 32],
+    entries: u64,
+    broken: Option<(u64, String)>,
+}
+
+impl ChainCheck {
+    pub(crate) fn new(checkpoint: Option<LogCheckpoint>) -> ChainCheck {
+        ChainCheck {
+            checkpoint,
+            expect: checkpoint.map_or(0, |c| c.seq + 1),
+            prev: checkpoint.map_or([0; 32], |c| c.hash),
+            entries: 0,
+            broken: None,
+        }
+    }
+
+    /// Check the next stored row (key, value). False once the chain is broken.
+    pub(crate) fn row(&mut self, key: &[u8], value: &[u8]) -> bool {
+        if self.broken.is_some() {
+            return false;
+        }
+        let expect = self.expect;
+        let Some(seq) = codec::ops_key_parse(key) else {
+            return self.fail(expect, "a row whose key is not a log position".into());
+        };
+        if seq != expect {
+            let why = if seq > expect {
+                format!("entry {expect} is missing (the next stored entry is {seq})")
+            } else {
+                format!("entry {seq} is out of place (entry {expect} was expected)")
+            };
+            return self.fail(expect, why);
+        }
+        let e: StoredOp = match codec::dec(value, "ops") {
+            Ok(e) => e,
+            Err(err) => return self.fail(seq, format!("entry {seq} does not decode: {err}")),
+        };
+        let hash = chain_hash(&self.prev, seq, e.at_ms, &e.kind, &e.detail);
+        if hash != e.hash {
+            return self.fail(
+                seq,
+                format!(
+                    "entry {seq} ({} at {} ms) does not match its hash: it was edited or moved, \
+                     or the entry before it was removed or changed",
+                    e.kind, e.at_ms
+                ),
+            );
+        }
+        self.prev = hash;
+        self.expect = seq + 1;
+        self.entries += 1;
+        true
+    }
+
+    fn fail(&mut self, seq: u64, why: String) -> bool {
+        self.broken = Some((seq, why));
+        false
+    }
+
+    /// The verdict, given the head recorded in meta (`ops_next`, `ops_head`).
+    pub(crate) fn finish(self, next: Option<u64>, head: Option<[u8; 32]>) -> LogVerdict {
+        if let Some((seq, why)) = self.broken {
+            return LogVerdict::Broken { seq, why };
+        }
+        let next = next.unwrap_or(0);
+        if self.expect < next {
+            return LogVerdict::Broken {
+                seq: self.expect,
+                why: format!(
+                    "entries {} to {} are missing: the log ends before them but its head records them",
+                    self.expect,
+                    next - 1
+                ),
+            };
+        }
+        if self.expect > next {
+            return LogVerdict::Broken {
+                seq: next,
+                why: format!(
+                    "entry {next} is present but the head records the log ending before it"
+                ),
+            };
+        }
+        let recorded = head.unwrap_or([0; 32]);
+        let reached = if self.entries == 0 && self.checkpoint.is_none() {
+            [0; 32]
+        } else {
+            self.prev
+        };
+        if recorded != reached {
+            return LogVerdict::Broken {
+                seq: next.saturating_sub(1),
+                why: "the newest entry's hash differs from the head recorded in meta".into(),
+            };
+        }
+        LogVerdict::Intact {
+            entries: self.entries,
+            checkpoint: self.checkpoint,
+        }
+    }
+}
+
+/// Recompute the chain of a durable snapshot.
+pub(crate) fn verify(v: &SnapView) -> Result<LogVerdict> {
+    let mut check = ChainCheck::new(checkpoint(v)?);
+    for g in v.snap.iter(v.parts.ks(Part::Ops)) {
+        let (k, val) = g.into_inner()?;
+        if !check.row(&k, &val) {
+            break;
+        }
+    }
+    Ok(check.finish(meta_u64(v, meta_key::OPS_NEXT)?, head(v)?))
+}
+
+/// The newest `limit` entries of a snapshot, newest first.
+pub(crate) fn newest(v: &SnapView, limit: usize) -> Result<Vec<OpEntry>> {
+    let lo = checkpoint(v)?.map_or(0, |c| c.seq + 1);
+    let lo = codec::ops_key(lo);
+    let range = (Bound::Included(lo.as_slice()), Bound::Unbounded);
+    let mut out = Vec::with_capacity(limit.min(1024));
+    for g in v.snap.range::<&[u8], _>(v.parts.ks(Part::Ops), range).rev() {
+        if out.len() >= limit {
+            break;
+        }
+        let (k, val) = g.into_inner()?;
+        let e: StoredOp = codec::dec(&val, "ops")?;
+        out.push(OpEntry {
+            seq: codec::ops_key_parse(&k).unwrap_or(u64::MAX),
+            at_ms: e.at_ms,
+            kind: e.kind,
+            detail: e.detail,
+            hash: e.hash,
+        });
+    }
+    Ok(out)
+}
+
 impl Store {
-    /// Append to the relay log (keeps the newest 1,000 entries).
+    /// Append to the relay log (the store's [`LogRetention`] bounds it).
     pub fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
         let (kind, detail) = (kind.to_string(), detail.to_string());
         self.submit(move |tx| append(tx, &kind, &detail))
+    }
+
+    /// The relay log, newest first, at most `limit` entries.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
+        newest(&*self.view()?, limit)
+    }
+
+    /// Recompute the relay log's hash chain from its checkpoint over the durable snapshot and
+    /// name the first entry that does not match.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt` (meta's log records do not decode), `Engine`.
+    pub fn verify_log(&self) -> Result<LogVerdict> {
+        verify(&*self.view()?)
     }
 }

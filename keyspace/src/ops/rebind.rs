@@ -10,7 +10,7 @@ use crate::reader::{self, Reader};
 use crate::writer::Tx;
 use crate::Store;
 
-use super::{enrol, lists, oplog, queue};
+use super::{enrol, lists, oplog, queue, seen};
 
 /// Most sender lists a rotation or revocation rewrites (one list per target; targets are
 /// bounded by enrolments).
@@ -43,6 +43,9 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     let moved = move_queue(tx, old, new)?;
     move_lists(tx, old, new)?;
     revoke_key(tx, &o)?;
+    // Last seen moves with the key: the rotation is a sighting of the new key.
+    seen::del(tx, old);
+    seen::put(tx, new, crate::api::utc_day(tx.now_ms));
     oplog::append(
         tx,
         "rotate-key",

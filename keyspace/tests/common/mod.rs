@@ -38,7 +38,7 @@ pub fn open_with(dir: &Path, clock: Arc<TestClock>) -> Store {
         OpenOptions {
             clock,
             create: true,
-            on_writer_idle: None,
+            ..OpenOptions::default()
         },
     )
     .expect("open store")

@@ -1,0 +1,100 @@
+//! Idle-enrolment expiry: a live enrolment not seen for the idle period and whose queue is
+//! empty is deleted with its enc ads, its allowlist (through `write_list`, so `sender_index`
+//! stays right) and its last-seen row, freeing its place under the live-enrolment cap.
+//! Revoked rows stay (a revoked key stays revoked). Other targets' lists that name the key keep
+//! it: they are records their targets signed, and the same key (the same holder) may enrol again.
+
+use std::ops::Bound;
+
+use crate::api::{last_seen_ms, Enrolment, IdleReport, Key32, Pending, Result};
+use crate::codec::{self, meta_key, UsageScope};
+use crate::parts::Part;
+use crate::reader::{self, Reader};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::{enrol, lists, oplog, seen};
+
+impl Store {
+    /// Look at up to `max` enrolment rows after `after` (from the start when `None`) and delete
+    /// each live one last seen `idle_ms` or more before `now_ms` whose queue is empty. One
+    /// atomic operation, logged (`expire-idle`, with the count) when it deleted any;
+    /// `next` says where to continue.
+    pub fn expire_idle(
+        &self,
+        now_ms: u64,
+        idle_ms: u64,
+        after: Option<Key32>,
+        max: usize,
+    ) -> Pending<IdleReport> {
+        let max = max.max(1);
+        self.submit(move |tx| expire_idle(tx, now_ms, idle_ms, after.as_ref(), max))
+    }
+}
+
+fn expire_idle(
+    tx: &mut Tx<'_>,
+    now_ms: u64,
+    idle_ms: u64,
+    after: Option<&Key32>,
+    max: usize,
+) -> Result<IdleReport> {
+    let start = after.map(codec::enrol_key);
+    let lo = match &start {
+        Some(k) => Bound::Excluded(k.as_slice()),
+        None => Bound::Included(&[][..]),
+    };
+    // One extra row tells whether to call again.
+    let rows = tx.range(
+        Part::Enrolments,
+        lo,
+        Bound::Excluded(&codec::ENROL_END[..]),
+        max + 1,
+    )?;
+    let mut report = IdleReport::default();
+    let more = rows.len() > max;
+    let mut last = None;
+    for (k, v) in rows.into_iter().take(max) {
+        let Some(pk) = codec::enrol_key_parse(&k) else {
+            continue;
+        };
+        report.scanned += 1;
+        last = Some(pk);
+        let e: Enrolment = codec::dec(&v, "enrolment")?;
+        if e.revoked_at_ms.is_some() {
+            continue;
+        }
+        let seen_ms = last_seen_ms(e.enrolled_at_ms, seen::day_of(tx, &pk)?);
+        if now_ms.saturating_sub(seen_ms) < idle_ms {
+            continue;
+        }
+        let queue = reader::usage(tx, &UsageScope::Target(pk))?;
+        if queue.items > 0 || queue.bytes > 0 {
+            continue;
+        }
+        expire(tx, &e)?;
+        report.expired += 1;
+    }
+    report.next = if more { last } else { None };
+    if report.expired > 0 {
+        let days = idle_ms / crate::api::DAY_MS;
+        let detail = format!(
+            "{} idle enrolments expired (not seen for {days}d or more, queue empty)",
+            report.expired
+        );
+        oplog::append(tx, "expire-idle", &detail)?;
+    }
+    Ok(report)
+}
+
+/// Delete a live enrolment with its name index row, last-seen row, enc ads and allowlist.
+fn expire(tx: &mut Tx<'_>, e: &Enrolment) -> Result<()> {
+    let pk = &e.host_pubkey;
+    tx.del(Part::Enrolments, &codec::name_key(&e.host_name, pk));
+    tx.del(Part::Enrolments, &codec::enrol_key(pk));
+    seen::del(tx, pk);
+    tx.del(Part::EncAds, pk);
+    tx.del(Part::EncAds, &codec::enc_ad_v2_key(pk));
+    lists::write_list(tx, pk, None)?;
+    enrol::bump(tx, meta_key::LIVE_ENROLMENTS, -1)
+}
