@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -127,11 +127,23 @@ fn too_many(text: &str, retry_after: &'static str) -> Response {
     r
 }
 
-/// The answer to a body that could not be read. A body refused before its end is drained in
-/// the background and the connection closed after the answer (PROTOCOL.md §3), so a client
-/// still writing reads the answer rather than a reset.
+/// `r`, given before `body` was read to its end: the rest of the body is drained in the
+/// background and the connection closed after the answer (PROTOCOL.md §3), so a client still
+/// writing reads the answer rather than a reset. A body already at its end changes nothing.
+fn answer_unread(mut r: Response, body: Body) -> Response {
+    if body.is_end_stream() {
+        return r;
+    }
+    drain(body);
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// The answer to a body that could not be read; one refused before its end is drained (see
+/// [`answer_unread`]).
 fn body_refused(e: BodyError, body: Body) -> Response {
-    let mut r = match e {
+    let r = match e {
         BodyError::TooLarge => too_large(),
         BodyError::AddressBusy => too_many(
             "too many request bytes in flight from this address, retry later",
@@ -159,10 +171,7 @@ fn body_refused(e: BodyError, body: Body) -> Response {
             )
         }
     };
-    drain(body);
-    r.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
+    answer_unread(r, body)
 }
 
 /// The answer to a hop the gate refused, marked for the guard's public window; an info call
@@ -219,7 +228,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     if route.enrolment_class() {
         if let Err(e) = relay.check_address_rate(&addr) {
-            return reply_response(Err(e));
+            return answer_unread(reply_response(Err(e)), body);
         }
     }
     // A hop is checked as far as its headers allow before any body memory is reserved: a
@@ -229,7 +238,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     } else {
         match app.hop_gate.check_head(relay, &addr, &hop) {
             Ok(c) => Some(c),
-            Err(refusal) => return hop_refused(app, route, addr, refusal),
+            Err(refusal) => return answer_unread(hop_refused(app, route, addr, refusal), body),
         }
     };
     let mut reservation = app.bodies.reservation(&addr);
