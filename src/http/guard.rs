@@ -53,6 +53,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+use super::answer::retry_later;
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
@@ -450,18 +451,15 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     resp
 }
 
+/// The public window's 429 (answered before the router, so it adds `cache-control` itself).
 fn too_many_requests() -> Response<Body> {
-    let mut r = Response::new(Body::from(
-        r#"{"error":"too many requests from this address, retry later"}"#,
-    ));
-    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+    let mut r = retry_later(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too many requests from this address, retry later",
+        "60",
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{json, Value};
 
+use super::answer::{json_response, json_text_response, retry_later};
 use super::body::{drain, read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
 use super::guard::HopRefused;
@@ -35,20 +36,6 @@ pub fn status_code(s: Status) -> StatusCode {
         Status::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         Status::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
-}
-
-fn json_response(status: StatusCode, body: &Value) -> Response {
-    json_text_response(status, body.to_string().into_bytes())
-}
-
-/// A response whose body is already JSON text.
-fn json_text_response(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut r = (status, body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
 }
 
 fn reply_response(r: Reply) -> Response {
@@ -121,10 +108,7 @@ fn too_large() -> Response {
 
 /// A 429 with `retry-after` (seconds).
 fn too_many(text: &str, retry_after: &'static str) -> Response {
-    let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, &json!({ "error": text }));
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
-    r
+    retry_later(StatusCode::TOO_MANY_REQUESTS, text, retry_after)
 }
 
 /// `r`, given before `body` was read to its end: the rest of the body is drained in the
@@ -149,15 +133,11 @@ fn body_refused(e: BodyError, body: Body) -> Response {
             "too many request bytes in flight from this address, retry later",
             "1",
         ),
-        BodyError::Busy => {
-            let mut r = json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({ "error": "server busy, retry later" }),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            r
-        }
+        BodyError::Busy => retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server busy, retry later",
+            "1",
+        ),
         BodyError::Aborted => {
             return json_response(
                 StatusCode::BAD_REQUEST,
@@ -296,10 +276,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             limit: q.get("limit").map(String::as_str),
             epoch: q.get("epoch").map(String::as_str),
         };
-        return match relay.pull(&caller, pq).await {
-            Ok(text) => json_text_response(StatusCode::OK, text),
-            Err(e) => reply_response(Err(e)),
-        };
+        return text_reply_response(relay.pull(&caller, pq).await);
     }
     if route == Route::PushV2 {
         // The results arrive as finished JSON text (no value tree: the push hot path).

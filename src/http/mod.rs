@@ -2,6 +2,7 @@
 //! relay answers to status codes; plus `run_serve`, the `mbx-relay serve` lifecycle (open the
 //! store, load the key, start, serve until SIGTERM/SIGINT, drain, close the store).
 
+mod answer;
 pub mod args;
 pub mod body;
 pub mod client_addr;

@@ -1,0 +1,30 @@
+//! JSON answers built the same way wherever the HTTP layer answers (the handler, and the
+//! guard's refusals given before the router).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+/// `body` as a JSON response.
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response {
+    json_text_response(status, body.to_string().into_bytes())
+}
+
+/// A response whose body is already JSON text.
+pub(super) fn json_text_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// `{"error": text}` with `retry-after` (seconds): the answer of every limit a client may wait
+/// out.
+pub(super) fn retry_later(status: StatusCode, text: &str, retry_after: &'static str) -> Response {
+    let mut r = json_response(status, &json!({ "error": text }));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+    r
+}
