@@ -621,12 +621,11 @@ fn a_failed_hop_counts_against_the_public_window_and_a_valid_one_does_not() {
         served, 20,
         "junk-signed info calls are counted like unsigned ones"
     );
-    assert_eq!(
-        relay
-            .send("GET", "/v2/relay/info", &[("x-forwarded-for", addr)], b"")
-            .status,
-        429
-    );
+    let r = relay.send("GET", "/v2/relay/info", &[("x-forwarded-for", addr)], b"");
+    r.assert_error(429, "too many requests from this address, retry later");
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
     // A valid signed info call from the same address is still served, and not counted.
     for _ in 0..5 {
         let r = known.call_with(
