@@ -9,7 +9,7 @@
 //!   off the async workers, hashed as a stream (memory near the body size).
 //! - A request whose hop fails counts against the public window.
 //! - A body over the cap is answered 413, then drained, so a client still writing reads it; so
-//!   is a hop refused from its headers before its body is read (401, 429).
+//!   is a hop refused from its headers before its body is read (401, 429), and an unknown path.
 mod common;
 #[path = "hardening_conn.rs"]
 mod conn;
@@ -741,6 +741,14 @@ fn a_hop_refused_before_its_body_is_read_is_answered_then_drained_so_a_client_st
         429,
         "too many failed authentications from this address, retry later",
     );
+    assert_eq!(r.header("connection"), Some("close"));
+    // An unknown path is answered without reading its body, drained the same way.
+    let r = write_all_then_read(
+        &relay,
+        &head("POST", "/v2/relay/nothing", "198.51.100.51", &[], &length),
+        &body,
+    );
+    r.assert_error(404, "not found");
     assert_eq!(r.header("connection"), Some("close"));
     relay.assert_alive();
 }

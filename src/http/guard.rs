@@ -53,7 +53,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use super::answer::retry_later;
+use super::answer::{answer_unread, retry_later};
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
@@ -431,7 +431,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
         if !shared.public_rate.hit_addr(&addr, SystemClock.now_ms()) {
-            return too_many_requests();
+            return answer_unread(too_many_requests(), Body::new(req.into_body()));
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
@@ -445,7 +445,12 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     };
     if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
         if !counted && !shared.public_rate.hit_addr(addr, SystemClock.now_ms()) {
-            return too_many_requests();
+            // The refused hop's body may still be draining: its `connection: close` stays.
+            let mut r = too_many_requests();
+            if let Some(close) = resp.headers().get(header::CONNECTION) {
+                r.headers_mut().insert(header::CONNECTION, close.clone());
+            }
+            return r;
         }
     }
     resp

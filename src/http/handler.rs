@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::{Body, HttpBody as _};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::answer::{json_response, json_text_response, retry_later};
-use super::body::{drain, read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
+use super::answer::{answer_unread, json_response, json_text_response, retry_later};
+use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
 use super::guard::HopRefused;
 use super::hop_gate::Refusal;
@@ -69,13 +69,19 @@ pub async fn handle(
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
     let mut resp = if header_bytes > MAX_HEADER_BYTES {
-        json_response(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            &json!({ "error": "request headers too large" }),
+        answer_unread(
+            json_response(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                &json!({ "error": "request headers too large" }),
+            ),
+            req.into_body(),
         )
     } else {
         match route {
-            None => json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
+            None => answer_unread(
+                json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
+                req.into_body(),
+            ),
             Some(r) => dispatch(&app, r, peer, req).await,
         }
     };
@@ -109,19 +115,6 @@ fn too_large() -> Response {
 /// A 429 with `retry-after` (seconds).
 fn too_many(text: &str, retry_after: &'static str) -> Response {
     retry_later(StatusCode::TOO_MANY_REQUESTS, text, retry_after)
-}
-
-/// `r`, given before `body` was read to its end: the rest of the body is drained in the
-/// background and the connection closed after the answer (PROTOCOL.md §3), so a client still
-/// writing reads the answer rather than a reset. A body already at its end changes nothing.
-fn answer_unread(mut r: Response, body: Body) -> Response {
-    if body.is_end_stream() {
-        return r;
-    }
-    drain(body);
-    r.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
 }
 
 /// The answer to a body that could not be read; one refused before its end is drained (see
