@@ -8,7 +8,8 @@
 //! - Failed authentications are counted per address; signatures over large bodies are checked
 //!   off the async workers, hashed as a stream (memory near the body size).
 //! - A request whose hop fails counts against the public window.
-//! - A body over the cap is answered 413, then drained, so a client still writing reads it.
+//! - A body over the cap is answered 413, then drained, so a client still writing reads it; so
+//!   is a hop refused from its headers before its body is read (401, 429), and an unknown path.
 mod common;
 #[path = "hardening_conn.rs"]
 mod conn;
@@ -620,12 +621,11 @@ fn a_failed_hop_counts_against_the_public_window_and_a_valid_one_does_not() {
         served, 20,
         "junk-signed info calls are counted like unsigned ones"
     );
-    assert_eq!(
-        relay
-            .send("GET", "/v2/relay/info", &[("x-forwarded-for", addr)], b"")
-            .status,
-        429
-    );
+    let r = relay.send("GET", "/v2/relay/info", &[("x-forwarded-for", addr)], b"");
+    r.assert_error(429, "too many requests from this address, retry later");
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
     // A valid signed info call from the same address is still served, and not counted.
     for _ in 0..5 {
         let r = known.call_with(
@@ -719,5 +719,36 @@ fn an_oversized_body_is_answered_413_and_drained_so_a_client_still_writing_reads
         written < 100 * 1024 * 1024,
         "the relay stopped reading after the bound: {written} bytes written"
     );
+    relay.assert_alive();
+}
+
+#[test]
+fn a_hop_refused_before_its_body_is_read_is_answered_then_drained_so_a_client_still_writing_reads_it(
+) {
+    let _alone = alone();
+    let relay = Relay::start_generous(&["--trust-proxy", "xff", "--auth-failures-per-minute", "1"]);
+    // A full-size body behind a hop naming no enrolled key: refused from its headers alone.
+    let body = vec![b' '; MAX_BODY];
+    let length = format!("content-type: application/json\r\ncontent-length: {MAX_BODY}\r\n");
+    let hop = junk_hop(&random_pubkey(), now_ms());
+    let request = head("POST", "/v2/relay/items", "198.51.100.50", &hop, &length);
+    let r = write_all_then_read(&relay, &request, &body);
+    r.assert_error(401, "bad relay hop");
+    assert_eq!(r.header("connection"), Some("close"));
+    // The address's window is used up: the 429 is drained the same way.
+    let r = write_all_then_read(&relay, &request, &body);
+    r.assert_error(
+        429,
+        "too many failed authentications from this address, retry later",
+    );
+    assert_eq!(r.header("connection"), Some("close"));
+    // An unknown path is answered without reading its body, drained the same way.
+    let r = write_all_then_read(
+        &relay,
+        &head("POST", "/v2/relay/nothing", "198.51.100.51", &[], &length),
+        &body,
+    );
+    r.assert_error(404, "not found");
+    assert_eq!(r.header("connection"), Some("close"));
     relay.assert_alive();
 }

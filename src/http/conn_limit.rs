@@ -52,7 +52,8 @@ impl OpenPerAddress {
     }
 
     /// Addresses with at least one open connection (for tests).
-    pub fn addresses(&self) -> usize {
+    #[cfg(test)]
+    fn addresses(&self) -> usize {
         self.lock().len()
     }
 

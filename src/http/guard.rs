@@ -53,6 +53,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+use super::answer::{answer_unread, retry_later};
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
@@ -73,8 +74,41 @@ const REFUSAL_BODY: &str = r#"{"error":"too many connections, retry later"}"#;
 /// The refusal sent when the client's address is at its connection cap.
 const PER_ADDRESS_REFUSAL_BODY: &str =
     r#"{"error":"too many connections from this address, retry later"}"#;
+/// Default of `--max-connections`.
+const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default of `--max-connections-per-address`: a sixteenth of the default connection cap.
-pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = DEFAULT_MAX_CONNECTIONS / 16;
+/// Default of `--public-per-minute`.
+const DEFAULT_PUBLIC_PER_MINUTE: u32 = 600;
+/// Default of `--header-timeout`, as the flag's text ([`secs`] gives its value).
+const DEFAULT_HEADER_TIMEOUT: &str = "20s";
+/// Default of `--body-timeout`.
+const DEFAULT_BODY_TIMEOUT: &str = "60s";
+/// Default of `--idle-timeout`.
+const DEFAULT_IDLE_TIMEOUT: &str = "10s";
+/// Default of `--body-first-byte-timeout`.
+const DEFAULT_FIRST_BYTE_TIMEOUT: &str = "5s";
+/// Default of `--auth-failures-per-minute`.
+const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
+
+/// The value of a default duration text `<n>s`, so the flag's default and
+/// [`GuardConfig::default`] come from one literal. Only used in constants: a malformed text
+/// fails the build.
+const fn secs(text: &str) -> Duration {
+    let b = text.as_bytes();
+    assert!(
+        b.len() >= 2 && b[b.len() - 1] == b's',
+        "a default duration is `<n>s`"
+    );
+    let mut n = 0u64;
+    let mut i = 0;
+    while i < b.len() - 1 {
+        assert!(b[i].is_ascii_digit(), "a default duration is `<n>s`");
+        n = n * 10 + (b[i] - b'0') as u64;
+        i += 1;
+    }
+    Duration::from_secs(n)
+}
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -100,28 +134,25 @@ pub struct BodyGuardConfig {
 }
 
 impl Default for BodyGuardConfig {
+    /// The flags' defaults.
     fn default() -> Self {
         BodyGuardConfig {
-            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            first_byte_timeout: const { secs(DEFAULT_FIRST_BYTE_TIMEOUT) },
             bytes_per_address: super::body::DEFAULT_BODY_BYTES_PER_ADDRESS,
             auth_failures_per_minute: DEFAULT_AUTH_FAILURES_PER_MINUTE,
         }
     }
 }
 
-/// Default for `--body-first-byte-timeout`.
-const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default for `--auth-failures-per-minute`.
-const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
-
 impl Default for GuardConfig {
+    /// The flags' defaults.
     fn default() -> Self {
         GuardConfig {
-            max_connections: 1024,
-            header_timeout: Duration::from_secs(20),
-            body_timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(10),
-            public_per_minute: 600,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: const { secs(DEFAULT_HEADER_TIMEOUT) },
+            body_timeout: const { secs(DEFAULT_BODY_TIMEOUT) },
+            idle_timeout: const { secs(DEFAULT_IDLE_TIMEOUT) },
+            public_per_minute: DEFAULT_PUBLIC_PER_MINUTE,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             body: BodyGuardConfig::default(),
         }
@@ -132,20 +163,20 @@ impl Default for GuardConfig {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GuardArgs {
     /// Most connections served at once; one more is answered 503 and closed.
-    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
-    /// Time allowed for a request head, from when the relay waits for it (`20s`).
-    #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    /// Time allowed for a request head, from when the relay waits for it.
+    #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = DEFAULT_HEADER_TIMEOUT, value_parser = parse_duration)]
     pub header_timeout: Duration,
-    /// Time allowed for a request body after its head, and for a client to read a response (`60s`).
-    #[arg(long, env = "MBX_RELAY_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    /// Time allowed for a request body after its head, and for a client to read a response.
+    #[arg(long, env = "MBX_RELAY_BODY_TIMEOUT", default_value = DEFAULT_BODY_TIMEOUT, value_parser = parse_duration)]
     pub body_timeout: Duration,
-    /// A connection silent this long while the relay waits for its next request is closed (`10s`).
-    #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    /// A connection silent this long while the relay waits for its next request is closed.
+    #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = DEFAULT_IDLE_TIMEOUT, value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// Requests per client address (IPv6: per /64 prefix) per minute to info, health, metrics and
     /// unknown paths.
-    #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = 600)]
+    #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = DEFAULT_PUBLIC_PER_MINUTE)]
     pub public_per_minute: u32,
     /// Most connections open at once from one client address (IPv6: per /64); one more is
     /// answered 429 and closed. Counts the socket address: behind a reverse proxy, the proxy.
@@ -158,9 +189,8 @@ pub struct GuardArgs {
 /// Flags for request bodies and failed authentications (part of [`GuardArgs`]).
 #[derive(Debug, Clone, clap::Args)]
 pub struct BodyGuardArgs {
-    /// Time allowed for the first byte of a request body, from when the relay starts reading it
-    /// (`5s`).
-    #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    /// Time allowed for the first byte of a request body, from when the relay starts reading it.
+    #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = DEFAULT_FIRST_BYTE_TIMEOUT, value_parser = parse_duration)]
     pub body_first_byte_timeout: Duration,
     /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
     /// more is answered 429. At least 8388608 (one full-size body).
@@ -401,7 +431,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
         if !shared.public_rate.hit_addr(&addr, SystemClock.now_ms()) {
-            return too_many_requests();
+            return answer_unread(too_many_requests(), Body::new(req.into_body()));
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
@@ -415,24 +445,26 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     };
     if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
         if !counted && !shared.public_rate.hit_addr(addr, SystemClock.now_ms()) {
-            return too_many_requests();
+            // The refused hop's body may still be draining: its `connection: close` stays.
+            let mut r = too_many_requests();
+            if let Some(close) = resp.headers().get(header::CONNECTION) {
+                r.headers_mut().insert(header::CONNECTION, close.clone());
+            }
+            return r;
         }
     }
     resp
 }
 
+/// The public window's 429 (answered before the router, so it adds `cache-control` itself).
 fn too_many_requests() -> Response<Body> {
-    let mut r = Response::new(Body::from(
-        r#"{"error":"too many requests from this address, retry later"}"#,
-    ));
-    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+    let mut r = retry_later(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too many requests from this address, retry later",
+        "60",
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
@@ -648,6 +680,17 @@ impl AsyncWrite for GuardedIo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flags_default_to_the_default_config() {
+        use clap::{Args as _, FromArgMatches as _};
+        // Without the environment, which would otherwise supply values.
+        let cmd = GuardArgs::augment_args(clap::Command::new("t")).mut_args(|a| a.env(None));
+        let m = cmd.try_get_matches_from(["t"]).unwrap();
+        let args = GuardArgs::from_arg_matches(&m).unwrap();
+        assert_eq!(args.config(), GuardConfig::default());
+        assert_eq!(secs("20s"), Duration::from_secs(20));
+    }
 
     #[test]
     fn settings_that_disable_a_protection_are_refused() {

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::body::{drain, read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
+use super::answer::{answer_unread, json_response, json_text_response, retry_later};
+use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
 use super::guard::HopRefused;
 use super::hop_gate::Refusal;
@@ -35,20 +36,6 @@ pub fn status_code(s: Status) -> StatusCode {
         Status::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         Status::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
-}
-
-fn json_response(status: StatusCode, body: &Value) -> Response {
-    json_text_response(status, body.to_string().into_bytes())
-}
-
-/// A response whose body is already JSON text.
-fn json_text_response(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut r = (status, body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
 }
 
 fn reply_response(r: Reply) -> Response {
@@ -82,13 +69,19 @@ pub async fn handle(
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
     let mut resp = if header_bytes > MAX_HEADER_BYTES {
-        json_response(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            &json!({ "error": "request headers too large" }),
+        answer_unread(
+            json_response(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                &json!({ "error": "request headers too large" }),
+            ),
+            req.into_body(),
         )
     } else {
         match route {
-            None => json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
+            None => answer_unread(
+                json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
+                req.into_body(),
+            ),
             Some(r) => dispatch(&app, r, peer, req).await,
         }
     };
@@ -121,31 +114,23 @@ fn too_large() -> Response {
 
 /// A 429 with `retry-after` (seconds).
 fn too_many(text: &str, retry_after: &'static str) -> Response {
-    let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, &json!({ "error": text }));
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
-    r
+    retry_later(StatusCode::TOO_MANY_REQUESTS, text, retry_after)
 }
 
-/// The answer to a body that could not be read. A body refused before its end is drained in
-/// the background and the connection closed after the answer (PROTOCOL.md §3), so a client
-/// still writing reads the answer rather than a reset.
+/// The answer to a body that could not be read; one refused before its end is drained (see
+/// [`answer_unread`]).
 fn body_refused(e: BodyError, body: Body) -> Response {
-    let mut r = match e {
+    let r = match e {
         BodyError::TooLarge => too_large(),
         BodyError::AddressBusy => too_many(
             "too many request bytes in flight from this address, retry later",
             "1",
         ),
-        BodyError::Busy => {
-            let mut r = json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({ "error": "server busy, retry later" }),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            r
-        }
+        BodyError::Busy => retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server busy, retry later",
+            "1",
+        ),
         BodyError::Aborted => {
             return json_response(
                 StatusCode::BAD_REQUEST,
@@ -159,10 +144,7 @@ fn body_refused(e: BodyError, body: Body) -> Response {
             )
         }
     };
-    drain(body);
-    r.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
+    answer_unread(r, body)
 }
 
 /// The answer to a hop the gate refused, marked for the guard's public window; an info call
@@ -219,7 +201,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     if route.enrolment_class() {
         if let Err(e) = relay.check_address_rate(&addr) {
-            return reply_response(Err(e));
+            return answer_unread(reply_response(Err(e)), body);
         }
     }
     // A hop is checked as far as its headers allow before any body memory is reserved: a
@@ -229,7 +211,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     } else {
         match app.hop_gate.check_head(relay, &addr, &hop) {
             Ok(c) => Some(c),
-            Err(refusal) => return hop_refused(app, route, addr, refusal),
+            Err(refusal) => return answer_unread(hop_refused(app, route, addr, refusal), body),
         }
     };
     let mut reservation = app.bodies.reservation(&addr);
@@ -288,10 +270,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             limit: q.get("limit").map(String::as_str),
             epoch: q.get("epoch").map(String::as_str),
         };
-        return match relay.pull(&caller, pq).await {
-            Ok(text) => json_text_response(StatusCode::OK, text),
-            Err(e) => reply_response(Err(e)),
-        };
+        return text_reply_response(relay.pull(&caller, pq).await);
     }
     if route == Route::PushV2 {
         // The results arrive as finished JSON text (no value tree: the push hot path).

@@ -2,17 +2,18 @@
 //! relay answers to status codes; plus `run_serve`, the `mbx-relay serve` lifecycle (open the
 //! store, load the key, start, serve until SIGTERM/SIGINT, drain, close the store).
 
+mod answer;
 pub mod args;
 pub mod body;
 pub mod client_addr;
-pub mod conn_limit;
+mod conn_limit;
 pub mod guard;
 pub mod handler;
-pub mod hop_gate;
+mod hop_gate;
 pub mod metrics;
 pub mod route;
 pub mod server;
-pub mod verify;
+mod verify;
 
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ pub struct App {
     /// Memory limits for request bodies being read and handled (shared and per address).
     pub bodies: body::BodyLimits,
     /// Failed hop authentications per address, and where signatures are checked.
-    pub hop_gate: hop_gate::HopGate,
+    pub(crate) hop_gate: hop_gate::HopGate,
 }
 
 /// The router: every request goes through [`handler::handle`].

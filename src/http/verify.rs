@@ -52,7 +52,11 @@ impl Verifier {
                             Err(p) => p.into_inner().recv(),
                         };
                         match job {
-                            Ok(job) => job(),
+                            // A panicking job drops its answer's sender (refused like any failed
+                            // hop); the thread lives on, so the pool never shrinks.
+                            Ok(job) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            }
                             Err(_) => return, // the verifier is gone
                         }
                     }
@@ -111,5 +115,21 @@ fn lower_priority() {
         if r != 0 {
             tracing::debug!("could not lower the hop check thread's priority");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_check_leaves_its_thread_serving() {
+        let v = Verifier::new(1);
+        let send = |job: Job| v.jobs.lock().unwrap().send(job).unwrap();
+        send(Box::new(|| panic!("a check that panics")));
+        let (tx, rx) = mpsc::channel();
+        send(Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the one thread still runs checks");
     }
 }

@@ -1,0 +1,46 @@
+//! JSON answers built the same way wherever the HTTP layer answers (the handler, and the
+//! guard's refusals given before the router).
+
+use axum::body::{Body, HttpBody as _};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::body::drain;
+
+/// `body` as a JSON response.
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response {
+    json_text_response(status, body.to_string().into_bytes())
+}
+
+/// A response whose body is already JSON text.
+pub(super) fn json_text_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// `{"error": text}` with `retry-after` (seconds): the answer of every limit a client may wait
+/// out.
+pub(super) fn retry_later(status: StatusCode, text: &str, retry_after: &'static str) -> Response {
+    let mut r = json_response(status, &json!({ "error": text }));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+    r
+}
+
+/// `r`, given before `body` was read to its end: the rest of the body is drained in the
+/// background and the connection closed after the answer (PROTOCOL.md §3), so a client still
+/// writing reads the answer rather than a reset. A body already at its end changes nothing.
+pub(super) fn answer_unread(mut r: Response, body: Body) -> Response {
+    if body.is_end_stream() {
+        return r;
+    }
+    drain(body);
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
