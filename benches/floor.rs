@@ -1,4 +1,4 @@
-//! Protocol floor bench: the CPU that PROTOCOL.md itself asks of a relay for each item of a
+//! Protocol floor bench: the CPU that docs/protocol.md itself asks of a relay for each item of a
 //! batched push, measured alone on one core with the relay's own functions (no HTTP, no store).
 //!
 //! Per batch of 100 sealed envelopes of about 1 KiB (the e2e batch phase), it times:

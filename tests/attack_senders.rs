@@ -1,5 +1,5 @@
 //! Issue 19 item 2 against the real binary: an enrolled key may store its own sender list only
-//! (PROTOCOL.md §3 "Sender allowlist"), bounded to 64 KiB canonical, and every refusal answers
+//! (docs/protocol.md §3 "Sender allowlist"), bounded to 64 KiB canonical, and every refusal answers
 //! the reference's exact text with nothing stored.
 mod common;
 
@@ -159,7 +159,7 @@ fn a_sender_list_over_64_kib_canonical_is_refused() {
     t.post_json(&relay, SENDERS, &signed(&full, &t.key)).ok();
 }
 
-// ----- one test per PROTOCOL.md §3 text -----
+// ----- one test per docs/protocol.md §3 text -----
 
 /// `400 {"error":"bad sender list"}` for a malformed list: the bare text, no `: <why>`.
 #[test]

@@ -1,4 +1,4 @@
-//! The host side of v2 enc-key ads (PROTOCOL.md §3 "Encryption-key advertisements") through the
+//! The host side of v2 enc-key ads (docs/protocol.md §3 "Encryption-key advertisements") through the
 //! real `mbx-relay host` commands against the real relay: hosts that meet only through the relay's
 //! v2 ads exchange mail; a sender refuses an expired ad until the peer republishes, refuses an
 //! older ad than the newest it accepted (rollback guard), and still reaches a v1-only peer.

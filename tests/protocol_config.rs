@@ -1,4 +1,4 @@
-//! PROTOCOL.md §7: every limit is a flag and an `MBX_RELAY_*` environment variable of
+//! docs/protocol.md §7: every limit is a flag and an `MBX_RELAY_*` environment variable of
 //! `mbx-relay serve`, and the flag wins over the variable.
 mod common;
 

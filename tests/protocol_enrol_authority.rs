@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3 "Enrolment" with a pluggable enrolment authority (spec §8): the optional
+//! docs/protocol.md §3 "Enrolment" with a pluggable enrolment authority (spec §8): the optional
 //! `proof` reaches the authority; a refusal or a failing authority answers
 //! `403 {"error":"enrolment not authorized[: <reason, at most 200 chars>]","code":"DENIED"}` and
 //! stores nothing; an allowed enrolment records the authority's name and account.

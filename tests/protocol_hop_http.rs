@@ -1,4 +1,4 @@
-//! PROTOCOL.md §2 (signed hops) and the HTTP rules of §3: unknown routes, malformed JSON, body
+//! docs/protocol.md §2 (signed hops) and the HTTP rules of §3: unknown routes, malformed JSON, body
 //! caps (refused while streaming), `cache-control: no-store` on every answer.
 mod common;
 

@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3 "GET /v2/relay/info" and "Enrolment": black-box checks against the real binary.
+//! docs/protocol.md §3 "GET /v2/relay/info" and "Enrolment": black-box checks against the real binary.
 mod common;
 
 use common::*;

@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3 "Pull" and "Ack": paging by count and bytes, limit/after parsing, epochs,
+//! docs/protocol.md §3 "Pull" and "Ack": paging by count and bytes, limit/after parsing, epochs,
 //! BAD_ACK, against the real binary.
 mod common;
 

@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3 "Push" and §5 (wire checks): every status, rejection reason and its order,
+//! docs/protocol.md §3 "Push" and §5 (wire checks): every status, rejection reason and its order,
 //! dedup, conflicts, quotas and the accept statement, against the real binary.
 mod common;
 

@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3 "Encryption-key advertisements", "Sender allowlist" and "Key rotation",
+//! docs/protocol.md §3 "Encryption-key advertisements", "Sender allowlist" and "Key rotation",
 //! against the real binary.
 mod common;
 

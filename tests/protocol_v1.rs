@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3 "Legacy v1 mail" and v1 hops (§2): name routing, ambiguity, stored counts,
+//! docs/protocol.md §3 "Legacy v1 mail" and v1 hops (§2): name routing, ambiguity, stored counts,
 //! 413, bounded pages whose cursor never skips, against the real binary.
 mod common;
 

@@ -1,4 +1,4 @@
-//! Durability of `mbx-relay serve` across restarts, crashes and time (PROTOCOL.md §3, §4, §6):
+//! Durability of `mbx-relay serve` across restarts, crashes and time (docs/protocol.md §3, §4, §6):
 //! every accepted item survives `kill -9` with its seq and bytes; epoch, relay key, enrolments and
 //! allowlists are kept; a retry is a duplicate with the original seq; a stale heartbeat rotates
 //! the epoch; the retention sweep queues a relay-signed expiry notice; rotation moves the queue;

@@ -755,7 +755,7 @@ fn the_admin_socket_refuses_garbage_and_a_stale_socket_is_not_a_running_relay() 
     assert!(ok.starts_with("ok\n"), "{ok:?}");
 }
 
-/// v1 pairs and v2 enc ads (PROTOCOL.md §3) are counted by `stats`, shown by `dump` (each row
+/// v1 pairs and v2 enc ads (docs/protocol.md §3) are counted by `stats`, shown by `dump` (each row
 /// with its kind), and carried by an online backup and its restore, served again as before.
 #[test]
 fn enc_ads_of_both_kinds_are_counted_dumped_backed_up_and_restored() {

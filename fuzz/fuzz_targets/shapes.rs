@@ -1,4 +1,4 @@
-//! The envelope, receipt, sender-list, rotation and v2 enc-ad checks of `wire` (PROTOCOL.md §3,
+//! The envelope, receipt, sender-list, rotation and v2 enc-ad checks of `wire` (docs/protocol.md §3,
 //! §5), on arbitrary bytes and on arbitrary JSON, including harness-signed records so the checks
 //! behind a signature run too.
 //!

@@ -261,7 +261,7 @@ pub enum SenderListOutcome {
 pub enum ItemKind {
     Envelope,
     Receipt,
-    /// A relay-signed expiry notice (PROTOCOL.md §4).
+    /// A relay-signed expiry notice (docs/protocol.md §4).
     Expired,
 }
 

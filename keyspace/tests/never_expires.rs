@@ -1,4 +1,4 @@
-//! Items stored with `NEVER_EXPIRES` (legacy v1 mail, PROTOCOL.md §3 "Legacy v1 mail"): no sweep
+//! Items stored with `NEVER_EXPIRES` (legacy v1 mail, docs/protocol.md §3 "Legacy v1 mail"): no sweep
 //! expires them and none sends a notice for them, while quotas still count them and an ack still
 //! removes them; items with a retention expire beside them as before.
 

@@ -1,4 +1,4 @@
-//! Signed HTTP calls to the relay, exactly as an agentmbx host makes them (PROTOCOL.md §2):
+//! Signed HTTP calls to the relay, exactly as an agentmbx host makes them (docs/protocol.md §2):
 //! `x-mbx-host`, `x-mbx-key`, `x-mbx-ts`, `x-mbx-sig` over the method, the path (with its query
 //! for `/v2/`), the timestamp and the exact body. Any transport failure, including a response lost
 //! mid-body, is [`HostError::Network`]: the caller must treat the outcome as unknown.

@@ -1,4 +1,4 @@
-//! The v2 encryption-key ad (PROTOCOL.md §3 "Encryption-key advertisements"), both sides of it:
+//! The v2 encryption-key ad (docs/protocol.md §3 "Encryption-key advertisements"), both sides of it:
 //! the ad this host publishes (signed, 30-day lifetime, refreshed daily, reconciled against the
 //! relay's `you.enc_ad`), and the check a sender applies to a peer's enc-key answer before sealing
 //! for that key (signed by the pinned key, current, not older than the newest already accepted).
@@ -194,7 +194,7 @@ pub enum Refusal {
     V1Invalid,
     /// Only a v1 pair, but a v2 ad of this peer was accepted before (a downgrade).
     V1AfterV2,
-    /// The v2 ad fails a check of PROTOCOL.md §3 (as the relay checks it, with the pinned key as
+    /// The v2 ad fails a check of docs/protocol.md §3 (as the relay checks it, with the pinned key as
     /// the owner): malformed, another host key, not signed by the pinned key, not yet valid, ...
     Invalid(AdRefusal),
     /// `exp` has passed (the ad's `exp`).

@@ -1,5 +1,5 @@
 //! Enrolment (host-key challenge) and publication (enc-key ads v1 and v2, sender allowlist),
-//! spec §2 and §8, PROTOCOL.md §3.
+//! spec §2 and §8, docs/protocol.md §3.
 //!
 //! The enrolled flag is a cache keyed by (relay URL, relay key, epoch, host key), never a
 //! permanent short-circuit: a new epoch or a 401 makes the host enrol again. The v1 pair and the

@@ -33,7 +33,7 @@ pub(super) fn retry_later(status: StatusCode, text: &str, retry_after: &'static 
 }
 
 /// `r`, given before `body` was read to its end: the rest of the body is drained in the
-/// background and the connection closed after the answer (PROTOCOL.md §3), so a client still
+/// background and the connection closed after the answer (docs/protocol.md §3), so a client still
 /// writing reads the answer rather than a reset. A body already at its end changes nothing.
 pub(super) fn answer_unread(mut r: Response, body: Body) -> Response {
     if body.is_end_stream() {

@@ -1,4 +1,4 @@
-//! `mbx-relay serve` flags: every limit of PROTOCOL.md §7 with its `MBX_RELAY_*` variable
+//! `mbx-relay serve` flags: every limit of docs/protocol.md §7 with its `MBX_RELAY_*` variable
 //! (the flag wins over the variable).
 
 use std::path::PathBuf;

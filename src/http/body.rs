@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::relay::rate::{address_key, AddrKey};
 
-/// The general request body cap (PROTOCOL.md §3): 8 MiB.
+/// The general request body cap (docs/protocol.md §3): 8 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies (and the bodies of info, health and metrics).
 pub const MAX_SMALL_BODY: usize = 8_192;
@@ -31,7 +31,7 @@ const YIELD_EVERY: usize = 64 * 1024;
 /// A body reserves its memory in steps of this many bytes as it arrives.
 const RESERVE_STEP: u64 = 64 * 1024;
 
-/// Most bytes read and discarded after an early answer (PROTOCOL.md §3: 64 MiB or 10 s).
+/// Most bytes read and discarded after an early answer (docs/protocol.md §3: 64 MiB or 10 s).
 pub const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest a drain lasts.
 pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);

@@ -1,4 +1,4 @@
-//! The axum adapter: one handler that routes PROTOCOL.md §3, caps bodies while streaming and maps
+//! The axum adapter: one handler that routes docs/protocol.md §3, caps bodies while streaming and maps
 //! relay answers to status codes; plus `run_serve`, the `mbx-relay serve` lifecycle (open the
 //! store, load the key, start, serve until SIGTERM/SIGINT, drain, close the store).
 

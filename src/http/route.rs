@@ -1,4 +1,4 @@
-//! The route table of PROTOCOL.md §3 plus `/health`. Anything else — another path or another
+//! The route table of docs/protocol.md §3 plus `/health`. Anything else — another path or another
 //! method, `/metrics` included (it is served on `--metrics-listen` only) — is
 //! `404 {"error":"not found"}`.
 

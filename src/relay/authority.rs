@@ -1,4 +1,4 @@
-//! The enrolment authority (spec §8, PROTOCOL.md §3 "Enrolment"): who may enrol a host key, and
+//! The enrolment authority (spec §8, docs/protocol.md §3 "Enrolment"): who may enrol a host key, and
 //! under which proven account. The relay holds one; the default, `host-key-challenge`, allows
 //! every key that answered its challenge. A refusal or a failing authority answers `403 DENIED`
 //! and nothing is stored.
@@ -43,7 +43,7 @@ pub trait EnrolmentAuthority: Send + Sync {
     /// The name recorded on the enrolments it allows (`authorized_by`).
     fn name(&self) -> &str;
     /// Its strength: an enrolment recorded by a stronger authority is never overwritten by a
-    /// weaker one (PROTOCOL.md §3: re-enrolling never overwrites an account a stronger authority
+    /// weaker one (docs/protocol.md §3: re-enrolling never overwrites an account a stronger authority
     /// recorded).
     fn rank(&self) -> u8;
     /// May this key enrol?

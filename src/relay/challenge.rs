@@ -1,4 +1,4 @@
-//! Open enrolment challenges: bounded, expiring, single-use, one per key (PROTOCOL.md §3).
+//! Open enrolment challenges: bounded, expiring, single-use, one per key (docs/protocol.md §3).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -88,7 +88,7 @@ impl Challenges {
     }
 }
 
-/// 16 random bytes, base64url without padding (PROTOCOL.md §1).
+/// 16 random bytes, base64url without padding (docs/protocol.md §1).
 fn new_challenge() -> String {
     use base64::Engine as _;
     let bytes: [u8; 16] = rand::random();

@@ -1,4 +1,4 @@
-//! The machine-readable `code` field some error answers carry (PROTOCOL.md §3 "Enrolment" and
+//! The machine-readable `code` field some error answers carry (docs/protocol.md §3 "Enrolment" and
 //! "Ack"): a closed set, with its wire text in one place.
 
 use serde_json::{json, Value};

@@ -1,9 +1,9 @@
-//! The relay's limits and timings (PROTOCOL.md §7), with their defaults and the duration syntax
+//! The relay's limits and timings (docs/protocol.md §7), with their defaults and the duration syntax
 //! (`14d`, `90s`, `2h`, `10m`, `250ms`) the command line and environment use.
 
 use std::time::Duration;
 
-/// Every limit and timing of the relay. `Default` gives PROTOCOL.md §7's values.
+/// Every limit and timing of the relay. `Default` gives docs/protocol.md §7's values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub max_item_bytes: u64,
@@ -42,11 +42,11 @@ pub const DEFAULT_ENROLMENT_IDLE: Duration = Duration::from_secs(90 * 24 * 3600)
 /// The shortest non-zero idle period: last seen has day resolution.
 pub const MIN_ENROLMENT_IDLE: Duration = Duration::from_secs(24 * 3600);
 
-/// How long a challenge stays valid (PROTOCOL.md §3).
+/// How long a challenge stays valid (docs/protocol.md §3).
 pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
-/// How often the heartbeat is written (PROTOCOL.md §6).
+/// How often the heartbeat is written (docs/protocol.md §6).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
-/// Dedup rows outlive their items by this much beyond retention (PROTOCOL.md §4).
+/// Dedup rows outlive their items by this much beyond retention (docs/protocol.md §4).
 pub const DEDUP_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Limits {

@@ -1,4 +1,4 @@
-//! Encryption-key advertisements (PROTOCOL.md §3): the v1 pair and the v2 signed, expiring ad,
+//! Encryption-key advertisements (docs/protocol.md §3): the v1 pair and the v2 signed, expiring ad,
 //! stored side by side and only when signed by the host key; looked up by key (v2) or by an
 //! unambiguous name (v1), and answered merged.
 
@@ -54,7 +54,7 @@ impl Relay {
         Ok(json!({ "ok": true }))
     }
 
-    /// `POST /v2/relay/enc-key {"ad","sig"}`: every check of PROTOCOL.md §3 in its order, then
+    /// `POST /v2/relay/enc-key {"ad","sig"}`: every check of docs/protocol.md §3 in its order, then
     /// the ad replaces the caller's stored v2 ad (last valid write wins). Leaves the v1 pair alone.
     ///
     /// # Errors
@@ -85,7 +85,7 @@ impl Relay {
     /// answer of a live key's ads (see [`fetch_answer`]).
     ///
     /// # Errors
-    /// 404 `unknown host` (the only fetch error PROTOCOL.md names) when there is nothing to look
+    /// 404 `unknown host` (the only fetch error docs/protocol.md names) when there is nothing to look
     /// up, no live key is found, the name is ambiguous, or the key has neither ad; 503 store
     /// failure.
     pub fn get_enc_ad(&self, caller: &Caller, lookup: Option<EncLookup<'_>>) -> Reply {
@@ -165,7 +165,7 @@ pub fn pick_one(caller: &Caller, candidates: Option<Vec<Enrolment>>) -> Option<E
     }
 }
 
-/// The fetch answer (PROTOCOL.md §3): `{"host","host_pubkey","enc_pub","sig"?,"ad"?,"ad_sig"?}`.
+/// The fetch answer (docs/protocol.md §3): `{"host","host_pubkey","enc_pub","sig"?,"ad"?,"ad_sig"?}`.
 /// The top-level pair is the v1 one when there is one (name = the enrolled name), else the v2
 /// ad's; `sig` only with a v1 pair, `ad` (keys sorted) and `ad_sig` only with a v2 ad. Expired
 /// v2 ads are served too. `None` when neither ad is stored.

@@ -1,4 +1,4 @@
-//! Enrolment (PROTOCOL.md §3 "Enrolment"): the host-key challenge, then the signed enrol call,
+//! Enrolment (docs/protocol.md §3 "Enrolment"): the host-key challenge, then the signed enrol call,
 //! which the relay's [`EnrolmentAuthority`](super::authority::EnrolmentAuthority) must allow.
 //! Texts, statuses and codes are the reference relay's.
 

@@ -1,4 +1,4 @@
-//! The one error type of relay operations: a protocol status class plus the JSON body PROTOCOL.md
+//! The one error type of relay operations: a protocol status class plus the JSON body docs/protocol.md
 //! prescribes. The HTTP adapter maps [`Status`] to a status code in one place.
 
 use serde_json::{json, Value};
@@ -49,7 +49,7 @@ impl RelayError {
     pub fn unavailable(msg: impl Into<String>) -> Self {
         Self::new(Status::Unavailable, msg)
     }
-    /// The answer to any failed hop check (PROTOCOL.md §2).
+    /// The answer to any failed hop check (docs/protocol.md §2).
     pub fn bad_hop() -> Self {
         Self::unauthorized("bad relay hop")
     }

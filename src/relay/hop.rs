@@ -1,4 +1,4 @@
-//! Signed-hop authentication (PROTOCOL.md §2): by `x-mbx-key` when present, else by name among
+//! Signed-hop authentication (docs/protocol.md §2): by `x-mbx-key` when present, else by name among
 //! at most `max_per_name` live enrolments. Any failure is `401 {"error":"bad relay hop"}`.
 //!
 //! It runs in two steps so that a request costs nothing before its headers could belong to a

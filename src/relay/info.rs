@@ -7,7 +7,7 @@ use super::{Caller, Relay, Reply};
 use crate::wire::keys::b64;
 
 impl Relay {
-    /// The info document (PROTOCOL.md §3), with `you` for an authenticated caller.
+    /// The info document (docs/protocol.md §3), with `you` for an authenticated caller.
     ///
     /// # Errors
     /// 503 when the caller's cursor cannot be read.

@@ -1,4 +1,4 @@
-//! The relay's own Ed25519 key (PROTOCOL.md §6): from `MBX_RELAY_KEY`, else `relay.key` in the
+//! The relay's own Ed25519 key (docs/protocol.md §6): from `MBX_RELAY_KEY`, else `relay.key` in the
 //! store directory (refused when other users can reach it), else generated and written there
 //! atomically with mode 0600.
 //! No error or log line here ever contains key material: keys are named by fingerprint.

@@ -1,4 +1,4 @@
-//! Legacy v1 mail (PROTOCOL.md §3 "Legacy v1 mail", spec §11): envelopes routed by recipient host
+//! Legacy v1 mail (docs/protocol.md §3 "Legacy v1 mail", spec §11): envelopes routed by recipient host
 //! name, atomic per envelope, deduplicated by (sender, envelope id, target); name-routed pulls of
 //! envelopes only; cursor acks.
 

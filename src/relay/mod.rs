@@ -1,4 +1,4 @@
-//! The relay's rules (PROTOCOL.md) over the durable store, with no HTTP types: each public method
+//! The relay's rules (docs/protocol.md) over the durable store, with no HTTP types: each public method
 //! takes parsed request parts and answers a JSON body or a [`RelayError`]. The HTTP adapter
 //! (`crate::http`) only moves bytes and maps [`Status`] to status codes.
 

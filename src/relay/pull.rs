@@ -1,4 +1,4 @@
-//! Pull and ack (PROTOCOL.md §3 "Pull", "Ack"): pages bounded by count and bytes, the epoch check,
+//! Pull and ack (docs/protocol.md §3 "Pull", "Ack"): pages bounded by count and bytes, the epoch check,
 //! and acks that never pass the head (`BAD_ACK`).
 
 use base64::engine::general_purpose::STANDARD;

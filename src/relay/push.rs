@@ -1,4 +1,4 @@
-//! v2 push (PROTOCOL.md §3 "Push"): per-item checks in the protocol's exact order on the request
+//! v2 push (docs/protocol.md §3 "Push"): per-item checks in the protocol's exact order on the request
 //! task (decode, hash, wire checks run in parallel across requests), then one store submission
 //! for the whole request whose commit decides conflict and quotas, then accept statements signed
 //! only after the commit is durable.
@@ -161,7 +161,7 @@ impl Relay {
         Ok(results_text(results))
     }
 
-    /// Every pre-commit check of one v2 item, in PROTOCOL.md's order; the reason on failure.
+    /// Every pre-commit check of one v2 item, in docs/protocol.md's order; the reason on failure.
     fn prepare_v2_item(
         &self,
         caller: &Caller,

@@ -1,4 +1,4 @@
-//! Why a pushed item (v2) or envelope (v1) was refused: one variant per PROTOCOL.md reason
+//! Why a pushed item (v2) or envelope (v1) was refused: one variant per docs/protocol.md reason
 //! (§3 Push, §3 Legacy v1 mail, §5). [`Reason::wire_text`] is the answer's exact text;
 //! [`Reason::as_wire_str`] its fixed part, the only thing `/metrics` ever uses as a label, so
 //! nothing a client sent (a host name, an item id) can become a label.
@@ -9,7 +9,7 @@ use relay_keyspace::QuotaKind;
 
 use crate::wire::envelope::NOT_JSON;
 
-/// The reasons of PROTOCOL.md, with the free parts some of them carry.
+/// The reasons of docs/protocol.md, with the free parts some of them carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {
     /// `rate`: the sender's pushes this minute.

@@ -1,4 +1,4 @@
-//! Key rotation (PROTOCOL.md §3 "Key rotation"): a self-authenticating record signed by the old
+//! Key rotation (docs/protocol.md §3 "Key rotation"): a self-authenticating record signed by the old
 //! and the new key moves name, account, queue and allowlists to the new key in one commit.
 
 use relay_keyspace::RebindOutcome;

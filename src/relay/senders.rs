@@ -1,4 +1,4 @@
-//! Sender allowlists (PROTOCOL.md §3 "Sender allowlist"): a target's signed list of the sender
+//! Sender allowlists (docs/protocol.md §3 "Sender allowlist"): a target's signed list of the sender
 //! keys it accepts; once stored, pushes from other keys are refused.
 
 use relay_keyspace::{Key32, SenderList, SenderListOutcome};
@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::{Caller, Relay, RelayError, Reply};
 use crate::wire::records::{parse_sender_list, RecordError};
 
-/// PROTOCOL.md §3 texts, as the reference sends them.
+/// docs/protocol.md §3 texts, as the reference sends them.
 const BAD_LIST: &str = "bad sender list";
 const FUTURE_IAT: &str = "sender list iat is in the future";
 const NOT_SIGNED: &str = "sender list is not signed by the target";

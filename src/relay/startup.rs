@@ -1,4 +1,4 @@
-//! Startup of a relay over its store (PROTOCOL.md §6): pin the relay key, rotate the epoch when
+//! Startup of a relay over its store (docs/protocol.md §6): pin the relay key, rotate the epoch when
 //! the stored heartbeat is stale or from the future (one log line saying why), then write the
 //! heartbeat so a quick restart keeps the epoch.
 

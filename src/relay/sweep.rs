@@ -1,4 +1,4 @@
-//! The retention sweep (PROTOCOL.md §4, §6): expired items leave in the same batch as the
+//! The retention sweep (docs/protocol.md §4, §6): expired items leave in the same batch as the
 //! relay-signed expiry notice queued for their sender; dedup tombstones are pruned after
 //! retention + 7 days; live enrolments idle for `enrolment_idle` with an empty queue are
 //! deleted (issue 13). Runs at startup and every `sweep_interval`.
@@ -30,7 +30,7 @@ const IDLE_BATCH: usize = 250;
 pub fn notice_fn(key: Arc<SigningKey>) -> NoticeFn {
     let relay_pub = key.public();
     Box::new(move |item: &ExpiredItem, now_ms: u64| {
-        // Legacy v1 mail never expires and gets no notice (PROTOCOL.md §3); an admin's purge
+        // Legacy v1 mail never expires and gets no notice (docs/protocol.md §3); an admin's purge
         // of it tells no one either.
         if item.kind != ItemKind::Envelope || item.expires_at_ms == NEVER_EXPIRES {
             return None;

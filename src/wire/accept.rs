@@ -1,4 +1,4 @@
-//! The relay's accept statement (PROTOCOL.md §3 Push) and wire hashes.
+//! The relay's accept statement (docs/protocol.md §3 Push) and wire hashes.
 
 use super::canonical::{js_number, write_string};
 use super::time::iso_ms;

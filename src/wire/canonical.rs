@@ -7,7 +7,7 @@
 //!   lowercase `\u00xx`, everything else (including U+007F, U+2028, `/`) left as raw UTF-8;
 //! - every number is treated as an IEEE double and printed like `Number#toString`.
 //!
-//! Keys are ordered purely by code unit, as PROTOCOL.md states (the reference serialises
+//! Keys are ordered purely by code unit, as docs/protocol.md states (the reference serialises
 //! sorted keys itself); a JavaScript object rebuilt in sorted order would instead list
 //! array-index keys ("9", "10") first in numeric order. No signed protocol record has such keys.
 //!

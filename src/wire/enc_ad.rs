@@ -1,4 +1,4 @@
-//! The v2 encryption-key advertisement (PROTOCOL.md §3 "Encryption-key advertisements"): a
+//! The v2 encryption-key advertisement (docs/protocol.md §3 "Encryption-key advertisements"): a
 //! signed, expiring `{"v":2,"type":"enc-ad","host","host_pubkey","enc_pub","iat","exp"}` record,
 //! checked in the protocol's order, and the closed set of reasons it is refused for.
 

@@ -1,4 +1,4 @@
-//! The envelope check the relay applies to `envelope` wire bytes (PROTOCOL.md §5).
+//! The envelope check the relay applies to `envelope` wire bytes (docs/protocol.md §5).
 //!
 //! The relay never decrypts, but refuses what is not an agentmbx v3 envelope. The checks run in
 //! the reference's order and the first failure's reason is returned verbatim.

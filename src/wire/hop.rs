@@ -1,4 +1,4 @@
-//! The signed hop every authenticated call carries (PROTOCOL.md §2).
+//! The signed hop every authenticated call carries (docs/protocol.md §2).
 //!
 //! The signature covers canonical(`{"method","path","ts","body": M:P:TS:BODY}`), where `P`
 //! keeps its query string for `/v2/` paths and is bare for `/v1/` paths, and `BODY` is the

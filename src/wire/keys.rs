@@ -1,4 +1,4 @@
-//! Ed25519 keys, base64 and signatures as the protocol encodes them (PROTOCOL.md §1).
+//! Ed25519 keys, base64 and signatures as the protocol encodes them (docs/protocol.md §1).
 //!
 //! Public keys travel as 44-char standard padded base64; signatures as base64 of 64 bytes and
 //! always over the UTF-8 of canonical JSON. Verification is strict (`verify_strict`: no

@@ -1,4 +1,4 @@
-//! The name and identifier patterns of PROTOCOL.md, hand-written (no regex engine):
+//! The name and identifier patterns of docs/protocol.md, hand-written (no regex engine):
 //! host names `^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`, owner fingerprints `^[A-Za-z0-9._-]{0,64}$`,
 //! ULIDs `^[0-9A-HJKMNP-TV-Z]{26}$` (Crockford, upper case), local names `^[a-z0-9][a-z0-9-]{1,39}$`.
 

@@ -1,4 +1,4 @@
-//! The receipt check the relay applies to `receipt` wire bytes (PROTOCOL.md §5).
+//! The receipt check the relay applies to `receipt` wire bytes (docs/protocol.md §5).
 //!
 //! A receipt is `{"rec","sig"}` where `rec` is a strict record (no other keys):
 //! `{"v":1,"type":"receipt","msg"(10..40 chars),"recipient"("owner@host" | "name@host"),

@@ -1,4 +1,4 @@
-//! The signed records the relay verifies or produces (PROTOCOL.md §3, §4): enrolment and
+//! The signed records the relay verifies or produces (docs/protocol.md §3, §4): enrolment and
 //! encryption-key statements, sender allowlists, key rotations and expiry notices.
 //!
 //! Parsers return a typed value or a [`RecordError`]; the relay maps `Malformed` and
@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 pub const MAX_SENDERS: usize = 1024;
 /// How far ahead of the relay clock a sender list's `iat` may be.
 pub const MAX_IAT_AHEAD_MS: u64 = 300_000;
-/// Largest canonical(list) the relay stores (PROTOCOL.md §3; a list of 1,024 keys is ~47 KB).
+/// Largest canonical(list) the relay stores (docs/protocol.md §3; a list of 1,024 keys is ~47 KB).
 pub const MAX_SENDER_LIST_BYTES: usize = 65_536;
 
 /// Why a signed record was refused.

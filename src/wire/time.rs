@@ -505,7 +505,7 @@ mod tests {
         }
     }
 
-    /// The forms a v2 enc ad's `iat` / `exp` arrive in (PROTOCOL.md §3): hosts send
+    /// The forms a v2 enc ad's `iat` / `exp` arrive in (docs/protocol.md §3): hosts send
     /// `toISOString()`; RFC 3339 with any offset, no offset (UTC) and a bare date also count.
     #[test]
     fn enc_ad_dates_accept_iso_8601_and_rfc_3339_forms() {

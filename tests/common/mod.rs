@@ -688,7 +688,7 @@ pub struct Hop {
     pub signer: Option<SigningKey>,
 }
 
-/// The path a hop signs: with its query for `/v2/...`, bare for `/v1/...` (PROTOCOL.md §2).
+/// The path a hop signs: with its query for `/v2/...`, bare for `/v1/...` (docs/protocol.md §2).
 pub fn hop_signed_path(path: &str) -> String {
     if path.starts_with("/v2/") {
         path.to_string()

@@ -191,7 +191,7 @@ else print how many entries verified.",
         long_about = "Revoke a host key: its hops answer 401, enrolling it again 403 REVOKED, its enc ads \
 (v1 and v2) and its own sender allowlist go, other targets' allowlists drop it, pushes to it answer \
 `target not enrolled`. With --purge its queued items are deleted too, and each envelope's sender is \
-queued the relay-signed expiry notice (PROTOCOL.md §4), in the same atomic batch; dedup tombstones stay. \
+queued the relay-signed expiry notice (docs/protocol.md §4), in the same atomic batch; dedup tombstones stay. \
 KEY is the base64 host key or a fingerprint (prefix of at least 4 hex digits) that exactly one \
 enrolment has. Through the running relay's admin socket, else on the stopped store (the notices are \
 signed with MBX_RELAY_KEY or <store-dir>/relay.key). Recorded in the relay log with your uid, the \

@@ -1,6 +1,6 @@
 //! Enrolments: by key, a case-insensitive name index of live keys, and O(1) live/revoked counters.
 //!
-//! Rules (PROTOCOL.md "Enrolment"): re-enrolling is idempotent; a revoked key stays revoked; a
+//! Rules (docs/protocol.md "Enrolment"): re-enrolling is idempotent; a revoked key stays revoked; a
 //! weaker authority never overwrites what a stronger one recorded; a name is unique only inside
 //! a proven account; at most `max_live` live enrolments. A first enrolment and a re-enrolment
 //! that changes anything are recorded in the relay log.

@@ -1,4 +1,4 @@
-//! A minimal blocking HTTP client that speaks PROTOCOL.md §2 signed hops, so the bench can
+//! A minimal blocking HTTP client that speaks docs/protocol.md §2 signed hops, so the bench can
 //! measure any compatible relay. One [`Conn`] per worker thread: its ureq agent keeps one
 //! keep-alive connection, like a real host does.
 

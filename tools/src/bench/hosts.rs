@@ -1,5 +1,5 @@
 //! What the bench learns from the relay (`GET /v2/relay/info`) and how it enrols its own hosts
-//! (host-key challenge + enrol, PROTOCOL.md §3), so it needs no account on the relay under test.
+//! (host-key challenge + enrol, docs/protocol.md §3), so it needs no account on the relay under test.
 
 use rand::RngCore;
 use serde_json::{json, Value};

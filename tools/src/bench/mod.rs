@@ -1,4 +1,4 @@
-//! `relay-tool bench`: a load generator for any relay that speaks PROTOCOL.md. It enrols its own
+//! `relay-tool bench`: a load generator for any relay that speaks docs/protocol.md. It enrols its own
 //! hosts, pushes sealed envelopes from N concurrent senders, checks every accept statement
 //! against the relay key, optionally drains the queues as the receivers, and reports rates,
 //! latency percentiles and errors by kind (text, JSON, and an SVG of a senders sweep).
