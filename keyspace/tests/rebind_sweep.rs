@@ -106,26 +106,6 @@ fn rebind_moves_queue_after_new_keys_items() {
     check_invariants(&store);
 }
 
-fn notice_fn(relay: Key32) -> NoticeFn {
-    Box::new(move |x: &ExpiredItem, now| {
-        if x.kind != ItemKind::Envelope {
-            return None;
-        }
-        let id = format!("expired:{}:{}", x.item_id, x.target[0]);
-        let wire = format!("notice {id} {now}").into_bytes();
-        Some(NewItem {
-            kind: ItemKind::Expired,
-            item_id: id,
-            sender: relay,
-            targets: vec![NewTarget {
-                target: x.sender,
-                wire_hash: hash(&wire),
-                wire,
-            }],
-        })
-    })
-}
-
 #[test]
 fn sweep_expires_notifies_and_prunes() {
     let dir = tempfile::tempdir().unwrap();

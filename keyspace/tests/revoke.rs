@@ -11,26 +11,6 @@ use relay_keyspace::*;
 
 const RELAY: u64 = 999;
 
-fn notice_fn(relay: Key32) -> NoticeFn {
-    Box::new(move |x: &ExpiredItem, now| {
-        if x.kind != ItemKind::Envelope {
-            return None;
-        }
-        let id = format!("expired:{}:{}", x.item_id, x.target[0]);
-        let wire = format!("notice {id} {now}").into_bytes();
-        Some(NewItem {
-            kind: ItemKind::Expired,
-            item_id: id,
-            sender: relay,
-            targets: vec![NewTarget {
-                target: x.sender,
-                wire_hash: hash(&wire),
-                wire,
-            }],
-        })
-    })
-}
-
 fn request(k: Key32, revoke: bool, purge: bool) -> RevokeRequest {
     RevokeRequest {
         key: k,

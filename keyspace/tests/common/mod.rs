@@ -109,6 +109,28 @@ pub fn item(sender: Key32, id: &str, targets: &[(Key32, &[u8])]) -> NewItem {
     }
 }
 
+/// A notice builder for sweeps and purges: one notice per expired envelope, to its sender, with
+/// item id `expired:<item_id>:<first byte of the target>` (receipts and notices go silently).
+pub fn notice_fn(relay: Key32) -> NoticeFn {
+    Box::new(move |x: &ExpiredItem, now| {
+        if x.kind != ItemKind::Envelope {
+            return None;
+        }
+        let id = format!("expired:{}:{}", x.item_id, x.target[0]);
+        let wire = format!("notice {id} {now}").into_bytes();
+        Some(NewItem {
+            kind: ItemKind::Expired,
+            item_id: id,
+            sender: relay,
+            targets: vec![NewTarget {
+                target: x.sender,
+                wire_hash: hash(&wire),
+                wire,
+            }],
+        })
+    })
+}
+
 pub fn req(item: NewItem, quotas: Quotas) -> InsertRequest {
     InsertRequest {
         item,
