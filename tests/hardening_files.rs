@@ -5,31 +5,13 @@
 //! `chmod` that fixes it; a backup's temporary file is never written through a planted link.
 mod common;
 
+use common::relay_tool as tool;
+
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
-
-/// The `relay-tool` binary, built next to `mbx-relay` (`cargo build -p relay-tool`).
-fn tool_bin() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_mbx-relay")).with_file_name("relay-tool")
-}
-
-fn tool(args: &[&str]) -> Output {
-    let bin = tool_bin();
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo build -p relay-tool` (or `cargo test --workspace`)",
-        bin.display()
-    );
-    Command::new(&bin)
-        .args(args)
-        .env_remove("MBX_RELAY_STORE_DIR")
-        .output()
-        .expect("run relay-tool")
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")

@@ -6,35 +6,17 @@
 
 mod common;
 
+use common::relay_tool as tool;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{envelope_item, item_wire, Host, Relay, RelayOpts, GENEROUS};
 use mbx_relay::wire::keys::{b64, fingerprint, parse_pubkey};
 use serde_json::Value;
-
-/// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
-fn tool_bin() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_mbx-relay")).with_file_name("relay-tool")
-}
-
-/// Run `relay-tool` with `args` (no terminal: no progress display).
-fn tool(args: &[&str]) -> Output {
-    let bin = tool_bin();
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo test --workspace`",
-        bin.display()
-    );
-    Command::new(&bin)
-        .args(args)
-        .env_remove("MBX_RELAY_STORE_DIR")
-        .output()
-        .expect("run relay-tool")
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -5,26 +5,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use common::relay_tool;
+
+use std::path::Path;
+use std::process::Output;
 use std::time::Duration;
 
 use common::{rotation, Host, Relay, RelayOpts, GENEROUS};
 
-/// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
-fn tool_bin() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_mbx-relay")).with_file_name("relay-tool")
-}
-
 /// Run `relay-tool` and require exit code `code`; returns (stdout, stderr).
 fn tool(args: &[&str], code: i32) -> (String, String) {
-    let bin = tool_bin();
-    assert!(bin.exists(), "{} missing: build relay-tool", bin.display());
-    let out: Output = Command::new(&bin)
-        .args(args)
-        .env_remove("MBX_RELAY_STORE_DIR")
-        .output()
-        .expect("run relay-tool");
+    let out: Output = relay_tool(args);
     let (so, se) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -3,28 +3,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use common::relay_tool as tool;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
 use mbx_relay::wire::keys::fingerprint;
 use mbx_relay::wire::keys::parse_pubkey;
 use serde_json::Value;
-
-fn tool_bin() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_mbx-relay")).with_file_name("relay-tool")
-}
-
-fn tool(args: &[&str]) -> Output {
-    let bin = tool_bin();
-    assert!(bin.exists(), "{} missing: build relay-tool", bin.display());
-    Command::new(&bin)
-        .args(args)
-        .env_remove("MBX_RELAY_STORE_DIR")
-        .output()
-        .expect("run relay-tool")
-}
 
 /// `relay-tool hosts --store-dir DIR --json EXTRA...`: the rows, by name.
 fn hosts_json(dir: &Path, extra: &[&str]) -> Vec<Value> {

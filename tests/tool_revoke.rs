@@ -6,40 +6,18 @@
 //! and the offline path (works on a stopped store, refused while a relay holds it).
 
 mod common;
+
+use common::relay_tool_env as tool_env;
 mod host_util;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
 use mbx_relay::wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical};
 use serde_json::Value;
-
-/// The `relay-tool` binary, built next to `mbx-relay` (`cargo build -p relay-tool`).
-fn tool_bin() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_mbx-relay")).with_file_name("relay-tool")
-}
-
-/// Run `relay-tool` with `args`; `env` adds variables.
-fn tool_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let bin = tool_bin();
-    assert!(
-        bin.exists(),
-        "{} missing: run `cargo build -p relay-tool`",
-        bin.display()
-    );
-    let mut cmd = Command::new(&bin);
-    cmd.args(args)
-        .env_remove("MBX_RELAY_STORE_DIR")
-        .env_remove("MBX_RELAY_KEY")
-        .env_remove("MBX_FAILPOINT");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run relay-tool")
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

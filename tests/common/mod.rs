@@ -60,6 +60,36 @@ pub const GENEROUS: &[&str] = &[
     "1000000",
 ];
 
+/// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
+pub fn relay_tool_bin() -> PathBuf {
+    Path::new(BIN).with_file_name("relay-tool")
+}
+
+/// Run `relay-tool` with `args` and the variables `env` (no terminal, so no progress display;
+/// the store, key and failpoint variables of the test's own environment are not passed on).
+pub fn relay_tool_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let bin = relay_tool_bin();
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo test --workspace` (or `cargo build -p relay-tool`)",
+        bin.display()
+    );
+    let mut cmd = Command::new(&bin);
+    cmd.args(args)
+        .env_remove("MBX_RELAY_STORE_DIR")
+        .env_remove("MBX_RELAY_KEY")
+        .env_remove("MBX_FAILPOINT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run relay-tool")
+}
+
+/// [`relay_tool_env`] without extra variables.
+pub fn relay_tool(args: &[&str]) -> std::process::Output {
+    relay_tool_env(args, &[])
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
     SystemTime::now()
