@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use common::*;
@@ -310,16 +309,10 @@ fn a_schema_3_log_missing_its_oldest_entries_chains_from_a_checkpoint() {
     );
 }
 
-const CHAIN_CHILD_ENV: &str = "RELAY_KEYSPACE_CHAIN_CHILD_DIR";
-
 #[test]
 #[ignore = "child process of a_log_chain_migration_killed_before_its_batch_finishes_at_the_next_open"]
 fn chain_migrate_child() {
-    let Ok(dir) = std::env::var(CHAIN_CHILD_ENV) else {
-        return;
-    };
-    Store::open(Path::new(&dir), OpenOptions::default()).unwrap();
-    println!("\nMIGRATED");
+    open_child();
 }
 
 /// A process killed (abort, like `kill -9`) while migrating to schema 4, just before the batch
@@ -327,29 +320,14 @@ fn chain_migrate_child() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_log_chain_migration_killed_before_its_batch_finishes_at_the_next_open() {
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let n = logged_store(dir.path());
     testing::downgrade_to_schema_3(dir.path()).unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "chain_migrate_child",
-            "--nocapture",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHAIN_CHILD_ENV, dir.path())
-        .env("MBX_FAILPOINT", "migrate-before-last-batch")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
-    assert!(
-        stderr.contains("failpoint migrate-before-last-batch"),
-        "{stderr}"
+    open_aborted_at(
+        "chain_migrate_child",
+        dir.path(),
+        "migrate-before-last-batch",
     );
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("MIGRATED"));
     let store = open_with(dir.path(), TestClock::new(5_000));
     assert_eq!(store.meta().unwrap().schema_version, SCHEMA_VERSION);
     assert_eq!(intact(&store), (n + 1, None));

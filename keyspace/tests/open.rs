@@ -215,16 +215,10 @@ fn schema_1_dedup_index_moves_to_its_own_partition() {
     assert!(store.dedup(&s, "m7", &targets[3]).unwrap().is_none());
 }
 
-const MIGRATE_CHILD_ENV: &str = "RELAY_KEYSPACE_MIGRATE_CHILD_DIR";
-
 #[test]
 #[ignore = "child process of a_migration_killed_after_its_first_batch_finishes_at_the_next_open"]
 fn migrate_child() {
-    let Ok(dir) = std::env::var(MIGRATE_CHILD_ENV) else {
-        return;
-    };
-    Store::open(std::path::Path::new(&dir), OpenOptions::default()).unwrap();
-    println!("\nMIGRATED");
+    open_child();
 }
 
 /// A process killed (abort, like `kill -9`) right after the migration's first batch of 10,000
@@ -232,25 +226,9 @@ fn migrate_child() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_migration_killed_after_its_first_batch_finishes_at_the_next_open() {
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let old = schema_1_store(dir.path());
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "migrate_child",
-            "--nocapture",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(MIGRATE_CHILD_ENV, dir.path())
-        .env("MBX_FAILPOINT", "migrate-after-batch")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
-    assert!(stderr.contains("failpoint migrate-after-batch"), "{stderr}");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("MIGRATED"));
+    open_aborted_at("migrate_child", dir.path(), "migrate-after-batch");
     open_migrated(dir.path(), &old).close().unwrap();
 }
 

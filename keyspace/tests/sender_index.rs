@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::Instant;
 
 use common::*;
@@ -254,16 +253,10 @@ fn a_schema_2_store_gets_its_sender_index_at_open() {
     assert_index_exact(&store);
 }
 
-const MIGRATE_CHILD_ENV: &str = "RELAY_KEYSPACE_INDEX_CHILD_DIR";
-
 #[test]
 #[ignore = "child process of a_sender_index_migration_killed_after_its_first_batch_finishes_at_the_next_open"]
 fn index_migrate_child() {
-    let Ok(dir) = std::env::var(MIGRATE_CHILD_ENV) else {
-        return;
-    };
-    Store::open(std::path::Path::new(&dir), OpenOptions::default()).unwrap();
-    println!("\nMIGRATED");
+    open_child();
 }
 
 /// A process killed (abort, like `kill -9`) right after the index build's first batch leaves
@@ -271,25 +264,9 @@ fn index_migrate_child() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_sender_index_migration_killed_after_its_first_batch_finishes_at_the_next_open() {
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let rows = schema_2_store(dir.path(), 12);
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "index_migrate_child",
-            "--nocapture",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(MIGRATE_CHILD_ENV, dir.path())
-        .env("MBX_FAILPOINT", "migrate-after-batch")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
-    assert!(stderr.contains("failpoint migrate-after-batch"), "{stderr}");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("MIGRATED"));
+    open_aborted_at("index_migrate_child", dir.path(), "migrate-after-batch");
     open_migrated(dir.path(), rows).close().unwrap();
 }
 

@@ -10,6 +10,45 @@ use std::sync::Arc;
 use relay_keyspace::*;
 use sha2::Digest;
 
+/// Names the store a migration child process opens (see [`open_child`]).
+const OPEN_CHILD_ENV: &str = "RELAY_KEYSPACE_OPEN_CHILD_DIR";
+
+/// The body of a test binary's ignored child test: open the store [`open_aborted_at`] names
+/// (running its migration) and print `MIGRATED`; nothing when run as an ordinary test.
+pub fn open_child() {
+    let Ok(dir) = std::env::var(OPEN_CHILD_ENV) else {
+        return;
+    };
+    Store::open(Path::new(&dir), OpenOptions::default()).unwrap();
+    println!("\nMIGRATED");
+}
+
+/// Run this test binary's `child` test (one that calls [`open_child`]) on `dir` with failpoint
+/// `failpoint` armed, and assert that the open aborted there (SIGABRT, like `kill -9` mid-way)
+/// before it finished.
+pub fn open_aborted_at(child: &str, dir: &Path, failpoint: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            child,
+            "--nocapture",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(OPEN_CHILD_ENV, dir)
+        .env("MBX_FAILPOINT", failpoint)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
+    assert!(
+        stderr.contains(&format!("failpoint {failpoint}")),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("MIGRATED"));
+}
+
 /// A clock tests move by hand.
 #[derive(Debug)]
 pub struct TestClock(pub AtomicU64);
