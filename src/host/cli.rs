@@ -25,6 +25,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::RelayClient;
+use super::explain;
 use super::identity::Identity;
 use super::message::{draft_envelope, owner_address, ulid};
 use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
@@ -74,12 +75,26 @@ pub enum HostCommand {
     },
     /// One pass: enrol if needed, publish enc ad and allowlist, push, pull, receive, ack, receipts.
     Sync,
-    /// Received messages.
-    Inbox,
+    /// Received messages (`inbox show ID`: one message with its body).
+    Inbox {
+        #[command(subcommand)]
+        show: Option<InboxCommand>,
+    },
     /// Items the receiver refused, with their reasons.
     Quarantine,
     /// Outbox, relay-accepted rows and deadlines, received_through, epoch, alerts.
     Status,
+    /// Rotate this host's key (or finish an interrupted rotation); the old key is kept as retired.
+    Rotate,
+    /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
+    Doctor,
+}
+
+/// `host inbox ...`.
+#[derive(Debug, Subcommand)]
+pub enum InboxCommand {
+    /// Print one received message with its body.
+    Show { id: String },
 }
 
 /// `host relay ...`.
@@ -99,10 +114,21 @@ pub enum RelayCommand {
 pub enum PeerCommand {
     /// Pin a peer host by name and Ed25519 public key (base64).
     Add { name: String, pubkey: String },
+    /// The peer rotated its key: pin NEWKEY (or the new key of a rotation record both keys
+    /// signed), keep the old key as retired, move waiting rows, republish the allowlist.
+    Rotate {
+        name: String,
+        newkey: Option<String>,
+        #[arg(long)]
+        record: Option<PathBuf>,
+    },
 }
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
+    if matches!(args.command, HostCommand::Doctor) {
+        return super::doctor::run(&args.dir, args.json);
+    }
     match dispatch(&args) {
         Ok((value, text)) => {
             if args.json {
@@ -134,6 +160,11 @@ fn dispatch(a: &HostArgs) -> Out {
         HostCommand::Init { name } => init(dir, name),
         HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
+        HostCommand::Peer(PeerCommand::Rotate {
+            name,
+            newkey,
+            record,
+        }) => super::retired::peer_rotate(dir, name, newkey.as_deref(), record.as_deref()),
         HostCommand::Send {
             to,
             subject,
@@ -141,9 +172,14 @@ fn dispatch(a: &HostArgs) -> Out {
             body,
         } => send(dir, to, subject, file.as_deref(), body.as_deref()),
         HostCommand::Sync => sync(dir),
-        HostCommand::Inbox => inbox(dir),
+        HostCommand::Inbox { show: None } => inbox(dir),
+        HostCommand::Inbox {
+            show: Some(InboxCommand::Show { id }),
+        } => inbox_show(dir, id),
         HostCommand::Quarantine => quarantine(dir),
         HostCommand::Status => status(dir),
+        HostCommand::Rotate => super::rotate::rotate(dir),
+        HostCommand::Doctor => Err(HostError::Usage("doctor runs from `run`".into())),
     }
 }
 
@@ -330,6 +366,7 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
 }
 
 fn sync(dir: &Path) -> Out {
+    let rotated = super::rotate::finish_pending(dir)?;
     let id = Identity::load(dir)?;
     let mut store = HostStore::open(dir)?;
     let mut session = Session::open(&mut store, &id, SyncOptions::from_env())?;
@@ -344,7 +381,13 @@ fn sync(dir: &Path) -> Out {
         Some(e) => format!("{text}; v2 enc-key ad {e}"),
         None => text,
     };
-    let v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
+    let mut v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
+    let waiting = explain::waiting_lines(&store.rows()?, now_ms(), 50);
+    let text = waiting.iter().fold(text, |t, w| format!("{t}\n  {w}"));
+    v["waiting"] = json!(waiting);
+    if let Some(rot) = rotated {
+        v["rotation_finished"] = rot;
+    }
     Ok((v, text))
 }
 
@@ -361,6 +404,26 @@ fn inbox(dir: &Path) -> Out {
         })
         .collect();
     Ok((json!({"messages": v}), text))
+}
+
+fn inbox_show(dir: &Path, id: &str) -> Out {
+    let store = HostStore::open(dir)?;
+    let m = store
+        .inbox_get(id)?
+        .ok_or_else(|| HostError::Usage(format!("no received message {id}; see `host inbox`")))?;
+    let text = format!(
+        "id: {}\nfrom: {}\ndate: {}\nsubject: {}\nrelay seq: {}, received {}\n\n{}",
+        m.id,
+        m.from,
+        m.ts,
+        m.subject,
+        m.relay_seq,
+        iso_ms(m.received_at),
+        m.body
+    );
+    let v = json!({"id": m.id, "from": m.from, "subject": m.subject, "body": m.body, "ts": m.ts,
+                   "relay_seq": m.relay_seq, "received_at": iso_ms(m.received_at)});
+    Ok((v, text))
 }
 
 fn quarantine(dir: &Path) -> Out {
@@ -384,7 +447,7 @@ fn row_json(r: &OutRow) -> Value {
         "subject": r.subject, "state": r.state.name(), "attempts": r.attempts,
         "next_at": iso_ms(r.next_at), "last_error": r.last_error,
         "seq": r.acceptance.as_ref().map(|a| a.seq), "epoch": r.acceptance.as_ref().map(|a| a.epoch.clone()),
-        "deadline": r.deadline.map(iso_ms), "note": r.note,
+        "deadline": r.deadline.map(iso_ms), "note": r.note, "why": explain::why(r, now_ms()),
     })
 }
 
@@ -496,8 +559,8 @@ fn status(dir: &Path) -> Out {
         if let Some(d) = r.deadline {
             line.push_str(&format!(" deadline {}", iso_ms(d)));
         }
-        if let Some(e) = &r.last_error {
-            line.push_str(&format!(" waiting: {e}"));
+        if let Some(w) = explain::why(r, now_ms()) {
+            line.push_str(&format!(": {w}"));
         }
         text.push_str(&line);
         text.push('\n');

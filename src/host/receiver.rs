@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::enrol::expect_ok;
 use super::identity::Identity;
 use super::message::{owner_address, receipt_wire};
+use super::retired::peer_keys;
 use super::store::{Batch, Checkpoint, InboxRow, ItemKind, OutRow, QuarantineRow, RowState};
 use super::sync::{Session, MAX_PAGES};
 use super::{now_ms, HostError};
@@ -319,18 +320,28 @@ fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError>
             "unknown sender: {host} is not a pinned peer"
         )));
     };
-    let Some(peer_pk) = parse_pubkey(&peer.pubkey) else {
-        return Ok(Outcome::Refused("unknown sender".into()));
-    };
-    if !verify_canonical(&peer_pk, rec, sig) {
+    // The pinned key, then the retired ones (spec §4): a receipt signed before the peer rotated,
+    // or for a row sent to its old key, still settles our row.
+    let keys = peer_keys(b.view(), &peer)?;
+    if !keys
+        .iter()
+        .filter_map(|k| parse_pubkey(k))
+        .any(|pk| verify_canonical(&pk, rec, sig))
+    {
         return Ok(Outcome::Refused("bad signature".into()));
     }
     let msg = rec["msg"].as_str().unwrap_or("");
-    let Some(mut row) = b
-        .view()
-        .row_by_item(msg, &peer.pubkey)?
-        .filter(|r| r.kind == ItemKind::Envelope)
-    else {
+    let mut found = None;
+    for k in &keys {
+        found = b
+            .view()
+            .row_by_item(msg, k)?
+            .filter(|r| r.kind == ItemKind::Envelope);
+        if found.is_some() {
+            break;
+        }
+    }
+    let Some(mut row) = found else {
         return Ok(Outcome::Refused(format!(
             "not a message this host sent to {host}"
         )));
