@@ -181,6 +181,26 @@ fn a_delivery_receipt_is_checked_against_the_peers_pinned_and_retired_keys() {
     assert_eq!(a.count("envelope_done"), 1);
 }
 
+/// Spec §4, the same rule for mail: an envelope beta pushed with its old key before rotating
+/// stays in alpha's queue under that key; alpha, having retired it, still receives the message.
+#[test]
+fn an_envelope_pushed_before_the_peer_rotated_is_received_under_the_retired_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = pair(tmp.path(), &relay);
+    a.sync();
+    b.sync();
+    let id = b.send("alpha", "hi", "sent by the old key");
+    assert_eq!(b.sync()["relay_accepted"], 1);
+    let new_pub = b.ok(&["rotate"])["new_pubkey"].as_str().unwrap().to_string();
+    a.ok(&["peer", "rotate", "beta", &new_pub]);
+    let r = a.sync();
+    assert_eq!((r["received"].as_u64(), r["quarantined"].as_u64()), (Some(1), Some(0)), "{r}");
+    assert!(a.inbox_ids().contains(&id));
+    b.sync();
+    assert_eq!(b.count("envelope_done"), 1, "alpha's receipt reaches beta's new key");
+}
+
 /// Spec §2: the allowlist this host publishes names the peer's new key once `peer rotate` ran,
 /// so the rotated peer's pushes are accepted; the old key is not pinned any more.
 #[test]

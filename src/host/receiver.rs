@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::enrol::expect_ok;
 use super::identity::Identity;
 use super::message::{owner_address, receipt_wire};
-use super::retired::peer_keys;
+use super::retired::{peer_for_key, peer_keys};
 use super::store::{Batch, Checkpoint, InboxRow, ItemKind, OutRow, QuarantineRow, RowState};
 use super::sync::{Session, MAX_PAGES};
 use super::{now_ms, HostError};
@@ -229,17 +229,20 @@ fn receive_envelope(
     it: &Pulled,
     wire: &[u8],
 ) -> Result<Outcome, HostError> {
-    let Some(peer) = b.view().peer_by_key(&it.sender_pubkey)? else {
-        return Ok(Outcome::Refused("unknown sender".into()));
-    };
-    let Some(peer_pk) = parse_pubkey(&peer.pubkey) else {
+    // Pinned or retired (spec §4): an item the peer pushed before it rotated is still its own.
+    let Some(peer) = peer_for_key(b.view(), &it.sender_pubkey)? else {
         return Ok(Outcome::Refused("unknown sender".into()));
     };
     let env = match check_envelope_wire(wire, &it.item_id) {
         Ok(env) => env,
         Err(why) => return Ok(Outcome::Refused(format!("malformed: {why}"))),
     };
-    if !verify_envelope(&env, &peer_pk) {
+    let keys = peer_keys(b.view(), &peer)?;
+    if !keys
+        .iter()
+        .filter_map(|k| parse_pubkey(k))
+        .any(|pk| verify_envelope(&env, &pk))
+    {
         return Ok(Outcome::Refused("bad signature".into()));
     }
     let from_host = env["from"]

@@ -1,8 +1,8 @@
 //! A peer's retired keys (spec §4, §2 "Rotation"): `host peer rotate NAME NEWKEY` (or a rotation
 //! record both keys signed) pins the new key, keeps the old one as retired rather than forgetting
 //! it, moves the peer's active outbox rows to the new key, and makes the next sync republish the
-//! allowlist (which names pinned keys only, so the old key leaves it). A delivery receipt is
-//! checked against the pinned and the retired keys ([`peer_keys`]).
+//! allowlist (which names pinned keys only, so the old key leaves it). Delivery receipts and
+//! envelopes are checked against the pinned and the retired keys ([`peer_keys`], [`peer_for_key`]).
 
 use std::path::Path;
 
@@ -31,6 +31,19 @@ pub fn peer_keys(store: &HostStore, peer: &Peer) -> Result<Vec<String>, HostErro
     let mut keys = vec![peer.pubkey.clone()];
     keys.extend(retired(store, &peer.name)?.into_iter().rev());
     Ok(keys)
+}
+
+/// The peer whose pinned or retired key this is.
+pub fn peer_for_key(store: &HostStore, key: &str) -> Result<Option<Peer>, HostError> {
+    if let Some(p) = store.peer_by_key(key)? {
+        return Ok(Some(p));
+    }
+    for p in store.peers()? {
+        if retired(store, &p.name)?.iter().any(|k| k == key) {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
 }
 
 /// `host peer rotate NAME [NEWKEY] [--record FILE]`.
