@@ -66,9 +66,8 @@ fn a_newcomer_sending_to_a_peer_that_has_not_synced_is_told_what_is_happening() 
     std::thread::sleep(std::time::Duration::from_millis(1_100)); // past the first backoff
     let (_, out, _) = text(&a, &["sync"]);
     assert!(
-        out.contains(&format!(
-            "{id} to beta: on the relay (seq "
-        )) && out.contains("waiting for beta to pull it and send a delivery receipt"),
+        out.contains(&format!("{id} to beta: on the relay (seq "))
+            && out.contains("waiting for beta to pull it and send a delivery receipt"),
         "{out}"
     );
     b.sync();
@@ -95,7 +94,10 @@ fn a_refused_push_says_the_relays_reason_and_when_it_retries() {
     assert!(line.contains("it frees up as beta pulls"), "{line}");
     assert!(line.contains("retry at "), "{line}");
     let (_, st, _) = text(&a, &["status"]);
-    assert!(st.contains("rejected:quota:") && st.contains("retry at "), "{st}");
+    assert!(
+        st.contains("rejected:quota:") && st.contains("retry at "),
+        "{st}"
+    );
 }
 
 #[test]
@@ -137,7 +139,10 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
     a.ok(&["relay", "set", &relay.url()]);
     let (code, line) = doctor_line(&a, "enrolment");
     assert_eq!(code, 1);
-    assert!(line.starts_with("FAIL") && line.contains("host sync"), "{line}");
+    assert!(
+        line.starts_with("FAIL") && line.contains("host sync"),
+        "{line}"
+    );
     let (_, line) = doctor_line(&a, "allowlist");
     assert!(
         line.starts_with("FAIL") && line.contains("host peer add"),
@@ -158,7 +163,8 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
         "clock",
     ] {
         assert!(
-            out.lines().any(|l| l.starts_with(&format!("ok   {check}: "))),
+            out.lines()
+                .any(|l| l.starts_with(&format!("ok   {check}: "))),
             "{check}:\n{out}"
         );
     }

@@ -31,9 +31,16 @@ fn assert_retired_file(h: &HostCli, out: &Value, old: &SigningKey) {
     let file = h.dir.join(out["retired_file"].as_str().unwrap());
     assert_eq!(mode(&file), 0o600, "retired key file is private");
     let kept = SigningKey::from_key_file(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(kept.public(), old.public(), "the old key is kept, not forgotten");
+    assert_eq!(
+        kept.public(),
+        old.public(),
+        "the old key is kept, not forgotten"
+    );
     assert_eq!(mode(&h.dir.join("host.key")), 0o600);
-    assert!(!h.dir.join("host.key.new").exists(), "no half-installed key");
+    assert!(
+        !h.dir.join("host.key.new").exists(),
+        "no half-installed key"
+    );
 }
 
 /// After a completed rotation: the relay knows only the new key, with our enc ad republished.
@@ -44,7 +51,11 @@ fn assert_rotated_on_relay(relay: &RelayProc, h: &HostCli, old: &SigningKey, new
     assert_eq!(you["pubkey"], new_pub, "the new key is enrolled: {you}");
     let st = h.status();
     let enc_pub = st["enc_ad"]["enc_pub"].as_str().unwrap().to_string();
-    assert_eq!(you["enc_ad"]["enc_pub"], enc_pub.as_str(), "v2 ad republished");
+    assert_eq!(
+        you["enc_ad"]["enc_pub"],
+        enc_pub.as_str(),
+        "v2 ad republished"
+    );
     assert_eq!(you["enc_ad"]["v1"], enc_pub.as_str(), "v1 pair republished");
     assert!(
         info_as(relay, &h.name, old).get("you").is_none(),
@@ -78,11 +89,24 @@ fn a_rotated_host_gets_its_queue_back_republishes_its_enc_ad_and_keeps_the_old_k
     );
     assert_retired_file(&a, &out, &old);
     assert_rotated_on_relay(&relay, &a, &old, &new_pub);
+    let keys = &a.status()["keys"];
+    assert_eq!(
+        keys["retired"][0]["pubkey"],
+        old.public_b64().as_str(),
+        "{keys}"
+    );
+    assert_eq!(keys["rotation_pending"], Value::Null);
 
     // The peer takes the rotation record (both keys signed it) and retires the old key.
     let record = tmp.path().join("rotation.json");
     std::fs::write(&record, out["rotation"].to_string()).unwrap();
-    let pr = b.ok(&["peer", "rotate", "alpha", "--record", record.to_str().unwrap()]);
+    let pr = b.ok(&[
+        "peer",
+        "rotate",
+        "alpha",
+        "--record",
+        record.to_str().unwrap(),
+    ]);
     assert_eq!(pr["pubkey"], new_pub.as_str());
     assert_eq!(pr["retired"][0], old.public_b64().as_str());
     b.sync();
@@ -125,6 +149,12 @@ fn a_crash_between_any_two_rotation_steps_is_finished_by_the_next_run() {
         b.sync();
         let old = host_key(&a);
         a.crash_at(&["rotate"], failpoint);
+        if *failpoint != "host-rotate-after-new-key" {
+            assert!(
+                a.status()["keys"]["rotation_pending"].is_string(),
+                "{failpoint}: status shows the interrupted rotation"
+            );
+        }
         let staged = std::fs::read_to_string(a.dir.join("host.key.new"))
             .ok()
             .map(|t| SigningKey::from_key_file(&t).unwrap().public_b64());
@@ -136,7 +166,10 @@ fn a_crash_between_any_two_rotation_steps_is_finished_by_the_next_run() {
             .unwrap_or_else(|| panic!("{failpoint}: {resume} finished no rotation: {done}"))
             .to_string();
         if let Some(staged) = staged {
-            assert_eq!(staged, new_pub, "{failpoint}: the staged key is the one used");
+            assert_eq!(
+                staged, new_pub,
+                "{failpoint}: the staged key is the one used"
+            );
         }
         if *failpoint == "host-rotate-after-post" {
             assert!(
@@ -170,11 +203,18 @@ fn a_delivery_receipt_is_checked_against_the_peers_pinned_and_retired_keys() {
     b.sync();
     a.send("beta", "hi", "body");
     a.sync();
-    assert_eq!(b.sync()["received"], 1, "beta pushes its receipt signed by its old key");
+    assert_eq!(
+        b.sync()["received"],
+        1,
+        "beta pushes its receipt signed by its old key"
+    );
     let out = b.ok(&["rotate"]);
     let new_pub = out["new_pubkey"].as_str().unwrap();
     let pr = a.ok(&["peer", "rotate", "beta", new_pub]);
-    assert_eq!(pr["rows_moved"], 1, "the waiting row follows the new key: {pr}");
+    assert_eq!(
+        pr["rows_moved"], 1,
+        "the waiting row follows the new key: {pr}"
+    );
     let r = a.sync();
     assert_eq!(r["receipts_settled"], 1, "{r}");
     assert_eq!(r["quarantined"], 0, "{r}");
@@ -192,13 +232,24 @@ fn an_envelope_pushed_before_the_peer_rotated_is_received_under_the_retired_key(
     b.sync();
     let id = b.send("alpha", "hi", "sent by the old key");
     assert_eq!(b.sync()["relay_accepted"], 1);
-    let new_pub = b.ok(&["rotate"])["new_pubkey"].as_str().unwrap().to_string();
+    let new_pub = b.ok(&["rotate"])["new_pubkey"]
+        .as_str()
+        .unwrap()
+        .to_string();
     a.ok(&["peer", "rotate", "beta", &new_pub]);
     let r = a.sync();
-    assert_eq!((r["received"].as_u64(), r["quarantined"].as_u64()), (Some(1), Some(0)), "{r}");
+    assert_eq!(
+        (r["received"].as_u64(), r["quarantined"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
     assert!(a.inbox_ids().contains(&id));
     b.sync();
-    assert_eq!(b.count("envelope_done"), 1, "alpha's receipt reaches beta's new key");
+    assert_eq!(
+        b.count("envelope_done"),
+        1,
+        "alpha's receipt reaches beta's new key"
+    );
 }
 
 /// Spec §2: the allowlist this host publishes names the peer's new key once `peer rotate` ran,
@@ -211,13 +262,19 @@ fn peer_rotate_swaps_the_key_in_the_allowlist_this_host_publishes() {
     a.sync();
     b.sync();
     let old_b = b.pubkey();
-    let new_b = b.ok(&["rotate"])["new_pubkey"].as_str().unwrap().to_string();
+    let new_b = b.ok(&["rotate"])["new_pubkey"]
+        .as_str()
+        .unwrap()
+        .to_string();
     a.ok(&["peer", "rotate", "beta", &new_b]);
     let r = a.sync();
     assert!(r.get("waiting").is_some());
     let id = b.send("alpha", "after", "from beta's new key");
     let r = b.sync();
-    assert_eq!(r["relay_accepted"], 1, "accepted under alpha's new list: {r}");
+    assert_eq!(
+        r["relay_accepted"], 1,
+        "accepted under alpha's new list: {r}"
+    );
     a.sync();
     assert!(a.inbox_ids().contains(&id));
     // The old key is retired, not pinned: it cannot be added back as another peer silently.

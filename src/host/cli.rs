@@ -568,5 +568,11 @@ fn status(dir: &Path) -> Out {
     for a in store.alerts()? {
         text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
     }
+    let (keys, key_lines) = super::rotate::status(&store)?;
+    key_lines
+        .iter()
+        .for_each(|l| text.push_str(&format!("{l}\n")));
+    let mut v = v;
+    v["keys"] = keys;
     Ok((v, text.trim_end().to_string()))
 }

@@ -167,7 +167,10 @@ pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
     } else {
         out.push(ok(
             "enrolment",
-            format!("enrolled as {}", you.and_then(|y| y["host"].as_str()).unwrap_or("?")),
+            format!(
+                "enrolled as {}",
+                you.and_then(|y| y["host"].as_str()).unwrap_or("?")
+            ),
         ));
         out.push(enc_ad_check(&info, &id.enc.public_b64(), opts));
     }
@@ -181,7 +184,12 @@ pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
 fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions) -> Check {
     const NAME: &str = "enc-key ad";
     let fix = "run `mbx-relay host sync` (it republishes the ad)";
-    let RelayView::Known { enc_pub: v2, exp, v1 } = RelayView::from_info(info) else {
+    let RelayView::Known {
+        enc_pub: v2,
+        exp,
+        v1,
+    } = RelayView::from_info(info)
+    else {
         return ok(NAME, "the relay does not report published ads; not checked");
     };
     if opts.enc_ads.v1() && v1.as_deref() != Some(enc_pub) {
@@ -202,14 +210,14 @@ fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions) -> Check {
     if exp_ms < (now_ms() + RENEW_BEFORE_MS) as i64 {
         return fail(
             NAME,
-            format!(
-                "the v2 ad expires {}",
-                exp.as_deref().unwrap_or("(no exp)")
-            ),
+            format!("the v2 ad expires {}", exp.as_deref().unwrap_or("(no exp)")),
             fix,
         );
     }
-    ok(NAME, format!("v2 ad current until {}", exp.unwrap_or_default()))
+    ok(
+        NAME,
+        format!("v2 ad current until {}", exp.unwrap_or_default()),
+    )
 }
 
 /// Pinned peers exist and the allowlist naming them was published after the last peer change.
@@ -253,9 +261,17 @@ fn clock_check(client: &RelayClient<'_>) -> Check {
         Ok(None) => return ok(NAME, "the relay sends no Date header; not checked"),
         Err(e) => return fail(NAME, format!("no answer: {e}"), "check the network"),
     };
-    let local = (before + now_ms()) / 2;
-    let Some(relay_ms) = parse_date_loose(&date) else {
-        return ok(NAME, format!("unreadable Date header {date:?}; not checked"));
+    skew_check((before + now_ms()) / 2, &date)
+}
+
+/// The clock check for this host's time `local` (ms) against the relay's `Date` header.
+pub fn skew_check(local: u64, date: &str) -> Check {
+    const NAME: &str = "clock";
+    let Some(relay_ms) = parse_date_loose(date) else {
+        return ok(
+            NAME,
+            format!("unreadable Date header {date:?}; not checked"),
+        );
     };
     // The header is truncated to the second: compare against the middle of that second.
     let skew = local as i64 - (relay_ms + 500);
@@ -274,11 +290,41 @@ fn clock_check(client: &RelayClient<'_>) -> Check {
             ),
         );
     }
-    ok(NAME, format!("within {} s of the relay", MAX_SKEW_MS / 1_000))
+    ok(
+        NAME,
+        format!("within {} s of the relay", MAX_SKEW_MS / 1_000),
+    )
 }
 
 fn fp(k: &str) -> String {
     parse_pubkey(k)
         .map(|k| fingerprint(&k))
         .unwrap_or_else(|| "(none)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_795_960_800_000; // 2026-11-29T14:00:00.000Z, a Sunday
+
+    #[test]
+    fn a_clock_more_than_30_s_off_the_relays_date_header_fails_with_a_fix() {
+        let date = "Sun, 29 Nov 2026 14:00:00 GMT";
+        assert!(skew_check(NOW + 20_000, date).ok);
+        assert!(skew_check(NOW - 20_000, date).ok);
+        let ahead = skew_check(NOW + 95_000, date);
+        assert!(!ahead.ok);
+        assert_eq!(
+            line(&ahead),
+            "FAIL clock: this host is +94 s off the relay (2026-11-29T14:01:35.000Z here, \
+             Sun, 29 Nov 2026 14:00:00 GMT there); fix: set the system clock (NTP); the relay \
+             refuses signed calls more than 300 s off"
+        );
+        assert!(!skew_check(NOW - 3_600_000, date).ok, "behind fails too");
+        assert!(
+            skew_check(NOW, "garbage").ok,
+            "an unreadable header is not a failure"
+        );
+    }
 }

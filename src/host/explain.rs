@@ -37,9 +37,9 @@ pub fn why(r: &OutRow, now: u64) -> Option<String> {
     let peer = &r.target_name;
     let err = r.last_error.as_deref();
     let text = match (r.state, err) {
-        (RowState::Draft, None) => format!(
-            "waiting to be sealed: the next sync looks up {peer}'s enc ad on the relay"
-        ),
+        (RowState::Draft, None) => {
+            format!("waiting to be sealed: the next sync looks up {peer}'s enc ad on the relay")
+        }
         (RowState::Draft, Some(e)) if e == Refusal::NoAd.to_string() => format!(
             "waiting for {peer}'s enc ad: {peer} has not published one on this relay yet \
              ({peer} publishes it on its first `host sync`); {}",
@@ -82,9 +82,7 @@ pub fn why(r: &OutRow, now: u64) -> Option<String> {
         }
         (RowState::RelayAccepted, _) if r.kind == ItemKind::Envelope => {
             let seq = r.acceptance.as_ref().map_or(0, |a| a.seq);
-            let deadline = r
-                .deadline
-                .map_or("unknown".to_string(), |d| when(d, now));
+            let deadline = r.deadline.map_or("unknown".to_string(), |d| when(d, now));
             format!(
                 "on the relay (seq {seq}); waiting for {peer} to pull it and send a delivery \
                  receipt; unconfirmed after {deadline}"

@@ -10,8 +10,8 @@
 
 pub mod cli;
 pub mod client;
-pub mod enc_ad;
 pub mod doctor;
+pub mod enc_ad;
 pub mod enrol;
 pub mod explain;
 pub mod identity;

@@ -66,6 +66,39 @@ pub fn pending(store: &HostStore) -> Result<Option<Intent>, HostError> {
     store.extra(INTENT)
 }
 
+/// For `host status`: this host's retired keys and a rotation under way, as JSON and text lines.
+///
+/// # Errors
+/// A damaged store record.
+pub fn status(store: &HostStore) -> Result<(Value, Vec<String>), HostError> {
+    let fp = |k: &str| parse_pubkey(k).map(|k| fingerprint(&k)).unwrap_or_default();
+    let retired = retired_keys(store)?;
+    let intent = pending(store)?;
+    let mut lines: Vec<String> = retired
+        .iter()
+        .map(|r| {
+            format!(
+                "retired host key {} (since {}, in {})",
+                fp(&r.pubkey),
+                iso_ms(r.retired_at),
+                r.file
+            )
+        })
+        .collect();
+    if let Some(i) = &intent {
+        lines.push(format!(
+            "KEY ROTATION INTERRUPTED (to {}): run `mbx-relay host rotate` to finish it",
+            fp(&i.new_pub)
+        ));
+    }
+    let v = json!({
+        "retired": retired.iter().map(|r| json!({"pubkey": r.pubkey, "fingerprint": fp(&r.pubkey),
+            "file": r.file, "retired_at": iso_ms(r.retired_at)})).collect::<Vec<_>>(),
+        "rotation_pending": intent.map(|i| i.new_pub),
+    });
+    Ok((v, lines))
+}
+
 /// `host rotate`: finish a pending rotation, or start one. Returns the JSON and text to print.
 ///
 /// # Errors
@@ -250,8 +283,7 @@ fn post(client: &RelayClient<'_>, intent: &Intent) -> Result<Posted, HostError> 
             // Signed with the new key: `you` is present exactly when the new key is enrolled.
             let info = client.get("/v2/relay/info", None, true)?;
             let you = info.body.get("you").and_then(|y| y.get("pubkey"));
-            if info.status == 200 && you.and_then(Value::as_str) == Some(intent.new_pub.as_str())
-            {
+            if info.status == 200 && you.and_then(Value::as_str) == Some(intent.new_pub.as_str()) {
                 Ok(Posted::Replayed)
             } else {
                 Ok(Posted::OldUnknown)
@@ -337,25 +369,26 @@ fn republish_and_check(
     let info = s.client.get("/v2/relay/info", None, true)?;
     let enc_pub = id.enc.public_b64();
     let you = info.body.get("you");
-    let problem = if you.and_then(|y| y.get("pubkey")).and_then(Value::as_str)
-        != Some(s.my_pub().as_str())
-    {
-        Some("the relay does not show the new key as enrolled")
-    } else {
-        match RelayView::from_info(&info.body) {
-            RelayView::Known { enc_pub: v2, v1, .. } => {
-                if opts.enc_ads.v2() && v2.as_deref() != Some(enc_pub.as_str()) {
-                    Some("the relay does not hold the republished v2 enc-key ad")
-                } else if opts.enc_ads.v1() && v1.as_deref() != Some(enc_pub.as_str()) {
-                    Some("the relay does not hold the republished v1 enc key")
-                } else {
-                    None
+    let problem =
+        if you.and_then(|y| y.get("pubkey")).and_then(Value::as_str) != Some(s.my_pub().as_str()) {
+            Some("the relay does not show the new key as enrolled")
+        } else {
+            match RelayView::from_info(&info.body) {
+                RelayView::Known {
+                    enc_pub: v2, v1, ..
+                } => {
+                    if opts.enc_ads.v2() && v2.as_deref() != Some(enc_pub.as_str()) {
+                        Some("the relay does not hold the republished v2 enc-key ad")
+                    } else if opts.enc_ads.v1() && v1.as_deref() != Some(enc_pub.as_str()) {
+                        Some("the relay does not hold the republished v1 enc key")
+                    } else {
+                        None
+                    }
                 }
+                // A relay without `you.enc_ad` cannot show it; the publish answers were 200.
+                RelayView::Unknown => None,
             }
-            // A relay without `you.enc_ad` cannot show it; the publish answers were 200.
-            RelayView::Unknown => None,
-        }
-    };
+        };
     let Some(problem) = problem else {
         return Ok(());
     };
