@@ -1,5 +1,5 @@
-//! `mbx-relay host ...`: the host commands (init, relay set, peer add, send, sync, inbox,
-//! quarantine, status). Each command opens the host store, does its work, prints text or (with
+//! `mbx-relay host ...`: the host commands (init, relay set, peer add/rotate, send, sync, inbox
+//! [show], quarantine, status, rotate, doctor). Each command opens the host store, does its work, prints text or (with
 //! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage).
 //!
 //! ```text
