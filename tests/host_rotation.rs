@@ -289,3 +289,28 @@ fn peer_rotate_swaps_the_key_in_the_allowlist_this_host_publishes() {
     assert!(e.contains("bad rotation record"), "{e}");
     assert_eq!(a.ok(&["status"])["name"], "alpha");
 }
+
+/// A rotation the relay refuses for good (409: the new key is revoked there) is abandoned: the
+/// host keeps its key and goes on syncing, instead of retrying a refused record forever.
+#[test]
+fn a_rotation_the_relay_refuses_for_good_is_abandoned_and_the_host_keeps_its_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = pair(tmp.path(), &relay);
+    a.sync();
+    b.sync();
+    let out = a.ok(&["rotate"]);
+    let current = out["new_pubkey"].as_str().unwrap().to_string();
+    // Stage the revoked old key as the next key (as a leftover file would be).
+    let retired = a.dir.join(out["retired_file"].as_str().unwrap());
+    std::fs::copy(&retired, a.dir.join("host.key.new")).unwrap();
+    let e = a.run(&["rotate"]).unwrap_err();
+    assert!(
+        e.contains("new key is revoked") && e.contains("abandoned"),
+        "{e}"
+    );
+    assert_eq!(a.pubkey(), current, "the host keeps its key");
+    assert_eq!(a.status()["keys"]["rotation_pending"], Value::Null);
+    assert!(!a.dir.join("host.key.new").exists());
+    a.sync();
+}

@@ -134,10 +134,7 @@ pub fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
 /// # Errors
 /// As [`rotate`]: the intent stays for the next run.
 pub fn finish_pending(dir: &Path) -> Result<Option<Value>, HostError> {
-    let intent = match HostStore::open(dir) {
-        Ok(store) => pending(&store)?,
-        Err(e) => return Err(e),
-    };
+    let intent = pending(&HostStore::open(dir)?)?;
     intent.map(|i| finish(dir, i)).transpose()
 }
 
@@ -217,6 +214,7 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
             Posted::OldUnknown => {
                 "the relay did not know the old key; the new key enrols afresh".to_string()
             }
+            Posted::Refused(why) => return Err(abandon(dir, &mut store, &why)),
         };
         hit("host-rotate-after-post");
         intent.posted = true;
@@ -243,7 +241,7 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
     } else {
         relay_note = "the relay had taken it before the interruption".to_string();
     }
-    swap_key_files(dir, &intent, &new)?;
+    swap_key_files(dir, &intent)?;
     hit("host-rotate-after-swap");
     let id = Identity::load(dir)?;
     republish_and_check(&mut store, &id, opts)?;
@@ -268,6 +266,9 @@ enum Posted {
     Replayed,
     /// 404 for the old key, and the new key is not enrolled: nothing on the relay to move.
     OldUnknown,
+    /// 400 (a record the relay cannot take) or 409 (new key revoked there): trying again
+    /// cannot help.
+    Refused(String),
 }
 
 /// Step (3). The record authenticates itself: no hop.
@@ -289,12 +290,28 @@ fn post(client: &RelayClient<'_>, intent: &Intent) -> Result<Posted, HostError> 
                 Ok(Posted::OldUnknown)
             }
         }
+        400 | 409 => Ok(Posted::Refused(a.error())),
         _ => Err(HostError::Relay(format!(
-            "the relay refused the rotation ({}); nothing changed here: run `host rotate` again \
-             once the cause is fixed",
+            "the relay did not take the rotation now ({}); run `host rotate` again later",
             a.error()
         ))),
     }
+}
+
+/// Drop a rotation the relay refused for good: the intent and the staged key go, the host keeps
+/// its old key (nothing else changed before the post). Returns the error to report.
+fn abandon(dir: &Path, store: &mut HostStore, why: &str) -> HostError {
+    let mut b = store.batch();
+    let cleared = b
+        .set_extra::<Intent>(INTENT, None)
+        .and_then(|()| b.commit());
+    if let Err(e) = cleared {
+        return e;
+    }
+    let _ = std::fs::remove_file(dir.join(NEW_KEY));
+    HostError::Relay(format!(
+        "the relay refused the rotation ({why}); it is abandoned and this host keeps its key"
+    ))
 }
 
 /// The key in `host.key.new`, or in `host.key` once swapped; it must be the intent's new key.
@@ -325,7 +342,7 @@ fn retired_file(pubkey: &str) -> String {
 
 /// Step (5), idempotent: keep the old key in its retired file, then rename the new key over
 /// `host.key` (atomic), fsyncing the directory after each.
-fn swap_key_files(dir: &Path, intent: &Intent, new: &SigningKey) -> Result<(), HostError> {
+fn swap_key_files(dir: &Path, intent: &Intent) -> Result<(), HostError> {
     let host_path = dir.join(HOST_KEY);
     let current = SigningKey::from_key_file(&read_secret(&host_path)?)
         .map_err(|e| HostError::Store(format!("{}: {e}", host_path.display())))?;
@@ -349,7 +366,6 @@ fn swap_key_files(dir: &Path, intent: &Intent, new: &SigningKey) -> Result<(), H
         write_secret(&retired, &current.seed_b64())?;
         sync_dir(dir)?;
     }
-    debug_assert_eq!(new.public_b64(), intent.new_pub);
     std::fs::rename(dir.join(NEW_KEY), &host_path)
         .map_err(|e| HostError::Store(format!("cannot install the new host key: {e}")))?;
     sync_dir(dir)
