@@ -314,3 +314,35 @@ fn a_rotation_the_relay_refuses_for_good_is_abandoned_and_the_host_keeps_its_key
     assert!(!a.dir.join("host.key.new").exists());
     a.sync();
 }
+
+/// A delivery receipt built before the rotation but not pushed yet is signed again by the new
+/// key (the relay takes receipts only signed by the pushing host), so it still settles the row.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_receipt_not_yet_pushed_when_the_host_rotates_is_signed_again_by_the_new_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = pair(tmp.path(), &relay);
+    a.sync();
+    b.sync();
+    a.send("beta", "hi", "body");
+    a.sync();
+    // Beta receives and checkpoints, and dies before acking and pushing its receipt.
+    b.crash_at(&["sync"], "host-after-checkpoint-before-ack");
+    assert_eq!(b.count("receipt_pending"), 1);
+    let new_pub = b.ok(&["rotate"])["new_pubkey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    a.ok(&["peer", "rotate", "beta", &new_pub]);
+    a.sync();
+    let r = b.sync();
+    assert_eq!(
+        r["push_failures"], 0,
+        "the relay takes the re-signed receipt: {r}"
+    );
+    assert_eq!(b.count("receipt_done"), 1);
+    let r = a.sync();
+    assert_eq!(r["receipts_settled"], 1, "{r}");
+    assert_eq!(a.count("envelope_done"), 1);
+}

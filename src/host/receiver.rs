@@ -220,7 +220,7 @@ fn receive(b: &mut Batch<'_>, ctx: &Ctx, it: &Pulled) -> Result<Outcome, HostErr
     }
 }
 
-/// An envelope: pinned sender, agentmbx shape and seal, host signature, addressed to us, opens
+/// An envelope: pinned (or retired) sender key, agentmbx shape and seal, host signature, addressed to us, opens
 /// with our enc key; new → inbox plus a delivery receipt row; seen → duplicate (and the receipt
 /// is sent again, since the sender is evidently still waiting for it).
 fn receive_envelope(
@@ -303,8 +303,9 @@ fn receive_envelope(
     Ok(Outcome::Received)
 }
 
-/// A T218 receipt: well-formed, from a pinned peer's host and signed by its pinned key, for a
-/// message this host sent to that peer; it settles the envelope row (state delivered or later).
+/// A T218 receipt: well-formed, from a pinned peer's host and signed by its pinned or a retired
+/// key (spec §4), for a message this host sent to that peer; it settles the envelope row (state
+/// delivered or later).
 fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError> {
     let Ok(v) = serde_json::from_slice::<Value>(wire) else {
         return Ok(Outcome::Refused("malformed: receipt is not JSON".into()));

@@ -5,7 +5,7 @@
 //! (2) the intent (the rotation record both keys signed) in the store; (3) the POST to the relay
 //! (a replay answered 404 counts as done once the new key is enrolled); (4) in one commit: the
 //! receive position for that relay back to 0 (the relay re-sequenced our queue), the enrolment and
-//! publication caches cleared, the old key listed as retired; (5) the old key kept as
+//! publication caches cleared, the old key listed as retired, receipts not yet pushed re-signed; (5) the old key kept as
 //! `host.key.retired-<fp>` (0600) and `host.key.new` renamed over `host.key`; (6) enrol and publish
 //! with the new key, then check the relay's signed `you` shows the new key and our enc ad (§8);
 //! (7) the intent removed. `host rotate` and `host sync` both finish a pending intent first.
@@ -18,10 +18,12 @@ use serde_json::{json, Value};
 use super::client::RelayClient;
 use super::enc_ad::RelayView;
 use super::identity::{read_secret, write_secret, Identity, HOST_KEY};
-use super::store::{Checkpoint, HostStore};
+use super::store::{Checkpoint, HostStore, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
 use super::{now_ms, HostError};
 use crate::failpoint::hit;
+use crate::wire::accept::wire_hash_hex;
+use crate::wire::canonical::canonical_bytes;
 use crate::wire::keys::{fingerprint, parse_pubkey, SigningKey};
 use crate::wire::time::iso_ms;
 
@@ -228,7 +230,11 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
         }
         let excess = retired.len().saturating_sub(MAX_RETIRED);
         retired.drain(..excess);
+        let resigned = resign_receipts(&store, &new)?;
         let mut b = store.batch();
+        for r in &resigned {
+            b.put_row(r)?;
+        }
         b.set_extra(INTENT, Some(&intent))?;
         b.set_extra(RETIRED, Some(&retired))?;
         // The relay re-sequenced our queue under the new key: pull it again from the start.
@@ -257,6 +263,31 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
         "peer_command": format!("mbx-relay host peer rotate {name} {}", intent.new_pub),
         "rotation": serde_json::from_str::<Value>(&intent.body).unwrap_or(Value::Null),
     }))
+}
+
+/// Delivery receipts not yet pushed, signed again by the new key: the relay takes a receipt only
+/// when the pushing host signed it (docs/protocol.md §3 "Push"), and from now on that is the new
+/// key. Same record, same item id; the new wire bytes are fixed before any push, as always.
+fn resign_receipts(store: &HostStore, new: &SigningKey) -> Result<Vec<OutRow>, HostError> {
+    let mut out = Vec::new();
+    for mut r in store.rows()? {
+        if r.kind != ItemKind::Receipt || r.state != RowState::Pending {
+            continue;
+        }
+        let Some(rec) = r
+            .wire
+            .as_deref()
+            .and_then(|w| serde_json::from_slice::<Value>(w).ok())
+            .and_then(|v| v.get("rec").cloned())
+        else {
+            continue;
+        };
+        let wire = canonical_bytes(&json!({"rec": rec, "sig": new.sign_canonical(&rec)}));
+        r.wire_hash = wire_hash_hex(&wire);
+        r.wire = Some(wire);
+        out.push(r);
+    }
+    Ok(out)
 }
 
 /// How the relay took the rotation.
