@@ -220,9 +220,9 @@ fn receive(b: &mut Batch<'_>, ctx: &Ctx, it: &Pulled) -> Result<Outcome, HostErr
     }
 }
 
-/// An envelope: pinned (or retired) sender key, agentmbx shape and seal, host signature, addressed to us, opens
-/// with our enc key; new → inbox plus a delivery receipt row; seen → duplicate (and the receipt
-/// is sent again, since the sender is evidently still waiting for it).
+/// An envelope: a pinned (or retired) sender key, agentmbx shape and seal, host signature,
+/// addressed to us, opens with our enc key; new → inbox plus a delivery receipt row; seen →
+/// duplicate (and the receipt is sent again, since the sender is evidently still waiting for it).
 fn receive_envelope(
     b: &mut Batch<'_>,
     ctx: &Ctx<'_>,
