@@ -385,6 +385,14 @@ fn sync(dir: &Path) -> Out {
     let waiting = explain::waiting_lines(&store.rows()?, now_ms(), 50);
     let text = waiting.iter().fold(text, |t, w| format!("{t}\n  {w}"));
     v["waiting"] = json!(waiting);
+    let text = match &rotated {
+        Some(rot) => format!(
+            "finished the interrupted key rotation: host key {} ({})\n{text}",
+            rot["new_fingerprint"].as_str().unwrap_or(""),
+            rot["peer_command"].as_str().unwrap_or("")
+        ),
+        None => text,
+    };
     if let Some(rot) = rotated {
         v["rotation_finished"] = rot;
     }
