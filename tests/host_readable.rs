@@ -171,6 +171,20 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
     let v = a.run(&["doctor"]).unwrap();
     assert_eq!(v["ok"], true);
 
+    // An enc-key ad that expires within a day is not fresh.
+    let mut c = HostCli::init(tmp.path(), "gamma");
+    c.env
+        .push(("MBX_HOST_ENC_AD_LIFETIME_MS".into(), "3600000".into()));
+    c.ok(&["peer", "add", "alpha", &a.pubkey()]);
+    c.ok(&["relay", "set", &relay.url()]);
+    c.sync();
+    let (code, line) = doctor_line(&c, "enc-key ad");
+    assert_eq!(code, 1);
+    assert!(
+        line.starts_with("FAIL enc-key ad: the v2 ad expires ") && line.contains("host sync"),
+        "{line}"
+    );
+
     // A relay with another key on the same URL.
     relay.kill9();
     let (code, line) = doctor_line(&a, "relay reachable");
