@@ -44,7 +44,7 @@ impl LogStage for Tx<'_> {
 }
 
 /// The canonical bytes of an entry (what its hash covers besides the previous hash).
-pub(crate) fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u8> {
+pub fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u8> {
     let mut b = Vec::with_capacity(24 + kind.len() + detail.len());
     b.extend_from_slice(&seq.to_be_bytes());
     b.extend_from_slice(&at_ms.to_be_bytes());
@@ -57,7 +57,7 @@ pub(crate) fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u
 }
 
 /// `SHA-256(prev ++ canonical(entry))`.
-pub(crate) fn chain_hash(
+pub fn chain_hash(
     prev: &[u8; 32],
     seq: u64,
     at_ms: u64,

@@ -1,0 +1,23 @@
+//! `relay-pgstore`: the relay's state on PostgreSQL (and engines speaking its wire protocol).
+//!
+//! CONTRACT: the same operations and rules as the fjall keyspace (`relay-keyspace`), checked by
+//! the backend conformance suite. Every logical operation is one transaction; no answer before
+//! `COMMIT` returned with `synchronous_commit` on (checked at open: the store refuses to start
+//! otherwise). Conflicts between relay processes on one database are settled by explicit row
+//! locks (`SELECT ... FOR UPDATE` on a target's `queues` row, the `meta` row for enrolments and
+//! the relay log), with bounded retry on serialization failure and deadlock. Quota counters are
+//! rows moved in the same transaction as the items they count. Bytes are stored exactly
+//! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
+//!
+//! Files: `db` (pool, transactions, retry), `schema` (versioned migrations), `store` (handle,
+//! runtime bridge), `ops/` (the operations, one file per group), `cluster` (a throwaway
+//! PostgreSQL for tests).
+
+pub mod cluster;
+mod db;
+mod ops;
+mod schema;
+mod store;
+
+pub use schema::PG_SCHEMA_VERSION;
+pub use store::PgStore;

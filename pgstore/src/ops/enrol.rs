@@ -1,0 +1,1 @@
+//! enrol (in progress).

@@ -1,0 +1,1 @@
+//! lease (in progress).

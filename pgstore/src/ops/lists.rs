@@ -1,0 +1,1 @@
+//! lists (in progress).

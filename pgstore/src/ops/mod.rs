@@ -1,0 +1,13 @@
+//! The store's operations, one file per group. Writes run as one transaction each
+//! ([`crate::db::Db::tx`]); reads as one read-only snapshot transaction where they read more
+//! than one row.
+
+pub(crate) mod enrol;
+pub(crate) mod lease;
+pub(crate) mod lists;
+pub(crate) mod meta;
+pub(crate) mod oplog;
+pub(crate) mod queue;
+
+/// A write's answer: resolves once its transaction committed (or failed).
+pub type Answer<T> = tokio::sync::oneshot::Receiver<relay_keyspace::Result<T>>;

@@ -1,0 +1,1 @@
+//! queue (in progress).

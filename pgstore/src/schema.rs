@@ -1,0 +1,185 @@
+//! Versioned schema migrations: `schema_version` holds one row per applied migration; each
+//! migration runs in one transaction with its row, so a crash leaves it wholly applied or not
+//! at all. Concurrent relay processes starting on one database serialise on a lock of the
+//! `schema_version` table (created first, idempotently).
+
+use relay_keyspace::{Result, StoreError};
+
+use crate::db::{db_err, Db};
+
+/// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the whole relay state.
+    r"
+CREATE TABLE meta (
+    id INT PRIMARY KEY CHECK (id = 1),
+    epoch TEXT NOT NULL,
+    relay_pubkey BYTEA,
+    heartbeat_ms BIGINT,
+    created_ms BIGINT NOT NULL,
+    live_enrolments BIGINT NOT NULL DEFAULT 0,
+    revoked_enrolments BIGINT NOT NULL DEFAULT 0,
+    ops_next BIGINT NOT NULL DEFAULT 0,
+    ops_head BYTEA,
+    ops_cp_seq BIGINT,
+    ops_cp_hash BYTEA
+);
+CREATE TABLE enrolments (
+    host_pubkey BYTEA PRIMARY KEY,
+    host_name TEXT NOT NULL,
+    name_folded TEXT NOT NULL,
+    owner_fp TEXT NOT NULL,
+    account TEXT,
+    authorized_by TEXT NOT NULL,
+    authority_rank SMALLINT NOT NULL,
+    enrolled_at_ms BIGINT NOT NULL,
+    revoked_at_ms BIGINT,
+    last_seen_day INT
+);
+CREATE INDEX enrolments_live_name ON enrolments (name_folded) WHERE revoked_at_ms IS NULL;
+CREATE TABLE enc_ads (
+    host_pubkey BYTEA PRIMARY KEY,
+    enc_pub TEXT NOT NULL,
+    sig TEXT NOT NULL,
+    at_ms BIGINT NOT NULL
+);
+CREATE TABLE enc_ads_v2 (
+    host_pubkey BYTEA PRIMARY KEY,
+    record BYTEA NOT NULL,
+    sig TEXT NOT NULL,
+    at_ms BIGINT NOT NULL
+);
+CREATE TABLE sender_lists (
+    target BYTEA PRIMARY KEY,
+    senders BYTEA NOT NULL,
+    iat_ms BIGINT NOT NULL,
+    record BYTEA NOT NULL,
+    sig TEXT NOT NULL
+);
+CREATE TABLE sender_index (
+    sender BYTEA NOT NULL,
+    target BYTEA NOT NULL,
+    PRIMARY KEY (sender, target)
+);
+CREATE TABLE queues (
+    target BYTEA PRIMARY KEY,
+    head_seq BIGINT NOT NULL DEFAULT 0,
+    acked_through BIGINT NOT NULL DEFAULT 0,
+    items BIGINT NOT NULL DEFAULT 0,
+    bytes BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE items (
+    target BYTEA NOT NULL,
+    seq BIGINT NOT NULL,
+    kind SMALLINT NOT NULL,
+    item_id TEXT NOT NULL,
+    sender BYTEA NOT NULL,
+    wire BYTEA NOT NULL,
+    wire_hash BYTEA NOT NULL,
+    bytes BIGINT NOT NULL,
+    accepted_at_ms BIGINT NOT NULL,
+    expires_at_ms BIGINT NOT NULL,
+    account TEXT,
+    PRIMARY KEY (target, seq)
+);
+CREATE INDEX items_expiry ON items (expires_at_ms);
+CREATE TABLE dedup (
+    target BYTEA NOT NULL,
+    sender BYTEA NOT NULL,
+    item_id TEXT NOT NULL,
+    wire_hash BYTEA NOT NULL,
+    seq BIGINT NOT NULL,
+    accepted_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (target, sender, item_id)
+);
+CREATE INDEX dedup_age ON dedup (accepted_at_ms);
+CREATE TABLE usage_sender (
+    target BYTEA NOT NULL,
+    sender BYTEA NOT NULL,
+    items BIGINT NOT NULL,
+    bytes BIGINT NOT NULL,
+    PRIMARY KEY (target, sender)
+);
+CREATE TABLE usage_account (
+    account TEXT PRIMARY KEY,
+    items BIGINT NOT NULL,
+    bytes BIGINT NOT NULL
+);
+CREATE TABLE ops (
+    seq BIGINT PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    hash BYTEA NOT NULL
+);
+CREATE TABLE challenges (
+    nonce BYTEA PRIMARY KEY,
+    host_pubkey BYTEA NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+CREATE INDEX challenges_expiry ON challenges (expires_ms);
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until_ms BIGINT NOT NULL
+);
+",
+];
+
+/// The schema version this binary writes.
+pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Bring the database up to [`PG_SCHEMA_VERSION`] and create meta on first open.
+///
+/// # Errors
+/// `SchemaTooNew` when a newer binary migrated it; `Engine` on database errors.
+pub(crate) async fn prepare(db: &Db, now_ms: u64, epoch: String) -> Result<()> {
+    let mut c = db.conn().await?;
+    c.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version INT PRIMARY KEY,
+             applied_ms BIGINT NOT NULL
+         )",
+    )
+    .await
+    .map_err(db_err)?;
+    for (n, sql) in MIGRATIONS.iter().enumerate() {
+        let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
+        let t = c.transaction().await.map_err(db_err)?;
+        // One process migrates at a time; the others wait here and then see the row.
+        t.batch_execute("LOCK TABLE schema_version IN EXCLUSIVE MODE")
+            .await
+            .map_err(db_err)?;
+        let current: Option<i32> = t
+            .query_one("SELECT max(version) FROM schema_version", &[])
+            .await
+            .map_err(db_err)?
+            .get(0);
+        let current = current.unwrap_or(0);
+        if current > PG_SCHEMA_VERSION as i32 {
+            return Err(StoreError::SchemaTooNew {
+                found: u32::try_from(current).unwrap_or(0),
+                supported: PG_SCHEMA_VERSION,
+            });
+        }
+        if current >= version {
+            t.rollback().await.map_err(db_err)?;
+            continue;
+        }
+        t.batch_execute(sql).await.map_err(db_err)?;
+        t.execute(
+            "INSERT INTO schema_version (version, applied_ms) VALUES ($1, $2)",
+            &[&version, &crate::db::i(now_ms)],
+        )
+        .await
+        .map_err(db_err)?;
+        t.commit().await.map_err(db_err)?;
+    }
+    c.execute(
+        "INSERT INTO meta (id, epoch, created_ms) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+        &[&epoch, &crate::db::i(now_ms)],
+    )
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}

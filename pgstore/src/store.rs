@@ -1,0 +1,159 @@
+//! The `PgStore` handle: opening (url, durability check, migrations), its own small runtime on
+//! which every database call runs, and the bridge from that runtime to callers: writes resolve
+//! through a oneshot once `COMMIT` returned; reads block the caller (inside a multi-thread
+//! tokio runtime through `block_in_place`, so the caller's other tasks keep running).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use relay_keyspace::{Clock, LogRetention, OpenOptions, Result, StoreError};
+use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+
+use crate::db::Db;
+
+/// Threads of the store's runtime (the work is waiting on the database, not computing).
+const RUNTIME_THREADS: usize = 2;
+
+/// A relay store on PostgreSQL. Cheap to clone; [`PgStore::close`] or the last drop stops it.
+#[derive(Clone)]
+pub struct PgStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) db: Db,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) retention: LogRetention,
+    /// Names this process as a lease holder (unique per open).
+    pub(crate) holder: String,
+    /// The database name and host for messages (never the password).
+    pub(crate) label: String,
+    handle: Handle,
+    rt: Mutex<Option<Runtime>>,
+}
+
+/// The `host:port/db` part of a url, for messages (a password is never shown).
+fn label_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('?').next().unwrap_or(rest).to_string()
+}
+
+impl PgStore {
+    /// Connect to `url` (`postgres://user@host:port/db`), refuse a session whose commits are
+    /// not durable, migrate the schema, and create meta (epoch, created) on first open.
+    ///
+    /// # Errors
+    /// `Engine` (unreachable, bad url, `synchronous_commit`/`fsync` off), `SchemaTooNew`, `Io`.
+    pub fn open(url: &str, opts: OpenOptions) -> Result<PgStore> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("relay-pgstore")
+            .enable_all()
+            .build()
+            .map_err(|source| StoreError::Io {
+                context: "starting the postgres store's runtime".into(),
+                source,
+            })?;
+        let handle = rt.handle().clone();
+        let url_owned = url.to_string();
+        let now = opts.clock.now_ms();
+        let db = run_blocking(&handle, async move {
+            let db = Db::connect(&url_owned).await?;
+            crate::schema::prepare(&db, now, uuid::Uuid::new_v4().to_string()).await?;
+            Ok(db)
+        });
+        let db = match db {
+            Ok(db) => db,
+            Err(e) => {
+                rt.shutdown_background();
+                return Err(e);
+            }
+        };
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                db,
+                clock: opts.clock,
+                retention: opts.log_retention,
+                holder: uuid::Uuid::new_v4().to_string(),
+                label: label_of(url),
+                handle,
+                rt: Mutex::new(Some(rt)),
+            }),
+        })
+    }
+
+    /// Where this store lives (`host:port/db`, no credentials).
+    pub fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// Close the pool and stop the runtime. Operations already answered are committed.
+    ///
+    /// # Errors
+    /// None today; kept for the same shape as the fjall store.
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown();
+        Ok(())
+    }
+
+    /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls).
+    pub(crate) fn block<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        run_blocking(&self.inner.handle, fut)
+    }
+
+    /// Run `fut` on the store's runtime; the receiver resolves with its result (writes).
+    pub(crate) fn spawn<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<Result<T>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner.handle.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx
+    }
+
+    /// Now, by the store's clock.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+}
+
+/// Block the calling thread on `fut` running on `handle`'s runtime. Inside a multi-thread
+/// runtime the wait is marked blocking, so that runtime moves its other tasks elsewhere.
+fn run_blocking<T: Send + 'static>(
+    handle: &Handle,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    let wait = move || rx.recv().unwrap_or(Err(StoreError::Closed));
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        self.db.close();
+        if let Some(rt) = self.rt.lock().ok().and_then(|mut r| r.take()) {
+            // Never blocks (a drop inside another runtime must not).
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
