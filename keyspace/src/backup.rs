@@ -179,7 +179,7 @@ fn write_backup(
     for p in Part::ALL {
         let mut n = 0u64;
         for g in v.snap.iter(v.parts.ks(p)) {
-            let (k, val) = g.into_inner().map_err(StoreError::from)?;
+            let (k, val) = g.into_inner().map_err(crate::engine)?;
             frame.clear();
             frame.push(TAG_RECORD);
             frame.push(p.id());
@@ -598,7 +598,7 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
             .db
             .snapshot()
             .get(parts.ks(Part::Meta), meta_key::SCHEMA_VERSION)
-            .map_err(StoreError::from)?
+            .map_err(crate::engine)?
             .is_none()
         {
             return Err(StoreError::Corrupt("backup holds no schema version".into()).into());

@@ -34,7 +34,7 @@ impl Store {
         for p in parts {
             let mut n = 0u64;
             for g in v.snap.iter(v.parts.ks(p)) {
-                let (k, val) = g.into_inner()?;
+                let (k, val) = g.into_inner().map_err(crate::engine)?;
                 let line = json!({
                     "partition": p.name(),
                     "key": key_json(p, &k),

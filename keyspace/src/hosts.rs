@@ -25,7 +25,7 @@ impl Store {
         let mut listed = 0;
         let range = [0u8]..codec::ENROL_END;
         for g in v.snap.range(v.parts.ks(Part::Enrolments), range) {
-            let (k, val) = g.into_inner()?;
+            let (k, val) = g.into_inner().map_err(crate::engine)?;
             let Some(pk) = codec::enrol_key_parse(&k) else {
                 continue;
             };

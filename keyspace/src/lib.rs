@@ -33,13 +33,18 @@
 //! a missing row means "seen at enrolment". Rotation moves it; `expire_idle` (`ops/idle`)
 //! deletes live enrolments idle that long with an empty queue, in bounded atomic batches.
 
-mod api;
+/// The interface crate's types under their old path, so the files of this crate keep their
+/// `crate::api::` imports.
+mod api {
+    pub use relay_store::*;
+}
 mod backup;
 mod codec;
 mod commit_stats;
 mod dump;
 pub mod failpoint;
 mod hosts;
+mod interface;
 mod lock;
 mod migrate;
 mod ops;
@@ -52,11 +57,11 @@ mod stats;
 mod store;
 mod writer;
 
-pub use api::*;
 pub use backup::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
 pub use ops::oplog::{canonical as log_entry_canonical, chain_hash as log_chain_hash};
+pub use relay_store::*;
 pub use store::Store;
 
 /// Hooks for tests (not a supported API).
@@ -70,4 +75,10 @@ pub mod testing {
     pub use crate::migrate::raw_rows_for_tests as raw_rows;
     pub use crate::migrate::remove_raw_row_for_tests as remove_raw_row;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;
+}
+
+/// An engine failure as a store error (includes a failed fsync: the operation is NOT durable).
+/// The interface crate knows no fjall, so fjall results convert through this.
+pub(crate) fn engine(e: fjall::Error) -> StoreError {
+    StoreError::Engine(e.to_string())
 }

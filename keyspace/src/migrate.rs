@@ -68,14 +68,17 @@ impl<'a> DirectBatch<'a> {
 
     /// Commit without fsync (a later `commit_durable` or persist makes it durable).
     pub(crate) fn commit(self) -> Result<()> {
-        self.batch.commit()?;
+        self.batch.commit().map_err(crate::engine)?;
         Ok(())
     }
 
     /// Commit and fsync.
     pub(crate) fn commit_durable(self) -> Result<()> {
-        self.batch.commit()?;
-        self.parts.db.persist(PersistMode::SyncAll)?;
+        self.batch.commit().map_err(crate::engine)?;
+        self.parts
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(crate::engine)?;
         Ok(())
     }
 }
@@ -85,7 +88,7 @@ impl Reader for DirectBatch<'_> {
         if let Some(v) = self.staged.get(&(part, key.to_vec())) {
             return Ok(v.as_ref().map(|v| Slice::from(v.as_slice())));
         }
-        Ok(self.parts.ks(part).get(key)?)
+        Ok(self.parts.ks(part).get(key).map_err(crate::engine)?)
     }
 
     /// Not needed by the log (point reads only): reads the committed rows.
@@ -100,7 +103,7 @@ impl Reader for DirectBatch<'_> {
             .ks(part)
             .range::<&[u8], _>((lo, hi))
             .take(limit)
-            .map(|g| g.into_inner().map_err(StoreError::from))
+            .map(|g| g.into_inner().map_err(crate::engine))
             .collect()
     }
 }
@@ -126,7 +129,8 @@ pub(crate) fn prepare(parts: &Arc<Parts>, now_ms: u64, keep: LogRetention) -> Re
     let found = reader::schema_version(&view)?;
     let has_epoch = view
         .snap
-        .get(parts.ks(Part::Meta), meta_key::EPOCH)?
+        .get(parts.ks(Part::Meta), meta_key::EPOCH)
+        .map_err(crate::engine)?
         .is_some();
     drop(view);
     match found {
@@ -218,7 +222,8 @@ fn chain_legacy_log(b: &mut DirectBatch<'_>) -> Result<u64> {
         .iter()
         .take(LEGACY_LOG_MAX + 1)
         .map(|g| g.into_inner())
-        .collect::<std::result::Result<_, _>>()?;
+        .collect::<std::result::Result<_, _>>()
+        .map_err(crate::engine)?;
     if rows.len() > LEGACY_LOG_MAX {
         return Err(StoreError::Corrupt(format!(
             "the relay log holds more than the {LEGACY_LOG_MAX} entries a schema-3 store keeps"
@@ -283,7 +288,8 @@ fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
             .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Excluded(&end[..])))
             .take(MIGRATE_CHUNK)
             .map(|g| g.into_inner())
-            .collect::<std::result::Result<_, _>>()?;
+            .collect::<std::result::Result<_, _>>()
+            .map_err(crate::engine)?;
         let Some((last, _)) = rows.last() else {
             break;
         };
@@ -324,7 +330,7 @@ fn build_sender_index(parts: &Parts) -> Result<u64> {
             .ks(Part::SenderLists)
             .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
         {
-            let (k, v) = g.into_inner()?;
+            let (k, v) = g.into_inner().map_err(crate::engine)?;
             let list: SenderList = codec::dec(&v, "sender list")?;
             let target: Key32 = k.as_ref().try_into().map_err(|_| {
                 StoreError::Corrupt("a sender list is keyed by something not a host key".into())
@@ -368,7 +374,8 @@ fn clear(parts: &Parts, part: Part) -> Result<u64> {
             .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
             .take(MIGRATE_CHUNK)
             .map(|g| g.key())
-            .collect::<std::result::Result<_, _>>()?;
+            .collect::<std::result::Result<_, _>>()
+            .map_err(crate::engine)?;
         let Some(last) = keys.last() else {
             break;
         };
@@ -476,7 +483,8 @@ pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<Vec<(Vec<u8>, V
         .ks(part)
         .iter()
         .map(|g| g.into_inner().map(|(k, v)| (k.to_vec(), v.to_vec())))
-        .collect::<std::result::Result<_, _>>()?;
+        .collect::<std::result::Result<_, _>>()
+        .map_err(crate::engine)?;
     Ok(rows)
 }
 
@@ -502,7 +510,8 @@ fn unchain_log(b: &mut DirectBatch<'_>) -> Result<u64> {
         .ks(Part::Ops)
         .iter()
         .map(|g| g.into_inner())
-        .collect::<std::result::Result<_, _>>()?;
+        .collect::<std::result::Result<_, _>>()
+        .map_err(crate::engine)?;
     for (k, v) in &rows {
         let e: StoredOp = codec::dec(v, "ops")?;
         let old = LegacyOp {

@@ -107,7 +107,8 @@ impl Parts {
                                 .compression(CompressionType::None)
                                 .separation_threshold(512),
                         ))
-                })?
+                })
+                .map_err(crate::engine)?
             } else {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.
                 db.keyspace(p.name(), || {
@@ -129,7 +130,8 @@ impl Parts {
                             .index_block_pinning_policy(PinningPolicy::all(false)),
                         _ => opts,
                     }
-                })?
+                })
+                .map_err(crate::engine)?
             };
             ks.push(handle);
         }

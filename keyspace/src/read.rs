@@ -206,7 +206,7 @@ fn pull(
         Bound::Included(hi.as_slice()),
     );
     for g in v.snap.range::<&[u8], _>(v.parts.ks(Part::Items), bounds) {
-        let (k, val) = g.into_inner()?;
+        let (k, val) = g.into_inner().map_err(crate::engine)?;
         let Some((_, seq)) = codec::item_key_parse(&k) else {
             continue;
         };

@@ -42,7 +42,10 @@ pub(crate) struct SnapView {
 
 impl Reader for SnapView {
     fn get(&self, part: Part, key: &[u8]) -> Result<Option<Slice>> {
-        Ok(self.snap.get(self.parts.ks(part), key)?)
+        Ok(self
+            .snap
+            .get(self.parts.ks(part), key)
+            .map_err(crate::engine)?)
     }
 
     fn range(
@@ -57,7 +60,7 @@ impl Reader for SnapView {
             return Ok(out);
         }
         for g in self.snap.range::<&[u8], _>(self.parts.ks(part), (lo, hi)) {
-            out.push(g.into_inner()?);
+            out.push(g.into_inner().map_err(crate::engine)?);
             if out.len() >= limit {
                 break;
             }

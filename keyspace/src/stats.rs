@@ -25,7 +25,7 @@ impl Store {
         let mut targets: Vec<(Key32, Usage)> = Vec::new();
         // Per-target usage rows sort first (tag 0x00); stop at the first other row.
         for g in v.snap.prefix(v.parts.ks(Part::Usage), [0u8]) {
-            let (k, val) = g.into_inner()?;
+            let (k, val) = g.into_inner().map_err(crate::engine)?;
             let Some(UsageScope::Target(t)) = codec::usage_key_parse(&k) else {
                 continue;
             };
@@ -40,7 +40,7 @@ impl Store {
         let dedup_rows = v.snap.iter(v.parts.ks(Part::Dedup)).count() as u64;
         let (mut enc_ads_v1, mut enc_ads_v2) = (0u64, 0u64);
         for g in v.snap.iter(v.parts.ks(Part::EncAds)) {
-            match codec::enc_ad_key_parse(&g.key()?) {
+            match codec::enc_ad_key_parse(&g.key().map_err(crate::engine)?) {
                 Some(EncAdKey::V1(_)) => enc_ads_v1 += 1,
                 Some(EncAdKey::V2(_)) => enc_ads_v2 += 1,
                 None => {}

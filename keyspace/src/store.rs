@@ -265,7 +265,7 @@ impl Store {
             // A send error drops the job (and its answer): the caller sees `Closed`.
             let _ = sender.send(writer::job(op, answer));
         }
-        Pending(rx)
+        Pending::from_receiver(rx)
     }
 
     /// The last durable snapshot.

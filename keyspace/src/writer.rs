@@ -140,7 +140,7 @@ impl Reader for Tx<'_> {
                 return Ok(v.clone());
             }
         }
-        Ok(self.parts.ks(part).get(key)?)
+        Ok(self.parts.ks(part).get(key).map_err(crate::engine)?)
     }
 
     fn range(
@@ -182,7 +182,9 @@ impl Tx<'_> {
             match db.next() {
                 Some(g) => {
                     scanned.set(scanned.get() + 1);
-                    Ok(Some(g.into_inner_if(|k| want_value(k))?))
+                    Ok(Some(
+                        g.into_inner_if(|k| want_value(k)).map_err(crate::engine)?,
+                    ))
                 }
                 None => Ok(None),
             }

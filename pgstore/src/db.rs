@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::str::FromStr as _;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
-use relay_keyspace::{Result, StoreError};
+use relay_store::{Result, StoreError};
 use tokio_postgres::error::SqlState;
 
 /// Connections per relay process (PostgreSQL's default `max_connections` is 100).

@@ -13,6 +13,7 @@
 //! runtime bridge), `ops/` (the operations, one file per group), `cluster` (a throwaway
 //! PostgreSQL for tests).
 
+mod backend;
 pub mod cluster;
 mod db;
 mod ops;

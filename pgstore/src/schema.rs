@@ -3,7 +3,7 @@
 //! at all. Concurrent relay processes starting on one database serialise on a lock of the
 //! `schema_version` table (created first, idempotently).
 
-use relay_keyspace::{Result, StoreError};
+use relay_store::{Result, StoreError};
 
 use crate::db::{db_err, Db};
 
@@ -113,8 +113,8 @@ CREATE TABLE ops (
     hash BYTEA NOT NULL
 );
 CREATE TABLE challenges (
-    nonce BYTEA PRIMARY KEY,
-    host_pubkey BYTEA NOT NULL,
+    host_pubkey BYTEA PRIMARY KEY,
+    challenge TEXT NOT NULL,
     expires_ms BIGINT NOT NULL
 );
 CREATE INDEX challenges_expiry ON challenges (expires_ms);

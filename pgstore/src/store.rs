@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use relay_keyspace::{Clock, LogRetention, OpenOptions, Result, StoreError};
+use relay_store::{Clock, LogRetention, OpenOptions, Pending, Result, StoreError};
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 
 use crate::db::Db;
@@ -24,8 +24,6 @@ pub(crate) struct Inner {
     pub(crate) db: Db,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retention: LogRetention,
-    /// Names this process as a lease holder (unique per open).
-    pub(crate) holder: String,
     /// The database name and host for messages (never the password).
     pub(crate) label: String,
     handle: Handle,
@@ -75,7 +73,6 @@ impl PgStore {
                 db,
                 clock: opts.clock,
                 retention: opts.log_retention,
-                holder: uuid::Uuid::new_v4().to_string(),
                 label: label_of(url),
                 handle,
                 rt: Mutex::new(Some(rt)),
@@ -88,15 +85,6 @@ impl PgStore {
         &self.inner.label
     }
 
-    /// Close the pool and stop the runtime. Operations already answered are committed.
-    ///
-    /// # Errors
-    /// None today; kept for the same shape as the fjall store.
-    pub fn close(self) -> Result<()> {
-        self.inner.shutdown();
-        Ok(())
-    }
-
     /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls).
     pub(crate) fn block<T: Send + 'static>(
         &self,
@@ -105,16 +93,16 @@ impl PgStore {
         run_blocking(&self.inner.handle, fut)
     }
 
-    /// Run `fut` on the store's runtime; the receiver resolves with its result (writes).
+    /// Run `fut` on the store's runtime; the answer resolves with its result (writes).
     pub(crate) fn spawn<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
-    ) -> tokio::sync::oneshot::Receiver<Result<T>> {
+    ) -> Pending<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.inner.handle.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx
+        Pending::from_receiver(rx)
     }
 
     /// Now, by the store's clock.
@@ -143,7 +131,7 @@ fn run_blocking<T: Send + 'static>(
 }
 
 impl Inner {
-    fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.db.close();
         if let Some(rt) = self.rt.lock().ok().and_then(|mut r| r.take()) {
             // Never blocks (a drop inside another runtime must not).

@@ -272,7 +272,7 @@ impl ChainCheck {
 pub(crate) fn verify(v: &SnapView) -> Result<LogVerdict> {
     let mut check = ChainCheck::new(checkpoint(v)?);
     for g in v.snap.iter(v.parts.ks(Part::Ops)) {
-        let (k, val) = g.into_inner()?;
+        let (k, val) = g.into_inner().map_err(crate::engine)?;
         if !check.row(&k, &val) {
             break;
         }
@@ -290,7 +290,7 @@ pub(crate) fn newest(v: &SnapView, limit: usize) -> Result<Vec<OpEntry>> {
         if out.len() >= limit {
             break;
         }
-        let (k, val) = g.into_inner()?;
+        let (k, val) = g.into_inner().map_err(crate::engine)?;
         let e: StoredOp = codec::dec(&val, "ops")?;
         out.push(OpEntry {
             seq: codec::ops_key_parse(&k).unwrap_or(u64::MAX),

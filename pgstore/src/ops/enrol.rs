@@ -1,1 +1,332 @@
-//! enrol (in progress).
+//! Enrolments: enrol (the keyspace's rules: idempotent, a revoked key stays revoked, a weaker
+//! authority never overwrites a stronger one, a name unique only inside a proven account, at
+//! most `max_live` live), the reads, and last seen. Enrolments serialise on the `meta` row
+//! (its live counter and the relay log), so the cap and the name rule hold across processes.
+
+use deadpool_postgres::Transaction;
+use relay_store::{EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
+use relay_keyspace::fingerprint;
+use tokio_postgres::Row;
+
+use crate::db::{db_err, i, key32, u, OpResult};
+use crate::ops::{oplog, Answer};
+use crate::store::PgStore;
+
+/// The columns [`from_row`] reads, in order.
+pub(crate) const COLS: &str = "host_pubkey, host_name, owner_fp, account, authorized_by, \
+                               authority_rank, enrolled_at_ms, revoked_at_ms";
+
+pub(crate) fn from_row(r: &Row) -> Result<Enrolment> {
+    Ok(Enrolment {
+        host_pubkey: key32(r.get::<_, &[u8]>(0), "enrolment key")?,
+        host_name: r.get(1),
+        owner_fp: r.get(2),
+        account: r.get(3),
+        authorized_by: r.get(4),
+        authority_rank: u8::try_from(r.get::<_, i16>(5)).unwrap_or(u8::MAX),
+        enrolled_at_ms: u(r.get(6)),
+        revoked_at_ms: r.get::<_, Option<i64>>(7).map(u),
+    })
+}
+
+/// The enrolment of `pk` inside `t`; `lock`: `FOR UPDATE` (writers), else `FOR SHARE`.
+pub(crate) async fn get(
+    t: &Transaction<'_>,
+    pk: &Key32,
+    lock: bool,
+) -> OpResult<Option<Enrolment>> {
+    let sql = format!(
+        "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1 {}",
+        if lock { "FOR UPDATE" } else { "FOR SHARE" }
+    );
+    let row = t.query_opt(&sql, &[&pk.as_slice()]).await?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// The enrolment of `pk` if it is live (held with a share lock until the transaction ends, so
+/// a revocation cannot slip in between the check and the write).
+pub(crate) async fn live(t: &Transaction<'_>, pk: &Key32) -> OpResult<Option<Enrolment>> {
+    Ok(get(t, pk, false)
+        .await?
+        .filter(|e| e.revoked_at_ms.is_none()))
+}
+
+/// Write `e` (insert or replace).
+pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
+    t.execute(
+        "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
+             authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (host_pubkey) DO UPDATE SET host_name = $2, name_folded = $3, \
+             owner_fp = $4, account = $5, authorized_by = $6, authority_rank = $7, \
+             enrolled_at_ms = $8, revoked_at_ms = $9",
+        &[
+            &e.host_pubkey.as_slice(),
+            &e.host_name,
+            &e.host_name.to_lowercase(),
+            &e.owner_fp,
+            &e.account,
+            &e.authorized_by,
+            &i16::from(e.authority_rank),
+            &i(e.enrolled_at_ms),
+            &e.revoked_at_ms.map(i),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Add to the live and revoked counters in `meta`.
+pub(crate) async fn bump(t: &Transaction<'_>, live: i64, revoked: i64) -> OpResult<()> {
+    t.execute(
+        "UPDATE meta SET live_enrolments = live_enrolments + $1, \
+             revoked_enrolments = revoked_enrolments + $2 WHERE id = 1",
+        &[&live, &revoked],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Another live key carries `e`'s name inside `e`'s proven account.
+async fn name_taken(t: &Transaction<'_>, e: &Enrolment) -> OpResult<bool> {
+    let Some(account) = &e.account else {
+        return Ok(false);
+    };
+    let row = t
+        .query_opt(
+            "SELECT 1 FROM enrolments WHERE name_folded = $1 AND revoked_at_ms IS NULL \
+             AND account = $2 AND host_pubkey <> $3 LIMIT 1",
+            &[&e.host_name.to_lowercase(), account, &e.host_pubkey.as_slice()],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+async fn enrol(
+    t: &Transaction<'_>,
+    req: EnrolRequest,
+    now: u64,
+    keep: relay_store::LogRetention,
+) -> OpResult<EnrolOutcome> {
+    let live_count: i64 = t
+        .query_one("SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE", &[])
+        .await?
+        .get(0);
+    let pk = req.host_pubkey;
+    match get(t, &pk, true).await? {
+        Some(e) if e.revoked_at_ms.is_some() => Ok(EnrolOutcome::Revoked),
+        Some(e) => {
+            if req.authority_rank < e.authority_rank {
+                return Ok(EnrolOutcome::AlreadyEnrolled);
+            }
+            let updated = Enrolment {
+                host_name: req.host_name,
+                owner_fp: req.owner_fp,
+                account: req.account,
+                authorized_by: req.authorized_by,
+                authority_rank: req.authority_rank,
+                ..e.clone()
+            };
+            if updated == e {
+                return Ok(EnrolOutcome::AlreadyEnrolled);
+            }
+            if name_taken(t, &updated).await? {
+                return Ok(EnrolOutcome::NameTaken);
+            }
+            write(t, &updated).await?;
+            oplog::append(t, now, keep, "re-enrol", &changes(&e, &updated)).await?;
+            Ok(EnrolOutcome::AlreadyEnrolled)
+        }
+        None => {
+            if u(live_count) >= req.max_live {
+                return Ok(EnrolOutcome::Capacity);
+            }
+            let e = Enrolment {
+                host_pubkey: pk,
+                host_name: req.host_name,
+                owner_fp: req.owner_fp,
+                account: req.account,
+                authorized_by: req.authorized_by,
+                authority_rank: req.authority_rank,
+                enrolled_at_ms: now,
+                revoked_at_ms: None,
+            };
+            if name_taken(t, &e).await? {
+                return Ok(EnrolOutcome::NameTaken);
+            }
+            write(t, &e).await?;
+            bump(t, 1, 0).await?;
+            oplog::append(t, now, keep, "enrol", &described(&e)).await?;
+            Ok(EnrolOutcome::Enrolled)
+        }
+    }
+}
+
+/// The log detail of a first enrolment (the keyspace's wording).
+fn described(e: &Enrolment) -> String {
+    format!(
+        "{} name {:?} account {} owner {:?} by {}",
+        fingerprint(&e.host_pubkey),
+        e.host_name,
+        e.account.as_deref().unwrap_or("-"),
+        e.owner_fp,
+        e.authorized_by
+    )
+}
+
+/// The log detail of a re-enrolment: each field that changed, old -> new.
+fn changes(old: &Enrolment, new: &Enrolment) -> String {
+    let mut out = fingerprint(&new.host_pubkey);
+    let account = |e: &Enrolment| e.account.clone().unwrap_or_else(|| "-".into());
+    for (name, a, b) in [
+        ("name", format!("{:?}", old.host_name), format!("{:?}", new.host_name)),
+        ("owner", format!("{:?}", old.owner_fp), format!("{:?}", new.owner_fp)),
+        ("account", account(old), account(new)),
+        ("authority", old.authorized_by.clone(), new.authorized_by.clone()),
+        ("rank", old.authority_rank.to_string(), new.authority_rank.to_string()),
+    ] {
+        if a != b {
+            out.push_str(&format!(" {name} {a} -> {b}"));
+        }
+    }
+    out
+}
+
+impl PgStore {
+    /// Enrol (the keyspace's rules; see the module doc).
+    pub fn enrol(&self, req: EnrolRequest) -> Answer<EnrolOutcome> {
+        let s = self.clone();
+        self.spawn(async move {
+            let (now, keep) = (s.now_ms(), s.inner.retention);
+            s.inner
+                .db
+                .tx(|t| {
+                    let req = req.clone();
+                    Box::pin(async move { enrol(t, req, now, keep).await })
+                })
+                .await
+        })
+    }
+
+    /// The enrolment of a key, live or revoked.
+    ///
+    /// # Errors
+    /// `Engine`, `Corrupt`, `Closed`.
+    pub fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
+        let (s, key) = (self.clone(), *key);
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let row = c
+                .query_opt(
+                    &format!("SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"),
+                    &[&key.as_slice()],
+                )
+                .await
+                .map_err(db_err)?;
+            row.as_ref().map(from_row).transpose()
+        })
+    }
+
+    /// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
+    ///
+    /// # Errors
+    /// `Engine`, `Corrupt`, `Closed`.
+    pub fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        let (s, folded) = (self.clone(), name.to_lowercase());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
+                         AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
+                    ),
+                    &[&folded, &limit],
+                )
+                .await
+                .map_err(db_err)?;
+            rows.iter().map(from_row).collect()
+        })
+    }
+
+    /// Number of live enrolments (a counter row).
+    ///
+    /// # Errors
+    /// `Engine`, `Closed`.
+    pub fn live_enrolment_count(&self) -> Result<u64> {
+        let s = self.clone();
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let n: i64 = c
+                .query_one("SELECT live_enrolments FROM meta WHERE id = 1", &[])
+                .await
+                .map_err(db_err)?
+                .get(0);
+            Ok(u(n))
+        })
+    }
+
+    /// Enrolments whose fingerprint starts with `prefix` (dashes and case ignored), at most
+    /// `limit`: reads every enrolment once, for an admin's command.
+    ///
+    /// # Errors
+    /// `Engine`, `Corrupt`, `Closed`.
+    pub fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        let want: String = prefix
+            .chars()
+            .filter(|c| *c != '-')
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        let s = self.clone();
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let rows = c
+                .query(
+                    &format!("SELECT {COLS} FROM enrolments ORDER BY host_pubkey"),
+                    &[],
+                )
+                .await
+                .map_err(db_err)?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let e = from_row(r)?;
+                if fingerprint(&e.host_pubkey).replace('-', "").starts_with(&want) {
+                    out.push(e);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Record last-seen days (live keys only, never moving a day back); answers rows written.
+    pub fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Answer<u64> {
+        let s = self.clone();
+        self.spawn(async move {
+            s.inner
+                .db
+                .tx(|t| {
+                    let seen = seen.clone();
+                    Box::pin(async move {
+                        let mut written = 0;
+                        for (pk, day) in &seen {
+                            let day = i32::try_from(*day).unwrap_or(i32::MAX);
+                            written += t
+                                .execute(
+                                    "UPDATE enrolments SET last_seen_day = $2 \
+                                     WHERE host_pubkey = $1 AND revoked_at_ms IS NULL \
+                                     AND (last_seen_day IS NULL OR last_seen_day < $2)",
+                                    &[&pk.as_slice(), &day],
+                                )
+                                .await?;
+                        }
+                        Ok(written)
+                    })
+                })
+                .await
+        })
+    }
+}

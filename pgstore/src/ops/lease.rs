@@ -1,1 +1,150 @@
-//! lease (in progress).
+//! What several relay processes on one database share besides the state: leadership leases
+//! (a row per lease: who holds it until when; no advisory locks, no LISTEN/NOTIFY) and the
+//! enrolment challenge book (one open challenge per key, with its expiry, under a cap).
+
+use std::sync::Arc;
+
+use relay_store::{ChallengeBook, ChallengeIssue, Key32, Pending};
+use subtle::ConstantTimeEq as _;
+
+use crate::db::i;
+use crate::ops::Answer;
+use crate::store::PgStore;
+
+impl PgStore {
+    /// Take or renew lease `name` for `holder` until now + `ttl_ms`: true when `holder` holds
+    /// it now (it held it, or the previous holder's time ran out). Times are the processes'
+    /// clocks: keep them in step (NTP) and the ttl well above their skew.
+    pub fn try_lease(&self, name: &str, holder: &str, ttl_ms: u64) -> Answer<bool> {
+        let (s, name, holder) = (self.clone(), name.to_string(), holder.to_string());
+        self.spawn(async move {
+            let now = s.now_ms();
+            let until = i(now.saturating_add(ttl_ms));
+            s.inner
+                .db
+                .tx(|t| {
+                    let (name, holder) = (name.clone(), holder.clone());
+                    Box::pin(async move {
+                        let r = t
+                            .query_opt(
+                                "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3) \
+                                 ON CONFLICT (name) DO UPDATE SET holder = $2, until_ms = $3 \
+                                 WHERE leases.holder = $2 OR leases.until_ms < $4 \
+                                 RETURNING holder",
+                                &[&name, &holder, &until, &i(now)],
+                            )
+                            .await?;
+                        Ok(r.is_some())
+                    })
+                })
+                .await
+        })
+    }
+}
+
+/// The challenge book in the database, shared by every process on it.
+pub(crate) struct PgChallenges(pub(crate) PgStore);
+
+impl PgChallenges {
+    pub(crate) fn shared(store: &PgStore) -> Arc<dyn ChallengeBook> {
+        Arc::new(PgChallenges(store.clone()))
+    }
+}
+
+impl ChallengeBook for PgChallenges {
+    fn issue(
+        &self,
+        key: Key32,
+        challenge: String,
+        now_ms: u64,
+        lifetime_ms: u64,
+        max: u64,
+    ) -> Pending<ChallengeIssue> {
+        let s = self.0.clone();
+        self.0.spawn(async move {
+            s.inner
+                .db
+                .tx(|t| {
+                    let challenge = challenge.clone();
+                    Box::pin(async move {
+                        // One issuer at a time, so the cap holds across processes.
+                        t.batch_execute("LOCK TABLE challenges IN SHARE ROW EXCLUSIVE MODE")
+                            .await?;
+                        t.execute(
+                            "DELETE FROM challenges WHERE expires_ms <= $1",
+                            &[&i(now_ms)],
+                        )
+                        .await?;
+                        let others: i64 = t
+                            .query_one(
+                                "SELECT count(*) FROM challenges WHERE host_pubkey <> $1",
+                                &[&key.as_slice()],
+                            )
+                            .await?
+                            .get(0);
+                        if u64::try_from(others).unwrap_or(u64::MAX) >= max {
+                            return Ok(ChallengeIssue::Full);
+                        }
+                        t.execute(
+                            "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
+                             VALUES ($1, $2, $3) ON CONFLICT (host_pubkey) DO UPDATE \
+                             SET challenge = $2, expires_ms = $3",
+                            &[
+                                &key.as_slice(),
+                                &challenge,
+                                &i(now_ms.saturating_add(lifetime_ms)),
+                            ],
+                        )
+                        .await?;
+                        Ok(ChallengeIssue::Issued)
+                    })
+                })
+                .await
+        })
+    }
+
+    fn pending(&self, key: &Key32, now_ms: u64) -> Pending<Option<String>> {
+        let (s, key) = (self.0.clone(), *key);
+        self.0.spawn(async move {
+            let c = s.inner.db.conn().await?;
+            let r = c
+                .query_opt(
+                    "SELECT challenge FROM challenges WHERE host_pubkey = $1 AND expires_ms > $2",
+                    &[&key.as_slice(), &i(now_ms)],
+                )
+                .await
+                .map_err(crate::db::db_err)?;
+            Ok(r.map(|r| r.get(0)))
+        })
+    }
+
+    fn consume(&self, key: &Key32, challenge: &str) -> Pending<()> {
+        let (s, key, challenge) = (self.0.clone(), *key, challenge.to_string());
+        self.0.spawn(async move {
+            s.inner
+                .db
+                .tx(|t| {
+                    let challenge = challenge.clone();
+                    Box::pin(async move {
+                        let r = t
+                            .query_opt(
+                                "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
+                                &[&key.as_slice()],
+                            )
+                            .await?;
+                        let Some(r) = r else { return Ok(()) };
+                        let stored: String = r.get(0);
+                        if bool::from(stored.as_bytes().ct_eq(challenge.as_bytes())) {
+                            t.execute(
+                                "DELETE FROM challenges WHERE host_pubkey = $1",
+                                &[&key.as_slice()],
+                            )
+                            .await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .await
+        })
+    }
+}

@@ -10,4 +10,4 @@ pub(crate) mod oplog;
 pub(crate) mod queue;
 
 /// A write's answer: resolves once its transaction committed (or failed).
-pub type Answer<T> = tokio::sync::oneshot::Receiver<relay_keyspace::Result<T>>;
+pub(crate) type Answer<T> = relay_store::Pending<T>;

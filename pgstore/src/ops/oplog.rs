@@ -3,9 +3,8 @@
 //! checkpoint in the `meta` row, bounded by age and count like the keyspace's.
 
 use deadpool_postgres::Transaction;
-use relay_keyspace::{
-    log_chain_hash, LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result, StoreError,
-};
+use relay_keyspace::log_chain_hash;
+use relay_store::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
 
 use crate::db::{db_err, i, key32, u, OpResult};
 use crate::store::PgStore;
@@ -252,11 +251,4 @@ fn check_chain(
         entries,
         checkpoint,
     }
-}
-
-/// A store error for an operation this backend does not implement yet (never a wrong answer).
-pub(crate) fn unimplemented(op: &str) -> StoreError {
-    StoreError::Engine(format!(
-        "the PostgreSQL store does not implement {op} yet"
-    ))
 }

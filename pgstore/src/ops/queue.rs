@@ -1,1 +1,649 @@
-//! queue (in progress).
+//! Mail: insert (the rules of keyspace/src/ops/insert.rs: every target live at commit time,
+//! dedup per (sender, item_id, target) with the wire hash deciding duplicate vs conflict,
+//! inclusive quotas for new targets, seq = max(head + 1, now_ms), all or nothing), pulls,
+//! cursors, usage, ack and single-item delete.
+//!
+//! A target's `queues` row holds its head, acked cursor and its usage; every write to a queue
+//! locks that row first (`FOR UPDATE`, several targets in key order), so inserts, acks, sweeps
+//! and rotations of one target are serialised across processes, and a seq is never handed out
+//! twice. Sender-share usage rows are covered by their target's lock; account rows are locked
+//! themselves (a deadlock between two accounts' orders is retried by `Db::tx`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use deadpool_postgres::Transaction;
+use relay_store::{
+    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, QuotaKind,
+    QueuedItem, Result, StoreError, TargetSeq, Usage, NEVER_EXPIRES,
+};
+
+use crate::db::{db_err, i, key32, u, OpResult};
+use crate::ops::{enrol, Answer};
+use crate::store::PgStore;
+
+pub(crate) fn kind_code(k: ItemKind) -> i16 {
+    match k {
+        ItemKind::Envelope => 0,
+        ItemKind::Receipt => 1,
+        ItemKind::Expired => 2,
+    }
+}
+
+pub(crate) fn kind_of(code: i16) -> Result<ItemKind> {
+    match code {
+        0 => Ok(ItemKind::Envelope),
+        1 => Ok(ItemKind::Receipt),
+        2 => Ok(ItemKind::Expired),
+        other => Err(StoreError::Corrupt(format!("item kind {other} is unknown"))),
+    }
+}
+
+/// A locked queue row: head and usage of one target.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QueueRow {
+    pub head: u64,
+    pub acked: u64,
+    pub usage: Usage,
+}
+
+/// Lock (creating it when missing) the `queues` row of `target`.
+pub(crate) async fn lock_queue(t: &Transaction<'_>, target: &Key32) -> OpResult<QueueRow> {
+    t.execute(
+        "INSERT INTO queues (target) VALUES ($1) ON CONFLICT (target) DO NOTHING",
+        &[&target.as_slice()],
+    )
+    .await?;
+    let r = t
+        .query_one(
+            "SELECT head_seq, acked_through, items, bytes FROM queues WHERE target = $1 FOR UPDATE",
+            &[&target.as_slice()],
+        )
+        .await?;
+    Ok(QueueRow {
+        head: u(r.get(0)),
+        acked: u(r.get(1)),
+        usage: Usage {
+            items: u(r.get(2)),
+            bytes: u(r.get(3)),
+        },
+    })
+}
+
+/// Move the sender-share and account usage of an item's scopes by (`items`, `bytes`); the
+/// target's own usage lives in its `queues` row, which the caller moves.
+pub(crate) async fn add_usage(
+    t: &Transaction<'_>,
+    target: &Key32,
+    sender: &Key32,
+    account: Option<&str>,
+    items: i64,
+    bytes: i64,
+) -> OpResult<()> {
+    t.execute(
+        "INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3, 0), \
+             GREATEST($4, 0)) ON CONFLICT (target, sender) DO UPDATE \
+         SET items = GREATEST(usage_sender.items + $3, 0), bytes = GREATEST(usage_sender.bytes + $4, 0)",
+        &[&target.as_slice(), &sender.as_slice(), &items, &bytes],
+    )
+    .await?;
+    t.execute(
+        "DELETE FROM usage_sender WHERE target = $1 AND sender = $2 AND items = 0 AND bytes = 0",
+        &[&target.as_slice(), &sender.as_slice()],
+    )
+    .await?;
+    if let Some(a) = account {
+        t.execute(
+            "INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2, 0), \
+                 GREATEST($3, 0)) ON CONFLICT (account) DO UPDATE \
+             SET items = GREATEST(usage_account.items + $2, 0), \
+                 bytes = GREATEST(usage_account.bytes + $3, 0)",
+            &[&a, &items, &bytes],
+        )
+        .await?;
+        t.execute(
+            "DELETE FROM usage_account WHERE account = $1 AND items = 0 AND bytes = 0",
+            &[&a],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Move a target's own usage in its (locked) `queues` row.
+pub(crate) async fn add_queue_usage(
+    t: &Transaction<'_>,
+    target: &Key32,
+    items: i64,
+    bytes: i64,
+) -> OpResult<()> {
+    t.execute(
+        "UPDATE queues SET items = GREATEST(items + $2, 0), bytes = GREATEST(bytes + $3, 0) \
+         WHERE target = $1",
+        &[&target.as_slice(), &items, &bytes],
+    )
+    .await?;
+    Ok(())
+}
+
+/// When an item accepted at `now` expires ([`NEVER_EXPIRES`] stays never).
+fn expiry(now: u64, retention_ms: u64) -> u64 {
+    if retention_ms == NEVER_EXPIRES {
+        NEVER_EXPIRES
+    } else {
+        now.saturating_add(retention_ms).min(NEVER_EXPIRES - 1)
+    }
+}
+
+async fn usage_of(t: &Transaction<'_>, sql: &str, p: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> OpResult<Usage> {
+    Ok(t.query_opt(sql, p).await?.map_or(Usage::default(), |r| Usage {
+        items: u(r.get(0)),
+        bytes: u(r.get(1)),
+    }))
+}
+
+/// The first quota one more item of `bytes` would exceed (inclusive caps), in the keyspace's
+/// order: target, sender share, account.
+async fn over_quota(
+    t: &Transaction<'_>,
+    q: &QueueRow,
+    target: &Key32,
+    sender: &Key32,
+    account: Option<&str>,
+    bytes: u64,
+    quotas: &relay_store::Quotas,
+) -> OpResult<Option<QuotaKind>> {
+    let fits = |u: Usage, max_items: u64, max_bytes: u64| {
+        (
+            u.items.saturating_add(1) <= max_items,
+            u.bytes.saturating_add(bytes) <= max_bytes,
+        )
+    };
+    match fits(q.usage, quotas.max_queue_items, quotas.max_queue_bytes) {
+        (false, _) => return Ok(Some(QuotaKind::QueueItems)),
+        (_, false) => return Ok(Some(QuotaKind::QueueBytes)),
+        _ => {}
+    }
+    let s = usage_of(
+        t,
+        "SELECT items, bytes FROM usage_sender WHERE target = $1 AND sender = $2",
+        &[&target.as_slice(), &sender.as_slice()],
+    )
+    .await?;
+    match fits(s, quotas.max_sender_items, quotas.max_sender_bytes) {
+        (false, _) => return Ok(Some(QuotaKind::SenderItems)),
+        (_, false) => return Ok(Some(QuotaKind::SenderBytes)),
+        _ => {}
+    }
+    if let Some(a) = account {
+        let a_usage = usage_of(
+            t,
+            "SELECT items, bytes FROM usage_account WHERE account = $1 FOR UPDATE",
+            &[&a],
+        )
+        .await?;
+        match fits(a_usage, quotas.max_account_items, quotas.max_account_bytes) {
+            (false, _) => return Ok(Some(QuotaKind::AccountItems)),
+            (_, false) => return Ok(Some(QuotaKind::AccountBytes)),
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+/// One insert as one logical operation inside `t`: anything but `Stored` is rolled back to
+/// the savepoint taken first, so it leaves no trace.
+pub(crate) async fn insert_one(
+    t: &Transaction<'_>,
+    req: &InsertRequest,
+    now: u64,
+) -> OpResult<InsertOutcome> {
+    t.batch_execute("SAVEPOINT insert_item").await?;
+    let out = insert_inner(t, req, now).await?;
+    if matches!(out, InsertOutcome::Stored { .. }) {
+        t.batch_execute("RELEASE SAVEPOINT insert_item").await?;
+    } else {
+        t.batch_execute("ROLLBACK TO SAVEPOINT insert_item").await?;
+    }
+    Ok(out)
+}
+
+async fn insert_inner(
+    t: &Transaction<'_>,
+    req: &InsertRequest,
+    now: u64,
+) -> OpResult<InsertOutcome> {
+    let item = &req.item;
+    let mut accounts = Vec::with_capacity(item.targets.len());
+    for tg in &item.targets {
+        match enrol::live(t, &tg.target).await? {
+            Some(e) => accounts.push(e.account),
+            None => return Ok(InsertOutcome::TargetNotEnrolled { target: tg.target }),
+        }
+    }
+    // Lock every target's queue row in key order (no lock-order deadlock between fan-outs).
+    let mut queues: BTreeMap<Key32, QueueRow> = BTreeMap::new();
+    for tg in &item.targets {
+        queues.insert(tg.target, QueueRow::default());
+    }
+    for (target, row) in &mut queues {
+        *row = lock_queue(t, target).await?;
+    }
+    let mut seqs = Vec::with_capacity(item.targets.len());
+    let mut any_new = false;
+    let mut first_dup_at = None;
+    for (tg, account) in item.targets.iter().zip(accounts) {
+        let dedup = t
+            .query_opt(
+                "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
+                 WHERE target = $1 AND sender = $2 AND item_id = $3",
+                &[&tg.target.as_slice(), &item.sender.as_slice(), &item.item_id],
+            )
+            .await?;
+        if let Some(r) = dedup {
+            if r.get::<_, &[u8]>(0) != tg.wire_hash.as_slice() {
+                return Ok(InsertOutcome::Conflict { target: tg.target });
+            }
+            first_dup_at.get_or_insert(u(r.get(2)));
+            seqs.push(TargetSeq {
+                seq: u(r.get(1)),
+                duplicate: true,
+            });
+            continue;
+        }
+        let bytes = tg.wire.len() as u64;
+        let q = queues.get(&tg.target).copied().unwrap_or_default();
+        if let Some(which) = over_quota(
+            t,
+            &q,
+            &tg.target,
+            &item.sender,
+            account.as_deref(),
+            bytes,
+            &req.quotas,
+        )
+        .await?
+        {
+            return Ok(InsertOutcome::Quota {
+                target: tg.target,
+                which,
+            });
+        }
+        let seq = q.head.saturating_add(1).max(now);
+        t.execute(
+            "INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
+                 accepted_at_ms, expires_at_ms, account) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &[
+                &tg.target.as_slice(),
+                &i(seq),
+                &kind_code(item.kind),
+                &item.item_id,
+                &item.sender.as_slice(),
+                &tg.wire,
+                &tg.wire_hash.as_slice(),
+                &i(bytes),
+                &i(now),
+                &i(expiry(now, req.retention_ms)),
+                &account,
+            ],
+        )
+        .await?;
+        t.execute(
+            "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &tg.target.as_slice(),
+                &item.sender.as_slice(),
+                &item.item_id,
+                &tg.wire_hash.as_slice(),
+                &i(seq),
+                &i(now),
+            ],
+        )
+        .await?;
+        t.execute(
+            "UPDATE queues SET head_seq = $2, items = items + 1, bytes = bytes + $3 \
+             WHERE target = $1",
+            &[&tg.target.as_slice(), &i(seq), &i(bytes)],
+        )
+        .await?;
+        add_usage(t, &tg.target, &item.sender, account.as_deref(), 1, i(bytes)).await?;
+        if let Some(q) = queues.get_mut(&tg.target) {
+            q.head = seq;
+            q.usage.items += 1;
+            q.usage.bytes = q.usage.bytes.saturating_add(bytes);
+        }
+        seqs.push(TargetSeq {
+            seq,
+            duplicate: false,
+        });
+        any_new = true;
+    }
+    let at_ms = if any_new {
+        now
+    } else {
+        first_dup_at.unwrap_or(now)
+    };
+    Ok(InsertOutcome::Stored {
+        at_ms,
+        targets: seqs,
+    })
+}
+
+impl PgStore {
+    /// Insert one item over all its targets atomically.
+    pub fn insert(&self, req: InsertRequest) -> Answer<InsertOutcome> {
+        let s = self.clone();
+        self.spawn(async move {
+            let now = s.now_ms();
+            let req = Arc::new(req);
+            s.inner
+                .db
+                .tx(|t| {
+                    let req = Arc::clone(&req);
+                    Box::pin(async move { insert_one(t, &req, now).await })
+                })
+                .await
+        })
+    }
+
+    /// Insert several items, each its own atomic operation (a savepoint), in one transaction:
+    /// one commit for the batch, as the keyspace's one group commit.
+    pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Answer<Vec<InsertOutcome>> {
+        let s = self.clone();
+        self.spawn(async move {
+            let now = s.now_ms();
+            let reqs = Arc::new(reqs);
+            s.inner
+                .db
+                .tx(|t| {
+                    let reqs = Arc::clone(&reqs);
+                    Box::pin(async move {
+                        let mut out = Vec::with_capacity(reqs.len());
+                        for r in reqs.iter() {
+                            out.push(insert_one(t, r, now).await?);
+                        }
+                        Ok(out)
+                    })
+                })
+                .await
+        })
+    }
+
+    /// The dedup row of (sender, item_id, target).
+    ///
+    /// # Errors
+    /// `Engine`, `Corrupt`, `Closed`.
+    pub fn dedup(&self, sender: &Key32, item_id: &str, target: &Key32) -> Result<Option<DedupRow>> {
+        let (s, sender, target, item_id) = (self.clone(), *sender, *target, item_id.to_string());
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let r = c
+                .query_opt(
+                    "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
+                     WHERE target = $1 AND sender = $2 AND item_id = $3",
+                    &[&target.as_slice(), &sender.as_slice(), &item_id],
+                )
+                .await
+                .map_err(db_err)?;
+            r.map(|r| {
+                Ok(DedupRow {
+                    wire_hash: key32(r.get::<_, &[u8]>(0), "dedup wire hash")?,
+                    seq: u(r.get(1)),
+                    accepted_at_ms: u(r.get(2)),
+                })
+            })
+            .transpose()
+        })
+    }
+
+    /// A page of the target's queue after `after` (one snapshot): at most `limit` items and
+    /// about `max_bytes` (at least one item when any is queued).
+    ///
+    /// # Errors
+    /// `Engine`, `Corrupt`, `Closed`.
+    pub fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
+        let (s, target) = (self.clone(), *target);
+        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX - 1);
+        self.block(async move {
+            let mut c = s.inner.db.conn().await?;
+            let t = c
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(db_err)?;
+            let q = t
+                .query_opt(
+                    "SELECT head_seq, acked_through FROM queues WHERE target = $1",
+                    &[&target.as_slice()],
+                )
+                .await
+                .map_err(db_err)?;
+            let (head_seq, acked_through) = q.map_or((0, 0), |r| (u(r.get(0)), u(r.get(1))));
+            let start = i(after.max(acked_through));
+            // Sizes first, so wire bytes are read only for the items that make the page.
+            let sizes = t
+                .query(
+                    "SELECT bytes FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    &[&target.as_slice(), &start, &(limit + 1)],
+                )
+                .await
+                .map_err(db_err)?;
+            let mut take = 0i64;
+            let mut bytes = 0u64;
+            let mut more = false;
+            for r in &sizes {
+                let b = u(r.get(0));
+                if take >= limit || (take > 0 && bytes.saturating_add(b) > max_bytes) {
+                    more = true;
+                    break;
+                }
+                bytes = bytes.saturating_add(b);
+                take += 1;
+            }
+            let rows = t
+                .query(
+                    "SELECT seq, kind, item_id, sender, wire, accepted_at_ms, expires_at_ms \
+                     FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    &[&target.as_slice(), &start, &take],
+                )
+                .await
+                .map_err(db_err)?;
+            let items = rows
+                .iter()
+                .map(|r| {
+                    Ok(QueuedItem {
+                        seq: u(r.get(0)),
+                        kind: kind_of(r.get(1))?,
+                        item_id: r.get(2),
+                        sender: key32(r.get::<_, &[u8]>(3), "item sender")?,
+                        wire: r.get(4),
+                        accepted_at_ms: u(r.get(5)),
+                        expires_at_ms: u(r.get(6)),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            t.commit().await.map_err(db_err)?;
+            Ok(Page {
+                items,
+                head_seq,
+                acked_through,
+                more,
+            })
+        })
+    }
+
+    /// Head and acked-through of a target.
+    ///
+    /// # Errors
+    /// `Engine`, `Closed`.
+    pub fn cursor(&self, target: &Key32) -> Result<Cursor> {
+        let (s, target) = (self.clone(), *target);
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let q = c
+                .query_opt(
+                    "SELECT head_seq, acked_through FROM queues WHERE target = $1",
+                    &[&target.as_slice()],
+                )
+                .await
+                .map_err(db_err)?;
+            Ok(q.map_or(Cursor::default(), |r| Cursor {
+                head_seq: u(r.get(0)),
+                acked_through: u(r.get(1)),
+            }))
+        })
+    }
+
+    fn usage_query(&self, sql: &'static str, a: Vec<u8>, b: Option<Vec<u8>>) -> Result<Usage> {
+        let s = self.clone();
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let r = match &b {
+                Some(b) => c.query_opt(sql, &[&a, b]).await,
+                None => c.query_opt(sql, &[&a]).await,
+            }
+            .map_err(db_err)?;
+            Ok(r.map_or(Usage::default(), |r| Usage {
+                items: u(r.get(0)),
+                bytes: u(r.get(1)),
+            }))
+        })
+    }
+
+    /// Queue usage of a target.
+    ///
+    /// # Errors
+    /// `Engine`, `Closed`.
+    pub fn usage_target(&self, target: &Key32) -> Result<Usage> {
+        self.usage_query(
+            "SELECT items, bytes FROM queues WHERE target = $1",
+            target.to_vec(),
+            None,
+        )
+    }
+
+    /// Queue usage of a sender within a target.
+    ///
+    /// # Errors
+    /// `Engine`, `Closed`.
+    pub fn usage_sender(&self, sender: &Key32, target: &Key32) -> Result<Usage> {
+        self.usage_query(
+            "SELECT items, bytes FROM usage_sender WHERE target = $1 AND sender = $2",
+            target.to_vec(),
+            Some(sender.to_vec()),
+        )
+    }
+
+    /// Queue usage of a proven account.
+    ///
+    /// # Errors
+    /// `Engine`, `Closed`.
+    pub fn usage_account(&self, account: &str) -> Result<Usage> {
+        let (s, account) = (self.clone(), account.to_string());
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let r = c
+                .query_opt(
+                    "SELECT items, bytes FROM usage_account WHERE account = $1",
+                    &[&account],
+                )
+                .await
+                .map_err(db_err)?;
+            Ok(r.map_or(Usage::default(), |r| Usage {
+                items: u(r.get(0)),
+                bytes: u(r.get(1)),
+            }))
+        })
+    }
+
+    /// Delete the target's items with seq <= through and record acked_through.
+    pub fn ack(&self, target: &Key32, through: u64) -> Answer<AckOutcome> {
+        let (s, target) = (self.clone(), *target);
+        self.spawn(async move {
+            s.inner
+                .db
+                .tx(|t| Box::pin(async move { ack(t, &target, through).await }))
+                .await
+        })
+    }
+
+    /// Delete one queued item (and its usage); false if it was not queued.
+    pub fn delete_item(&self, target: &Key32, seq: u64) -> Answer<bool> {
+        let (s, target) = (self.clone(), *target);
+        self.spawn(async move {
+            s.inner
+                .db
+                .tx(|t| {
+                    Box::pin(async move {
+                        lock_queue(t, &target).await?;
+                        let r = t
+                            .query_opt(
+                                "DELETE FROM items WHERE target = $1 AND seq = $2 \
+                                 RETURNING sender, account, bytes",
+                                &[&target.as_slice(), &i(seq)],
+                            )
+                            .await?;
+                        let Some(r) = r else { return Ok(false) };
+                        let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
+                        let account: Option<String> = r.get(1);
+                        let bytes: i64 = r.get(2);
+                        add_queue_usage(t, &target, -1, -bytes).await?;
+                        add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
+                        Ok(true)
+                    })
+                })
+                .await
+        })
+    }
+}
+
+async fn ack(t: &Transaction<'_>, target: &Key32, through: u64) -> OpResult<AckOutcome> {
+    let q = lock_queue(t, target).await?;
+    if through > q.head {
+        return Ok(AckOutcome::BeyondHead { head_seq: q.head });
+    }
+    if through <= q.acked {
+        return Ok(AckOutcome::Acked {
+            acked_through: q.acked,
+            deleted: 0,
+            head_seq: q.head,
+        });
+    }
+    let rows = t
+        .query(
+            "DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
+             RETURNING sender, account, bytes",
+            &[&target.as_slice(), &i(q.acked), &i(through)],
+        )
+        .await?;
+    // Usage moves once per (sender, account) of the range, not once per item.
+    let mut freed: HashMap<(Vec<u8>, Option<String>), (i64, i64)> = HashMap::new();
+    let mut total = (0i64, 0i64);
+    for r in &rows {
+        let bytes: i64 = r.get(2);
+        let f = freed.entry((r.get(0), r.get(1))).or_default();
+        f.0 -= 1;
+        f.1 -= bytes;
+        total.0 -= 1;
+        total.1 -= bytes;
+    }
+    for ((sender, account), (items, bytes)) in freed {
+        let sender = key32(&sender, "item sender")?;
+        add_usage(t, target, &sender, account.as_deref(), items, bytes).await?;
+    }
+    t.execute(
+        "UPDATE queues SET acked_through = $2, items = GREATEST(items + $3, 0), \
+             bytes = GREATEST(bytes + $4, 0) WHERE target = $1",
+        &[&target.as_slice(), &i(through), &total.0, &total.1],
+    )
+    .await?;
+    Ok(AckOutcome::Acked {
+        acked_through: through,
+        deleted: rows.len() as u64,
+        head_seq: q.head,
+    })
+}

@@ -1,5 +1,5 @@
-//! Public types of the store surface: records, requests, outcomes and errors.
-//! The `Store` itself lives in `store.rs`; its operations in `read.rs` and `ops/`.
+//! Public types of the store surface: records, requests, outcomes and errors, shared by every
+//! backend (the [`crate::RelayStore`] trait) and the crates above it.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -121,26 +121,51 @@ impl std::error::Error for StoreError {}
 /// Result alias.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// A write submitted to the group-commit writer. Resolves once its batch is durable (or failed).
+/// A write submitted to a backend. Resolves once the operation is durable (or failed).
 /// Await it from async code or call [`Pending::wait`] from a thread.
-pub struct Pending<T>(pub(crate) tokio::sync::oneshot::Receiver<Result<T>>);
+pub struct Pending<T>(PendingState<T>);
+
+enum PendingState<T> {
+    /// Answered by a writer (fjall's group-commit thread, a database task) through a oneshot.
+    Waiting(tokio::sync::oneshot::Receiver<Result<T>>),
+    /// Already decided when it was made; `None` once taken.
+    Ready(Option<Result<T>>),
+}
 
 impl<T> Pending<T> {
+    /// A write answered through `rx`; a dropped sender resolves to [`StoreError::Closed`].
+    pub fn from_receiver(rx: tokio::sync::oneshot::Receiver<Result<T>>) -> Self {
+        Pending(PendingState::Waiting(rx))
+    }
+
+    /// A write whose result is already known (durable already, or refused before any write).
+    pub fn ready(result: Result<T>) -> Self {
+        Pending(PendingState::Ready(Some(result)))
+    }
+
     /// Block the calling thread until the operation is durable.
     ///
     /// # Errors
     /// The operation's error, or [`StoreError::Closed`] if the writer stopped.
     pub fn wait(self) -> Result<T> {
-        self.0.blocking_recv().unwrap_or(Err(StoreError::Closed))
+        match self.0 {
+            PendingState::Waiting(rx) => rx.blocking_recv().unwrap_or(Err(StoreError::Closed)),
+            PendingState::Ready(r) => r.unwrap_or(Err(StoreError::Closed)),
+        }
     }
 }
+
+impl<T> Unpin for Pending<T> {}
 
 impl<T> Future for Pending<T> {
     type Output = Result<T>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(StoreError::Closed)))
+        match &mut self.0 {
+            PendingState::Waiting(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(StoreError::Closed))),
+            PendingState::Ready(r) => Poll::Ready(r.take().unwrap_or(Err(StoreError::Closed))),
+        }
     }
 }
 
@@ -589,12 +614,6 @@ pub const PARTITIONS: [&str; 13] = [
     "dedup_expiry",
     "sender_index",
 ];
-
-impl From<fjall::Error> for StoreError {
-    fn from(e: fjall::Error) -> Self {
-        StoreError::Engine(e.to_string())
-    }
-}
 
 impl From<StoreError> for BackupError {
     fn from(e: StoreError) -> Self {
