@@ -11,4 +11,5 @@ pub mod http;
 pub mod memory;
 pub mod private;
 pub mod relay;
+pub mod store_open;
 pub mod wire;

@@ -79,7 +79,7 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
     let parsed = parse_json(body);
     let b_pub = f.b.public_b64();
     let reply: Reply = match mode {
-        0 => parsed.and_then(|v| relay.challenge(&v)),
+        0 => parsed.and_then(|v| rt.block_on(relay.challenge(&v))),
         1 => parsed.and_then(|v| rt.block_on(relay.enrol(&v))),
         2 => {
             // Enrol a fixed key with the fuzzed host/owner_fp, correctly signed.
@@ -87,7 +87,7 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
             let Some(o) = v.as_object_mut() else { return };
             let key = SigningKey::from_seed(&[7u8; 32]);
             let pk = key.public_b64();
-            let Ok(c) = relay.challenge(&json!({"host": "enrolee", "pubkey": pk})) else {
+            let Ok(c) = rt.block_on(relay.challenge(&json!({"host": "enrolee", "pubkey": pk}))) else {
                 return;
             };
             let challenge = c["challenge"].as_str().unwrap_or_default();

@@ -84,7 +84,8 @@ impl Fixture {
             .enable_all()
             .build()
             .expect("runtime");
-        let store = Store::open(&dir.path().join("store"), OpenOptions::default()).expect("open");
+        let store =
+            Arc::new(Store::open(&dir.path().join("store"), OpenOptions::default()).expect("open"));
         let relay = rt
             .block_on(startup::start(
                 store,
@@ -130,8 +131,8 @@ pub fn enrol(
     name: &str,
 ) -> Result<(), Value> {
     let pk = key.public_b64();
-    let c = relay
-        .challenge(&json!({"host": name, "pubkey": pk}))
+    let c = rt
+        .block_on(relay.challenge(&json!({"host": name, "pubkey": pk})))
         .map_err(|e| e.body)?;
     let challenge = c["challenge"].as_str().unwrap_or_default().to_owned();
     let sig = key.sign(canonical_json(&enrol_statement(&challenge, name, &pk, "")).as_bytes());

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use relay_keyspace::{HostFilter, HostRow, Store, StoreError};
+use relay_store::{HostFilter, HostRow, RelayStore, StoreError};
 use serde_json::{json, Value};
 
 use crate::wire::keys::{b64, fingerprint};
@@ -122,7 +122,7 @@ pub fn host_json(r: &HostRow, now_ms: u64) -> Value {
 /// # Errors
 /// The store's error, or `out` failing (the listing stops there).
 pub fn write_hosts(
-    store: &Store,
+    store: &dyn RelayStore,
     q: &HostsQuery,
     now_ms: u64,
     out: &mut dyn Write,

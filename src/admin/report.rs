@@ -2,7 +2,7 @@
 //! relay and an offline store answer in exactly the same shape. Keys appear as public keys and
 //! fingerprints only; no wire bytes.
 
-use relay_keyspace::{BackupSummary, LogVerdict, OpEntry, Stats};
+use relay_store::{BackupSummary, LogVerdict, OpEntry, Stats};
 use serde_json::{json, Value};
 
 use crate::wire::keys::{b64, fingerprint};
@@ -75,7 +75,7 @@ pub fn log_verdict_from_json(v: &Value) -> Option<LogVerdict> {
             entries: v["entries"].as_u64()?,
             checkpoint: match &v["checkpoint"] {
                 Value::Null => None,
-                c => Some(relay_keyspace::LogCheckpoint {
+                c => Some(relay_store::LogCheckpoint {
                     seq: c["seq"].as_u64()?,
                     hash: unhex32(c["hash"].as_str()?)?,
                 }),

@@ -3,7 +3,7 @@
 //! relay runs it for its admin socket (so its own reads see the change at once); relay-tool
 //! runs the same code on a stopped store.
 
-use relay_keyspace::{Key32, RevokeOutcome, Store, MAX_PURGE_ITEMS};
+use relay_store::{Key32, RelayStore, RevokeOutcome, MAX_PURGE_ITEMS};
 use serde_json::{json, Value};
 
 use crate::relay::revoke::Revoker;
@@ -30,7 +30,12 @@ pub struct Action {
 /// A one-line reason: a target that is not a key or fingerprint, an unknown key, a prefix
 /// matching several keys (they are listed), a queue over [`MAX_PURGE_ITEMS`], a store failure.
 /// Nothing changes on any error.
-pub fn run(store: &Store, revoker: &Revoker, action: &Action, uid: u32) -> Result<Value, String> {
+pub fn run(
+    store: &dyn RelayStore,
+    revoker: &Revoker,
+    action: &Action,
+    uid: u32,
+) -> Result<Value, String> {
     let key = resolve(store, &action.target)?;
     let name = store
         .enrolment(&key)
@@ -69,7 +74,7 @@ pub fn run(store: &Store, revoker: &Revoker, action: &Action, uid: u32) -> Resul
 ///
 /// # Errors
 /// Not a key or fingerprint; no enrolment with that fingerprint; several (listed).
-pub fn resolve(store: &Store, target: &str) -> Result<Key32, String> {
+pub fn resolve(store: &dyn RelayStore, target: &str) -> Result<Key32, String> {
     if let Some(key) = unb64(target).and_then(|b| Key32::try_from(b.as_slice()).ok()) {
         return Ok(key);
     }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use relay_keyspace::{Clock, DumpOptions, Store, SystemClock};
+use relay_store::{Clock, DumpOptions, SharedStore, SystemClock};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -41,7 +41,7 @@ const CHUNK: usize = 64 * 1024;
 /// # Errors
 /// When the store directory is missing or unwritable, when `admin.sock` exists and is not a
 /// socket, or when the socket path is too long for a Unix socket address.
-pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
+pub fn spawn(store: SharedStore, store_dir: &Path) -> io::Result<JoinHandle<()>> {
     spawn_with(store, store_dir, None, None)
 }
 
@@ -52,7 +52,7 @@ pub fn spawn(store: Store, store_dir: &Path) -> io::Result<JoinHandle<()>> {
 /// # Errors
 /// As [`spawn`].
 pub fn spawn_with(
-    store: Store,
+    store: SharedStore,
     store_dir: &Path,
     revoker: Option<Revoker>,
     max_enrolments: Option<u64>,
@@ -142,7 +142,7 @@ impl Drop for SocketFile {
 
 /// What every connection is served from.
 struct Ctx {
-    store: Store,
+    store: SharedStore,
     revoker: Option<Revoker>,
     /// The serving relay's `--max-enrolments`, for `stats`.
     max_enrolments: Option<u64>,
@@ -353,7 +353,7 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
                 .revoker
                 .as_ref()
                 .ok_or("this admin socket cannot revoke or purge (no relay key)")?;
-            let done = super::revoke::run(store, revoker, action, uid)?;
+            let done = super::revoke::run(store.as_ref(), revoker, action, uid)?;
             tracing::warn!(
                 key = %done["fingerprint"].as_str().unwrap_or("-"),
                 revoked = %done["revoked"],
@@ -364,8 +364,10 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
             );
             Ok(done)
         }
-        Request::Hosts(q) => super::hosts::write_hosts(store, q, SystemClock.now_ms(), out)
-            .map_err(|e| e.to_string()),
+        Request::Hosts(q) => {
+            super::hosts::write_hosts(store.as_ref(), q, SystemClock.now_ms(), out)
+                .map_err(|e| e.to_string())
+        }
         Request::LogVerify => {
             let verdict = store.verify_log().map_err(|e| e.to_string())?;
             Ok(log_verdict_json(&verdict))
@@ -382,7 +384,7 @@ mod tests {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
 
-    use relay_keyspace::OpenOptions;
+    use relay_keyspace::{OpenOptions, Store};
 
     use super::*;
     use crate::admin::client::{self, ClientError};
@@ -401,7 +403,7 @@ mod tests {
         let store = Store::open(dir.path(), OpenOptions::default()).unwrap();
         let rt = runtime();
         let task = rt
-            .block_on(async { spawn(store.clone(), dir.path()) })
+            .block_on(async { spawn(Arc::new(store.clone()), dir.path()) })
             .unwrap();
         let sock = dir.path().join(SOCKET_NAME);
         let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
@@ -485,7 +487,7 @@ mod tests {
         assert!(sock.exists(), "stale socket file");
         let rt = runtime();
         let task = rt
-            .block_on(async { spawn(store.clone(), dir.path()) })
+            .block_on(async { spawn(Arc::new(store.clone()), dir.path()) })
             .unwrap();
         assert!(client::request(dir.path(), &Request::Stats)
             .unwrap()
@@ -496,7 +498,7 @@ mod tests {
         });
         std::fs::write(&sock, b"not a socket").unwrap();
         let err = rt
-            .block_on(async { spawn(store.clone(), dir.path()) })
+            .block_on(async { spawn(Arc::new(store.clone()), dir.path()) })
             .unwrap_err();
         assert!(err.to_string().contains("not a socket"), "{err}");
         assert_eq!(std::fs::read(&sock).unwrap(), b"not a socket");

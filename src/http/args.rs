@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{ServeConfig, TrustProxy};
 use crate::relay::config::{parse_duration, Limits};
+use crate::store_open::StoreSpec;
 
 /// Flags of `mbx-relay serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -19,6 +20,10 @@ pub struct ServeArgs {
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
     #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
     pub store_dir: PathBuf,
+    /// The store backend: a store directory (the default: `--store-dir`). `--store-dir` still
+    /// holds relay.key and the admin socket.
+    #[arg(long, env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse)]
+    pub store: Option<StoreSpec>,
     /// Take the client address from a proxy header: off, xff or cloudflare.
     #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off")]
     pub trust_proxy: TrustProxy,
@@ -86,7 +91,7 @@ pub struct ServeArgs {
     pub guard: super::guard::GuardArgs,
 }
 
-/// `--log-retention`'s default: the keyspace's [`relay_keyspace::DEFAULT_LOG_RETENTION_MS`]
+/// `--log-retention`'s default: the keyspace's [`relay_store::DEFAULT_LOG_RETENTION_MS`]
 /// (a test holds the two together).
 const LOG_RETENTION_DEFAULT: &str = "400d";
 
@@ -120,14 +125,17 @@ impl ServeArgs {
         ServeConfig {
             listen: self.listen,
             metrics_listen: self.metrics_listen,
+            store: self
+                .store
+                .unwrap_or_else(|| StoreSpec::Dir(self.store_dir.clone())),
             store_dir: self.store_dir,
             trust_proxy: self.trust_proxy,
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
             guard: self.guard.config(),
-            log_retention: relay_keyspace::LogRetention {
+            log_retention: relay_store::LogRetention {
                 max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
-                ..relay_keyspace::LogRetention::default()
+                ..relay_store::LogRetention::default()
             },
         }
     }
@@ -143,7 +151,7 @@ mod log_retention_tests {
         let d = parse_duration(LOG_RETENTION_DEFAULT).unwrap();
         assert_eq!(
             d.as_millis(),
-            u128::from(relay_keyspace::DEFAULT_LOG_RETENTION_MS)
+            u128::from(relay_store::DEFAULT_LOG_RETENTION_MS)
         );
     }
 }

@@ -59,7 +59,7 @@ use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
 use crate::relay::config::parse_duration;
 use crate::relay::rate::{AddrKey, RateTable};
-use relay_keyspace::{Clock as _, SystemClock};
+use relay_store::{Clock as _, SystemClock};
 
 /// Most client addresses whose public-route windows are tracked at once.
 const PUBLIC_RATE_CAP: usize = 100_000;

@@ -228,7 +228,10 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     };
     let Some(caller) = caller else {
         return reply_response(match route {
-            Route::Challenge => parse_json(&bytes).and_then(|v| relay.challenge(&v)),
+            Route::Challenge => match parse_json(&bytes) {
+                Ok(v) => relay.challenge(&v).await,
+                Err(e) => Err(e),
+            },
             Route::Enrol => match parse_json(&bytes) {
                 Ok(v) => relay.enrol(&v).await,
                 Err(e) => Err(e),
@@ -312,7 +315,7 @@ const HEALTH_FRESH_MS: u64 = 5_000;
 async fn health(app: &App) -> Response {
     let relay = &app.relay;
     let (last_ok, failed) = relay.metrics.write_health();
-    let now = relay_keyspace::Clock::now_ms(&relay_keyspace::SystemClock);
+    let now = relay_store::Clock::now_ms(&relay_store::SystemClock);
     if !failed && now.saturating_sub(last_ok) <= HEALTH_FRESH_MS {
         return json_response(StatusCode::OK, &json!({ "ok": true }));
     }

@@ -3,7 +3,7 @@
 //! before its hop is looked at; a hop is checked from its headers before any body memory is
 //! reserved, and its signature where [`Verifier`] puts it.
 
-use relay_keyspace::{Clock as _, SystemClock};
+use relay_store::{Clock as _, SystemClock};
 
 use super::verify::Verifier;
 use crate::relay::rate::{address_key, AddrKey, RateTable};

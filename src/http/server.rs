@@ -9,11 +9,12 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use relay_keyspace::{OpenOptions, Store, SystemClock};
+use relay_store::{OpenOptions, SystemClock};
 
 use super::{router, App, TrustProxy};
 use crate::private::{require_private, Kind};
 use crate::relay::{key, startup, Limits};
+use crate::store_open::{open_store, StoreSpec};
 use crate::wire::keys::fingerprint;
 
 /// Everything `serve` needs.
@@ -23,6 +24,8 @@ pub struct ServeConfig {
     /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
     pub metrics_listen: Option<String>,
     pub store_dir: PathBuf,
+    /// The store backend (`--store`; default: the directory store in `store_dir`).
+    pub store: StoreSpec,
     pub trust_proxy: TrustProxy,
     pub limits: Limits,
     /// The content of `MBX_RELAY_KEY`, if set (never logged).
@@ -30,7 +33,7 @@ pub struct ServeConfig {
     /// Connection cap, timeouts and the public-route rate limit (`super::guard`).
     pub guard: super::guard::GuardConfig,
     /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.
-    pub log_retention: relay_keyspace::LogRetention,
+    pub log_retention: relay_store::LogRetention,
 }
 
 /// Run the relay until a shutdown signal.
@@ -46,19 +49,23 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     if dir.exists() {
         require_private(&dir, Kind::Dir, "store directory")?;
     }
+    if let Some(store_dir) = config.store.dir() {
+        if store_dir != dir && store_dir.exists() {
+            require_private(store_dir, Kind::Dir, "store directory")?;
+        }
+    }
     let store = {
-        let open_dir = dir.clone();
+        let spec = config.store.clone();
         let opts = OpenOptions {
             on_writer_idle: Some(crate::memory::collect_idle_thread),
             log_retention: config.log_retention,
             ..OpenOptions::default()
         };
-        tokio::task::spawn_blocking(move || Store::open(&open_dir, opts))
+        tokio::task::spawn_blocking(move || open_store(&spec, opts))
             .await
             .map_err(|e| format!("store open task failed: {e}"))?
-            .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?
+            .map_err(|e| format!("cannot open store {}: {e}", config.store))?
     };
-    crate::failpoint::watch_persist_failures(&store);
     let (relay_key, source) = key::load_or_create(&dir, config.key_env.as_deref())?;
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(

@@ -80,8 +80,8 @@ impl Default for Limits {
 
 impl Limits {
     /// The quota set handed to the store's commit.
-    pub fn quotas(&self) -> relay_keyspace::Quotas {
-        relay_keyspace::Quotas {
+    pub fn quotas(&self) -> relay_store::Quotas {
+        relay_store::Quotas {
             max_queue_items: self.max_queue_items,
             max_queue_bytes: self.max_queue_bytes,
             max_sender_items: self.max_sender_items,

@@ -2,7 +2,7 @@
 //! stored side by side and only when signed by the host key; looked up by key (v2) or by an
 //! unambiguous name (v1), and answered merged.
 
-use relay_keyspace::{EncAd, EncAdV2, EncAds, Enrolment};
+use relay_store::{EncAd, EncAdV2, EncAds, Enrolment};
 use serde_json::{json, Map, Value};
 
 use super::{Caller, Relay, RelayError, Reply};

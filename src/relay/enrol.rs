@@ -2,12 +2,13 @@
 //! which the relay's [`EnrolmentAuthority`](super::authority::EnrolmentAuthority) must allow.
 //! Texts, statuses and codes are the reference relay's.
 
-use relay_keyspace::{EnrolOutcome, EnrolRequest};
+use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest};
 use serde_json::{json, Map, Value};
 
 use super::authority::{ask, denied_text, AuthorityRequest, Decision, UNAVAILABLE_REASON};
-use super::challenge::IssueError;
+use super::challenge::new_challenge;
 use super::code::ErrorCode;
+use super::config::CHALLENGE_LIFETIME;
 use super::{Relay, RelayError, Reply, Status};
 use crate::wire::keys::{fingerprint, parse_pubkey, verify_canonical};
 use crate::wire::names::{is_host_name, is_owner_fp};
@@ -94,7 +95,7 @@ impl Relay {
     /// # Errors
     /// 400 `host and pubkey required`, `bad host name`, `bad host key`; 503 when too many
     /// challenges are open.
-    pub fn challenge(&self, body: &Value) -> Reply {
+    pub async fn challenge(&self, body: &Value) -> Reply {
         let obj = body.as_object();
         if !truthy(obj, "host") || !truthy(obj, "pubkey") {
             return Err(Refusal::HostAndPubkeyRequired.into());
@@ -105,9 +106,15 @@ impl Relay {
         let pk = string(obj, "pubkey")
             .and_then(parse_pubkey)
             .ok_or(Refusal::BadHostKey)?;
-        match self.challenges.issue(pk, self.now_ms()) {
-            Ok(challenge) => Ok(json!({ "challenge": challenge })),
-            Err(IssueError::Full) => Err(Refusal::TooManyChallenges.into()),
+        let challenge = new_challenge();
+        let lifetime_ms = u64::try_from(CHALLENGE_LIFETIME.as_millis()).unwrap_or(u64::MAX);
+        let max = u64::try_from(self.limits.max_challenges).unwrap_or(u64::MAX);
+        let issued = self
+            .challenges
+            .issue(pk, challenge.clone(), self.now_ms(), lifetime_ms, max);
+        match issued.await? {
+            ChallengeIssue::Issued => Ok(json!({ "challenge": challenge })),
+            ChallengeIssue::Full => Err(Refusal::TooManyChallenges.into()),
         }
     }
 
@@ -137,6 +144,7 @@ impl Relay {
         let challenge = self
             .challenges
             .pending(&pk, self.now_ms())
+            .await?
             .ok_or(Refusal::NoPendingChallenge)?;
         let signed = string(obj, "sig").is_some_and(|sig| {
             verify_canonical(
@@ -148,7 +156,7 @@ impl Relay {
         if !signed {
             return Err(Refusal::BadSignature.into());
         }
-        self.challenges.consume(&pk, &challenge);
+        self.challenges.consume(&pk, &challenge).await?;
         let proof = obj.and_then(|o| o.get("proof"));
         let request = AuthorityRequest {
             host_name: host,

@@ -70,10 +70,10 @@ impl RelayError {
     }
 }
 
-impl From<relay_keyspace::StoreError> for RelayError {
+impl From<relay_store::StoreError> for RelayError {
     /// Store failures are never a success: 503 with a fixed text. The cause (paths, engine
     /// messages, errno) is logged, never answered: `/health` and every route reach this.
-    fn from(e: relay_keyspace::StoreError) -> Self {
+    fn from(e: relay_store::StoreError) -> Self {
         tracing::error!(error = %e, "store operation failed");
         Self::store_unavailable()
     }
@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn a_store_failure_answers_a_fixed_text_without_its_cause() {
-        let cause = relay_keyspace::StoreError::Io {
+        let cause = relay_store::StoreError::Io {
             context: "writing /secret/path/db/journal".into(),
             source: std::io::Error::other("No space left on device"),
         };

@@ -7,7 +7,7 @@
 //! the signature checked by [`HopCheck::verify`], which reuses the enrolments the first step read
 //! and touches no store (so it may run on a blocking thread).
 
-use relay_keyspace::{Enrolment, Key32};
+use relay_store::{Enrolment, Key32};
 
 use super::{keycache, Relay, RelayError};
 use crate::wire::hop::{ts_fresh, verify_hop_with};

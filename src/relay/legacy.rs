@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use relay_keyspace::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
+use relay_store::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;

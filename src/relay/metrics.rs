@@ -177,7 +177,7 @@ fn render_buckets(
 }
 
 /// Append the store's group-commit figures: operations per commit group and fsync latency.
-pub fn render_commit_stats(out: &mut String, s: &relay_keyspace::CommitStats) {
+pub fn render_commit_stats(out: &mut String, s: &relay_store::CommitStats) {
     render_buckets(
         out,
         "mbx_relay_commit_group_ops",

@@ -29,7 +29,7 @@ pub mod sweep;
 
 use std::sync::{Arc, RwLock};
 
-use relay_keyspace::{Clock, Key32, Store};
+use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
 
 use crate::wire::keys::SigningKey;
 pub use config::Limits;
@@ -44,14 +44,17 @@ const ADDRESS_RATE_CAP: usize = 100_000;
 
 /// The relay: the store, its key, limits and the bounded in-memory tables.
 pub struct Relay {
-    store: Store,
+    store: SharedStore,
     key: Arc<SigningKey>,
     pubkey: Key32,
     pubkey_b64: String,
     limits: Limits,
     clock: Arc<dyn Clock>,
     epoch: RwLock<String>,
-    challenges: challenge::Challenges,
+    /// The store's shared book when several processes share the store, else this process's.
+    challenges: Arc<dyn ChallengeBook>,
+    /// This process's name in store leases (`RelayStore::try_lease`): random per start.
+    lease_holder: String,
     address_rate: rate::NestedWindows,
     sender_rate: rate::RateTable<Key32>,
     /// Who may enrol (spec §8); [`authority::HostKeyChallenge`] unless set otherwise.
@@ -67,7 +70,7 @@ pub struct Relay {
 impl Relay {
     /// A relay over an opened store whose relay key is already pinned and whose epoch is `epoch`.
     pub fn new(
-        store: Store,
+        store: SharedStore,
         key: SigningKey,
         limits: Limits,
         clock: Arc<dyn Clock>,
@@ -75,15 +78,16 @@ impl Relay {
     ) -> Self {
         let pubkey = key.public();
         let pubkey_b64 = key.public_b64();
+        let challenges = store
+            .shared_challenges()
+            .unwrap_or_else(|| Arc::new(challenge::Challenges::default()));
         Relay {
             store,
             key: Arc::new(key),
             pubkey,
             pubkey_b64,
-            challenges: challenge::Challenges::new(
-                limits.max_challenges,
-                config::CHALLENGE_LIFETIME.as_millis() as u64,
-            ),
+            challenges,
+            lease_holder: uuid::Uuid::new_v4().to_string(),
             address_rate: rate::NestedWindows::new(limits.enrol_windows(), ADDRESS_RATE_CAP),
             sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),
             authority: Arc::new(authority::HostKeyChallenge),
@@ -103,7 +107,7 @@ impl Relay {
     }
 
     /// The store (for the admin socket, health checks and shutdown).
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &SharedStore {
         &self.store
     }
 
@@ -141,7 +145,7 @@ impl Relay {
     }
 
     /// Await a store write, timing it for `/metrics`.
-    async fn write<T>(&self, p: relay_keyspace::Pending<T>) -> Result<T, RelayError> {
+    async fn write<T>(&self, p: relay_store::Pending<T>) -> Result<T, RelayError> {
         let t = std::time::Instant::now();
         let r = p.await;
         self.metrics.store_write.observe(t.elapsed().as_secs_f64());

@@ -3,7 +3,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use relay_keyspace::{AckOutcome, Page};
+use relay_store::{AckOutcome, Page};
 use serde_json::{json, Value};
 
 use super::{Caller, Relay, RelayError, Reply, Status};
@@ -63,20 +63,20 @@ impl Relay {
     /// Read one bounded page off the async workers (a page may be megabytes).
     pub(crate) async fn read_page(
         &self,
-        target: relay_keyspace::Key32,
+        target: relay_store::Key32,
         after: u64,
         limit: usize,
-    ) -> Result<relay_keyspace::Page, RelayError> {
+    ) -> Result<relay_store::Page, RelayError> {
         self.read_page_then(target, after, limit, |page| page).await
     }
 
     /// Read one bounded page and turn it into `T` with `then`, both on a blocking thread.
     async fn read_page_then<T: Send + 'static>(
         &self,
-        target: relay_keyspace::Key32,
+        target: relay_store::Key32,
         after: u64,
         limit: usize,
-        then: impl FnOnce(relay_keyspace::Page) -> T + Send + 'static,
+        then: impl FnOnce(relay_store::Page) -> T + Send + 'static,
     ) -> Result<T, RelayError> {
         let store = self.store.clone();
         let max_bytes = self.limits.max_pull_bytes;
@@ -208,7 +208,7 @@ pub fn pull_limit(raw: Option<&str>, max: usize) -> usize {
 mod tests {
     use super::*;
     use crate::relay::object;
-    use relay_keyspace::{ItemKind, QueuedItem};
+    use relay_store::{ItemKind, QueuedItem};
 
     /// The answer as it was built before [`page_json`]: a `serde_json::Value`, serialised.
     fn page_value(epoch: &str, after: u64, page: &Page) -> String {

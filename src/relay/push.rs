@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use relay_keyspace::{
+use relay_store::{
     InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, QuotaKind, TargetSeq,
 };
 use serde_json::{json, Value};
@@ -259,7 +259,7 @@ impl Relay {
     }
 
     /// Submit prepared items together (one store submission, each item atomic) and map outcomes.
-    /// Items expire after `retention_ms` (`relay_keyspace::NEVER_EXPIRES`: never).
+    /// Items expire after `retention_ms` (`relay_store::NEVER_EXPIRES`: never).
     ///
     /// # Errors
     /// 503 when the store fails: nothing is answered as accepted.

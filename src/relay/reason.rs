@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use relay_keyspace::QuotaKind;
+use relay_store::QuotaKind;
 
 use crate::wire::envelope::NOT_JSON;
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use relay_keyspace::{Key32, NoticeFn, Quotas, RevokeRequest};
+use relay_store::{Key32, NoticeFn, Quotas, RevokeRequest};
 
 use super::config::Limits;
 use super::sweep::notice_fn;

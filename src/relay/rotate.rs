@@ -1,7 +1,7 @@
 //! Key rotation (docs/protocol.md §3 "Key rotation"): a self-authenticating record signed by the old
 //! and the new key moves name, account, queue and allowlists to the new key in one commit.
 
-use relay_keyspace::RebindOutcome;
+use relay_store::RebindOutcome;
 use serde_json::{json, Value};
 
 use super::{expect_object, Relay, RelayError, Reply};

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use relay_keyspace::{utc_day, Key32};
+use relay_store::{utc_day, Key32};
 
 use super::{Relay, RelayError};
 
@@ -99,7 +99,7 @@ mod tests {
             clock: clock.clone(),
             ..OpenOptions::default()
         };
-        let store = Store::open(dir, opts).unwrap();
+        let store = Arc::new(Store::open(dir, opts).unwrap());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

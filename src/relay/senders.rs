@@ -1,7 +1,7 @@
 //! Sender allowlists (docs/protocol.md §3 "Sender allowlist"): a target's signed list of the sender
 //! keys it accepts; once stored, pushes from other keys are refused.
 
-use relay_keyspace::{Key32, SenderList, SenderListOutcome};
+use relay_store::{Key32, SenderList, SenderListOutcome};
 use serde_json::{json, Value};
 
 use super::{Caller, Relay, RelayError, Reply};

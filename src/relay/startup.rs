@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use relay_keyspace::{Clock, Store};
+use relay_store::{Clock, SharedStore};
 
 use super::{Limits, Relay, RelayError};
 use crate::wire::keys::{fingerprint, SigningKey};
@@ -36,12 +36,12 @@ pub fn stale_reason(heartbeat_ms: Option<u64>, now_ms: u64, stale: Duration) -> 
 /// # Errors
 /// The store refuses the key (`RelayKeyMismatch`) or a write fails.
 pub async fn start(
-    store: Store,
+    store: SharedStore,
     key: SigningKey,
     limits: Limits,
     clock: Arc<dyn Clock>,
 ) -> Result<Relay, String> {
-    let store_err = |what: &str, e: relay_keyspace::StoreError| format!("{what}: {e}");
+    let store_err = |what: &str, e: relay_store::StoreError| format!("{what}: {e}");
     store
         .pin_relay_pubkey(key.public())
         .await

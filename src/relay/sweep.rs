@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use relay_keyspace::{
+use relay_store::{
     ExpiredItem, ItemKind, NewItem, NewTarget, NoticeFn, SweepReport, NEVER_EXPIRES,
 };
 
@@ -24,6 +24,13 @@ const SWEEP_ROUNDS: usize = 1_000;
 /// expires every host averages 17 ms of writer time per batch of 250 (55 ms per 1,000; the
 /// slowest batch, fsync included, took 205 ms either way).
 const IDLE_BATCH: usize = 250;
+
+/// The store lease naming the process that runs the sweep, the idle expiry and the heartbeat.
+pub const LEADER_LEASE: &str = "background";
+/// How long the lease lasts unrenewed: three heartbeats, so a live leader renews it well before
+/// it lapses and a dead one's successor takes over within that time.
+const LEADER_LEASE_TTL: std::time::Duration =
+    std::time::Duration::from_secs(3 * super::config::HEARTBEAT_EVERY.as_secs());
 
 /// The notice builder handed to the store (the sweep, and an admin's purge): envelopes get a
 /// signed `expired` item for their sender; receipts and notices expire silently.
@@ -134,6 +141,24 @@ impl Relay {
         self.write(self.store.heartbeat(self.now_ms())).await
     }
 
+    /// Whether this process leads the background work (sweep, idle expiry, heartbeat) now:
+    /// takes or renews the store's [`LEADER_LEASE`]. Always true on a store one process owns;
+    /// on a shared store one process at a time, another taking over once it lapses.
+    async fn leads(&self) -> bool {
+        let ttl_ms = u64::try_from(LEADER_LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
+        match self
+            .store
+            .try_lease(LEADER_LEASE, &self.lease_holder, ttl_ms)
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take the background-work lease");
+                false
+            }
+        }
+    }
+
     /// Sweep now (the startup sweep), then heartbeat every 30 s, write last-seen days every
     /// [`super::seen::FLUSH_EVERY`] and sweep every `sweep_interval` until `stop` fires (then
     /// write the last sightings); each sweep also checks live enrolments against the cap.
@@ -159,11 +184,17 @@ impl Relay {
                     }
                 }
                 _ = hb.tick() => {
+                    if !self.leads().await {
+                        continue;
+                    }
                     if let Err(e) = self.heartbeat().await {
                         tracing::error!(error = %e, "heartbeat write failed");
                     }
                 }
                 _ = sw.tick() => {
+                    if !self.leads().await {
+                        continue;
+                    }
                     if let Err(e) = self.sweep().await {
                         tracing::error!(error = %e, "retention sweep failed");
                     }

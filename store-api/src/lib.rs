@@ -251,3 +251,6 @@ pub trait ChallengeBook: Send + Sync + 'static {
     /// time).
     fn consume(&self, key: &Key32, challenge: &str) -> Pending<()>;
 }
+
+/// How the layers above hold a store: shared, behind the interface.
+pub type SharedStore = std::sync::Arc<dyn RelayStore>;

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use mbx_relay::admin::client::{self, Reply};
 use mbx_relay::admin::proto::Request;
-use relay_keyspace::{OpenOptions, Store};
+use mbx_relay::store_open::{open_store, StoreSpec};
+use relay_store::{OpenOptions, SharedStore};
 
 use crate::fail::{Code, Failure};
 use crate::files::require_dir;
@@ -15,7 +16,7 @@ pub enum Via {
     /// The running relay streams it.
     Relay(Reply),
     /// No relay runs: the store is open here (and locked against a relay starting meanwhile).
-    Local(Store),
+    Local(SharedStore),
 }
 
 /// Ask the running relay, or open the store when none runs.
@@ -44,20 +45,20 @@ pub fn relay_or_store(dir: &Path, request: &Request) -> Result<Via, Failure> {
 ///
 /// # Errors
 /// Missing directory, `InUse` naming the pid holding the lock, schema newer than this tool, ...
-pub fn open_local(dir: &Path) -> Result<Store, Failure> {
+pub fn open_local(dir: &Path) -> Result<SharedStore, Failure> {
     require_dir(dir)?;
     let opts = OpenOptions {
         create: false,
         ..OpenOptions::default()
     };
-    Ok(Store::open(dir, opts)?)
+    Ok(open_store(&StoreSpec::Dir(dir.to_path_buf()), opts)?)
 }
 
 /// Open the store for a command that must not run beside a relay (restore, rotate-epoch).
 ///
 /// # Errors
 /// As [`open_local`]; `InUse` says to stop the relay first.
-pub fn open_exclusive(dir: &Path, what: &str) -> Result<Store, Failure> {
+pub fn open_exclusive(dir: &Path, what: &str) -> Result<SharedStore, Failure> {
     open_local(dir).map_err(|f| {
         if f.code == Code::InUse {
             Failure::new(
@@ -74,7 +75,7 @@ pub fn open_exclusive(dir: &Path, what: &str) -> Result<Store, Failure> {
 ///
 /// # Errors
 /// The store's close error.
-pub fn close(store: Store) -> Result<(), Failure> {
+pub fn close(store: SharedStore) -> Result<(), Failure> {
     store
         .close()
         .map_err(|e| Failure::from(e).context("closing the store"))

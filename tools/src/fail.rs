@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use mbx_relay::admin::client::ClientError;
-use relay_keyspace::{BackupError, StoreError};
+use relay_store::{BackupError, StoreError};
 
 /// The documented exit codes (also listed in `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use mbx_relay::admin::hosts::{write_hosts, HostsQuery};
 use mbx_relay::admin::proto::Request;
 use mbx_relay::wire::time::iso_ms;
-use relay_keyspace::{Clock, StoreError, SystemClock};
+use relay_store::{Clock, StoreError, SystemClock};
 use serde_json::Value;
 
 use crate::access::{self, Via};
@@ -59,7 +59,7 @@ pub fn run(
             Ok(_) => reply.finish().map(drop).map_err(Failure::from),
         },
         Via::Local(store) => {
-            let listed = write_hosts(&store, &q, SystemClock.now_ms(), &mut sink);
+            let listed = write_hosts(store.as_ref(), &q, SystemClock.now_ms(), &mut sink);
             access::close(store)?;
             match listed {
                 Err(StoreError::Io { source, .. }) if broken(&source) => return Ok(()),

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use mbx_relay::relay::key::KEY_FILE;
 use mbx_relay::wire::keys::{fingerprint, SigningKey};
-use relay_keyspace::{restore_backup, verify_backup, Clock, Key32, Store, SystemClock};
+use relay_keyspace::{restore_backup, verify_backup};
+use relay_store::{Clock, Key32, SharedStore, SystemClock};
 
 use crate::access;
 use crate::fail::{Code, Failure};
@@ -35,7 +36,7 @@ enum Old {
     /// A store or a directory holding only a relay key. A store that opens is held open here
     /// (locked against a relay); one that does not (damaged, newer schema) is locked by `lock`.
     Present {
-        store: Option<Store>,
+        store: Option<SharedStore>,
         lock: Option<swap::HeldLock>,
     },
 }

@@ -13,7 +13,7 @@ use mbx_relay::relay::config::Limits;
 use mbx_relay::relay::key::{load_existing, KEY_ENV};
 use mbx_relay::relay::revoke::Revoker;
 use mbx_relay::wire::keys::{fingerprint, SigningKey};
-use relay_keyspace::{Store, MAX_REASON_CHARS};
+use relay_store::{RelayStore, MAX_REASON_CHARS};
 use serde_json::Value;
 
 use crate::access;
@@ -63,11 +63,12 @@ fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
             f
         }
     })?;
-    let result = relay_key(dir, &store, action.purge).and_then(|key| {
+    let result = relay_key(dir, store.as_ref(), action.purge).and_then(|key| {
         let revoker = Revoker::new(Arc::new(key), &Limits::default());
         // SAFETY: geteuid has no preconditions and cannot fail.
         let uid = unsafe { libc::geteuid() };
-        revoke::run(&store, &revoker, action, uid).map_err(|why| Failure::new(Code::Store, why))
+        revoke::run(store.as_ref(), &revoker, action, uid)
+            .map_err(|why| Failure::new(Code::Store, why))
     });
     access::close(store)?;
     result
@@ -75,7 +76,7 @@ fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
 
 /// The relay's own key, checked against the store's pinned one. A revocation without a purge
 /// queues no notice and so signs nothing: without a key it uses a throwaway one.
-fn relay_key(dir: &Path, store: &Store, needed: bool) -> Result<SigningKey, Failure> {
+fn relay_key(dir: &Path, store: &dyn RelayStore, needed: bool) -> Result<SigningKey, Failure> {
     let env = std::env::var(KEY_ENV).ok();
     let Some((key, _)) =
         load_existing(dir, env.as_deref()).map_err(|why| Failure::new(Code::Store, why))?

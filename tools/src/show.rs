@@ -2,7 +2,7 @@
 
 use mbx_relay::wire::keys::fingerprint;
 use mbx_relay::wire::time::iso_ms;
-use relay_keyspace::{BackupSummary, LogVerdict};
+use relay_store::{BackupSummary, LogVerdict};
 
 /// Counts per partition, total, checksum and header facts of a backup file.
 pub fn summary(s: &BackupSummary) -> String {
