@@ -81,8 +81,8 @@ pub(crate) async fn add_usage(
     bytes: i64,
 ) -> OpResult<()> {
     t.execute(
-        "INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3, 0), \
-             GREATEST($4, 0)) ON CONFLICT (target, sender) DO UPDATE \
+        "INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3::BIGINT, 0), \
+             GREATEST($4::BIGINT, 0)) ON CONFLICT (target, sender) DO UPDATE \
          SET items = GREATEST(usage_sender.items + $3, 0), bytes = GREATEST(usage_sender.bytes + $4, 0)",
         &[&target.as_slice(), &sender.as_slice(), &items, &bytes],
     )
@@ -94,8 +94,8 @@ pub(crate) async fn add_usage(
     .await?;
     if let Some(a) = account {
         t.execute(
-            "INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2, 0), \
-                 GREATEST($3, 0)) ON CONFLICT (account) DO UPDATE \
+            "INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2::BIGINT, 0), \
+                 GREATEST($3::BIGINT, 0)) ON CONFLICT (account) DO UPDATE \
              SET items = GREATEST(usage_account.items + $2, 0), \
                  bytes = GREATEST(usage_account.bytes + $3, 0)",
             &[&a, &items, &bytes],

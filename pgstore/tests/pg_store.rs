@@ -1,0 +1,198 @@
+//! The PostgreSQL store against a real throwaway cluster: durability refusal, migrations, and
+//! the store rules on the operations it implements (the conformance suite covers the rest).
+
+use std::sync::Arc;
+
+use relay_pgstore::cluster::PgCluster;
+use relay_pgstore::PgStore;
+use relay_store::{
+    AckOutcome, ChallengeIssue, EnrolOutcome, EnrolRequest, InsertOutcome, InsertRequest,
+    ItemKind, LogVerdict, NewItem, NewTarget, OpenOptions, Quotas, RelayStore,
+};
+use sha2::{Digest, Sha256};
+
+fn quotas() -> Quotas {
+    Quotas {
+        max_queue_items: 3,
+        max_queue_bytes: 1 << 20,
+        max_sender_items: 100,
+        max_sender_bytes: 1 << 20,
+        max_account_items: 100,
+        max_account_bytes: 1 << 20,
+    }
+}
+
+fn enrol_req(k: u8) -> EnrolRequest {
+    EnrolRequest {
+        host_pubkey: [k; 32],
+        host_name: format!("host{k}"),
+        owner_fp: "owner".into(),
+        account: None,
+        authorized_by: "host-key".into(),
+        authority_rank: 0,
+        max_live: 100,
+    }
+}
+
+fn item(id: &str, sender: u8, targets: &[u8], wire: &[u8]) -> InsertRequest {
+    InsertRequest {
+        item: NewItem {
+            kind: ItemKind::Envelope,
+            item_id: id.into(),
+            sender: [sender; 32],
+            targets: targets
+                .iter()
+                .map(|t| NewTarget {
+                    target: [*t; 32],
+                    wire: wire.to_vec(),
+                    wire_hash: Sha256::digest(wire).into(),
+                })
+                .collect(),
+        },
+        quotas: quotas(),
+        retention_ms: 60_000,
+    }
+}
+
+fn open(url: &str) -> Arc<dyn RelayStore> {
+    Arc::new(PgStore::open(url, OpenOptions::default()).expect("open the postgres store"))
+}
+
+#[test]
+fn a_session_without_synchronous_commit_is_refused_naming_the_setting() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = format!("{}?options=-c%20synchronous_commit%3Doff", pg.fresh_db());
+    let err = PgStore::open(&url, OpenOptions::default())
+        .err()
+        .expect("a store whose commits are not durable must not open");
+    assert!(err.to_string().contains("synchronous_commit"), "{err}");
+}
+
+#[test]
+fn mail_rules_hold_on_postgres() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = pg.fresh_db();
+    let s = open(&url);
+    // A second open of the same database migrates nothing and shares the epoch.
+    let epoch = s.meta().unwrap().epoch;
+    assert_eq!(open(&url).meta().unwrap().epoch, epoch);
+
+    s.pin_relay_pubkey([9; 32]).wait().unwrap();
+    assert!(s.pin_relay_pubkey([8; 32]).wait().is_err(), "another relay key is refused");
+
+    for k in [1, 2, 3] {
+        assert_eq!(s.enrol(enrol_req(k)).wait().unwrap(), EnrolOutcome::Enrolled);
+    }
+    assert_eq!(s.enrol(enrol_req(1)).wait().unwrap(), EnrolOutcome::AlreadyEnrolled);
+    assert_eq!(s.live_enrolment_count().unwrap(), 3);
+
+    // Fan-out to two targets: both seqs >= now, the same item again is a duplicate.
+    let wire = b"\x00exact bytes\xff".to_vec();
+    let out = s.insert(item("a", 1, &[2, 3], &wire)).wait().unwrap();
+    let InsertOutcome::Stored { targets, .. } = out else {
+        panic!("{out:?}")
+    };
+    assert!(targets.iter().all(|t| !t.duplicate));
+    let again = s.insert(item("a", 1, &[2, 3], &wire)).wait().unwrap();
+    let InsertOutcome::Stored { targets: dup, .. } = again else {
+        panic!("{again:?}")
+    };
+    assert!(dup.iter().all(|t| t.duplicate));
+    assert_eq!(dup[0].seq, targets[0].seq);
+    // Same id, other bytes: a conflict, and nothing of it is stored.
+    let c = s.insert(item("a", 1, &[2], b"other")).wait().unwrap();
+    assert_eq!(c, InsertOutcome::Conflict { target: [2; 32] });
+    // A target not enrolled: nothing stored for any target.
+    let n = s.insert(item("b", 1, &[2, 7], &wire)).wait().unwrap();
+    assert_eq!(n, InsertOutcome::TargetNotEnrolled { target: [7; 32] });
+    assert_eq!(s.usage_target(&[2; 32]).unwrap().items, 1);
+
+    // Quota: 3 items per queue, inclusive; a batch answers each item on its own.
+    let outs = s
+        .insert_many(vec![
+            item("c", 1, &[2], &wire),
+            item("d", 1, &[2], &wire),
+            item("e", 1, &[2], &wire),
+        ])
+        .wait()
+        .unwrap();
+    assert!(matches!(outs[0], InsertOutcome::Stored { .. }));
+    assert!(matches!(outs[1], InsertOutcome::Stored { .. }));
+    assert!(matches!(outs[2], InsertOutcome::Quota { .. }), "{:?}", outs[2]);
+
+    let page = s.pull(&[2; 32], 0, 10, 1 << 20).unwrap();
+    assert_eq!(page.items.len(), 3);
+    assert_eq!(page.items[0].wire, wire, "bytes stored exactly");
+    assert!(page.items.windows(2).all(|w| w[0].seq < w[1].seq));
+    let head = page.head_seq;
+    assert_eq!(page.items[2].seq, head);
+    let small = s.pull(&[2; 32], 0, 2, 1).unwrap();
+    assert_eq!(small.items.len(), 1, "at least one item, then the byte bound");
+    assert!(small.more);
+
+    assert_eq!(
+        s.ack(&[2; 32], head + 1).wait().unwrap(),
+        AckOutcome::BeyondHead { head_seq: head }
+    );
+    let acked = s.ack(&[2; 32], page.items[1].seq).wait().unwrap();
+    assert_eq!(
+        acked,
+        AckOutcome::Acked {
+            acked_through: page.items[1].seq,
+            deleted: 2,
+            head_seq: head
+        }
+    );
+    assert_eq!(s.usage_target(&[2; 32]).unwrap().items, 1);
+    assert_eq!(s.usage_sender(&[1; 32], &[2; 32]).unwrap().items, 1);
+    let rest = s.pull(&[2; 32], 0, 10, 1 << 20).unwrap();
+    assert_eq!(rest.items.len(), 1);
+    // A dedup row outlives the ack: the same item again is a duplicate, not a new item.
+    let late = s.insert(item("a", 1, &[2], &wire)).wait().unwrap();
+    assert!(matches!(late, InsertOutcome::Stored { ref targets, .. } if targets[0].duplicate));
+
+    // The relay log is chained over the enrolments and re-enrolments.
+    s.rotate_epoch("test").wait().unwrap();
+    assert_ne!(s.meta().unwrap().epoch, epoch);
+    match s.verify_log().unwrap() {
+        LogVerdict::Intact { entries, .. } => assert_eq!(entries, 4),
+        v => panic!("{v:?}"),
+    }
+}
+
+#[test]
+fn leases_and_challenges_are_shared_by_processes_on_one_database() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = pg.fresh_db();
+    let (a, b) = (open(&url), open(&url));
+    assert!(a.try_lease("sweep", "a", 60_000).wait().unwrap());
+    assert!(!b.try_lease("sweep", "b", 60_000).wait().unwrap(), "held by a");
+    assert!(a.try_lease("sweep", "a", 60_000).wait().unwrap(), "a renews");
+    assert!(a.try_lease("sweep", "a", 0).wait().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(b.try_lease("sweep", "b", 60_000).wait().unwrap(), "expired: b takes it");
+
+    let (ca, cb) = (a.shared_challenges().unwrap(), b.shared_challenges().unwrap());
+    let now = 1_000;
+    assert_eq!(
+        ca.issue([1; 32], "c1".into(), now, 5_000, 1).wait().unwrap(),
+        ChallengeIssue::Issued
+    );
+    assert_eq!(
+        cb.issue([2; 32], "c2".into(), now, 5_000, 1).wait().unwrap(),
+        ChallengeIssue::Full,
+        "the cap counts the other process's challenges"
+    );
+    assert_eq!(cb.pending(&[1; 32], now).wait().unwrap().as_deref(), Some("c1"));
+    assert_eq!(cb.pending(&[1; 32], now + 5_000).wait().unwrap(), None, "expired");
+    cb.consume(&[1; 32], "wrong").wait().unwrap();
+    assert!(ca.pending(&[1; 32], now).wait().unwrap().is_some());
+    cb.consume(&[1; 32], "c1").wait().unwrap();
+    assert_eq!(ca.pending(&[1; 32], now).wait().unwrap(), None, "single use");
+}
