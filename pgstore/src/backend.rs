@@ -16,15 +16,18 @@ use relay_store::{
 use crate::ops::lease::PgChallenges;
 use crate::store::PgStore;
 
+/// The operations this backend does not implement yet (each answers [`unimplemented`]'s
+/// error); `serve --store postgres://` names them at start.
+pub const UNIMPLEMENTED: &[&str] = &[
+    "dump",
+    "backup",
+];
+
 /// The error of an operation this backend does not implement yet.
 pub(crate) fn unimplemented(op: &str) -> StoreError {
     StoreError::Engine(format!(
         "the PostgreSQL store does not implement {op} yet"
     ))
-}
-
-fn not_yet<T>(op: &str) -> Pending<T> {
-    Pending::ready(Err(unimplemented(op)))
 }
 
 impl RelayStore for PgStore {
@@ -66,25 +69,25 @@ impl RelayStore for PgStore {
     }
     fn expire_idle(
         &self,
-        _now_ms: u64,
-        _idle_ms: u64,
-        _after: Option<Key32>,
-        _max: usize,
+        now_ms: u64,
+        idle_ms: u64,
+        after: Option<Key32>,
+        max: usize,
     ) -> Pending<IdleReport> {
-        not_yet("idle expiry (expire_idle)")
+        PgStore::expire_idle(self, now_ms, idle_ms, after, max)
     }
-    fn rebind(&self, _old: Key32, _new: Key32) -> Pending<RebindOutcome> {
-        not_yet("key rotation (rebind)")
+    fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome> {
+        PgStore::rebind(self, old, new)
     }
-    fn revoke_key(&self, _req: RevokeRequest, _notice: NoticeFn) -> Pending<RevokeOutcome> {
-        not_yet("revoke/purge (revoke_key)")
+    fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Pending<RevokeOutcome> {
+        PgStore::revoke_key(self, req, notice)
     }
     fn hosts(
         &self,
-        _filter: &HostFilter,
-        _each: &mut dyn FnMut(&HostRow) -> Result<()>,
+        filter: &HostFilter,
+        each: &mut dyn FnMut(&HostRow) -> Result<()>,
     ) -> Result<u64> {
-        Err(unimplemented("the hosts listing"))
+        PgStore::hosts(self, filter, each)
     }
     fn put_enc_ad(&self, ad: EncAd) -> Pending<()> {
         PgStore::put_enc_ad(self, ad)
@@ -136,14 +139,14 @@ impl RelayStore for PgStore {
     }
     fn sweep(
         &self,
-        _now_ms: u64,
-        _dedup_horizon_ms: u64,
-        _quotas: Quotas,
-        _retention_ms: u64,
-        _max: usize,
-        _notice: NoticeFn,
+        now_ms: u64,
+        dedup_horizon_ms: u64,
+        quotas: Quotas,
+        retention_ms: u64,
+        max: usize,
+        notice: NoticeFn,
     ) -> Pending<SweepReport> {
-        not_yet("the expiry sweep")
+        PgStore::sweep(self, now_ms, dedup_horizon_ms, quotas, retention_ms, max, notice)
     }
     fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
         PgStore::log_op(self, kind, detail)
@@ -155,7 +158,7 @@ impl RelayStore for PgStore {
         PgStore::verify_log(self)
     }
     fn stats(&self) -> Result<Stats> {
-        Err(unimplemented("stats"))
+        PgStore::stats(self)
     }
     fn dump(&self, _out: &mut dyn Write, _opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
         Err(unimplemented("dump"))

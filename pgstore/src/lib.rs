@@ -20,5 +20,6 @@ mod ops;
 mod schema;
 mod store;
 
+pub use backend::UNIMPLEMENTED;
 pub use schema::PG_SCHEMA_VERSION;
 pub use store::PgStore;

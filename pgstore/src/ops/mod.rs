@@ -2,12 +2,15 @@
 //! ([`crate::db::Db::tx`]); reads as one read-only snapshot transaction where they read more
 //! than one row.
 
+pub(crate) mod admin;
 pub(crate) mod enrol;
 pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;
 pub(crate) mod oplog;
 pub(crate) mod queue;
+pub(crate) mod rebind;
+pub(crate) mod sweep;
 
 /// A write's answer: resolves once its transaction committed (or failed).
 pub(crate) type Answer<T> = relay_store::Pending<T>;

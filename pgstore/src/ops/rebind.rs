@@ -1,0 +1,382 @@
+//! Key rotation (the rules of keyspace/src/ops/rebind.rs) and an admin's revoke/purge
+//! (keyspace/src/ops/revoke.rs): the new key takes the old one's name, account, authority,
+//! queue (re-sequenced after the new key's head; dedup rows follow; an item the new key already
+//! holds is dropped), allowlist and place in other lists; the old key is revoked.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use deadpool_postgres::Transaction;
+use relay_keyspace::fingerprint;
+use relay_store::{
+    Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeReport,
+    RevokeRequest, SenderList, MAX_PURGE_ITEMS, MAX_REASON_CHARS,
+};
+
+use crate::db::{i, key32, u, OpResult};
+use crate::ops::lists::{get_list, write_list};
+use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue};
+use crate::ops::sweep::{notify, SharedNotice};
+use crate::ops::{enrol, oplog, Answer};
+use crate::store::PgStore;
+
+/// Take `old` out of every other target's list, putting `new` in its place (a rotation) or
+/// nothing (a revocation), through `sender_index`. Answers how many lists changed.
+async fn replace_sender(t: &Transaction<'_>, old: &Key32, new: Option<&Key32>) -> OpResult<u64> {
+    let targets = t
+        .query(
+            "SELECT target FROM sender_index WHERE sender = $1 ORDER BY target",
+            &[&old.as_slice()],
+        )
+        .await?;
+    let mut changed = 0;
+    for r in &targets {
+        let target = key32(r.get::<_, &[u8]>(0), "sender index")?;
+        if target == *old || Some(&target) == new {
+            continue;
+        }
+        let Some(mut list) = get_list(t, &target).await? else {
+            continue;
+        };
+        if !list.senders.contains(old) {
+            continue;
+        }
+        list.senders.retain(|s| s != old);
+        if let Some(new) = new {
+            if !list.senders.contains(new) {
+                list.senders.push(*new);
+            }
+        }
+        write_list(t, &target, Some(&list)).await?;
+        changed += 1;
+    }
+    Ok(changed)
+}
+
+/// Revoke a live key: both enc ads go, the enrolment is marked revoked, counters move.
+async fn revoke_enrolment(t: &Transaction<'_>, e: &Enrolment, now: u64) -> OpResult<()> {
+    let pk = e.host_pubkey.as_slice();
+    t.execute("DELETE FROM enc_ads WHERE host_pubkey = $1", &[&pk])
+        .await?;
+    t.execute("DELETE FROM enc_ads_v2 WHERE host_pubkey = $1", &[&pk])
+        .await?;
+    t.execute(
+        "UPDATE enrolments SET revoked_at_ms = $2 WHERE host_pubkey = $1",
+        &[&pk, &i(now)],
+    )
+    .await?;
+    enrol::bump(t, -1, 1).await
+}
+
+async fn rebind(
+    t: &Transaction<'_>,
+    old: &Key32,
+    new: &Key32,
+    now: u64,
+    keep: relay_store::LogRetention,
+) -> OpResult<RebindOutcome> {
+    // The meta row first (the log and the counters), as enrolments take it.
+    t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
+        .await?;
+    let Some(o) = enrol::get(t, old, true)
+        .await?
+        .filter(|e| e.revoked_at_ms.is_none())
+    else {
+        return Ok(RebindOutcome::OldNotEnrolled);
+    };
+    let n = enrol::get(t, new, true).await?;
+    if n.as_ref().is_some_and(|n| n.revoked_at_ms.is_some()) {
+        return Ok(RebindOutcome::NewRevoked);
+    }
+    if old == new {
+        return Ok(RebindOutcome::Moved { moved: 0 });
+    }
+    let e = Enrolment {
+        host_pubkey: *new,
+        enrolled_at_ms: n.as_ref().map_or(now, |n| n.enrolled_at_ms),
+        revoked_at_ms: None,
+        ..o.clone()
+    };
+    enrol::write(t, &e).await?;
+    if n.is_none() {
+        enrol::bump(t, 1, 0).await?;
+    }
+    let moved = move_queue(t, old, new, now).await?;
+    replace_sender(t, old, Some(new)).await?;
+    let from_old = get_list(t, old).await?;
+    let at_new = get_list(t, new).await?;
+    write_list(t, old, None).await?;
+    let winner = match (from_old, at_new) {
+        (Some(o), Some(n)) if n.iat_ms >= o.iat_ms => Some(n),
+        (Some(o), _) => Some(SenderList { target: *new, ..o }),
+        (None, n) => n,
+    };
+    if let Some(mut list) = winner {
+        list.senders.retain(|s| s != old);
+        write_list(t, new, Some(&list)).await?;
+    }
+    revoke_enrolment(t, &o, now).await?;
+    // Last seen moves with the key: the rotation is a sighting of the new key.
+    t.execute(
+        "UPDATE enrolments SET last_seen_day = NULL WHERE host_pubkey = $1",
+        &[&old.as_slice()],
+    )
+    .await?;
+    t.execute(
+        "UPDATE enrolments SET last_seen_day = $2 WHERE host_pubkey = $1",
+        &[&new.as_slice(), &i32::try_from(relay_store::utc_day(now)).unwrap_or(i32::MAX)],
+    )
+    .await?;
+    let detail = format!(
+        "{} -> {}: {moved} items moved",
+        fingerprint(old),
+        fingerprint(new)
+    );
+    oplog::append(t, now, keep, "rotate-key", &detail).await?;
+    Ok(RebindOutcome::Moved { moved })
+}
+
+/// Move the old queue (in order, after the new key's head) and the old dedup rows.
+async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> OpResult<u64> {
+    let (first, second) = if old < new { (old, new) } else { (new, old) };
+    lock_queue(t, first).await?;
+    lock_queue(t, second).await?;
+    let old_q = lock_queue(t, old).await?;
+    let mut head = lock_queue(t, new).await?.head;
+    // The (sender, item_id) pairs the new key holds already.
+    let held_rows = t
+        .query(
+            "SELECT o.sender, o.item_id FROM dedup o JOIN dedup n \
+             ON n.target = $2 AND n.sender = o.sender AND n.item_id = o.item_id \
+             WHERE o.target = $1",
+            &[&old.as_slice(), &new.as_slice()],
+        )
+        .await?;
+    let held: HashSet<(Vec<u8>, String)> = held_rows
+        .iter()
+        .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, String>(1)))
+        .collect();
+    let items = t
+        .query(
+            "DELETE FROM items WHERE target = $1 AND seq > $2 \
+             RETURNING seq, kind, item_id, sender, wire, wire_hash, bytes, accepted_at_ms, \
+                 expires_at_ms, account",
+            &[&old.as_slice(), &i(old_q.acked)],
+        )
+        .await?;
+    let mut items: Vec<&tokio_postgres::Row> = items.iter().collect();
+    items.sort_by_key(|r| r.get::<_, i64>(0));
+    let mut new_seq_of = HashMap::new();
+    let mut moved = 0;
+    for r in items {
+        let seq: i64 = r.get(0);
+        let sender_b: Vec<u8> = r.get(3);
+        let sender = key32(&sender_b, "item sender")?;
+        let item_id: String = r.get(2);
+        let account: Option<String> = r.get(9);
+        let bytes: i64 = r.get(6);
+        add_queue_usage(t, old, -1, -bytes).await?;
+        add_usage(t, old, &sender, account.as_deref(), -1, -bytes).await?;
+        if held.contains(&(sender_b, item_id.clone())) {
+            continue;
+        }
+        let s = head.saturating_add(1).max(now);
+        head = s;
+        new_seq_of.insert(seq, i(s));
+        t.execute(
+            "INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
+                 accepted_at_ms, expires_at_ms, account) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &[
+                &new.as_slice(),
+                &i(s),
+                &r.get::<_, i16>(1),
+                &item_id,
+                &sender.as_slice(),
+                &r.get::<_, Vec<u8>>(4),
+                &r.get::<_, Vec<u8>>(5),
+                &bytes,
+                &r.get::<_, i64>(7),
+                &r.get::<_, i64>(8),
+                &account,
+            ],
+        )
+        .await?;
+        t.execute(
+            "UPDATE queues SET head_seq = $2, items = items + 1, bytes = bytes + $3 \
+             WHERE target = $1",
+            &[&new.as_slice(), &i(s), &bytes],
+        )
+        .await?;
+        add_usage(t, new, &sender, account.as_deref(), 1, bytes).await?;
+        moved += 1;
+    }
+    let dedup = t
+        .query(
+            "DELETE FROM dedup WHERE target = $1 \
+             RETURNING sender, item_id, wire_hash, seq, accepted_at_ms",
+            &[&old.as_slice()],
+        )
+        .await?;
+    for r in &dedup {
+        let sender: Vec<u8> = r.get(0);
+        let item_id: String = r.get(1);
+        if held.contains(&(sender.clone(), item_id.clone())) {
+            continue;
+        }
+        let seq: i64 = r.get(3);
+        let seq = new_seq_of.get(&seq).copied().unwrap_or(seq);
+        t.execute(
+            "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &new.as_slice(),
+                &sender,
+                &item_id,
+                &r.get::<_, Vec<u8>>(2),
+                &seq,
+                &r.get::<_, i64>(4),
+            ],
+        )
+        .await?;
+    }
+    Ok(moved)
+}
+
+/// The reason on one line, at most [`MAX_REASON_CHARS`] characters; `-` when empty.
+fn one_line_reason(reason: &str) -> String {
+    let r: String = reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_REASON_CHARS)
+        .collect();
+    let r = r.trim();
+    if r.is_empty() {
+        "-".to_string()
+    } else {
+        r.to_string()
+    }
+}
+
+fn log_detail(req: &RevokeRequest, r: &RevokeReport) -> String {
+    let mut parts = Vec::new();
+    if req.revoke {
+        parts.push(if r.already_revoked {
+            "already revoked".to_string()
+        } else {
+            "revoked".to_string()
+        });
+        parts.push(format!("{} allowlists changed", r.lists_changed));
+    }
+    if req.purge {
+        parts.push(format!(
+            "{} items ({} bytes) purged, {} notices",
+            r.purged_items, r.purged_bytes, r.notices
+        ));
+    }
+    format!(
+        "{}: {}; uid {}; reason: {}",
+        fingerprint(&req.key),
+        parts.join(", "),
+        req.admin_uid,
+        one_line_reason(&req.reason)
+    )
+}
+
+async fn revoke_key(
+    t: &Transaction<'_>,
+    req: &RevokeRequest,
+    notice: &SharedNotice,
+    now: u64,
+    keep: relay_store::LogRetention,
+) -> OpResult<RevokeOutcome> {
+    t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
+        .await?;
+    let Some(e) = enrol::get(t, &req.key, true).await? else {
+        return Ok(RevokeOutcome::UnknownKey);
+    };
+    let mut report = RevokeReport {
+        already_revoked: e.revoked_at_ms.is_some(),
+        ..RevokeReport::default()
+    };
+    let q = lock_queue(t, &req.key).await?;
+    if req.purge && q.usage.items > MAX_PURGE_ITEMS {
+        return Ok(RevokeOutcome::QueueTooLarge {
+            items: q.usage.items,
+        });
+    }
+    if req.revoke && e.revoked_at_ms.is_none() {
+        report.lists_changed = replace_sender(t, &req.key, None).await?;
+        write_list(t, &req.key, None).await?;
+        revoke_enrolment(t, &e, now).await?;
+        report.revoked = true;
+    }
+    if req.purge {
+        // Up to the head as it is now: a notice for mail the key sent itself is queued behind
+        // it and stays.
+        let rows = t
+            .query(
+                "DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
+                 RETURNING seq, kind, item_id, sender, account, bytes, accepted_at_ms, expires_at_ms",
+                &[&req.key.as_slice(), &i(q.acked), &i(q.head)],
+            )
+            .await?;
+        let mut rows: Vec<&tokio_postgres::Row> = rows.iter().collect();
+        rows.sort_by_key(|r| r.get::<_, i64>(0));
+        for r in rows {
+            let sender = key32(r.get::<_, &[u8]>(3), "item sender")?;
+            let account: Option<String> = r.get(4);
+            let bytes: i64 = r.get(5);
+            add_queue_usage(t, &req.key, -1, -bytes).await?;
+            add_usage(t, &req.key, &sender, account.as_deref(), -1, -bytes).await?;
+            report.purged_items += 1;
+            report.purged_bytes += u(bytes);
+            let gone = ExpiredItem {
+                target: req.key,
+                seq: u(r.get(0)),
+                kind: kind_of(r.get(1))?,
+                item_id: r.get(2),
+                sender,
+                accepted_at_ms: u(r.get(6)),
+                expires_at_ms: u(r.get(7)),
+            };
+            if notify(t, &gone, notice, req.quotas, req.retention_ms, now).await? {
+                report.notices += 1;
+            }
+        }
+    }
+    let kind = if req.revoke { "revoke" } else { "purge" };
+    oplog::append(t, now, keep, kind, &log_detail(req, &report)).await?;
+    Ok(RevokeOutcome::Done(report))
+}
+
+impl PgStore {
+    /// Key rotation (see the module doc).
+    pub fn rebind(&self, old: Key32, new: Key32) -> Answer<RebindOutcome> {
+        let s = self.clone();
+        self.spawn(async move {
+            let (now, keep) = (s.now_ms(), s.inner.retention);
+            s.inner
+                .db
+                .tx(|t| Box::pin(async move { rebind(t, &old, &new, now, keep).await }))
+                .await
+        })
+    }
+
+    /// An admin's revocation and/or purge of one key, in one transaction.
+    pub fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Answer<RevokeOutcome> {
+        let s = self.clone();
+        let notice: SharedNotice = Arc::new(Mutex::new(notice));
+        let req = Arc::new(req);
+        self.spawn(async move {
+            let (now, keep) = (s.now_ms(), s.inner.retention);
+            s.inner
+                .db
+                .tx(|t| {
+                    let (req, notice) = (Arc::clone(&req), Arc::clone(&notice));
+                    Box::pin(async move { revoke_key(t, &req, &notice, now, keep).await })
+                })
+                .await
+        })
+    }
+}

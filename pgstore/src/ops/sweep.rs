@@ -1,0 +1,177 @@
+//! The retention sweep (the rules of keyspace/src/ops/sweep.rs): expire items past their time,
+//! each deletion in the same transaction as its sender's notice (inserted with dedup, quotas and
+//! the enrolment check like any insert; only to the sender), then prune dedup rows accepted
+//! before the horizon whose item is no longer queued. At most `max` items per call.
+
+use std::sync::{Arc, Mutex};
+
+use deadpool_postgres::Transaction;
+use relay_store::{
+    ExpiredItem, InsertOutcome, InsertRequest, Key32, NoticeFn, Quotas, SweepReport,
+};
+
+use crate::db::{i, key32, u, OpResult};
+use crate::ops::queue::{add_queue_usage, add_usage, insert_one, kind_of, lock_queue};
+use crate::ops::Answer;
+use crate::store::PgStore;
+
+/// Parameters of one sweep call.
+#[derive(Clone, Copy)]
+struct SweepArgs {
+    now_ms: u64,
+    dedup_horizon_ms: u64,
+    quotas: Quotas,
+    retention_ms: u64,
+    max: i64,
+}
+
+/// The notice builder, callable from the transaction's task (it is `Send`, not `Sync`).
+pub(crate) type SharedNotice = Arc<Mutex<NoticeFn>>;
+
+impl PgStore {
+    /// One sweep call (see the module doc); `more` says whether to call again.
+    pub fn sweep(
+        &self,
+        now_ms: u64,
+        dedup_horizon_ms: u64,
+        quotas: Quotas,
+        retention_ms: u64,
+        max: usize,
+        notice: NoticeFn,
+    ) -> Answer<SweepReport> {
+        let a = SweepArgs {
+            now_ms,
+            dedup_horizon_ms,
+            quotas,
+            retention_ms,
+            max: i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1),
+        };
+        let notice: SharedNotice = Arc::new(Mutex::new(notice));
+        let s = self.clone();
+        self.spawn(async move {
+            s.inner
+                .db
+                .tx(|t| {
+                    let notice = Arc::clone(&notice);
+                    Box::pin(async move {
+                        let mut report = SweepReport::default();
+                        expire(t, a, &notice, &mut report).await?;
+                        prune_dedup(t, a, &mut report).await?;
+                        Ok(report)
+                    })
+                })
+                .await
+        })
+    }
+}
+
+async fn expire(
+    t: &Transaction<'_>,
+    a: SweepArgs,
+    notice: &SharedNotice,
+    report: &mut SweepReport,
+) -> OpResult<()> {
+    let due = t
+        .query(
+            "SELECT target, seq FROM items WHERE expires_at_ms <= $1 \
+             ORDER BY expires_at_ms, target, seq LIMIT $2",
+            &[&i(a.now_ms), &(a.max + 1)],
+        )
+        .await?;
+    report.more |= i64::try_from(due.len()).unwrap_or(i64::MAX) > a.max;
+    let mut due: Vec<(Key32, i64)> = due
+        .iter()
+        .take(usize::try_from(a.max).unwrap_or(usize::MAX))
+        .map(|r| Ok((key32(r.get::<_, &[u8]>(0), "item target")?, r.get(1))))
+        .collect::<relay_store::Result<_>>()?;
+    // Queue rows locked in key order, as inserts do.
+    let mut targets: Vec<Key32> = due.iter().map(|(t, _)| *t).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    for target in &targets {
+        lock_queue(t, target).await?;
+    }
+    due.sort_unstable();
+    for (target, seq) in due {
+        let gone = t
+            .query_opt(
+                "DELETE FROM items WHERE target = $1 AND seq = $2 AND expires_at_ms <= $3 \
+                 RETURNING kind, item_id, sender, account, bytes, accepted_at_ms, expires_at_ms",
+                &[&target.as_slice(), &seq, &i(a.now_ms)],
+            )
+            .await?;
+        let Some(r) = gone else { continue };
+        let sender = key32(r.get::<_, &[u8]>(2), "item sender")?;
+        let account: Option<String> = r.get(3);
+        let bytes: i64 = r.get(4);
+        add_queue_usage(t, &target, -1, -bytes).await?;
+        add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
+        report.expired += 1;
+        let expired = ExpiredItem {
+            target,
+            seq: u(seq),
+            kind: kind_of(r.get(0))?,
+            item_id: r.get(1),
+            sender,
+            accepted_at_ms: u(r.get(5)),
+            expires_at_ms: u(r.get(6)),
+        };
+        if notify(t, &expired, notice, a.quotas, a.retention_ms, a.now_ms).await? {
+            report.notices += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Queue the notice for an item that left its queue undelivered; true when a new one was
+/// queued. Only to the sender, and as any insert (not enrolled, full or told already: none).
+pub(crate) async fn notify(
+    t: &Transaction<'_>,
+    gone: &ExpiredItem,
+    notice: &SharedNotice,
+    quotas: Quotas,
+    retention_ms: u64,
+    now_ms: u64,
+) -> OpResult<bool> {
+    let item = {
+        let f = notice.lock().unwrap_or_else(|p| p.into_inner());
+        (*f)(gone, now_ms)
+    };
+    let Some(item) = item else { return Ok(false) };
+    if item.targets.is_empty() || item.targets.iter().any(|x| x.target != gone.sender) {
+        return Ok(false);
+    }
+    let req = InsertRequest {
+        item,
+        quotas,
+        retention_ms,
+    };
+    Ok(match insert_one(t, &req, now_ms).await? {
+        InsertOutcome::Stored { targets, .. } => targets.iter().any(|x| !x.duplicate),
+        _ => false,
+    })
+}
+
+async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
+    // IMPORTANT: never the dedup row of a queued item (a retry would be delivered again).
+    let rows = t
+        .query(
+            "SELECT d.target, d.sender, d.item_id FROM dedup d \
+             WHERE d.accepted_at_ms < $1 AND NOT EXISTS \
+                 (SELECT 1 FROM items it WHERE it.target = d.target AND it.seq = d.seq) \
+             ORDER BY d.accepted_at_ms LIMIT $2 FOR UPDATE OF d SKIP LOCKED",
+            &[&i(a.dedup_horizon_ms), &(a.max + 1)],
+        )
+        .await?;
+    report.more |= i64::try_from(rows.len()).unwrap_or(i64::MAX) > a.max;
+    for r in rows.iter().take(usize::try_from(a.max).unwrap_or(usize::MAX)) {
+        let (target, sender, item_id): (&[u8], &[u8], &str) = (r.get(0), r.get(1), r.get(2));
+        report.dedup_pruned += t
+            .execute(
+                "DELETE FROM dedup WHERE target = $1 AND sender = $2 AND item_id = $3",
+                &[&target, &sender, &item_id],
+            )
+            .await?;
+    }
+    Ok(())
+}
