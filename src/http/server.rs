@@ -46,6 +46,15 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     crate::private::restrict_umask();
     let dir = config.store_dir.clone();
+    if config.store.dir().is_none() && !dir.exists() {
+        // A database store: `--store-dir` still holds the admin socket and relay.key.
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
     if dir.exists() {
         require_private(&dir, Kind::Dir, "store directory")?;
     }
