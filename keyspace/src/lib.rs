@@ -60,7 +60,6 @@ mod writer;
 pub use backup::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
-pub use ops::oplog::{canonical as log_entry_canonical, chain_hash as log_chain_hash};
 pub use relay_store::*;
 pub use store::Store;
 

@@ -32,49 +32,6 @@ fn hex(k: &Key32) -> String {
     k.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn b64_to_hex(s: &str) -> String {
-    use base64::Engine as _;
-    let b = base64::engine::general_purpose::STANDARD.decode(s).unwrap();
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// (sender, target) pairs, in hex.
-type Pairs = BTreeSet<(String, String)>;
-
-/// (sender, target) pairs as the stored lists name them, and as `sender_index` holds them,
-/// from one dump.
-fn named_and_indexed(store: &Store) -> (Pairs, Pairs) {
-    let mut named = BTreeSet::new();
-    let mut indexed = BTreeSet::new();
-    for r in dump(store) {
-        match r["partition"].as_str().unwrap() {
-            "sender_lists" => {
-                let target = r["key"]["host_pubkey"].as_str().unwrap().to_string();
-                for s in r["value"]["senders"].as_array().unwrap() {
-                    named.insert((b64_to_hex(s.as_str().unwrap()), target.clone()));
-                }
-            }
-            "sender_index" => {
-                let k = &r["key"];
-                assert!(r["value"].is_null());
-                indexed.insert((
-                    k["sender"].as_str().unwrap().to_string(),
-                    k["target"].as_str().unwrap().to_string(),
-                ));
-            }
-            _ => {}
-        }
-    }
-    (named, indexed)
-}
-
-/// The index holds exactly one row per (sender named, target); returns how many.
-fn assert_index_exact(store: &Store) -> usize {
-    let (named, indexed) = named_and_indexed(store);
-    assert_eq!(indexed, named, "sender_index differs from the stored lists");
-    indexed.len()
-}
-
 #[test]
 fn every_list_write_keeps_the_sender_index_exact() {
     let dir = tempfile::tempdir().unwrap();

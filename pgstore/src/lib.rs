@@ -16,6 +16,7 @@
 mod backend;
 pub mod cluster;
 mod db;
+mod invariants;
 mod ops;
 mod schema;
 mod store;

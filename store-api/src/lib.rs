@@ -25,11 +25,14 @@
 mod commit_stats;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod fingerprint;
+pub mod log;
 mod types;
 
 use std::io::Write;
 
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
+pub use fingerprint::fingerprint;
 pub use types::*;
 
 /// Every operation the relay, the admin socket and relay-tool perform on their state.

@@ -15,7 +15,6 @@
 use std::ops::Bound;
 
 use fjall::Readable;
-use sha2::{Digest, Sha256};
 
 use crate::api::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Pending, Result};
 use crate::codec::{self, meta_key, StoredOp};
@@ -43,32 +42,7 @@ impl LogStage for Tx<'_> {
     }
 }
 
-/// The canonical bytes of an entry (what its hash covers besides the previous hash).
-pub fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u8> {
-    let mut b = Vec::with_capacity(24 + kind.len() + detail.len());
-    b.extend_from_slice(&seq.to_be_bytes());
-    b.extend_from_slice(&at_ms.to_be_bytes());
-    for s in [kind, detail] {
-        // Kinds and details are short texts we write; a length over u32 cannot occur.
-        b.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_be_bytes());
-        b.extend_from_slice(s.as_bytes());
-    }
-    b
-}
-
-/// `SHA-256(prev ++ canonical(entry))`.
-pub fn chain_hash(
-    prev: &[u8; 32],
-    seq: u64,
-    at_ms: u64,
-    kind: &str,
-    detail: &str,
-) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(prev);
-    h.update(canonical(seq, at_ms, kind, detail));
-    h.finalize().into()
-}
+pub(crate) use relay_store::log::chain_hash;
 
 /// Append an entry inside the current operation (dropping entries beyond the store's bounds).
 pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {

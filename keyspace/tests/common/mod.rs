@@ -1,14 +1,15 @@
-//! Shared test helpers: a controllable clock, keys, enrolment and insert builders, and a full
-//! recount of usage and dedup invariants from a dump.
+//! Shared test helpers: the conformance suite's builders (`relay_store::conformance::support`),
+//! opening a fjall store, a full recount of usage, dedup and sender-index invariants from a
+//! dump, and the fjall [`FjallBackend`] the conformance suite runs on.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub use relay_keyspace::conformance::support::*;
+use relay_keyspace::conformance::Backend;
 use relay_keyspace::*;
-use sha2::Digest;
 
 /// Names the store a migration child process opens (see [`open_child`]).
 const OPEN_CHILD_ENV: &str = "RELAY_KEYSPACE_OPEN_CHILD_DIR";
@@ -49,28 +50,6 @@ pub fn open_aborted_at(child: &str, dir: &Path, failpoint: &str) {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("MIGRATED"));
 }
 
-/// A clock tests move by hand.
-#[derive(Debug)]
-pub struct TestClock(pub AtomicU64);
-
-impl Clock for TestClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-impl TestClock {
-    pub fn new(ms: u64) -> Arc<TestClock> {
-        Arc::new(TestClock(AtomicU64::new(ms)))
-    }
-    pub fn set(&self, ms: u64) {
-        self.0.store(ms, Ordering::SeqCst);
-    }
-    pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
 pub fn open_with(dir: &Path, clock: Arc<TestClock>) -> Store {
     Store::open(
         dir,
@@ -83,117 +62,8 @@ pub fn open_with(dir: &Path, clock: Arc<TestClock>) -> Store {
     .expect("open store")
 }
 
-pub fn key(n: u64) -> Key32 {
-    let mut k = [0u8; 32];
-    k[..8].copy_from_slice(&n.to_be_bytes());
-    k[31] = 0xAB;
-    k
-}
-
-pub fn enrol_req(pk: Key32, name: &str, account: Option<&str>, rank: u8) -> EnrolRequest {
-    EnrolRequest {
-        host_pubkey: pk,
-        host_name: name.into(),
-        owner_fp: "owner".into(),
-        account: account.map(str::to_string),
-        authorized_by: if rank > 0 {
-            "token".into()
-        } else {
-            "host-key".into()
-        },
-        authority_rank: rank,
-        max_live: 1_000_000,
-    }
-}
-
-pub fn enrol(store: &Store, pk: Key32, name: &str) {
-    let out = store
-        .enrol(enrol_req(pk, name, None, 0))
-        .wait()
-        .expect("enrol");
-    assert!(
-        matches!(out, EnrolOutcome::Enrolled | EnrolOutcome::AlreadyEnrolled),
-        "{out:?}"
-    );
-}
-
-pub fn big_quotas() -> Quotas {
-    Quotas {
-        max_queue_items: u64::MAX,
-        max_queue_bytes: u64::MAX,
-        max_sender_items: u64::MAX,
-        max_sender_bytes: u64::MAX,
-        max_account_items: u64::MAX,
-        max_account_bytes: u64::MAX,
-    }
-}
-
-pub fn hash(b: &[u8]) -> [u8; 32] {
-    sha2::Sha256::digest(b).into()
-}
-
-pub fn item(sender: Key32, id: &str, targets: &[(Key32, &[u8])]) -> NewItem {
-    NewItem {
-        kind: ItemKind::Envelope,
-        item_id: id.into(),
-        sender,
-        targets: targets
-            .iter()
-            .map(|(t, w)| NewTarget {
-                target: *t,
-                wire: w.to_vec(),
-                wire_hash: hash(w),
-            })
-            .collect(),
-    }
-}
-
-/// A notice builder for sweeps and purges: one notice per expired envelope, to its sender, with
-/// item id `expired:<item_id>:<first byte of the target>` (receipts and notices go silently).
-pub fn notice_fn(relay: Key32) -> NoticeFn {
-    Box::new(move |x: &ExpiredItem, now| {
-        if x.kind != ItemKind::Envelope {
-            return None;
-        }
-        let id = format!("expired:{}:{}", x.item_id, x.target[0]);
-        let wire = format!("notice {id} {now}").into_bytes();
-        Some(NewItem {
-            kind: ItemKind::Expired,
-            item_id: id,
-            sender: relay,
-            targets: vec![NewTarget {
-                target: x.sender,
-                wire_hash: hash(&wire),
-                wire,
-            }],
-        })
-    })
-}
-
-pub fn req(item: NewItem, quotas: Quotas) -> InsertRequest {
-    InsertRequest {
-        item,
-        quotas,
-        retention_ms: 14 * 24 * 3600 * 1000,
-    }
-}
-
-pub fn insert(store: &Store, sender: Key32, id: &str, targets: &[(Key32, &[u8])]) -> InsertOutcome {
-    store
-        .insert(req(item(sender, id, targets), big_quotas()))
-        .wait()
-        .expect("insert")
-}
-
-pub fn stored_seqs(out: &InsertOutcome) -> Vec<TargetSeq> {
-    match out {
-        InsertOutcome::Stored { targets, .. } => targets.clone(),
-        other => panic!("expected Stored, got {other:?}"),
-    }
-}
-
 /// Every record of the store, by partition, from a dump.
-pub fn dump(store: &Store) -> Vec<serde_json::Value> {
+pub fn dump(store: &dyn RelayStore) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     store.dump(&mut out, &DumpOptions::default()).expect("dump");
     String::from_utf8(out)
@@ -204,7 +74,7 @@ pub fn dump(store: &Store) -> Vec<serde_json::Value> {
 }
 
 /// The rows of one partition in a dump, as (key, value) JSON.
-pub fn rows_of(store: &Store, part: &str) -> Vec<(serde_json::Value, serde_json::Value)> {
+pub fn rows_of(store: &dyn RelayStore, part: &str) -> Vec<(serde_json::Value, serde_json::Value)> {
     dump(store)
         .into_iter()
         .filter(|r| r["partition"] == part)
@@ -215,7 +85,7 @@ pub fn rows_of(store: &Store, part: &str) -> Vec<(serde_json::Value, serde_json:
 /// Recount usage from the items and check it equals the stored counters exactly; check every
 /// queued item has its dedup row (same seq and hash) and its expiry row. Returns the number of
 /// queued items.
-pub fn check_invariants(store: &Store) -> u64 {
+pub fn check_invariants(store: &dyn RelayStore) -> u64 {
     let rows = dump(store);
     let mut want: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut have: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -303,4 +173,72 @@ fn hex_of_b64(s: &str) -> String {
     use base64::Engine as _;
     let b = base64::engine::general_purpose::STANDARD.decode(s).unwrap();
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// (sender, target) pairs as hex strings, from a dump.
+pub type Pairs = BTreeSet<(String, String)>;
+
+/// The (sender, target) pairs the stored lists name, and those the sender index holds.
+pub fn named_and_indexed(store: &dyn RelayStore) -> (Pairs, Pairs) {
+    let mut named = BTreeSet::new();
+    let mut indexed = BTreeSet::new();
+    for r in dump(store) {
+        match r["partition"].as_str().unwrap() {
+            "sender_lists" => {
+                let target = r["key"]["host_pubkey"].as_str().unwrap().to_string();
+                for s in r["value"]["senders"].as_array().unwrap() {
+                    named.insert((hex_of_b64(s.as_str().unwrap()), target.clone()));
+                }
+            }
+            "sender_index" => {
+                let k = &r["key"];
+                assert!(r["value"].is_null());
+                indexed.insert((
+                    k["sender"].as_str().unwrap().to_string(),
+                    k["target"].as_str().unwrap().to_string(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    (named, indexed)
+}
+
+/// The index holds exactly one row per (sender named, target); returns how many.
+pub fn assert_index_exact(store: &dyn RelayStore) -> usize {
+    let (named, indexed) = named_and_indexed(store);
+    assert_eq!(indexed, named, "sender_index differs from the stored lists");
+    indexed.len()
+}
+
+/// A fjall store in a temporary directory, for the conformance suite.
+pub struct FjallBackend {
+    dir: tempfile::TempDir,
+}
+
+impl FjallBackend {
+    pub fn new() -> FjallBackend {
+        FjallBackend {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+impl Backend for FjallBackend {
+    fn open(&self, clock: Arc<dyn Clock>) -> SharedStore {
+        let opts = OpenOptions {
+            clock,
+            ..OpenOptions::default()
+        };
+        Arc::new(Store::open(self.dir.path(), opts).expect("open store"))
+    }
+    fn schema_version(&self) -> u32 {
+        SCHEMA_VERSION
+    }
+    /// Usage counters, dedup and expiry rows against a recount; the sender index against
+    /// the lists.
+    fn check_invariants(&self, store: &dyn RelayStore) {
+        check_invariants(store);
+        assert_index_exact(store);
+    }
 }

@@ -5,7 +5,7 @@
 
 use deadpool_postgres::Transaction;
 use relay_store::{EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
-use relay_keyspace::fingerprint;
+use relay_store::fingerprint;
 use tokio_postgres::Row;
 
 use crate::db::{db_err, i, key32, u, OpResult};

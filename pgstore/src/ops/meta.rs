@@ -1,7 +1,7 @@
 //! Meta: reading it, pinning the relay key, epoch rotation (the database's epoch, shared by
 //! every relay process on it), heartbeat.
 
-use relay_keyspace::{fingerprint, Key32, Meta, Result, StoreError};
+use relay_store::{fingerprint, Key32, Meta, Result, StoreError};
 
 use crate::db::{db_err, i, key32, u};
 use crate::ops::{oplog, Answer};

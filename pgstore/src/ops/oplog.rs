@@ -1,9 +1,9 @@
 //! The relay log on PostgreSQL: the same hash chain as the keyspace's (its canonical entry
-//! bytes and hash are `relay_keyspace::log_chain_hash`, shared, not copied), the head and the
+//! bytes and hash are `relay_store::log::chain_hash`, shared, not copied), the head and the
 //! checkpoint in the `meta` row, bounded by age and count like the keyspace's.
 
 use deadpool_postgres::Transaction;
-use relay_keyspace::log_chain_hash;
+use relay_store::log::chain_hash as log_chain_hash;
 use relay_store::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
 
 use crate::db::{db_err, i, key32, u, OpResult};

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
-use relay_keyspace::fingerprint;
+use relay_store::fingerprint;
 use relay_store::{
     Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeReport,
     RevokeRequest, SenderList, MAX_PURGE_ITEMS, MAX_REASON_CHARS,

@@ -1,0 +1,53 @@
+//! The backend conformance suite (`relay_store::conformance`) on PostgreSQL: every rule a
+//! `RelayStore` must obey, one test each, each on its own throwaway cluster (skipped, with a
+//! line saying so, where the PostgreSQL binaries are missing).
+
+use std::sync::Arc;
+
+use relay_pgstore::cluster::PgCluster;
+use relay_pgstore::{PgStore, PG_SCHEMA_VERSION};
+use relay_store::conformance::Backend;
+use relay_store::{Clock, OpenOptions, RelayStore, SharedStore};
+
+/// One database on its own cluster.
+struct PgBackend {
+    _cluster: PgCluster,
+    url: String,
+}
+
+impl PgBackend {
+    fn new() -> PgBackend {
+        let Some(cluster) = PgCluster::start_or_skip("conformance") else {
+            // Not a skipped assertion: without the binaries there is no backend to check, and
+            // .ci/run installs them.
+            panic!("PostgreSQL server binaries are required for the conformance suite");
+        };
+        let url = cluster.fresh_db();
+        PgBackend {
+            _cluster: cluster,
+            url,
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    fn open(&self, clock: Arc<dyn Clock>) -> SharedStore {
+        let opts = OpenOptions {
+            clock,
+            ..OpenOptions::default()
+        };
+        Arc::new(PgStore::open(&self.url, opts).expect("open the postgres store"))
+    }
+    fn schema_version(&self) -> u32 {
+        PG_SCHEMA_VERSION
+    }
+    /// Counters and indexes against a recount (one fresh handle on the same database).
+    fn check_invariants(&self, _store: &dyn RelayStore) {
+        let s = PgStore::open(&self.url, OpenOptions::default()).expect("open for the check");
+        let errors = s.bookkeeping_errors_for_tests().expect("bookkeeping check runs");
+        assert!(errors.is_empty(), "bookkeeping: {errors:?}");
+        RelayStore::close(&s).expect("close");
+    }
+}
+
+relay_store::conformance_tests!(PgBackend::new());

@@ -1,0 +1,516 @@
+//! Key rules: enrolment, rotation (rebind), an admin's revoke and purge, enc ads, sender lists.
+
+use super::support::*;
+use super::Backend;
+use crate::*;
+
+pub fn enrolment_rules(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(5));
+    let store = &*store;
+    let e = |r: EnrolRequest| store.enrol(r).wait().unwrap();
+    assert_eq!(
+        e(enrol_req(key(1), "MacBook", None, 0)),
+        EnrolOutcome::Enrolled
+    );
+    assert_eq!(
+        e(enrol_req(key(1), "MacBook", None, 0)),
+        EnrolOutcome::AlreadyEnrolled
+    );
+    // Names are labels without a proven account: two owners' macbooks coexist.
+    assert_eq!(
+        e(enrol_req(key(2), "macbook", None, 0)),
+        EnrolOutcome::Enrolled
+    );
+    let by_name = store.live_enrolments_by_name("MACBOOK", 10).unwrap();
+    assert_eq!(by_name.len(), 2);
+    assert_eq!(
+        store.live_enrolments_by_name("macbook", 1).unwrap().len(),
+        1
+    );
+    assert!(store
+        .live_enrolments_by_name("macboo", 10)
+        .unwrap()
+        .is_empty());
+    // Inside a proven account, the name is unique among live keys.
+    assert_eq!(
+        e(enrol_req(key(3), "work", Some("acct"), 2)),
+        EnrolOutcome::Enrolled
+    );
+    assert_eq!(
+        e(enrol_req(key(4), "WORK", Some("acct"), 2)),
+        EnrolOutcome::NameTaken
+    );
+    assert_eq!(
+        e(enrol_req(key(4), "work", Some("other"), 2)),
+        EnrolOutcome::Enrolled
+    );
+    // A weaker authority never overwrites the account a stronger one recorded.
+    assert_eq!(
+        e(enrol_req(key(3), "renamed", None, 0)),
+        EnrolOutcome::AlreadyEnrolled
+    );
+    let rec = store.enrolment(&key(3)).unwrap().unwrap();
+    assert_eq!(
+        (
+            rec.account.as_deref(),
+            rec.authority_rank,
+            rec.host_name.as_str()
+        ),
+        (Some("acct"), 2, "work")
+    );
+    assert_eq!(store.live_enrolment_count().unwrap(), 4);
+    // Capacity counts live enrolments.
+    let mut r = enrol_req(key(9), "x", None, 0);
+    r.max_live = 4;
+    assert_eq!(e(r.clone()), EnrolOutcome::Capacity);
+    r.max_live = 5;
+    assert_eq!(e(r), EnrolOutcome::Enrolled);
+    // A revoked key stays revoked (rotation revokes).
+    assert_eq!(
+        store.rebind(key(9), key(10)).wait().unwrap(),
+        RebindOutcome::Moved { moved: 0 }
+    );
+    assert_eq!(e(enrol_req(key(9), "x", None, 0)), EnrolOutcome::Revoked);
+    assert_eq!(
+        e(enrol_req(key(9), "x", Some("acct"), 9)),
+        EnrolOutcome::Revoked
+    );
+    assert!(store
+        .enrolment(&key(9))
+        .unwrap()
+        .unwrap()
+        .revoked_at_ms
+        .is_some());
+    assert_eq!(store.live_enrolment_count().unwrap(), 5);
+    assert_eq!(
+        store.live_enrolments_by_name("x", 10).unwrap()[0].host_pubkey,
+        key(10)
+    );
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.live_enrolments, stats.revoked_enrolments), (5, 1));
+    // Counters survive a reopen.
+    store.close().unwrap();
+    let store = backend.open(TestClock::new(6));
+    let store = &*store;
+    assert_eq!(store.live_enrolment_count().unwrap(), 5);
+}
+
+pub fn a_rotation_moves_the_queue_after_the_new_keys_items(backend: &dyn Backend) {
+    let clock = TestClock::new(1_000);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    let (s, old, new, other) = (key(1), key(2), key(3), key(4));
+    store
+        .enrol(enrol_req(old, "host", Some("acct"), 2))
+        .wait()
+        .unwrap();
+    enrol(store, new, "host-new");
+    enrol(store, other, "other");
+    for i in 0..4 {
+        insert(
+            store,
+            s,
+            &format!("o{i}"),
+            &[(old, format!("w{i}").as_bytes())],
+        );
+    }
+    store.ack(&old, 1_000).wait().unwrap(); // o0 acked: not moved
+    insert(store, s, "n0", &[(new, b"mine")]);
+    insert(store, s, "o3", &[(new, b"w3")]); // the new key has o3 already
+    store
+        .put_enc_ad(EncAd {
+            host_pubkey: old,
+            enc_pub: "e".into(),
+            sig: "s".into(),
+            at_ms: 1,
+        })
+        .wait()
+        .unwrap();
+    let list = |target, senders| SenderList {
+        target,
+        senders,
+        iat_ms: 5,
+        record: vec![],
+        sig: String::new(),
+    };
+    store.put_sender_list(list(old, vec![s])).wait().unwrap();
+    store
+        .put_sender_list(list(other, vec![old, s]))
+        .wait()
+        .unwrap();
+
+    assert_eq!(
+        store.rebind(old, new).wait().unwrap(),
+        RebindOutcome::Moved { moved: 2 }
+    );
+    let page = store.pull(&new, 0, 100, u64::MAX).unwrap();
+    let ids: Vec<_> = page.items.iter().map(|i| i.item_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec!["n0", "o3", "o1", "o2"],
+        "old queue after the new key's own items, in order"
+    );
+    assert!(page.items.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert!(store.pull(&old, 0, 100, u64::MAX).unwrap().items.is_empty());
+    // Dedup rows moved with the new seqs: a retry to the new key is a duplicate.
+    let moved_seq = page.items[2].seq;
+    assert_eq!(store.dedup(&s, "o1", &new).unwrap().unwrap().seq, moved_seq);
+    assert!(store.dedup(&s, "o1", &old).unwrap().is_none());
+    assert!(stored_seqs(&insert(store, s, "o1", &[(new, b"w1")]))[0].duplicate);
+    // Enrolment, enc ad, lists.
+    let e = store.enrolment(&new).unwrap().unwrap();
+    assert_eq!(
+        (e.host_name.as_str(), e.account.as_deref(), e.authority_rank),
+        ("host", Some("acct"), 2)
+    );
+    assert!(store
+        .enrolment(&old)
+        .unwrap()
+        .unwrap()
+        .revoked_at_ms
+        .is_some());
+    assert_eq!(store.enc_ad(&old).unwrap(), None);
+    assert_eq!(store.sender_list(&new).unwrap().unwrap().senders, vec![s]);
+    assert!(store.sender_list(&old).unwrap().is_none());
+    assert_eq!(
+        store.sender_list(&other).unwrap().unwrap().senders,
+        vec![s, new]
+    );
+    assert_eq!(store.live_enrolments_by_name("host", 10).unwrap().len(), 1);
+    assert_eq!(
+        store.usage_account("acct").unwrap().items,
+        2,
+        "moved items keep their account charge"
+    );
+    // Revoked old key: a second rotation from it is refused; rotating onto a revoked key too.
+    assert_eq!(
+        store.rebind(old, key(5)).wait().unwrap(),
+        RebindOutcome::OldNotEnrolled
+    );
+    assert_eq!(
+        store.rebind(other, old).wait().unwrap(),
+        RebindOutcome::NewRevoked
+    );
+    assert_eq!(store.ops(1).unwrap()[0].kind, "rotate-key");
+    backend.check_invariants(store);
+}
+
+const RELAY: u64 = 999;
+
+fn request(k: Key32, revoke: bool, purge: bool) -> RevokeRequest {
+    RevokeRequest {
+        key: k,
+        revoke,
+        purge,
+        quotas: big_quotas(),
+        retention_ms: 14 * 24 * 3600 * 1000,
+        admin_uid: 1234,
+        reason: "stolen\nlaptop".into(),
+    }
+}
+
+fn run(store: &dyn RelayStore, req: RevokeRequest) -> RevokeReport {
+    match store
+        .revoke_key(req, notice_fn(key(RELAY)))
+        .wait()
+        .expect("revoke")
+    {
+        RevokeOutcome::Done(r) => r,
+        other => panic!("expected Done, got {other:?}"),
+    }
+}
+
+fn list(target: Key32, senders: &[Key32], iat_ms: u64) -> SenderList {
+    SenderList {
+        target,
+        senders: senders.to_vec(),
+        iat_ms,
+        record: b"{}".to_vec(),
+        sig: "sig".into(),
+    }
+}
+
+pub fn a_revoked_key_loses_its_enc_ads_lists_and_enrolment_as_in_a_rotation(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    let (t, a, b) = (key(1), key(2), key(3));
+    for (k, n) in [(t, "t"), (a, "a"), (b, "b")] {
+        enrol(store, k, n);
+    }
+    store
+        .put_enc_ad(EncAd {
+            host_pubkey: t,
+            enc_pub: "e".into(),
+            sig: "s".into(),
+            at_ms: 1,
+        })
+        .wait()
+        .unwrap();
+    store
+        .put_enc_ad_v2(EncAdV2 {
+            host_pubkey: t,
+            record: b"{}".to_vec(),
+            sig: "s".into(),
+            at_ms: 1,
+        })
+        .wait()
+        .unwrap();
+    store.put_sender_list(list(a, &[t, b], 5)).wait().unwrap();
+    store.put_sender_list(list(b, &[t], 5)).wait().unwrap();
+    store.put_sender_list(list(t, &[a], 5)).wait().unwrap();
+
+    let r = run(store, request(t, true, false));
+    assert!(r.revoked && !r.already_revoked, "{r:?}");
+    assert_eq!(r.lists_changed, 2);
+    assert!(store.enc_ads(&t).unwrap().is_empty(), "both enc ads gone");
+    assert!(
+        store.sender_list(&t).unwrap().is_none(),
+        "its own list gone"
+    );
+    assert_eq!(store.sender_list(&a).unwrap().unwrap().senders, vec![b]);
+    assert!(store.sender_list(&b).unwrap().unwrap().senders.is_empty());
+    assert!(store
+        .enrolment(&t)
+        .unwrap()
+        .unwrap()
+        .revoked_at_ms
+        .is_some());
+    assert_eq!(store.live_enrolment_count().unwrap(), 2);
+    assert_eq!(
+        store.enrol(enrol_req(t, "t", None, 0)).wait().unwrap(),
+        EnrolOutcome::Revoked
+    );
+    // Pushes to it are refused in the commit.
+    assert!(matches!(
+        insert(store, a, "late", &[(t, b"w")]),
+        InsertOutcome::TargetNotEnrolled { .. }
+    ));
+    let op = &store.ops(1).unwrap()[0];
+    assert_eq!(op.kind, "revoke");
+    assert!(
+        op.detail.contains("revoked, 2 allowlists changed")
+            && op.detail.contains("uid 1234")
+            && op.detail.contains("reason: stolen laptop"),
+        "{}",
+        op.detail
+    );
+    // Again: nothing more to do, said so.
+    let again = run(store, request(t, true, false));
+    assert!(again.already_revoked && !again.revoked, "{again:?}");
+    assert_eq!(store.live_enrolment_count().unwrap(), 2);
+    backend.check_invariants(store);
+}
+
+pub fn a_purge_deletes_the_queue_and_tells_each_envelope_sender_once(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    let (t, a, b) = (key(1), key(2), key(3));
+    for (k, n) in [(t, "t"), (a, "a"), (b, "b")] {
+        enrol(store, k, n);
+    }
+    insert(store, a, "a1", &[(t, b"one"), (b, b"one")]);
+    insert(store, b, "b1", &[(t, b"two!")]);
+    let receipt = NewItem {
+        kind: ItemKind::Receipt,
+        ..item(a, "r1", &[(t, b"rcpt")])
+    };
+    store.insert(req(receipt, big_quotas())).wait().unwrap();
+    insert(store, t, "self", &[(t, b"me")]);
+
+    // Purge only: the key stays live; its sender gets no notice for the receipt.
+    let r = run(store, request(t, false, true));
+    assert!(!r.revoked && !r.already_revoked, "{r:?}");
+    assert_eq!((r.purged_items, r.purged_bytes), (4, 3 + 4 + 4 + 2));
+    assert_eq!(r.notices, 3, "a1, b1 and the self-sent one");
+    assert_eq!(
+        store.usage_target(&t).unwrap(),
+        Usage {
+            items: 1,
+            bytes: store.pull(&t, 0, 10, u64::MAX).unwrap().items[0].wire.len() as u64
+        }
+    );
+    let to_a = store.pull(&a, 0, 10, u64::MAX).unwrap().items;
+    assert_eq!(to_a.len(), 1);
+    assert_eq!(to_a[0].kind, ItemKind::Expired);
+    assert_eq!(to_a[0].item_id, "expired:a1:0");
+    assert_eq!(
+        store.pull(&b, 0, 10, u64::MAX).unwrap().items.len(),
+        2,
+        "a1 itself and b1's notice"
+    );
+    assert!(store
+        .enrolment(&t)
+        .unwrap()
+        .unwrap()
+        .revoked_at_ms
+        .is_none());
+    // Dedup tombstones stay: the same push again is a duplicate, not a new item.
+    let again = insert(store, a, "a1", &[(t, b"one"), (b, b"one")]);
+    assert!(stored_seqs(&again).iter().all(|s| s.duplicate), "{again:?}");
+    assert_eq!(store.ops(1).unwrap()[0].kind, "purge");
+
+    // Revoke + purge: the notice for its own mail is not queued for a revoked key.
+    let r = run(store, request(t, true, true));
+    assert!(r.revoked, "{r:?}");
+    assert_eq!((r.purged_items, r.notices), (1, 0));
+    assert_eq!(store.usage_target(&t).unwrap(), Usage::default());
+    backend.check_invariants(store);
+}
+
+pub fn revoking_an_unknown_key_is_refused_and_changes_nothing(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    enrol(store, key(1), "t");
+    let ops_before = store.ops(1000).unwrap().len();
+    let out = store
+        .revoke_key(request(key(77), true, true), notice_fn(key(RELAY)))
+        .wait()
+        .unwrap();
+    assert_eq!(out, RevokeOutcome::UnknownKey);
+    assert_eq!(store.ops(1000).unwrap().len(), ops_before);
+}
+
+pub fn a_fingerprint_prefix_finds_every_matching_enrolment(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    for n in 0..50 {
+        enrol(store, key(n), &format!("h{n}"));
+    }
+    let fp = fingerprint(&key(7));
+    let one = store.enrolments_by_fingerprint(&fp, 10).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].host_pubkey, key(7));
+    let upper = store
+        .enrolments_by_fingerprint(&fp.replace('-', "").to_uppercase()[..6], 10)
+        .unwrap();
+    assert!(upper.iter().any(|e| e.host_pubkey == key(7)));
+    // One hex digit matches about a sixteenth of the keys; the limit bounds the answer.
+    let many = store.enrolments_by_fingerprint(&fp[..1], 2).unwrap();
+    assert_eq!(many.len(), 2);
+}
+
+fn v1(pk: Key32, enc: &str) -> EncAd {
+    EncAd {
+        host_pubkey: pk,
+        enc_pub: enc.into(),
+        sig: format!("sig-{enc}"),
+        at_ms: 5,
+    }
+}
+
+fn v2(pk: Key32, record: &str, at_ms: u64) -> EncAdV2 {
+    EncAdV2 {
+        host_pubkey: pk,
+        record: record.as_bytes().to_vec(),
+        sig: format!("sig-{record}"),
+        at_ms,
+    }
+}
+
+fn put_v2(store: &dyn RelayStore, ad: EncAdV2) {
+    assert!(store.put_enc_ad_v2(ad).wait().unwrap(), "stored");
+}
+
+pub fn v1_and_v2_ads_are_independent_and_the_last_write_wins(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1));
+    let store = &*store;
+    enrol(store, key(1), "h");
+    assert!(store.enc_ads(&key(1)).unwrap().is_empty());
+    put_v2(store, v2(key(1), "{\"n\":2}", 7));
+    let ads = store.enc_ads(&key(1)).unwrap();
+    assert_eq!((ads.v1, ads.v2), (None, Some(v2(key(1), "{\"n\":2}", 7))));
+    // The v1 read path sees no v1 pair: the v2 row is not mistaken for one.
+    assert_eq!(store.enc_ad(&key(1)).unwrap(), None);
+    store.put_enc_ad(v1(key(1), "E1")).wait().unwrap();
+    // An "older" record written later replaces the stored one: the store keeps no iat order.
+    put_v2(store, v2(key(1), "{\"n\":1}", 8));
+    let ads = store.enc_ads(&key(1)).unwrap();
+    assert_eq!(ads.v1, Some(v1(key(1), "E1")));
+    assert_eq!(ads.v2, Some(v2(key(1), "{\"n\":1}", 8)));
+    store.put_enc_ad(v1(key(1), "E2")).wait().unwrap();
+    assert_eq!(
+        store.enc_ads(&key(1)).unwrap().v2,
+        Some(v2(key(1), "{\"n\":1}", 8)),
+        "a v1 publish leaves the v2 ad alone"
+    );
+    assert!(store.enc_ads(&key(2)).unwrap().is_empty());
+}
+
+pub fn a_v2_ad_of_a_key_not_live_at_commit_time_is_not_stored(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    assert!(!store.put_enc_ad_v2(v2(key(1), "{}", 1)).wait().unwrap());
+    enrol(store, key(2), "h");
+    store.rebind(key(2), key(3)).wait().unwrap(); // key(2) is revoked now
+    assert!(!store.put_enc_ad_v2(v2(key(2), "{}", 1)).wait().unwrap());
+    for k in [key(1), key(2)] {
+        assert!(store.enc_ads(&k).unwrap().is_empty());
+    }
+    assert_eq!(store.stats().unwrap().enc_ads_v2, 0);
+}
+
+pub fn a_rotation_deletes_both_ads_of_the_old_key(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    let (old, new, other) = (key(1), key(2), key(3));
+    enrol(store, old, "h");
+    enrol(store, other, "o");
+    for pk in [old, other] {
+        store.put_enc_ad(v1(pk, "E")).wait().unwrap();
+        put_v2(store, v2(pk, "{}", 1));
+    }
+    assert_eq!(
+        store.rebind(old, new).wait().unwrap(),
+        RebindOutcome::Moved { moved: 0 }
+    );
+    assert!(store.enc_ads(&old).unwrap().is_empty());
+    assert!(
+        store.enc_ads(&new).unwrap().is_empty(),
+        "nothing carried over"
+    );
+    let kept = store.enc_ads(&other).unwrap();
+    assert!(
+        kept.v1.is_some() && kept.v2.is_some(),
+        "other keys untouched"
+    );
+    let s = store.stats().unwrap();
+    assert_eq!((s.enc_ads_v1, s.enc_ads_v2), (1, 1));
+}
+
+pub fn sender_lists_only_move_forward(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1));
+    let store = &*store;
+    let ad = EncAd {
+        host_pubkey: key(1),
+        enc_pub: "E1".into(),
+        sig: "S".into(),
+        at_ms: 1,
+    };
+    store.put_enc_ad(ad.clone()).wait().unwrap();
+    assert_eq!(store.enc_ad(&key(1)).unwrap(), Some(ad));
+    assert_eq!(store.enc_ad(&key(2)).unwrap(), None);
+    let list = |iat| SenderList {
+        target: key(1),
+        senders: vec![key(3)],
+        iat_ms: iat,
+        record: b"{}".to_vec(),
+        sig: "s".into(),
+    };
+    assert_eq!(
+        store.put_sender_list(list(10)).wait().unwrap(),
+        SenderListOutcome::Stored
+    );
+    assert_eq!(
+        store.put_sender_list(list(10)).wait().unwrap(),
+        SenderListOutcome::NotNewer
+    );
+    assert_eq!(
+        store.put_sender_list(list(9)).wait().unwrap(),
+        SenderListOutcome::NotNewer
+    );
+    assert_eq!(
+        store.put_sender_list(list(11)).wait().unwrap(),
+        SenderListOutcome::Stored
+    );
+    assert_eq!(store.sender_list(&key(1)).unwrap().unwrap().iat_ms, 11);
+}

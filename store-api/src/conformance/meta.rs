@@ -1,0 +1,141 @@
+//! Meta rules: epoch, heartbeat, the pinned relay key, the relay log and its chain, leases and
+//! a shared challenge book.
+
+use super::support::*;
+use super::Backend;
+use crate::*;
+
+pub fn meta_epoch_heartbeat_and_the_pinned_relay_key(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(77));
+    let store = &*store;
+    let m = store.meta().unwrap();
+    assert_eq!(m.schema_version, backend.schema_version());
+    assert_eq!(m.created_ms, 77);
+    assert_eq!(m.epoch.len(), 36);
+    store.heartbeat(123).wait().unwrap();
+    assert_eq!(store.meta().unwrap().heartbeat_ms, Some(123));
+    let e2 = store.rotate_epoch("test").wait().unwrap();
+    assert_ne!(e2, m.epoch);
+    assert_eq!(store.meta().unwrap().epoch, e2);
+    assert_eq!(store.ops(10).unwrap()[0].kind, "epoch-rotate");
+    store.pin_relay_pubkey(key(9)).wait().unwrap();
+    store.pin_relay_pubkey(key(9)).wait().unwrap();
+    match store.pin_relay_pubkey(key(8)).wait() {
+        Err(StoreError::RelayKeyMismatch {
+            stored_fp,
+            given_fp,
+        }) => {
+            assert_eq!(stored_fp, fingerprint(&key(9)));
+            assert_eq!(given_fp.len(), 19);
+            assert_ne!(stored_fp, given_fp);
+        }
+        other => panic!("expected a key mismatch, got {other:?}"),
+    }
+    assert_eq!(store.meta().unwrap().relay_pubkey, Some(key(9)));
+    store.close().unwrap();
+    // Epoch survives a reopen.
+    let store = backend.open(TestClock::new(78));
+    let store = &*store;
+    assert_eq!(store.meta().unwrap().epoch, e2);
+}
+
+pub fn the_relay_log_lists_newest_first_and_its_chain_verifies(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1));
+    let store = &*store;
+    let pending: Vec<_> = (0..1_005)
+        .map(|i| store.log_op("test", &format!("entry {i}")))
+        .collect();
+    for p in pending {
+        p.wait().unwrap();
+    }
+    let log = store.ops(5_000).unwrap();
+    assert_eq!(
+        log.len(),
+        1_005,
+        "the log is bounded by age and a 200,000 cap, not 1,000"
+    );
+    assert_eq!(log[0].detail, "entry 1004", "newest first");
+    assert_eq!((log[0].seq, log[1_004].seq), (1_004, 0));
+    assert_eq!(store.ops(3).unwrap().len(), 3);
+    // Each entry chains to the one before: recomputed from the entries, and by the store.
+    let mut prev = [0u8; 32];
+    for e in log.iter().rev() {
+        let want = crate::log::chain_hash(&prev, e.seq, e.at_ms, &e.kind, &e.detail);
+        assert_eq!(e.hash, want, "entry {} does not chain", e.seq);
+        prev = e.hash;
+    }
+    assert_eq!(
+        store.verify_log().unwrap(),
+        LogVerdict::Intact {
+            entries: 1_005,
+            checkpoint: None
+        }
+    );
+}
+
+/// A holder renews its own lease; on a store several processes share (one with a shared
+/// challenge book) another holder is refused until the lease lapses.
+pub fn a_lease_holder_keeps_its_lease(backend: &dyn Backend) {
+    let clock = TestClock::new(1_000_000);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    assert!(store.try_lease("background", "one", 90_000).wait().unwrap());
+    assert!(store.try_lease("background", "one", 90_000).wait().unwrap());
+    if store.shared_challenges().is_some() {
+        assert!(!store.try_lease("background", "two", 90_000).wait().unwrap());
+        assert!(
+            store.try_lease("other-work", "two", 90_000).wait().unwrap(),
+            "leases are by name"
+        );
+        clock.advance(90_001);
+        assert!(
+            store.try_lease("background", "two", 90_000).wait().unwrap(),
+            "a lapsed lease goes to the next asker"
+        );
+        assert!(!store.try_lease("background", "one", 90_000).wait().unwrap());
+    }
+}
+
+/// A store's shared challenge book (when it has one) keeps one open challenge per key, caps
+/// how many are open, expires them and consumes each once. A store without one passes: the
+/// relay's in-memory book is tested with the relay.
+pub fn a_shared_challenge_book_is_bounded_expiring_and_single_use(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1));
+    let store = &*store;
+    let Some(book) = store.shared_challenges() else {
+        return;
+    };
+    let issue = |k: u64, c: &str, now: u64| {
+        book.issue(key(k), c.to_string(), now, 1_000, 2)
+            .wait()
+            .unwrap()
+    };
+    let pending = |k: u64, now: u64| book.pending(&key(k), now).wait().unwrap();
+    assert_eq!(issue(1, "a", 0), ChallengeIssue::Issued);
+    assert_eq!(issue(1, "a2", 10), ChallengeIssue::Issued);
+    assert_eq!(
+        pending(1, 20).as_deref(),
+        Some("a2"),
+        "a new challenge replaces the open one"
+    );
+    assert_eq!(pending(1, 1_010), None, "expired");
+    book.consume(&key(1), "a").wait().unwrap();
+    assert!(
+        pending(1, 20).is_some(),
+        "an old challenge does not consume the new"
+    );
+    assert_eq!(issue(2, "b", 10), ChallengeIssue::Issued);
+    assert_eq!(issue(3, "c", 10), ChallengeIssue::Full);
+    assert_eq!(
+        issue(1, "a3", 10),
+        ChallengeIssue::Issued,
+        "replacing is always allowed"
+    );
+    assert_eq!(
+        issue(3, "c", 1_011),
+        ChallengeIssue::Issued,
+        "expired ones make room"
+    );
+    book.consume(&key(3), "c").wait().unwrap();
+    assert_eq!(pending(3, 1_012), None, "single use");
+}

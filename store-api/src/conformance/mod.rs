@@ -1,0 +1,77 @@
+//! The backend conformance suite: the rules every [`RelayStore`] must obey, as functions over a
+//! [`Backend`] (a factory of one store). A backend's tests run them all with
+//! [`conformance_tests!`](crate::conformance_tests), one `#[test]` per rule, named after it:
+//!
+//! ```ignore
+//! relay_store::conformance_tests!(MyBackend::new());
+//! ```
+//!
+//! Checks panic on a broken rule (they are test code). Where a rule lives in a backend's own
+//! bookkeeping (usage counters against a recount, index rows), the backend checks it in
+//! [`Backend::check_invariants`], which the checks call after their writes.
+
+pub mod keys;
+pub mod mail;
+pub mod meta;
+pub mod support;
+
+use std::sync::Arc;
+
+use crate::{Clock, RelayStore, SharedStore};
+
+/// One store of a backend under test, fresh and empty when made.
+pub trait Backend {
+    /// Open this backend's store (the same one at every call: a reopen once the last handle
+    /// was closed), reading time from `clock`.
+    fn open(&self, clock: Arc<dyn Clock>) -> SharedStore;
+    /// The schema version a store of this backend reports in its meta.
+    fn schema_version(&self) -> u32;
+    /// Check the backend's own bookkeeping against its data (panics when they differ).
+    fn check_invariants(&self, _store: &dyn RelayStore) {}
+}
+
+/// One `#[test]` per conformance rule, each on a fresh backend from `$new`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($new:expr) => {
+        $crate::conformance_tests!(@each $new;
+            mail::insert_pull_ack_roundtrip,
+            mail::a_pull_page_always_holds_one_item_whatever_its_byte_budget,
+            mail::a_duplicate_answers_the_original_seq_and_time,
+            mail::a_conflict_stores_nothing_even_for_other_targets,
+            mail::concurrent_inserts_of_one_item_accept_it_once,
+            mail::seqs_are_floored_at_the_clock_and_never_reused_across_restarts_and_epochs,
+            mail::a_target_must_be_live_enrolled_at_commit_time,
+            mail::a_push_batch_answers_each_item_on_its_own,
+            mail::queue_caps_are_inclusive_and_duplicates_are_not_charged,
+            mail::sender_share_and_account_caps_hold_over_every_target,
+            mail::the_sweep_expires_notifies_and_prunes,
+            mail::the_sweep_sends_no_notice_past_the_senders_cap_or_twice,
+            mail::never_expiring_items_outlive_every_sweep_and_send_no_notice,
+            mail::never_expiring_items_count_against_quotas_and_leave_on_ack,
+            keys::enrolment_rules,
+            keys::a_rotation_moves_the_queue_after_the_new_keys_items,
+            keys::a_revoked_key_loses_its_enc_ads_lists_and_enrolment_as_in_a_rotation,
+            keys::a_purge_deletes_the_queue_and_tells_each_envelope_sender_once,
+            keys::revoking_an_unknown_key_is_refused_and_changes_nothing,
+            keys::a_fingerprint_prefix_finds_every_matching_enrolment,
+            keys::v1_and_v2_ads_are_independent_and_the_last_write_wins,
+            keys::a_v2_ad_of_a_key_not_live_at_commit_time_is_not_stored,
+            keys::a_rotation_deletes_both_ads_of_the_old_key,
+            keys::sender_lists_only_move_forward,
+            meta::meta_epoch_heartbeat_and_the_pinned_relay_key,
+            meta::the_relay_log_lists_newest_first_and_its_chain_verifies,
+            meta::a_lease_holder_keeps_its_lease,
+            meta::a_shared_challenge_book_is_bounded_expiring_and_single_use,
+        );
+    };
+    (@each $new:expr; $($module:ident :: $check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                let backend = $new;
+                $crate::conformance::$module::$check(&backend);
+            }
+        )*
+    };
+}
