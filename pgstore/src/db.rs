@@ -172,9 +172,15 @@ impl Db {
     }
 }
 
-/// u64 → BIGINT, saturating (seqs and times are far below 2^63; "never" saturates).
+/// u64 → BIGINT. [`NEVER_EXPIRES`](relay_store::NEVER_EXPIRES) (u64::MAX) is `i64::MAX`;
+/// every other value saturates one below it, so "never" stays beyond any finite time or seq
+/// (finite values that large are 292 million years of milliseconds: tests' far clocks only).
 pub(crate) fn i(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+    if v == u64::MAX {
+        i64::MAX
+    } else {
+        i64::try_from(v).unwrap_or(i64::MAX - 1).min(i64::MAX - 1)
+    }
 }
 
 /// BIGINT → u64 (`i64::MAX` is "never": u64::MAX again; negatives cannot be stored by us).

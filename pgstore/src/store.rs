@@ -26,6 +26,9 @@ pub(crate) struct Inner {
     pub(crate) retention: LogRetention,
     /// The database name and host for messages (never the password).
     pub(crate) label: String,
+    /// The last relay-log append submitted through this handle: appends run in the order
+    /// they were submitted, as the keyspace's single writer runs them.
+    pub(crate) log_order: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
     handle: Handle,
     rt: Mutex<Option<Runtime>>,
 }
@@ -74,6 +77,7 @@ impl PgStore {
                 clock: opts.clock,
                 retention: opts.log_retention,
                 label: label_of(url),
+                log_order: Mutex::new(None),
                 handle,
                 rt: Mutex::new(Some(rt)),
             }),

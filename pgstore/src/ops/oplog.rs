@@ -110,7 +110,18 @@ impl PgStore {
     pub fn log_op(&self, kind: &str, detail: &str) -> super::Answer<()> {
         let (kind, detail) = (kind.to_string(), detail.to_string());
         let s = self.clone();
+        let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let before = self
+            .inner
+            .log_order
+            .lock()
+            .ok()
+            .and_then(|mut last| last.replace(done_rx));
         self.spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await; // answered or dropped: either way its turn is over
+            }
+            let _done = done; // signals the next append when this one ends, however it ends
             let now = s.now_ms();
             let keep = s.inner.retention;
             s.inner
