@@ -26,8 +26,9 @@ pub struct PgCluster {
     next_db: std::sync::atomic::AtomicU32,
 }
 
-/// Where the PostgreSQL server binaries are: `$MBX_PG_BINDIR`, `pg_config --bindir`, or the
-/// Debian path of PostgreSQL 15. `None` when no `initdb` is found.
+/// Where the PostgreSQL server binaries are: `$MBX_PG_BINDIR`, `pg_config --bindir`, the
+/// Debian path of PostgreSQL 15, or any other Debian-packaged version. `None` when no `initdb`
+/// is found.
 pub fn find_bindir() -> Option<PathBuf> {
     let mut candidates = Vec::new();
     if let Some(d) = std::env::var_os("MBX_PG_BINDIR") {
@@ -41,6 +42,12 @@ pub fn find_bindir() -> Option<PathBuf> {
         }
     }
     candidates.push(PathBuf::from("/usr/lib/postgresql/15/bin"));
+    // Any other Debian-packaged version, newest first.
+    if let Ok(dirs) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut found: Vec<PathBuf> = dirs.flatten().map(|d| d.path().join("bin")).collect();
+        found.sort();
+        candidates.extend(found.into_iter().rev());
+    }
     candidates
         .into_iter()
         .find(|d| d.join("initdb").is_file() && d.join("postgres").is_file())

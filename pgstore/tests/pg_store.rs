@@ -196,3 +196,48 @@ fn leases_and_challenges_are_shared_by_processes_on_one_database() {
     cb.consume(&[1; 32], "c1").wait().unwrap();
     assert_eq!(ca.pending(&[1; 32], now).wait().unwrap(), None, "single use");
 }
+
+#[test]
+fn a_conflict_storm_on_one_target_gives_unique_seqs_and_loses_nothing() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = pg.fresh_db();
+    let s = open(&url);
+    const SENDERS: u8 = 8;
+    const EACH: usize = 40;
+    assert_eq!(s.enrol(enrol_req(200)).wait().unwrap(), EnrolOutcome::Enrolled);
+    for k in 0..SENDERS {
+        s.enrol(enrol_req(k + 1)).wait().unwrap();
+    }
+    let mut big = quotas();
+    big.max_queue_items = 1_000_000;
+    // Two handles (as two relay processes), every sender pushing to the one target at once.
+    let other = open(&url);
+    let threads: Vec<_> = (0..SENDERS)
+        .map(|k| {
+            let store = if k % 2 == 0 { Arc::clone(&s) } else { Arc::clone(&other) };
+            std::thread::spawn(move || {
+                let mut seqs = Vec::new();
+                for n in 0..EACH {
+                    let mut req = item(&format!("{k}-{n}"), k + 1, &[200], b"storm");
+                    req.quotas = big;
+                    match store.insert(req).wait().expect("insert under contention") {
+                        InsertOutcome::Stored { targets, .. } => seqs.push(targets[0].seq),
+                        other => panic!("{other:?}"),
+                    }
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut seqs: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let n = seqs.len();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), n, "a seq was handed out twice");
+    assert_eq!(n, usize::from(SENDERS) * EACH);
+    let page = s.pull(&[200; 32], 0, 10_000, u64::MAX).unwrap();
+    assert_eq!(page.items.len(), n, "every accepted item is queued");
+    assert_eq!(s.usage_target(&[200; 32]).unwrap().items, n as u64);
+}
