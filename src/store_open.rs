@@ -99,7 +99,11 @@ mod tests {
         let e = StoreSpec::parse("mysql://relay@db/relay").unwrap_err();
         assert!(e.contains("mysql://"), "{e}");
         let pg = StoreSpec::parse("postgres://relay:secret@db:5432/relay").unwrap();
-        assert_eq!(pg.to_string(), "postgres://db:5432/relay", "no credentials shown");
+        assert_eq!(
+            pg.to_string(),
+            "postgres://db:5432/relay",
+            "no credentials shown"
+        );
         assert!(StoreSpec::parse("").is_err());
     }
 }

@@ -24,7 +24,10 @@ fn two_hosts_exchange_mail_through_a_relay_on_postgres() {
     let key = SigningKey::generate();
     let relay = pg_relay(&pg.fresh_db(), &key.seed_b64());
     assert_eq!(relay.pubkey(), key.public_b64());
-    let (alice, bob) = (Host::enrolled(&relay, "alice"), Host::enrolled(&relay, "bob"));
+    let (alice, bob) = (
+        Host::enrolled(&relay, "alice"),
+        Host::enrolled(&relay, "bob"),
+    );
     let item = envelope_item(&alice, &[&bob]);
     assert_eq!(alice.push_one(&relay, &item)["status"], json!("accepted"));
     assert_eq!(
@@ -47,14 +50,20 @@ fn two_relay_processes_serve_one_database() {
     };
     let key = SigningKey::generate();
     let url = pg.fresh_db();
-    let (one, two) = (pg_relay(&url, &key.seed_b64()), pg_relay(&url, &key.seed_b64()));
+    let (one, two) = (
+        pg_relay(&url, &key.seed_b64()),
+        pg_relay(&url, &key.seed_b64()),
+    );
     assert_eq!(one.epoch(), two.epoch(), "the epoch is the database's");
 
     // A challenge issued by one process is accepted by the other.
     let alice = Host::new("alice");
     let c = alice.challenge(&one);
     assert_eq!(c.status, 200, "{}", c.text());
-    let challenge = c.json()["challenge"].as_str().expect("challenge").to_string();
+    let challenge = c.json()["challenge"]
+        .as_str()
+        .expect("challenge")
+        .to_string();
     let r = two.post_json("/v1/relay/enrol", &alice.enrol_body(&challenge, "", None));
     assert_eq!(r.status, 200, "enrol at the other process: {}", r.text());
     let bob = Host::enrolled(&two, "bob");
@@ -66,10 +75,71 @@ fn two_relay_processes_serve_one_database() {
     }
     let got = bob.pull_all(&two, 0);
     assert_eq!(got.len(), 3);
-    let seqs: Vec<u64> = got.iter().map(|i| i["seq"].as_u64().expect("seq")).collect();
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|i| i["seq"].as_u64().expect("seq"))
+        .collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     bob.ack(&two, &two.epoch(), json!(seqs[2])).ok();
-    assert!(bob.pull_all(&one, 0).is_empty(), "the ack at two is seen at one");
+    assert!(
+        bob.pull_all(&one, 0).is_empty(),
+        "the ack at two is seen at one"
+    );
     one.assert_alive();
     two.assert_alive();
+}
+
+#[test]
+fn postgres_killed_mid_load_gives_503_then_serves_again_without_a_relay_restart() {
+    let Some(mut pg) = PgCluster::start_or_skip("pg_relay") else {
+        return;
+    };
+    let key = SigningKey::generate();
+    let relay = pg_relay(&pg.fresh_db(), &key.seed_b64());
+    let (alice, bob) = (
+        Host::enrolled(&relay, "alice"),
+        Host::enrolled(&relay, "bob"),
+    );
+    let mut accepted = Vec::new();
+    for _ in 0..5 {
+        let item = envelope_item(&alice, &[&bob]);
+        assert_eq!(alice.push_one(&relay, &item)["status"], json!("accepted"));
+        accepted.push(item["item_id"].clone());
+    }
+    pg.kill9();
+    let down = alice.push(&relay, &[envelope_item(&alice, &[&bob])]);
+    assert_eq!(
+        down.status,
+        503,
+        "a push while the database is down: {}",
+        down.text()
+    );
+    pg.restart().expect("postgres restarts on its data");
+    // The pool reconnects by itself: no relay restart.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let item = envelope_item(&alice, &[&bob]);
+        let r = alice.push(&relay, std::slice::from_ref(&item));
+        if r.status == 200 {
+            assert_eq!(r.json()["results"][0]["status"], json!("accepted"));
+            accepted.push(item["item_id"].clone());
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay did not serve again"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Nothing acknowledged was lost.
+    let got: Vec<_> = bob
+        .pull_all(&relay, 0)
+        .iter()
+        .map(|i| i["item_id"].clone())
+        .collect();
+    for id in &accepted {
+        assert!(got.contains(id), "accepted item {id} lost; queued: {got:?}");
+    }
+    relay.assert_alive();
 }

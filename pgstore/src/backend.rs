@@ -8,9 +8,9 @@ use std::sync::Arc;
 use relay_store::{
     AckOutcome, BackupError, BackupSummary, ChallengeBook, CommitStats, Cursor, DedupRow,
     DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome, EnrolRequest, Enrolment, HostFilter,
-    HostRow, IdleReport, InsertOutcome, InsertRequest, Key32, LogVerdict, Meta, NoticeFn,
-    OpEntry, Page, Pending, Quotas, RebindOutcome, RelayStore, Result, RevokeOutcome,
-    RevokeRequest, SenderList, SenderListOutcome, Stats, StoreError, SweepReport, Usage,
+    HostRow, IdleReport, InsertOutcome, InsertRequest, Key32, LogVerdict, Meta, NoticeFn, OpEntry,
+    Page, Pending, Quotas, RebindOutcome, RelayStore, Result, RevokeOutcome, RevokeRequest,
+    SenderList, SenderListOutcome, Stats, StoreError, SweepReport, Usage,
 };
 
 use crate::ops::lease::PgChallenges;
@@ -18,16 +18,11 @@ use crate::store::PgStore;
 
 /// The operations this backend does not implement yet (each answers [`unimplemented`]'s
 /// error); `serve --store postgres://` names them at start.
-pub const UNIMPLEMENTED: &[&str] = &[
-    "dump",
-    "backup",
-];
+pub const UNIMPLEMENTED: &[&str] = &["dump", "backup"];
 
 /// The error of an operation this backend does not implement yet.
 pub(crate) fn unimplemented(op: &str) -> StoreError {
-    StoreError::Engine(format!(
-        "the PostgreSQL store does not implement {op} yet"
-    ))
+    StoreError::Engine(format!("the PostgreSQL store does not implement {op} yet"))
 }
 
 impl RelayStore for PgStore {
@@ -146,7 +141,15 @@ impl RelayStore for PgStore {
         max: usize,
         notice: NoticeFn,
     ) -> Pending<SweepReport> {
-        PgStore::sweep(self, now_ms, dedup_horizon_ms, quotas, retention_ms, max, notice)
+        PgStore::sweep(
+            self,
+            now_ms,
+            dedup_horizon_ms,
+            quotas,
+            retention_ms,
+            max,
+            notice,
+        )
     }
     fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
         PgStore::log_op(self, kind, detail)

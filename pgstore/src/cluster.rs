@@ -87,7 +87,10 @@ impl PgCluster {
         };
         match PgCluster::start(&bindir) {
             Ok(c) => Some(c),
-            Err(e) => panic!("starting a throwaway PostgreSQL cluster from {}: {e}", bindir.display()),
+            Err(e) => panic!(
+                "starting a throwaway PostgreSQL cluster from {}: {e}",
+                bindir.display()
+            ),
         }
     }
 
@@ -225,7 +228,14 @@ impl PgCluster {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!("relay{n}");
         let out = Command::new(self.bindir.join("createdb"))
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
             .arg(&name)
             .output()
             .unwrap_or_else(|e| panic!("running createdb: {e}"));

@@ -18,11 +18,7 @@ const MAX_ATTEMPTS: u32 = 8;
 /// Map a client error to a store error (the text names the server's reason; no row data).
 pub(crate) fn db_err(e: tokio_postgres::Error) -> StoreError {
     match e.as_db_error() {
-        Some(d) => StoreError::Engine(format!(
-            "postgres: {} ({})",
-            d.message(),
-            d.code().code()
-        )),
+        Some(d) => StoreError::Engine(format!("postgres: {} ({})", d.message(), d.code().code())),
         None => StoreError::Engine(format!("postgres: {e}")),
     }
 }
@@ -36,8 +32,9 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
 
 /// Whether a failed transaction may simply run again.
 fn retryable(e: &tokio_postgres::Error) -> bool {
-    e.code()
-        .is_some_and(|c| *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED)
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
 }
 
 /// An error inside an operation: a database error (maybe retryable) or a store error.
@@ -62,8 +59,7 @@ impl From<StoreError> for OpError {
 pub(crate) type OpResult<T> = std::result::Result<T, OpError>;
 
 /// A boxed operation body run inside one transaction.
-pub(crate) type Body<'a, T> =
-    Pin<Box<dyn Future<Output = OpResult<T>> + Send + 'a>>;
+pub(crate) type Body<'a, T> = Pin<Box<dyn Future<Output = OpResult<T>> + Send + 'a>>;
 
 /// The pool, and the url's database for messages (never the password).
 #[derive(Clone)]
@@ -150,10 +146,8 @@ impl Db {
             match res {
                 Ok(v) => return Ok(v),
                 Err(OpError::Db(e)) if retryable(&e) && attempt < MAX_ATTEMPTS => {
-                    tokio::time::sleep(std::time::Duration::from_millis(
-                        u64::from(attempt) * 2,
-                    ))
-                    .await;
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt) * 2))
+                        .await;
                 }
                 Err(OpError::Db(e)) => return Err(db_err(e)),
                 Err(OpError::Store(e)) => return Err(e),

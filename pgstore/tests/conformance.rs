@@ -44,7 +44,9 @@ impl Backend for PgBackend {
     /// Counters and indexes against a recount (one fresh handle on the same database).
     fn check_invariants(&self, _store: &dyn RelayStore) {
         let s = PgStore::open(&self.url, OpenOptions::default()).expect("open for the check");
-        let errors = s.bookkeeping_errors_for_tests().expect("bookkeeping check runs");
+        let errors = s
+            .bookkeeping_errors_for_tests()
+            .expect("bookkeeping check runs");
         assert!(errors.is_empty(), "bookkeeping: {errors:?}");
         RelayStore::close(&s).expect("close");
     }

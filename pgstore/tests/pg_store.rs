@@ -6,8 +6,8 @@ use std::sync::Arc;
 use relay_pgstore::cluster::PgCluster;
 use relay_pgstore::PgStore;
 use relay_store::{
-    AckOutcome, ChallengeIssue, EnrolOutcome, EnrolRequest, InsertOutcome, InsertRequest,
-    ItemKind, LogVerdict, NewItem, NewTarget, OpenOptions, Quotas, RelayStore,
+    AckOutcome, ChallengeIssue, EnrolOutcome, EnrolRequest, InsertOutcome, InsertRequest, ItemKind,
+    LogVerdict, NewItem, NewTarget, OpenOptions, Quotas, RelayStore,
 };
 use sha2::{Digest, Sha256};
 
@@ -82,12 +82,21 @@ fn mail_rules_hold_on_postgres() {
     assert_eq!(open(&url).meta().unwrap().epoch, epoch);
 
     s.pin_relay_pubkey([9; 32]).wait().unwrap();
-    assert!(s.pin_relay_pubkey([8; 32]).wait().is_err(), "another relay key is refused");
+    assert!(
+        s.pin_relay_pubkey([8; 32]).wait().is_err(),
+        "another relay key is refused"
+    );
 
     for k in [1, 2, 3] {
-        assert_eq!(s.enrol(enrol_req(k)).wait().unwrap(), EnrolOutcome::Enrolled);
+        assert_eq!(
+            s.enrol(enrol_req(k)).wait().unwrap(),
+            EnrolOutcome::Enrolled
+        );
     }
-    assert_eq!(s.enrol(enrol_req(1)).wait().unwrap(), EnrolOutcome::AlreadyEnrolled);
+    assert_eq!(
+        s.enrol(enrol_req(1)).wait().unwrap(),
+        EnrolOutcome::AlreadyEnrolled
+    );
     assert_eq!(s.live_enrolment_count().unwrap(), 3);
 
     // Fan-out to two targets: both seqs >= now, the same item again is a duplicate.
@@ -122,7 +131,11 @@ fn mail_rules_hold_on_postgres() {
         .unwrap();
     assert!(matches!(outs[0], InsertOutcome::Stored { .. }));
     assert!(matches!(outs[1], InsertOutcome::Stored { .. }));
-    assert!(matches!(outs[2], InsertOutcome::Quota { .. }), "{:?}", outs[2]);
+    assert!(
+        matches!(outs[2], InsertOutcome::Quota { .. }),
+        "{:?}",
+        outs[2]
+    );
 
     let page = s.pull(&[2; 32], 0, 10, 1 << 20).unwrap();
     assert_eq!(page.items.len(), 3);
@@ -131,7 +144,11 @@ fn mail_rules_hold_on_postgres() {
     let head = page.head_seq;
     assert_eq!(page.items[2].seq, head);
     let small = s.pull(&[2; 32], 0, 2, 1).unwrap();
-    assert_eq!(small.items.len(), 1, "at least one item, then the byte bound");
+    assert_eq!(
+        small.items.len(),
+        1,
+        "at least one item, then the byte bound"
+    );
     assert!(small.more);
 
     assert_eq!(
@@ -172,29 +189,56 @@ fn leases_and_challenges_are_shared_by_processes_on_one_database() {
     let url = pg.fresh_db();
     let (a, b) = (open(&url), open(&url));
     assert!(a.try_lease("sweep", "a", 60_000).wait().unwrap());
-    assert!(!b.try_lease("sweep", "b", 60_000).wait().unwrap(), "held by a");
-    assert!(a.try_lease("sweep", "a", 60_000).wait().unwrap(), "a renews");
+    assert!(
+        !b.try_lease("sweep", "b", 60_000).wait().unwrap(),
+        "held by a"
+    );
+    assert!(
+        a.try_lease("sweep", "a", 60_000).wait().unwrap(),
+        "a renews"
+    );
     assert!(a.try_lease("sweep", "a", 0).wait().unwrap());
     std::thread::sleep(std::time::Duration::from_millis(5));
-    assert!(b.try_lease("sweep", "b", 60_000).wait().unwrap(), "expired: b takes it");
+    assert!(
+        b.try_lease("sweep", "b", 60_000).wait().unwrap(),
+        "expired: b takes it"
+    );
 
-    let (ca, cb) = (a.shared_challenges().unwrap(), b.shared_challenges().unwrap());
+    let (ca, cb) = (
+        a.shared_challenges().unwrap(),
+        b.shared_challenges().unwrap(),
+    );
     let now = 1_000;
     assert_eq!(
-        ca.issue([1; 32], "c1".into(), now, 5_000, 1).wait().unwrap(),
+        ca.issue([1; 32], "c1".into(), now, 5_000, 1)
+            .wait()
+            .unwrap(),
         ChallengeIssue::Issued
     );
     assert_eq!(
-        cb.issue([2; 32], "c2".into(), now, 5_000, 1).wait().unwrap(),
+        cb.issue([2; 32], "c2".into(), now, 5_000, 1)
+            .wait()
+            .unwrap(),
         ChallengeIssue::Full,
         "the cap counts the other process's challenges"
     );
-    assert_eq!(cb.pending(&[1; 32], now).wait().unwrap().as_deref(), Some("c1"));
-    assert_eq!(cb.pending(&[1; 32], now + 5_000).wait().unwrap(), None, "expired");
+    assert_eq!(
+        cb.pending(&[1; 32], now).wait().unwrap().as_deref(),
+        Some("c1")
+    );
+    assert_eq!(
+        cb.pending(&[1; 32], now + 5_000).wait().unwrap(),
+        None,
+        "expired"
+    );
     cb.consume(&[1; 32], "wrong").wait().unwrap();
     assert!(ca.pending(&[1; 32], now).wait().unwrap().is_some());
     cb.consume(&[1; 32], "c1").wait().unwrap();
-    assert_eq!(ca.pending(&[1; 32], now).wait().unwrap(), None, "single use");
+    assert_eq!(
+        ca.pending(&[1; 32], now).wait().unwrap(),
+        None,
+        "single use"
+    );
 }
 
 #[test]
@@ -206,7 +250,10 @@ fn a_conflict_storm_on_one_target_gives_unique_seqs_and_loses_nothing() {
     let s = open(&url);
     const SENDERS: u8 = 8;
     const EACH: usize = 40;
-    assert_eq!(s.enrol(enrol_req(200)).wait().unwrap(), EnrolOutcome::Enrolled);
+    assert_eq!(
+        s.enrol(enrol_req(200)).wait().unwrap(),
+        EnrolOutcome::Enrolled
+    );
     for k in 0..SENDERS {
         s.enrol(enrol_req(k + 1)).wait().unwrap();
     }
@@ -216,7 +263,11 @@ fn a_conflict_storm_on_one_target_gives_unique_seqs_and_loses_nothing() {
     let other = open(&url);
     let threads: Vec<_> = (0..SENDERS)
         .map(|k| {
-            let store = if k % 2 == 0 { Arc::clone(&s) } else { Arc::clone(&other) };
+            let store = if k % 2 == 0 {
+                Arc::clone(&s)
+            } else {
+                Arc::clone(&other)
+            };
             std::thread::spawn(move || {
                 let mut seqs = Vec::new();
                 for n in 0..EACH {
@@ -231,7 +282,10 @@ fn a_conflict_storm_on_one_target_gives_unique_seqs_and_loses_nothing() {
             })
         })
         .collect();
-    let mut seqs: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let mut seqs: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
     let n = seqs.len();
     seqs.sort_unstable();
     seqs.dedup();

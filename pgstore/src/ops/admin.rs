@@ -50,7 +50,9 @@ async fn expire_idle(
         if e.revoked_at_ms.is_some() {
             continue;
         }
-        let day = r.get::<_, Option<i32>>(8).map(|d| u32::try_from(d).unwrap_or(0));
+        let day = r
+            .get::<_, Option<i32>>(8)
+            .map(|d| u32::try_from(d).unwrap_or(0));
         if now_ms.saturating_sub(last_seen_ms(e.enrolled_at_ms, day)) < idle_ms {
             continue;
         }

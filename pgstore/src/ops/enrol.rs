@@ -4,8 +4,8 @@
 //! (its live counter and the relay log), so the cap and the name rule hold across processes.
 
 use deadpool_postgres::Transaction;
-use relay_store::{EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use relay_store::fingerprint;
+use relay_store::{EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use tokio_postgres::Row;
 
 use crate::db::{db_err, i, key32, u, OpResult};
@@ -96,7 +96,11 @@ async fn name_taken(t: &Transaction<'_>, e: &Enrolment) -> OpResult<bool> {
         .query_opt(
             "SELECT 1 FROM enrolments WHERE name_folded = $1 AND revoked_at_ms IS NULL \
              AND account = $2 AND host_pubkey <> $3 LIMIT 1",
-            &[&e.host_name.to_lowercase(), account, &e.host_pubkey.as_slice()],
+            &[
+                &e.host_name.to_lowercase(),
+                account,
+                &e.host_pubkey.as_slice(),
+            ],
         )
         .await?;
     Ok(row.is_some())
@@ -109,7 +113,10 @@ async fn enrol(
     keep: relay_store::LogRetention,
 ) -> OpResult<EnrolOutcome> {
     let live_count: i64 = t
-        .query_one("SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE", &[])
+        .query_one(
+            "SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE",
+            &[],
+        )
         .await?
         .get(0);
     let pk = req.host_pubkey;
@@ -179,11 +186,27 @@ fn changes(old: &Enrolment, new: &Enrolment) -> String {
     let mut out = fingerprint(&new.host_pubkey);
     let account = |e: &Enrolment| e.account.clone().unwrap_or_else(|| "-".into());
     for (name, a, b) in [
-        ("name", format!("{:?}", old.host_name), format!("{:?}", new.host_name)),
-        ("owner", format!("{:?}", old.owner_fp), format!("{:?}", new.owner_fp)),
+        (
+            "name",
+            format!("{:?}", old.host_name),
+            format!("{:?}", new.host_name),
+        ),
+        (
+            "owner",
+            format!("{:?}", old.owner_fp),
+            format!("{:?}", new.owner_fp),
+        ),
         ("account", account(old), account(new)),
-        ("authority", old.authorized_by.clone(), new.authorized_by.clone()),
-        ("rank", old.authority_rank.to_string(), new.authority_rank.to_string()),
+        (
+            "authority",
+            old.authorized_by.clone(),
+            new.authorized_by.clone(),
+        ),
+        (
+            "rank",
+            old.authority_rank.to_string(),
+            new.authority_rank.to_string(),
+        ),
     ] {
         if a != b {
             out.push_str(&format!(" {name} {a} -> {b}"));
@@ -291,7 +314,10 @@ impl PgStore {
             let mut out = Vec::new();
             for r in &rows {
                 let e = from_row(r)?;
-                if fingerprint(&e.host_pubkey).replace('-', "").starts_with(&want) {
+                if fingerprint(&e.host_pubkey)
+                    .replace('-', "")
+                    .starts_with(&want)
+                {
                     out.push(e);
                     if out.len() >= limit {
                         break;

@@ -110,7 +110,12 @@ impl PgStore {
                             "INSERT INTO enc_ads (host_pubkey, enc_pub, sig, at_ms) \
                              VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
                              SET enc_pub = $2, sig = $3, at_ms = $4",
-                            &[&ad.host_pubkey.as_slice(), &ad.enc_pub, &ad.sig, &i(ad.at_ms)],
+                            &[
+                                &ad.host_pubkey.as_slice(),
+                                &ad.enc_pub,
+                                &ad.sig,
+                                &i(ad.at_ms),
+                            ],
                         )
                         .await?;
                         Ok(())
@@ -137,7 +142,12 @@ impl PgStore {
                             "INSERT INTO enc_ads_v2 (host_pubkey, record, sig, at_ms) \
                              VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
                              SET record = $2, sig = $3, at_ms = $4",
-                            &[&ad.host_pubkey.as_slice(), &ad.record, &ad.sig, &i(ad.at_ms)],
+                            &[
+                                &ad.host_pubkey.as_slice(),
+                                &ad.record,
+                                &ad.sig,
+                                &i(ad.at_ms),
+                            ],
                         )
                         .await?;
                         Ok(true)

@@ -197,7 +197,10 @@ impl PgStore {
             let next = u(m.get(0));
             let head = hash32(m.get(1), "meta ops_head")?;
             let rows = t
-                .query("SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq", &[])
+                .query(
+                    "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq",
+                    &[],
+                )
                 .await
                 .map_err(db_err)?;
             Ok(check_chain(checkpoint, next, head, &rows))

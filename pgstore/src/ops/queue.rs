@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use relay_store::{
-    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, QuotaKind,
-    QueuedItem, Result, StoreError, TargetSeq, Usage, NEVER_EXPIRES,
+    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, QueuedItem,
+    QuotaKind, Result, StoreError, TargetSeq, Usage, NEVER_EXPIRES,
 };
 
 use crate::db::{db_err, i, key32, u, OpResult};
@@ -135,11 +135,17 @@ fn expiry(now: u64, retention_ms: u64) -> u64 {
     }
 }
 
-async fn usage_of(t: &Transaction<'_>, sql: &str, p: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> OpResult<Usage> {
-    Ok(t.query_opt(sql, p).await?.map_or(Usage::default(), |r| Usage {
-        items: u(r.get(0)),
-        bytes: u(r.get(1)),
-    }))
+async fn usage_of(
+    t: &Transaction<'_>,
+    sql: &str,
+    p: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> OpResult<Usage> {
+    Ok(t.query_opt(sql, p)
+        .await?
+        .map_or(Usage::default(), |r| Usage {
+            items: u(r.get(0)),
+            bytes: u(r.get(1)),
+        }))
 }
 
 /// The first quota one more item of `bytes` would exceed (inclusive caps), in the keyspace's
@@ -237,7 +243,11 @@ async fn insert_inner(
             .query_opt(
                 "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
                  WHERE target = $1 AND sender = $2 AND item_id = $3",
-                &[&tg.target.as_slice(), &item.sender.as_slice(), &item.item_id],
+                &[
+                    &tg.target.as_slice(),
+                    &item.sender.as_slice(),
+                    &item.item_id,
+                ],
             )
             .await?;
         if let Some(r) = dedup {

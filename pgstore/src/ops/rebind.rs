@@ -124,7 +124,10 @@ async fn rebind(
     .await?;
     t.execute(
         "UPDATE enrolments SET last_seen_day = $2 WHERE host_pubkey = $1",
-        &[&new.as_slice(), &i32::try_from(relay_store::utc_day(now)).unwrap_or(i32::MAX)],
+        &[
+            &new.as_slice(),
+            &i32::try_from(relay_store::utc_day(now)).unwrap_or(i32::MAX),
+        ],
     )
     .await?;
     let detail = format!(

@@ -164,7 +164,10 @@ async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport
         )
         .await?;
     report.more |= i64::try_from(rows.len()).unwrap_or(i64::MAX) > a.max;
-    for r in rows.iter().take(usize::try_from(a.max).unwrap_or(usize::MAX)) {
+    for r in rows
+        .iter()
+        .take(usize::try_from(a.max).unwrap_or(usize::MAX))
+    {
         let (target, sender, item_id): (&[u8], &[u8], &str) = (r.get(0), r.get(1), r.get(2));
         report.dedup_pruned += t
             .execute(
