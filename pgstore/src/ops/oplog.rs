@@ -77,8 +77,7 @@ async fn drop_old(
         )
         .await?;
     let mut last: Option<(i64, Vec<u8>)> = None;
-    let mut expect = first;
-    for (k, r) in rows.iter().enumerate() {
+    for (k, (expect, r)) in (first..).zip(rows.iter()).enumerate() {
         let seq: i64 = r.get(0);
         if seq != expect {
             break; // a gap is left for `verify_log` to report, never papered over
@@ -88,7 +87,6 @@ async fn drop_old(
             break;
         }
         last = Some((seq, r.get(2)));
-        expect += 1;
     }
     if let Some((seq, hash)) = last {
         t.execute(
