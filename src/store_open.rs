@@ -91,7 +91,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_path_is_a_directory_store_and_a_url_is_refused() {
+    fn a_path_is_a_directory_store_a_postgres_url_a_database_and_other_urls_are_refused() {
         assert_eq!(
             StoreSpec::parse("./relay-data").unwrap(),
             StoreSpec::Dir(PathBuf::from("./relay-data"))

@@ -18,7 +18,7 @@ use crate::store::PgStore;
 
 /// The operations this backend does not implement yet (each answers [`unimplemented`]'s
 /// error); `serve --store postgres://` names them at start.
-pub const UNIMPLEMENTED: &[&str] = &["dump", "backup"];
+pub const UNIMPLEMENTED: &[&str] = &["backup"];
 
 /// The error of an operation this backend does not implement yet.
 pub(crate) fn unimplemented(op: &str) -> StoreError {
@@ -163,8 +163,8 @@ impl RelayStore for PgStore {
     fn stats(&self) -> Result<Stats> {
         PgStore::stats(self)
     }
-    fn dump(&self, _out: &mut dyn Write, _opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
-        Err(unimplemented("dump"))
+    fn dump(&self, out: &mut dyn Write, opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
+        PgStore::dump(self, out, opts)
     }
     fn backup_to(
         &self,

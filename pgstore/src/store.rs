@@ -109,6 +109,11 @@ impl PgStore {
         Pending::from_receiver(rx)
     }
 
+    /// Run `fut` on the store's runtime, answering through its own channel (streams).
+    pub(crate) fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        self.inner.handle.spawn(fut);
+    }
+
     /// Now, by the store's clock.
     pub(crate) fn now_ms(&self) -> u64 {
         self.inner.clock.now_ms()

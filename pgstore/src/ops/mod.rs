@@ -3,6 +3,7 @@
 //! than one row.
 
 pub(crate) mod admin;
+pub(crate) mod dump;
 pub(crate) mod enrol;
 pub(crate) mod lease;
 pub(crate) mod lists;
