@@ -40,6 +40,28 @@ fn two_hosts_exchange_mail_through_a_relay_on_postgres() {
     let seq = got[0]["seq"].clone();
     bob.ack(&relay, &relay.epoch(), seq).ok();
     assert!(bob.pull_all(&relay, 0).is_empty(), "acked mail is gone");
+    // relay-tool reaches the PostgreSQL store through the relay's admin socket.
+    let dir = relay.store_dir().to_str().expect("utf-8 path").to_string();
+    for args in [
+        vec!["stats", "--store-dir", &dir, "--json"],
+        vec!["hosts", "--store-dir", &dir, "--json"],
+        vec!["log", "--verify", "--store-dir", &dir],
+        vec!["dump", "--store-dir", &dir, "--json"],
+    ] {
+        let out = relay_tool(&args);
+        assert!(
+            out.status.success(),
+            "relay-tool {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stats: serde_json::Value =
+        serde_json::from_slice(&relay_tool(&["stats", "--store-dir", &dir, "--json"]).stdout)
+            .expect("stats json");
+    assert_eq!(stats["epoch"], json!(relay.epoch()), "{stats}");
+    let hosts = String::from_utf8(relay_tool(&["hosts", "--store-dir", &dir, "--json"]).stdout)
+        .expect("utf-8");
+    assert_eq!(hosts.lines().count(), 2, "{hosts}");
     relay.assert_alive();
 }
 
