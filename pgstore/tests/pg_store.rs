@@ -348,3 +348,55 @@ fn a_dump_lists_every_table_from_one_snapshot_with_wire_bytes_only_when_asked() 
     };
     assert!(s.dump(&mut Vec::new(), &bad).is_err());
 }
+
+#[test]
+fn push_batches_over_the_same_targets_in_other_orders_never_deadlock() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = pg.fresh_db();
+    let s = open(&url);
+    for k in 1..=6 {
+        s.enrol(enrol_req(k)).wait().unwrap();
+    }
+    let other = open(&url);
+    let threads: Vec<_> = (0..6u8)
+        .map(|w| {
+            let store = if w % 2 == 0 {
+                Arc::clone(&s)
+            } else {
+                Arc::clone(&other)
+            };
+            std::thread::spawn(move || {
+                for b in 0..8 {
+                    // Each batch visits the targets in another order (and records sightings,
+                    // which write the same enrolment rows in their own order).
+                    let reqs: Vec<_> = (0..24u8)
+                        .map(|n| {
+                            let target = 1 + (n + w + b) % 6;
+                            let mut r = item(&format!("{w}-{b}-{n}"), 1 + w % 6, &[target], b"x");
+                            r.quotas.max_queue_items = 1_000_000;
+                            r
+                        })
+                        .collect();
+                    let outs = store.insert_many(reqs).wait().expect("a batch commits");
+                    assert!(outs
+                        .iter()
+                        .all(|o| matches!(o, InsertOutcome::Stored { .. })));
+                    let seen: Vec<_> = (1..=6u8)
+                        .rev()
+                        .map(|k| ([k; 32], 20_000 + u32::from(b)))
+                        .collect();
+                    store.record_seen(seen).wait().expect("sightings commit");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("no batch failed");
+    }
+    let total: u64 = (1..=6u8)
+        .map(|k| s.usage_target(&[k; 32]).unwrap().items)
+        .sum();
+    assert_eq!(total, 6 * 8 * 24);
+}

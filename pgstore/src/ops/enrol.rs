@@ -329,7 +329,9 @@ impl PgStore {
     }
 
     /// Record last-seen days (live keys only, never moving a day back); answers rows written.
-    pub fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Answer<u64> {
+    pub fn record_seen(&self, mut seen: Vec<(Key32, u32)>) -> Answer<u64> {
+        // Rows updated in key order, as inserts lock them (no lock-order deadlock).
+        seen.sort_unstable();
         let s = self.clone();
         self.spawn(async move {
             s.inner

@@ -197,6 +197,23 @@ async fn over_quota(
     Ok(None)
 }
 
+/// Lock, in key order, the enrolment rows (shared) and then the queue rows (for update) of
+/// every target a batch writes to, before any of its items: batches over the same targets in
+/// different orders then queue up instead of deadlocking.
+pub(crate) async fn lock_targets<'a>(
+    t: &Transaction<'_>,
+    targets: impl Iterator<Item = &'a relay_store::NewTarget>,
+) -> OpResult<()> {
+    let keys: std::collections::BTreeSet<Key32> = targets.map(|x| x.target).collect();
+    for k in &keys {
+        enrol::get(t, k, false).await?;
+    }
+    for k in &keys {
+        lock_queue(t, k).await?;
+    }
+    Ok(())
+}
+
 /// One insert as one logical operation inside `t`: anything but `Stored` is rolled back to
 /// the savepoint taken first, so it leaves no trace.
 pub(crate) async fn insert_one(
@@ -352,7 +369,10 @@ impl PgStore {
                 .db
                 .tx(|t| {
                     let req = Arc::clone(&req);
-                    Box::pin(async move { insert_one(t, &req, now).await })
+                    Box::pin(async move {
+                        lock_targets(t, req.item.targets.iter()).await?;
+                        insert_one(t, &req, now).await
+                    })
                 })
                 .await
         })
@@ -370,6 +390,7 @@ impl PgStore {
                 .tx(|t| {
                     let reqs = Arc::clone(&reqs);
                     Box::pin(async move {
+                        lock_targets(t, reqs.iter().flat_map(|r| &r.item.targets)).await?;
                         let mut out = Vec::with_capacity(reqs.len());
                         for r in reqs.iter() {
                             out.push(insert_one(t, r, now).await?);
