@@ -88,7 +88,7 @@ impl Reader for DirectBatch<'_> {
         if let Some(v) = self.staged.get(&(part, key.to_vec())) {
             return Ok(v.as_ref().map(|v| Slice::from(v.as_slice())));
         }
-        Ok(self.parts.ks(part).get(key).map_err(crate::engine)?)
+        self.parts.ks(part).get(key).map_err(crate::engine)
     }
 
     /// Not needed by the log (point reads only): reads the committed rows.

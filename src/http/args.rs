@@ -20,8 +20,8 @@ pub struct ServeArgs {
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
     #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
     pub store_dir: PathBuf,
-    /// The store backend: a store directory (the default: `--store-dir`). `--store-dir` still
-    /// holds relay.key and the admin socket.
+    /// The store backend (default: the directory `--store-dir`). A directory here takes the
+    /// place of `--store-dir` (it then holds relay.key and the admin socket too).
     #[arg(long, env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse)]
     pub store: Option<StoreSpec>,
     /// Take the client address from a proxy header: off, xff or cloudflare.

@@ -24,7 +24,8 @@ pub struct ServeConfig {
     /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
     pub metrics_listen: Option<String>,
     pub store_dir: PathBuf,
-    /// The store backend (`--store`; default: the directory store in `store_dir`).
+    /// The store backend (`--store`; default: the directory store in `store_dir`). For a
+    /// directory store `store_dir` is that directory.
     pub store: StoreSpec,
     pub trust_proxy: TrustProxy,
     pub limits: Limits,
@@ -48,11 +49,6 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     let dir = config.store_dir.clone();
     if dir.exists() {
         require_private(&dir, Kind::Dir, "store directory")?;
-    }
-    if let Some(store_dir) = config.store.dir() {
-        if store_dir != dir && store_dir.exists() {
-            require_private(store_dir, Kind::Dir, "store directory")?;
-        }
     }
     let store = {
         let spec = config.store.clone();
