@@ -125,10 +125,11 @@ impl ServeArgs {
         ServeConfig {
             listen: self.listen,
             metrics_listen: self.metrics_listen,
-            store: self
-                .store
-                .unwrap_or_else(|| StoreSpec::Dir(self.store_dir.clone())),
-            store_dir: self.store_dir,
+            store_dir: match &self.store {
+                Some(StoreSpec::Dir(dir)) => dir.clone(),
+                None => self.store_dir.clone(),
+            },
+            store: self.store.unwrap_or(StoreSpec::Dir(self.store_dir)),
             trust_proxy: self.trust_proxy,
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
