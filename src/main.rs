@@ -45,6 +45,11 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging();
     let config = args.into_config();
+    if let Err(e) = config.validate() {
+        // A usage error, before anything is opened: clap's exit code for bad flags.
+        eprintln!("mbx-relay: {e}");
+        return ExitCode::from(2);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(mbx_relay::memory::collect_idle_thread)

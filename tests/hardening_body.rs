@@ -311,11 +311,12 @@ fn send_body(relay: &Relay, head: &[u8], len: usize) -> TcpStream {
 #[test]
 fn one_address_holds_at_most_its_share_of_body_memory() {
     let _alone = alone();
+    let one_body = MAX_BODY.to_string(); // the smallest share the relay accepts
     let relay = Relay::start_generous(&[
         "--trust-proxy",
         "xff",
         "--max-body-bytes-per-address",
-        "8388608",
+        &one_body,
         "--body-first-byte-timeout",
         "2s",
     ]);

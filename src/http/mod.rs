@@ -11,6 +11,7 @@ pub mod guard;
 pub mod handler;
 mod hop_gate;
 pub mod metrics;
+pub mod retry_after;
 pub mod route;
 pub mod server;
 mod verify;
