@@ -9,6 +9,7 @@ pub mod client_addr;
 mod conn_limit;
 pub mod guard;
 pub mod handler;
+pub mod health_probe;
 mod hop_gate;
 pub mod metrics;
 pub mod retry_after;
