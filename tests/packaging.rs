@@ -224,3 +224,31 @@ fn the_backup_script_backs_up_the_running_relay_and_keeps_the_newest_seven() {
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
     assert!(other.exists(), "other files are left alone");
 }
+
+/// `mbx-relay health` (the container's HEALTHCHECK): 0 while `/health` answers 200, 1 once the
+/// relay is gone.
+#[test]
+fn the_health_probe_exits_0_for_a_healthy_relay_and_1_without_one() {
+    let mut relay = Relay::start(&[]);
+    let url = format!("http://{}/health", relay.addr());
+    let probe = || {
+        Command::new(relay_bin())
+            .args(["health", "--url", &url])
+            .output()
+            .expect("run mbx-relay health")
+    };
+    let ok = probe();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    relay.kill9();
+    let gone = probe();
+    assert_eq!(gone.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        stderr.contains("unhealthy") && stderr.contains(&url),
+        "{stderr}"
+    );
+}
