@@ -180,6 +180,11 @@ fn the_relay_unit_allows_a_descriptor_per_connection_and_the_store() {
 /// admin socket, the newest 7 `relay-*.mbxbak` kept, nothing else touched.
 #[test]
 fn the_backup_script_backs_up_the_running_relay_and_keeps_the_newest_seven() {
+    assert!(
+        relay_tool_bin().exists(),
+        "{} missing: run `cargo test --workspace` (or `cargo build -p relay-tool`)",
+        relay_tool_bin().display()
+    );
     let relay = Relay::start(&[]);
     let s = Host::enrolled(&relay, "bk-s");
     let t = Host::enrolled(&relay, "bk-t");
