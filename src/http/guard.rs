@@ -57,7 +57,7 @@ use super::answer::{answer_unread, retry_later};
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
-use crate::relay::config::parse_duration;
+use crate::relay::config::{default_duration, parse_duration};
 use crate::relay::rate::{AddrKey, RateTable};
 use relay_keyspace::{Clock as _, SystemClock};
 
@@ -92,22 +92,9 @@ const DEFAULT_FIRST_BYTE_TIMEOUT: &str = "5s";
 const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
 
 /// The value of a default duration text `<n>s`, so the flag's default and
-/// [`GuardConfig::default`] come from one literal. Only used in constants: a malformed text
-/// fails the build.
+/// [`GuardConfig::default`] come from one literal (see [`default_duration`]).
 const fn secs(text: &str) -> Duration {
-    let b = text.as_bytes();
-    assert!(
-        b.len() >= 2 && b[b.len() - 1] == b's',
-        "a default duration is `<n>s`"
-    );
-    let mut n = 0u64;
-    let mut i = 0;
-    while i < b.len() - 1 {
-        assert!(b[i].is_ascii_digit(), "a default duration is `<n>s`");
-        n = n * 10 + (b[i] - b'0') as u64;
-        i += 1;
-    }
-    Duration::from_secs(n)
+    default_duration(text)
 }
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -353,8 +340,9 @@ fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
     tokio::spawn(async move {
         let answer = format!(
             "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
-             cache-control: no-store\r\nretry-after: 1\r\nconnection: close\r\n\
+             cache-control: no-store\r\nretry-after: {}\r\nconnection: close\r\n\
              content-length: {}\r\n\r\n{body}",
+            super::retry_after::seconds(super::retry_after::OVERLOAD),
             body.len()
         );
         let _ = tokio::time::timeout(REFUSAL_TIME, async {
@@ -430,8 +418,8 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     let counted = !signed_info && route.is_none_or(|r| r.public() && !r.enrolment_class());
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
-        if !shared.public_rate.hit_addr(&addr, SystemClock.now_ms()) {
-            return answer_unread(too_many_requests(), Body::new(req.into_body()));
+        if let Err(wait) = shared.public_rate.try_hit_addr(&addr, SystemClock.now_ms()) {
+            return answer_unread(too_many_requests(wait), Body::new(req.into_body()));
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
@@ -444,9 +432,10 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
         Err(never) => match never {},
     };
     if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
-        if !counted && !shared.public_rate.hit_addr(addr, SystemClock.now_ms()) {
+        let hit = || shared.public_rate.try_hit_addr(addr, SystemClock.now_ms());
+        if let Some(Err(wait)) = (!counted).then(hit) {
             // The refused hop's body may still be draining: its `connection: close` stays.
-            let mut r = too_many_requests();
+            let mut r = too_many_requests(wait);
             if let Some(close) = resp.headers().get(header::CONNECTION) {
                 r.headers_mut().insert(header::CONNECTION, close.clone());
             }
@@ -456,12 +445,13 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     resp
 }
 
-/// The public window's 429 (answered before the router, so it adds `cache-control` itself).
-fn too_many_requests() -> Response<Body> {
+/// The public window's 429, `wait` being the time until the window frees (answered before the
+/// router, so it adds `cache-control` itself).
+fn too_many_requests(wait: Duration) -> Response<Body> {
     let mut r = retry_later(
         StatusCode::TOO_MANY_REQUESTS,
         "too many requests from this address, retry later",
-        "60",
+        wait,
     );
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -33,13 +33,33 @@ pub struct ServeConfig {
     pub log_retention: relay_keyspace::LogRetention,
 }
 
+impl ServeConfig {
+    /// Refuse settings that disable a protection or contradict each other (before anything is
+    /// opened: `mbx-relay serve` exits 2 on this, like on a malformed flag).
+    ///
+    /// # Errors
+    /// A message naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        self.limits.validate()?;
+        self.guard.validate()?;
+        let most = super::body::MAX_ITEM_BYTES_IN_BODY;
+        if self.limits.max_item_bytes > most {
+            return Err(format!(
+                "--max-item-bytes must be at most {most}: a larger item's base64 form does not \
+                 fit the {} byte request body cap",
+                super::body::MAX_BODY
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Run the relay until a shutdown signal.
 ///
 /// # Errors
 /// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
-    config.limits.validate()?;
-    config.guard.validate()?;
+    config.validate()?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     crate::private::restrict_umask();
     let dir = config.store_dir.clone();

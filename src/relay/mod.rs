@@ -42,6 +42,14 @@ const SENDER_RATE_CAP: usize = 200_000;
 /// tracked at once (rate table cap).
 const ADDRESS_RATE_CAP: usize = 100_000;
 
+/// A call refused by a rate window: the answer, and how long until the window frees (the
+/// HTTP layer's `Retry-After`).
+#[derive(Debug)]
+pub struct RateLimited {
+    pub error: RelayError,
+    pub wait: std::time::Duration,
+}
+
 /// The relay: the store, its key, limits and the bounded in-memory tables.
 pub struct Relay {
     store: Store,
@@ -131,13 +139,15 @@ impl Relay {
     /// IPv6 /48).
     ///
     /// # Errors
-    /// 429 when one of those windows is used up for this minute (then nothing is counted).
-    pub fn check_address_rate(&self, addr: &str) -> Result<(), RelayError> {
-        if self.address_rate.hit_addr(addr, self.now_ms()) {
-            Ok(())
-        } else {
-            Err(RelayError::rate_limited())
-        }
+    /// 429 when one of those windows is used up for this minute (then nothing is counted),
+    /// with the time until it frees.
+    pub fn check_address_rate(&self, addr: &str) -> Result<(), RateLimited> {
+        self.address_rate
+            .try_hit_addr(addr, self.now_ms())
+            .map_err(|wait| RateLimited {
+                error: RelayError::rate_limited(),
+                wait,
+            })
     }
 
     /// Await a store write, timing it for `/metrics`.
