@@ -80,6 +80,8 @@ pub enum HostCommand {
     Quarantine,
     /// Outbox, relay-accepted rows and deadlines, received_through, epoch, alerts.
     Status,
+    /// Run as a daemon: receive as mail arrives, push as `send` queues (see `host::daemon`).
+    Run(super::daemon::RunArgs),
 }
 
 /// `host relay ...`.
@@ -126,10 +128,13 @@ pub fn run(args: HostArgs) -> ExitCode {
     }
 }
 
-type Out = Result<(Value, String), HostError>;
+pub(crate) type Out = Result<(Value, String), HostError>;
 
 fn dispatch(a: &HostArgs) -> Out {
     let dir = a.dir.as_path();
+    if let Some(answer) = super::local::route(dir, &a.command) {
+        return answer;
+    }
     match &a.command {
         HostCommand::Init { name } => init(dir, name),
         HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
@@ -141,9 +146,10 @@ fn dispatch(a: &HostArgs) -> Out {
             body,
         } => send(dir, to, subject, file.as_deref(), body.as_deref()),
         HostCommand::Sync => sync(dir),
-        HostCommand::Inbox => inbox(dir),
-        HostCommand::Quarantine => quarantine(dir),
-        HostCommand::Status => status(dir),
+        HostCommand::Inbox => inbox(&HostStore::open(dir)?),
+        HostCommand::Quarantine => quarantine(&HostStore::open(dir)?),
+        HostCommand::Status => status(dir, &HostStore::open(dir)?),
+        HostCommand::Run(args) => super::daemon::run(dir, args),
     }
 }
 
@@ -291,13 +297,22 @@ fn peer_add(dir: &Path, name: &str, pubkey: &str) -> Out {
 }
 
 fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&str>) -> Out {
-    let body = match (file, body) {
+    let body = message_body(file, body)?;
+    queue_message(&mut HostStore::open(dir)?, to, subject, &body)
+}
+
+/// The body of `send`: the file's text or `--body`.
+pub(crate) fn message_body(file: Option<&Path>, body: Option<&str>) -> Result<String, HostError> {
+    match (file, body) {
         (Some(f), _) => std::fs::read_to_string(f)
-            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display())))?,
-        (None, Some(b)) => b.to_string(),
-        (None, None) => return Err(HostError::Usage("give --file or --body".into())),
-    };
-    let mut store = HostStore::open(dir)?;
+            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display()))),
+        (None, Some(b)) => Ok(b.to_string()),
+        (None, None) => Err(HostError::Usage("give --file or --body".into())),
+    }
+}
+
+/// Queue a message for a pinned peer as a draft row, durably (`send`, or the daemon for it).
+pub(crate) fn queue_message(store: &mut HostStore, to: &str, subject: &str, body: &str) -> Out {
     let me = store
         .name()?
         .ok_or_else(|| HostError::Usage("host not initialised".into()))?;
@@ -308,7 +323,7 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
     })?;
     let now = now_ms();
     let id = ulid(now);
-    let draft = draft_envelope(&id, &me, &peer.name, subject, &body, now)?;
+    let draft = draft_envelope(&id, &me, &peer.name, subject, body, now)?;
     let mut b = store.batch();
     let row_id = b.new_row_id();
     b.put_row(&OutRow::draft_envelope(
@@ -348,8 +363,7 @@ fn sync(dir: &Path) -> Out {
     Ok((v, text))
 }
 
-fn inbox(dir: &Path) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn inbox(store: &HostStore) -> Out {
     let rows = store.inbox()?;
     let mut text = format!("{} message(s)", rows.len());
     let v: Vec<Value> = rows
@@ -363,8 +377,7 @@ fn inbox(dir: &Path) -> Out {
     Ok((json!({"messages": v}), text))
 }
 
-fn quarantine(dir: &Path) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn quarantine(store: &HostStore) -> Out {
     let rows = store.quarantine()?;
     let mut text = format!("{} quarantined item(s)", rows.len());
     let v: Vec<Value> = rows
@@ -388,9 +401,8 @@ fn row_json(r: &OutRow) -> Value {
     })
 }
 
-fn status(dir: &Path) -> Out {
+pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
     let id = Identity::load(dir)?;
-    let store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
     let relay = store.relay()?;
     let rows = store.rows()?;
