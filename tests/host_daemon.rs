@@ -2,106 +2,17 @@
 //! and the read commands reach a running daemon over its socket, other commands get a clear
 //! refusal, and SIGTERM/SIGINT stop a daemon promptly with exit code 0.
 
+mod daemon_util;
 mod host_util;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use host_util::{pair, HostCli, RelayProc, BIN, HOST_ENV};
-
-/// A `host run` child process; killed on drop.
-struct Daemon {
-    child: Option<Child>,
-    pid: u32,
-}
-
-impl Daemon {
-    /// Start `host --dir DIR run ARGS` and wait for its "running" line.
-    fn start(h: &HostCli, args: &[&str]) -> Daemon {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("host")
-            .arg("--dir")
-            .arg(&h.dir)
-            .arg("run")
-            .args(args)
-            .env_remove("MBX_FAILPOINT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in HOST_ENV {
-            cmd.env(k, v);
-        }
-        for (k, v) in &h.env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start host run");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("host run prints its running line");
-        assert!(line.starts_with("host daemon running"), "{line}");
-        let pid = child.id();
-        Daemon {
-            child: Some(child),
-            pid,
-        }
-    }
-
-    /// Send `sig` and wait (bounded) for the exit; returns the status and how long it took.
-    fn stop_with(&mut self, sig: libc::c_int, timeout: Duration) -> (ExitStatus, Duration) {
-        let mut child = self.child.take().expect("daemon running");
-        let t0 = Instant::now();
-        // SAFETY: kill(2) on our own child's pid; no memory is touched.
-        assert_eq!(unsafe { libc::kill(self.pid as i32, sig) }, 0);
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return (st, t0.elapsed());
-            }
-            if t0.elapsed() > timeout {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("daemon {} did not stop within {timeout:?}", self.pid);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// Poll `done` every 50 ms until it holds or `timeout` passes.
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < timeout {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
-}
+use daemon_util::{wait_until, Daemon, ReferenceProxy};
+use host_util::{pair, HostCli, RelayProc};
 
 fn inbox_ids(h: &HostCli) -> Vec<String> {
     h.inbox_ids()
@@ -251,4 +162,53 @@ fn a_daemon_receives_when_the_relay_is_replaced_by_one_with_a_new_epoch() {
     assert_ne!(a.status()["relay"]["epoch"], epoch);
     let got: BTreeSet<String> = b.inbox_ids().into_iter().collect();
     assert_eq!(got, BTreeSet::from([first, second]));
+}
+
+#[test]
+fn daemons_on_a_relay_without_long_poll_deliver_by_polling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let proxy = ReferenceProxy::start(relay.port);
+    let (a, b) = pair(tmp.path(), &relay);
+    for h in [&a, &b] {
+        h.ok(&["relay", "set", &proxy.url()]);
+        h.sync();
+    }
+    let _da = Daemon::start(&a, &["--poll-secs", "1"]);
+    let _db = Daemon::start(&b, &["--poll-secs", "1"]);
+    let mut to_b = BTreeSet::new();
+    let mut to_a = BTreeSet::new();
+    for i in 0..5 {
+        to_b.insert(a.send("beta", "poll", &format!("a{i}")));
+        to_a.insert(b.send("alpha", "poll", &format!("b{i}")));
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            a.count("envelope_done") == 5 && b.count("envelope_done") == 5
+        }),
+        "alpha {}\nbeta {}",
+        a.status(),
+        b.status()
+    );
+    assert_eq!(b.inbox_ids().into_iter().collect::<BTreeSet<_>>(), to_b);
+    assert_eq!(a.inbox_ids().into_iter().collect::<BTreeSet<_>>(), to_a);
+    // The daemons never asked a relay that did not advertise long-poll to hold a pull.
+    assert!(proxy.requests.load(Ordering::Relaxed) > 0);
+    assert_eq!(proxy.waits.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn daemons_on_a_long_poll_relay_hold_their_pulls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = paired(tmp.path(), &relay);
+    let _db = Daemon::start(&b, &["--poll-secs", "60"]);
+    // Polling every 60 s: a delivery within seconds came from a held pull.
+    std::thread::sleep(Duration::from_millis(500));
+    let id = a.send("beta", "held", "now");
+    let t0 = std::time::Instant::now();
+    a.sync();
+    assert!(wait_until(Duration::from_secs(20), || b.inbox_ids()
+        == vec![id.clone()]));
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
 }
