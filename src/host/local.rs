@@ -8,7 +8,6 @@
 //! way. Only the owner can connect (0600 in the host directory).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,13 +17,17 @@ use serde_json::Value;
 
 use super::cli::{message_body, HostCommand, Out};
 use super::HostError;
+use crate::private::{bind_private_socket, remove_stale_socket};
 
 /// The socket's file name in the host directory.
 pub const SOCKET: &str = "daemon.sock";
 /// Largest request or reply line (a message body plus JSON; far above any sane mail).
 const MAX_LINE: u64 = 16 * 1024 * 1024;
-/// How long either side waits for the other's line.
+/// How long either side waits for the other to write or the daemon for the request line.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a command waits for the daemon's answer: the daemon answers between passes, and a
+/// pass against a relay that stopped answering ends after one HTTP timeout (30 s by default).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a command asks the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -146,7 +149,7 @@ pub fn route(dir: &Path, cmd: &HostCommand) -> Option<Out> {
 /// Send one request line and read one reply line.
 fn exchange(mut stream: UnixStream, req: &Request) -> Result<Reply, String> {
     stream
-        .set_read_timeout(Some(IO_TIMEOUT))
+        .set_read_timeout(Some(REPLY_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(|e| e.to_string())?;
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
@@ -168,11 +171,12 @@ fn read_line(stream: &UnixStream) -> Result<String, String> {
     Ok(text)
 }
 
-/// The daemon's socket: a stale file from a killed daemon is replaced (the caller holds the
-/// store lock, so no other daemon runs); the socket is made 0600 before anyone is served.
+/// The daemon's socket: a stale one from a killed daemon is replaced (the caller holds the store
+/// lock, so no other daemon runs); it is bound privately and is 0600 before it is reachable.
 ///
 /// # Errors
-/// The socket cannot be created (e.g. a path longer than the system's limit).
+/// The socket cannot be created (e.g. a path longer than the system's limit), or something
+/// other than a socket is in its place.
 pub fn bind(dir: &Path) -> Result<UnixListener, HostError> {
     let path = socket_path(dir);
     let err = |e: std::io::Error| {
@@ -181,14 +185,8 @@ pub fn bind(dir: &Path) -> Result<UnixListener, HostError> {
             path.display()
         ))
     };
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    let listener = UnixListener::bind(&path).map_err(err)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-    Ok(listener)
+    remove_stale_socket(&path).map_err(err)?;
+    bind_private_socket(dir, &path).map_err(err)
 }
 
 /// Serve connections one at a time, forever: each request goes to `handle` (which answers after
