@@ -76,7 +76,11 @@ fn send_reaches_a_running_daemon_and_other_commands_name_its_pid() {
     let (a, b) = paired(tmp.path(), &relay);
     let mut da = Daemon::start(&a, &["--poll-secs", "1"]);
     let sock = std::fs::symlink_metadata(a.dir.join("daemon.sock")).unwrap();
-    assert_eq!(sock.permissions().mode() & 0o777, 0o600, "owner-only socket");
+    assert_eq!(
+        sock.permissions().mode() & 0o777,
+        0o600,
+        "owner-only socket"
+    );
 
     // send goes through the daemon: queued durably, pushed by the daemon without any sync.
     let id = a.send("beta", "via daemon", "hello");

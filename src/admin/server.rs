@@ -5,7 +5,7 @@
 //! bounded channel, so a slow or vanished client stalls (then aborts) only its own request.
 
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -81,8 +81,7 @@ pub struct WatchOptions {
 pub fn reconnect_delay(opts: &SyncOptions, failures: u32) -> Duration {
     let ms = opts
         .backoff(failures.saturating_sub(1))
-        .min(RECONNECT_CAP_MS)
-        .max(1);
+        .clamp(1, RECONNECT_CAP_MS);
     Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms))
 }
 
