@@ -218,3 +218,21 @@ fn daemons_on_a_long_poll_relay_hold_their_pulls() {
         == vec![id.clone()]));
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
 }
+
+#[test]
+fn a_daemon_stops_with_exit_code_1_when_the_relay_key_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay = RelayProc::start(tmp.path(), &[]);
+    let (a, _b) = paired(tmp.path(), &relay);
+    let mut da = Daemon::start(&a, &["--poll-secs", "1"]);
+    // Same port, a new store with a new relay key: relay use must wait for the owner.
+    relay.kill9();
+    let port = relay.port;
+    drop(relay);
+    let _other = RelayProc::start_on(tmp.path(), port, "relay-store-other", &[]);
+    let st = da.wait_exit(Duration::from_secs(20)).expect("daemon stops");
+    assert_eq!(st.code(), Some(1), "{st:?}");
+    let s = a.status();
+    assert_eq!(s["alerts"][0]["kind"], "relay-key-changed", "{s}");
+    assert!(!s["relay"]["offered_key"].is_null(), "{s}");
+}

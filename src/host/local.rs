@@ -211,3 +211,39 @@ pub fn serve(listener: UnixListener, handle: impl Fn(Request) -> Reply) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_one_tagged_json_line_and_replies_keep_usage_errors_apart() {
+        let send = Request::Send {
+            to: "bob".into(),
+            subject: "s".into(),
+            body: "line\nbreak".into(),
+        };
+        let text = serde_json::to_string(&send).unwrap();
+        assert!(!text.contains('\n'), "{text}");
+        assert!(text.starts_with(r#"{"op":"send""#), "{text}");
+        assert!(matches!(
+            serde_json::from_str::<Request>(r#"{"op":"ping"}"#),
+            Ok(Request::Ping)
+        ));
+        assert!(serde_json::from_str::<Request>(r#"{"op":"sync"}"#).is_err());
+
+        let usage = Reply::from_out(Err(HostError::Usage("bad".into())));
+        assert_eq!(usage.into_out(), Err(HostError::Usage("bad".into())));
+        let fail = Reply::from_out(Err(HostError::Network("down".into())));
+        assert_eq!(
+            fail.into_out(),
+            Err(HostError::Store("relay unreachable: down".into()))
+        );
+        let ok = Reply::from_out(Ok((serde_json::json!({"id": "X"}), "queued".into())));
+        assert_eq!(ok.pid, std::process::id());
+        assert_eq!(
+            ok.into_out(),
+            Ok((serde_json::json!({"id": "X"}), "queued".into()))
+        );
+    }
+}

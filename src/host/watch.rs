@@ -172,3 +172,46 @@ pub fn watch(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_delay_is_jittered_backoff_capped_at_30_s() {
+        let o = SyncOptions {
+            backoff_base_ms: 100,
+            backoff_cap_ms: 300_000,
+            ..SyncOptions::default()
+        };
+        for _ in 0..200 {
+            let first = reconnect_delay(&o, 1).as_millis() as u64;
+            assert!((50..=100).contains(&first), "{first}");
+            let fourth = reconnect_delay(&o, 4).as_millis() as u64;
+            assert!((400..=800).contains(&fourth), "{fourth}");
+            let late = reconnect_delay(&o, 40).as_millis() as u64;
+            assert!(
+                (RECONNECT_CAP_MS / 2..=RECONNECT_CAP_MS).contains(&late),
+                "{late}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_published_position_releases_a_waiting_watcher() {
+        let shared = std::sync::Arc::new(Shared::default());
+        let s2 = std::sync::Arc::clone(&shared);
+        let waiter = std::thread::spawn(move || s2.newer_than(0, Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(50));
+        shared.publish("http://r", "E1", 7);
+        let p = waiter.join().unwrap();
+        assert_eq!((p.generation, p.epoch.as_str(), p.after), (1, "E1", 7));
+        // Nothing newer: the wait ends at its timeout with the current position.
+        let t0 = Instant::now();
+        assert_eq!(
+            shared.newer_than(1, Duration::from_millis(30)).generation,
+            1
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+    }
+}

@@ -74,6 +74,19 @@ impl Daemon {
         }
     }
 
+    /// Wait (bounded) for the daemon to exit by itself; its status if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout {
+            if let Some(st) = self.child.as_mut()?.try_wait().unwrap() {
+                self.child = None;
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
