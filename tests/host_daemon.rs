@@ -146,6 +146,8 @@ fn a_daemon_receives_when_the_relay_is_replaced_by_one_with_a_new_epoch() {
     let _db = Daemon::start(&b, &["--poll-secs", "1"]);
     let first = a.send("beta", "before", "one");
     assert!(wait_until(Duration::from_secs(20), || b.inbox_ids().len() == 1));
+    // `inbox show` is served by the running daemon too.
+    assert_eq!(b.ok(&["inbox", "show", &first])["body"], "one");
     let epoch = a.status()["relay"]["epoch"].clone();
 
     // Same port and relay key, empty store: a new epoch, enrolments and queues gone.

@@ -1,6 +1,7 @@
-//! `mbx-relay host ...`: the host commands (init, relay set, peer add, send, sync, inbox,
-//! quarantine, status). Each command opens the host store, does its work, prints text or (with
-//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage).
+//! `mbx-relay host ...`: the host commands (init, relay set, peer add/rotate, send, sync, inbox
+//! [show], quarantine, status, rotate, doctor, run). Each command opens the host store, does its work, prints text or (with
+//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage). While `run` holds
+//! the store, commands go to it or are refused by name ([`super::local::route`]).
 //!
 //! ```text
 //! mbx-relay host --dir ./a init --name alpha           # prints alpha's host key
@@ -25,6 +26,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::RelayClient;
+use super::explain;
 use super::identity::Identity;
 use super::message::{draft_envelope, owner_address, ulid};
 use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
@@ -74,14 +76,28 @@ pub enum HostCommand {
     },
     /// One pass: enrol if needed, publish enc ad and allowlist, push, pull, receive, ack, receipts.
     Sync,
-    /// Received messages.
-    Inbox,
+    /// Received messages (`inbox show ID`: one message with its body).
+    Inbox {
+        #[command(subcommand)]
+        show: Option<InboxCommand>,
+    },
     /// Items the receiver refused, with their reasons.
     Quarantine,
     /// Outbox, relay-accepted rows and deadlines, received_through, epoch, alerts.
     Status,
+    /// Rotate this host's key (or finish an interrupted rotation); the old key is kept as retired.
+    Rotate,
+    /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
+    Doctor,
     /// Run as a daemon: receive as mail arrives, push as `send` queues (see `host::daemon`).
     Run(super::daemon::RunArgs),
+}
+
+/// `host inbox ...`.
+#[derive(Debug, Subcommand)]
+pub enum InboxCommand {
+    /// Print one received message with its body.
+    Show { id: String },
 }
 
 /// `host relay ...`.
@@ -101,11 +117,24 @@ pub enum RelayCommand {
 pub enum PeerCommand {
     /// Pin a peer host by name and Ed25519 public key (base64).
     Add { name: String, pubkey: String },
+    /// The peer rotated its key: pin NEWKEY (or the new key of a rotation record both keys
+    /// signed), keep the old key as retired, move waiting rows, republish the allowlist.
+    Rotate {
+        name: String,
+        newkey: Option<String>,
+        #[arg(long)]
+        record: Option<PathBuf>,
+    },
 }
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
-    match dispatch(&args) {
+    // A running daemon serves the command or refuses it by name (doctor included).
+    let routed = super::local::route(&args.dir, &args.command);
+    if routed.is_none() && matches!(args.command, HostCommand::Doctor) {
+        return super::doctor::run(&args.dir, args.json);
+    }
+    match routed.unwrap_or_else(|| dispatch(&args)) {
         Ok((value, text)) => {
             if args.json {
                 println!("{value}");
@@ -132,13 +161,15 @@ pub(crate) type Out = Result<(Value, String), HostError>;
 
 fn dispatch(a: &HostArgs) -> Out {
     let dir = a.dir.as_path();
-    if let Some(answer) = super::local::route(dir, &a.command) {
-        return answer;
-    }
     match &a.command {
         HostCommand::Init { name } => init(dir, name),
         HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
+        HostCommand::Peer(PeerCommand::Rotate {
+            name,
+            newkey,
+            record,
+        }) => super::retired::peer_rotate(dir, name, newkey.as_deref(), record.as_deref()),
         HostCommand::Send {
             to,
             subject,
@@ -146,9 +177,14 @@ fn dispatch(a: &HostArgs) -> Out {
             body,
         } => send(dir, to, subject, file.as_deref(), body.as_deref()),
         HostCommand::Sync => sync(dir),
-        HostCommand::Inbox => inbox(&HostStore::open(dir)?),
+        HostCommand::Inbox { show: None } => inbox(&HostStore::open(dir)?),
+        HostCommand::Inbox {
+            show: Some(InboxCommand::Show { id }),
+        } => inbox_show(&HostStore::open(dir)?, id),
         HostCommand::Quarantine => quarantine(&HostStore::open(dir)?),
         HostCommand::Status => status(dir, &HostStore::open(dir)?),
+        HostCommand::Rotate => super::rotate::rotate(dir),
+        HostCommand::Doctor => Err(HostError::Usage("doctor runs from `run`".into())),
         HostCommand::Run(args) => super::daemon::run(dir, args),
     }
 }
@@ -345,6 +381,7 @@ pub(crate) fn queue_message(store: &mut HostStore, to: &str, subject: &str, body
 }
 
 fn sync(dir: &Path) -> Out {
+    let rotated = super::rotate::finish_pending(dir)?;
     let id = Identity::load(dir)?;
     let mut store = HostStore::open(dir)?;
     let mut session = Session::open(&mut store, &id, SyncOptions::from_env())?;
@@ -359,7 +396,21 @@ fn sync(dir: &Path) -> Out {
         Some(e) => format!("{text}; v2 enc-key ad {e}"),
         None => text,
     };
-    let v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
+    let mut v = serde_json::to_value(&r).map_err(|e| HostError::Store(e.to_string()))?;
+    let waiting = explain::waiting_lines(&store.rows()?, now_ms(), 50);
+    let text = waiting.iter().fold(text, |t, w| format!("{t}\n  {w}"));
+    v["waiting"] = json!(waiting);
+    let text = match &rotated {
+        Some(rot) => format!(
+            "finished the interrupted key rotation: host key {} ({})\n{text}",
+            rot["new_fingerprint"].as_str().unwrap_or(""),
+            rot["peer_command"].as_str().unwrap_or("")
+        ),
+        None => text,
+    };
+    if let Some(rot) = rotated {
+        v["rotation_finished"] = rot;
+    }
     Ok((v, text))
 }
 
@@ -375,6 +426,25 @@ pub(crate) fn inbox(store: &HostStore) -> Out {
         })
         .collect();
     Ok((json!({"messages": v}), text))
+}
+
+pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
+    let m = store
+        .inbox_get(id)?
+        .ok_or_else(|| HostError::Usage(format!("no received message {id}; see `host inbox`")))?;
+    let text = format!(
+        "id: {}\nfrom: {}\ndate: {}\nsubject: {}\nrelay seq: {}, received {}\n\n{}",
+        m.id,
+        m.from,
+        m.ts,
+        m.subject,
+        m.relay_seq,
+        iso_ms(m.received_at),
+        m.body
+    );
+    let v = json!({"id": m.id, "from": m.from, "subject": m.subject, "body": m.body, "ts": m.ts,
+                   "relay_seq": m.relay_seq, "received_at": iso_ms(m.received_at)});
+    Ok((v, text))
 }
 
 pub(crate) fn quarantine(store: &HostStore) -> Out {
@@ -397,7 +467,7 @@ fn row_json(r: &OutRow) -> Value {
         "subject": r.subject, "state": r.state.name(), "attempts": r.attempts,
         "next_at": iso_ms(r.next_at), "last_error": r.last_error,
         "seq": r.acceptance.as_ref().map(|a| a.seq), "epoch": r.acceptance.as_ref().map(|a| a.epoch.clone()),
-        "deadline": r.deadline.map(iso_ms), "note": r.note,
+        "deadline": r.deadline.map(iso_ms), "note": r.note, "why": explain::why(r, now_ms()),
     })
 }
 
@@ -508,8 +578,8 @@ pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
         if let Some(d) = r.deadline {
             line.push_str(&format!(" deadline {}", iso_ms(d)));
         }
-        if let Some(e) = &r.last_error {
-            line.push_str(&format!(" waiting: {e}"));
+        if let Some(w) = explain::why(r, now_ms()) {
+            line.push_str(&format!(": {w}"));
         }
         text.push_str(&line);
         text.push('\n');
@@ -517,5 +587,11 @@ pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
     for a in store.alerts()? {
         text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
     }
+    let (keys, key_lines) = super::rotate::status(&store)?;
+    key_lines
+        .iter()
+        .for_each(|l| text.push_str(&format!("{l}\n")));
+    let mut v = v;
+    v["keys"] = keys;
     Ok((v, text.trim_end().to_string()))
 }

@@ -153,4 +153,18 @@ impl<'a> RelayClient<'a> {
         }
         Self::answer(req.send(text.as_bytes()))
     }
+
+    /// The relay's `Date` header on an unsigned info call (`host doctor`'s clock check).
+    ///
+    /// # Errors
+    /// [`HostError::Network`] when no answer arrived.
+    pub fn server_date(&self) -> Result<Option<String>, HostError> {
+        let res = self
+            .agent
+            .get(format!("{}/v2/relay/info", self.base))
+            .call()
+            .map_err(|e| HostError::Network(e.to_string()))?;
+        let date = res.headers().get("date").and_then(|v| v.to_str().ok());
+        Ok(date.map(str::to_string))
+    }
 }

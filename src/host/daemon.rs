@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 
-use super::cli::{inbox, quarantine, queue_message, status, Out};
+use super::cli::{inbox, inbox_show, quarantine, queue_message, status, Out};
 use super::identity::Identity;
 use super::local::{self, Reply, Request};
 use super::store::{HostStore, RowState};
@@ -232,6 +232,7 @@ impl Daemon<'_> {
             }
             Request::Status => status(self.dir, &self.store),
             Request::Inbox => inbox(&self.store),
+            Request::InboxShow { id } => inbox_show(&self.store, &id),
             Request::Quarantine => quarantine(&self.store),
         }
     }

@@ -9,7 +9,8 @@ use super::HostError;
 use crate::wire::keys::SigningKey;
 use crate::wire::seal::EncSecret;
 
-const HOST_KEY: &str = "host.key";
+/// The host key file in the store directory.
+pub(crate) const HOST_KEY: &str = "host.key";
 const ENC_KEY: &str = "enc.key";
 
 /// The host's two keys.
@@ -20,7 +21,7 @@ pub struct Identity {
 }
 
 /// Write a new file with mode 0600, refusing to overwrite an existing one.
-fn write_secret(path: &Path, contents: &str) -> Result<(), HostError> {
+pub(crate) fn write_secret(path: &Path, contents: &str) -> Result<(), HostError> {
     let mut o = OpenOptions::new();
     o.write(true).create_new(true);
     #[cfg(unix)]
@@ -36,7 +37,7 @@ fn write_secret(path: &Path, contents: &str) -> Result<(), HostError> {
         .map_err(|e| HostError::Store(format!("cannot write {}: {e}", path.display())))
 }
 
-fn read_secret(path: &Path) -> Result<String, HostError> {
+pub(crate) fn read_secret(path: &Path) -> Result<String, HostError> {
     std::fs::read_to_string(path).map_err(|e| {
         HostError::Store(format!(
             "cannot read {} ({e}); run `mbx-relay host --dir DIR init --name NAME` first",

@@ -1,5 +1,5 @@
 //! The host daemon's local socket, `<dir>/daemon.sock` (mode 0600): how `host send`, `status`,
-//! `inbox` and `quarantine` reach a running `host run`, which holds the store's lock. One JSON
+//! `inbox [show]` and `quarantine` reach a running `host run`, which holds the store's lock. One JSON
 //! line each way per connection; the daemon answers a send only after its commit is durable.
 //!
 //! A socket rather than a spool directory: the caller learns the outcome (the message id, or why
@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::cli::{message_body, HostCommand, Out};
+use super::cli::{message_body, HostCommand, InboxCommand, Out};
 use super::HostError;
 use crate::private::{bind_private_socket, remove_stale_socket};
 
@@ -43,6 +43,10 @@ pub enum Request {
     },
     Status,
     Inbox,
+    /// `inbox show ID`.
+    InboxShow {
+        id: String,
+    },
     Quarantine,
 }
 
@@ -115,7 +119,10 @@ pub fn route(dir: &Path, cmd: &HostCommand) -> Option<Out> {
             Err(e) => return Some(Err(e)),
         },
         HostCommand::Status => Request::Status,
-        HostCommand::Inbox => Request::Inbox,
+        HostCommand::Inbox { show: None } => Request::Inbox,
+        HostCommand::Inbox {
+            show: Some(InboxCommand::Show { id }),
+        } => Request::InboxShow { id: id.clone() },
         HostCommand::Quarantine => Request::Quarantine,
         _ => Request::Ping,
     };

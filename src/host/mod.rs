@@ -5,18 +5,24 @@
 //! Modules: [`identity`] (key files), [`store`] (durable state), [`client`] (signed HTTP to the
 //! relay), [`message`] (envelopes and receipts this host builds), [`enc_ad`] (the v2 enc-key ad:
 //! ours and the check of a peer's), [`enrol`] (enrolment and publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
-//! [`sync`] (one pass), [`cli`] (commands), [`daemon`] (`host run`: passes as mail arrives), with
-//! [`watch`] (its long-poll) and [`local`] (its socket for `send` and the read commands).
+//! [`sync`] (one pass), [`cli`] (commands), [`rotate`] (own key rotation), [`retired`] (peers'
+//! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
+//! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
+//! for `send` and the read commands).
 
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod doctor;
 pub mod enc_ad;
 pub mod enrol;
+pub mod explain;
 pub mod identity;
 pub mod local;
 pub mod message;
 pub mod receiver;
+pub mod retired;
+pub mod rotate;
 pub mod sender;
 pub mod store;
 pub mod sync;

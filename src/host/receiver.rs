@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::enrol::expect_ok;
 use super::identity::Identity;
 use super::message::{owner_address, receipt_wire};
+use super::retired::{peer_for_key, peer_keys};
 use super::store::{Batch, Checkpoint, InboxRow, ItemKind, OutRow, QuarantineRow, RowState};
 use super::sync::{Session, MAX_PAGES};
 use super::{now_ms, HostError};
@@ -219,26 +220,29 @@ fn receive(b: &mut Batch<'_>, ctx: &Ctx, it: &Pulled) -> Result<Outcome, HostErr
     }
 }
 
-/// An envelope: pinned sender, agentmbx shape and seal, host signature, addressed to us, opens
-/// with our enc key; new → inbox plus a delivery receipt row; seen → duplicate (and the receipt
-/// is sent again, since the sender is evidently still waiting for it).
+/// An envelope: a pinned (or retired) sender key, agentmbx shape and seal, host signature,
+/// addressed to us, opens with our enc key; new → inbox plus a delivery receipt row; seen →
+/// duplicate (and the receipt is sent again, since the sender is evidently still waiting for it).
 fn receive_envelope(
     b: &mut Batch<'_>,
     ctx: &Ctx<'_>,
     it: &Pulled,
     wire: &[u8],
 ) -> Result<Outcome, HostError> {
-    let Some(peer) = b.view().peer_by_key(&it.sender_pubkey)? else {
-        return Ok(Outcome::Refused("unknown sender".into()));
-    };
-    let Some(peer_pk) = parse_pubkey(&peer.pubkey) else {
+    // Pinned or retired (spec §4): an item the peer pushed before it rotated is still its own.
+    let Some(peer) = peer_for_key(b.view(), &it.sender_pubkey)? else {
         return Ok(Outcome::Refused("unknown sender".into()));
     };
     let env = match check_envelope_wire(wire, &it.item_id) {
         Ok(env) => env,
         Err(why) => return Ok(Outcome::Refused(format!("malformed: {why}"))),
     };
-    if !verify_envelope(&env, &peer_pk) {
+    let keys = peer_keys(b.view(), &peer)?;
+    if !keys
+        .iter()
+        .filter_map(|k| parse_pubkey(k))
+        .any(|pk| verify_envelope(&env, &pk))
+    {
         return Ok(Outcome::Refused("bad signature".into()));
     }
     let from_host = env["from"]
@@ -299,8 +303,9 @@ fn receive_envelope(
     Ok(Outcome::Received)
 }
 
-/// A T218 receipt: well-formed, from a pinned peer's host and signed by its pinned key, for a
-/// message this host sent to that peer; it settles the envelope row (state delivered or later).
+/// A T218 receipt: well-formed, from a pinned peer's host and signed by its pinned or a retired
+/// key (spec §4), for a message this host sent to that peer; it settles the envelope row (state
+/// delivered or later).
 fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError> {
     let Ok(v) = serde_json::from_slice::<Value>(wire) else {
         return Ok(Outcome::Refused("malformed: receipt is not JSON".into()));
@@ -319,18 +324,28 @@ fn receive_receipt(b: &mut Batch<'_>, wire: &[u8]) -> Result<Outcome, HostError>
             "unknown sender: {host} is not a pinned peer"
         )));
     };
-    let Some(peer_pk) = parse_pubkey(&peer.pubkey) else {
-        return Ok(Outcome::Refused("unknown sender".into()));
-    };
-    if !verify_canonical(&peer_pk, rec, sig) {
+    // The pinned key, then the retired ones (spec §4): a receipt signed before the peer rotated,
+    // or for a row sent to its old key, still settles our row.
+    let keys = peer_keys(b.view(), &peer)?;
+    if !keys
+        .iter()
+        .filter_map(|k| parse_pubkey(k))
+        .any(|pk| verify_canonical(&pk, rec, sig))
+    {
         return Ok(Outcome::Refused("bad signature".into()));
     }
     let msg = rec["msg"].as_str().unwrap_or("");
-    let Some(mut row) = b
-        .view()
-        .row_by_item(msg, &peer.pubkey)?
-        .filter(|r| r.kind == ItemKind::Envelope)
-    else {
+    let mut found = None;
+    for k in &keys {
+        found = b
+            .view()
+            .row_by_item(msg, k)?
+            .filter(|r| r.kind == ItemKind::Envelope);
+        if found.is_some() {
+            break;
+        }
+    }
+    let Some(mut row) = found else {
         return Ok(Outcome::Refused(format!(
             "not a message this host sent to {host}"
         )));

@@ -444,6 +444,10 @@ impl HostStore {
     pub fn alerts(&self) -> Result<Vec<Alert>, HostError> {
         Self::list(&self.alerts, "alert")
     }
+    /// A record another host module keeps in `meta` under `x:<key>` (rotation intent, retired keys).
+    pub fn extra<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, HostError> {
+        Self::get(&self.meta, format!("x:{key}").as_bytes(), key)
+    }
     /// The receive position for (relay URL, relay key).
     pub fn checkpoint(&self, url: &str, relay_pubkey: &str) -> Result<Checkpoint, HostError> {
         Ok(
@@ -518,6 +522,18 @@ impl Batch<'_> {
             Some(k) => self.put(&m, name.as_bytes(), &k.to_string()),
             None => {
                 self.batch.remove(&m, name.as_bytes().to_vec());
+                Ok(())
+            }
+        }
+    }
+    /// Set (or remove, with `None`) a record read by [`HostStore::extra`].
+    pub fn set_extra<T: Serialize>(&mut self, key: &str, v: Option<&T>) -> Result<(), HostError> {
+        let m = self.store.meta.clone();
+        let k = format!("x:{key}");
+        match v {
+            Some(v) => self.put(&m, k.as_bytes(), v),
+            None => {
+                self.batch.remove(&m, k.into_bytes());
                 Ok(())
             }
         }
