@@ -238,3 +238,20 @@ fn a_daemon_stops_with_exit_code_1_when_the_relay_key_changes() {
     assert_eq!(s["alerts"][0]["kind"], "relay-key-changed", "{s}");
     assert!(!s["relay"]["offered_key"].is_null(), "{s}");
 }
+
+/// As `sync` does, `run` first finishes a key rotation a crash interrupted, so it runs with the
+/// host's current key.
+#[cfg(feature = "failpoints")]
+#[test]
+fn run_finishes_an_interrupted_key_rotation_before_it_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, _b) = paired(tmp.path(), &relay);
+    let old = a.pubkey();
+    a.crash_at(&["rotate"], "host-rotate-after-intent");
+    assert!(a.status()["keys"]["rotation_pending"].is_string());
+    let _da = Daemon::start(&a, &["--poll-secs", "1"]);
+    let s = a.status();
+    assert!(s["keys"]["rotation_pending"].is_null(), "{s}");
+    assert_ne!(s["pubkey"], old.as_str(), "{s}");
+}
