@@ -587,7 +587,7 @@ pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
     for a in store.alerts()? {
         text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
     }
-    let (keys, key_lines) = super::rotate::status(&store)?;
+    let (keys, key_lines) = super::rotate::status(store)?;
     key_lines
         .iter()
         .for_each(|l| text.push_str(&format!("{l}\n")));

@@ -13,7 +13,8 @@ use super::client::RelayClient;
 use super::identity::Identity;
 use super::sync::SyncOptions;
 
-/// The long-poll wait the daemon asks for, in seconds (the contract allows 0..=60).
+/// The long-poll wait the daemon asks for, in seconds, unless the relay's `x-mbx-wait-max` is
+/// lower (this relay allows 0..=60).
 pub const LONG_POLL_SECS: u64 = 30;
 /// The header a relay that holds pulls sends with every pull answer.
 pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
@@ -96,7 +97,8 @@ pub fn watch(
 ) {
     // The HTTP timeout must outlast the longest hold.
     let timeout = opts.sync.timeout + Duration::from_secs(LONG_POLL_SECS);
-    let mut live = false;
+    // The hold to ask for: 0 until the relay advertised one (never more than it allows).
+    let mut hold: u64 = 0;
     let mut failures: u32 = 0;
     let mut pos = loop {
         let p = shared.newer_than(0, PASS_WAIT);
@@ -115,8 +117,8 @@ pub fn watch(
         if !pos.epoch.is_empty() {
             q.push_str(&format!("&epoch={}", pos.epoch));
         }
-        if live {
-            q.push_str(&format!("&wait={LONG_POLL_SECS}"));
+        if hold > 0 {
+            q.push_str(&format!("&wait={hold}"));
         }
         let started = Instant::now();
         let answer = client.get_with_header("/v2/relay/items", Some(&q), WAIT_MAX_HEADER);
@@ -135,7 +137,9 @@ pub fn watch(
                         return;
                     }
                 }
-                live = header.is_some_and(|h| h.trim().parse::<u64>().is_ok_and(|n| n > 0));
+                hold = header
+                    .and_then(|h| h.trim().parse::<u64>().ok())
+                    .map_or(0, |max| max.min(LONG_POLL_SECS));
                 match a.status {
                     200 => a
                         .body
@@ -161,11 +165,11 @@ pub fn watch(
             continue;
         }
         pos = newer;
-        if !mail && live && started.elapsed() < EARLY_EMPTY {
+        if !mail && hold > 0 && started.elapsed() < EARLY_EMPTY {
             // A hold cut short (the relay's per-key cap, its shutdown): do not spin on it.
             std::thread::sleep(EARLY_EMPTY);
         }
-        if !mail && !live {
+        if !mail && hold == 0 {
             // Polling: the next look at the interval's end (a pass in between moves the position).
             let rest = opts.poll.saturating_sub(started.elapsed());
             pos = shared.newer_than(pos.generation, rest);
