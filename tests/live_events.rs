@@ -8,7 +8,7 @@ mod live_util;
 
 use std::time::{Duration, Instant};
 
-use common::{envelope_item, read_one_response, Host, Hop, Relay, RelayOpts, GENEROUS};
+use common::{envelope_item, read_one_response, Hop, Host, Relay, RelayOpts, GENEROUS};
 use live_util::{start_get, still_waiting, EventStream};
 use serde_json::json;
 
@@ -37,14 +37,22 @@ fn a_stream_announces_the_head_then_each_growth_with_heartbeats_and_no_item_deta
     assert_eq!(head.status, 200);
     assert_eq!(head.header("content-type"), Some("text/event-stream"));
     assert_eq!(head.header("cache-control"), Some("no-store"));
-    assert!(es.wait_for(&queued(0), Duration::from_secs(5)), "{}", es.text());
+    assert!(
+        es.wait_for(&queued(0), Duration::from_secs(5)),
+        "{}",
+        es.text()
+    );
 
     let t = Instant::now();
     let it = envelope_item(&alice, &[&bob]);
     let r = alice.push_one(&relay, &it);
     assert_eq!(r["status"], json!("accepted"));
     let seq = r["targets"][0]["seq"].as_u64().unwrap();
-    assert!(es.wait_for(&queued(seq), Duration::from_secs(5)), "{}", es.text());
+    assert!(
+        es.wait_for(&queued(seq), Duration::from_secs(5)),
+        "{}",
+        es.text()
+    );
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
 
     // A burst: coalesced, and the last head is always announced.
@@ -55,9 +63,17 @@ fn a_stream_announces_the_head_then_each_growth_with_heartbeats_and_no_item_deta
         .map(|r| r["targets"][0]["seq"].as_u64().unwrap())
         .max()
         .unwrap();
-    assert!(es.wait_for(&queued(last), Duration::from_secs(5)), "{}", es.text());
+    assert!(
+        es.wait_for(&queued(last), Duration::from_secs(5)),
+        "{}",
+        es.text()
+    );
     let events = es.text().matches("event: queued").count();
-    assert!(events <= 3, "one push of 20 is not 20 events: {}", es.text());
+    assert!(
+        events <= 3,
+        "one push of 20 is not 20 events: {}",
+        es.text()
+    );
 
     // Heartbeats keep the stream up past the 1 s idle timeout.
     let before = es.text().matches(": hb\n\n").count();
@@ -66,7 +82,11 @@ fn a_stream_announces_the_head_then_each_growth_with_heartbeats_and_no_item_deta
         !es.closed_within(Duration::from_millis(100)),
         "cut while sending heartbeats"
     );
-    assert!(es.text().matches(": hb\n\n").count() >= before + 3, "{}", es.text());
+    assert!(
+        es.text().matches(": hb\n\n").count() >= before + 3,
+        "{}",
+        es.text()
+    );
 
     let text = es.text();
     let id = it["item_id"].as_str().unwrap();
@@ -93,7 +113,11 @@ fn a_stream_with_slow_heartbeats_is_not_cut_by_the_idle_timeout() {
     let t = Instant::now();
     let r = read_one_response(&mut wait).expect("answered");
     assert_eq!(r.status, 200);
-    assert!(t.elapsed() >= Duration::from_millis(2900), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(2900),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -126,7 +150,10 @@ fn a_fifth_stream_or_wait_of_a_key_closes_the_oldest_stream() {
         })
         .collect();
     let wait = start_get(&relay, &bob, "/v2/relay/items?wait=30");
-    assert!(streams[0].closed_within(Duration::from_secs(3)), "oldest ends");
+    assert!(
+        streams[0].closed_within(Duration::from_secs(3)),
+        "oldest ends"
+    );
     for es in &mut streams[1..] {
         assert!(!es.closed_within(Duration::from_millis(100)));
     }
@@ -153,6 +180,10 @@ fn sigterm_ends_every_stream_at_once() {
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     for es in &mut streams {
         assert!(es.closed_within(Duration::from_secs(1)));
-        assert!(es.text().ends_with("0\r\n\r\n"), "a clean end: {:?}", es.text());
+        assert!(
+            es.text().ends_with("0\r\n\r\n"),
+            "a clean end: {:?}",
+            es.text()
+        );
     }
 }

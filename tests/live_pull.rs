@@ -66,7 +66,11 @@ fn a_waiting_pull_is_answered_within_50ms_of_a_durable_push_to_its_target() {
             let (r, answered) = rx.recv_timeout(Duration::from_secs(30)).expect("answer");
             let latency = answered.saturating_duration_since(pushed);
             assert_eq!(r.status, 200, "{}", r.text());
-            assert!(item_ids(&r.json()).contains(&id), "round {round}: {}", r.text());
+            assert!(
+                item_ids(&r.json()).contains(&id),
+                "round {round}: {}",
+                r.text()
+            );
             assert!(
                 latency <= bound,
                 "round {round}: answered {latency:?} after the push (bound {bound:?}, plain pull {base:?})"
@@ -94,7 +98,9 @@ fn queued_items_answer_at_once_and_a_wait_times_out_with_the_normal_empty_page()
         let want = Duration::from_secs(secs);
         assert!(
             took >= want && took < want + Duration::from_millis(900),
-            "wait={secs} answered after {took:?}: {} {}", r.status, r.text()
+            "wait={secs} answered after {took:?}: {} {}",
+            r.status,
+            r.text()
         );
         assert_eq!(r.status, 200);
         let plain = bob.pull(&relay, &format!("?after={seq}")).ok();
@@ -110,10 +116,7 @@ fn a_bad_wait_is_400_and_zero_or_empty_answer_at_once() {
     let bob = Host::enrolled(&relay, "bob");
     for bad in ["61", "-1", "1.5", "abc", "99999999999999999999999", "%201"] {
         let r = bob.pull(&relay, &format!("?wait={bad}"));
-        r.assert_error(
-            400,
-            "bad wait: an integer number of seconds from 0 to 60",
-        );
+        r.assert_error(400, "bad wait: an integer number of seconds from 0 to 60");
         assert_eq!(r.header("x-mbx-wait-max"), Some("60"));
     }
     for now in ["?wait=0", "?wait=", "?wait=0&after=0"] {
@@ -182,10 +185,15 @@ fn a_fifth_wait_of_a_key_answers_the_oldest_and_a_push_wakes_the_rest() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(waits[1..].iter().all(still_waiting), "only the oldest goes");
     let id = push_to(&relay, &alice, &bob);
+    let pushed = Instant::now();
     for (n, s) in waits[1..].iter_mut().enumerate() {
         let r = read_one_response(s).expect("woken");
         assert_eq!(item_ids(&r.json()), vec![id.clone()], "wait {}", n + 1);
     }
+    assert!(
+        pushed.elapsed() < Duration::from_secs(5),
+        "woken by the push, not the deadline"
+    );
 }
 
 #[cfg(feature = "failpoints")]
@@ -193,12 +201,10 @@ fn a_fifth_wait_of_a_key_answers_the_oldest_and_a_push_wakes_the_rest() {
 fn a_waiting_pull_is_not_answered_for_a_push_whose_fsync_failed() {
     let work = tempfile::tempdir().unwrap();
     let trigger = work.path().join("fsync-fails");
-    let relay = Relay::launch(
-        RelayOpts::args(GENEROUS).env(
-            mbx_relay::failpoint::PERSIST_FAIL_FILE_ENV,
-            trigger.to_str().unwrap(),
-        ),
-    )
+    let relay = Relay::launch(RelayOpts::args(GENEROUS).env(
+        mbx_relay::failpoint::PERSIST_FAIL_FILE_ENV,
+        trigger.to_str().unwrap(),
+    ))
     .expect("relay starts");
     let alice = Host::enrolled(&relay, "alice");
     let bob = Host::enrolled(&relay, "bob");
@@ -216,7 +222,10 @@ fn a_waiting_pull_is_not_answered_for_a_push_whose_fsync_failed() {
         assert_eq!(r.status, 503, "committed but not durable: {}", r.text());
     }
     std::thread::sleep(Duration::from_millis(300));
-    assert!(still_waiting(&wait), "woken by a commit that was not durable");
+    assert!(
+        still_waiting(&wait),
+        "woken by a commit that was not durable"
+    );
     std::fs::remove_file(&trigger).unwrap();
     // The same process serves again: the first durable push wakes the wait with its item.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -226,10 +235,19 @@ fn a_waiting_pull_is_not_answered_for_a_push_whose_fsync_failed() {
         if r.status == 200 && r.json()["results"][0]["status"] == json!("accepted") {
             break it["item_id"].as_str().unwrap().to_string();
         }
-        assert!(Instant::now() < deadline, "never durable again: {}", r.text());
+        assert!(
+            Instant::now() < deadline,
+            "never durable again: {}",
+            r.text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
+    let pushed = Instant::now();
     let r = read_one_response(&mut wait).expect("woken");
+    assert!(
+        pushed.elapsed() < Duration::from_secs(5),
+        "woken by the push, not the deadline"
+    );
     assert_eq!(r.status, 200);
     assert!(item_ids(&r.json()).contains(&id), "{}", r.text());
 }
@@ -239,7 +257,11 @@ fn shutdown_answers_waiters_and_the_next_wait_after_an_epoch_rotation_gets_409()
     let mut relay = Relay::start_generous(&[]);
     let bob = Host::enrolled(&relay, "bob");
     let old = relay.epoch();
-    let mut wait = start_get(&relay, &bob, &format!("/v2/relay/items?epoch={old}&wait=60"));
+    let mut wait = start_get(
+        &relay,
+        &bob,
+        &format!("/v2/relay/items?epoch={old}&wait=60"),
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert!(still_waiting(&wait));
     let t = Instant::now();
@@ -248,8 +270,16 @@ fn shutdown_answers_waiters_and_the_next_wait_after_an_epoch_rotation_gets_409()
     let r = read_one_response(&mut wait).expect("answered at shutdown");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["items"], json!([]));
-    let out = common::relay_tool(&["rotate-epoch", "--store-dir", relay.store_dir().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = common::relay_tool(&[
+        "rotate-epoch",
+        "--store-dir",
+        relay.store_dir().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     relay.start_again().expect("restart");
     let new = relay.epoch();
     assert_ne!(new, old);

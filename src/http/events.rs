@@ -47,7 +47,11 @@ fn heartbeat() -> Duration {
 
 /// The events stream for `target` (the caller's key), or the refusal when no waiter may be
 /// added (503: shutting down, or the global waiter cap).
-pub(super) fn response(relay: Arc<Relay>, target: Key32, streaming: Option<&Streaming>) -> Response {
+pub(super) fn response(
+    relay: Arc<Relay>,
+    target: Key32,
+    streaming: Option<&Streaming>,
+) -> Response {
     let ticket = match relay.wake().register(target) {
         Ok(t) => t,
         Err(Refused::Closed) => {

@@ -103,7 +103,10 @@ pub async fn handle(
 pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
 /// Its value: [`crate::relay::wake::MAX_WAIT_SECS`] as text.
 const WAIT_MAX: &str = "60";
-const _: () = assert!(crate::relay::wake::MAX_WAIT_SECS == 60, "WAIT_MAX is its text");
+const _: () = assert!(
+    crate::relay::wake::MAX_WAIT_SECS == 60,
+    "WAIT_MAX is its text"
+);
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -280,6 +283,9 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     if route == Route::PullV2 {
         // The page arrives as finished JSON text (no value tree: the drain hot path).
         let q = query();
+        // A pull may wait up to a minute: hold nothing of the request meanwhile (its head,
+        // body and body reservation are a waiter's largest cost).
+        drop((parts, body, reservation, bytes));
         let pq = PullQuery {
             after: q.get("after").map(String::as_str),
             limit: q.get("limit").map(String::as_str),

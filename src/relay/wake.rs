@@ -245,7 +245,11 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        rt.block_on(async { tokio::time::timeout(Duration::from_millis(20), f).await.ok() })
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(20), f)
+                .await
+                .ok()
+        })
     }
 
     #[test]
@@ -283,7 +287,11 @@ mod tests {
         drop(t);
         assert_eq!(w.waiters(), 1);
         drop(fifth);
-        assert_eq!((w.waiters(), w.targets()), (0, 0), "no entry without waiters");
+        assert_eq!(
+            (w.waiters(), w.targets()),
+            (0, 0),
+            "no entry without waiters"
+        );
     }
 
     #[test]

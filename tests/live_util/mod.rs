@@ -40,7 +40,7 @@ pub fn timed_pull(relay: &Relay, host: &Host, query: &str) -> (Response, Duratio
 pub fn still_waiting(s: &TcpStream) -> bool {
     s.set_nonblocking(true).unwrap();
     let mut b = [0u8; 1];
-    let waiting = matches!((&*s).peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    let waiting = matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
     s.set_nonblocking(false).unwrap();
     waiting
 }
