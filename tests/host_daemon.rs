@@ -255,3 +255,25 @@ fn run_finishes_an_interrupted_key_rotation_before_it_starts() {
     assert!(s["keys"]["rotation_pending"].is_null(), "{s}");
     assert_ne!(s["pubkey"], old.as_str(), "{s}");
 }
+
+/// The daemon answers a send only after the outbox row is committed: a SIGKILL right after the
+/// answer loses nothing, and the next daemon pushes it.
+#[test]
+fn a_send_the_daemon_answered_survives_its_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = paired(tmp.path(), &relay);
+    relay.kill9();
+    let mut da = Daemon::start(&a, &["--poll-secs", "1"]);
+    let id = a.send("beta", "durable", "before the kill");
+    da.kill9();
+    let s = a.status();
+    assert_eq!(s["outbox"]["envelope_draft"], 1, "{s}");
+    relay.spawn(None);
+    let _da = Daemon::start(&a, &["--poll-secs", "1"]);
+    assert!(wait_until(Duration::from_secs(20), || a
+        .count("envelope_relay-accepted")
+        == 1));
+    b.sync();
+    assert_eq!(b.inbox_ids(), vec![id]);
+}
