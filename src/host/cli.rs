@@ -1,6 +1,7 @@
 //! `mbx-relay host ...`: the host commands (init, relay set, peer add/rotate, send, sync, inbox
-//! [show], quarantine, status, rotate, doctor). Each command opens the host store, does its work, prints text or (with
-//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage).
+//! [show], quarantine, status, rotate, doctor, run). Each command opens the host store, does its work, prints text or (with
+//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage). While `run` holds
+//! the store, commands go to it or are refused by name ([`super::local::route`]).
 //!
 //! ```text
 //! mbx-relay host --dir ./a init --name alpha           # prints alpha's host key
@@ -88,6 +89,8 @@ pub enum HostCommand {
     Rotate,
     /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
     Doctor,
+    /// Run as a daemon: receive as mail arrives, push as `send` queues (see `host::daemon`).
+    Run(super::daemon::RunArgs),
 }
 
 /// `host inbox ...`.
@@ -126,10 +129,12 @@ pub enum PeerCommand {
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
-    if matches!(args.command, HostCommand::Doctor) {
+    // A running daemon serves the command or refuses it by name (doctor included).
+    let routed = super::local::route(&args.dir, &args.command);
+    if routed.is_none() && matches!(args.command, HostCommand::Doctor) {
         return super::doctor::run(&args.dir, args.json);
     }
-    match dispatch(&args) {
+    match routed.unwrap_or_else(|| dispatch(&args)) {
         Ok((value, text)) => {
             if args.json {
                 println!("{value}");
@@ -152,7 +157,7 @@ pub fn run(args: HostArgs) -> ExitCode {
     }
 }
 
-type Out = Result<(Value, String), HostError>;
+pub(crate) type Out = Result<(Value, String), HostError>;
 
 fn dispatch(a: &HostArgs) -> Out {
     let dir = a.dir.as_path();
@@ -172,14 +177,15 @@ fn dispatch(a: &HostArgs) -> Out {
             body,
         } => send(dir, to, subject, file.as_deref(), body.as_deref()),
         HostCommand::Sync => sync(dir),
-        HostCommand::Inbox { show: None } => inbox(dir),
+        HostCommand::Inbox { show: None } => inbox(&HostStore::open(dir)?),
         HostCommand::Inbox {
             show: Some(InboxCommand::Show { id }),
-        } => inbox_show(dir, id),
-        HostCommand::Quarantine => quarantine(dir),
-        HostCommand::Status => status(dir),
+        } => inbox_show(&HostStore::open(dir)?, id),
+        HostCommand::Quarantine => quarantine(&HostStore::open(dir)?),
+        HostCommand::Status => status(dir, &HostStore::open(dir)?),
         HostCommand::Rotate => super::rotate::rotate(dir),
         HostCommand::Doctor => Err(HostError::Usage("doctor runs from `run`".into())),
+        HostCommand::Run(args) => super::daemon::run(dir, args),
     }
 }
 
@@ -327,13 +333,22 @@ fn peer_add(dir: &Path, name: &str, pubkey: &str) -> Out {
 }
 
 fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&str>) -> Out {
-    let body = match (file, body) {
+    let body = message_body(file, body)?;
+    queue_message(&mut HostStore::open(dir)?, to, subject, &body)
+}
+
+/// The body of `send`: the file's text or `--body`.
+pub(crate) fn message_body(file: Option<&Path>, body: Option<&str>) -> Result<String, HostError> {
+    match (file, body) {
         (Some(f), _) => std::fs::read_to_string(f)
-            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display())))?,
-        (None, Some(b)) => b.to_string(),
-        (None, None) => return Err(HostError::Usage("give --file or --body".into())),
-    };
-    let mut store = HostStore::open(dir)?;
+            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display()))),
+        (None, Some(b)) => Ok(b.to_string()),
+        (None, None) => Err(HostError::Usage("give --file or --body".into())),
+    }
+}
+
+/// Queue a message for a pinned peer as a draft row, durably (`send`, or the daemon for it).
+pub(crate) fn queue_message(store: &mut HostStore, to: &str, subject: &str, body: &str) -> Out {
     let me = store
         .name()?
         .ok_or_else(|| HostError::Usage("host not initialised".into()))?;
@@ -344,7 +359,7 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
     })?;
     let now = now_ms();
     let id = ulid(now);
-    let draft = draft_envelope(&id, &me, &peer.name, subject, &body, now)?;
+    let draft = draft_envelope(&id, &me, &peer.name, subject, body, now)?;
     let mut b = store.batch();
     let row_id = b.new_row_id();
     b.put_row(&OutRow::draft_envelope(
@@ -399,8 +414,7 @@ fn sync(dir: &Path) -> Out {
     Ok((v, text))
 }
 
-fn inbox(dir: &Path) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn inbox(store: &HostStore) -> Out {
     let rows = store.inbox()?;
     let mut text = format!("{} message(s)", rows.len());
     let v: Vec<Value> = rows
@@ -414,8 +428,7 @@ fn inbox(dir: &Path) -> Out {
     Ok((json!({"messages": v}), text))
 }
 
-fn inbox_show(dir: &Path, id: &str) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
     let m = store
         .inbox_get(id)?
         .ok_or_else(|| HostError::Usage(format!("no received message {id}; see `host inbox`")))?;
@@ -434,8 +447,7 @@ fn inbox_show(dir: &Path, id: &str) -> Out {
     Ok((v, text))
 }
 
-fn quarantine(dir: &Path) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn quarantine(store: &HostStore) -> Out {
     let rows = store.quarantine()?;
     let mut text = format!("{} quarantined item(s)", rows.len());
     let v: Vec<Value> = rows
@@ -459,9 +471,8 @@ fn row_json(r: &OutRow) -> Value {
     })
 }
 
-fn status(dir: &Path) -> Out {
+pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
     let id = Identity::load(dir)?;
-    let store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
     let relay = store.relay()?;
     let rows = store.rows()?;
@@ -576,7 +587,7 @@ fn status(dir: &Path) -> Out {
     for a in store.alerts()? {
         text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
     }
-    let (keys, key_lines) = super::rotate::status(&store)?;
+    let (keys, key_lines) = super::rotate::status(store)?;
     key_lines
         .iter()
         .for_each(|l| text.push_str(&format!("{l}\n")));

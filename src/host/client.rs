@@ -91,6 +91,38 @@ impl<'a> RelayClient<'a> {
     /// # Errors
     /// [`HostError::Network`] when no complete answer arrived.
     pub fn get(&self, path: &str, query: Option<&str>, signed: bool) -> Result<Answer, HostError> {
+        Self::answer(self.get_request(path, query, signed).call())
+    }
+
+    /// A signed GET like [`Self::get`] that also returns the response header `name` (the host
+    /// daemon learns from `x-mbx-wait-max` whether the relay holds pulls).
+    ///
+    /// # Errors
+    /// [`HostError::Network`] when no complete answer arrived.
+    pub fn get_with_header(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        name: &str,
+    ) -> Result<(Answer, Option<String>), HostError> {
+        let res = self
+            .get_request(path, query, true)
+            .call()
+            .map_err(|e| HostError::Network(e.to_string()))?;
+        let header = res
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Self::answer(Ok(res)).map(|a| (a, header))
+    }
+
+    fn get_request(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        signed: bool,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
         let url = match query {
             Some(q) => format!("{}{path}?{q}", self.base),
             None => format!("{}{path}", self.base),
@@ -101,7 +133,7 @@ impl<'a> RelayClient<'a> {
                 req = req.header(k, v);
             }
         }
-        Self::answer(req.call())
+        req
     }
 
     /// POST a JSON body to `path`, with a signed hop when `signed`.

@@ -245,6 +245,7 @@ impl<'a> Session<'a> {
             return Err(HostError::Relay("relay info without an epoch".into()));
         }
         self.relay_view = RelayView::from_info(&a.body);
+        let before = self.relay.clone();
         let limits = &a.body["limits"];
         if let Some(days) = limits.get("retention_days").and_then(Value::as_f64) {
             self.relay.retention_ms = (days * 86_400_000.0) as u64;
@@ -257,7 +258,8 @@ impl<'a> Session<'a> {
         }
         if self.relay.epoch.as_deref() != Some(epoch.as_str()) {
             self.new_epoch(&epoch)?;
-        } else {
+        } else if self.relay != before {
+            // Only a change is written: an unchanged info costs no fsync (the daemon passes often).
             let relay = self.relay.clone();
             let mut b = self.store.batch();
             b.set_relay(&relay)?;

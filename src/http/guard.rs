@@ -31,6 +31,11 @@
 //!   is hard-capped and evicts the oldest window when full, so new clients are still served
 //!   (see [`crate::relay::rate::RateTable`]).
 //!
+//! - **Streamed responses**: while a response is being streamed (the events stream of live
+//!   delivery holds a [`Streaming`] handle), the idle timeout does not apply to its connection;
+//!   a long-poll pull is a request in progress, which the idle timeout never cuts. Header and
+//!   body timeouts apply to both before they start waiting; the write stall timeout always.
+//!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
 //! connection stays what hyper and the handler's body cap allow.
 
@@ -39,6 +44,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -372,10 +378,17 @@ async fn serve_connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config;
-    let io = TokioIo::new(GuardedIo::new(stream, cfg.idle_timeout, cfg.body_timeout));
+    let streaming = Streaming::default();
+    let io = TokioIo::new(GuardedIo::new(
+        stream,
+        cfg.idle_timeout,
+        cfg.body_timeout,
+        streaming.clone(),
+    ));
     let service_state = shared.clone();
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let shared = service_state.clone();
+        req.extensions_mut().insert(streaming.clone());
         async move { Ok::<_, Infallible>(handle(&shared, peer, req).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -401,6 +414,33 @@ async fn serve_connection(
         }
     }
     drop(slots);
+}
+
+/// A request extension: the connection's count of responses being streamed. A handler that
+/// streams a long response holds it ([`Streaming::hold`]) so the idle timeout leaves the
+/// connection alone.
+#[derive(Clone, Default)]
+pub struct Streaming(Arc<AtomicUsize>);
+
+/// Held while a response streams; dropping it lets the idle timeout apply again.
+pub struct StreamingHeld(Arc<AtomicUsize>);
+
+impl Streaming {
+    /// Count one streamed response until the handle drops.
+    pub fn hold(&self) -> StreamingHeld {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        StreamingHeld(self.0.clone())
+    }
+
+    fn active(&self) -> bool {
+        self.0.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for StreamingHeld {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Marks an answer to a request whose signed hop failed, with the client address: the guard
@@ -550,15 +590,18 @@ struct GuardedIo {
     /// Set while a write is blocked: since when.
     blocked_since: Option<Instant>,
     write_timer: Pin<Box<Sleep>>,
+    /// Responses streaming on this connection (no idle timeout meanwhile).
+    streaming: Streaming,
 }
 
 impl GuardedIo {
-    fn new(inner: TcpStream, idle: Duration, stall: Duration) -> Self {
+    fn new(inner: TcpStream, idle: Duration, stall: Duration, streaming: Streaming) -> Self {
         let now = Instant::now();
         GuardedIo {
             inner,
             idle,
             stall,
+            streaming,
             waiting_since: Some(now),
             read_timer: Box::pin(tokio::time::sleep_until(now + idle)),
             blocked_since: None,
@@ -595,7 +638,10 @@ impl AsyncRead for GuardedIo {
             }
             Poll::Pending => match this.waiting_since {
                 // Idle too long: report end of stream, so hyper closes the connection quietly.
-                Some(since) if expired(&mut this.read_timer, since + this.idle, cx) => {
+                Some(since)
+                    if !this.streaming.active()
+                        && expired(&mut this.read_timer, since + this.idle, cx) =>
+                {
                     Poll::Ready(Ok(()))
                 }
                 _ => Poll::Pending,

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::answer::{answer_unread, json_response, json_text_response, retry_later};
 use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
-use super::guard::HopRefused;
+use super::guard::{HopRefused, Streaming};
 use super::hop_gate::Refusal;
 use super::retry_after;
 use super::route::Route;
@@ -95,8 +95,22 @@ pub async fn handle(
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     retry_after::ensure(&mut resp);
+    if route == Some(Route::PullV2) {
+        // Every pull answer says this relay holds `wait` pulls (mbx-relay extension).
+        resp.headers_mut()
+            .insert(WAIT_MAX_HEADER, HeaderValue::from_static(WAIT_MAX));
+    }
     resp
 }
+
+/// The header naming the longest `wait` a pull may ask for (mbx-relay extension).
+pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
+/// Its value: [`crate::relay::wake::MAX_WAIT_SECS`] as text.
+const WAIT_MAX: &str = "60";
+const _: () = assert!(
+    crate::relay::wake::MAX_WAIT_SECS == 60,
+    "WAIT_MAX is its text"
+);
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -262,6 +276,10 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     if route == Route::Info {
         return reply_response(relay.info(Some(&caller)));
     }
+    if route == Route::Events {
+        let streaming = parts.extensions.get::<Streaming>();
+        return super::events::response(app.relay.clone(), caller.key, streaming);
+    }
     let needs_json = matches!(
         route,
         Route::EncKeyPut
@@ -283,10 +301,14 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     if route == Route::PullV2 {
         // The page arrives as finished JSON text (no value tree: the drain hot path).
         let q = query();
+        // A pull may wait up to a minute: hold nothing of the request meanwhile (its head,
+        // body and body reservation are a waiter's largest cost).
+        drop((parts, body, reservation, bytes));
         let pq = PullQuery {
             after: q.get("after").map(String::as_str),
             limit: q.get("limit").map(String::as_str),
             epoch: q.get("epoch").map(String::as_str),
+            wait: q.get("wait").map(String::as_str),
         };
         return text_reply_response(relay.pull(&caller, pq).await);
     }

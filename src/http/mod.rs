@@ -7,6 +7,7 @@ pub mod args;
 pub mod body;
 pub mod client_addr;
 mod conn_limit;
+mod events;
 pub mod guard;
 pub mod handler;
 pub mod health_probe;

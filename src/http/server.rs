@@ -142,7 +142,14 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             stop_rx,
         ))
     });
-    let shutdown = shutdown_signal()?;
+    let signal = shutdown_signal()?;
+    // Waiting pulls and event streams answer at once on shutdown (never hold it up to 60 s).
+    relay.wake().set_cap(config.guard.max_connections);
+    let waiters = relay.clone();
+    let shutdown = async move {
+        signal.await;
+        waiters.wake().close();
+    };
     {
         let mut out = std::io::stdout().lock();
         if let Some(at) = metrics_at {

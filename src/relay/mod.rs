@@ -26,6 +26,7 @@ pub mod seen;
 pub mod senders;
 pub mod startup;
 pub mod sweep;
+pub mod wake;
 
 use std::sync::{Arc, RwLock};
 
@@ -70,6 +71,8 @@ pub struct Relay {
     seen: seen::Seen,
     /// Where the idle-enrolment expiry continues when a run stopped at its round cap.
     idle_cursor: std::sync::Mutex<Option<Key32>>,
+    /// Long-poll pulls and event streams waiting for their queue to grow.
+    wake: Arc<wake::Wake>,
 }
 
 impl Relay {
@@ -101,6 +104,7 @@ impl Relay {
             metrics: metrics::Metrics::default(),
             seen: seen::Seen::default(),
             idle_cursor: std::sync::Mutex::new(None),
+            wake: Arc::default(),
         }
     }
 
@@ -123,6 +127,11 @@ impl Relay {
     /// The relay public key, base64.
     pub fn pubkey_b64(&self) -> &str {
         &self.pubkey_b64
+    }
+
+    /// The registry of waiting pulls and event streams.
+    pub fn wake(&self) -> &Arc<wake::Wake> {
+        &self.wake
     }
 
     /// The current epoch.

@@ -142,6 +142,31 @@ impl Conn {
         Self::finish(req.call())
     }
 
+    /// GET `path_q` hop-signed by `host` and hand back the status and the body as a stream
+    /// (for `text/event-stream`), read at most `limit` bytes.
+    ///
+    /// # Errors
+    /// `transport: ...` when no answer head arrived.
+    pub fn get_stream(
+        &self,
+        path_q: &str,
+        host: &Host,
+        limit: u64,
+    ) -> Result<(u16, ureq::BodyReader<'static>), String> {
+        let mut req = self.agent.get(format!("{}{path_q}", self.base));
+        for (k, v) in Self::sign(host, "GET", path_q, "").headers {
+            req = req.header(k, v);
+        }
+        let res = req
+            .call()
+            .map_err(|e| format!("transport: {}", truncate(&e.to_string(), 80)))?;
+        let status = res.status().as_u16();
+        Ok((
+            status,
+            res.into_body().into_with_config().limit(limit).reader(),
+        ))
+    }
+
     /// POST the JSON text `body` to `path`, hop-signed by `host` when given.
     ///
     /// # Errors

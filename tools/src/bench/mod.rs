@@ -6,6 +6,7 @@
 mod client;
 mod drain;
 mod hosts;
+mod latency;
 mod payload;
 mod push;
 mod report;
@@ -67,6 +68,31 @@ pub struct BenchArgs {
     /// Per-request timeout, in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Measure live delivery instead (docs/protocol.md §8): push-to-receive latency for
+    /// long-poll, events-stream and 1 s polling receivers at `--rate` (see `bench/latency.rs`).
+    #[arg(long)]
+    pub latency: bool,
+    /// With --latency: items pushed per second (single-item pushes from 16 senders).
+    #[arg(long, default_value_t = 1000, requires = "latency")]
+    pub rate: u64,
+    /// With --latency: seconds of pushing per receiver kind.
+    #[arg(long, default_value_t = 10, requires = "latency")]
+    pub duration: u64,
+    /// With --latency: only these receiver kinds (long-poll, stream, poll; default all).
+    #[arg(long, value_delimiter = ',', requires = "latency")]
+    pub kinds: Vec<String>,
+    /// With --latency: then hold this many idle waiters and read the relay's RSS and CPU.
+    #[arg(long, default_value_t = 0, requires = "latency")]
+    pub idle_waiters: usize,
+    /// With --idle-waiters: the idle receivers are event streams instead of waiting pulls.
+    #[arg(long, requires = "latency")]
+    pub idle_streams: bool,
+    /// With --idle-waiters: seconds over which the relay's CPU is measured.
+    #[arg(long, default_value_t = 30, requires = "latency")]
+    pub idle_secs: u64,
+    /// With --idle-waiters: the relay's process id (its RSS and CPU are read from /proc).
+    #[arg(long, requires = "latency")]
+    pub relay_pid: Option<u32>,
 }
 
 fn usage(msg: impl Into<String>) -> Failure {
@@ -131,6 +157,9 @@ fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
 /// Usage errors, an unreachable relay or a refused enrolment; per-item failures are reported,
 /// not returned.
 pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+    if a.latency {
+        return latency::run(a);
+    }
     let report = measure(a)?;
     if let Some(path) = &a.svg {
         let pts: Vec<svg::Point> = report
