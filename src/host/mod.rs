@@ -17,6 +17,7 @@ pub mod receiver;
 pub mod sender;
 pub mod store;
 pub mod sync;
+pub mod trust;
 
 /// Every host failure, with a message a user can act on. Never contains key material or bodies.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,7 @@ mod hop_gate;
 pub mod metrics;
 pub mod route;
 pub mod server;
+pub mod tls;
 mod verify;
 
 use std::sync::Arc;
