@@ -109,9 +109,7 @@ fn info_is_served_over_tls_to_a_client_trusting_the_ca_and_no_handshake_to_one_t
     assert_eq!(get(&mut s12, "/health").unwrap().status, 200);
 
     let stranger = client_config(&Ca::new("another CA"));
-    let e = connect(t.relay.addr(), &stranger)
-        .err()
-        .expect("untrusted CA refused");
+    let e = connect(t.relay.addr(), &stranger).expect_err("untrusted CA refused");
     assert!(
         e.contains("UnknownIssuer") || e.contains("invalid peer certificate"),
         "{e}"
