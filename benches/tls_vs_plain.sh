@@ -45,11 +45,17 @@ run() { # $1 = https|http, $2 = run number
     port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$WORK/out")
     before=$(cpu_ticks "$pid")
     # shellcheck disable=SC2086
+    status=0
     json=$("$BIN/relay-tool" bench --url "$1://127.0.0.1:$port" $ca --senders "$SENDERS" \
-        --targets 8 --items "$ITEMS" --batch 1 --item-bytes 1024 --json 2>/dev/null)
+        --targets 8 --items "$ITEMS" --batch 1 --item-bytes 1024 --json 2> "$WORK/bench.err") ||
+        status=$?
     after=$(cpu_ticks "$pid")
     kill -TERM "$pid"
     wait "$pid" || true
+    if [ "$status" -ne 0 ]; then
+        echo "$1 run $2: bench failed ($status): $(tail -3 "$WORK/bench.err")"
+        return 0
+    fi
     rate=$(printf '%s' "$json" | grep -o '"items_per_s":[0-9.]*' | head -1 | cut -d: -f2)
     done_items=$(printf '%s' "$json" | grep -o '"items":[0-9]*' | sed -n 2p | cut -d: -f2)
     us=$(awk -v t=$((after - before)) -v hz="$TICK" -v n="$done_items" \
