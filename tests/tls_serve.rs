@@ -301,3 +301,16 @@ fn a_half_open_tls_handshake_holds_its_slot_and_is_cut_off_within_the_header_tim
     let mut s = t.connect();
     assert_eq!(get(&mut s, "/health").unwrap().status, 200);
 }
+
+#[test]
+fn replaced_certificate_files_are_picked_up_without_a_signal_within_the_watch_period() {
+    let t = TlsRelay::start(SERIAL_A, &[]);
+    t.ca.leaf(SERIAL_B).write(t.dir.path());
+    // The files are checked every 30 s.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while served_serial(&t.connect()) != serial_bytes(SERIAL_B) {
+        assert!(Instant::now() < deadline, "{}", t.relay.stderr_log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    t.wait_log("files changed", 1);
+}
