@@ -40,7 +40,10 @@ fn two_hosts_exchange_mail_over_tls_with_the_relay_ca() {
 
     // Without the CA the relay's certificate is not trusted (bundled web roots only).
     let e = a.run(&["relay", "set", &url]).unwrap_err();
-    assert!(e.contains("relay unreachable"), "{e}");
+    assert!(
+        e.contains("relay unreachable") && e.contains("--ca FILE"),
+        "{e}"
+    );
     assert!(a.status()["relay"].is_null(), "nothing pinned");
 
     a.ok(&["relay", "set", &url, "--ca", &ca]);

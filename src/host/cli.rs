@@ -200,7 +200,9 @@ fn relay_set(
     let name = store.name()?.unwrap_or_default();
     let timeout = SyncOptions::from_env().timeout;
     let client = RelayClient::with_ca(url, &name, &id.host, timeout, ca.as_deref())?;
-    let a = client.get("/v2/relay/info", None, false)?;
+    let a = client
+        .get("/v2/relay/info", None, false)
+        .map_err(trust::hint_ca)?;
     if a.status != 200 {
         return Err(HostError::Relay(format!("relay info: {}", a.error())));
     }

@@ -15,6 +15,8 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::CertificateDer;
 use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
+use super::HostError;
+
 /// Largest CA file read (a handful of PEM certificates).
 const MAX_CA_FILE: u64 = 1 << 20;
 
@@ -62,6 +64,19 @@ pub fn read_ca(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     ca_certs(&text).map_err(fail)?;
     Ok(text)
+}
+
+/// Add the way out to a certificate failure: a relay whose certificate chains to a private CA
+/// needs `--ca`.
+pub fn hint_ca(e: HostError) -> HostError {
+    match e {
+        HostError::Network(m) if m.contains("certificate") || m.contains("UnknownIssuer") => {
+            HostError::Network(format!(
+                "{m} (for a relay with a private CA: relay set URL --ca FILE)"
+            ))
+        }
+        other => other,
+    }
 }
 
 /// Refuse a relay URL this host must not use as given: not http(s); plain http to a host that
