@@ -82,7 +82,7 @@ fn serial_bytes(s: u64) -> Vec<u8> {
 
 #[test]
 fn info_is_served_over_tls_to_a_client_trusting_the_ca_and_no_handshake_to_one_that_does_not() {
-    let t = TlsRelay::start(SERIAL_A, &[]);
+    let t = TlsRelay::start(SERIAL_A, &["--metrics-listen", "127.0.0.1:0"]);
     let mut s = t.connect();
     assert_eq!(s.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
     assert_eq!(served_serial(&s), serial_bytes(SERIAL_A));
@@ -123,6 +123,8 @@ fn info_is_served_over_tls_to_a_client_trusting_the_ca_and_no_handshake_to_one_t
         "plain HTTP answered on the TLS port"
     );
     assert_eq!(get(&mut t.connect(), "/health").unwrap().status, 200);
+    // The private metrics listener stays plain HTTP.
+    assert_eq!(t.relay.metrics().status, 200);
 }
 
 #[test]
