@@ -39,6 +39,20 @@ pub enum Kind {
 /// # Errors
 /// A message naming the mode found and the `chmod` that fixes it, or the I/O error.
 pub fn require_private(path: &Path, kind: Kind, what: &str) -> Result<(), String> {
+    require_private_or(path, kind, what, "refusing to start")
+}
+
+/// [`require_private`] for a check made while running (a TLS key at reload): `refusing` says
+/// what the relay does instead of starting.
+///
+/// # Errors
+/// As [`require_private`].
+pub fn require_private_or(
+    path: &Path,
+    kind: Kind,
+    what: &str,
+    refusing: &str,
+) -> Result<(), String> {
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
@@ -50,7 +64,7 @@ pub fn require_private(path: &Path, kind: Kind, what: &str) -> Result<(), String
         Kind::File => "600",
     };
     Err(format!(
-        "{what} {} is accessible to other users (mode {mode:o}); refusing to start: run `chmod {fix} {}`",
+        "{what} {} is accessible to other users (mode {mode:o}); {refusing}: run `chmod {fix} {}`",
         path.display(),
         path.display()
     ))

@@ -6,7 +6,7 @@
 //! ```text
 //! mbx-relay host --dir ./a init --name alpha           # prints alpha's host key
 //! mbx-relay host --dir ./a peer add beta <beta's key>  # pin the peer
-//! mbx-relay host --dir ./a relay set http://relay:8787 [--key ab12-cd34-ef56-7890]
+//! mbx-relay host --dir ./a relay set https://relay.example [--key ab12-cd34-ef56-7890] [--ca ca.pem]
 //! mbx-relay host --dir ./a send --to beta --subject hi --body "hello"
 //! mbx-relay host --dir ./a sync                        # run it periodically (cron, a loop)
 //! mbx-relay host --dir ./a status
@@ -31,6 +31,7 @@ use super::identity::Identity;
 use super::message::{draft_envelope, owner_address, ulid};
 use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
 use super::sync::{Session, SyncOptions};
+use super::trust;
 use super::{now_ms, HostError};
 use crate::wire::keys::{fingerprint, parse_pubkey};
 use crate::wire::names::is_host_name;
@@ -109,6 +110,13 @@ pub enum RelayCommand {
         /// The relay key's fingerprint (`ab12-cd34-ef56-7890`), from the operator.
         #[arg(long)]
         key: Option<String>,
+        /// Trust only this CA (PEM) for the https relay (kept for later syncs).
+        #[arg(long, value_name = "FILE")]
+        ca: Option<PathBuf>,
+        /// Allow plain http to a non-loopback relay (pages and heads are unsigned: only on a
+        /// trusted network path).
+        #[arg(long)]
+        insecure_http: bool,
     },
 }
 
@@ -163,7 +171,12 @@ fn dispatch(a: &HostArgs) -> Out {
     let dir = a.dir.as_path();
     match &a.command {
         HostCommand::Init { name } => init(dir, name),
-        HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
+        HostCommand::Relay(RelayCommand::Set {
+            url,
+            key,
+            ca,
+            insecure_http,
+        }) => relay_set(dir, url, key.as_deref(), ca.as_deref(), *insecure_http),
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
         HostCommand::Peer(PeerCommand::Rotate {
             name,
@@ -212,15 +225,26 @@ fn init(dir: &Path, name: &str) -> Out {
     Ok((v, text))
 }
 
-fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(HostError::Usage(format!("{url:?} is not an http(s) URL")));
-    }
+fn relay_set(
+    dir: &Path,
+    url: &str,
+    expect_fp: Option<&str>,
+    ca: Option<&Path>,
+    insecure_http: bool,
+) -> Out {
+    trust::check_relay_url(url, insecure_http, ca.is_some()).map_err(HostError::Usage)?;
+    let ca = ca
+        .map(trust::read_ca)
+        .transpose()
+        .map_err(HostError::Usage)?;
     let id = Identity::load(dir)?;
     let mut store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
-    let client = RelayClient::new(url, &name, &id.host, SyncOptions::from_env().timeout);
-    let a = client.get("/v2/relay/info", None, false)?;
+    let timeout = SyncOptions::from_env().timeout;
+    let client = RelayClient::with_ca(url, &name, &id.host, timeout, ca.as_deref())?;
+    let a = client
+        .get("/v2/relay/info", None, false)
+        .map_err(trust::hint_ca)?;
     if a.status != 200 {
         return Err(HostError::Relay(format!("relay info: {}", a.error())));
     }
@@ -282,6 +306,7 @@ fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
     };
     let mut b = store.batch();
     b.set_relay(&cfg)?;
+    b.set_relay_ca(ca.as_deref())?;
     b.commit()?;
     let how = if expect_fp.is_some() {
         "confirmed by --key"

@@ -40,11 +40,39 @@ pub struct RelayClient<'a> {
 }
 
 impl<'a> RelayClient<'a> {
-    /// A client for the relay at `url` (scheme, host and port; a trailing `/` is ignored).
+    /// A client for the relay at `url` (scheme, host and port; a trailing `/` is ignored); https
+    /// is checked against the bundled web roots.
     pub fn new(url: &str, host: &str, key: &'a SigningKey, timeout: Duration) -> Self {
+        Self::with_tls(url, host, key, timeout, ureq::tls::TlsConfig::default())
+    }
+
+    /// [`RelayClient::new`] trusting the private CA `ca_pem` (PEM) for https when given.
+    ///
+    /// # Errors
+    /// [`HostError::Store`] when the stored CA is not a PEM certificate.
+    pub fn with_ca(
+        url: &str,
+        host: &str,
+        key: &'a SigningKey,
+        timeout: Duration,
+        ca_pem: Option<&str>,
+    ) -> Result<Self, HostError> {
+        let tls = super::trust::tls_config(ca_pem)
+            .map_err(|e| HostError::Store(format!("the relay CA kept by `relay set --ca`: {e}")))?;
+        Ok(Self::with_tls(url, host, key, timeout, tls))
+    }
+
+    fn with_tls(
+        url: &str,
+        host: &str,
+        key: &'a SigningKey,
+        timeout: Duration,
+        tls: ureq::tls::TlsConfig,
+    ) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
+            .tls_config(tls)
             .build();
         RelayClient {
             agent: config.into(),

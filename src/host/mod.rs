@@ -26,6 +26,7 @@ pub mod rotate;
 pub mod sender;
 pub mod store;
 pub mod sync;
+pub mod trust;
 pub mod watch;
 
 /// Every host failure, with a message a user can act on. Never contains key material or bodies.

@@ -150,7 +150,9 @@ impl<'a> Session<'a> {
                 offered_fp: fingerprint(&offered),
             });
         }
-        let client = RelayClient::new(&relay.url, &name, &id.host, opts.timeout);
+        let ca = store.relay_ca()?;
+        let client =
+            RelayClient::with_ca(&relay.url, &name, &id.host, opts.timeout, ca.as_deref())?;
         Ok(Session {
             store,
             id,

@@ -80,6 +80,8 @@ pub struct ServeArgs {
     pub log_retention: Duration,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
+    #[command(flatten)]
+    pub tls: super::tls::TlsArgs,
 }
 
 /// `--log-retention`'s default: the keyspace's [`relay_keyspace::DEFAULT_LOG_RETENTION_MS`]
@@ -121,6 +123,7 @@ impl ServeArgs {
             limits,
             key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
             guard: self.guard.config(),
+            tls: self.tls,
             log_retention: relay_keyspace::LogRetention {
                 max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
                 ..relay_keyspace::LogRetention::default()

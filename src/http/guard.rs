@@ -35,6 +35,10 @@
 //!   delivery holds a [`Streaming`] handle), the idle timeout does not apply to its connection;
 //!   a long-poll pull is a request in progress, which the idle timeout never cuts. Header and
 //!   body timeouts apply to both before they start waiting; the write stall timeout always.
+//! - **TLS** (when `--tls-cert` is given, [`super::tls`]): the handshake runs inside the
+//!   connection's slots and must finish within `header_timeout`, so a client that opens a
+//!   connection and never completes it is cut off like a slow request head; refusals at the caps
+//!   are answered over TLS too.
 //!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
 //! connection stays what hyper and the handler's body cap allow.
@@ -63,6 +67,7 @@ use super::answer::{answer_unread, retry_later};
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
+use super::tls::Tls;
 use crate::relay::config::{default_duration, parse_duration};
 use crate::relay::rate::{AddrKey, RateTable};
 use relay_keyspace::{Clock as _, SystemClock};
@@ -258,10 +263,13 @@ struct Shared {
     trust: TrustProxy,
     config: GuardConfig,
     public_rate: RateTable<AddrKey>,
+    /// Set when the listener speaks TLS.
+    tls: Option<Arc<Tls>>,
 }
 
-/// Serve `router` on `listener` under the guard until `shutdown` resolves, then stop accepting,
-/// let in-flight requests finish (idle connections close at once) and return.
+/// Serve `router` on `listener` under the guard (over TLS when `tls` is set) until `shutdown`
+/// resolves, then stop accepting, let in-flight requests finish (idle connections close at once)
+/// and return.
 ///
 /// # Errors
 /// An invalid [`GuardConfig`].
@@ -270,6 +278,7 @@ pub async fn serve(
     router: axum::Router,
     trust: TrustProxy,
     config: GuardConfig,
+    tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     config
@@ -281,6 +290,7 @@ pub async fn serve(
         trust,
         public_rate: RateTable::new(config.public_per_minute, PUBLIC_RATE_CAP),
         config,
+        tls,
     });
     let slots = Arc::new(Semaphore::new(max));
     let per_address = OpenPerAddress::new(shared.config.max_connections_per_address);
@@ -301,12 +311,12 @@ pub async fn serve(
         };
         // The global slot first: address entries then never outnumber open connections.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse(stream, &refusals, Refusal::Full);
+            refuse(stream, &refusals, Refusal::Full, shared.tls.clone());
             continue;
         };
         let Some(address_slot) = per_address.try_open(peer.ip()) else {
             drop(slot);
-            refuse(stream, &refusals, Refusal::AddressFull);
+            refuse(stream, &refusals, Refusal::AddressFull, shared.tls.clone());
             continue;
         };
         tokio::spawn(serve_connection(
@@ -333,9 +343,9 @@ enum Refusal {
     AddressFull,
 }
 
-/// Answer a connection over a cap (503, or 429 for its address), drain a little of its
-/// request, close it.
-fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
+/// Answer a connection over a cap (503, or 429 for its address; over TLS when the listener
+/// speaks it), drain a little of its request, close it.
+fn refuse(stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal, tls: Option<Arc<Tls>>) {
     let Ok(permit) = refusals.clone().try_acquire_owned() else {
         return; // Dropped: closed without an answer.
     };
@@ -352,21 +362,35 @@ fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
             body.len()
         );
         let _ = tokio::time::timeout(REFUSAL_TIME, async {
-            stream.write_all(answer.as_bytes()).await?;
-            stream.shutdown().await?;
-            let mut sink = [0u8; 1024];
-            let mut drained = 0;
-            while drained < REFUSAL_DRAIN {
-                match stream.read(&mut sink).await? {
-                    0 => break,
-                    n => drained += n,
-                }
+            match tls {
+                None => write_refusal(stream, answer.as_bytes()).await,
+                Some(tls) => match tls.handshake(stream, REFUSAL_TIME).await {
+                    Some(stream) => write_refusal(stream, answer.as_bytes()).await,
+                    None => Ok(()),
+                },
             }
-            io::Result::Ok(())
         })
         .await;
         drop(permit);
     });
+}
+
+/// Write a refusal, close the sending side and drain a little of the request.
+async fn write_refusal<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    answer: &[u8],
+) -> io::Result<()> {
+    stream.write_all(answer).await?;
+    stream.shutdown().await?;
+    let mut sink = [0u8; 1024];
+    let mut drained = 0;
+    while drained < REFUSAL_DRAIN {
+        match stream.read(&mut sink).await? {
+            0 => break,
+            n => drained += n,
+        }
+    }
+    Ok(())
 }
 
 /// Serve one connection; `slots` (its connection slot and its address's) are held until it ends.
@@ -375,16 +399,39 @@ async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     slots: (OwnedSemaphorePermit, AddressSlot),
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config;
     let streaming = Streaming::default();
-    let io = TokioIo::new(GuardedIo::new(
+    let io = GuardedIo::new(
         stream,
         cfg.idle_timeout,
         cfg.body_timeout,
         streaming.clone(),
-    ));
+    );
+    match &shared.tls {
+        None => serve_http(&shared, io, peer, streaming, stop).await,
+        Some(tls) => {
+            if let Some(io) = tls.handshake(io, cfg.header_timeout).await {
+                serve_http(&shared, io, peer, streaming, stop).await;
+            }
+        }
+    }
+    drop(slots);
+}
+
+/// Serve HTTP/1.1 requests on one connection (plain or TLS) until it ends or the relay stops.
+async fn serve_http<S>(
+    shared: &Arc<Shared>,
+    io: S,
+    peer: SocketAddr,
+    streaming: Streaming,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let cfg = &shared.config;
+    let io = TokioIo::new(io);
     let service_state = shared.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let shared = service_state.clone();
@@ -413,7 +460,6 @@ async fn serve_connection(
             let _ = conn.as_mut().await;
         }
     }
-    drop(slots);
 }
 
 /// A request extension: the connection's count of responses being streamed. A handler that

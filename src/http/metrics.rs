@@ -122,7 +122,7 @@ pub async fn serve_private(
             }
         }
     };
-    super::guard::serve(listener, router, TrustProxy::Off, config, stopped).await
+    super::guard::serve(listener, router, TrustProxy::Off, config, None, stopped).await
 }
 
 /// `GET /metrics`; anything else `404 {"error":"not found"}`.

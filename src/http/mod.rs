@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod retry_after;
 pub mod route;
 pub mod server;
+pub mod tls;
 mod verify;
 
 use std::sync::Arc;

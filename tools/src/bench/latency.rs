@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use ureq::tls::TlsConfig;
 
 use super::client::{Conn, Host};
 use super::payload::{build_batches, calibrate, Target};
@@ -152,7 +153,8 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         return Err(usage("--idle-waiters needs --relay-pid (read from /proc)"));
     }
     let timeout = Duration::from_secs(a.timeout.max(WAIT_SECS + 10));
-    let conn = Conn::new(&a.url, timeout);
+    let tls = super::tls_of(a)?;
+    let conn = Conn::new(&a.url, timeout, tls.clone());
     hosts::relay_info(&conn).map_err(relay_err)?;
     let tag = hosts::run_tag();
     let senders = hosts::enrol_many(&conn, &format!("lat-{tag}-s"), SENDERS).map_err(relay_err)?;
@@ -178,7 +180,9 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         let (plain_len, bytes) =
             calibrate(&senders[0], &targets[0], a.item_bytes).map_err(relay_err)?;
         item_bytes = bytes;
-        runs.push(one_run(a, kind, &senders, &targets, plain_len, timeout)?);
+        runs.push(one_run(
+            a, &tls, kind, &senders, &targets, plain_len, timeout,
+        )?);
     }
     let idle = match a.relay_pid {
         Some(pid) if a.idle_waiters > 0 => Some(idle_cost(a, &conn, pid, &tag)?),
@@ -215,6 +219,7 @@ fn kind_flag(k: Kind) -> &'static str {
 /// Push `rate × duration` items while the receivers of `kind` collect them.
 fn one_run(
     a: &BenchArgs,
+    tls: &TlsConfig,
     kind: Kind,
     senders: &[Host],
     targets: &[Target],
@@ -248,7 +253,7 @@ fn one_run(
         for t in targets {
             let (clock, errors) = (&clock, &errors);
             s.spawn(move || {
-                let r = receive(&a.url, timeout, kind, &t.host, end, clock);
+                let r = receive(&a.url, tls, timeout, kind, &t.host, end, clock);
                 if let Err(e) = r {
                     errors.lock().unwrap_or_else(|p| p.into_inner()).add(&e, 1);
                 }
@@ -256,7 +261,7 @@ fn one_run(
         }
         for (i, plan) in plans.iter().enumerate() {
             let (clock, errors, pushed) = (&clock, &errors, &pushed);
-            let conn = Conn::new(&a.url, timeout);
+            let conn = Conn::new(&a.url, timeout, tls.clone());
             let sender = &senders[i];
             s.spawn(move || {
                 // Sender i's item j is due at start + (j·SENDERS + i) / rate.
@@ -305,13 +310,14 @@ fn one_run(
 /// The first transport or HTTP failure, as an error kind.
 fn receive(
     url: &str,
+    tls: &TlsConfig,
     timeout: Duration,
     kind: Kind,
     host: &Host,
     end: Instant,
     clock: &Clock,
 ) -> Result<(), String> {
-    let conn = Conn::new(url, timeout);
+    let conn = Conn::new(url, timeout, tls.clone());
     let mut after = 0u64;
     match kind {
         Kind::LongPoll => {
@@ -330,7 +336,7 @@ fn receive(
         Kind::Stream => {
             // The stream's own connection ends with the run (its timeout), not at a heartbeat.
             let left = end.saturating_duration_since(Instant::now());
-            let sconn = Conn::new(url, left);
+            let sconn = Conn::new(url, left, tls.clone());
             let (status, body) = sconn.get_stream("/v2/relay/events", host, STREAM_LIMIT)?;
             if status != 200 {
                 return Err(format!("events http {status}"));

@@ -34,9 +34,12 @@ const MAX_ITEMS: u64 = 100_000_000;
 /// Flags of `relay-tool bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// The relay's base URL (http://host:port).
+    /// The relay's base URL (http://host:port or https://host:port).
     #[arg(long)]
     pub url: String,
+    /// Trust only this CA (PEM) for an https --url (default: the bundled web roots, as hosts do).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// Concurrent senders; a comma-separated list (1,8,64) sweeps, one run per value.
     #[arg(long, value_delimiter = ',', default_value = "8")]
     pub senders: Vec<usize>,
@@ -121,10 +124,11 @@ fn validate(a: &BenchArgs) -> Result<(), Failure> {
     if a.timeout == 0 {
         return Err(usage("--timeout must be at least 1 second"));
     }
-    if !a.url.starts_with("http://") {
-        return Err(usage(
-            "--url must be http://host:port (this build speaks plain HTTP)",
-        ));
+    if !(a.url.starts_with("http://") || a.url.starts_with("https://")) {
+        return Err(usage("--url must be http://host:port or https://host:port"));
+    }
+    if a.ca.is_some() && !a.url.starts_with("https://") {
+        return Err(usage("--ca applies to an https:// --url only"));
     }
     Ok(())
 }
@@ -191,6 +195,19 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         .map_err(|e| relay_err(format!("stdout: {e}")))
 }
 
+/// The TLS trust of `--url`: bundled web roots, or `--ca FILE` alone.
+///
+/// # Errors
+/// An unreadable or malformed `--ca` file.
+fn tls_of(a: &BenchArgs) -> Result<ureq::tls::TlsConfig, Failure> {
+    let ca =
+        a.ca.as_deref()
+            .map(mbx_relay::host::trust::read_ca)
+            .transpose()
+            .map_err(usage)?;
+    mbx_relay::host::trust::tls_config(ca.as_deref()).map_err(usage)
+}
+
 /// Enrol, push, check, optionally drain, for every sweep point; the measurements.
 ///
 /// # Errors
@@ -198,7 +215,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
 fn measure(a: &BenchArgs) -> Result<Report, Failure> {
     validate(a)?;
     let timeout = Duration::from_secs(a.timeout);
-    let conn = Conn::new(&a.url, timeout);
+    let conn = Conn::new(&a.url, timeout, tls_of(a)?);
     let info = hosts::relay_info(&conn).map_err(relay_err)?;
     if a.batch > info.max_batch {
         return Err(usage(format!(
@@ -227,9 +244,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
             info.max_item_bytes
         )));
     }
-    let conns: Vec<Conn> = (0..max_senders)
-        .map(|_| Conn::new(&a.url, timeout))
-        .collect();
+    let conns: Vec<Conn> = (0..max_senders).map(|_| conn.fresh()).collect();
     let mut points = Vec::new();
     for &n in &a.senders {
         progress(&format!(
@@ -264,14 +279,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
             let epoch = hosts::relay_info(&conn).map_err(relay_err)?.epoch;
             progress(&format!("{n} senders: draining {} items", t.accepted));
             let receivers: Vec<&client::Host> = targets.iter().map(|t| &t.host).collect();
-            let mut d = drain::run(
-                &a.url,
-                timeout,
-                &receivers,
-                &epoch,
-                info.max_pull,
-                &t.per_target,
-            );
+            let mut d = drain::run(&conn, &receivers, &epoch, info.max_pull, &t.per_target);
             Some(Phase::new(
                 d.items,
                 d.bytes,
