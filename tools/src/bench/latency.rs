@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use mbx_relay::relay::wake::{MAX_WAIT_SECS, PER_KEY_WAITERS};
+
 use super::client::{Conn, Host};
 use super::payload::{build_batches, calibrate, Target};
 use super::stats::{percentiles, Errors, Percentiles};
@@ -38,9 +40,10 @@ const POLL_EVERY: Duration = Duration::from_secs(1);
 const STREAM_LIMIT: u64 = 64 << 20;
 /// Most idle waiters a run may ask for.
 const MAX_IDLE: usize = 100_000;
-/// Idle waiters per enrolled host (the relay's per-key cap of waits and streams).
-const IDLE_PER_KEY: usize = 4;
-/// Longest idle measurement (waiting pulls ask for 60 s and must not expire meanwhile).
+/// Idle waiters per enrolled host: the relay's per-key cap of waits and streams.
+const IDLE_PER_KEY: usize = PER_KEY_WAITERS;
+/// Longest idle measurement (waiting pulls ask for the longest wait, 60 s, and must not expire
+/// meanwhile).
 const MAX_IDLE_SECS: u64 = 50;
 
 /// How a receiver learns of new items.
@@ -398,7 +401,7 @@ fn idle_cost(a: &BenchArgs, conn: &Conn, pid: u32, tag: &str) -> Result<Idle, Fa
     let path = if a.idle_streams {
         "/v2/relay/events".to_string()
     } else {
-        "/v2/relay/items?wait=60".to_string()
+        format!("/v2/relay/items?wait={MAX_WAIT_SECS}")
     };
     progress(&format!("idle: opening {n} waiters ({path})"));
     let mut socks = Vec::with_capacity(n);

@@ -78,7 +78,8 @@ pub struct BenchArgs {
     /// With --latency: seconds of pushing per receiver kind.
     #[arg(long, default_value_t = 10, requires = "latency")]
     pub duration: u64,
-    /// With --latency: only these receiver kinds (long-poll, stream, poll; default all).
+    /// With --latency: only these receiver kinds (long-poll, stream, poll; default all; `none`
+    /// for the idle measurement alone).
     #[arg(long, value_delimiter = ',', requires = "latency")]
     pub kinds: Vec<String>,
     /// With --latency: then hold this many idle waiters and read the relay's RSS and CPU.
