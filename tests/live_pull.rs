@@ -3,7 +3,7 @@
 //! the normal empty page; `wait` is checked like the other query parameters; a fifth wait of a
 //! key answers the oldest; shutdown answers every waiter at once (1,000 of them within 2 s); an
 //! epoch rotation is seen as 409 by the next wait; a client that never sends `wait` sees the same
-//! answers as before, plus `x-mbx-wait-max: 60`.
+//! answers as before, plus `x-mbx-wait-max: 60`; a waiter whose client left frees its connection.
 
 mod common;
 mod live_util;
@@ -315,5 +315,33 @@ fn sigterm_with_1000_waiting_pulls_exits_within_2s_and_answers_them_all() {
     for s in &mut waits {
         let r = read_one_response(s).expect("answered");
         assert_eq!(r.status, 200);
+    }
+}
+
+#[test]
+fn a_waiting_pull_whose_client_left_frees_its_connection_at_once() {
+    let relay = Relay::start_generous(&["--max-connections", "6"]);
+    let bob = Host::enrolled(&relay, "bob");
+    let carol = Host::enrolled(&relay, "carol");
+    let left: Vec<_> = (0..4)
+        .map(|_| start_get(&relay, &bob, "/v2/relay/items?wait=30"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(left.iter().all(still_waiting));
+    drop(left);
+    std::thread::sleep(Duration::from_millis(500));
+    // Six new waits fit only if the four abandoned ones gave their connections back.
+    let waits: Vec<_> = (0..6)
+        .map(|i| {
+            start_get(
+                &relay,
+                if i < 3 { &bob } else { &carol },
+                "/v2/relay/items?wait=30",
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, s) in waits.iter().enumerate() {
+        assert!(still_waiting(s), "wait {i} was refused or answered");
     }
 }
