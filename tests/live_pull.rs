@@ -345,3 +345,28 @@ fn a_waiting_pull_whose_client_left_frees_its_connection_at_once() {
         assert!(still_waiting(s), "wait {i} was refused or answered");
     }
 }
+
+#[test]
+fn metrics_count_the_waiters() {
+    let relay = Relay::start_generous(&["--metrics-listen", "127.0.0.1:0"]);
+    let alice = Host::enrolled(&relay, "alice");
+    let bob = Host::enrolled(&relay, "bob");
+    let waiters = |relay: &Relay| {
+        let text = relay.metrics().text();
+        text.lines()
+            .find_map(|l| l.strip_prefix("mbx_relay_waiters "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no mbx_relay_waiters in {text}"))
+    };
+    assert_eq!(waiters(&relay), 0);
+    let mut waits: Vec<_> = (0..3)
+        .map(|_| start_get(&relay, &bob, "/v2/relay/items?wait=30"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(waiters(&relay), 3);
+    push_to(&relay, &alice, &bob);
+    for s in &mut waits {
+        assert_eq!(read_one_response(s).expect("woken").status, 200);
+    }
+    assert_eq!(waiters(&relay), 0);
+}
