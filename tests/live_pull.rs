@@ -47,7 +47,8 @@ fn a_waiting_pull_is_answered_within_50ms_of_a_durable_push_to_its_target() {
     // Baseline: a plain pull's round trip on this (possibly loaded) machine.
     let base = median((0..7).map(|_| timed_pull(&relay, &bob, "").1).collect());
     let bound = Duration::from_millis(50).max(base * 5);
-    for round in 0..3 {
+    let mut latencies = Vec::new();
+    for round in 0..5 {
         let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -71,16 +72,24 @@ fn a_waiting_pull_is_answered_within_50ms_of_a_durable_push_to_its_target() {
                 "round {round}: {}",
                 r.text()
             );
+            // Without the wake the answer comes at the 20 s deadline.
             assert!(
-                latency <= bound,
-                "round {round}: answered {latency:?} after the push (bound {bound:?}, plain pull {base:?})"
+                latency < Duration::from_secs(1),
+                "round {round}: answered {latency:?} after the push: not woken by it"
             );
+            latencies.push(latency);
             let last = r.json()["last_seq"].as_u64().unwrap();
             assert_eq!(bob.ack(&relay, &relay.epoch(), json!(last)).status, 200);
             // Leave nothing queued for the next round's wait.
             let _ = bob.pull_all(&relay, last);
         });
     }
+    // The median round, so one scheduling hiccup of a loaded machine does not decide.
+    let typical = median(latencies.clone());
+    assert!(
+        typical <= bound,
+        "answered {typical:?} (median of {latencies:?}) after the push (bound {bound:?}, plain pull {base:?})"
+    );
 }
 
 #[test]
@@ -97,7 +106,7 @@ fn queued_items_answer_at_once_and_a_wait_times_out_with_the_normal_empty_page()
         let (r, took) = timed_pull(&relay, &bob, &format!("?after={seq}&wait={secs}"));
         let want = Duration::from_secs(secs);
         assert!(
-            took >= want && took < want + Duration::from_millis(900),
+            took >= want && took < want + Duration::from_millis(1500),
             "wait={secs} answered after {took:?}: {} {}",
             r.status,
             r.text()
