@@ -23,6 +23,7 @@ use serde::Serialize;
 use mbx_relay::relay::wake::{MAX_WAIT_SECS, PER_KEY_WAITERS};
 
 use super::client::{Conn, Host};
+use super::latency_svg::{self, Bars};
 use super::payload::{build_batches, calibrate, Target};
 use super::stats::{percentiles, Errors, Percentiles};
 use super::{hosts, progress, relay_err, usage, BenchArgs};
@@ -193,6 +194,24 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         runs,
         idle,
     };
+    if let Some(path) = a.svg.as_ref().filter(|_| !report.runs.is_empty()) {
+        let bars: Vec<Bars> = report
+            .runs
+            .iter()
+            .map(|r| Bars {
+                label: r.kind.label().to_string(),
+                p50: r.latency_ms.p50,
+                p99: r.latency_ms.p99,
+                max: r.latency_ms.max,
+            })
+            .collect();
+        let title = format!(
+            "mbx-relay live delivery: {} items/s over {} targets, {}-byte items",
+            a.rate, a.targets, report.item_bytes
+        );
+        std::fs::write(path, latency_svg::render(&title, &bars))
+            .map_err(|e| Failure::io("cannot write", path, &e))?;
+    }
     let text = if a.json {
         serde_json::to_string(&report)
             .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?

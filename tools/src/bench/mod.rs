@@ -7,6 +7,7 @@ mod client;
 mod drain;
 mod hosts;
 mod latency;
+mod latency_svg;
 mod payload;
 mod push;
 mod report;
@@ -62,7 +63,8 @@ pub struct BenchArgs {
     /// Print one JSON document instead of the text table.
     #[arg(long)]
     pub json: bool,
-    /// Draw items/s and p99 latency against senders into this SVG file.
+    /// Draw items/s and p99 latency against senders into this SVG file (with --latency: the
+    /// latency percentiles per receiver kind).
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Per-request timeout, in seconds.
