@@ -3,7 +3,7 @@
 //! the normal empty page; `wait` is checked like the other query parameters; a fifth wait of a
 //! key answers the oldest; shutdown answers every waiter at once (1,000 of them within 2 s); an
 //! epoch rotation is seen as 409 by the next wait; a client that never sends `wait` sees the same
-//! answers as before, plus `x-mbx-wait-max: 60`.
+//! answers as before, plus `x-mbx-wait-max: 60`; a waiter whose client left frees its connection.
 
 mod common;
 mod live_util;
@@ -47,7 +47,8 @@ fn a_waiting_pull_is_answered_within_50ms_of_a_durable_push_to_its_target() {
     // Baseline: a plain pull's round trip on this (possibly loaded) machine.
     let base = median((0..7).map(|_| timed_pull(&relay, &bob, "").1).collect());
     let bound = Duration::from_millis(50).max(base * 5);
-    for round in 0..3 {
+    let mut latencies = Vec::new();
+    for round in 0..5 {
         let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -71,16 +72,24 @@ fn a_waiting_pull_is_answered_within_50ms_of_a_durable_push_to_its_target() {
                 "round {round}: {}",
                 r.text()
             );
+            // Without the wake the answer comes at the 20 s deadline.
             assert!(
-                latency <= bound,
-                "round {round}: answered {latency:?} after the push (bound {bound:?}, plain pull {base:?})"
+                latency < Duration::from_secs(1),
+                "round {round}: answered {latency:?} after the push: not woken by it"
             );
+            latencies.push(latency);
             let last = r.json()["last_seq"].as_u64().unwrap();
             assert_eq!(bob.ack(&relay, &relay.epoch(), json!(last)).status, 200);
             // Leave nothing queued for the next round's wait.
             let _ = bob.pull_all(&relay, last);
         });
     }
+    // The median round, so one scheduling hiccup of a loaded machine does not decide.
+    let typical = median(latencies.clone());
+    assert!(
+        typical <= bound,
+        "answered {typical:?} (median of {latencies:?}) after the push (bound {bound:?}, plain pull {base:?})"
+    );
 }
 
 #[test]
@@ -97,7 +106,7 @@ fn queued_items_answer_at_once_and_a_wait_times_out_with_the_normal_empty_page()
         let (r, took) = timed_pull(&relay, &bob, &format!("?after={seq}&wait={secs}"));
         let want = Duration::from_secs(secs);
         assert!(
-            took >= want && took < want + Duration::from_millis(900),
+            took >= want && took < want + Duration::from_millis(1500),
             "wait={secs} answered after {took:?}: {} {}",
             r.status,
             r.text()
@@ -316,4 +325,57 @@ fn sigterm_with_1000_waiting_pulls_exits_within_2s_and_answers_them_all() {
         let r = read_one_response(s).expect("answered");
         assert_eq!(r.status, 200);
     }
+}
+
+#[test]
+fn a_waiting_pull_whose_client_left_frees_its_connection_at_once() {
+    let relay = Relay::start_generous(&["--max-connections", "6"]);
+    let bob = Host::enrolled(&relay, "bob");
+    let carol = Host::enrolled(&relay, "carol");
+    let left: Vec<_> = (0..4)
+        .map(|_| start_get(&relay, &bob, "/v2/relay/items?wait=30"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(left.iter().all(still_waiting));
+    drop(left);
+    std::thread::sleep(Duration::from_millis(500));
+    // Six new waits fit only if the four abandoned ones gave their connections back.
+    let waits: Vec<_> = (0..6)
+        .map(|i| {
+            start_get(
+                &relay,
+                if i < 3 { &bob } else { &carol },
+                "/v2/relay/items?wait=30",
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, s) in waits.iter().enumerate() {
+        assert!(still_waiting(s), "wait {i} was refused or answered");
+    }
+}
+
+#[test]
+fn metrics_count_the_waiters() {
+    let relay = Relay::start_generous(&["--metrics-listen", "127.0.0.1:0"]);
+    let alice = Host::enrolled(&relay, "alice");
+    let bob = Host::enrolled(&relay, "bob");
+    let waiters = |relay: &Relay| {
+        let text = relay.metrics().text();
+        text.lines()
+            .find_map(|l| l.strip_prefix("mbx_relay_waiters "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no mbx_relay_waiters in {text}"))
+    };
+    assert_eq!(waiters(&relay), 0);
+    let mut waits: Vec<_> = (0..3)
+        .map(|_| start_get(&relay, &bob, "/v2/relay/items?wait=30"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(waiters(&relay), 3);
+    push_to(&relay, &alice, &bob);
+    for s in &mut waits {
+        assert_eq!(read_one_response(s).expect("woken").status, 200);
+    }
+    assert_eq!(waiters(&relay), 0);
 }

@@ -47,11 +47,15 @@ impl Relay {
         }
     }
 
-    /// `GET /v2/relay/items?after&limit&epoch` for the caller's queue: the answer's JSON text
-    /// (see [`page_json`]), built off the async workers together with the read.
+    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue: the answer's JSON
+    /// text (see [`page_json`]), built off the async workers together with the read. With
+    /// `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for a durable
+    /// push to the caller, the deadline, an eviction by a newer wait of the key, or shutdown;
+    /// past the relay's waiter cap it is given at once.
     ///
     /// # Errors
-    /// 400 bad `after`; 409 wrong epoch; 503 store failure.
+    /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
+    /// 503 store failure.
     pub async fn pull(&self, caller: &Caller, q: PullQuery<'_>) -> Result<Vec<u8>, RelayError> {
         let epoch = self.pull_epoch(q.epoch)?;
         let after = Self::parse_after(q.after)?;

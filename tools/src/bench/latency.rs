@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use ureq::tls::TlsConfig;
 
+use mbx_relay::relay::wake::{MAX_WAIT_SECS, PER_KEY_WAITERS};
+
 use super::client::{Conn, Host};
+use super::latency_svg::{self, Bars};
 use super::payload::{build_batches, calibrate, Target};
 use super::stats::{percentiles, Errors, Percentiles};
 use super::{hosts, progress, relay_err, usage, BenchArgs};
@@ -39,9 +42,10 @@ const POLL_EVERY: Duration = Duration::from_secs(1);
 const STREAM_LIMIT: u64 = 64 << 20;
 /// Most idle waiters a run may ask for.
 const MAX_IDLE: usize = 100_000;
-/// Idle waiters per enrolled host (the relay's per-key cap of waits and streams).
-const IDLE_PER_KEY: usize = 4;
-/// Longest idle measurement (waiting pulls ask for 60 s and must not expire meanwhile).
+/// Idle waiters per enrolled host: the relay's per-key cap of waits and streams.
+const IDLE_PER_KEY: usize = PER_KEY_WAITERS;
+/// Longest idle measurement (waiting pulls ask for the longest wait, 60 s, and must not expire
+/// meanwhile).
 const MAX_IDLE_SECS: u64 = 50;
 
 /// How a receiver learns of new items.
@@ -194,6 +198,24 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         runs,
         idle,
     };
+    if let Some(path) = a.svg.as_ref().filter(|_| !report.runs.is_empty()) {
+        let bars: Vec<Bars> = report
+            .runs
+            .iter()
+            .map(|r| Bars {
+                label: r.kind.label().to_string(),
+                p50: r.latency_ms.p50,
+                p99: r.latency_ms.p99,
+                max: r.latency_ms.max,
+            })
+            .collect();
+        let title = format!(
+            "mbx-relay live delivery: {} items/s over {} targets, {}-byte items",
+            a.rate, a.targets, report.item_bytes
+        );
+        std::fs::write(path, latency_svg::render(&title, &bars))
+            .map_err(|e| Failure::io("cannot write", path, &e))?;
+    }
     let text = if a.json {
         serde_json::to_string(&report)
             .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?
@@ -404,7 +426,7 @@ fn idle_cost(a: &BenchArgs, conn: &Conn, pid: u32, tag: &str) -> Result<Idle, Fa
     let path = if a.idle_streams {
         "/v2/relay/events".to_string()
     } else {
-        "/v2/relay/items?wait=60".to_string()
+        format!("/v2/relay/items?wait={MAX_WAIT_SECS}")
     };
     progress(&format!("idle: opening {n} waiters ({path})"));
     let mut socks = Vec::with_capacity(n);

@@ -7,6 +7,7 @@ mod client;
 mod drain;
 mod hosts;
 mod latency;
+mod latency_svg;
 mod payload;
 mod push;
 mod report;
@@ -65,7 +66,8 @@ pub struct BenchArgs {
     /// Print one JSON document instead of the text table.
     #[arg(long)]
     pub json: bool,
-    /// Draw items/s and p99 latency against senders into this SVG file.
+    /// Draw items/s and p99 latency against senders into this SVG file (with --latency: the
+    /// latency percentiles per receiver kind).
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Per-request timeout, in seconds.
@@ -81,7 +83,8 @@ pub struct BenchArgs {
     /// With --latency: seconds of pushing per receiver kind.
     #[arg(long, default_value_t = 10, requires = "latency")]
     pub duration: u64,
-    /// With --latency: only these receiver kinds (long-poll, stream, poll; default all).
+    /// With --latency: only these receiver kinds (long-poll, stream, poll; default all; `none`
+    /// for the idle measurement alone).
     #[arg(long, value_delimiter = ',', requires = "latency")]
     pub kinds: Vec<String>,
     /// With --latency: then hold this many idle waiters and read the relay's RSS and CPU.
