@@ -2,7 +2,7 @@
 //! and expiry — kept from the pull so that the ack does not read the items' wire bytes back.
 //!
 //! With key-value separation an item's record lives in a blob file; reading it back only to
-//! learn these four fields was about a third of the relay's CPU during a drain (the writer
+//! learn these fields was about a third of the relay's CPU during a drain (the writer
 //! thread: blob reads and block-cache inserts for data read once). The pull has just decoded
 //! the same records, so it leaves these hints for the ack.
 //!
