@@ -28,6 +28,14 @@
 //! [`OpenOptions::log_retention`] (age and count), dropping the oldest and recording the last
 //! dropped entry as the checkpoint; [`Store::verify_log`] and backup verification recompute it.
 //!
+//! CONTRACT (dedup horizon, spec §2, §7): a dedup row is kept for the horizon (the relay passes
+//! `now − (retention + 7 days)` to [`Store::sweep`]) AFTER its item left the queue. A queued
+//! item's dedup row has no `dedup_expiry` row and is never pruned; every operation that takes an
+//! item out for good (ack, expiry sweep, purge, `delete_item`) writes its prune-index row
+//! (`d ++ now ++ dedup key`, `ops::queue::start_dedup_horizon`) in the same batch. A rotation moves
+//! queued items' rows unindexed and restarts gone items' horizons at the rotation. Schema 4
+//! stores are migrated at open (gone items count from the migration).
+//!
 //! Files: `api` (the interface crate's types, under their old path), `interface` (`RelayStore`
 //! for `Store`), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
@@ -78,6 +86,7 @@ pub mod testing {
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
     pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;
+    pub use crate::migrate::downgrade_to_schema_4_for_tests as downgrade_to_schema_4;
     pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
     pub use crate::migrate::raw_rows_for_tests as raw_rows;
     pub use crate::migrate::remove_raw_row_for_tests as remove_raw_row;
