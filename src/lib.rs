@@ -1,8 +1,9 @@
 //! `mbx-relay`: a durable, untrusted store-and-forward relay for end-to-end-encrypted
 //! host-to-host mail that speaks the agentmbx relay protocol.
 //!
-//! Data flows one way: [`http`] → [`relay`] → `relay_keyspace`, and [`wire`] (pure, no I/O) is
-//! shared by all of them and by the host side ([`host`]).
+//! Data flows one way: [`http`] → [`relay`] → a `relay_store::RelayStore` (the fjall backend is
+//! `relay_keyspace`, opened only by [`store_open`]), and [`wire`] (pure, no I/O) is shared by all
+//! of them and by the host side ([`host`]).
 
 pub mod admin;
 pub mod failpoint;

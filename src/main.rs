@@ -1,5 +1,5 @@
-//! The `mbx-relay` command: `serve` runs the relay, `keygen` prints a new relay key, `host ...`
-//! runs the host side.
+//! The `mbx-relay` command: `serve` runs the relay, `keygen` prints a new relay key, `health`
+//! probes a running relay, `host ...` runs the host side.
 
 use std::process::ExitCode;
 
@@ -24,6 +24,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Print a new relay key (base64 seed, for MBX_RELAY_KEY or relay.key) and its fingerprint.
     Keygen,
+    /// Exit 0 when the relay's `GET /health` answers 200 (container health checks).
+    Health(mbx_relay::http::health_probe::HealthArgs),
     /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
     Host(mbx_relay::host::cli::HostArgs),
 }
@@ -34,6 +36,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Host(args) => mbx_relay::host::cli::run(args),
+        Command::Health(args) => match mbx_relay::http::health_probe::probe(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mbx-relay: unhealthy: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Keygen => {
             let key = mbx_relay::wire::keys::SigningKey::generate();
             print!("{}", mbx_relay::relay::key::keygen_text(&key));
@@ -45,6 +54,11 @@ fn main() -> ExitCode {
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging();
     let config = args.into_config();
+    if let Err(e) = config.validate() {
+        // A usage error, before anything is opened: clap's exit code for bad flags.
+        eprintln!("mbx-relay: {e}");
+        return ExitCode::from(2);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(mbx_relay::memory::collect_idle_thread)

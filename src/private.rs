@@ -4,7 +4,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{
+    DirBuilderExt as _, FileTypeExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::Path;
 
 /// The umask of `mbx-relay serve` and of relay-tool commands that write a store: every file and
@@ -37,6 +39,20 @@ pub enum Kind {
 /// # Errors
 /// A message naming the mode found and the `chmod` that fixes it, or the I/O error.
 pub fn require_private(path: &Path, kind: Kind, what: &str) -> Result<(), String> {
+    require_private_or(path, kind, what, "refusing to start")
+}
+
+/// [`require_private`] for a check made while running (a TLS key at reload): `refusing` says
+/// what the relay does instead of starting.
+///
+/// # Errors
+/// As [`require_private`].
+pub fn require_private_or(
+    path: &Path,
+    kind: Kind,
+    what: &str,
+    refusing: &str,
+) -> Result<(), String> {
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
@@ -48,7 +64,7 @@ pub fn require_private(path: &Path, kind: Kind, what: &str) -> Result<(), String
         Kind::File => "600",
     };
     Err(format!(
-        "{what} {} is accessible to other users (mode {mode:o}); refusing to start: run `chmod {fix} {}`",
+        "{what} {} is accessible to other users (mode {mode:o}); {refusing}: run `chmod {fix} {}`",
         path.display(),
         path.display()
     ))
@@ -66,6 +82,62 @@ pub fn create_exclusive(path: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
+}
+
+/// Remove a socket left by a process that did not shut down cleanly (the relay's admin socket,
+/// a host daemon's); refuse to touch anything else.
+///
+/// # Errors
+/// `path` is something other than a socket, or it cannot be removed.
+pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Bind in a fresh 0700 directory, chmod 0600, then rename into place: no window in which the
+/// socket exists with the umask's (possibly wider) mode at a reachable path.
+///
+/// # Errors
+/// The private directory or the socket cannot be created, or the rename fails.
+pub fn bind_private_socket(
+    dir: &Path,
+    path: &Path,
+) -> io::Result<std::os::unix::net::UnixListener> {
+    let private = dir.join(format!(".adm{}", std::process::id()));
+    if private.exists() {
+        // Ours from an earlier run that had the same pid: only our socket can be inside.
+        let _ = std::fs::remove_file(private.join("s"));
+        std::fs::remove_dir(&private)?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", private.display())))?;
+    let tmp = private.join("s");
+    let result = (|| {
+        let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("binding a socket in {}: {e}", private.display()),
+            )
+        })?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&tmp, path)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    let _ = std::fs::remove_dir(&private);
+    result
 }
 
 #[cfg(test)]

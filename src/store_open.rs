@@ -1,10 +1,11 @@
-//! The one place a store backend is chosen and opened: everything above it (relay, admin
-//! socket, relay-tool) holds the [`SharedStore`] it returns and knows no backend.
+//! The one place a store backend is chosen and opened, and a backup file checked or restored
+//! into a new store: everything above it (relay, admin socket, relay-tool) holds the
+//! [`SharedStore`] it returns and knows no backend.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use relay_store::{OpenOptions, SharedStore, StoreError};
+use relay_store::{BackupError, BackupSummary, OpenOptions, SharedStore, StoreError};
 
 /// Which backend and where, from `serve --store` / `MBX_RELAY_STORE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +85,30 @@ fn postgres_label(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     rest.split('?').next().unwrap_or(rest)
+}
+
+/// Check a backup file end to end (magic, format, every checksum, counts, the relay-log
+/// chain) without opening any store. The file format is the fjall keyspace's
+/// (`relay_keyspace::BACKUP_FORMAT_VERSION`), the logical stream every backend writes.
+///
+/// # Errors
+/// [`BackupError`] naming what is wrong and where.
+pub fn verify_backup_file(file: &Path) -> Result<BackupSummary, BackupError> {
+    relay_keyspace::verify_backup(file)
+}
+
+/// Build the new store `spec` names (it must not exist yet) from a backup file, rotating the
+/// epoch as every restore does; answers the file's summary and the new epoch.
+///
+/// # Errors
+/// [`BackupError`]: a damaged file, a schema newer than this build, an existing target, I/O.
+pub fn restore_into(file: &Path, spec: &StoreSpec) -> Result<(BackupSummary, String), BackupError> {
+    match spec {
+        StoreSpec::Dir(dir) => relay_keyspace::restore_backup(file, dir),
+        StoreSpec::Postgres(_) => Err(BackupError::Store(StoreError::Engine(
+            "restoring into a PostgreSQL store is not implemented yet".into(),
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -311,11 +311,12 @@ fn send_body(relay: &Relay, head: &[u8], len: usize) -> TcpStream {
 #[test]
 fn one_address_holds_at_most_its_share_of_body_memory() {
     let _alone = alone();
+    let one_body = MAX_BODY.to_string(); // the smallest share the relay accepts
     let relay = Relay::start_generous(&[
         "--trust-proxy",
         "xff",
         "--max-body-bytes-per-address",
-        "8388608",
+        &one_body,
         "--body-first-byte-timeout",
         "2s",
     ]);
@@ -389,7 +390,8 @@ fn failed_authentications_are_counted_per_address_then_refused_with_429() {
         429,
         "too many failed authentications from this address, retry later",
     );
-    assert_eq!(r.header("retry-after"), Some("60"));
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "until the window frees: {wait}");
     // Past the window the address's hops are not checked at all, valid ones included.
     let r = known.call_with(
         &relay,
@@ -623,7 +625,8 @@ fn a_failed_hop_counts_against_the_public_window_and_a_valid_one_does_not() {
     );
     let r = relay.send("GET", "/v2/relay/info", &[("x-forwarded-for", addr)], b"");
     r.assert_error(429, "too many requests from this address, retry later");
-    assert_eq!(r.header("retry-after"), Some("60"));
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "until the window frees: {wait}");
     assert_eq!(r.header("cache-control"), Some("no-store"));
     assert_eq!(r.header("content-type"), Some("application/json"));
     // A valid signed info call from the same address is still served, and not counted.

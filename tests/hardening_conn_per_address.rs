@@ -220,7 +220,10 @@ fn one_address_cannot_take_every_connection_slot() {
 fn without_the_per_address_cap_one_address_takes_every_slot() {
     let d = Dialer::new();
     let mut args = PATIENT.to_vec();
-    args.extend(["--max-connections-per-address", "1024"]);
+    let cap = mbx_relay::http::guard::GuardConfig::default()
+        .max_connections
+        .to_string();
+    args.extend(["--max-connections-per-address", &cap]);
     let relay = Relay::start(&args);
     let mut conns = attack(&d, &relay, v4(2), ATTACK);
     let t = tally(&mut conns, ATTACK);

@@ -4,11 +4,12 @@
 //! and, the last requirement, the relay serves again without a restart once space
 //! returns: the store reopens its database in-process (fjall refuses writes after a failed one).
 //!
-//! Mounting needs root (CAP_SYS_ADMIN), so the tmpfs tests are ignored by default; run them with
-//! `cargo test -p mbx-relay --features failpoints --test hardening_disk -- --ignored`. The last
-//! test needs no root and runs by default with the `failpoints` feature: the relay's store
-//! fsyncs fail while a trigger file exists (`MBX_FAIL_PERSIST_WHILE`), the same 503-then-recover
-//! path end to end through the real `mbx-relay serve`.
+//! Mounting needs root (CAP_SYS_ADMIN): the tmpfs tests run in the normal test command when this
+//! process can mount a tmpfs (CI runs as root), and otherwise print a `SKIPPED` line on stderr
+//! and pass. Each tmpfs is 48 MiB and unmounted by a guard's `Drop`, also when the test fails.
+//! The last test needs no root and runs by default with the `failpoints` feature: the relay's
+//! store fsyncs fail while a trigger file exists (`MBX_FAIL_PERSIST_WHILE`), the same
+//! 503-then-recover path end to end through the real `mbx-relay serve`.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -18,25 +19,47 @@ use common::*;
 use mbx_relay::relay::error::STORE_UNAVAILABLE;
 use serde_json::json;
 
-/// A tmpfs of `size` mounted at `dir`, unmounted on drop.
+/// A tmpfs of `size` mounted at `dir`, unmounted on drop (lazily: a process still holding a
+/// file there cannot keep it mounted), so a failing test leaves no mount behind.
 struct Mount(PathBuf);
 
 impl Mount {
-    fn new(dir: &Path, size: &str) -> Mount {
-        std::fs::create_dir_all(dir).unwrap();
-        let st = Command::new("mount")
+    /// Mount, or say why this process cannot (not root, no `mount`, mounting refused).
+    fn try_new(dir: &Path, size: &str) -> Result<Mount, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
-            .status()
-            .expect("run mount");
-        assert!(st.success(), "mount tmpfs (needs root)");
-        Mount(dir.to_path_buf())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Mount(dir.to_path_buf()))
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A 48 MiB tmpfs under `work`, or `None` after printing why the calling test is skipped.
+fn tmpfs_or_skip(work: &Path, test: &str) -> Option<(Mount, PathBuf)> {
+    let mnt = work.join("mnt");
+    match Mount::try_new(&mnt, "48m") {
+        Ok(m) => Some((m, mnt)),
+        Err(why) => {
+            eprintln!(
+                "SKIPPED {test}: cannot mount a tmpfs (needs root and a working mount): {why}"
+            );
+            None
+        }
     }
 }
 
@@ -50,10 +73,10 @@ fn fill(filler: &Path) {
 }
 
 /// A relay whose store is on a small tmpfs, filled up until pushes are refused: returns the
-/// mount, relay, hosts, the item ids accepted (answered 200 "accepted") and the filler file.
-fn fill_up(work: &Path) -> (Mount, Relay, Host, Host, Vec<String>, PathBuf) {
-    let mnt = work.join("mnt");
-    let m = Mount::new(&mnt, "48m");
+/// mount, relay, hosts, the item ids accepted (answered 200 "accepted") and the filler file;
+/// `None` when no tmpfs can be mounted (the test is skipped, see [`tmpfs_or_skip`]).
+fn fill_up(work: &Path, test: &str) -> Option<(Mount, Relay, Host, Host, Vec<String>, PathBuf)> {
+    let (m, mnt) = tmpfs_or_skip(work, test)?;
     let store = mnt.join("store");
     let relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).expect("relay starts");
     let s = Host::enrolled(&relay, "sender");
@@ -90,7 +113,7 @@ fn fill_up(work: &Path) -> (Mount, Relay, Host, Host, Vec<String>, PathBuf) {
     );
     let h = relay.get("/health");
     assert_eq!(h.status, 503, "health on a full disk: {}", h.text());
-    (m, relay, s, t, accepted, filler)
+    Some((m, relay, s, t, accepted, filler))
 }
 
 /// Every accepted item id is in `t`'s queue.
@@ -122,10 +145,12 @@ fn push_until_accepted(relay: &Relay, s: &Host, t: &Host, accepted: &mut Vec<Str
 }
 
 #[test]
-#[ignore = "needs root to mount a size-limited tmpfs"]
 fn a_full_disk_answers_503_and_loses_no_accepted_item_across_a_restart() {
     let work = tempfile::tempdir().unwrap();
-    let (_m, mut relay, s, t, mut accepted, filler) = fill_up(work.path());
+    let test = "a_full_disk_answers_503_and_loses_no_accepted_item_across_a_restart";
+    let Some((_m, mut relay, s, t, mut accepted, filler)) = fill_up(work.path(), test) else {
+        return;
+    };
     eprintln!("disk full after {} accepted items", accepted.len());
     std::fs::remove_file(&filler).unwrap();
     relay.restart();
@@ -139,10 +164,12 @@ fn a_full_disk_answers_503_and_loses_no_accepted_item_across_a_restart() {
 /// After ENOSPC fjall poisons its database; the store reopens it in-process once space
 /// returns (the same pid serves again, and says so in its log).
 #[test]
-#[ignore = "needs root to mount a size-limited tmpfs"]
 fn a_full_disk_serves_again_without_a_restart_once_space_returns() {
     let work = tempfile::tempdir().unwrap();
-    let (_m, relay, s, t, mut accepted, filler) = fill_up(work.path());
+    let test = "a_full_disk_serves_again_without_a_restart_once_space_returns";
+    let Some((_m, relay, s, t, mut accepted, filler)) = fill_up(work.path(), test) else {
+        return;
+    };
     let pid = relay.pid();
     std::fs::remove_file(&filler).unwrap();
     assert!(

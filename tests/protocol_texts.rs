@@ -294,7 +294,7 @@ fn envelope_whys() -> Vec<(&'static [&'static str], Option<Value>, &'static str)
 
 #[test]
 fn quoted_texts_are_the_references() {
-    let relay = Relay::start_generous(&["--max-queue-items", "3", "--max-item-bytes", "524288"]);
+    let relay = Relay::start_generous(&["--max-queue-items", "3"]);
     let a = Host::enrolled(&relay, "txt-a");
     let b = Host::enrolled(&relay, "txt-b");
     let epoch = relay.epoch();

@@ -36,7 +36,10 @@ pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// The format this binary writes and the newest it reads. Format 1 held the eleven partitions
 /// of schema 1; format 2 adds `dedup_expiry` (schema 2); format 3 adds `sender_index`
 /// (schema 3); format 4 holds a schema-4 store, whose relay log is hash-chained (verification
-/// recomputes the chain). The layout of a record is unchanged. An older format restores into a
+/// recomputes the chain), or a schema-5 store: schema 5 changed what `dedup_expiry` keys mean
+/// (the time the item left its queue), not which partitions or records a backup holds, and the
+/// header's schema version says which it is (a schema-4 relay verifies such a backup and refuses
+/// to restore it: schema newer than the binary). The layout of a record is unchanged. An older format restores into a
 /// store of its schema, which is migrated before the restore is logged (building what the
 /// format lacked, the log's chain included).
 pub const BACKUP_FORMAT_VERSION: u32 = 4;

@@ -19,7 +19,7 @@
 //! | usage | `0x00` ++ target / `0x01` ++ target ++ sender / `0x02` ++ account | [`Usage`] |
 //! | expiry | `i` ++ expires_at ++ target ++ seq | empty |
 //! | ops | n (u64) | [`StoredOp`] (schema < 4: [`LegacyOp`]) |
-//! | dedup_expiry | `d` ++ accepted_at ++ dedup key | empty |
+//! | dedup_expiry | `d` ++ gone_at ++ dedup key (only once the item left its queue) | empty |
 //! | sender_index | sender ++ target (the target's list names the sender) | empty |
 
 use serde::{Deserialize, Serialize};
@@ -304,11 +304,13 @@ pub(crate) fn expiry_item_parse(k: &[u8]) -> Option<(u64, Key32, u64)> {
     Some((be64(&k[1..9])?, key32(&k[9..41])?, be64(&k[41..])?))
 }
 
-pub(crate) fn expiry_dedup_key(accepted_at: u64, dkey: &[u8]) -> Vec<u8> {
-    cat(&[&[EXPIRY_DEDUP], &accepted_at.to_be_bytes(), dkey])
+/// `d ++ gone_at ++ dedup key`: the dedup row's item left its queue (acked, expired, purged or
+/// deleted) at `gone_at`; the row may be pruned once `gone_at` is past the dedup horizon.
+pub(crate) fn expiry_dedup_key(gone_at: u64, dkey: &[u8]) -> Vec<u8> {
+    cat(&[&[EXPIRY_DEDUP], &gone_at.to_be_bytes(), dkey])
 }
 
-/// (accepted_at, dedup key) of a dedup prune-index row.
+/// (gone_at, dedup key) of a dedup prune-index row.
 pub(crate) fn expiry_dedup_parse(k: &[u8]) -> Option<(u64, &[u8])> {
     if k.len() < 9 + 64 || k[0] != EXPIRY_DEDUP {
         return None;

@@ -74,10 +74,10 @@ fn key_json(p: Part, k: &[u8]) -> Value {
             EncAdKey::V1(pk) => json!({ "host_pubkey": hex(&pk), "kind": "v1" }),
             EncAdKey::V2(pk) => json!({ "host_pubkey": hex(&pk), "kind": "v2" }),
         }),
-        Part::SenderLists | Part::Seqs | Part::Acked => {
-            Some(json!({ "host_pubkey": hex(k) }))
+        Part::SenderLists | Part::Seqs | Part::Acked => Some(json!({ "host_pubkey": hex(k) })),
+        Part::Items => {
+            codec::item_key_parse(k).map(|(t, s)| json!({ "target": hex(&t), "seq": s }))
         }
-        Part::Items => codec::item_key_parse(k).map(|(t, s)| json!({ "target": hex(&t), "seq": s })),
         Part::Dedup => codec::dedup_key_parse(k)
             .map(|(t, s, id)| json!({ "target": hex(&t), "sender": hex(&s), "item_id": id })),
         Part::Usage => codec::usage_key_parse(k).map(|s| match s {
@@ -91,7 +91,7 @@ fn key_json(p: Part, k: &[u8]) -> Value {
             .map(|(e, t, s)| json!({ "item_expires_at": e, "target": hex(&t), "seq": s })),
         Part::DedupExpiry => codec::expiry_dedup_parse(k).and_then(|(at, d)| {
             codec::dedup_key_parse(d).map(|(t, s, id)| {
-                json!({ "dedup_accepted_at": at, "target": hex(&t), "sender": hex(&s), "item_id": id })
+                json!({ "dedup_gone_at": at, "target": hex(&t), "sender": hex(&s), "item_id": id })
             })
         }),
         Part::Ops => codec::ops_key_parse(k).map(|n| json!({ "n": n })),

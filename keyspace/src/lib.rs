@@ -11,9 +11,16 @@
 //! take the process umask, so callers that need them owner-only set one (`mbx-relay serve` and
 //! relay-tool use 077).
 //!
-//! CONTRACT NOTE (for the crates above): the public API below is what `mbx-relay` and
-//! `relay-tool` program against. Extend it freely; change a signature only together with every
-//! caller.
+//! CONTRACT NOTE (for the crates above): this crate is the fjall backend of the store interface
+//! `relay_store::RelayStore` (crate `relay-store`, re-exported here whole, so `relay_keyspace::X`
+//! paths keep compiling). The relay, the admin socket and relay-tool program against that trait,
+//! not against [`Store`]; only `mbx-relay`'s `store_open` (and test code) opens a [`Store`].
+//! `interface.rs` implements the trait by delegation to the inherent methods below. A new
+//! operation is added to the trait first (every backend), then here; test-only hooks
+//! (`inject_persist_failures_for_tests`, `testing::*`) stay on the concrete `Store`. One process
+//! owns a fjall store (its lock file): leases are always held, challenges stay in the relay's
+//! memory (`shared_challenges` is `None`). The rules every backend obeys are tested once, in
+//! `relay_store::conformance`; `tests/conformance.rs` runs them here.
 //!
 //! CONTRACT (relay log): every mutation that is not mail appends one entry through
 //! `ops::oplog::append(tx, kind, detail)` inside its own operation (same atomic batch). Entries
@@ -21,7 +28,16 @@
 //! [`OpenOptions::log_retention`] (age and count), dropping the oldest and recording the last
 //! dropped entry as the checkpoint; [`Store::verify_log`] and backup verification recompute it.
 //!
-//! Files: `api` (types), `store` (open/close/submit), `writer` (group commit), `reader` and
+//! CONTRACT (dedup horizon, spec §2, §7): a dedup row is kept for the horizon (the relay passes
+//! `now − (retention + 7 days)` to [`Store::sweep`]) AFTER its item left the queue. A queued
+//! item's dedup row has no `dedup_expiry` row and is never pruned; every operation that takes an
+//! item out for good (ack, expiry sweep, purge, `delete_item`) writes its prune-index row
+//! (`d ++ now ++ dedup key`, `ops::queue::start_dedup_horizon`) in the same batch. A rotation moves
+//! queued items' rows unindexed and restarts gone items' horizons at the rotation. Schema 4
+//! stores are migrated at open (gone items count from the migration).
+//!
+//! Files: `api` (the interface crate's types, under their old path), `interface` (`RelayStore`
+//! for `Store`), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
 //! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
@@ -70,6 +86,7 @@ pub mod testing {
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
     pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;
+    pub use crate::migrate::downgrade_to_schema_4_for_tests as downgrade_to_schema_4;
     pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
     pub use crate::migrate::raw_rows_for_tests as raw_rows;
     pub use crate::migrate::remove_raw_row_for_tests as remove_raw_row;

@@ -1,7 +1,7 @@
 //! Schema version in `meta`: first-open initialisation, refusal of newer stores, and migration
 //! of older ones that keeps the epoch and moves the version marker last.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fjall::{PersistMode, Readable, Slice};
 
 use crate::api::{
-    Key32, LogCheckpoint, LogRetention, Result, SenderList, StoreError, SCHEMA_VERSION,
+    DedupRow, Key32, LogCheckpoint, LogRetention, Result, SenderList, StoreError, SCHEMA_VERSION,
 };
 use crate::codec::{self, meta_key, LegacyOp, StoredOp};
 use crate::ops::oplog::{self, LogStage};
@@ -88,7 +88,7 @@ impl Reader for DirectBatch<'_> {
         if let Some(v) = self.staged.get(&(part, key.to_vec())) {
             return Ok(v.as_ref().map(|v| Slice::from(v.as_slice())));
         }
-        Ok(self.parts.ks(part).get(key).map_err(crate::engine)?)
+        self.parts.ks(part).get(key).map_err(crate::engine)
     }
 
     /// Not needed by the log (point reads only): reads the committed rows.
@@ -174,6 +174,11 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64, keep: LogRetention) -> Result<
     if from < 3 {
         build_sender_index(parts)?;
     }
+    let horizons = if from < 5 {
+        rebuild_dedup_index(parts, now_ms)?
+    } else {
+        Horizons::default()
+    };
     // The last batch: the relay log becomes a chain (schema 4), the migration is logged on it,
     // and the version marker moves, all at once: a crash before it leaves the old log as it was.
     let mut b = DirectBatch::new(parts);
@@ -193,7 +198,7 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64, keep: LogRetention) -> Result<
         "migrate",
         &format!(
             "schema {from} -> {SCHEMA_VERSION}{}",
-            chained_note(from, chained)
+            migrate_notes(from, chained, horizons)
         ),
     )?;
     crate::failpoint::hit("migrate-before-last-batch");
@@ -202,12 +207,23 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64, keep: LogRetention) -> Result<
     Ok(())
 }
 
-/// What the migrate entry says about the chain it started.
-fn chained_note(from: u32, chained: u64) -> String {
+/// What the migrate entry says about the chain it started and the dedup index it rebuilt:
+/// ` (note; note)`, or nothing.
+fn migrate_notes(from: u32, chained: u64, h: Horizons) -> String {
+    let mut notes = Vec::new();
     if from < 4 {
-        format!(" (relay log chained: {chained} earlier entries)")
-    } else {
+        notes.push(format!("relay log chained: {chained} earlier entries"));
+    }
+    if h.gone + h.queued > 0 {
+        notes.push(format!(
+            "dedup horizons: {} rows of gone items count from now, {} of queued items wait for their ack or expiry",
+            h.gone, h.queued
+        ));
+    }
+    if notes.is_empty() {
         String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
     }
 }
 
@@ -363,6 +379,125 @@ fn build_sender_index(parts: &Parts) -> Result<u64> {
     Ok(written)
 }
 
+/// What [`rebuild_dedup_index`] found.
+#[derive(Debug, Clone, Copy, Default)]
+struct Horizons {
+    /// Dedup rows whose item had left its queue: indexed from now.
+    gone: u64,
+    /// Dedup rows of queued items: not indexed.
+    queued: u64,
+}
+
+/// Schema 4 -> 5: the dedup prune index counts from when the item left its queue (spec §2, §7),
+/// not from its acceptance. Rebuilt from `dedup`: the row of a queued item gets no index row (it
+/// is never pruned while queued; its ack or expiry indexes it); the row of an item already gone
+/// left at a time no schema-4 store recorded, at or before now, so its horizon counts from now
+/// (never shorter than the rule). The index is emptied first and rebuilt in batches of
+/// [`MIGRATE_CHUNK`] dedup rows, so an interrupted run simply starts over, also after a schema-4
+/// relay opened the store in between (the version marker still said 4). Whether an item is
+/// queued comes from one key scan of its target's queue (held for one target at a time, so
+/// bounded by the queue quota).
+fn rebuild_dedup_index(parts: &Parts, now_ms: u64) -> Result<Horizons> {
+    clear(parts, Part::DedupExpiry)?;
+    let mut found = Horizons::default();
+    let mut start: Bound<Vec<u8>> = Bound::Unbounded;
+    // Rows are in target order: the queued seqs of the current target, listed once.
+    let mut queue: Option<(Key32, HashSet<u64>)> = None;
+    loop {
+        let rows: Vec<(Slice, Slice)> = parts
+            .ks(Part::Dedup)
+            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
+            .take(MIGRATE_CHUNK)
+            .map(|g| g.into_inner())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(crate::engine)?;
+        let Some((last, _)) = rows.last() else {
+            break;
+        };
+        start = Bound::Excluded(last.to_vec());
+        let mut b = DirectBatch::new(parts);
+        for (k, v) in &rows {
+            let (target, _, _) = codec::dedup_key_parse(k)
+                .ok_or_else(|| StoreError::Corrupt("a dedup key too short".into()))?;
+            let row: DedupRow = codec::dec(v, "dedup")?;
+            if queue.as_ref().is_none_or(|(t, _)| *t != target) {
+                queue = Some((target, queued_seqs(parts, &b, &target)?));
+            }
+            let queued = queue.as_ref().is_some_and(|(_, q)| q.contains(&row.seq));
+            if queued {
+                found.queued += 1;
+            } else {
+                b.put(
+                    Part::DedupExpiry,
+                    &codec::expiry_dedup_key(now_ms, k),
+                    Vec::new(),
+                );
+                found.gone += 1;
+            }
+        }
+        b.commit()?;
+        crate::failpoint::hit("migrate-after-batch");
+    }
+    if found.gone + found.queued > 0 {
+        tracing::info!(
+            gone = found.gone,
+            queued = found.queued,
+            "dedup prune index rebuilt"
+        );
+    }
+    Ok(found)
+}
+
+/// The seqs queued for `target`: its item keys from the acked cursor on (keys only; one range
+/// scan instead of a point lookup per dedup row, which took a minute per million rows).
+fn queued_seqs(parts: &Parts, r: &DirectBatch<'_>, target: &Key32) -> Result<HashSet<u64>> {
+    let lo = codec::item_key(target, reader::acked_through(r, target)?);
+    let hi = codec::item_key(target, u64::MAX);
+    let mut seqs = HashSet::new();
+    for g in parts
+        .ks(Part::Items)
+        .range::<&[u8], _>((Bound::Excluded(&lo[..]), Bound::Included(&hi[..])))
+    {
+        if let Some((_, seq)) = codec::item_key_parse(&g.key().map_err(crate::engine)?) {
+            seqs.insert(seq);
+        }
+    }
+    Ok(seqs)
+}
+
+/// Test hook helper: the schema 1-4 dedup prune index, one row `d ++ accepted_at ++ dedup key`
+/// for every dedup row, queued or not.
+fn accepted_at_dedup_index(parts: &Parts) -> Result<u64> {
+    clear(parts, Part::DedupExpiry)?;
+    let mut start: Bound<Vec<u8>> = Bound::Unbounded;
+    let mut written = 0u64;
+    loop {
+        let rows: Vec<(Slice, Slice)> = parts
+            .ks(Part::Dedup)
+            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
+            .take(MIGRATE_CHUNK)
+            .map(|g| g.into_inner())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(crate::engine)?;
+        let Some((last, _)) = rows.last() else {
+            break;
+        };
+        start = Bound::Excluded(last.to_vec());
+        let mut b = DirectBatch::new(parts);
+        for (k, v) in &rows {
+            let row: DedupRow = codec::dec(v, "dedup")?;
+            b.put(
+                Part::DedupExpiry,
+                &codec::expiry_dedup_key(row.accepted_at_ms, k),
+                Vec::new(),
+            );
+        }
+        b.commit()?;
+        written += rows.len() as u64;
+    }
+    Ok(written)
+}
+
 /// Remove every row of `part`, in batches of [`MIGRATE_CHUNK`] (scanning on from the last
 /// removed key, not over its own tombstones).
 fn clear(parts: &Parts, part: Part) -> Result<u64> {
@@ -399,6 +534,7 @@ fn clear(parts: &Parts, part: Part) -> Result<u64> {
 #[doc(hidden)]
 pub fn downgrade_to_schema_2_for_tests(dir: &Path) -> Result<u64> {
     let engine = crate::store::open_engine(dir, false)?;
+    accepted_at_dedup_index(&engine.parts)?;
     let removed = clear(&engine.parts, Part::SenderIndex)?;
     let mut b = DirectBatch::new(&engine.parts);
     unchain_log(&mut b)?;
@@ -416,6 +552,7 @@ pub fn downgrade_to_schema_2_for_tests(dir: &Path) -> Result<u64> {
 #[doc(hidden)]
 pub fn downgrade_to_schema_1_for_tests(dir: &Path) -> Result<u64> {
     let engine = crate::store::open_engine(dir, false)?;
+    accepted_at_dedup_index(&engine.parts)?;
     clear(&engine.parts, Part::SenderIndex)?;
     let moved = move_dedup_index(&engine.parts, Part::DedupExpiry, Part::Expiry)?;
     let mut b = DirectBatch::new(&engine.parts);
@@ -496,9 +633,26 @@ pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<Vec<(Vec<u8>, V
 #[doc(hidden)]
 pub fn downgrade_to_schema_3_for_tests(dir: &Path) -> Result<u64> {
     let engine = crate::store::open_engine(dir, false)?;
+    accepted_at_dedup_index(&engine.parts)?;
     let mut b = DirectBatch::new(&engine.parts);
     let n = unchain_log(&mut b)?;
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&3u32));
+    b.commit_durable()?;
+    Ok(n)
+}
+
+/// Test hook: give a closed store the schema-4 dedup prune index (one row per dedup row, keyed
+/// by its acceptance time, queued or not) and version, as a schema-4 relay left it; returns the
+/// index rows written. Not part of the supported API.
+///
+/// # Errors
+/// As [`crate::Store::open`].
+#[doc(hidden)]
+pub fn downgrade_to_schema_4_for_tests(dir: &Path) -> Result<u64> {
+    let engine = crate::store::open_engine(dir, false)?;
+    let n = accepted_at_dedup_index(&engine.parts)?;
+    let mut b = DirectBatch::new(&engine.parts);
+    b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&4u32));
     b.commit_durable()?;
     Ok(n)
 }

@@ -1,8 +1,8 @@
-//! What an ack needs to know of the items a receiver has pulled — sender, account, size and
-//! expiry — kept from the pull so that the ack does not read the items' wire bytes back.
+//! What an ack needs to know of the items a receiver has pulled — sender, item id, account, size
+//! and expiry — kept from the pull so that the ack does not read the items' wire bytes back.
 //!
 //! With key-value separation an item's record lives in a blob file; reading it back only to
-//! learn these four fields was about a third of the relay's CPU during a drain (the writer
+//! learn these fields was about a third of the relay's CPU during a drain (the writer
 //! thread: blob reads and block-cache inserts for data read once). The pull has just decoded
 //! the same records, so it leaves these hints for the ack.
 //!
@@ -17,14 +17,16 @@ use std::sync::Mutex;
 
 use crate::api::Key32;
 
-/// Most hints held at once (about 100 bytes each). Receivers pull at most `max_pull` (500)
+/// Most hints held at once (about 150 bytes each). Receivers pull at most `max_pull` (500)
 /// items a page, so this covers 64 receivers with a page each in flight.
 const MAX_HINTS: usize = 32_768;
 
-/// The fields of a queued item's record that an ack moves usage and expiry rows by.
+/// The fields of a queued item's record that an ack moves usage, expiry and dedup-horizon rows by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ItemHint {
     pub sender: Key32,
+    /// With the sender, names the item's dedup row (its horizon starts at the ack).
+    pub item_id: Box<str>,
     pub account: Option<Box<str>>,
     pub bytes: u64,
     pub expires_at_ms: u64,
@@ -97,6 +99,7 @@ mod tests {
     fn hint(n: u64) -> ItemHint {
         ItemHint {
             sender: [n as u8; 32],
+            item_id: format!("id-{n}").into(),
             account: (n % 2 == 0).then(|| format!("acct-{n}").into()),
             bytes: n * 10,
             expires_at_ms: n * 1000,

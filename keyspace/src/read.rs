@@ -224,6 +224,7 @@ fn pull(
             seq,
             ItemHint {
                 sender: rec.sender,
+                item_id: Box::from(rec.item_id),
                 account: rec.account.map(Box::from),
                 bytes: rec.bytes,
                 expires_at_ms: rec.expires_at_ms,

@@ -42,10 +42,9 @@ pub(crate) struct SnapView {
 
 impl Reader for SnapView {
     fn get(&self, part: Part, key: &[u8]) -> Result<Option<Slice>> {
-        Ok(self
-            .snap
+        self.snap
             .get(self.parts.ks(part), key)
-            .map_err(crate::engine)?)
+            .map_err(crate::engine)
     }
 
     fn range(

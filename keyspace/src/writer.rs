@@ -140,7 +140,7 @@ impl Reader for Tx<'_> {
                 return Ok(v.clone());
             }
         }
-        Ok(self.parts.ks(part).get(key).map_err(crate::engine)?)
+        self.parts.ks(part).get(key).map_err(crate::engine)
     }
 
     fn range(

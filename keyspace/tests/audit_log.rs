@@ -279,7 +279,7 @@ fn a_schema_3_log_is_chained_at_open() {
     assert_eq!(newest.kind, "migrate");
     assert_eq!(
         newest.detail,
-        format!("schema 3 -> 4 (relay log chained: {n} earlier entries)")
+        format!("schema 3 -> {SCHEMA_VERSION} (relay log chained: {n} earlier entries)")
     );
 }
 

@@ -267,7 +267,8 @@ fn a_format_1_backup_of_a_schema_1_store_restores_and_migrates() {
     let store = open_with(&restored, clock.clone());
     assert_eq!(store.meta().unwrap().schema_version, SCHEMA_VERSION);
     let in_part = |p: &str| rows_of(&store, p).len();
-    assert_eq!((in_part("expiry"), in_part("dedup_expiry")), (30, 30));
+    // Schema 5: the dedup rows of queued items have no prune-index row until their ack.
+    assert_eq!((in_part("expiry"), in_part("dedup_expiry")), (30, 0));
     assert_eq!(check_invariants(&store), 30);
 
     // Ack every queue; then every dedup row is past a far horizon and no longer queued.

@@ -150,8 +150,10 @@ fn schema_1_store(dir: &std::path::Path) -> Schema1 {
         let to: Vec<(Key32, &[u8])> = targets.iter().map(|t| (*t, WIRE)).collect();
         insert(&store, sender, &format!("m{i}"), &to);
     }
+    // Every item is queued: schema 5 indexes none of their dedup rows (the downgrade below
+    // writes the schema 1-4 index, one row per dedup row, keyed by acceptance).
     let index = rows_of(&store, "dedup_expiry");
-    assert_eq!(index.len(), 161 * 64);
+    assert!(index.is_empty());
     let item_expiry = rows_of(&store, "expiry");
     assert_eq!(item_expiry.len(), 161 * 64);
     store.close().unwrap();

@@ -5,7 +5,7 @@
 //! bounded channel, so a slow or vanished client stalls (then aborts) only its own request.
 
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,8 +58,8 @@ pub fn spawn_with(
     max_enrolments: Option<u64>,
 ) -> io::Result<JoinHandle<()>> {
     let path = store_dir.join(SOCKET_NAME);
-    remove_stale(&path)?;
-    let listener = bind_private(store_dir, &path)?;
+    crate::private::remove_stale_socket(&path)?;
+    let listener = crate::private::bind_private_socket(store_dir, &path)?;
     let meta = std::fs::symlink_metadata(&path)?;
     let guard = SocketFile {
         path: path.clone(),
@@ -75,52 +75,6 @@ pub fn spawn_with(
         max_enrolments,
     });
     Ok(tokio::spawn(accept_loop(listener, ctx, guard)))
-}
-
-/// Remove a socket left by a relay that did not shut down cleanly; refuse to touch anything else.
-fn remove_stale(path: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path),
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!(
-                "{} exists and is not a socket; refusing to replace it",
-                path.display()
-            ),
-        )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
-    }
-}
-
-/// Bind in a fresh 0700 directory, chmod 0600, then rename into place: no window in which the
-/// socket exists with the umask's (possibly wider) mode at a reachable path.
-fn bind_private(store_dir: &Path, path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
-    let private = store_dir.join(format!(".adm{}", std::process::id()));
-    if private.exists() {
-        // Ours from an earlier run that had the same pid: only our socket can be inside.
-        let _ = std::fs::remove_file(private.join("s"));
-        std::fs::remove_dir(&private)?;
-    }
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&private)
-        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", private.display())))?;
-    let tmp = private.join("s");
-    let result = (|| {
-        let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("binding admin socket in {}: {e}", private.display()),
-            )
-        })?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-        std::fs::rename(&tmp, path)?;
-        Ok(listener)
-    })();
-    let _ = std::fs::remove_file(&tmp);
-    let _ = std::fs::remove_dir(&private);
-    result
 }
 
 /// Removes the socket file when the server task ends, unless another relay has replaced it.

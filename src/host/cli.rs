@@ -1,11 +1,12 @@
 //! `mbx-relay host ...`: the host commands (init, relay set, peer add/rotate, send, sync, inbox
-//! [show], quarantine, status, rotate, doctor). Each command opens the host store, does its work, prints text or (with
-//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage).
+//! [show], quarantine, status, rotate, doctor, run). Each command opens the host store, does its work, prints text or (with
+//! `--json`) one JSON document, and exits 0 (ok), 1 (failure) or 2 (bad usage). While `run` holds
+//! the store, commands go to it or are refused by name ([`super::local::route`]).
 //!
 //! ```text
 //! mbx-relay host --dir ./a init --name alpha           # prints alpha's host key
 //! mbx-relay host --dir ./a peer add beta <beta's key>  # pin the peer
-//! mbx-relay host --dir ./a relay set http://relay:8787 [--key ab12-cd34-ef56-7890]
+//! mbx-relay host --dir ./a relay set https://relay.example [--key ab12-cd34-ef56-7890] [--ca ca.pem]
 //! mbx-relay host --dir ./a send --to beta --subject hi --body "hello"
 //! mbx-relay host --dir ./a sync                        # run it periodically (cron, a loop)
 //! mbx-relay host --dir ./a status
@@ -30,6 +31,7 @@ use super::identity::Identity;
 use super::message::{draft_envelope, owner_address, ulid};
 use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
 use super::sync::{Session, SyncOptions};
+use super::trust;
 use super::{now_ms, HostError};
 use crate::wire::keys::{fingerprint, parse_pubkey};
 use crate::wire::names::is_host_name;
@@ -88,6 +90,8 @@ pub enum HostCommand {
     Rotate,
     /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
     Doctor,
+    /// Run as a daemon: receive as mail arrives, push as `send` queues (see `host::daemon`).
+    Run(super::daemon::RunArgs),
 }
 
 /// `host inbox ...`.
@@ -106,6 +110,13 @@ pub enum RelayCommand {
         /// The relay key's fingerprint (`ab12-cd34-ef56-7890`), from the operator.
         #[arg(long)]
         key: Option<String>,
+        /// Trust only this CA (PEM) for the https relay (kept for later syncs).
+        #[arg(long, value_name = "FILE")]
+        ca: Option<PathBuf>,
+        /// Allow plain http to a non-loopback relay (pages and heads are unsigned: only on a
+        /// trusted network path).
+        #[arg(long)]
+        insecure_http: bool,
     },
 }
 
@@ -126,10 +137,12 @@ pub enum PeerCommand {
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
-    if matches!(args.command, HostCommand::Doctor) {
+    // A running daemon serves the command or refuses it by name (doctor included).
+    let routed = super::local::route(&args.dir, &args.command);
+    if routed.is_none() && matches!(args.command, HostCommand::Doctor) {
         return super::doctor::run(&args.dir, args.json);
     }
-    match dispatch(&args) {
+    match routed.unwrap_or_else(|| dispatch(&args)) {
         Ok((value, text)) => {
             if args.json {
                 println!("{value}");
@@ -152,13 +165,18 @@ pub fn run(args: HostArgs) -> ExitCode {
     }
 }
 
-type Out = Result<(Value, String), HostError>;
+pub(crate) type Out = Result<(Value, String), HostError>;
 
 fn dispatch(a: &HostArgs) -> Out {
     let dir = a.dir.as_path();
     match &a.command {
         HostCommand::Init { name } => init(dir, name),
-        HostCommand::Relay(RelayCommand::Set { url, key }) => relay_set(dir, url, key.as_deref()),
+        HostCommand::Relay(RelayCommand::Set {
+            url,
+            key,
+            ca,
+            insecure_http,
+        }) => relay_set(dir, url, key.as_deref(), ca.as_deref(), *insecure_http),
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
         HostCommand::Peer(PeerCommand::Rotate {
             name,
@@ -172,14 +190,15 @@ fn dispatch(a: &HostArgs) -> Out {
             body,
         } => send(dir, to, subject, file.as_deref(), body.as_deref()),
         HostCommand::Sync => sync(dir),
-        HostCommand::Inbox { show: None } => inbox(dir),
+        HostCommand::Inbox { show: None } => inbox(&HostStore::open(dir)?),
         HostCommand::Inbox {
             show: Some(InboxCommand::Show { id }),
-        } => inbox_show(dir, id),
-        HostCommand::Quarantine => quarantine(dir),
-        HostCommand::Status => status(dir),
+        } => inbox_show(&HostStore::open(dir)?, id),
+        HostCommand::Quarantine => quarantine(&HostStore::open(dir)?),
+        HostCommand::Status => status(dir, &HostStore::open(dir)?),
         HostCommand::Rotate => super::rotate::rotate(dir),
         HostCommand::Doctor => Err(HostError::Usage("doctor runs from `run`".into())),
+        HostCommand::Run(args) => super::daemon::run(dir, args),
     }
 }
 
@@ -206,15 +225,26 @@ fn init(dir: &Path, name: &str) -> Out {
     Ok((v, text))
 }
 
-fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(HostError::Usage(format!("{url:?} is not an http(s) URL")));
-    }
+fn relay_set(
+    dir: &Path,
+    url: &str,
+    expect_fp: Option<&str>,
+    ca: Option<&Path>,
+    insecure_http: bool,
+) -> Out {
+    trust::check_relay_url(url, insecure_http, ca.is_some()).map_err(HostError::Usage)?;
+    let ca = ca
+        .map(trust::read_ca)
+        .transpose()
+        .map_err(HostError::Usage)?;
     let id = Identity::load(dir)?;
     let mut store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
-    let client = RelayClient::new(url, &name, &id.host, SyncOptions::from_env().timeout);
-    let a = client.get("/v2/relay/info", None, false)?;
+    let timeout = SyncOptions::from_env().timeout;
+    let client = RelayClient::with_ca(url, &name, &id.host, timeout, ca.as_deref())?;
+    let a = client
+        .get("/v2/relay/info", None, false)
+        .map_err(trust::hint_ca)?;
     if a.status != 200 {
         return Err(HostError::Relay(format!("relay info: {}", a.error())));
     }
@@ -276,6 +306,7 @@ fn relay_set(dir: &Path, url: &str, expect_fp: Option<&str>) -> Out {
     };
     let mut b = store.batch();
     b.set_relay(&cfg)?;
+    b.set_relay_ca(ca.as_deref())?;
     b.commit()?;
     let how = if expect_fp.is_some() {
         "confirmed by --key"
@@ -327,13 +358,22 @@ fn peer_add(dir: &Path, name: &str, pubkey: &str) -> Out {
 }
 
 fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&str>) -> Out {
-    let body = match (file, body) {
+    let body = message_body(file, body)?;
+    queue_message(&mut HostStore::open(dir)?, to, subject, &body)
+}
+
+/// The body of `send`: the file's text or `--body`.
+pub(crate) fn message_body(file: Option<&Path>, body: Option<&str>) -> Result<String, HostError> {
+    match (file, body) {
         (Some(f), _) => std::fs::read_to_string(f)
-            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display())))?,
-        (None, Some(b)) => b.to_string(),
-        (None, None) => return Err(HostError::Usage("give --file or --body".into())),
-    };
-    let mut store = HostStore::open(dir)?;
+            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display()))),
+        (None, Some(b)) => Ok(b.to_string()),
+        (None, None) => Err(HostError::Usage("give --file or --body".into())),
+    }
+}
+
+/// Queue a message for a pinned peer as a draft row, durably (`send`, or the daemon for it).
+pub(crate) fn queue_message(store: &mut HostStore, to: &str, subject: &str, body: &str) -> Out {
     let me = store
         .name()?
         .ok_or_else(|| HostError::Usage("host not initialised".into()))?;
@@ -344,7 +384,7 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
     })?;
     let now = now_ms();
     let id = ulid(now);
-    let draft = draft_envelope(&id, &me, &peer.name, subject, &body, now)?;
+    let draft = draft_envelope(&id, &me, &peer.name, subject, body, now)?;
     let mut b = store.batch();
     let row_id = b.new_row_id();
     b.put_row(&OutRow::draft_envelope(
@@ -399,8 +439,7 @@ fn sync(dir: &Path) -> Out {
     Ok((v, text))
 }
 
-fn inbox(dir: &Path) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn inbox(store: &HostStore) -> Out {
     let rows = store.inbox()?;
     let mut text = format!("{} message(s)", rows.len());
     let v: Vec<Value> = rows
@@ -414,8 +453,7 @@ fn inbox(dir: &Path) -> Out {
     Ok((json!({"messages": v}), text))
 }
 
-fn inbox_show(dir: &Path, id: &str) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
     let m = store
         .inbox_get(id)?
         .ok_or_else(|| HostError::Usage(format!("no received message {id}; see `host inbox`")))?;
@@ -434,8 +472,7 @@ fn inbox_show(dir: &Path, id: &str) -> Out {
     Ok((v, text))
 }
 
-fn quarantine(dir: &Path) -> Out {
-    let store = HostStore::open(dir)?;
+pub(crate) fn quarantine(store: &HostStore) -> Out {
     let rows = store.quarantine()?;
     let mut text = format!("{} quarantined item(s)", rows.len());
     let v: Vec<Value> = rows
@@ -459,9 +496,8 @@ fn row_json(r: &OutRow) -> Value {
     })
 }
 
-fn status(dir: &Path) -> Out {
+pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
     let id = Identity::load(dir)?;
-    let store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
     let relay = store.relay()?;
     let rows = store.rows()?;
@@ -576,7 +612,7 @@ fn status(dir: &Path) -> Out {
     for a in store.alerts()? {
         text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
     }
-    let (keys, key_lines) = super::rotate::status(&store)?;
+    let (keys, key_lines) = super::rotate::status(store)?;
     key_lines
         .iter()
         .for_each(|l| text.push_str(&format!("{l}\n")));

@@ -40,11 +40,39 @@ pub struct RelayClient<'a> {
 }
 
 impl<'a> RelayClient<'a> {
-    /// A client for the relay at `url` (scheme, host and port; a trailing `/` is ignored).
+    /// A client for the relay at `url` (scheme, host and port; a trailing `/` is ignored); https
+    /// is checked against the bundled web roots.
     pub fn new(url: &str, host: &str, key: &'a SigningKey, timeout: Duration) -> Self {
+        Self::with_tls(url, host, key, timeout, ureq::tls::TlsConfig::default())
+    }
+
+    /// [`RelayClient::new`] trusting the private CA `ca_pem` (PEM) for https when given.
+    ///
+    /// # Errors
+    /// [`HostError::Store`] when the stored CA is not a PEM certificate.
+    pub fn with_ca(
+        url: &str,
+        host: &str,
+        key: &'a SigningKey,
+        timeout: Duration,
+        ca_pem: Option<&str>,
+    ) -> Result<Self, HostError> {
+        let tls = super::trust::tls_config(ca_pem)
+            .map_err(|e| HostError::Store(format!("the relay CA kept by `relay set --ca`: {e}")))?;
+        Ok(Self::with_tls(url, host, key, timeout, tls))
+    }
+
+    fn with_tls(
+        url: &str,
+        host: &str,
+        key: &'a SigningKey,
+        timeout: Duration,
+        tls: ureq::tls::TlsConfig,
+    ) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
+            .tls_config(tls)
             .build();
         RelayClient {
             agent: config.into(),
@@ -91,6 +119,38 @@ impl<'a> RelayClient<'a> {
     /// # Errors
     /// [`HostError::Network`] when no complete answer arrived.
     pub fn get(&self, path: &str, query: Option<&str>, signed: bool) -> Result<Answer, HostError> {
+        Self::answer(self.get_request(path, query, signed).call())
+    }
+
+    /// A signed GET like [`Self::get`] that also returns the response header `name` (the host
+    /// daemon learns from `x-mbx-wait-max` whether the relay holds pulls).
+    ///
+    /// # Errors
+    /// [`HostError::Network`] when no complete answer arrived.
+    pub fn get_with_header(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        name: &str,
+    ) -> Result<(Answer, Option<String>), HostError> {
+        let res = self
+            .get_request(path, query, true)
+            .call()
+            .map_err(|e| HostError::Network(e.to_string()))?;
+        let header = res
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Self::answer(Ok(res)).map(|a| (a, header))
+    }
+
+    fn get_request(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        signed: bool,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
         let url = match query {
             Some(q) => format!("{}{path}?{q}", self.base),
             None => format!("{}{path}", self.base),
@@ -101,7 +161,7 @@ impl<'a> RelayClient<'a> {
                 req = req.header(k, v);
             }
         }
-        Self::answer(req.call())
+        req
     }
 
     /// POST a JSON body to `path`, with a signed hop when `signed`.

@@ -6,15 +6,19 @@
 //! relay), [`message`] (envelopes and receipts this host builds), [`enc_ad`] (the v2 enc-key ad:
 //! ours and the check of a peer's), [`enrol`] (enrolment and publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
 //! [`sync`] (one pass), [`cli`] (commands), [`rotate`] (own key rotation), [`retired`] (peers'
-//! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes).
+//! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
+//! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
+//! for `send` and the read commands).
 
 pub mod cli;
 pub mod client;
+pub mod daemon;
 pub mod doctor;
 pub mod enc_ad;
 pub mod enrol;
 pub mod explain;
 pub mod identity;
+pub mod local;
 pub mod message;
 pub mod receiver;
 pub mod retired;
@@ -22,6 +26,8 @@ pub mod rotate;
 pub mod sender;
 pub mod store;
 pub mod sync;
+pub mod trust;
+pub mod watch;
 
 /// Every host failure, with a message a user can act on. Never contains key material or bodies.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -282,7 +282,10 @@ impl Session<'_> {
                         r.settled_at = Some(now);
                     } else {
                         r.state = RowState::RelayAccepted;
-                        r.deadline = Some(now + retention + self.opts.grace_ms);
+                        // Fixed at the first valid accept (spec §3): a re-push after an epoch
+                        // change must not move it out.
+                        r.deadline
+                            .get_or_insert(now + retention + self.opts.grace_ms);
                     }
                     self.report.relay_accepted += 1;
                     if x.get("status").and_then(Value::as_str) == Some("duplicate") {

@@ -251,6 +251,7 @@ pub struct Checkpoint {
 
 const META_NAME: &str = "name";
 const META_RELAY: &str = "relay";
+const META_RELAY_CA: &str = "relay_ca";
 const META_ENROLLED: &str = "enrolled";
 const META_PUBLISHED: &str = "published";
 const META_PUBLISHED_AD: &str = "published_ad";
@@ -377,6 +378,10 @@ impl HostStore {
     pub fn relay(&self) -> Result<Option<RelayConfig>, HostError> {
         self.meta_get(META_RELAY)
     }
+    /// The relay's private CA (PEM) from `relay set --ca`, if any.
+    pub fn relay_ca(&self) -> Result<Option<String>, HostError> {
+        self.meta_get(META_RELAY_CA)
+    }
     /// The enrolment cache key recorded after the last successful enrolment.
     pub fn enrolled(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_ENROLLED)
@@ -491,6 +496,10 @@ impl Batch<'_> {
     pub fn set_relay(&mut self, r: &RelayConfig) -> Result<(), HostError> {
         let m = self.store.meta.clone();
         self.put(&m, META_RELAY.as_bytes(), r)
+    }
+    /// Record (or clear) the relay's private CA (PEM).
+    pub fn set_relay_ca(&mut self, pem: Option<&str>) -> Result<(), HostError> {
+        self.set_cache(META_RELAY_CA, pem)
     }
     /// Record (or clear, with `None`) the enrolment cache key.
     pub fn set_enrolled(&mut self, key: Option<&str>) -> Result<(), HostError> {

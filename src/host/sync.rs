@@ -150,7 +150,9 @@ impl<'a> Session<'a> {
                 offered_fp: fingerprint(&offered),
             });
         }
-        let client = RelayClient::new(&relay.url, &name, &id.host, opts.timeout);
+        let ca = store.relay_ca()?;
+        let client =
+            RelayClient::with_ca(&relay.url, &name, &id.host, opts.timeout, ca.as_deref())?;
         Ok(Session {
             store,
             id,
@@ -245,6 +247,7 @@ impl<'a> Session<'a> {
             return Err(HostError::Relay("relay info without an epoch".into()));
         }
         self.relay_view = RelayView::from_info(&a.body);
+        let before = self.relay.clone();
         let limits = &a.body["limits"];
         if let Some(days) = limits.get("retention_days").and_then(Value::as_f64) {
             self.relay.retention_ms = (days * 86_400_000.0) as u64;
@@ -257,7 +260,8 @@ impl<'a> Session<'a> {
         }
         if self.relay.epoch.as_deref() != Some(epoch.as_str()) {
             self.new_epoch(&epoch)?;
-        } else {
+        } else if self.relay != before {
+            // Only a change is written: an unchanged info costs no fsync (the daemon passes often).
             let relay = self.relay.clone();
             let mut b = self.store.batch();
             b.set_relay(&relay)?;

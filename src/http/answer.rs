@@ -1,6 +1,8 @@
 //! JSON answers built the same way wherever the HTTP layer answers (the handler, and the
 //! guard's refusals given before the router).
 
+use std::time::Duration;
+
 use axum::body::{Body, HttpBody as _};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,12 +25,11 @@ pub(super) fn json_text_response(status: StatusCode, body: Vec<u8>) -> Response 
     r
 }
 
-/// `{"error": text}` with `retry-after` (seconds): the answer of every limit a client may wait
-/// out.
-pub(super) fn retry_later(status: StatusCode, text: &str, retry_after: &'static str) -> Response {
+/// `{"error": text}` with `retry-after` (see [`super::retry_after`]): the answer of every limit
+/// a client may wait out.
+pub(super) fn retry_later(status: StatusCode, text: &str, wait: Duration) -> Response {
     let mut r = json_response(status, &json!({ "error": text }));
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+    super::retry_after::set(&mut r, wait);
     r
 }
 

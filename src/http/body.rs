@@ -19,6 +19,15 @@ pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies (and the bodies of info, health and metrics).
 pub const MAX_SMALL_BODY: usize = 8_192;
 
+/// Room in a push body for everything but one target's `wire_b64`: the JSON around it, a
+/// 300-unit item id escaped as `\uXXXX` (1,800 bytes), kind and host key, with margin.
+pub const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
+
+/// The largest `--max-item-bytes` whose item still fits a push body under [`MAX_BODY`]: its
+/// base64 form (4 characters per 3 bytes) plus [`PUSH_ENVELOPE_ALLOWANCE`]. A larger limit
+/// would promise items no request could carry.
+pub const MAX_ITEM_BYTES_IN_BODY: u64 = ((MAX_BODY - PUSH_ENVELOPE_ALLOWANCE) / 4 * 3) as u64;
+
 /// Total request-body memory held at once (bytes); requests beyond it wait for room.
 pub const BODY_BUDGET: u64 = 256 * 1024 * 1024;
 /// Default for `--max-body-bytes-per-address`: four full-size bodies.

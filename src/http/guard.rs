@@ -31,6 +31,15 @@
 //!   is hard-capped and evicts the oldest window when full, so new clients are still served
 //!   (see [`crate::relay::rate::RateTable`]).
 //!
+//! - **Streamed responses**: while a response is being streamed (the events stream of live
+//!   delivery holds a [`Streaming`] handle), the idle timeout does not apply to its connection;
+//!   a long-poll pull is a request in progress, which the idle timeout never cuts. Header and
+//!   body timeouts apply to both before they start waiting; the write stall timeout always.
+//! - **TLS** (when `--tls-cert` is given, [`super::tls`]): the handshake runs inside the
+//!   connection's slots and must finish within `header_timeout`, so a client that opens a
+//!   connection and never completes it is cut off like a slow request head; refusals at the caps
+//!   are answered over TLS too.
+//!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
 //! connection stays what hyper and the handler's body cap allow.
 
@@ -39,6 +48,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -57,7 +67,8 @@ use super::answer::{answer_unread, retry_later};
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
-use crate::relay::config::parse_duration;
+use super::tls::Tls;
+use crate::relay::config::{default_duration, parse_duration};
 use crate::relay::rate::{AddrKey, RateTable};
 use relay_store::{Clock as _, SystemClock};
 
@@ -92,22 +103,9 @@ const DEFAULT_FIRST_BYTE_TIMEOUT: &str = "5s";
 const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
 
 /// The value of a default duration text `<n>s`, so the flag's default and
-/// [`GuardConfig::default`] come from one literal. Only used in constants: a malformed text
-/// fails the build.
+/// [`GuardConfig::default`] come from one literal (see [`default_duration`]).
 const fn secs(text: &str) -> Duration {
-    let b = text.as_bytes();
-    assert!(
-        b.len() >= 2 && b[b.len() - 1] == b's',
-        "a default duration is `<n>s`"
-    );
-    let mut n = 0u64;
-    let mut i = 0;
-    while i < b.len() - 1 {
-        assert!(b[i].is_ascii_digit(), "a default duration is `<n>s`");
-        n = n * 10 + (b[i] - b'0') as u64;
-        i += 1;
-    }
-    Duration::from_secs(n)
+    default_duration(text)
 }
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -265,10 +263,13 @@ struct Shared {
     trust: TrustProxy,
     config: GuardConfig,
     public_rate: RateTable<AddrKey>,
+    /// Set when the listener speaks TLS.
+    tls: Option<Arc<Tls>>,
 }
 
-/// Serve `router` on `listener` under the guard until `shutdown` resolves, then stop accepting,
-/// let in-flight requests finish (idle connections close at once) and return.
+/// Serve `router` on `listener` under the guard (over TLS when `tls` is set) until `shutdown`
+/// resolves, then stop accepting, let in-flight requests finish (idle connections close at once)
+/// and return.
 ///
 /// # Errors
 /// An invalid [`GuardConfig`].
@@ -277,6 +278,7 @@ pub async fn serve(
     router: axum::Router,
     trust: TrustProxy,
     config: GuardConfig,
+    tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     config
@@ -288,6 +290,7 @@ pub async fn serve(
         trust,
         public_rate: RateTable::new(config.public_per_minute, PUBLIC_RATE_CAP),
         config,
+        tls,
     });
     let slots = Arc::new(Semaphore::new(max));
     let per_address = OpenPerAddress::new(shared.config.max_connections_per_address);
@@ -308,12 +311,12 @@ pub async fn serve(
         };
         // The global slot first: address entries then never outnumber open connections.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse(stream, &refusals, Refusal::Full);
+            refuse(stream, &refusals, Refusal::Full, shared.tls.clone());
             continue;
         };
         let Some(address_slot) = per_address.try_open(peer.ip()) else {
             drop(slot);
-            refuse(stream, &refusals, Refusal::AddressFull);
+            refuse(stream, &refusals, Refusal::AddressFull, shared.tls.clone());
             continue;
         };
         tokio::spawn(serve_connection(
@@ -340,9 +343,9 @@ enum Refusal {
     AddressFull,
 }
 
-/// Answer a connection over a cap (503, or 429 for its address), drain a little of its
-/// request, close it.
-fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
+/// Answer a connection over a cap (503, or 429 for its address; over TLS when the listener
+/// speaks it), drain a little of its request, close it.
+fn refuse(stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal, tls: Option<Arc<Tls>>) {
     let Ok(permit) = refusals.clone().try_acquire_owned() else {
         return; // Dropped: closed without an answer.
     };
@@ -353,26 +356,41 @@ fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal) {
     tokio::spawn(async move {
         let answer = format!(
             "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
-             cache-control: no-store\r\nretry-after: 1\r\nconnection: close\r\n\
+             cache-control: no-store\r\nretry-after: {}\r\nconnection: close\r\n\
              content-length: {}\r\n\r\n{body}",
+            super::retry_after::seconds(super::retry_after::OVERLOAD),
             body.len()
         );
         let _ = tokio::time::timeout(REFUSAL_TIME, async {
-            stream.write_all(answer.as_bytes()).await?;
-            stream.shutdown().await?;
-            let mut sink = [0u8; 1024];
-            let mut drained = 0;
-            while drained < REFUSAL_DRAIN {
-                match stream.read(&mut sink).await? {
-                    0 => break,
-                    n => drained += n,
-                }
+            match tls {
+                None => write_refusal(stream, answer.as_bytes()).await,
+                Some(tls) => match tls.handshake(stream, REFUSAL_TIME).await {
+                    Some(stream) => write_refusal(stream, answer.as_bytes()).await,
+                    None => Ok(()),
+                },
             }
-            io::Result::Ok(())
         })
         .await;
         drop(permit);
     });
+}
+
+/// Write a refusal, close the sending side and drain a little of the request.
+async fn write_refusal<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    answer: &[u8],
+) -> io::Result<()> {
+    stream.write_all(answer).await?;
+    stream.shutdown().await?;
+    let mut sink = [0u8; 1024];
+    let mut drained = 0;
+    while drained < REFUSAL_DRAIN {
+        match stream.read(&mut sink).await? {
+            0 => break,
+            n => drained += n,
+        }
+    }
+    Ok(())
 }
 
 /// Serve one connection; `slots` (its connection slot and its address's) are held until it ends.
@@ -381,13 +399,43 @@ async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     slots: (OwnedSemaphorePermit, AddressSlot),
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config;
-    let io = TokioIo::new(GuardedIo::new(stream, cfg.idle_timeout, cfg.body_timeout));
+    let streaming = Streaming::default();
+    let io = GuardedIo::new(
+        stream,
+        cfg.idle_timeout,
+        cfg.body_timeout,
+        streaming.clone(),
+    );
+    match &shared.tls {
+        None => serve_http(&shared, io, peer, streaming, stop).await,
+        Some(tls) => {
+            if let Some(io) = tls.handshake(io, cfg.header_timeout).await {
+                serve_http(&shared, io, peer, streaming, stop).await;
+            }
+        }
+    }
+    drop(slots);
+}
+
+/// Serve HTTP/1.1 requests on one connection (plain or TLS) until it ends or the relay stops.
+async fn serve_http<S>(
+    shared: &Arc<Shared>,
+    io: S,
+    peer: SocketAddr,
+    streaming: Streaming,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let cfg = &shared.config;
+    let io = TokioIo::new(io);
     let service_state = shared.clone();
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let shared = service_state.clone();
+        req.extensions_mut().insert(streaming.clone());
         async move { Ok::<_, Infallible>(handle(&shared, peer, req).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -412,7 +460,33 @@ async fn serve_connection(
             let _ = conn.as_mut().await;
         }
     }
-    drop(slots);
+}
+
+/// A request extension: the connection's count of responses being streamed. A handler that
+/// streams a long response holds it ([`Streaming::hold`]) so the idle timeout leaves the
+/// connection alone.
+#[derive(Clone, Default)]
+pub struct Streaming(Arc<AtomicUsize>);
+
+/// Held while a response streams; dropping it lets the idle timeout apply again.
+pub struct StreamingHeld(Arc<AtomicUsize>);
+
+impl Streaming {
+    /// Count one streamed response until the handle drops.
+    pub fn hold(&self) -> StreamingHeld {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        StreamingHeld(self.0.clone())
+    }
+
+    fn active(&self) -> bool {
+        self.0.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for StreamingHeld {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Marks an answer to a request whose signed hop failed, with the client address: the guard
@@ -430,8 +504,8 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     let counted = !signed_info && route.is_none_or(|r| r.public() && !r.enrolment_class());
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
-        if !shared.public_rate.hit_addr(&addr, SystemClock.now_ms()) {
-            return answer_unread(too_many_requests(), Body::new(req.into_body()));
+        if let Err(wait) = shared.public_rate.try_hit_addr(&addr, SystemClock.now_ms()) {
+            return answer_unread(too_many_requests(wait), Body::new(req.into_body()));
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
@@ -444,9 +518,10 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
         Err(never) => match never {},
     };
     if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
-        if !counted && !shared.public_rate.hit_addr(addr, SystemClock.now_ms()) {
+        let hit = || shared.public_rate.try_hit_addr(addr, SystemClock.now_ms());
+        if let Some(Err(wait)) = (!counted).then(hit) {
             // The refused hop's body may still be draining: its `connection: close` stays.
-            let mut r = too_many_requests();
+            let mut r = too_many_requests(wait);
             if let Some(close) = resp.headers().get(header::CONNECTION) {
                 r.headers_mut().insert(header::CONNECTION, close.clone());
             }
@@ -456,12 +531,13 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     resp
 }
 
-/// The public window's 429 (answered before the router, so it adds `cache-control` itself).
-fn too_many_requests() -> Response<Body> {
+/// The public window's 429, `wait` being the time until the window frees (answered before the
+/// router, so it adds `cache-control` itself).
+fn too_many_requests(wait: Duration) -> Response<Body> {
     let mut r = retry_later(
         StatusCode::TOO_MANY_REQUESTS,
         "too many requests from this address, retry later",
-        "60",
+        wait,
     );
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -560,15 +636,18 @@ struct GuardedIo {
     /// Set while a write is blocked: since when.
     blocked_since: Option<Instant>,
     write_timer: Pin<Box<Sleep>>,
+    /// Responses streaming on this connection (no idle timeout meanwhile).
+    streaming: Streaming,
 }
 
 impl GuardedIo {
-    fn new(inner: TcpStream, idle: Duration, stall: Duration) -> Self {
+    fn new(inner: TcpStream, idle: Duration, stall: Duration, streaming: Streaming) -> Self {
         let now = Instant::now();
         GuardedIo {
             inner,
             idle,
             stall,
+            streaming,
             waiting_since: Some(now),
             read_timer: Box::pin(tokio::time::sleep_until(now + idle)),
             blocked_since: None,
@@ -605,7 +684,10 @@ impl AsyncRead for GuardedIo {
             }
             Poll::Pending => match this.waiting_since {
                 // Idle too long: report end of stream, so hyper closes the connection quietly.
-                Some(since) if expired(&mut this.read_timer, since + this.idle, cx) => {
+                Some(since)
+                    if !this.streaming.active()
+                        && expired(&mut this.read_timer, since + this.idle, cx) =>
+                {
                     Poll::Ready(Ok(()))
                 }
                 _ => Poll::Pending,

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Query, Request, State};
@@ -15,10 +16,12 @@ use serde_json::{json, Value};
 use super::answer::{answer_unread, json_response, json_text_response, retry_later};
 use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
-use super::guard::HopRefused;
+use super::guard::{HopRefused, Streaming};
 use super::hop_gate::Refusal;
+use super::retry_after;
 use super::route::Route;
 use super::App;
+use crate::relay::code::ErrorCode;
 use crate::relay::enc_ad::EncLookup;
 use crate::relay::pull::PullQuery;
 use crate::relay::{parse_json, HopHeaders, RelayError, Reply, Status};
@@ -91,8 +94,23 @@ pub async fn handle(
     );
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    retry_after::ensure(&mut resp);
+    if route == Some(Route::PullV2) {
+        // Every pull answer says this relay holds `wait` pulls (mbx-relay extension).
+        resp.headers_mut()
+            .insert(WAIT_MAX_HEADER, HeaderValue::from_static(WAIT_MAX));
+    }
     resp
 }
+
+/// The header naming the longest `wait` a pull may ask for (mbx-relay extension).
+pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
+/// Its value: [`crate::relay::wake::MAX_WAIT_SECS`] as text.
+const WAIT_MAX: &str = "60";
+const _: () = assert!(
+    crate::relay::wake::MAX_WAIT_SECS == 60,
+    "WAIT_MAX is its text"
+);
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -112,9 +130,9 @@ fn too_large() -> Response {
     )
 }
 
-/// A 429 with `retry-after` (seconds).
-fn too_many(text: &str, retry_after: &'static str) -> Response {
-    retry_later(StatusCode::TOO_MANY_REQUESTS, text, retry_after)
+/// A 429 with `retry-after`.
+fn too_many(text: &str, wait: Duration) -> Response {
+    retry_later(StatusCode::TOO_MANY_REQUESTS, text, wait)
 }
 
 /// The answer to a body that could not be read; one refused before its end is drained (see
@@ -124,12 +142,12 @@ fn body_refused(e: BodyError, body: Body) -> Response {
         BodyError::TooLarge => too_large(),
         BodyError::AddressBusy => too_many(
             "too many request bytes in flight from this address, retry later",
-            "1",
+            retry_after::OVERLOAD,
         ),
         BodyError::Busy => retry_later(
             StatusCode::SERVICE_UNAVAILABLE,
             "server busy, retry later",
-            "1",
+            retry_after::OVERLOAD,
         ),
         BodyError::Aborted => {
             return json_response(
@@ -152,15 +170,27 @@ fn body_refused(e: BodyError, body: Body) -> Response {
 fn hop_refused(app: &App, route: Route, addr: String, refusal: Refusal) -> Response {
     let mut r = match refusal {
         Refusal::Store(e) => return reply_response(Err(e)),
-        Refusal::TooManyFailures => too_many(
+        Refusal::TooManyFailures(wait) => too_many(
             "too many failed authentications from this address, retry later",
-            "60",
+            wait,
         ),
         Refusal::BadHop if route == Route::Info => reply_response(app.relay.info(None)),
         Refusal::BadHop => reply_response(Err(RelayError::bad_hop())),
     };
     r.extensions_mut().insert(HopRefused(addr));
     r
+}
+
+/// An enrolment's answer. At the enrolment cap (`FULL`) a slot frees only when the sweep
+/// deletes an idle enrolment (every `--sweep-interval`) or an operator revokes or purges one:
+/// `Retry-After` says the sweep interval, not the short backoff.
+fn enrol_response(r: Reply, limits: &crate::relay::Limits) -> Response {
+    let full = r.as_ref().err().and_then(RelayError::code) == Some(ErrorCode::Full.wire());
+    let mut resp = reply_response(r);
+    if full {
+        retry_after::set(&mut resp, limits.sweep_interval);
+    }
+    resp
 }
 
 async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Response {
@@ -200,8 +230,10 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     }
     let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     if route.enrolment_class() {
-        if let Err(e) = relay.check_address_rate(&addr) {
-            return answer_unread(reply_response(Err(e)), body);
+        if let Err(limited) = relay.check_address_rate(&addr) {
+            let mut r = reply_response(Err(limited.error));
+            retry_after::set(&mut r, limited.wait);
+            return answer_unread(r, body);
         }
     }
     // A hop is checked as far as its headers allow before any body memory is reserved: a
@@ -233,7 +265,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
                 Err(e) => Err(e),
             },
             Route::Enrol => match parse_json(&bytes) {
-                Ok(v) => relay.enrol(&v).await,
+                Ok(v) => return enrol_response(relay.enrol(&v).await, relay.limits()),
                 Err(e) => Err(e),
             },
             Route::Rotate => match parse_json(&bytes) {
@@ -246,6 +278,10 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     relay.note_seen(&caller.key); // a hop-authenticated request: an in-memory note (issue 13)
     if route == Route::Info {
         return reply_response(relay.info(Some(&caller)));
+    }
+    if route == Route::Events {
+        let streaming = parts.extensions.get::<Streaming>();
+        return super::events::response(app.relay.clone(), caller.key, streaming);
     }
     let needs_json = matches!(
         route,
@@ -268,10 +304,14 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     if route == Route::PullV2 {
         // The page arrives as finished JSON text (no value tree: the drain hot path).
         let q = query();
+        // A pull may wait up to a minute: hold nothing of the request meanwhile (its head,
+        // body and body reservation are a waiter's largest cost).
+        drop((parts, body, reservation, bytes));
         let pq = PullQuery {
             after: q.get("after").map(String::as_str),
             limit: q.get("limit").map(String::as_str),
             epoch: q.get("epoch").map(String::as_str),
+            wait: q.get("wait").map(String::as_str),
         };
         return text_reply_response(relay.pull(&caller, pq).await);
     }

@@ -3,6 +3,8 @@
 //! before its hop is looked at; a hop is checked from its headers before any body memory is
 //! reserved, and its signature where [`Verifier`] puts it.
 
+use std::time::Duration;
+
 use relay_store::{Clock as _, SystemClock};
 
 use super::verify::Verifier;
@@ -18,8 +20,9 @@ const FAILURE_TABLE_CAP: usize = 100_000;
 pub enum Refusal {
     /// The hop failed (401 `bad relay hop`), counted against the address.
     BadHop,
-    /// The address is past its failure window: 429, nothing checked.
-    TooManyFailures,
+    /// The address is past its failure window: 429, nothing checked; the window frees after
+    /// this long.
+    TooManyFailures(Duration),
     /// The store could not be read (503).
     Store(RelayError),
 }
@@ -51,8 +54,8 @@ impl HopGate {
         hop: &HopHeaders<'_>,
     ) -> Result<HopCheck, Refusal> {
         let key = address_key(addr);
-        if self.failures.exhausted(&key, SystemClock.now_ms()) {
-            return Err(Refusal::TooManyFailures);
+        if let Some(wait) = self.failures.wait(&key, SystemClock.now_ms()) {
+            return Err(Refusal::TooManyFailures(wait));
         }
         relay.check_hop_head(hop).map_err(|e| self.refusal(&key, e))
     }
@@ -76,10 +79,9 @@ impl HopGate {
         if e.status != Status::Unauthorized {
             return Refusal::Store(e);
         }
-        if self.failures.hit(key, SystemClock.now_ms()) {
-            Refusal::BadHop
-        } else {
-            Refusal::TooManyFailures
+        match self.failures.try_hit(key, SystemClock.now_ms()) {
+            Ok(()) => Refusal::BadHop,
+            Err(wait) => Refusal::TooManyFailures(wait),
         }
     }
 }

@@ -68,6 +68,11 @@ impl HttpMetrics {
             "# HELP mbx_relay_enrolments_max The live-enrolment cap (--max-enrolments); at it new hosts are refused.\n# TYPE mbx_relay_enrolments_max gauge\nmbx_relay_enrolments_max {}",
             relay.max_enrolments()
         );
+        let _ = writeln!(
+            out,
+            "# HELP mbx_relay_waiters Waiting pulls and event streams (docs/protocol.md section 8).\n# TYPE mbx_relay_waiters gauge\nmbx_relay_waiters {}",
+            relay.wake().waiters()
+        );
         crate::relay::metrics::render_commit_stats(&mut out, &relay.store().commit_stats());
         if let Some((items, bytes)) = self.queued(relay).await {
             let _ = writeln!(
@@ -122,7 +127,7 @@ pub async fn serve_private(
             }
         }
     };
-    super::guard::serve(listener, router, TrustProxy::Off, config, stopped).await
+    super::guard::serve(listener, router, TrustProxy::Off, config, None, stopped).await
 }
 
 /// `GET /metrics`; anything else `404 {"error":"not found"}`.

@@ -7,12 +7,16 @@ pub mod args;
 pub mod body;
 pub mod client_addr;
 mod conn_limit;
+mod events;
 pub mod guard;
 pub mod handler;
+pub mod health_probe;
 mod hop_gate;
 pub mod metrics;
+pub mod retry_after;
 pub mod route;
 pub mod server;
+pub mod tls;
 mod verify;
 
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! The route table of docs/protocol.md §3 plus `/health`. Anything else — another path or another
+//! The route table of docs/protocol.md §3, the live-delivery extension's events stream, plus
+//! `/health`. Anything else — another path or another
 //! method, `/metrics` included (it is served on `--metrics-listen` only) — is
 //! `404 {"error":"not found"}`.
 
@@ -22,6 +23,8 @@ pub enum Route {
     PushV1,
     PullV1,
     AckV1,
+    /// `GET /v2/relay/events` (mbx-relay extension: live delivery).
+    Events,
     Health,
 }
 
@@ -46,6 +49,7 @@ impl Route {
             ("/v1/relay/messages", _, true) => Route::PushV1,
             ("/v1/relay/messages", true, _) => Route::PullV1,
             ("/v1/relay/ack", _, true) => Route::AckV1,
+            ("/v2/relay/events", true, _) => Route::Events,
             ("/health", true, _) => Route::Health,
             _ => return None,
         })
@@ -69,6 +73,7 @@ impl Route {
             Route::PushV1 => "POST /v1/relay/messages",
             Route::PullV1 => "GET /v1/relay/messages",
             Route::AckV1 => "POST /v1/relay/ack",
+            Route::Events => "GET /v2/relay/events",
             Route::Health => "GET /health",
         }
     }

@@ -1,8 +1,8 @@
 //! The `serve` lifecycle. Startup order: owner-only umask, refuse a store directory others can
 //! reach, open the store (lock), load or create the relay key (refused likewise), pin
 //! it, stale-heartbeat check, heartbeat, bind (and bind `--metrics-listen`, printing
-//! `metrics listening on <addr>`), print `listening on <addr>`, then serve; background tasks
-//! sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
+//! `metrics listening on <addr>`), install the SIGHUP handler (TLS reload, [`super::tls`]),
+//! print `listening on <addr>`, then serve; background tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
 //! background tasks and the metrics listener, close the store.
 
 use std::io::Write as _;
@@ -24,7 +24,8 @@ pub struct ServeConfig {
     /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
     pub metrics_listen: Option<String>,
     pub store_dir: PathBuf,
-    /// The store backend (`--store`; default: the directory store in `store_dir`).
+    /// The store backend (`--store`; default: the directory store in `store_dir`). For a
+    /// directory store `store_dir` is that directory.
     pub store: StoreSpec,
     pub trust_proxy: TrustProxy,
     pub limits: Limits,
@@ -34,6 +35,29 @@ pub struct ServeConfig {
     pub guard: super::guard::GuardConfig,
     /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.
     pub log_retention: relay_store::LogRetention,
+    /// `--tls-cert` / `--tls-key` (both or neither; checked at start).
+    pub tls: super::tls::TlsArgs,
+}
+
+impl ServeConfig {
+    /// Refuse settings that disable a protection or contradict each other (before anything is
+    /// opened: `mbx-relay serve` exits 2 on this, like on a malformed flag).
+    ///
+    /// # Errors
+    /// A message naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        self.limits.validate()?;
+        self.guard.validate()?;
+        let most = super::body::MAX_ITEM_BYTES_IN_BODY;
+        if self.limits.max_item_bytes > most {
+            return Err(format!(
+                "--max-item-bytes must be at most {most}: a larger item's base64 form does not \
+                 fit the {} byte request body cap",
+                super::body::MAX_BODY
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Run the relay until a shutdown signal.
@@ -41,8 +65,8 @@ pub struct ServeConfig {
 /// # Errors
 /// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
-    config.limits.validate()?;
-    config.guard.validate()?;
+    config.validate()?;
+    let tls = config.tls.files()?.map(super::tls::Tls::load).transpose()?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     crate::private::restrict_umask();
     let dir = config.store_dir.clone();
@@ -57,11 +81,6 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     }
     if dir.exists() {
         require_private(&dir, Kind::Dir, "store directory")?;
-    }
-    if let Some(store_dir) = config.store.dir() {
-        if store_dir != dir && store_dir.exists() {
-            require_private(store_dir, Kind::Dir, "store directory")?;
-        }
     }
     let store = {
         let spec = config.store.clone();
@@ -112,6 +131,8 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
+    let reloader = super::tls::spawn_reloader(tls.clone(), stop_rx.clone())
+        .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
     let app = Arc::new(App {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
@@ -138,7 +159,14 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             stop_rx,
         ))
     });
-    let shutdown = shutdown_signal()?;
+    let signal = shutdown_signal()?;
+    // Waiting pulls and event streams answer at once on shutdown (never hold it up to 60 s).
+    relay.wake().set_cap(config.guard.max_connections);
+    let waiters = relay.clone();
+    let shutdown = async move {
+        signal.await;
+        waiters.wake().close();
+    };
     {
         let mut out = std::io::stdout().lock();
         if let Some(at) = metrics_at {
@@ -155,12 +183,14 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         router(app),
         config.trust_proxy,
         config.guard.clone(),
+        tls,
         shutdown,
     )
     .await;
     tracing::info!("shutting down: in-flight requests finished");
     let _ = stop_tx.send(true);
     let _ = background.await;
+    let _ = reloader.await;
     if let Some(m) = metrics {
         let _ = m.await;
     }

@@ -34,13 +34,68 @@ pub struct Limits {
     pub enrolment_idle: Duration,
 }
 
+/// The default of every limit (docs/protocol.md §7): the one source for [`Limits::default`] and
+/// the `mbx-relay serve` flags (`default_value_t = defaults::X`; durations as the flag's text,
+/// turned into a [`Duration`] by [`default_duration`] at compile time).
+pub mod defaults {
+    pub const MAX_ITEM_BYTES: u64 = 512 * 1024;
+    pub const MAX_BATCH: usize = 200;
+    pub const MAX_TARGETS: usize = 64;
+    pub const PUSHES_PER_MINUTE: u32 = 120;
+    pub const MAX_PULL: usize = 500;
+    pub const MAX_PULL_BYTES: u64 = 8 * 1024 * 1024;
+    pub const RETENTION: &str = "14d";
+    pub const MAX_QUEUE_ITEMS: u64 = 10_000;
+    pub const MAX_QUEUE_BYTES: u64 = 50 * 1024 * 1024;
+    pub const MAX_SENDER_ITEMS: u64 = 2_000;
+    pub const MAX_SENDER_BYTES: u64 = 20 * 1024 * 1024;
+    pub const MAX_ACCOUNT_ITEMS: u64 = 10_000;
+    pub const MAX_ACCOUNT_BYTES: u64 = 50 * 1024 * 1024;
+    pub const MAX_ENROLMENTS: u64 = 100_000;
+    pub const MAX_CHALLENGES: usize = 10_000;
+    pub const ENROL_PER_MINUTE: u32 = 30;
+    pub const ENROL_PER_MINUTE_V4_24: u32 = 60;
+    pub const ENROL_PER_MINUTE_V6_48: u32 = 60;
+    pub const MAX_PER_NAME: usize = 16;
+    pub const SWEEP_INTERVAL: &str = "10m";
+    pub const HEARTBEAT_STALE: &str = "10m";
+    /// See [`super::DEFAULT_ENROLMENT_IDLE`].
+    pub const ENROLMENT_IDLE: &str = "90d";
+}
+
 /// Idle enrolments expire after 90 days by default (issue 13): far beyond any host's ordinary
 /// absence, and six times the default retention, so an idle host's queue has long expired
 /// (and its senders were told) before its enrolment goes; yet a cap filled once by throwaway
 /// keys frees itself within a quarter.
-pub const DEFAULT_ENROLMENT_IDLE: Duration = Duration::from_secs(90 * 24 * 3600);
+pub const DEFAULT_ENROLMENT_IDLE: Duration = default_duration(defaults::ENROLMENT_IDLE);
 /// The shortest non-zero idle period: last seen has day resolution.
 pub const MIN_ENROLMENT_IDLE: Duration = Duration::from_secs(24 * 3600);
+
+/// The value of a default duration text (`<n>` followed by `s`, `m`, `h` or `d`), so a flag's
+/// default and the matching `Default` come from one literal. Only used in constants: a malformed
+/// text fails the build.
+pub const fn default_duration(text: &str) -> Duration {
+    let b = text.as_bytes();
+    assert!(b.len() >= 2, "a default duration is `<n><s|m|h|d>`");
+    let unit: u64 = match b[b.len() - 1] {
+        b's' => 1,
+        b'm' => 60,
+        b'h' => 3_600,
+        b'd' => 86_400,
+        _ => panic!("a default duration is `<n><s|m|h|d>`"),
+    };
+    let mut n = 0u64;
+    let mut i = 0;
+    while i < b.len() - 1 {
+        assert!(
+            b[i].is_ascii_digit(),
+            "a default duration is `<n><s|m|h|d>`"
+        );
+        n = n * 10 + (b[i] - b'0') as u64;
+        i += 1;
+    }
+    Duration::from_secs(n * unit)
+}
 
 /// How long a challenge stays valid (docs/protocol.md §3).
 pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
@@ -51,28 +106,29 @@ pub const DEDUP_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Limits {
     fn default() -> Self {
+        use defaults as d;
         Limits {
-            max_item_bytes: 524_288,
-            max_batch: 200,
-            max_targets: 64,
-            pushes_per_minute: 120,
-            max_pull: 500,
-            max_pull_bytes: 8 * 1024 * 1024,
-            retention: Duration::from_secs(14 * 24 * 3600),
-            max_queue_items: 10_000,
-            max_queue_bytes: 52_428_800,
-            max_sender_items: 2_000,
-            max_sender_bytes: 20_971_520,
-            max_account_items: 10_000,
-            max_account_bytes: 52_428_800,
-            max_enrolments: 100_000,
-            max_challenges: 10_000,
-            enrol_per_minute: 30,
-            enrol_per_minute_v4_24: 60,
-            enrol_per_minute_v6_48: 60,
-            max_per_name: 16,
-            sweep_interval: Duration::from_secs(600),
-            heartbeat_stale: Duration::from_secs(600),
+            max_item_bytes: d::MAX_ITEM_BYTES,
+            max_batch: d::MAX_BATCH,
+            max_targets: d::MAX_TARGETS,
+            pushes_per_minute: d::PUSHES_PER_MINUTE,
+            max_pull: d::MAX_PULL,
+            max_pull_bytes: d::MAX_PULL_BYTES,
+            retention: const { default_duration(d::RETENTION) },
+            max_queue_items: d::MAX_QUEUE_ITEMS,
+            max_queue_bytes: d::MAX_QUEUE_BYTES,
+            max_sender_items: d::MAX_SENDER_ITEMS,
+            max_sender_bytes: d::MAX_SENDER_BYTES,
+            max_account_items: d::MAX_ACCOUNT_ITEMS,
+            max_account_bytes: d::MAX_ACCOUNT_BYTES,
+            max_enrolments: d::MAX_ENROLMENTS,
+            max_challenges: d::MAX_CHALLENGES,
+            enrol_per_minute: d::ENROL_PER_MINUTE,
+            enrol_per_minute_v4_24: d::ENROL_PER_MINUTE_V4_24,
+            enrol_per_minute_v6_48: d::ENROL_PER_MINUTE_V6_48,
+            max_per_name: d::MAX_PER_NAME,
+            sweep_interval: const { default_duration(d::SWEEP_INTERVAL) },
+            heartbeat_stale: const { default_duration(d::HEARTBEAT_STALE) },
             enrolment_idle: DEFAULT_ENROLMENT_IDLE,
         }
     }

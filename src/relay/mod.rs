@@ -26,6 +26,7 @@ pub mod seen;
 pub mod senders;
 pub mod startup;
 pub mod sweep;
+pub mod wake;
 
 use std::sync::{Arc, RwLock};
 
@@ -41,6 +42,14 @@ const SENDER_RATE_CAP: usize = 200_000;
 /// Most client addresses (and, apiece, IPv4 /24s and IPv6 /48s) whose enrolment windows are
 /// tracked at once (rate table cap).
 const ADDRESS_RATE_CAP: usize = 100_000;
+
+/// A call refused by a rate window: the answer, and how long until the window frees (the
+/// HTTP layer's `Retry-After`).
+#[derive(Debug)]
+pub struct RateLimited {
+    pub error: RelayError,
+    pub wait: std::time::Duration,
+}
 
 /// The relay: the store, its key, limits and the bounded in-memory tables.
 pub struct Relay {
@@ -65,6 +74,8 @@ pub struct Relay {
     seen: seen::Seen,
     /// Where the idle-enrolment expiry continues when a run stopped at its round cap.
     idle_cursor: std::sync::Mutex<Option<Key32>>,
+    /// Long-poll pulls and event streams waiting for their queue to grow.
+    wake: Arc<wake::Wake>,
 }
 
 impl Relay {
@@ -97,6 +108,7 @@ impl Relay {
             metrics: metrics::Metrics::default(),
             seen: seen::Seen::default(),
             idle_cursor: std::sync::Mutex::new(None),
+            wake: Arc::default(),
         }
     }
 
@@ -121,6 +133,11 @@ impl Relay {
         &self.pubkey_b64
     }
 
+    /// The registry of waiting pulls and event streams.
+    pub fn wake(&self) -> &Arc<wake::Wake> {
+        &self.wake
+    }
+
     /// The current epoch.
     pub fn epoch(&self) -> String {
         self.epoch.read().unwrap_or_else(|p| p.into_inner()).clone()
@@ -135,13 +152,15 @@ impl Relay {
     /// IPv6 /48).
     ///
     /// # Errors
-    /// 429 when one of those windows is used up for this minute (then nothing is counted).
-    pub fn check_address_rate(&self, addr: &str) -> Result<(), RelayError> {
-        if self.address_rate.hit_addr(addr, self.now_ms()) {
-            Ok(())
-        } else {
-            Err(RelayError::rate_limited())
-        }
+    /// 429 when one of those windows is used up for this minute (then nothing is counted),
+    /// with the time until it frees.
+    pub fn check_address_rate(&self, addr: &str) -> Result<(), RateLimited> {
+        self.address_rate
+            .try_hit_addr(addr, self.now_ms())
+            .map_err(|wait| RateLimited {
+                error: RelayError::rate_limited(),
+                wait,
+            })
     }
 
     /// Await a store write, timing it for `/metrics`.

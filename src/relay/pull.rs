@@ -6,6 +6,9 @@ use base64::Engine as _;
 use relay_store::{AckOutcome, Page};
 use serde_json::{json, Value};
 
+use std::time::Duration;
+
+use super::wake::MAX_WAIT_SECS;
 use super::{Caller, Relay, RelayError, Reply, Status};
 
 /// The query of a pull, as received (each parameter absent or its raw text).
@@ -14,6 +17,8 @@ pub struct PullQuery<'a> {
     pub after: Option<&'a str>,
     pub limit: Option<&'a str>,
     pub epoch: Option<&'a str>,
+    /// Seconds to hold the request while the queue is empty (mbx-relay extension).
+    pub wait: Option<&'a str>,
 }
 
 impl Relay {
@@ -42,22 +47,70 @@ impl Relay {
         }
     }
 
-    /// `GET /v2/relay/items?after&limit&epoch` for the caller's queue: the answer's JSON text
-    /// (see [`page_json`]), built off the async workers together with the read.
+    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue: the answer's JSON
+    /// text (see [`page_json`]), built off the async workers together with the read. With
+    /// `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for a durable
+    /// push to the caller, the deadline, an eviction by a newer wait of the key, or shutdown;
+    /// past the relay's waiter cap it is given at once.
     ///
     /// # Errors
-    /// 400 bad `after`; 409 wrong epoch; 503 store failure.
+    /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
+    /// 503 store failure.
     pub async fn pull(&self, caller: &Caller, q: PullQuery<'_>) -> Result<Vec<u8>, RelayError> {
-        let epoch = match q.epoch {
-            Some(e) => self.check_epoch(Some(e))?,
-            None => self.epoch(),
-        };
+        let epoch = self.pull_epoch(q.epoch)?;
         let after = Self::parse_after(q.after)?;
+        let wait = parse_wait(q.wait)?;
         let limit = pull_limit(q.limit, self.limits.max_pull);
-        self.read_page_then(caller.key, after, limit, move |page| {
-            page_json(&epoch, after, &page)
-        })
-        .await
+        // Registered before the first read, so a push that becomes durable after it wakes us.
+        let ticket = match wait {
+            Some(w) => self.wake.register(caller.key).ok().map(|t| (t, w)),
+            None => None,
+        };
+        let Some((ticket, wait)) = ticket else {
+            return self
+                .read_page_then(caller.key, after, limit, move |page| {
+                    page_json(&epoch, after, &page)
+                })
+                .await;
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut epoch = epoch;
+        loop {
+            let page = self.read_page(caller.key, after, limit).await?;
+            if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(page_json(&epoch, after, &page));
+            }
+            let woken = tokio::select! {
+                w = ticket.woken() => Some(w),
+                () = tokio::time::sleep_until(deadline) => None,
+            };
+            match woken {
+                // An epoch change answers as a fresh pull would (409 when `epoch` is gone).
+                Some(w) if w.epoch() => epoch = self.pull_epoch(q.epoch)?,
+                // Evicted by a newer wait of this key, or shutdown: answer the page now.
+                Some(w) if w.ending() => {
+                    let page = self.read_page(caller.key, after, limit).await?;
+                    return Ok(page_json(&epoch, after, &page));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The epoch a pull answers with: the given one if current (else 409), or the current one.
+    fn pull_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
+        match given {
+            Some(e) => self.check_epoch(Some(e)),
+            None => Ok(self.epoch()),
+        }
+    }
+
+    /// The last seq allocated for `target` (0 if none), from durable state.
+    ///
+    /// # Errors
+    /// 503 store failure.
+    pub fn head_seq(&self, target: &relay_keyspace::Key32) -> Result<u64, RelayError> {
+        Ok(self.store.cursor(target)?.head_seq)
     }
 
     /// Read one bounded page off the async workers (a page may be megabytes).
@@ -193,6 +246,27 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
 /// Append a JSON integer.
 fn json_u64(out: &mut Vec<u8>, n: u64) {
     let _ = serde_json::to_writer(&mut *out, &n);
+}
+
+/// `wait` (mbx-relay extension): missing, empty or 0 means answer at once; else whole seconds
+/// up to [`MAX_WAIT_SECS`].
+///
+/// # Errors
+/// 400 `bad wait: ...` for anything else.
+pub fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, RelayError> {
+    let secs = match raw {
+        None | Some("") => 0,
+        Some(s) => s
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= MAX_WAIT_SECS)
+            .ok_or_else(|| {
+                RelayError::bad_request(format!(
+                    "bad wait: an integer number of seconds from 0 to {MAX_WAIT_SECS}"
+                ))
+            })?,
+    };
+    Ok((secs > 0).then(|| Duration::from_secs(secs)))
 }
 
 /// `limit`: missing, zero or non-numeric means `max`; another is clamped to 1..=max.

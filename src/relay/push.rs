@@ -294,6 +294,18 @@ impl Relay {
             .collect();
         crate::failpoint::hit("relay-before-commit");
         let outcomes = self.write(self.store.insert_many(reqs)).await?;
+        // Durable now: wake whoever waits for these targets (never before the fsync).
+        self.wake
+            .queued(outcomes.iter().zip(&target_keys).flat_map(|(o, keys)| {
+                let seqs = match o {
+                    InsertOutcome::Stored { targets, .. } => targets.as_slice(),
+                    _ => &[],
+                };
+                keys.iter()
+                    .zip(seqs)
+                    .filter(|(_, s)| !s.duplicate)
+                    .map(|(k, s)| (*k, s.seq))
+            }));
         Ok(outcomes
             .into_iter()
             .zip(target_keys)

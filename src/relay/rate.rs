@@ -17,8 +17,11 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Mutex;
+use std::time::Duration;
 
 const WINDOW_MS: u64 = 60_000;
+/// The length of every window: the longest a refused caller waits.
+pub const WINDOW: Duration = Duration::from_millis(WINDOW_MS);
 /// Most expired windows dropped by one hit (keeps each call short; more than the one window a
 /// hit can add, so the expired backlog only shrinks).
 const EXPIRE_STEP: usize = 4;
@@ -114,21 +117,38 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
 
     /// Count one hit for `key` at `now_ms`; false when the key is over its limit this minute.
     pub fn hit(&self, key: &K, now_ms: u64) -> bool {
+        self.try_hit(key, now_ms).is_ok()
+    }
+
+    /// [`RateTable::hit`], saying how long until the key's window frees when it is refused
+    /// (for `Retry-After`).
+    ///
+    /// # Errors
+    /// The wait when the key is over its limit this minute (nothing counted).
+    pub fn try_hit(&self, key: &K, now_ms: u64) -> Result<(), Duration> {
         let mut inner = self.lock();
-        let room = inner.prepare(key, now_ms, self.limit, self.cap);
-        if room {
+        if inner.prepare(key, now_ms, self.limit, self.cap) {
             inner.count(key);
+            Ok(())
+        } else {
+            Err(inner.frees_in(key, now_ms))
         }
-        room
     }
 
     /// True when `key` has used up its window at `now_ms`; counts nothing (to refuse before
     /// doing the work whose failure [`RateTable::hit`] would count).
     pub fn exhausted(&self, key: &K, now_ms: u64) -> bool {
-        self.lock()
+        self.wait(key, now_ms).is_some()
+    }
+
+    /// How long until `key`'s used-up window frees (`None`: it has room); counts nothing.
+    pub fn wait(&self, key: &K, now_ms: u64) -> Option<Duration> {
+        let inner = self.lock();
+        inner
             .windows
             .get(key)
             .is_some_and(|w| !expired(w.start, now_ms) && w.count >= self.limit)
+            .then(|| inner.frees_in(key, now_ms))
     }
 
     /// Keys currently held (for metrics and tests).
@@ -154,7 +174,15 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
 impl RateTable<AddrKey> {
     /// Count one hit for a client address, keyed by [`address_key`].
     pub fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
-        self.hit(&address_key(addr), now_ms)
+        self.try_hit_addr(addr, now_ms).is_ok()
+    }
+
+    /// [`RateTable::try_hit`] for a client address, keyed by [`address_key`].
+    ///
+    /// # Errors
+    /// The wait until the address's window frees.
+    pub fn try_hit_addr(&self, addr: &str, now_ms: u64) -> Result<(), Duration> {
+        self.try_hit(&address_key(addr), now_ms)
     }
 }
 
@@ -193,6 +221,15 @@ impl NestedWindows {
     /// Count one hit for a client address in all its windows; false (counted nowhere) when one
     /// of them is full this minute. A non-IP address has only its own window.
     pub fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
+        self.try_hit_addr(addr, now_ms).is_ok()
+    }
+
+    /// [`NestedWindows::hit_addr`], saying how long until every full window holding the
+    /// address has freed when it is refused.
+    ///
+    /// # Errors
+    /// The longest wait of the full windows (nothing counted).
+    pub fn try_hit_addr(&self, addr: &str, now_ms: u64) -> Result<(), Duration> {
         let key = address_key(addr);
         match &key {
             AddrKey::V4(a) => {
@@ -203,7 +240,7 @@ impl NestedWindows {
                 let net = AddrKey::V6(p & 0xffff_ffff_ffff_0000);
                 hit_all(&[(&self.address, &key), (&self.v6_48, &net)], now_ms)
             }
-            AddrKey::Other(_) => self.address.hit(&key, now_ms),
+            AddrKey::Other(_) => self.address.try_hit(&key, now_ms),
         }
     }
 
@@ -213,23 +250,29 @@ impl NestedWindows {
     }
 }
 
-/// Count one hit in every `(table, key)` window, or in none: true (and counted everywhere) only
-/// when each window has room this minute. The tables are locked in the order given, so callers
+/// Count one hit in every `(table, key)` window, or in none: `Ok` (and counted everywhere) only
+/// when each window has room this minute, else the longest wait of the full ones. The tables are locked in the order given, so callers
 /// must always pass them in one fixed order (a nesting, outermost last) and never one table
 /// twice; a refused hit counts nowhere, so it never uses up another window's room.
-fn hit_all<K: Hash + Eq + Clone>(windows: &[(&RateTable<K>, &K)], now_ms: u64) -> bool {
+fn hit_all<K: Hash + Eq + Clone>(
+    windows: &[(&RateTable<K>, &K)],
+    now_ms: u64,
+) -> Result<(), Duration> {
     let mut guards: Vec<_> = windows.iter().map(|(t, _)| t.lock()).collect();
-    let mut room = true;
+    let mut wait: Option<Duration> = None;
     for (g, (t, key)) in guards.iter_mut().zip(windows) {
         // Every window is made current (even after a refusal) so each table's order stays sound.
-        room &= g.prepare(key, now_ms, t.limit, t.cap);
-    }
-    if room {
-        for (g, (_, key)) in guards.iter_mut().zip(windows) {
-            g.count(key);
+        if !g.prepare(key, now_ms, t.limit, t.cap) {
+            wait = wait.max(Some(g.frees_in(key, now_ms)));
         }
     }
-    room
+    if let Some(wait) = wait {
+        return Err(wait);
+    }
+    for (g, (_, key)) in guards.iter_mut().zip(windows) {
+        g.count(key);
+    }
+    Ok(())
 }
 
 /// True when a window started at `start` is over at `now_ms` (a clock that went back leaves it
@@ -266,6 +309,15 @@ impl<K: Hash + Eq + Clone> Inner<K> {
             self.compact_if_bloated(cap);
         }
         self.windows.get(key).is_some_and(|w| w.count < limit)
+    }
+
+    /// How long until `key`'s current window ends (at most a window: a clock that went back
+    /// does not stretch it).
+    fn frees_in(&self, key: &K, now_ms: u64) -> Duration {
+        let ms = self.windows.get(key).map_or(0, |w| {
+            w.start.saturating_add(WINDOW_MS).saturating_sub(now_ms)
+        });
+        Duration::from_millis(ms.min(WINDOW_MS))
     }
 
     /// Count one hit in `key`'s window (made current by [`Inner::prepare`]).
@@ -344,6 +396,40 @@ mod tests {
         assert!(t.hit(&"a", 60_000));
         assert!(t.hit(&"a", 60_001));
         assert!(!t.hit(&"a", 60_002));
+    }
+
+    /// A refusal says when the window frees (for `Retry-After`), never more than a window.
+    #[test]
+    fn a_refused_hit_says_how_long_until_the_window_frees() {
+        let t = RateTable::new(1, 10);
+        assert_eq!(t.try_hit(&"a", 1_000), Ok(()));
+        assert_eq!(t.wait(&"a", 1_000), Some(Duration::from_secs(60)));
+        assert_eq!(t.try_hit(&"a", 21_000), Err(Duration::from_secs(40)));
+        assert_eq!(t.wait(&"a", 60_999), Some(Duration::from_millis(1)));
+        assert_eq!(t.wait(&"a", 61_000), None, "a new minute");
+        assert_eq!(t.wait(&"b", 0), None, "an unknown key has room");
+        // A clock that went back does not stretch the wait past one window.
+        assert_eq!(t.try_hit(&"a", 0), Err(WINDOW));
+        let w = NestedWindows::new(
+            NestedLimits {
+                address: 1,
+                v4_24: 2,
+                v6_48: 1,
+            },
+            10,
+        );
+        assert_eq!(w.try_hit_addr("10.0.0.1", 0), Ok(()));
+        assert_eq!(w.try_hit_addr("10.0.0.2", 10_000), Ok(()));
+        // The /24 (started at 0) and the address (started at 10 s): the longer wait.
+        assert_eq!(
+            w.try_hit_addr("10.0.0.2", 30_000),
+            Err(Duration::from_secs(40))
+        );
+        assert_eq!(
+            w.try_hit_addr("10.0.0.3", 30_000),
+            Err(Duration::from_secs(30)),
+            "only the /24 is full"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The retention sweep (docs/protocol.md §4, §6): expired items leave in the same batch as the
-//! relay-signed expiry notice queued for their sender; dedup tombstones are pruned after
-//! retention + 7 days; live enrolments idle for `enrolment_idle` with an empty queue are
+//! relay-signed expiry notice queued for their sender; dedup tombstones are pruned retention +
+//! 7 days after their item was acked or expired (the store indexes them from then on); live enrolments idle for `enrolment_idle` with an empty queue are
 //! deleted (issue 13). Runs at startup and every `sweep_interval`.
 
 use std::sync::Arc;

@@ -16,7 +16,10 @@ pub type Key32 = [u8; 32];
 /// so a key rotation finds the lists naming the old key without reading every list.
 /// 4: the relay log (`ops`) is hash-chained: each entry stores SHA-256 over the previous
 /// entry's hash and its own canonical bytes; meta holds the head and the checkpoint.
-pub const SCHEMA_VERSION: u32 = 4;
+/// 5: the dedup prune index (`dedup_expiry`) is keyed by when the item left its queue (ack,
+/// expiry, purge, deletion), not by its acceptance, and holds no row while the item is queued
+/// (spec §2, §7: a dedup row is kept for the horizon after its item is acked or expired).
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Milliseconds since the Unix epoch; injectable so tests control time.
 pub trait Clock: Send + Sync + 'static {

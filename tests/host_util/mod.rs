@@ -15,7 +15,7 @@ use serde_json::Value;
 /// The binary under test (relay and host commands).
 pub const BIN: &str = env!("CARGO_BIN_EXE_mbx-relay");
 /// Fast retries and short timeouts so crash tests settle in seconds.
-const HOST_ENV: &[(&str, &str)] = &[
+pub const HOST_ENV: &[(&str, &str)] = &[
     ("MBX_HOST_TIMEOUT_MS", "5000"),
     ("MBX_HOST_BACKOFF_MS", "20"),
     ("MBX_HOST_BACKOFF_CAP_MS", "100"),

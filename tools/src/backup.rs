@@ -6,7 +6,7 @@ use std::path::Path;
 
 use mbx_relay::admin::proto::Request;
 use mbx_relay::admin::report::backup_log_detail;
-use relay_keyspace::verify_backup;
+use mbx_relay::store_open::verify_backup_file as verify_backup;
 use relay_store::BackupSummary;
 
 use crate::access::{self, Via};

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use mbx_relay::relay::key::KEY_FILE;
+use mbx_relay::store_open::{restore_into, verify_backup_file as verify_backup, StoreSpec};
 use mbx_relay::wire::keys::{fingerprint, SigningKey};
-use relay_keyspace::{restore_backup, verify_backup};
 use relay_store::{Clock, Key32, SharedStore, SystemClock};
 
 use crate::access;
@@ -74,7 +74,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         "building the restored store from {size} in {}",
         tmp.display()
     ));
-    let built = restore_backup(a.file, &tmp);
+    let built = restore_into(a.file, &StoreSpec::Dir(tmp.clone()));
     bar.finish_and_clear();
     let (restored, epoch) = match built {
         Ok(v) => v,

@@ -1,4 +1,5 @@
-//! Ack (delete a target's items through a seq, record acked_through) and single-item delete.
+//! Ack (delete a target's items through a seq, start their dedup horizons, record
+//! acked_through) and single-item delete.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -71,12 +72,24 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> R
         let Some((_, seq)) = codec::item_key_parse(k) else {
             continue;
         };
-        let (sender, account, bytes, expires_at_ms) = match (v, hints.get(&seq)) {
+        let (sender, item_id, account, bytes, expires_at_ms) = match (v, hints.get(&seq)) {
             (Some(v), _) => {
                 let rec: ItemView = codec::dec(v, "item")?;
-                (rec.sender, rec.account, rec.bytes, rec.expires_at_ms)
+                (
+                    rec.sender,
+                    rec.item_id,
+                    rec.account,
+                    rec.bytes,
+                    rec.expires_at_ms,
+                )
             }
-            (None, Some(h)) => (h.sender, h.account.as_deref(), h.bytes, h.expires_at_ms),
+            (None, Some(h)) => (
+                h.sender,
+                &*h.item_id,
+                h.account.as_deref(),
+                h.bytes,
+                h.expires_at_ms,
+            ),
             (None, None) => {
                 return Err(StoreError::Corrupt(
                     "an item listed without its record or a hint".into(),
@@ -84,6 +97,8 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> R
             }
         };
         queue::unlink_item(tx, target, seq, expires_at_ms);
+        // The item is delivered: its dedup row's horizon starts now, in this batch (spec §2).
+        queue::start_dedup_horizon(tx, &codec::dedup_key(target, &sender, item_id));
         let f = freed.entry((sender, account)).or_default();
         f.0 -= 1;
         f.1 -= i64::try_from(bytes).unwrap_or(i64::MAX);

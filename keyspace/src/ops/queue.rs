@@ -1,7 +1,8 @@
 //! Queue rows and everything that moves with them: the item, its expiry row, its usage
 //! counters (target, sender x target, the charged account), dedup rows and seq heads.
 //! Every insert, ack, delete, sweep and rebind goes through these, so counters can only move
-//! in the same operation as the items they count.
+//! in the same operation as the items they count, and a dedup row's horizon starts in the same
+//! operation as its item leaves the queue.
 
 use crate::api::{DedupRow, Key32, Result, Usage};
 use crate::codec::{self, ItemRecord, UsageScope};
@@ -75,13 +76,22 @@ pub(crate) fn put_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, rec: &ItemReco
     )
 }
 
-/// Dequeue an item: the row, its expiry row and its usage (its dedup row stays as a tombstone).
+/// Dequeue an item for good (expired, purged, deleted): the row, its expiry row and its usage.
+/// Its dedup row stays as a tombstone, and its dedup horizon starts now.
 pub(crate) fn remove_item(
     tx: &mut Tx<'_>,
     target: &Key32,
     seq: u64,
     rec: &ItemRecord,
 ) -> Result<()> {
+    take_item(tx, target, seq, rec)?;
+    start_dedup_horizon(tx, &codec::dedup_key(target, &rec.sender, &rec.item_id));
+    Ok(())
+}
+
+/// Dequeue an item that lives on elsewhere (a rotation re-queues it under the new key): the row,
+/// its expiry row and its usage; its dedup row is the caller's.
+pub(crate) fn take_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, rec: &ItemRecord) -> Result<()> {
     unlink_item(tx, target, seq, rec.expires_at_ms);
     add_usage(
         tx,
@@ -111,21 +121,20 @@ pub(crate) fn alloc_seq(tx: &mut Tx<'_>, target: &Key32) -> Result<u64> {
     Ok(seq)
 }
 
-/// Write a dedup row and its prune-index row.
+/// Write the dedup row of a queued item. It gets no prune-index row: while its item is queued
+/// the row is never pruned (spec §2: the horizon counts from ack or expiry).
 pub(crate) fn put_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
     tx.put(Part::Dedup, dkey, codec::enc(row));
-    tx.put(
-        Part::DedupExpiry,
-        &codec::expiry_dedup_key(row.accepted_at_ms, dkey),
-        Vec::new(),
-    );
 }
 
-/// Delete a dedup row and its prune-index row.
-pub(crate) fn del_dedup(tx: &mut Tx<'_>, dkey: &[u8], row: &DedupRow) {
-    tx.del(Part::Dedup, dkey);
-    tx.del(
+/// The item of dedup row `dkey` left its queue now (acked, expired, purged, deleted): index the
+/// row for pruning once now is past the dedup horizon (retention + 7 days, the sweep's cutoff).
+/// Called in the same batch as the item's deletion.
+pub(crate) fn start_dedup_horizon(tx: &mut Tx<'_>, dkey: &[u8]) {
+    let gone_at = tx.now_ms;
+    tx.put(
         Part::DedupExpiry,
-        &codec::expiry_dedup_key(row.accepted_at_ms, dkey),
+        &codec::expiry_dedup_key(gone_at, dkey),
+        Vec::new(),
     );
 }

@@ -126,7 +126,7 @@ fn move_queue(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<u64> {
             continue;
         };
         let rec: ItemRecord = codec::dec(&v, "item")?;
-        queue::remove_item(tx, old, seq, &rec)?;
+        queue::take_item(tx, old, seq, &rec)?;
         if held.contains(&(rec.sender, rec.item_id.clone())) {
             continue;
         }
@@ -136,16 +136,22 @@ fn move_queue(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<u64> {
         moved += 1;
     }
     for (k, sender, item_id, row) in dedup {
-        queue::del_dedup(tx, &k, &row);
+        // The old row's prune-index row, if its item was gone, is left for the sweep (which drops
+        // index rows without a dedup row): its time is not stored anywhere else.
+        tx.del(Part::Dedup, &k);
         if held.contains(&(sender, item_id.clone())) {
             continue;
         }
-        let seq = new_seq_of.get(&row.seq).copied().unwrap_or(row.seq);
-        queue::put_dedup(
-            tx,
-            &codec::dedup_key(new, &sender, &item_id),
-            &DedupRow { seq, ..row },
-        );
+        let new_key = codec::dedup_key(new, &sender, &item_id);
+        match new_seq_of.get(&row.seq) {
+            Some(&seq) => queue::put_dedup(tx, &new_key, &DedupRow { seq, ..row }),
+            // Its item left the old queue before: the horizon restarts now, never earlier than
+            // it would have ended.
+            None => {
+                queue::put_dedup(tx, &new_key, &row);
+                queue::start_dedup_horizon(tx, &new_key);
+            }
+        }
     }
     Ok(moved)
 }

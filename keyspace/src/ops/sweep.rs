@@ -1,6 +1,6 @@
 //! The retention sweep: expire items through the `expiry` index (each deletion in the same
-//! operation as the sender's notice), then prune dedup rows past the horizon whose item is no
-//! longer queued.
+//! operation as the sender's notice), then prune dedup rows whose item left its queue (acked,
+//! expired, purged) before the horizon.
 
 use std::ops::Bound;
 
@@ -28,8 +28,9 @@ impl Store {
     /// Expire items with expires_at <= now (through the `expiry` index), each deletion in the
     /// same batch as its notice (built by `notice`, inserted with dedup and quotas, skipped when
     /// the sender is not enrolled, its queue is full or it was already told), and prune dedup rows
-    /// accepted before `dedup_horizon_ms` whose item is no longer queued. At most `max` items per
-    /// call (`more` says whether to call again).
+    /// whose item left its queue (acked, expired, purged, deleted) before `dedup_horizon_ms`; a
+    /// queued item's dedup row is never pruned. At most `max` items per call (`more` says whether
+    /// to call again).
     pub fn sweep(
         &self,
         now_ms: u64,
@@ -133,6 +134,8 @@ pub(crate) fn notify(
     })
 }
 
+/// Prune dedup rows whose item left its queue before `dedup_horizon_ms` (the index holds a row
+/// only from the item's ack, expiry, purge or deletion on).
 fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Result<()> {
     let lo = [EXPIRY_DEDUP];
     let mut hi = vec![EXPIRY_DEDUP];
@@ -145,26 +148,26 @@ fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Resu
     )?;
     report.more |= rows.len() > a.max;
     for (k, _) in rows.into_iter().take(a.max) {
+        tx.del(Part::DedupExpiry, &k);
         let Some((_, dkey)) = codec::expiry_dedup_parse(&k) else {
-            tx.del(Part::DedupExpiry, &k);
             continue;
         };
+        // A stale index row (a rotation moved the dedup row) goes alone.
         let Some(row) = reader::dedup_row(tx, dkey)? else {
-            tx.del(Part::DedupExpiry, &k);
             continue;
         };
         let Some((target, _, _)) = codec::dedup_key_parse(dkey) else {
             continue;
         };
         // IMPORTANT: never drop the dedup row of a queued item (a retry would be re-delivered).
+        // Its index row goes: the item's ack or expiry starts its horizon again.
         if tx
             .get(Part::Items, &codec::item_key(&target, row.seq))?
             .is_some()
         {
             continue;
         }
-        let dkey = dkey.to_vec();
-        queue::del_dedup(tx, &dkey, &row);
+        tx.del(Part::Dedup, dkey);
         report.dedup_pruned += 1;
     }
     Ok(())

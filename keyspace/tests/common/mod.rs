@@ -83,14 +83,16 @@ pub fn rows_of(store: &dyn RelayStore, part: &str) -> Vec<(serde_json::Value, se
 }
 
 /// Recount usage from the items and check it equals the stored counters exactly; check every
-/// queued item has its dedup row (same seq and hash) and its expiry row. Returns the number of
-/// queued items.
+/// queued item has its dedup row (same seq and hash), its expiry row and no dedup prune-index
+/// row (its dedup horizon starts only when it leaves the queue). Returns the number of queued
+/// items.
 pub fn check_invariants(store: &dyn RelayStore) -> u64 {
     let rows = dump(store);
     let mut want: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut have: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut dedup: BTreeMap<(String, String, String), (u64, String)> = BTreeMap::new();
     let mut expiry: Vec<(String, u64)> = Vec::new();
+    let mut horizon: Vec<(String, String, String)> = Vec::new();
     let mut items = Vec::new();
     for r in &rows {
         let part = r["partition"].as_str().unwrap();
@@ -127,6 +129,13 @@ pub fn check_invariants(store: &dyn RelayStore) -> u64 {
                     ),
                 );
             }
+            "dedup_expiry" => {
+                horizon.push((
+                    k["target"].as_str().unwrap().to_string(),
+                    k["sender"].as_str().unwrap().to_string(),
+                    k["item_id"].as_str().unwrap().to_string(),
+                ));
+            }
             "expiry" => {
                 if let Some(t) = k.get("item_expires_at").and(k.get("target")) {
                     expiry.push((t.as_str().unwrap().into(), k["seq"].as_u64().unwrap()));
@@ -162,6 +171,10 @@ pub fn check_invariants(store: &dyn RelayStore) -> u64 {
         assert!(
             expiry.contains(&(target.clone(), seq)),
             "item {target}/{seq} lacks its expiry row"
+        );
+        assert!(
+            !horizon.contains(&(target.clone(), sender.clone(), id.clone())),
+            "item {target}/{seq} ({id}) is queued but its dedup row has a prune time"
         );
     }
     assert_eq!(expiry.len(), items.len(), "expiry rows without items");

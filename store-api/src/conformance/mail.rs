@@ -469,9 +469,18 @@ pub fn the_sweep_expires_notifies_and_prunes(backend: &dyn Backend) {
     assert!(stored_seqs(&store.insert(ret("a", sender, 100)).wait().unwrap())[0].duplicate);
     assert_eq!(store.pull(&t, 0, 100, u64::MAX).unwrap().items.len(), 1);
     // Already told: sweeping an item with the same notice id gives no second notice.
-    // Prune past the horizon: rows of expired items go, the queued item's row stays.
+    // Prune past the horizon, which counts from the expiry (2,000): rows of expired items go,
+    // the queued item's row stays.
     let r = store
-        .sweep(2_000, 1_500, big_quotas(), 10_000, 100, notice_fn(relay))
+        .sweep(2_000, 2_000, big_quotas(), 10_000, 100, notice_fn(relay))
+        .wait()
+        .unwrap();
+    assert_eq!(
+        r.dedup_pruned, 0,
+        "not before the horizon after expiry {r:?}"
+    );
+    let r = store
+        .sweep(2_000, 2_001, big_quotas(), 10_000, 100, notice_fn(relay))
         .wait()
         .unwrap();
     assert_eq!(r.dedup_pruned, 4, "{r:?}");

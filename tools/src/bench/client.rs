@@ -82,17 +82,27 @@ pub fn now_ms() -> u64 {
 }
 
 impl Conn {
-    /// A client for `url` (scheme, host and port; a trailing `/` is ignored).
-    pub fn new(url: &str, timeout: Duration) -> Self {
+    /// A client for `url` (scheme, host and port; a trailing `/` is ignored); https is checked
+    /// against `tls` (the host client's trust: bundled web roots or a private CA).
+    pub fn new(url: &str, timeout: Duration, tls: ureq::tls::TlsConfig) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
             // Payload building between timed rounds can take a while: keep the connection.
             .max_idle_age(Duration::from_secs(3600))
+            .tls_config(tls)
             .build();
         Conn {
             agent: config.into(),
             base: url.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// Another client like this one, with its own connection.
+    pub fn fresh(&self) -> Self {
+        Conn {
+            agent: ureq::Agent::new_with_config(self.agent.config().clone()),
+            base: self.base.clone(),
         }
     }
 
@@ -140,6 +150,31 @@ impl Conn {
             }
         }
         Self::finish(req.call())
+    }
+
+    /// GET `path_q` hop-signed by `host` and hand back the status and the body as a stream
+    /// (for `text/event-stream`), read at most `limit` bytes.
+    ///
+    /// # Errors
+    /// `transport: ...` when no answer head arrived.
+    pub fn get_stream(
+        &self,
+        path_q: &str,
+        host: &Host,
+        limit: u64,
+    ) -> Result<(u16, ureq::BodyReader<'static>), String> {
+        let mut req = self.agent.get(format!("{}{path_q}", self.base));
+        for (k, v) in Self::sign(host, "GET", path_q, "").headers {
+            req = req.header(k, v);
+        }
+        let res = req
+            .call()
+            .map_err(|e| format!("transport: {}", truncate(&e.to_string(), 80)))?;
+        let status = res.status().as_u16();
+        Ok((
+            status,
+            res.into_body().into_with_config().limit(limit).reader(),
+        ))
     }
 
     /// POST the JSON text `body` to `path`, hop-signed by `host` when given.

@@ -139,8 +139,7 @@ fn drain_one(conn: &Conn, host: &Host, epoch: &str, limit: usize, expected: u64)
 
 /// Drain every receiver at once; `expected[i]` is what receiver `i` was accepted.
 pub fn run(
-    url: &str,
-    timeout: Duration,
+    like: &Conn,
     receivers: &[&Host],
     epoch: &str,
     limit: usize,
@@ -148,7 +147,7 @@ pub fn run(
 ) -> Outcome {
     let barrier = Barrier::new(receivers.len() + 1);
     // Fresh connections: the relay may have been restarted since the push phase.
-    let conns: Vec<Conn> = receivers.iter().map(|_| Conn::new(url, timeout)).collect();
+    let conns: Vec<Conn> = receivers.iter().map(|_| like.fresh()).collect();
     let (timed, cpu, ones) = std::thread::scope(|s| {
         let handles: Vec<_> = receivers
             .iter()

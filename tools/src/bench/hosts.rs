@@ -5,6 +5,7 @@ use rand::RngCore;
 use serde_json::{json, Value};
 
 use super::client::{Conn, Host};
+use mbx_relay::relay::config::defaults;
 use mbx_relay::wire::keys::{parse_pubkey, verifying_key, VerifyingKey};
 use mbx_relay::wire::records::enrol_statement;
 
@@ -47,9 +48,9 @@ pub fn relay_info(conn: &Conn) -> Result<RelayInfo, String> {
         relay_key,
         epoch: s("epoch").ok_or("relay info has no epoch")?,
         version: s("version").unwrap_or_default(),
-        max_batch: limit("max_batch").unwrap_or(200) as usize,
-        max_pull: limit("max_pull").unwrap_or(500) as usize,
-        max_item_bytes: limit("max_item_bytes").unwrap_or(524_288),
+        max_batch: limit("max_batch").map_or(defaults::MAX_BATCH, |n| n as usize),
+        max_pull: limit("max_pull").map_or(defaults::MAX_PULL, |n| n as usize),
+        max_item_bytes: limit("max_item_bytes").unwrap_or(defaults::MAX_ITEM_BYTES),
     })
 }
 

@@ -6,6 +6,8 @@
 mod client;
 mod drain;
 mod hosts;
+mod latency;
+mod latency_svg;
 mod payload;
 mod push;
 mod report;
@@ -33,9 +35,12 @@ const MAX_ITEMS: u64 = 100_000_000;
 /// Flags of `relay-tool bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// The relay's base URL (http://host:port).
+    /// The relay's base URL (http://host:port or https://host:port).
     #[arg(long)]
     pub url: String,
+    /// Trust only this CA (PEM) for an https --url (default: the bundled web roots, as hosts do).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// Concurrent senders; a comma-separated list (1,8,64) sweeps, one run per value.
     #[arg(long, value_delimiter = ',', default_value = "8")]
     pub senders: Vec<usize>,
@@ -61,12 +66,39 @@ pub struct BenchArgs {
     /// Print one JSON document instead of the text table.
     #[arg(long)]
     pub json: bool,
-    /// Draw items/s and p99 latency against senders into this SVG file.
+    /// Draw items/s and p99 latency against senders into this SVG file (with --latency: the
+    /// latency percentiles per receiver kind).
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Per-request timeout, in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Measure live delivery instead (docs/protocol.md §8): push-to-receive latency for
+    /// long-poll, events-stream and 1 s polling receivers at `--rate` (see `bench/latency.rs`).
+    #[arg(long)]
+    pub latency: bool,
+    /// With --latency: items pushed per second (single-item pushes from 16 senders).
+    #[arg(long, default_value_t = 1000, requires = "latency")]
+    pub rate: u64,
+    /// With --latency: seconds of pushing per receiver kind.
+    #[arg(long, default_value_t = 10, requires = "latency")]
+    pub duration: u64,
+    /// With --latency: only these receiver kinds (long-poll, stream, poll; default all; `none`
+    /// for the idle measurement alone).
+    #[arg(long, value_delimiter = ',', requires = "latency")]
+    pub kinds: Vec<String>,
+    /// With --latency: then hold this many idle waiters and read the relay's RSS and CPU.
+    #[arg(long, default_value_t = 0, requires = "latency")]
+    pub idle_waiters: usize,
+    /// With --idle-waiters: the idle receivers are event streams instead of waiting pulls.
+    #[arg(long, requires = "latency")]
+    pub idle_streams: bool,
+    /// With --idle-waiters: seconds over which the relay's CPU is measured.
+    #[arg(long, default_value_t = 30, requires = "latency")]
+    pub idle_secs: u64,
+    /// With --idle-waiters: the relay's process id (its RSS and CPU are read from /proc).
+    #[arg(long, requires = "latency")]
+    pub relay_pid: Option<u32>,
 }
 
 fn usage(msg: impl Into<String>) -> Failure {
@@ -95,10 +127,11 @@ fn validate(a: &BenchArgs) -> Result<(), Failure> {
     if a.timeout == 0 {
         return Err(usage("--timeout must be at least 1 second"));
     }
-    if !a.url.starts_with("http://") {
-        return Err(usage(
-            "--url must be http://host:port (this build speaks plain HTTP)",
-        ));
+    if !(a.url.starts_with("http://") || a.url.starts_with("https://")) {
+        return Err(usage("--url must be http://host:port or https://host:port"));
+    }
+    if a.ca.is_some() && !a.url.starts_with("https://") {
+        return Err(usage("--ca applies to an https:// --url only"));
     }
     Ok(())
 }
@@ -131,6 +164,9 @@ fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
 /// Usage errors, an unreachable relay or a refused enrolment; per-item failures are reported,
 /// not returned.
 pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+    if a.latency {
+        return latency::run(a);
+    }
     let report = measure(a)?;
     if let Some(path) = &a.svg {
         let pts: Vec<svg::Point> = report
@@ -162,6 +198,19 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         .map_err(|e| relay_err(format!("stdout: {e}")))
 }
 
+/// The TLS trust of `--url`: bundled web roots, or `--ca FILE` alone.
+///
+/// # Errors
+/// An unreadable or malformed `--ca` file.
+fn tls_of(a: &BenchArgs) -> Result<ureq::tls::TlsConfig, Failure> {
+    let ca =
+        a.ca.as_deref()
+            .map(mbx_relay::host::trust::read_ca)
+            .transpose()
+            .map_err(usage)?;
+    mbx_relay::host::trust::tls_config(ca.as_deref()).map_err(usage)
+}
+
 /// Enrol, push, check, optionally drain, for every sweep point; the measurements.
 ///
 /// # Errors
@@ -169,7 +218,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
 fn measure(a: &BenchArgs) -> Result<Report, Failure> {
     validate(a)?;
     let timeout = Duration::from_secs(a.timeout);
-    let conn = Conn::new(&a.url, timeout);
+    let conn = Conn::new(&a.url, timeout, tls_of(a)?);
     let info = hosts::relay_info(&conn).map_err(relay_err)?;
     if a.batch > info.max_batch {
         return Err(usage(format!(
@@ -198,9 +247,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
             info.max_item_bytes
         )));
     }
-    let conns: Vec<Conn> = (0..max_senders)
-        .map(|_| Conn::new(&a.url, timeout))
-        .collect();
+    let conns: Vec<Conn> = (0..max_senders).map(|_| conn.fresh()).collect();
     let mut points = Vec::new();
     for &n in &a.senders {
         progress(&format!(
@@ -235,14 +282,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
             let epoch = hosts::relay_info(&conn).map_err(relay_err)?.epoch;
             progress(&format!("{n} senders: draining {} items", t.accepted));
             let receivers: Vec<&client::Host> = targets.iter().map(|t| &t.host).collect();
-            let mut d = drain::run(
-                &a.url,
-                timeout,
-                &receivers,
-                &epoch,
-                info.max_pull,
-                &t.per_target,
-            );
+            let mut d = drain::run(&conn, &receivers, &epoch, info.max_pull, &t.per_target);
             Some(Phase::new(
                 d.items,
                 d.bytes,

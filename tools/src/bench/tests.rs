@@ -98,7 +98,9 @@ fn bench_pushes_checks_and_drains_against_a_real_relay() {
 fn batch_over_the_relays_max_batch_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let url = start_relay(&dir.path().join("store"));
-    let bench = Bench::parse_from(["bench", "--url", &url, "--batch", "201", "--items", "1"]);
+    let max = mbx_relay::relay::config::defaults::MAX_BATCH;
+    let over = (max + 1).to_string();
+    let bench = Bench::parse_from(["bench", "--url", &url, "--batch", &over, "--items", "1"]);
     let err = measure(&bench.args).err().unwrap();
-    assert!(err.msg.contains("max_batch 200"), "{}", err.msg);
+    assert!(err.msg.contains(&format!("max_batch {max}")), "{}", err.msg);
 }

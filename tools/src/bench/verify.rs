@@ -158,6 +158,7 @@ pub fn check_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mbx_relay::relay::config::defaults;
     use mbx_relay::wire::accept::{accept_statement, AcceptTarget};
     use mbx_relay::wire::keys::SigningKey;
     use serde_json::json;
@@ -169,9 +170,9 @@ mod tests {
             relay_key: mbx_relay::wire::keys::verifying_key(&relay.public()).unwrap(),
             epoch: "e".into(),
             version: String::new(),
-            max_batch: 200,
-            max_pull: 500,
-            max_item_bytes: 524_288,
+            max_batch: defaults::MAX_BATCH,
+            max_pull: defaults::MAX_PULL,
+            max_item_bytes: defaults::MAX_ITEM_BYTES,
         };
         let sender = Host::generate("s".into());
         let targets = vec![Target::new(Host::generate("t".into()))];
