@@ -124,6 +124,15 @@ CREATE TABLE leases (
     until_ms BIGINT NOT NULL
 );
 ",
+    // 2: the dedup horizon counts from when an item left its queue (acked, expired, purged,
+    // deleted), not from its acceptance: `gone_at_ms` (NULL while queued).
+    r"
+ALTER TABLE dedup ADD COLUMN gone_at_ms BIGINT;
+UPDATE dedup d SET gone_at_ms = d.accepted_at_ms
+    WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.target = d.target AND i.seq = d.seq);
+DROP INDEX dedup_age;
+CREATE INDEX dedup_gone ON dedup (gone_at_ms) WHERE gone_at_ms IS NOT NULL;
+",
 ];
 
 /// The schema version this binary writes.

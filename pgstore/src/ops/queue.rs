@@ -126,6 +126,23 @@ pub(crate) async fn add_queue_usage(
     Ok(())
 }
 
+/// The item (`target`, `sender`, `item_id`) left its queue at `now`: its dedup row's horizon
+/// starts (the sweep prunes it once `now` is past the horizon). Same transaction as the delete.
+pub(crate) async fn start_dedup_horizon(
+    t: &Transaction<'_>,
+    target: &Key32,
+    sender: &[u8],
+    item_id: &str,
+    now: u64,
+) -> OpResult<()> {
+    t.execute(
+        "UPDATE dedup SET gone_at_ms = $4 WHERE target = $1 AND sender = $2 AND item_id = $3",
+        &[&target.as_slice(), &sender, &item_id, &i(now)],
+    )
+    .await?;
+    Ok(())
+}
+
 /// When an item accepted at `now` expires ([`NEVER_EXPIRES`] stays never).
 fn expiry(now: u64, retention_ms: u64) -> u64 {
     if retention_ms == NEVER_EXPIRES {
@@ -595,9 +612,10 @@ impl PgStore {
     pub fn ack(&self, target: &Key32, through: u64) -> Answer<AckOutcome> {
         let (s, target) = (self.clone(), *target);
         self.spawn(async move {
+            let now = s.now_ms();
             s.inner
                 .db
-                .tx(|t| Box::pin(async move { ack(t, &target, through).await }))
+                .tx(|t| Box::pin(async move { ack(t, &target, through, now).await }))
                 .await
         })
     }
@@ -606,6 +624,7 @@ impl PgStore {
     pub fn delete_item(&self, target: &Key32, seq: u64) -> Answer<bool> {
         let (s, target) = (self.clone(), *target);
         self.spawn(async move {
+            let now = s.now_ms();
             s.inner
                 .db
                 .tx(|t| {
@@ -614,12 +633,13 @@ impl PgStore {
                         let r = t
                             .query_opt(
                                 "DELETE FROM items WHERE target = $1 AND seq = $2 \
-                                 RETURNING sender, account, bytes",
+                                 RETURNING sender, account, bytes, item_id",
                                 &[&target.as_slice(), &i(seq)],
                             )
                             .await?;
                         let Some(r) = r else { return Ok(false) };
                         let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
+                        start_dedup_horizon(t, &target, &sender, r.get(3), now).await?;
                         let account: Option<String> = r.get(1);
                         let bytes: i64 = r.get(2);
                         add_queue_usage(t, &target, -1, -bytes).await?;
@@ -632,7 +652,7 @@ impl PgStore {
     }
 }
 
-async fn ack(t: &Transaction<'_>, target: &Key32, through: u64) -> OpResult<AckOutcome> {
+async fn ack(t: &Transaction<'_>, target: &Key32, through: u64, now: u64) -> OpResult<AckOutcome> {
     let q = lock_queue(t, target).await?;
     if through > q.head {
         return Ok(AckOutcome::BeyondHead { head_seq: q.head });
@@ -644,11 +664,15 @@ async fn ack(t: &Transaction<'_>, target: &Key32, through: u64) -> OpResult<AckO
             head_seq: q.head,
         });
     }
+    // The deleted items' dedup rows start their horizon in the same statement.
     let rows = t
         .query(
-            "DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
-             RETURNING sender, account, bytes",
-            &[&target.as_slice(), &i(q.acked), &i(through)],
+            "WITH gone AS (DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
+                 RETURNING sender, account, bytes, item_id), \
+             mark AS (UPDATE dedup d SET gone_at_ms = $4 FROM gone \
+                 WHERE d.target = $1 AND d.sender = gone.sender AND d.item_id = gone.item_id) \
+             SELECT sender, account, bytes FROM gone",
+            &[&target.as_slice(), &i(q.acked), &i(through), &i(now)],
         )
         .await?;
     // Usage moves once per (sender, account) of the range, not once per item.

@@ -15,7 +15,7 @@ use relay_store::{
 
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::lists::{get_list, write_list};
-use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue};
+use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue, start_dedup_horizon};
 use crate::ops::sweep::{notify, SharedNotice};
 use crate::ops::{enrol, oplog, Answer};
 use crate::store::PgStore;
@@ -217,7 +217,7 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
     let dedup = t
         .query(
             "DELETE FROM dedup WHERE target = $1 \
-             RETURNING sender, item_id, wire_hash, seq, accepted_at_ms",
+             RETURNING sender, item_id, wire_hash, seq, accepted_at_ms, gone_at_ms",
             &[&old.as_slice()],
         )
         .await?;
@@ -228,10 +228,15 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
             continue;
         }
         let seq: i64 = r.get(3);
-        let seq = new_seq_of.get(&seq).copied().unwrap_or(seq);
+        // A moved item is queued again (no horizon); one that left the old queue before starts
+        // its horizon again now, never ending earlier than it would have.
+        let (seq, gone_at) = match new_seq_of.get(&seq) {
+            Some(&moved) => (moved, None),
+            None => (seq, Some(i(now))),
+        };
         t.execute(
-            "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms, gone_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
             &[
                 &new.as_slice(),
                 &sender,
@@ -239,6 +244,7 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
                 &r.get::<_, Vec<u8>>(2),
                 &seq,
                 &r.get::<_, i64>(4),
+                &gone_at,
             ],
         )
         .await?;
@@ -330,6 +336,7 @@ async fn revoke_key(
             let sender = key32(r.get::<_, &[u8]>(3), "item sender")?;
             let account: Option<String> = r.get(4);
             let bytes: i64 = r.get(5);
+            start_dedup_horizon(t, &req.key, &sender, r.get(2), now).await?;
             add_queue_usage(t, &req.key, -1, -bytes).await?;
             add_usage(t, &req.key, &sender, account.as_deref(), -1, -bytes).await?;
             report.purged_items += 1;

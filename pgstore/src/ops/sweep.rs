@@ -1,7 +1,8 @@
 //! The retention sweep (the rules of keyspace/src/ops/sweep.rs): expire items past their time,
 //! each deletion in the same transaction as its sender's notice (inserted with dedup, quotas and
-//! the enrolment check like any insert; only to the sender), then prune dedup rows accepted
-//! before the horizon whose item is no longer queued. At most `max` items per call.
+//! the enrolment check like any insert; only to the sender), then prune dedup rows whose item
+//! left its queue (acked, expired, purged, deleted) before the horizon. At most `max` items per
+//! call.
 
 use std::sync::{Arc, Mutex};
 
@@ -11,7 +12,9 @@ use relay_store::{
 };
 
 use crate::db::{i, key32, u, OpResult};
-use crate::ops::queue::{add_queue_usage, add_usage, insert_one, kind_of, lock_queue};
+use crate::ops::queue::{
+    add_queue_usage, add_usage, insert_one, kind_of, lock_queue, start_dedup_horizon,
+};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
@@ -104,6 +107,7 @@ async fn expire(
         let sender = key32(r.get::<_, &[u8]>(2), "item sender")?;
         let account: Option<String> = r.get(3);
         let bytes: i64 = r.get(4);
+        start_dedup_horizon(t, &target, &sender, r.get(1), a.now_ms).await?;
         add_queue_usage(t, &target, -1, -bytes).await?;
         add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
         report.expired += 1;
@@ -153,13 +157,15 @@ pub(crate) async fn notify(
 }
 
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
-    // IMPORTANT: never the dedup row of a queued item (a retry would be delivered again).
+    // Rows whose item left its queue before the horizon. IMPORTANT: never the row of a queued
+    // item (a retry would be delivered again); such a row (a rotation re-queued its item) has
+    // its horizon cleared, to start again when the item leaves.
     let rows = t
         .query(
-            "SELECT d.target, d.sender, d.item_id FROM dedup d \
-             WHERE d.accepted_at_ms < $1 AND NOT EXISTS \
+            "SELECT d.target, d.sender, d.item_id, EXISTS \
                  (SELECT 1 FROM items it WHERE it.target = d.target AND it.seq = d.seq) \
-             ORDER BY d.accepted_at_ms LIMIT $2 FOR UPDATE OF d SKIP LOCKED",
+             FROM dedup d WHERE d.gone_at_ms IS NOT NULL AND d.gone_at_ms < $1 \
+             ORDER BY d.gone_at_ms LIMIT $2 FOR UPDATE OF d SKIP LOCKED",
             &[&i(a.dedup_horizon_ms), &(a.max + 1)],
         )
         .await?;
@@ -169,6 +175,15 @@ async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport
         .take(usize::try_from(a.max).unwrap_or(usize::MAX))
     {
         let (target, sender, item_id): (&[u8], &[u8], &str) = (r.get(0), r.get(1), r.get(2));
+        if r.get::<_, bool>(3) {
+            t.execute(
+                "UPDATE dedup SET gone_at_ms = NULL \
+                 WHERE target = $1 AND sender = $2 AND item_id = $3",
+                &[&target, &sender, &item_id],
+            )
+            .await?;
+            continue;
+        }
         report.dedup_pruned += t
             .execute(
                 "DELETE FROM dedup WHERE target = $1 AND sender = $2 AND item_id = $3",
