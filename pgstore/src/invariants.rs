@@ -46,6 +46,12 @@ const CHECKS: &[(&str, &str)] = &[
          WHERE d.target IS NULL",
     ),
     (
+        "a queued item's dedup row has a horizon (it could be pruned while queued)",
+        "SELECT i.target FROM items i JOIN dedup d ON d.target = i.target \
+         AND d.sender = i.sender AND d.item_id = i.item_id AND d.seq = i.seq \
+         WHERE d.gone_at_ms IS NOT NULL",
+    ),
+    (
         "live/revoked counters differ from the enrolments",
         "SELECT 1 FROM meta m WHERE m.live_enrolments <> \
              (SELECT count(*) FROM enrolments WHERE revoked_at_ms IS NULL) \
