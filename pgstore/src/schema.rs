@@ -144,14 +144,25 @@ pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// `SchemaTooNew` when a newer binary migrated it; `Engine` on database errors.
 pub(crate) async fn prepare(db: &Db, now_ms: u64, epoch: String) -> Result<()> {
     let mut c = db.conn().await?;
-    c.batch_execute(
-        "CREATE TABLE IF NOT EXISTS schema_version (
-             version INT PRIMARY KEY,
-             applied_ms BIGINT NOT NULL
-         )",
-    )
-    .await
-    .map_err(db_err)?;
+    let created = c
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                 version INT PRIMARY KEY,
+                 applied_ms BIGINT NOT NULL
+             )",
+        )
+        .await;
+    // Two processes starting together on an empty database race here (IF NOT EXISTS is not
+    // atomic in PostgreSQL): the loser sees a duplicate, and the table exists either way.
+    if let Err(e) = created {
+        let raced = e.code().is_some_and(|c| {
+            *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+                || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
+        });
+        if !raced {
+            return Err(db_err(e));
+        }
+    }
     for (n, sql) in MIGRATIONS.iter().enumerate() {
         let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
         let t = c.transaction().await.map_err(db_err)?;

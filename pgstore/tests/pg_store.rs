@@ -400,3 +400,22 @@ fn push_batches_over_the_same_targets_in_other_orders_never_deadlock() {
         .sum();
     assert_eq!(total, 6 * 8 * 24);
 }
+
+#[test]
+fn relay_processes_starting_together_on_an_empty_database_all_open_it() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    for _ in 0..3 {
+        let url = pg.fresh_db();
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                std::thread::spawn(move || PgStore::open(&url, OpenOptions::default()).map(|_| ()))
+            })
+            .collect();
+        for o in opens {
+            o.join().unwrap().expect("every process opens the database");
+        }
+    }
+}
