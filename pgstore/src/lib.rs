@@ -10,8 +10,11 @@
 //! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
 //!
 //! Files: `db` (pool, transactions, retry), `schema` (versioned migrations), `store` (handle,
-//! runtime bridge), `ops/` (the operations, one file per group), `cluster` (a throwaway
-//! PostgreSQL for tests).
+//! runtime bridge), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
+//! backup/restore), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `queue`
+//! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
+//! hosts, stats), `dump`, `lease` (leases, the shared challenge book)), `invariants` (the
+//! bookkeeping recount tests run), `cluster` (a throwaway PostgreSQL for tests).
 
 mod backend;
 pub mod cluster;
