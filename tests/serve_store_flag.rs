@@ -41,15 +41,30 @@ fn the_environment_variable_names_the_store_too() {
 }
 
 #[test]
-fn a_url_store_is_refused_at_start_naming_its_scheme() {
+fn a_url_store_of_an_unknown_scheme_is_refused_at_start_naming_its_scheme() {
     let err = Relay::launch(RelayOpts::args(&[
         "--store",
-        "postgres://relay@127.0.0.1:1/relay",
+        "mysql://relay@127.0.0.1:1/relay",
     ]))
     .err()
     .expect("refused");
     assert!(
-        err.contains("postgres:// stores are not supported by this build"),
+        err.contains("mysql:// stores are not supported by this build"),
         "{err}"
     );
+}
+
+#[test]
+fn an_unreachable_postgres_store_is_refused_at_start_without_its_password() {
+    let err = Relay::launch(RelayOpts::args(&[
+        "--store",
+        "postgres://relay:s3cret-pw@127.0.0.1:1/relay",
+    ]))
+    .err()
+    .expect("refused");
+    assert!(
+        err.contains("cannot open store postgres://127.0.0.1:1/relay"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret-pw"), "password in the error: {err}");
 }

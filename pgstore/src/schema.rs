@@ -153,11 +153,13 @@ pub(crate) async fn prepare(db: &Db, now_ms: u64, epoch: String) -> Result<()> {
         )
         .await;
     // Two processes starting together on an empty database race here (IF NOT EXISTS is not
-    // atomic in PostgreSQL): the loser sees a duplicate, and the table exists either way.
+    // atomic in PostgreSQL): the loser sees a duplicate (of the table, or of its row type in
+    // pg_type: 42710), and the table exists either way once the winner committed.
     if let Err(e) = created {
         let raced = e.code().is_some_and(|c| {
             *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
                 || *c == tokio_postgres::error::SqlState::DUPLICATE_TABLE
+                || *c == tokio_postgres::error::SqlState::DUPLICATE_OBJECT
         });
         if !raced {
             return Err(db_err(e));
