@@ -26,6 +26,11 @@ struct TlsRelay {
 
 impl TlsRelay {
     fn start(serial: u64, extra: &[&str]) -> TlsRelay {
+        TlsRelay::start_env(serial, extra, &[])
+    }
+
+    /// [`TlsRelay::start`] with environment variables for the relay.
+    fn start_env(serial: u64, extra: &[&str], env: &[(&str, &str)]) -> TlsRelay {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::new("test CA");
         let (cert, key) = ca.leaf(serial).write(dir.path());
@@ -36,7 +41,10 @@ impl TlsRelay {
             key.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let relay = Relay::start(&args);
+        let opts = env
+            .iter()
+            .fold(RelayOpts::args(&args), |o, (k, v)| o.env(k, v));
+        let relay = Relay::launch(opts).expect("relay starts");
         TlsRelay {
             relay,
             ca,
@@ -308,10 +316,10 @@ fn a_half_open_tls_handshake_holds_its_slot_and_is_cut_off_within_the_header_tim
 
 #[test]
 fn replaced_certificate_files_are_picked_up_without_a_signal_within_the_watch_period() {
-    let t = TlsRelay::start(SERIAL_A, &[]);
+    // The files are checked every 30 s; this relay checks every 500 ms (test-only variable).
+    let t = TlsRelay::start_env(SERIAL_A, &[], &[("MBX_RELAY_TEST_TLS_WATCH_MS", "500")]);
     t.ca.leaf(SERIAL_B).write(t.dir.path());
-    // The files are checked every 30 s.
-    let deadline = Instant::now() + Duration::from_secs(45);
+    let deadline = Instant::now() + Duration::from_secs(15);
     while served_serial(&t.connect()) != serial_bytes(SERIAL_B) {
         assert!(Instant::now() < deadline, "{}", t.relay.stderr_log());
         std::thread::sleep(Duration::from_millis(250));

@@ -24,6 +24,18 @@ use crate::private::{require_private_or, Kind};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).
 pub const WATCH_EVERY: Duration = Duration::from_secs(30);
+/// Tests only: a file-check period in milliseconds instead of [`WATCH_EVERY`] (undocumented for
+/// operators; a test should not wait 30 s for one check).
+pub const WATCH_TEST_ENV: &str = "MBX_RELAY_TEST_TLS_WATCH_MS";
+
+/// The file-check period in force.
+fn watch_every() -> Duration {
+    std::env::var(WATCH_TEST_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(WATCH_EVERY, Duration::from_millis)
+}
 /// The one application protocol offered: hyper serves HTTP/1.1 only.
 const ALPN_HTTP11: &[u8] = b"http/1.1";
 
@@ -213,7 +225,7 @@ pub fn spawn_reloader(
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup())?;
     Ok(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(WATCH_EVERY);
+        let mut tick = tokio::time::interval(watch_every());
         tick.tick().await; // The first tick is immediate: the pair was just loaded.
         loop {
             tokio::select! {
