@@ -298,18 +298,10 @@ fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
     let mut start = Bound::Included(vec![codec::EXPIRY_DEDUP]);
     let mut moved = 0u64;
     loop {
-        // Each batch scans on from the last moved key, not over the tombstones just written.
-        let rows: Vec<(fjall::Slice, fjall::Slice)> = parts
-            .ks(from)
-            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Excluded(&end[..])))
-            .take(MIGRATE_CHUNK)
-            .map(|g| g.into_inner())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(crate::engine)?;
-        let Some((last, _)) = rows.last() else {
+        let rows = next_chunk(parts, from, &mut start, Bound::Excluded(&end[..]))?;
+        if rows.is_empty() {
             break;
-        };
-        start = Bound::Excluded(last.to_vec());
+        }
         let mut b = DirectBatch::new(parts);
         for (k, v) in &rows {
             b.put(to, k, v.to_vec());
@@ -404,17 +396,10 @@ fn rebuild_dedup_index(parts: &Parts, now_ms: u64) -> Result<Horizons> {
     // Rows are in target order: the queued seqs of the current target, listed once.
     let mut queue: Option<(Key32, HashSet<u64>)> = None;
     loop {
-        let rows: Vec<(Slice, Slice)> = parts
-            .ks(Part::Dedup)
-            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
-            .take(MIGRATE_CHUNK)
-            .map(|g| g.into_inner())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(crate::engine)?;
-        let Some((last, _)) = rows.last() else {
+        let rows = next_chunk(parts, Part::Dedup, &mut start, Bound::Unbounded)?;
+        if rows.is_empty() {
             break;
-        };
-        start = Bound::Excluded(last.to_vec());
+        }
         let mut b = DirectBatch::new(parts);
         for (k, v) in &rows {
             let (target, _, _) = codec::dedup_key_parse(k)
@@ -472,17 +457,10 @@ fn accepted_at_dedup_index(parts: &Parts) -> Result<u64> {
     let mut start: Bound<Vec<u8>> = Bound::Unbounded;
     let mut written = 0u64;
     loop {
-        let rows: Vec<(Slice, Slice)> = parts
-            .ks(Part::Dedup)
-            .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
-            .take(MIGRATE_CHUNK)
-            .map(|g| g.into_inner())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(crate::engine)?;
-        let Some((last, _)) = rows.last() else {
+        let rows = next_chunk(parts, Part::Dedup, &mut start, Bound::Unbounded)?;
+        if rows.is_empty() {
             break;
-        };
-        start = Bound::Excluded(last.to_vec());
+        }
         let mut b = DirectBatch::new(parts);
         for (k, v) in &rows {
             let row: DedupRow = codec::dec(v, "dedup")?;
@@ -496,6 +474,28 @@ fn accepted_at_dedup_index(parts: &Parts) -> Result<u64> {
         written += rows.len() as u64;
     }
     Ok(written)
+}
+
+/// The next at most [`MIGRATE_CHUNK`] rows of `part` from `start` up to `end`, moving `start`
+/// past the last one, so each batch scans on from there, not over the rows or tombstones the
+/// previous batch just wrote. Empty once the range is done.
+fn next_chunk(
+    parts: &Parts,
+    part: Part,
+    start: &mut Bound<Vec<u8>>,
+    end: Bound<&[u8]>,
+) -> Result<Vec<(Slice, Slice)>> {
+    let rows: Vec<(Slice, Slice)> = parts
+        .ks(part)
+        .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), end))
+        .take(MIGRATE_CHUNK)
+        .map(|g| g.into_inner())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(crate::engine)?;
+    if let Some((last, _)) = rows.last() {
+        *start = Bound::Excluded(last.to_vec());
+    }
+    Ok(rows)
 }
 
 /// Remove every row of `part`, in batches of [`MIGRATE_CHUNK`] (scanning on from the last
