@@ -216,17 +216,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         std::fs::write(path, latency_svg::render(&title, &bars))
             .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
-    let text = if a.json {
-        serde_json::to_string(&report)
-            .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?
-            + "\n"
-    } else {
-        text(&report)
-    };
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| relay_err(format!("stdout: {e}")))
+    super::print_report(a, &report, text)
 }
 
 /// The `--kinds` spelling of a receiver kind.

@@ -185,12 +185,24 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         std::fs::write(path, svg::render(&title, &pts))
             .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
+    print_report(a, &report, report::text)
+}
+
+/// Print a report on stdout: JSON with `--json`, else its text.
+///
+/// # Errors
+/// The report cannot be encoded or stdout cannot be written.
+pub(super) fn print_report<R: serde::Serialize>(
+    a: &BenchArgs,
+    report: &R,
+    text: fn(&R) -> String,
+) -> Result<(), Failure> {
     let text = if a.json {
-        serde_json::to_string(&report)
+        serde_json::to_string(report)
             .map_err(|e| relay_err(format!("cannot encode the report: {e}")))?
             + "\n"
     } else {
-        report::text(&report)
+        text(report)
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
