@@ -138,6 +138,22 @@ CREATE INDEX dedup_gone ON dedup (gone_at_ms) WHERE gone_at_ms IS NOT NULL;
 /// The schema version this binary writes.
 pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
+/// Whether the database holds a relay store already (its `meta` table), for openers that
+/// must not create one (`OpenOptions::create == false`: relay-tool).
+///
+/// # Errors
+/// `Engine` on database errors.
+pub(crate) async fn holds_store(db: &Db) -> Result<bool> {
+    let c = db.conn().await?;
+    c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.tables          WHERE table_schema = current_schema() AND table_name = 'meta')",
+        &[],
+    )
+    .await
+    .map(|r| r.get(0))
+    .map_err(db_err)
+}
+
 /// Bring the database up to [`PG_SCHEMA_VERSION`] and create meta on first open.
 ///
 /// # Errors

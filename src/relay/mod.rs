@@ -9,6 +9,7 @@ pub mod code;
 pub mod config;
 pub mod enc_ad;
 pub mod enrol;
+pub mod epoch_watch;
 pub mod error;
 pub mod hop;
 pub mod info;

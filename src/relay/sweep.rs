@@ -161,7 +161,8 @@ impl Relay {
 
     /// Sweep now (the startup sweep), then heartbeat every 30 s, write last-seen days every
     /// [`super::seen::FLUSH_EVERY`] and sweep every `sweep_interval` until `stop` fires (then
-    /// write the last sightings); each sweep also checks live enrolments against the cap.
+    /// write the last sightings); each sweep also checks live enrolments against the cap. On a
+    /// shared store the epoch is also re-read every [`super::epoch_watch::EPOCH_REFRESH`].
     pub async fn run_background(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut hb = tokio::time::interval(super::config::HEARTBEAT_EVERY);
         let mut sw = tokio::time::interval(self.limits.sweep_interval);
@@ -169,6 +170,10 @@ impl Relay {
         hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         seen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A shared store's epoch may change under this process (`super::epoch_watch`).
+        let shared = self.store_is_shared();
+        let mut ep = tokio::time::interval(super::epoch_watch::EPOCH_REFRESH);
+        ep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         hb.tick().await; // written at startup already
         loop {
             tokio::select! {
@@ -177,6 +182,11 @@ impl Relay {
                         tracing::warn!(error = %e, "writing last-seen days at shutdown failed");
                     }
                     break;
+                }
+                _ = ep.tick(), if shared => {
+                    if let Err(e) = self.adopt_store_epoch() {
+                        tracing::warn!(error = %e.body, "cannot re-read the store's epoch");
+                    }
                 }
                 _ = seen.tick() => {
                     if let Err(e) = self.flush_seen().await {

@@ -7,9 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
-use relay_store::{
-    ExpiredItem, InsertOutcome, InsertRequest, Key32, NoticeFn, Quotas, SweepReport,
-};
+use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas, SweepReport};
 
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::queue::{
@@ -137,23 +135,15 @@ pub(crate) async fn notify(
     retention_ms: u64,
     now_ms: u64,
 ) -> OpResult<bool> {
-    let item = {
+    // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
+    let req = {
         let f = notice.lock().unwrap_or_else(|p| p.into_inner());
-        (*f)(gone, now_ms)
+        relay_store::notice::notice_request(gone, &f, quotas, retention_ms, now_ms)
     };
-    let Some(item) = item else { return Ok(false) };
-    if item.targets.is_empty() || item.targets.iter().any(|x| x.target != gone.sender) {
-        return Ok(false);
-    }
-    let req = InsertRequest {
-        item,
-        quotas,
-        retention_ms,
-    };
-    Ok(match insert_one(t, &req, now_ms).await? {
-        InsertOutcome::Stored { targets, .. } => targets.iter().any(|x| !x.duplicate),
-        _ => false,
-    })
+    let Some(req) = req else { return Ok(false) };
+    Ok(relay_store::notice::notice_queued(
+        &insert_one(t, &req, now_ms).await?,
+    ))
 }
 
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
