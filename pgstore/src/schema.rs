@@ -7,12 +7,14 @@ use relay_store::{Result, StoreError};
 
 use crate::db::{db_err, Db};
 
-/// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`.
+/// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`. 32-bit columns are spelt
+/// `INT4`, the same type as PostgreSQL's `INT`, because CockroachDB's `INT` is 64-bit and the
+/// store reads these as `i32` (docs/scale-out.md).
 const MIGRATIONS: &[&str] = &[
     // 1: the whole relay state.
     r"
 CREATE TABLE meta (
-    id INT PRIMARY KEY CHECK (id = 1),
+    id INT4 PRIMARY KEY CHECK (id = 1),
     epoch TEXT NOT NULL,
     relay_pubkey BYTEA,
     heartbeat_ms BIGINT,
@@ -34,7 +36,7 @@ CREATE TABLE enrolments (
     authority_rank SMALLINT NOT NULL,
     enrolled_at_ms BIGINT NOT NULL,
     revoked_at_ms BIGINT,
-    last_seen_day INT
+    last_seen_day INT4
 );
 CREATE INDEX enrolments_live_name ON enrolments (name_folded) WHERE revoked_at_ms IS NULL;
 CREATE TABLE enc_ads (
@@ -163,7 +165,7 @@ pub(crate) async fn prepare(db: &Db, now_ms: u64, epoch: String) -> Result<()> {
     let created = c
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_version (
-                 version INT PRIMARY KEY,
+                 version INT4 PRIMARY KEY,
                  applied_ms BIGINT NOT NULL
              )",
         )
