@@ -15,7 +15,7 @@ pub const EPOCH_REFRESH: Duration = Duration::from_secs(5);
 impl Relay {
     /// True when other processes share the store (and may change its epoch).
     pub(crate) fn store_is_shared(&self) -> bool {
-        self.store.shared_challenges().is_some()
+        self.shared_store
     }
 
     /// Take the store's epoch when it differs from the one served: waiting pulls and event
@@ -41,7 +41,7 @@ impl Relay {
     /// served, on a shared store (a store one process owns: nothing to re-read).
     pub(crate) fn recheck_epoch(&self, given: Option<&str>) {
         let Some(given) = given else { return };
-        if given == self.epoch() || !self.store_is_shared() {
+        if !self.store_is_shared() || given == self.epoch() {
             return;
         }
         if let Err(e) = self.adopt_store_epoch() {
