@@ -53,6 +53,16 @@ fn bytes_under(dir: &Path) -> u64 {
     n
 }
 
+/// The store's size: the bytes of the fjall directory, or of the PostgreSQL database.
+fn store_bytes(relay: &Relay) -> u64 {
+    match relay.db_url() {
+        None => bytes_under(relay.store_dir()),
+        Some(url) => psql(url, "SELECT pg_database_size(current_database())")
+            .parse()
+            .expect("database size"),
+    }
+}
+
 /// The attack of issue 19: one enrolled key posts 1 MB lists for 200 fresh keys (each validly
 /// signed by the key it names) and another enrolled host's own signed list. Every one is
 /// refused with `400 bad sender list`, the store does not grow, and the other host's list
@@ -65,7 +75,7 @@ fn one_key_cannot_store_sender_lists_for_other_keys(backend: Backend) {
     // Let the enrolments' writes settle before measuring the store.
     assert_eq!(relay.get("/health").status, 200);
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let before = bytes_under(relay.store_dir());
+    let before = store_bytes(&relay);
 
     let started = Instant::now();
     let mut sent = 0usize;
@@ -99,7 +109,7 @@ fn one_key_cannot_store_sender_lists_for_other_keys(backend: Backend) {
         .assert_error(400, "bad sender list");
 
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let after = bytes_under(relay.store_dir());
+    let after = store_bytes(&relay);
     println!(
         "200 foreign lists ({} MB sent) refused in {elapsed:?}; store {before} -> {after} bytes",
         sent / 1_000_000

@@ -25,6 +25,7 @@
 mod backend;
 #[allow(unused_imports)]
 pub(crate) use backend::backend_tests;
+#[allow(unused_imports)]
 pub use backend::{fresh_database, postgres_available, psql, Backend};
 
 use std::io::{BufRead, BufReader, Read, Write};
