@@ -125,6 +125,8 @@ fn default_pull_page_stops_at_about_8_mib(backend: Backend) {
 }
 
 backend_tests! {
+    ;
+    postgres ignored:
     default_enrolment_rate_is_30_per_minute,
     default_push_rate_is_120_per_minute,
     default_hosts_per_name_is_16,

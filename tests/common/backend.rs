@@ -111,11 +111,29 @@ pub fn psql(db_url: &str, sql: &str) -> String {
 /// Makes two tests of each named test body `fn name(backend: Backend)`: `fjall::name` and
 /// `postgres::name` (skipped, with a line saying so, when PostgreSQL is not installed).
 /// Attributes before a name (e.g. `#[cfg(feature = "failpoints")]`) go on both tests.
+///
+/// Names after `postgres ignored:` get a `postgres::` test marked `#[ignore]`: the suite's time
+/// budget runs on PostgreSQL the tests that prove the most about the store per second, and
+/// these (HTTP, hop and text checks that do not depend on the store, or slow ones covered
+/// elsewhere) run there with `cargo test -- --include-ignored`.
 #[allow(unused_macros)]
 macro_rules! backend_tests {
     ($( $(#[$meta:meta])* $name:ident ),* $(,)?) => {
+        backend_tests! { $( $(#[$meta])* $name ),* ; postgres ignored: }
+    };
+    (
+        $( $(#[$meta:meta])* $name:ident ),* $(,)? ;
+        postgres ignored: $( $(#[$imeta:meta])* $iname:ident ),* $(,)?
+    ) => {
         mod fjall {
             $( $(#[$meta])* #[test] fn $name() { super::$name($crate::common::Backend::Fjall) } )*
+            $(
+                $(#[$imeta])*
+                #[test]
+                fn $iname() {
+                    super::$iname($crate::common::Backend::Fjall)
+                }
+            )*
         }
         mod postgres {
             $(
@@ -124,6 +142,16 @@ macro_rules! backend_tests {
                 fn $name() {
                     if $crate::common::postgres_available(stringify!($name)) {
                         super::$name($crate::common::Backend::Postgres)
+                    }
+                }
+            )*
+            $(
+                $(#[$imeta])*
+                #[test]
+                #[ignore = "on PostgreSQL with --include-ignored (suite time budget)"]
+                fn $iname() {
+                    if $crate::common::postgres_available(stringify!($iname)) {
+                        super::$iname($crate::common::Backend::Postgres)
                     }
                 }
             )*
