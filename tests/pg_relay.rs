@@ -183,6 +183,10 @@ fn postgres_killed_mid_load_gives_503_then_serves_again_without_a_relay_restart(
     relay.assert_alive();
 }
 
+/// One answered push of the kill test: item id, `(target, seq)` per target, status, and
+/// whether it was retried at the survivor.
+type Answered = (String, Vec<(String, u64)>, String, bool);
+
 /// Heartbeat period of the relays in the kill test (`MBX_RELAY_TEST_HEARTBEAT_MS`): the leader
 /// lease lasts three periods unrenewed.
 const TEST_HEARTBEAT_MS: u64 = 300;
@@ -319,7 +323,7 @@ fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothi
     let stop = AtomicBool::new(false);
     let senders_done = AtomicBool::new(false);
     // Every answered push: (item_id, [(target, seq)], status, retried).
-    let answered: Mutex<Vec<(String, Vec<(String, u64)>, String, bool)>> = Mutex::new(Vec::new());
+    let answered: Mutex<Vec<Answered>> = Mutex::new(Vec::new());
     let (mut received_bob, mut received_carol) = (Vec::new(), Vec::new());
     let (mut takeover_ms, mut killed_at_ms) = (0u64, 0u64);
     std::thread::scope(|s| {
