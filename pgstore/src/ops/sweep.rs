@@ -12,9 +12,8 @@ use relay_store::{
 };
 
 use crate::db::{i, key32, u, OpResult};
-use crate::ops::queue::{
-    add_queue_usage, add_usage, insert_one, kind_of, lock_queue, start_dedup_horizon,
-};
+use crate::ops::insert::insert_batch;
+use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue, start_dedup_horizon};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
@@ -150,10 +149,15 @@ pub(crate) async fn notify(
         quotas,
         retention_ms,
     };
-    Ok(match insert_one(t, &req, now_ms).await? {
-        InsertOutcome::Stored { targets, .. } => targets.iter().any(|x| !x.duplicate),
-        _ => false,
-    })
+    Ok(
+        match insert_batch(t, std::slice::from_ref(&req), now_ms)
+            .await?
+            .pop()
+        {
+            Some(InsertOutcome::Stored { targets, .. }) => targets.iter().any(|x| !x.duplicate),
+            _ => false,
+        },
+    )
 }
 
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
