@@ -200,13 +200,14 @@ impl PgStore {
         let (s, key) = (self.clone(), *key);
         self.block(async move {
             let c = s.inner.db.conn().await?;
-            let row = c
-                .query_opt(
-                    &format!("SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"),
-                    &[&key.as_slice()],
-                )
+            // Read on every push (target admission): prepared once per connection.
+            let st = c
+                .prepare_cached(&format!(
+                    "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"
+                ))
                 .await
                 .map_err(db_err)?;
+            let row = c.query_opt(&st, &[&key.as_slice()]).await.map_err(db_err)?;
             row.as_ref().map(from_row).transpose()
         })
     }

@@ -10,9 +10,8 @@ use deadpool_postgres::Transaction;
 use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas, SweepReport};
 
 use crate::db::{i, key32, u, OpResult};
-use crate::ops::queue::{
-    add_queue_usage, add_usage, insert_one, kind_of, lock_queue, start_dedup_horizon,
-};
+use crate::ops::insert::insert_batch;
+use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue, start_dedup_horizon};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
@@ -141,9 +140,10 @@ pub(crate) async fn notify(
         relay_store::notice::notice_request(gone, &f, quotas, retention_ms, now_ms)
     };
     let Some(req) = req else { return Ok(false) };
-    Ok(relay_store::notice::notice_queued(
-        &insert_one(t, &req, now_ms).await?,
-    ))
+    let outcome = insert_batch(t, std::slice::from_ref(&req), now_ms)
+        .await?
+        .pop();
+    Ok(outcome.is_some_and(|o| relay_store::notice::notice_queued(&o)))
 }
 
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
