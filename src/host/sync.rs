@@ -122,7 +122,46 @@ pub struct Session<'a> {
     pub relay_view: RelayView,
 }
 
+/// HTTP agents kept between sessions (the daemon's): keyed by what they were built for (relay
+/// URL, CA, timeout), at most [`Agents::MAX`] of them.
+#[derive(Default)]
+pub struct Agents(Vec<(String, ureq::Agent)>);
+
+impl Agents {
+    /// Kinds of session the daemon opens (passes, and `send`'s seal with its shorter timeout).
+    const MAX: usize = 2;
+
+    /// `client` on the agent kept for `key`, or kept as the agent for `key`.
+    fn share<'k>(&mut self, key: String, client: RelayClient<'k>) -> RelayClient<'k> {
+        if let Some((_, agent)) = self.0.iter().find(|(k, _)| *k == key) {
+            return client.reusing(agent.clone());
+        }
+        if self.0.len() >= Self::MAX {
+            self.0.remove(0);
+        }
+        self.0.push((key, client.agent()));
+        client
+    }
+}
+
 impl<'a> Session<'a> {
+    /// [`Session::open`] on a kept agent: keep-alive connections outlive the session.
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    pub fn open_kept(
+        store: &'a mut HostStore,
+        id: &'a Identity,
+        opts: SyncOptions,
+        agents: &mut Agents,
+    ) -> Result<Self, HostError> {
+        let ca = store.relay_ca()?;
+        let mut s = Self::open(store, id, opts)?;
+        let key = format!("{}|{:?}|{:?}", s.relay.url, ca, opts.timeout);
+        s.client = agents.share(key, s.client);
+        Ok(s)
+    }
+
     /// A session for the configured relay.
     ///
     /// # Errors
@@ -311,12 +350,32 @@ impl<'a> Session<'a> {
         step(self)
     }
 
+    /// The daemon's head start on a pass caused by a `send` (`push`: seal what is left and push)
+    /// or by mail seen (`pull`: pull, receive, ack), before [`Session::run`] does the whole pass.
+    /// Only the order changes: the daemon uses it only after a completed pass (relay key, epoch
+    /// and enrolment checked moments ago), and each step keeps its own checks (accepts against
+    /// the pinned key, the epoch of accepts, 409s and pages, 401 re-enrolment).
+    ///
+    /// # Errors
+    /// As [`Session::run`].
+    pub fn head_start(&mut self, push: bool, pull: bool) -> Result<(), HostError> {
+        if push {
+            self.with_enrolment(Self::seal_drafts)?;
+            self.with_enrolment(Self::push_due)?;
+        }
+        if pull {
+            self.with_enrolment(Self::pull_all)?;
+        }
+        Ok(())
+    }
+
     /// One full pass. Network failures end the pass early with the error (state stays retryable).
     ///
     /// # Errors
     /// A changed relay key, an unreachable relay, or a store failure.
     pub fn run(&mut self) -> Result<SyncReport, HostError> {
         self.check_info()?;
+        super::trace::mark("info-answered", "-");
         self.ensure_enrolled()?;
         self.with_enrolment(Self::publish)?;
         self.with_enrolment(Self::seal_drafts)?;
