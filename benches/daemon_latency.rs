@@ -149,6 +149,31 @@ fn run(n: u64, gap: Duration) {
         };
         println!("  {label:<36} {}{all}", pct(&mut v));
     }
+    // Where the slowest delivery spent its time: every mark of both daemons in its window.
+    let slowest = asked.iter().max_by_key(|(id, t0, _)| {
+        m.get(&("received-durable".to_string(), id.clone()))
+            .map_or(0, |t| t.saturating_sub(*t0))
+    });
+    if let Some((id, t0, _)) = slowest {
+        let end = m
+            .get(&("received-durable".to_string(), id.clone()))
+            .copied()
+            .unwrap_or(*t0);
+        println!("  slowest delivery {id}: marks from its request on (ms)");
+        for (who, path) in [("alpha", &ta), ("beta", &tb)] {
+            for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+                let f: Vec<&str> = line.split(' ').collect();
+                if let [stage, item, t] = f[..] {
+                    if let Ok(t) = t.parse::<u64>() {
+                        if t >= *t0 && t <= end {
+                            let ms = (t - t0) as f64 / 1000.0;
+                            println!("    {ms:8.2} {who} {stage} {item}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The intervals printed, between marks of alpha's daemon (send-durable, seal-durable (only for a

@@ -4,8 +4,9 @@
 //!   mail arrives, the epoch changes, or the relay answers again after an outage;
 //! - the local socket ([`super::local`]) takes `send` (sealed and committed in one change before
 //!   the answer, pushed at once), `status`, `inbox` and `quarantine` from other processes;
-//! - a pass caused by a `send` or a wake starts with the push or the pull it waits for, then does
-//!   the whole pass (info check first) as `sync` does: delivery waits for no other round trip;
+//! - a pass caused by a `send` or a wake is only the pull and push these wait for while the last
+//!   whole pass (info check first, as `sync`) is under [`FULL_PASS_GAP`] old, else it starts
+//!   with them and goes on with the whole pass: delivery waits for no other round trip;
 //! - rows backed off by a failed push are retried when due (the pass's own backoff), a failed
 //!   pass is retried after a jittered, capped reconnect delay, and an idle daemon still passes
 //!   every [`IDLE_PASS`] (deadlines, enc-ad renewal);
@@ -41,6 +42,8 @@ pub struct RunArgs {
 pub const IDLE_PASS: Duration = Duration::from_secs(60);
 /// After a stop signal, how long the pass in flight may take before the process exits anyway.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Under steady traffic a pass for a `send` or a wake is the whole pass at least this often.
+const FULL_PASS_GAP: Duration = Duration::from_secs(1);
 /// The enc-key lookup of a `send` sealed at once waits at most this (then the pass seals it).
 const SEAL_AT_QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Least time between passes scheduled for due rows (no hot loop on a row the relay refuses).
@@ -64,9 +67,10 @@ struct Daemon<'a> {
     shared: Arc<Shared>,
     /// Consecutive failed passes (0: the relay answered last time).
     failures: u32,
-    /// The last pass completed (relay key, epoch and enrolment checked): the next pass may start
-    /// with the step its events wait for ([`Session::head_start`]).
-    checked: bool,
+    /// When the last whole pass completed (relay key, epoch and enrolment checked); `None` after
+    /// a failed pass. While it is recent, a pass for a `send` or a wake is only the steps these
+    /// wait for ([`Session::head_start`]); the whole pass runs at least every [`FULL_PASS_GAP`].
+    last_full: Option<Instant>,
     /// What the events since the last pass wait for: a push (a `send`), a pull (a wake).
     push_first: bool,
     pull_first: bool,
@@ -127,7 +131,7 @@ pub fn run(dir: &Path, args: &RunArgs) -> Out {
         opts,
         shared,
         failures: 0,
-        checked: false,
+        last_full: None,
         push_first: false,
         pull_first: false,
         agents: Agents::default(),
@@ -251,9 +255,10 @@ impl Daemon<'_> {
         match req {
             Request::Ping => Ok((json!({"pid": std::process::id()}), "running".into())),
             Request::Send { to, subject, body } => {
+                trace::mark("send-taken", "-");
                 // Sealed before its one commit when the relay answered the last pass, with a
                 // short lookup timeout: a relay gone since then delays `send` by at most that.
-                let (id, checked, agents) = (&self.id, self.checked, &mut self.agents);
+                let (id, checked, agents) = (&self.id, self.last_full.is_some(), &mut self.agents);
                 let opts = SyncOptions {
                     timeout: self.opts.timeout.min(SEAL_AT_QUEUE_TIMEOUT),
                     ..self.opts
@@ -284,20 +289,21 @@ impl Daemon<'_> {
         self.passes += 1;
         trace::mark("pass-start", "-");
         let (push, pull) = (self.push_first, self.pull_first);
-        let head_start = self.checked && (push || pull);
         (self.push_first, self.pull_first) = (false, false);
-        self.checked = false;
+        let checked = self.last_full.take();
+        let head_start = checked.is_some() && (push || pull);
+        let full_due = checked.is_none_or(|t| t.elapsed() >= FULL_PASS_GAP);
         let opened = Session::open_kept(&mut self.store, &self.id, self.opts, &mut self.agents);
         let result = opened.and_then(|mut s| {
-            if head_start {
-                s.head_start(push, pull)?;
+            if head_start && s.head_start(pull)? && !full_due {
+                return Ok(checked);
             }
-            s.run()
+            s.run().map(|_| Some(Instant::now()))
         });
         let now = Instant::now();
         match result {
-            Ok(_) => {
-                self.checked = true;
+            Ok(last_full) => {
+                self.last_full = last_full;
                 if self.failures > 0 {
                     eprintln!("host daemon: the relay answers again");
                 }
