@@ -295,6 +295,9 @@ impl Daemon<'_> {
         let full_due = checked.is_none_or(|t| t.elapsed() >= FULL_PASS_GAP);
         let opened = Session::open_kept(&mut self.store, &self.id, self.opts, &mut self.agents);
         let result = opened.and_then(|mut s| {
+            if push {
+                crate::failpoint::hit("host-daemon-after-send-before-push");
+            }
             if head_start && s.head_start(pull)? && !full_due {
                 return Ok(checked);
             }
