@@ -277,3 +277,53 @@ fn a_send_the_daemon_answered_survives_its_sigkill() {
     b.sync();
     assert_eq!(b.inbox_ids(), vec![id]);
 }
+
+#[test]
+fn a_send_the_daemon_sealed_and_answered_is_pushed_after_a_crash_before_its_push() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (mut a, b) = paired(tmp.path(), &relay);
+    a.env.push((
+        "MBX_FAILPOINT".into(),
+        "host-daemon-after-send-before-push".into(),
+    ));
+    let mut da = Daemon::start(&a, &["--poll-secs", "1"]);
+    // Its first pass (which checks the relay) is done long before this.
+    std::thread::sleep(Duration::from_millis(500));
+    // The send is sealed and committed in one change and answered, then the daemon dies before
+    // the pass that would push it (its answer may be lost with it: the abort can come before
+    // the socket thread wrote it, so the outcome is read from the store).
+    let sent = a.run(&[
+        "send",
+        "--to",
+        "beta",
+        "--subject",
+        "s",
+        "--body",
+        "sealed, not pushed",
+    ]);
+    assert!(
+        da.wait_exit(Duration::from_secs(10)).is_some(),
+        "daemon did not stop at the failpoint"
+    );
+    a.env.pop();
+    let s = a.status();
+    assert_eq!(
+        (
+            &s["outbox"]["envelope_pending"],
+            &s["outbox"]["envelope_draft"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(0)),
+        "{s}"
+    );
+    let _da = Daemon::start(&a, &["--poll-secs", "1"]);
+    assert!(wait_until(Duration::from_secs(20), || a
+        .count("envelope_relay-accepted")
+        == 1));
+    b.sync();
+    let inbox = b.inbox_ids();
+    assert_eq!(inbox.len(), 1, "{inbox:?}");
+    if let Ok(v) = sent {
+        assert_eq!(v["id"], serde_json::json!(inbox[0]));
+    }
+}

@@ -2,9 +2,10 @@
 //! the moment the sender's daemon queued a message (the envelope's `ts`) to the moment the
 //! receiver's daemon committed it to its inbox (`received_at`), same machine, same clock.
 //!
-//! Prints p50/p99/max (run with `--nocapture` to see them; docs/operating.md records a run). The
-//! assertion is deliberately generous so it holds on a loaded 2-core machine; it still fails if
-//! the daemons fell back to polling (the default poll interval is 5 s).
+//! Prints p50/p99/max (run with `--nocapture` to see them). The assertion is deliberately
+//! generous so it holds on a loaded 2-core machine; it still fails if the daemons fell back to
+//! polling (the default poll interval is 5 s). The figure that counts is the release bench
+//! (`cargo bench --bench daemon_latency`, docs/performance.md).
 //! `MBX_LATENCY_N` sets the number of messages (default 60).
 
 mod daemon_util;
@@ -14,10 +15,11 @@ use std::time::Duration;
 
 use daemon_util::{wait_until, Daemon};
 use host_util::{pair, RelayProc};
+use mbx_relay::host::trace::TRACE_ENV;
 use mbx_relay::wire::time::parse_iso_strict;
 
 #[test]
-fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll() {
+fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll_sealed_at_send() {
     let n: usize = std::env::var("MBX_LATENCY_N")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -25,7 +27,13 @@ fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll() {
         .clamp(10, 2_000);
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
+    let (mut a, mut b) = pair(tmp.path(), &relay);
+    let trace = tmp.path().join("alpha.trace");
+    a.env.push((TRACE_ENV.into(), trace.display().to_string()));
+    b.env.push((
+        TRACE_ENV.into(),
+        tmp.path().join("beta.trace").display().to_string(),
+    ));
     a.sync();
     b.sync();
     let _da = Daemon::start(&a, &[]);
@@ -44,6 +52,14 @@ fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll() {
         b.status()
     );
     let inbox = b.ok(&["inbox"]);
+    // `send` sealed each message before its one commit: the pass that pushed it sealed nothing.
+    let marks = std::fs::read_to_string(&trace).unwrap();
+    let count = |stage: &str| marks.lines().filter(|l| l.starts_with(stage)).count();
+    assert_eq!(
+        (count("sealed-at-queue "), count("seal-durable ")),
+        (n, 0),
+        "{marks}"
+    );
     let mut lat: Vec<u64> = inbox["messages"]
         .as_array()
         .unwrap()

@@ -359,7 +359,7 @@ fn peer_add(dir: &Path, name: &str, pubkey: &str) -> Out {
 
 fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&str>) -> Out {
     let body = message_body(file, body)?;
-    queue_message(&mut HostStore::open(dir)?, to, subject, &body)
+    queue_message(&mut HostStore::open(dir)?, to, subject, &body, |_, _| {})
 }
 
 /// The body of `send`: the file's text or `--body`.
@@ -373,7 +373,16 @@ pub(crate) fn message_body(file: Option<&Path>, body: Option<&str>) -> Result<St
 }
 
 /// Queue a message for a pinned peer as a draft row, durably (`send`, or the daemon for it).
-pub(crate) fn queue_message(store: &mut HostStore, to: &str, subject: &str, body: &str) -> Out {
+///
+/// `seal` may seal the row before its one commit (the daemon does, so `send` costs one commit and
+/// the push needs none before it); a row it leaves a draft is sealed by the next pass.
+pub(crate) fn queue_message(
+    store: &mut HostStore,
+    to: &str,
+    subject: &str,
+    body: &str,
+    seal: impl FnOnce(&mut HostStore, &mut OutRow),
+) -> Out {
     let me = store
         .name()?
         .ok_or_else(|| HostError::Usage("host not initialised".into()))?;
@@ -385,23 +394,19 @@ pub(crate) fn queue_message(store: &mut HostStore, to: &str, subject: &str, body
     let now = now_ms();
     let id = ulid(now);
     let draft = draft_envelope(&id, &me, &peer.name, subject, body, now)?;
+    let mut row = OutRow::draft_envelope(0, id.clone(), &peer, subject, draft.to_string(), now);
+    seal(store, &mut row);
     let mut b = store.batch();
-    let row_id = b.new_row_id();
-    b.put_row(&OutRow::draft_envelope(
-        row_id,
-        id.clone(),
-        &peer,
-        subject,
-        draft.to_string(),
-        now,
-    ))?;
+    row.id = b.new_row_id();
+    b.put_row(&row)?;
     b.commit()?;
+    let next = match row.state {
+        RowState::Draft => "the next sync seals and pushes it",
+        _ => "sealed; the next sync pushes it",
+    };
     Ok((
         json!({"id": id, "to": owner_address(&peer.name)}),
-        format!(
-            "queued {id} for {}; the next sync seals and pushes it",
-            peer.name
-        ),
+        format!("queued {id} for {}; {next}", peer.name),
     ))
 }
 

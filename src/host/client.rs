@@ -82,6 +82,19 @@ impl<'a> RelayClient<'a> {
         }
     }
 
+    /// The HTTP agent (its pool of keep-alive connections), for the next client of this relay.
+    pub fn agent(&self) -> ureq::Agent {
+        self.agent.clone()
+    }
+
+    /// This client on `agent` (an earlier client's, built for the same relay, CA and timeout)
+    /// instead of its own: the daemon's passes reuse one connection instead of opening one each.
+    #[must_use]
+    pub fn reusing(mut self, agent: ureq::Agent) -> Self {
+        self.agent = agent;
+        self
+    }
+
     fn headers(
         &self,
         method: &str,

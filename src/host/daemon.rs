@@ -2,8 +2,11 @@
 //! pass ([`Session::run`]) whenever there is something to do, and otherwise sleeps:
 //! - the watcher thread ([`super::watch`]) keeps a long-poll (or a poll) open and wakes it when
 //!   mail arrives, the epoch changes, or the relay answers again after an outage;
-//! - the local socket ([`super::local`]) takes `send` (committed before the answer, pushed at
-//!   once), `status`, `inbox` and `quarantine` from other processes;
+//! - the local socket ([`super::local`]) takes `send` (sealed and committed in one change before
+//!   the answer, pushed at once), `status`, `inbox` and `quarantine` from other processes;
+//! - a pass caused by a `send` or a wake is only the pull and push these wait for while the last
+//!   whole pass (info check first, as `sync`) is under [`FULL_PASS_GAP`] old, else it starts
+//!   with them and goes on with the whole pass: delivery waits for no other round trip;
 //! - rows backed off by a failed push are retried when due (the pass's own backoff), a failed
 //!   pass is retried after a jittered, capped reconnect delay, and an idle daemon still passes
 //!   every [`IDLE_PASS`] (deadlines, enc-ad renewal);
@@ -21,8 +24,9 @@ use serde_json::json;
 use super::cli::{inbox, inbox_show, quarantine, queue_message, status, Out};
 use super::identity::Identity;
 use super::local::{self, Reply, Request};
-use super::store::{HostStore, RowState};
-use super::sync::{Session, SyncOptions};
+use super::store::{HostStore, OutRow, RowState};
+use super::sync::{Agents, Session, SyncOptions};
+use super::trace;
 use super::watch::{reconnect_delay, watch, Shared, WatchOptions};
 use super::{now_ms, HostError};
 
@@ -38,6 +42,10 @@ pub struct RunArgs {
 pub const IDLE_PASS: Duration = Duration::from_secs(60);
 /// After a stop signal, how long the pass in flight may take before the process exits anyway.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Under steady traffic a pass for a `send` or a wake is the whole pass at least this often.
+const FULL_PASS_GAP: Duration = Duration::from_secs(1);
+/// The enc-key lookup of a `send` sealed at once waits at most this (then the pass seals it).
+const SEAL_AT_QUEUE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Least time between passes scheduled for due rows (no hot loop on a row the relay refuses).
 const MIN_PASS_GAP: Duration = Duration::from_millis(10);
 /// Bound on events taken in before the next pass.
@@ -59,6 +67,15 @@ struct Daemon<'a> {
     shared: Arc<Shared>,
     /// Consecutive failed passes (0: the relay answered last time).
     failures: u32,
+    /// When the last whole pass completed (relay key, epoch and enrolment checked); `None` after
+    /// a failed pass. While it is recent, a pass for a `send` or a wake is only the steps these
+    /// wait for ([`Session::head_start`]); the whole pass runs at least every [`FULL_PASS_GAP`].
+    last_full: Option<Instant>,
+    /// What the events since the last pass wait for: a push (a `send`), a pull (a wake).
+    push_first: bool,
+    pull_first: bool,
+    /// Keep-alive connections to the relay, reused by every pass.
+    agents: Agents,
     next_pass: Instant,
     passes: u64,
     stop: bool,
@@ -114,6 +131,10 @@ pub fn run(dir: &Path, args: &RunArgs) -> Out {
         opts,
         shared,
         failures: 0,
+        last_full: None,
+        push_first: false,
+        pull_first: false,
+        agents: Agents::default(),
         next_pass: Instant::now(),
         passes: 0,
         stop: false,
@@ -214,12 +235,16 @@ impl Daemon<'_> {
                 self.stop = true;
                 false
             }
-            Event::Wake => true,
+            Event::Wake => {
+                self.pull_first = true;
+                true
+            }
             Event::Local(req, reply) => {
                 let is_send = matches!(req, Request::Send { .. });
                 let out = self.local(req);
                 let queued = is_send && out.is_ok();
                 let _ = reply.send(Reply::from_out(out));
+                self.push_first |= queued;
                 queued
             }
         }
@@ -230,8 +255,25 @@ impl Daemon<'_> {
         match req {
             Request::Ping => Ok((json!({"pid": std::process::id()}), "running".into())),
             Request::Send { to, subject, body } => {
-                let (v, _) = queue_message(&mut self.store, &to, &subject, &body)?;
+                trace::mark("send-taken", "-");
+                // Sealed before its one commit when the relay answered the last pass, with a
+                // short lookup timeout: a relay gone since then delays `send` by at most that.
+                let (id, checked, agents) = (&self.id, self.last_full.is_some(), &mut self.agents);
+                let opts = SyncOptions {
+                    timeout: self.opts.timeout.min(SEAL_AT_QUEUE_TIMEOUT),
+                    ..self.opts
+                };
+                let seal = |store: &mut HostStore, row: &mut OutRow| {
+                    if !checked {
+                        return;
+                    }
+                    if let Ok(mut s) = Session::open_kept(store, id, opts, agents) {
+                        s.seal_at_queue(row);
+                    }
+                };
+                let (v, _) = queue_message(&mut self.store, &to, &subject, &body, seal)?;
                 let id = v["id"].as_str().unwrap_or_default();
+                trace::mark("send-durable", id);
                 let text = format!("queued {id} for {to}; the host daemon pushes it now");
                 Ok((v, text))
             }
@@ -245,10 +287,26 @@ impl Daemon<'_> {
     /// One sync pass, then the next pass's time and the watcher's new position.
     fn pass(&mut self) -> Result<(), HostError> {
         self.passes += 1;
-        let result = Session::open(&mut self.store, &self.id, self.opts).and_then(|mut s| s.run());
+        trace::mark("pass-start", "-");
+        let (push, pull) = (self.push_first, self.pull_first);
+        (self.push_first, self.pull_first) = (false, false);
+        let checked = self.last_full.take();
+        let head_start = checked.is_some() && (push || pull);
+        let full_due = checked.is_none_or(|t| t.elapsed() >= FULL_PASS_GAP);
+        let opened = Session::open_kept(&mut self.store, &self.id, self.opts, &mut self.agents);
+        let result = opened.and_then(|mut s| {
+            if push {
+                crate::failpoint::hit("host-daemon-after-send-before-push");
+            }
+            if head_start && s.head_start(pull)? && !full_due {
+                return Ok(checked);
+            }
+            s.run().map(|_| Some(Instant::now()))
+        });
         let now = Instant::now();
         match result {
-            Ok(_) => {
+            Ok(last_full) => {
+                self.last_full = last_full;
                 if self.failures > 0 {
                     eprintln!("host daemon: the relay answers again");
                 }
@@ -259,6 +317,8 @@ impl Daemon<'_> {
                 e @ (HostError::RelayKeyChanged { .. } | HostError::Usage(_) | HostError::Store(_)),
             ) => return Err(e),
             Err(e) => {
+                // Kept connections may be dead (a relay restart): the retry opens fresh ones.
+                self.agents = Agents::default();
                 self.failures = self.failures.saturating_add(1);
                 if self.failures == 1 {
                     eprintln!("host daemon: pass failed, retrying: {e}");

@@ -8,7 +8,7 @@
 //! [`sync`] (one pass), [`cli`] (commands), [`rotate`] (own key rotation), [`retired`] (peers'
 //! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
 //! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
-//! for `send` and the read commands).
+//! for `send` and the read commands); [`trace`] (opt-in stage timestamps for latency benches).
 
 pub mod cli;
 pub mod client;
@@ -26,6 +26,7 @@ pub mod rotate;
 pub mod sender;
 pub mod store;
 pub mod sync;
+pub mod trace;
 pub mod trust;
 pub mod watch;
 

@@ -13,6 +13,7 @@ use super::message::{owner_address, receipt_wire};
 use super::retired::{peer_for_key, peer_keys};
 use super::store::{Batch, Checkpoint, InboxRow, ItemKind, OutRow, QuarantineRow, RowState};
 use super::sync::{Session, MAX_PAGES};
+use super::trace;
 use super::{now_ms, HostError};
 use crate::wire::envelope::check_envelope_wire;
 use crate::wire::keys::{parse_pubkey, unb64, verify_canonical};
@@ -100,6 +101,9 @@ impl Session<'_> {
             return Ok(true);
         }
         let items = page_items(&a.body, cp.received_through);
+        items
+            .iter()
+            .for_each(|it| trace::mark("pull-answered", &it.item_id));
         let n = items.len();
         for (i, it) in items.into_iter().enumerate() {
             let last = i + 1 == n;
@@ -138,6 +142,7 @@ impl Session<'_> {
                 b.set_checkpoint(&self.relay.url, &self.relay.relay_pubkey, cp)?;
             }
             b.commit()?;
+            trace::mark("received-durable", &it.item_id);
             if !last {
                 crate::failpoint::hit("host-after-receive-before-checkpoint");
             }

@@ -11,6 +11,7 @@ use super::enc_ad::{check_answer, PeerEncKey};
 use super::enrol::expect_ok;
 use super::store::{Acceptance, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
+use super::trace;
 use super::{now_ms, HostError};
 use crate::wire::accept::wire_hash_hex;
 use crate::wire::canonical::{canonical_bytes, canonical_json};
@@ -78,6 +79,9 @@ pub fn check_accept(
     Ok((seq, epoch.to_string()))
 }
 
+/// Peers' enc keys (or why not) by target key, looked up once per sealing round.
+type EncKeys = HashMap<String, Result<[u8; 32], String>>;
+
 /// Leave a row pending and schedule its next attempt (`next_at`) with exponential backoff.
 fn back_off(opts: &SyncOptions, r: &mut OutRow, why: &str, now: u64) {
     r.next_at = now + opts.backoff(r.attempts);
@@ -129,42 +133,67 @@ impl Session<'_> {
             .into_iter()
             .filter(|r| r.state == RowState::Draft && r.next_at <= now)
             .collect();
-        let mut keys: HashMap<String, Result<[u8; 32], String>> = HashMap::new();
+        let mut keys = EncKeys::new();
         for mut r in drafts {
-            let enc_key = match keys.get(&r.target_pubkey) {
-                Some(k) => k.clone(),
-                None => {
-                    let k = self.peer_enc_key(&r.target_pubkey)?;
-                    keys.insert(r.target_pubkey.clone(), k.clone());
-                    k
-                }
-            };
-            let sealed = enc_key.and_then(|k| {
-                let draft: Value = serde_json::from_str(r.draft.as_deref().unwrap_or(""))
-                    .map_err(|_| "draft is damaged".to_string())?;
-                let env = seal_envelope(draft, &k, &self.name, &self.id.host)
-                    .map_err(|e| e.to_string())?;
-                let wire = canonical_bytes(&env);
-                check_envelope_wire(&wire, &r.item_id)?;
-                Ok(wire)
-            });
-            match sealed {
-                Ok(wire) => {
-                    r.wire_hash = wire_hash_hex(&wire);
-                    r.wire = Some(wire);
-                    r.draft = None;
-                    r.state = RowState::Pending;
-                    r.next_at = now;
-                    r.last_error = None;
-                    self.report.sealed += 1;
-                }
+            match self.seal_row(&mut r, &mut keys, now)? {
+                Ok(()) => self.report.sealed += 1,
                 Err(why) => back_off(&self.opts, &mut r, &why, now),
             }
             let mut b = self.store.batch();
             b.put_row(&r)?;
             b.commit()?;
+            trace::mark("seal-durable", &r.item_id);
         }
         Ok(())
+    }
+
+    /// Seal the draft `r` for its peer's verified enc key (looked up once per target in `keys`):
+    /// `Ok(Ok(()))` with `r` pending and its wire set, else `r` is unchanged and the inner error
+    /// says why it cannot be sealed now. The caller commits `r`.
+    ///
+    /// # Errors
+    /// A store failure, an unreachable relay or a 401.
+    fn seal_row(
+        &mut self,
+        r: &mut OutRow,
+        keys: &mut EncKeys,
+        now: u64,
+    ) -> Result<Result<(), String>, HostError> {
+        let enc_key = match keys.get(&r.target_pubkey) {
+            Some(k) => k.clone(),
+            None => {
+                let k = self.peer_enc_key(&r.target_pubkey)?;
+                keys.insert(r.target_pubkey.clone(), k.clone());
+                k
+            }
+        };
+        let sealed = enc_key.and_then(|k| {
+            let draft: Value = serde_json::from_str(r.draft.as_deref().unwrap_or(""))
+                .map_err(|_| "draft is damaged".to_string())?;
+            let env =
+                seal_envelope(draft, &k, &self.name, &self.id.host).map_err(|e| e.to_string())?;
+            let wire = canonical_bytes(&env);
+            check_envelope_wire(&wire, &r.item_id)?;
+            Ok(wire)
+        });
+        Ok(sealed.map(|wire| {
+            r.wire_hash = wire_hash_hex(&wire);
+            r.wire = Some(wire);
+            r.draft = None;
+            r.state = RowState::Pending;
+            r.next_at = now;
+            r.last_error = None;
+        }))
+    }
+
+    /// Seal a draft before its first commit (the daemon's `send`): true when `r` is now pending
+    /// with its wire bytes; on any failure it stays a draft, due now, for the pass to seal.
+    pub fn seal_at_queue(&mut self, r: &mut OutRow) -> bool {
+        let ok = matches!(self.seal_row(r, &mut EncKeys::new(), now_ms()), Ok(Ok(())));
+        if ok {
+            trace::mark("sealed-at-queue", &r.item_id);
+        }
+        ok
     }
 
     /// Push due pending rows in batches (bounded by `max_batch` and body size) until none is due.
@@ -208,9 +237,12 @@ impl Session<'_> {
             })
             .collect();
         self.report.pushed += rows.len() as u64;
-        let answer = self
-            .client
-            .post("/v2/relay/items", &json!({"items": items}), true);
+        let body = json!({"items": items});
+        rows.iter()
+            .for_each(|r| trace::mark("push-sent", &r.item_id));
+        let answer = self.client.post("/v2/relay/items", &body, true);
+        rows.iter()
+            .for_each(|r| trace::mark("push-answered", &r.item_id));
         let now = now_ms();
         let a = match answer {
             Ok(a) if a.status == 200 => a,
@@ -299,7 +331,10 @@ impl Session<'_> {
             }
             b.put_row(r)?;
         }
-        b.commit()
+        b.commit()?;
+        rows.iter()
+            .for_each(|r| trace::mark("accept-durable", &r.item_id));
+        Ok(())
     }
 
     /// Envelope rows past their deadline without a delivery receipt become unconfirmed, with an

@@ -120,9 +120,51 @@ pub struct Session<'a> {
     pub report: SyncReport,
     /// `you.enc_ad` of this pass's signed info, to reconcile the published v2 ad against.
     pub relay_view: RelayView,
+    /// In a [`Session::head_start`]: the relay was not checked in this session, so a new epoch or
+    /// a rewind ends the step instead of resetting state on its word (the full pass checks first).
+    head_start: bool,
+}
+
+/// HTTP agents kept between sessions (the daemon's): keyed by what they were built for (relay
+/// URL, CA, timeout), at most [`Agents::MAX`] of them.
+#[derive(Default)]
+pub struct Agents(Vec<(String, ureq::Agent)>);
+
+impl Agents {
+    /// Kinds of session the daemon opens (passes, and `send`'s seal with its shorter timeout).
+    const MAX: usize = 2;
+
+    /// `client` on the agent kept for `key`, or kept as the agent for `key`.
+    fn share<'k>(&mut self, key: String, client: RelayClient<'k>) -> RelayClient<'k> {
+        if let Some((_, agent)) = self.0.iter().find(|(k, _)| *k == key) {
+            return client.reusing(agent.clone());
+        }
+        if self.0.len() >= Self::MAX {
+            self.0.remove(0);
+        }
+        self.0.push((key, client.agent()));
+        client
+    }
 }
 
 impl<'a> Session<'a> {
+    /// [`Session::open`] on a kept agent: keep-alive connections outlive the session.
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    pub fn open_kept(
+        store: &'a mut HostStore,
+        id: &'a Identity,
+        opts: SyncOptions,
+        agents: &mut Agents,
+    ) -> Result<Self, HostError> {
+        let ca = store.relay_ca()?;
+        let mut s = Self::open(store, id, opts)?;
+        let key = format!("{}|{:?}|{:?}", s.relay.url, ca, opts.timeout);
+        s.client = agents.share(key, s.client);
+        Ok(s)
+    }
+
     /// A session for the configured relay.
     ///
     /// # Errors
@@ -163,6 +205,7 @@ impl<'a> Session<'a> {
             opts,
             report: SyncReport::default(),
             relay_view: RelayView::Unknown,
+            head_start: false,
         })
     }
 
@@ -188,6 +231,9 @@ impl<'a> Session<'a> {
         if self.relay.epoch.as_deref() == Some(epoch) {
             return Ok(());
         }
+        if self.head_start {
+            return Err(HostError::Relay(CHECK_FIRST.into()));
+        }
         let first = self.relay.epoch.is_none();
         self.relay.epoch = Some(epoch.to_string());
         if !first {
@@ -199,6 +245,9 @@ impl<'a> Session<'a> {
     /// The relay went back in time within one epoch (head below our checkpoint, or BAD_ACK):
     /// handled like a new epoch (spec §4), re-pushing every relay-accepted row.
     pub fn rewind(&mut self) -> Result<(), HostError> {
+        if self.head_start {
+            return Err(HostError::Relay(CHECK_FIRST.into()));
+        }
         self.report.rewinds += 1;
         self.rearm_and_reset(|_| true)
     }
@@ -311,12 +360,39 @@ impl<'a> Session<'a> {
         step(self)
     }
 
+    /// The daemon's head start on a pass caused by mail seen (`pull`: pull, receive, ack) or by
+    /// a `send`, without the info check first: then the receipts and sends are pushed. The daemon
+    /// uses it only after a completed pass (relay key, epoch and enrolment checked moments ago)
+    /// and still runs the whole pass at least every second; each step keeps its own checks
+    /// (accepts against the pinned key, 401 re-enrolment), and a new epoch or a rewind is not
+    /// taken from an unchecked relay: `Ok(false)` then, and the whole pass must follow at once.
+    ///
+    /// # Errors
+    /// As [`Session::run`].
+    pub fn head_start(&mut self, pull: bool) -> Result<bool, HostError> {
+        self.head_start = true;
+        let steps = (|| {
+            if pull {
+                self.with_enrolment(Self::pull_all)?;
+            }
+            self.with_enrolment(Self::seal_drafts)?;
+            self.with_enrolment(Self::push_due)
+        })();
+        self.head_start = false;
+        match steps {
+            Ok(()) => Ok(true),
+            Err(HostError::Relay(m)) if m == CHECK_FIRST => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One full pass. Network failures end the pass early with the error (state stays retryable).
     ///
     /// # Errors
     /// A changed relay key, an unreachable relay, or a store failure.
     pub fn run(&mut self) -> Result<SyncReport, HostError> {
         self.check_info()?;
+        super::trace::mark("info-answered", "-");
         self.ensure_enrolled()?;
         self.with_enrolment(Self::publish)?;
         self.with_enrolment(Self::seal_drafts)?;
@@ -331,6 +407,9 @@ impl<'a> Session<'a> {
         Ok(std::mem::take(&mut self.report))
     }
 }
+
+/// How a head start stops at a new epoch or a rewind (never shown: the whole pass follows).
+const CHECK_FIRST: &str = "the relay's epoch moved: check the relay first";
 
 /// The message a signed call answered with 401 becomes (triggers re-enrolment).
 pub const NOT_ENROLLED: &str = "relay says this host is not enrolled (401)";

@@ -7,7 +7,6 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use serde_json::Value;
 
 use super::client::RelayClient;
 use super::identity::Identity;
@@ -141,11 +140,13 @@ pub fn watch(
                     .and_then(|h| h.trim().parse::<u64>().ok())
                     .map_or(0, |max| max.min(LONG_POLL_SECS));
                 match a.status {
-                    200 => a
-                        .body
-                        .get("items")
-                        .and_then(Value::as_array)
-                        .is_some_and(|v| !v.is_empty()),
+                    200 => {
+                        let first = a.body["items"].get(0);
+                        if let Some(id) = first.and_then(|i| i["item_id"].as_str()) {
+                            super::trace::mark("wake", id);
+                        }
+                        first.is_some()
+                    }
                     // A new epoch, a lost enrolment: the pass handles both.
                     401 | 409 => true,
                     // Busy or refusing: back off like a failure, without counting as one.

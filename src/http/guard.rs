@@ -309,6 +309,8 @@ pub async fn serve(
                 }
             },
         };
+        // Small answers (a woken pull, an event) go out at once, not after the last one's ACK.
+        let _ = stream.set_nodelay(true);
         // The global slot first: address entries then never outnumber open connections.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             refuse(stream, &refusals, Refusal::Full, shared.tls.clone());
