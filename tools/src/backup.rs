@@ -20,7 +20,7 @@ use crate::show;
 /// # Errors
 /// Store access, I/O on the file, the relay's refusal, or a written file that does not verify.
 pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
-    let via = access::relay_or_store(store_dir, &Request::Backup)?;
+    let via = access::relay_or_store(&access::Target::dir(store_dir), &Request::Backup)?;
     let mut out = AtomicFile::create(file)?;
     let bar = progress::bytes("backing up");
     let (summary, how) = match via {

@@ -1,9 +1,10 @@
-//! `relay-tool rotate-epoch`: a new epoch for a stopped relay's store (needed after any restore
-//! not made by `relay-tool restore`, e.g. a volume snapshot), recorded in the relay log.
+//! `relay-tool rotate-epoch`: a new epoch for the store (needed after any restore not made by
+//! `relay-tool restore`, e.g. a volume snapshot), recorded in the relay log. A directory store's
+//! relay must be stopped; a PostgreSQL store is rotated in one transaction beside its running
+//! relays (the epoch is the database's), and each relay takes the new epoch within
+//! `mbx_relay::relay::EPOCH_REFRESH` or at once when a host presents it.
 
-use std::path::Path;
-
-use crate::access;
+use crate::access::{self, Target};
 use crate::fail::Failure;
 
 /// Why the keyspace records the rotation.
@@ -12,8 +13,8 @@ const REASON: &str = "rotate-epoch by relay-tool";
 /// Run the command; prints the old and the new epoch.
 ///
 /// # Errors
-/// `InUse` while a relay holds the store; missing directory; store errors.
-pub fn rotate(dir: &Path) -> Result<(), Failure> {
+/// `InUse` while a relay holds a directory store; missing directory; store errors.
+pub fn rotate(dir: &Target) -> Result<(), Failure> {
     let store = access::open_exclusive(dir, "rotate the epoch")?;
     let old = store.meta()?.epoch;
     let new = store.rotate_epoch(REASON).wait()?;

@@ -2,7 +2,6 @@
 //! here, same output either way), streamed as the store hands the rows on.
 
 use std::io::{self, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use mbx_relay::admin::hosts::{write_hosts, HostsQuery};
@@ -11,7 +10,7 @@ use mbx_relay::wire::time::iso_ms;
 use relay_store::{Clock, StoreError, SystemClock};
 use serde_json::Value;
 
-use crate::access::{self, Via};
+use crate::access::{self, Target, Via};
 use crate::fail::{Code, Failure};
 use crate::show::{human_age, human_bytes};
 
@@ -26,7 +25,7 @@ const HEADER: &str = "FINGERPRINT          NAME                 ACCOUNT         
 /// # Errors
 /// A bad `--name`, store access, the relay's refusal, or a failed write to stdout.
 pub fn run(
-    dir: &Path,
+    dir: &Target,
     name: Option<&str>,
     revoked: bool,
     idle_for: Option<Duration>,

@@ -1,9 +1,8 @@
-//! Read-only commands: `stats`, `log`, `dump` (through the running relay or the store opened
-//! here, same output either way) and `verify` (a backup file, offline).
+//! Read-only commands: `stats`, `log`, `dump`, `verify` of a store (through the running relay or
+//! the store opened here, same output either way) and `verify` of a backup file (offline).
 
 use std::cell::Cell;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::Path;
 use std::rc::Rc;
 
 use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
@@ -13,7 +12,7 @@ use mbx_relay::wire::time::iso_ms;
 use relay_store::{Clock, DumpOptions, LogVerdict, SystemClock};
 use serde_json::Value;
 
-use crate::access::{self, Via};
+use crate::access::{self, Target, Via};
 use crate::fail::{Code, Failure};
 use crate::progress;
 use crate::show::{self, human_age, human_bytes};
@@ -25,7 +24,7 @@ const MAX_JSON_LINE: u64 = 1 << 20;
 ///
 /// # Errors
 /// Store access or the relay's refusal.
-pub fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
+pub fn stats(dir: &Target, json: bool) -> Result<(), Failure> {
     let v = match access::relay_or_store(dir, &Request::Stats)? {
         Via::Relay(reply) => {
             let mut lines = json_lines(reply, 1)?;
@@ -51,7 +50,7 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Failure> {
 ///
 /// # Errors
 /// Store access or the relay's refusal.
-pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
+pub fn log(dir: &Target, limit: usize, json: bool) -> Result<(), Failure> {
     let limit = limit.clamp(1, MAX_LOG_LIMIT);
     let entries = match access::relay_or_store(dir, &Request::Log { limit })? {
         Via::Relay(reply) => json_lines(reply, limit)?,
@@ -87,17 +86,9 @@ pub fn log(dir: &Path, limit: usize, json: bool) -> Result<(), Failure> {
 /// # Errors
 /// Store access, the relay's refusal, or `Backup` (exit 3) naming the first entry that does not
 /// match.
-pub fn log_verify(dir: &Path, json: bool) -> Result<(), Failure> {
+pub fn log_verify(dir: &Target, json: bool) -> Result<(), Failure> {
     let verdict = match access::relay_or_store(dir, &Request::LogVerify)? {
-        Via::Relay(reply) => {
-            let done = reply.finish()?;
-            log_verdict_from_json(&done).ok_or_else(|| {
-                Failure::new(
-                    Code::Store,
-                    "the relay sent a log verdict this tool cannot read",
-                )
-            })?
-        }
+        Via::Relay(reply) => verdict_of(reply)?,
         Via::Local(store) => {
             let v = store.verify_log();
             access::close(store)?;
@@ -108,6 +99,59 @@ pub fn log_verify(dir: &Path, json: bool) -> Result<(), Failure> {
         println!("{}", log_verdict_json(&verdict));
     }
     log_outcome(&verdict, "relay log", !json)
+}
+
+/// The relay's answer to `LogVerify`.
+fn verdict_of(reply: mbx_relay::admin::client::Reply) -> Result<LogVerdict, Failure> {
+    let done = reply.finish()?;
+    log_verdict_from_json(&done).ok_or_else(|| {
+        Failure::new(
+            Code::Store,
+            "the relay sent a log verdict this tool cannot read",
+        )
+    })
+}
+
+/// `relay-tool verify` without a file: the store itself opens (its schema is not newer than
+/// this tool), its figures read, and its relay log's hash chain verifies. Through the running
+/// relay when one answers, else on the store opened here (a PostgreSQL store beside its relays).
+///
+/// # Errors
+/// Store access, the relay's refusal, or `Backup` (exit 3) naming the first relay-log entry
+/// that does not match.
+pub fn verify_store(t: &Target) -> Result<(), Failure> {
+    let (v, verdict) = match access::relay_or_store(t, &Request::Stats)? {
+        Via::Relay(reply) => {
+            let v = json_lines(reply, 1)?
+                .pop()
+                .ok_or_else(|| Failure::new(Code::Store, "the relay sent no stats"))?;
+            let reply = t.ask_relay(&Request::LogVerify)?.ok_or_else(|| {
+                Failure::new(
+                    Code::Store,
+                    "the relay stopped answering on its admin socket",
+                )
+            })?;
+            (v, verdict_of(reply)?)
+        }
+        Via::Local(store) => {
+            let stats = store.stats();
+            let verdict = store.verify_log();
+            access::close(store)?;
+            (stats_json(&stats?, None, SystemClock.now_ms()), verdict?)
+        }
+    };
+    log_outcome(&verdict, &format!("{}: relay log", t.spec), false)?;
+    println!("store OK: {}", t.spec);
+    println!(
+        "  schema {}, epoch {}, relay key {}",
+        v["schema_version"].as_u64().unwrap_or(0),
+        v["epoch"].as_str().unwrap_or("?"),
+        v["relay_key_fingerprint"]
+            .as_str()
+            .unwrap_or("(none pinned yet)")
+    );
+    println!("  relay log: {}", show::log_line(&verdict));
+    Ok(())
 }
 
 /// Print (when `print`) or fail with a verdict on a relay log: exit 3 when it does not verify.
@@ -155,7 +199,7 @@ fn hex_short(h: &[u8; 32]) -> String {
 /// # Errors
 /// Unknown partition, store access, the relay's refusal, or a failed write to stdout.
 pub fn dump(
-    dir: &Path,
+    dir: &Target,
     partition: Option<&str>,
     with_wire: bool,
     json: bool,
@@ -214,7 +258,7 @@ pub fn dump(
 ///
 /// # Errors
 /// `Backup` with the precise reason (damaged at byte offset X, truncated, newer format, ...).
-pub fn verify(file: &Path) -> Result<(), Failure> {
+pub fn verify(file: &std::path::Path) -> Result<(), Failure> {
     let bar = progress::step(format!("verifying {}", file.display()));
     let result = verify_backup(file);
     bar.finish_and_clear();

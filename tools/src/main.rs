@@ -96,18 +96,20 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         #[arg(long)]
         accept_other_key: bool,
     },
-    /// Check a backup file offline: magic, format, every checksum and count.
+    /// Check a backup file offline (magic, format, every checksum and count); without FILE,
+    /// check the store (`--store`/`--store-dir`): its schema, relay key and relay-log chain.
     #[command(after_help = EXIT_CODES)]
     Verify {
         /// The backup file.
-        file: PathBuf,
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        store: access::StoreArgs,
     },
     /// Print the store's records (read-only; through the relay while it runs).
     #[command(after_help = EXIT_CODES)]
     Dump {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// Only this partition (meta, enrolments, enc_ads, sender_lists, items, dedup, seqs,
         /// acked, usage, expiry, ops).
         #[arg(long)]
@@ -122,19 +124,19 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
     /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, enc ads, disk size.
     #[command(after_help = EXIT_CODES)]
     Stats {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// One JSON object.
         #[arg(long)]
         json: bool,
     },
-    /// Give the store a new epoch (the relay must be stopped); recorded in the relay log.
+    /// Give the store a new epoch (a directory store's relay must be stopped; a PostgreSQL
+    /// store is rotated beside its running relays, which take the new epoch); recorded in the
+    /// relay log.
     #[command(after_help = EXIT_CODES)]
     RotateEpoch {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
     },
     /// The relay log (enrolments, rotations, backups, restores, epoch rotations, migrations),
     /// newest first; `--verify` recomputes its hash chain.
@@ -148,9 +150,8 @@ else print how many entries verified.",
         after_help = EXIT_CODES
     )]
     Log {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// At most this many entries (1 to 1,000).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
@@ -170,9 +171,8 @@ else print how many entries verified.",
     /// enc ad and its age, revoked at (read-only; through the relay while it runs).
     #[command(after_help = EXIT_CODES)]
     Hosts {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// Only hosts of this name (case-insensitive).
         #[arg(long)]
         name: Option<String>,
@@ -199,9 +199,8 @@ reason and the counts. A purge deletes at most 100,000 items (one batch).",
         after_help = EXIT_CODES
     )]
     Revoke {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// The host key (base64) or its fingerprint (prefix).
         key: String,
         /// Also delete its queued items (each envelope's sender gets an expiry notice).
@@ -217,9 +216,8 @@ reason and the counts. A purge deletes at most 100,000 items (one batch).",
     /// Drop a host's queue without revoking it (each envelope's sender gets an expiry notice).
     #[command(after_help = EXIT_CODES)]
     Purge {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// The host key (base64) or its fingerprint (prefix).
         key: String,
         /// Why, for the relay log (at most 200 characters).
@@ -278,27 +276,30 @@ fn run(command: Command) -> Result<(), Failure> {
             discard_old,
             accept_other_key,
         }),
-        Command::Verify { file } => inspect::verify(&file),
+        Command::Verify {
+            file: Some(file), ..
+        } => inspect::verify(&file),
+        Command::Verify { file: None, store } => inspect::verify_store(&store.target()?),
         Command::Dump {
-            store_dir,
+            store,
             partition,
             with_wire,
             json,
-        } => inspect::dump(&store_dir, partition.as_deref(), with_wire, json),
-        Command::Stats { store_dir, json } => inspect::stats(&store_dir, json),
-        Command::RotateEpoch { store_dir } => epoch::rotate(&store_dir),
+        } => inspect::dump(&store.target()?, partition.as_deref(), with_wire, json),
+        Command::Stats { store, json } => inspect::stats(&store.target()?, json),
+        Command::RotateEpoch { store } => epoch::rotate(&store.target()?),
         Command::Log {
-            store_dir,
+            store,
             verify: true,
             json,
             ..
-        } => inspect::log_verify(&store_dir, json),
+        } => inspect::log_verify(&store.target()?, json),
         Command::Log {
-            store_dir,
+            store,
             limit,
             json,
             verify: false,
-        } => inspect::log(&store_dir, limit, json),
+        } => inspect::log(&store.target()?, limit, json),
         Command::Keygen => {
             let key = mbx_relay::wire::keys::SigningKey::generate();
             print!("{}", mbx_relay::relay::key::keygen_text(&key));
@@ -306,20 +307,20 @@ fn run(command: Command) -> Result<(), Failure> {
         }
         Command::Bench(args) => bench::run(&args),
         Command::Hosts {
-            store_dir,
+            store,
             name,
             revoked,
             idle_for,
             json,
-        } => hosts::run(&store_dir, name.as_deref(), revoked, idle_for, json),
+        } => hosts::run(&store.target()?, name.as_deref(), revoked, idle_for, json),
         Command::Revoke {
-            store_dir,
+            store,
             key,
             purge,
             reason,
             json,
         } => revoke::run(
-            &store_dir,
+            &store.target()?,
             &mbx_relay::admin::revoke::Action {
                 target: key,
                 revoke: true,
@@ -329,12 +330,12 @@ fn run(command: Command) -> Result<(), Failure> {
             json,
         ),
         Command::Purge {
-            store_dir,
+            store,
             key,
             reason,
             json,
         } => revoke::run(
-            &store_dir,
+            &store.target()?,
             &mbx_relay::admin::revoke::Action {
                 target: key,
                 revoke: false,

@@ -155,7 +155,7 @@ fn inspect(dir: &Path) -> Result<Old, Failure> {
         return Ok(Old::Empty);
     }
     if dir.join("db").is_dir() {
-        return match access::open_exclusive(dir, "restore") {
+        return match access::open_exclusive(&access::Target::dir(dir), "restore") {
             Ok(store) => Ok(Old::Present {
                 store: Some(store),
                 lock: None,

@@ -1,12 +1,12 @@
 //! `relay-tool revoke` and `relay-tool purge`: through the running relay's admin socket (the
-//! relay writes through its own store, so its very next read sees the change), or on a stopped
-//! store with the relay key from `MBX_RELAY_KEY` or `<store-dir>/relay.key` signing the expiry
-//! notices. Refused offline while a relay holds the store without answering on its socket.
+//! relay writes through its own store, so its very next read sees the change), or on the store
+//! opened here with the relay key from `MBX_RELAY_KEY` or `<store-dir>/relay.key` signing the
+//! expiry notices. A directory store must be stopped for that (refused while a relay holds it
+//! without answering on its socket); a PostgreSQL store is changed in one transaction beside
+//! its relays, which read enrolments from the database on every hop.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use mbx_relay::admin::client;
 use mbx_relay::admin::proto::Request;
 use mbx_relay::admin::revoke::{self, Action};
 use mbx_relay::relay::config::Limits;
@@ -16,9 +16,8 @@ use mbx_relay::wire::keys::{fingerprint, SigningKey};
 use relay_store::{RelayStore, MAX_REASON_CHARS};
 use serde_json::Value;
 
-use crate::access;
+use crate::access::{self, Target};
 use crate::fail::{Code, Failure};
-use crate::files::require_dir;
 
 /// Run the command; prints one line (or the JSON object) saying what was done.
 ///
@@ -26,17 +25,17 @@ use crate::files::require_dir;
 /// Usage (a reason over [`MAX_REASON_CHARS`]); the relay's refusal or the offline one (unknown
 /// key, prefix matching several keys, queue over the purge bound) as `Store`; `InUse` while a
 /// relay holds the store and its socket does not answer.
-pub fn run(dir: &Path, action: &Action, json: bool) -> Result<(), Failure> {
+pub fn run(t: &Target, action: &Action, json: bool) -> Result<(), Failure> {
     if action.reason.chars().count() > MAX_REASON_CHARS {
         return Err(Failure::new(
             Code::Usage,
             format!("--reason is longer than {MAX_REASON_CHARS} characters"),
         ));
     }
-    require_dir(dir)?;
-    let (done, via) = match client::request(dir, &Request::Revoke(action.clone()))? {
+    let (done, via) = match t.ask_relay(&Request::Revoke(action.clone()))? {
         Some(reply) => (reply.finish()?, "through the running relay"),
-        None => (offline(dir, action)?, "offline"),
+        None if t.shared() => (offline(t, action)?, "in the database"),
+        None => (offline(t, action)?, "offline"),
     };
     if json {
         println!("{done}");
@@ -47,13 +46,13 @@ pub fn run(dir: &Path, action: &Action, json: bool) -> Result<(), Failure> {
 }
 
 /// Revoke or purge on a stopped store, as the relay would.
-fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
+fn offline(t: &Target, action: &Action) -> Result<Value, Failure> {
     let what = if action.revoke {
         "revoke offline"
     } else {
         "purge offline"
     };
-    let store = access::open_exclusive(dir, what).map_err(|f| {
+    let store = access::open_exclusive(t, what).map_err(|f| {
         if f.code == Code::InUse {
             Failure::new(
                 Code::InUse,
@@ -63,7 +62,7 @@ fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
             f
         }
     })?;
-    let result = relay_key(dir, store.as_ref(), action.purge).and_then(|key| {
+    let result = relay_key(t, store.as_ref(), action.purge).and_then(|key| {
         let revoker = Revoker::new(Arc::new(key), &Limits::default());
         // SAFETY: geteuid has no preconditions and cannot fail.
         let uid = unsafe { libc::geteuid() };
@@ -74,19 +73,35 @@ fn offline(dir: &Path, action: &Action) -> Result<Value, Failure> {
     result
 }
 
-/// The relay's own key, checked against the store's pinned one. A revocation without a purge
-/// queues no notice and so signs nothing: without a key it uses a throwaway one.
-fn relay_key(dir: &Path, store: &dyn RelayStore, needed: bool) -> Result<SigningKey, Failure> {
+/// The relay's own key (`MBX_RELAY_KEY`, else `relay.key` in the relay's directory), checked
+/// against the store's pinned one. A revocation without a purge queues no notice and so signs
+/// nothing: without a key it uses a throwaway one.
+fn relay_key(t: &Target, store: &dyn RelayStore, needed: bool) -> Result<SigningKey, Failure> {
     let env = std::env::var(KEY_ENV).ok();
-    let Some((key, _)) =
-        load_existing(dir, env.as_deref()).map_err(|why| Failure::new(Code::Store, why))?
-    else {
+    let found = match &t.relay_dir {
+        Some(dir) => load_existing(dir, env.as_deref()).map(|k| k.map(|(key, _)| key)),
+        // No relay directory (a PostgreSQL store named by its url alone): the variable only.
+        None => env
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                SigningKey::from_key_file(v)
+                    .map_err(|e| format!("{KEY_ENV} is not a valid relay key ({e})"))
+            })
+            .transpose(),
+    }
+    .map_err(|why| Failure::new(Code::Store, why))?;
+    let Some(key) = found else {
         if needed {
+            let file = match &t.relay_dir {
+                Some(dir) => format!("put relay.key in {}", dir.display()),
+                None => "give --store-dir of a relay holding relay.key".to_string(),
+            };
             return Err(Failure::new(
                 Code::Store,
                 format!(
-                    "purging queues expiry notices signed by the relay key: set {KEY_ENV} or put relay.key in {}",
-                    dir.display()
+                    "purging queues expiry notices signed by the relay key: set {KEY_ENV} or {file}"
                 ),
             ));
         }
