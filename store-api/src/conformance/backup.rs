@@ -8,11 +8,11 @@ use super::support::*;
 use super::Backend;
 use crate::backup::{self, RecordKind};
 use crate::{
+    Clock as _,
     EncAd, EncAdV2, HostFilter, InsertOutcome, Key32, LogVerdict, RelayStore, RevokeOutcome,
     RevokeRequest, SenderList, SenderListOutcome,
 };
 
-const T0: u64 = 1_700_000_000_000;
 
 /// A file under the system's temp dir, removed on drop.
 struct TempFile(PathBuf);
@@ -90,11 +90,14 @@ fn seen(s: &dyn RelayStore, keys: &[Key32], ids: &[(Key32, &str, Key32)]) -> See
 /// is logged; the restored store answers duplicates with the original seqs, refuses
 /// conflicts, prunes dedup rows exactly when the original would, and hands out higher seqs.
 pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
-    let clock = TestClock::new(T0);
+    // Now: a restore logs itself at the wall clock's time and drops entries past the log's
+    // retention (400 days) then, as every relay-log append does.
+    let t0 = crate::SystemClock.now_ms();
+    let clock = TestClock::new(t0);
     let s = b.open(clock.clone());
     let (a, t, gone, relay) = (key(1), key(2), key(3), key(900));
     s.pin_relay_pubkey(relay).wait().expect("pin");
-    s.heartbeat(T0 + 5).wait().expect("heartbeat");
+    s.heartbeat(t0 + 5).wait().expect("heartbeat");
     let acct = s
         .enrol(enrol_req(a, "Alpha", Some("acct"), 1))
         .wait()
@@ -102,12 +105,12 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     assert_eq!(acct, crate::EnrolOutcome::Enrolled);
     enrol(&*s, t, "target");
     enrol(&*s, gone, "gone");
-    s.record_seen(vec![(a, crate::utc_day(T0))]).wait().expect("seen");
+    s.record_seen(vec![(a, crate::utc_day(t0))]).wait().expect("seen");
     s.put_enc_ad(EncAd {
         host_pubkey: a,
         enc_pub: "enc-pub-a".into(),
         sig: "sig-a".into(),
-        at_ms: T0,
+        at_ms: t0,
     })
     .wait()
     .expect("ad");
@@ -116,14 +119,14 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
             host_pubkey: a,
             record: b"{\"v\":2}".to_vec(),
             sig: "sig2-a".into(),
-            at_ms: T0,
+            at_ms: t0,
         })
         .wait()
         .expect("ad v2"));
     let list = SenderList {
         target: t,
         senders: vec![a, key(7)],
-        iat_ms: T0,
+        iat_ms: t0,
         record: b"{\"list\":1}".to_vec(),
         sig: "list-sig".into(),
     };
