@@ -1,6 +1,10 @@
-//! The backup file: one consistent snapshot in one file, checkable offline.
+//! The backup file: one consistent snapshot in one file, checkable offline. [`Store::backup_to`]
+//! writes the logical format 5 (`relay_store::backup`, records every backend reads; the rows
+//! are read in `logical`); this file verifies and restores every format, and holds the raw
+//! formats 1-4 of earlier releases: the keyspace's partition rows as they were stored, which
+//! only a fjall store can restore.
 //!
-//! Layout (integers little-endian):
+//! Raw layout (formats 1-4, integers little-endian):
 //! ```text
 //! magic "MBXRBAK\0" | format u32 | crc32(magic, format) u32
 //! header_len u32 | postcard Header | crc32(header_len, Header) u32
