@@ -39,7 +39,10 @@ fn tool_ok(args: &[&str]) -> String {
 fn tool_fails(args: &[&str]) -> (Option<i32>, String) {
     let out = relay_tool(args);
     assert!(!out.status.success(), "relay-tool {args:?} succeeded");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// What each host pulls from the start (seqs, ids, wire bytes, times: all of it).
@@ -139,7 +142,12 @@ fn a_backup_moves_a_relay_from_fjall_to_postgres_and_back() {
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("truncated backup"), "{err}");
     let none = work.path().join("none");
-    let (_, err) = tool_fails(&["restore", "--store-dir", none.to_str().expect("utf-8"), bads]);
+    let (_, err) = tool_fails(&[
+        "restore",
+        "--store-dir",
+        none.to_str().expect("utf-8"),
+        bads,
+    ]);
     assert!(err.contains("truncated backup"), "{err}");
     assert!(!none.exists(), "a refused restore created the directory");
     // The database the refused restores aimed at is still empty: a good restore goes in.

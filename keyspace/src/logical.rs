@@ -24,7 +24,9 @@ const RESTORE_CHUNK: usize = 4_096;
 const PROGRESS_EVERY: u64 = 4_096;
 
 fn corrupt(what: &str) -> BackupError {
-    BackupError::Store(StoreError::Corrupt(format!("a {what} row with a malformed key")))
+    BackupError::Store(StoreError::Corrupt(format!(
+        "a {what} row with a malformed key"
+    )))
 }
 
 /// Write the snapshot `v` as a format-5 backup.
@@ -103,7 +105,10 @@ pub(crate) fn write(
     }
     for g in v.snap.iter(v.parts.ks(Part::SenderLists)) {
         let (_, val) = g.into_inner().map_err(crate::engine)?;
-        put(&mut w, Record::SenderList(codec::dec(&val, "sender_lists")?))?;
+        put(
+            &mut w,
+            Record::SenderList(codec::dec(&val, "sender_lists")?),
+        )?;
     }
     for g in v.snap.iter(v.parts.ks(Part::Seqs)) {
         let (k, val) = g.into_inner().map_err(crate::engine)?;
@@ -139,7 +144,8 @@ pub(crate) fn write(
     }
     for g in v.snap.iter(v.parts.ks(Part::Dedup)) {
         let (k, val) = g.into_inner().map_err(crate::engine)?;
-        let (target, sender, item_id) = codec::dedup_key_parse(&k).ok_or_else(|| corrupt("dedup"))?;
+        let (target, sender, item_id) =
+            codec::dedup_key_parse(&k).ok_or_else(|| corrupt("dedup"))?;
         put(
             &mut w,
             Record::Dedup(DedupRecord {
@@ -152,7 +158,8 @@ pub(crate) fn write(
     }
     for g in v.snap.iter(v.parts.ks(Part::DedupExpiry)) {
         let (k, _) = g.into_inner().map_err(crate::engine)?;
-        let (gone_at_ms, dkey) = codec::expiry_dedup_parse(&k).ok_or_else(|| corrupt("dedup_expiry"))?;
+        let (gone_at_ms, dkey) =
+            codec::expiry_dedup_parse(&k).ok_or_else(|| corrupt("dedup_expiry"))?;
         let (target, sender, item_id) =
             codec::dedup_key_parse(dkey).ok_or_else(|| corrupt("dedup_expiry"))?;
         put(
@@ -210,7 +217,11 @@ impl<'a> Fill<'a> {
     fn record(&mut self, r: Record) -> Result<(), BackupError> {
         match r {
             Record::Meta(m) => {
-                self.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&SCHEMA_VERSION))?;
+                self.put(
+                    Part::Meta,
+                    meta_key::SCHEMA_VERSION,
+                    codec::enc(&SCHEMA_VERSION),
+                )?;
                 self.put(Part::Meta, meta_key::EPOCH, codec::enc(&m.epoch))?;
                 self.put(Part::Meta, meta_key::CREATED, codec::enc(&m.created_ms))?;
                 if let Some(pk) = m.relay_pubkey {
@@ -242,19 +253,35 @@ impl<'a> Fill<'a> {
                     self.revoked += 1;
                 }
                 if let Some(day) = last_seen_day {
-                    self.put(Part::Enrolments, &codec::seen_key(&e.host_pubkey), codec::enc(&day))?;
+                    self.put(
+                        Part::Enrolments,
+                        &codec::seen_key(&e.host_pubkey),
+                        codec::enc(&day),
+                    )?;
                 }
-                self.put(Part::Enrolments, &codec::enrol_key(&e.host_pubkey), codec::enc(&e))?;
+                self.put(
+                    Part::Enrolments,
+                    &codec::enrol_key(&e.host_pubkey),
+                    codec::enc(&e),
+                )?;
             }
-            Record::EncAd(ad) => self.put(Part::EncAds, &ad.host_pubkey.clone(), codec::enc(&ad))?,
+            Record::EncAd(ad) => self.put(Part::EncAds, &ad.host_pubkey, codec::enc(&ad))?,
             Record::EncAdV2(ad) => {
-                self.put(Part::EncAds, &codec::enc_ad_v2_key(&ad.host_pubkey), codec::enc(&ad))?;
+                self.put(
+                    Part::EncAds,
+                    &codec::enc_ad_v2_key(&ad.host_pubkey),
+                    codec::enc(&ad),
+                )?;
             }
             Record::SenderList(l) => {
                 for s in &l.senders {
-                    self.put(Part::SenderIndex, &codec::sender_index_key(s, &l.target), Vec::new())?;
+                    self.put(
+                        Part::SenderIndex,
+                        &codec::sender_index_key(s, &l.target),
+                        Vec::new(),
+                    )?;
                 }
-                self.put(Part::SenderLists, &l.target.clone(), codec::enc(&l))?;
+                self.put(Part::SenderLists, &l.target, codec::enc(&l))?;
             }
             Record::Queue(q) => {
                 self.put(Part::Seqs, &q.target, codec::enc(&q.head_seq))?;
@@ -264,7 +291,9 @@ impl<'a> Fill<'a> {
             }
             Record::Item(it) => {
                 let bytes = it.wire.len() as u64;
-                for scope in crate::ops::queue::scopes(&it.target, &it.sender, it.account.as_deref()) {
+                for scope in
+                    crate::ops::queue::scopes(&it.target, &it.sender, it.account.as_deref())
+                {
                     let u = self.usage.entry(scope).or_default();
                     u.items += 1;
                     u.bytes += bytes;
@@ -294,7 +323,11 @@ impl<'a> Fill<'a> {
             }
             Record::DedupGone(g) => {
                 let dkey = codec::dedup_key(&g.target, &g.sender, &g.item_id);
-                self.put(Part::DedupExpiry, &codec::expiry_dedup_key(g.gone_at_ms, &dkey), Vec::new())?;
+                self.put(
+                    Part::DedupExpiry,
+                    &codec::expiry_dedup_key(g.gone_at_ms, &dkey),
+                    Vec::new(),
+                )?;
             }
             Record::Op(e) => {
                 let stored = StoredOp {
@@ -314,7 +347,11 @@ impl<'a> Fill<'a> {
         let live = self.live;
         let revoked = self.revoked;
         self.put(Part::Meta, meta_key::LIVE_ENROLMENTS, codec::enc(&live))?;
-        self.put(Part::Meta, meta_key::REVOKED_ENROLMENTS, codec::enc(&revoked))?;
+        self.put(
+            Part::Meta,
+            meta_key::REVOKED_ENROLMENTS,
+            codec::enc(&revoked),
+        )?;
         let usage = std::mem::take(&mut self.usage);
         for (scope, u) in usage {
             self.put(Part::Usage, &codec::usage_key(&scope), codec::enc(&u))?;

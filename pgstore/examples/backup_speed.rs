@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use relay_store::conformance::support::{big_quotas, enrol, item, key, req};
 use relay_keyspace::{OpenOptions, RelayStore, Store};
 use relay_pgstore::cluster::PgCluster;
 use relay_pgstore::PgStore;
+use relay_store::conformance::support::{big_quotas, enrol, item, key, req};
 
 fn mb(path: &std::path::Path) -> f64 {
     std::fs::metadata(path).map_or(0.0, |m| m.len() as f64 / 1e6)
@@ -37,7 +37,10 @@ fn main() {
         let batch: Vec<_> = (done..(done + 500).min(n))
             .map(|i| {
                 let target = targets[(i % 100) as usize];
-                req(item(key(1000), &format!("item-{i}"), &[(target, &wire)]), big_quotas())
+                req(
+                    item(key(1000), &format!("item-{i}"), &[(target, &wire)]),
+                    big_quotas(),
+                )
             })
             .collect();
         done += batch.len() as u64;
@@ -52,7 +55,11 @@ fn main() {
         RelayStore::backup_to(&store, &mut out, &mut |_| {}).expect("backup 5");
         out.sync_all().expect("sync");
     }
-    println!("fjall backup, format 5: {:.2} s, {:.0} MB", t.elapsed().as_secs_f64(), mb(&f5));
+    println!(
+        "fjall backup, format 5: {:.2} s, {:.0} MB",
+        t.elapsed().as_secs_f64(),
+        mb(&f5)
+    );
     store.close().expect("close");
     let f4 = work.path().join("f4.mbxbak");
     let t = Instant::now();
@@ -61,12 +68,19 @@ fn main() {
         relay_keyspace::testing::backup_closed_store(&dir, 4, &mut out).expect("backup 4");
         out.sync_all().expect("sync");
     }
-    println!("fjall backup, format 4: {:.2} s, {:.0} MB", t.elapsed().as_secs_f64(), mb(&f4));
+    println!(
+        "fjall backup, format 4: {:.2} s, {:.0} MB",
+        t.elapsed().as_secs_f64(),
+        mb(&f4)
+    );
     for (name, f) in [("5", &f5), ("4", &f4)] {
         let to = work.path().join(format!("restored{name}"));
         let t = Instant::now();
         relay_keyspace::restore_backup(f, &to).expect("restore");
-        println!("fjall restore, format {name}: {:.2} s", t.elapsed().as_secs_f64());
+        println!(
+            "fjall restore, format {name}: {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
         std::fs::remove_dir_all(&to).expect("rm");
     }
 
@@ -77,7 +91,10 @@ fn main() {
     let url = pg.fresh_db();
     let t = Instant::now();
     PgStore::restore_backup(&url, &f5).expect("pg restore");
-    println!("PostgreSQL restore, format 5: {:.2} s", t.elapsed().as_secs_f64());
+    println!(
+        "PostgreSQL restore, format 5: {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
     let s = Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open pg"));
     let fp = work.path().join("pg.mbxbak");
     let t = Instant::now();
@@ -86,6 +103,10 @@ fn main() {
         RelayStore::backup_to(&*s, &mut out, &mut |_| {}).expect("pg backup");
         out.sync_all().expect("sync");
     }
-    println!("PostgreSQL backup, format 5: {:.2} s, {:.0} MB", t.elapsed().as_secs_f64(), mb(&fp));
+    println!(
+        "PostgreSQL backup, format 5: {:.2} s, {:.0} MB",
+        t.elapsed().as_secs_f64(),
+        mb(&fp)
+    );
     RelayStore::close(&*s).expect("close");
 }

@@ -56,7 +56,10 @@ impl Backend for PgBackend {
         let errors = s
             .bookkeeping_errors_for_tests()
             .expect("bookkeeping check runs");
-        assert!(errors.is_empty(), "bookkeeping after the restore: {errors:?}");
+        assert!(
+            errors.is_empty(),
+            "bookkeeping after the restore: {errors:?}"
+        );
         RelayStore::close(&s).expect("close");
         let opts = OpenOptions {
             clock,

@@ -52,7 +52,14 @@ impl ChainCheck {
     }
 
     /// Check the next entry. False once the chain is broken.
-    pub fn entry(&mut self, seq: u64, at_ms: u64, kind: &str, detail: &str, hash: &[u8; 32]) -> bool {
+    pub fn entry(
+        &mut self,
+        seq: u64,
+        at_ms: u64,
+        kind: &str,
+        detail: &str,
+        hash: &[u8; 32],
+    ) -> bool {
         if self.broken.is_some() {
             return false;
         }

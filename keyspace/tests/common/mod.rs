@@ -263,7 +263,8 @@ impl Backend for FjallBackend {
             clock,
             ..OpenOptions::default()
         };
-        let store: SharedStore = Arc::new(Store::open(&dir, opts).expect("open the restored store"));
+        let store: SharedStore =
+            Arc::new(Store::open(&dir, opts).expect("open the restored store"));
         self.check_invariants(&*store);
         store
     }

@@ -32,7 +32,9 @@ fn hash(v: &[u8], what: &str) -> Result<[u8; 32]> {
 fn enrolment(r: &Row) -> Result<Record> {
     Ok(Record::Enrolment(EnrolmentRecord {
         enrolment: enrol::from_row(r)?,
-        last_seen_day: r.get::<_, Option<i32>>(8).map(|d| u32::try_from(d).unwrap_or(0)),
+        last_seen_day: r
+            .get::<_, Option<i32>>(8)
+            .map(|d| u32::try_from(d).unwrap_or(0)),
     }))
 }
 
@@ -123,7 +125,10 @@ fn op(r: &Row) -> Result<Record> {
 fn queries() -> Vec<(String, RowFn)> {
     vec![
         (
-            format!("SELECT {}, last_seen_day FROM enrolments ORDER BY host_pubkey", enrol::COLS),
+            format!(
+                "SELECT {}, last_seen_day FROM enrolments ORDER BY host_pubkey",
+                enrol::COLS
+            ),
             enrolment,
         ),
         (
@@ -221,7 +226,11 @@ impl PgStore {
                     )
                     .await
                     .map_err(db_err)?;
-                if tx.send(Ok(Some(vec![Record::Meta(meta(&m)?)]))).await.is_err() {
+                if tx
+                    .send(Ok(Some(vec![Record::Meta(meta(&m)?)])))
+                    .await
+                    .is_err()
+                {
                     return Ok(());
                 }
                 for (sql, each) in queries() {

@@ -26,7 +26,11 @@ fn engine(e: tokio_postgres::Error) -> BackupError {
 }
 
 /// Run one `INSERT ... SELECT * FROM unnest(...)` (or another statement over arrays).
-async fn exec(t: &Transaction<'_>, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, BackupError> {
+async fn exec(
+    t: &Transaction<'_>,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, BackupError> {
     t.execute(sql, params).await.map_err(engine)
 }
 
@@ -70,7 +74,9 @@ async fn flush(t: &Transaction<'_>, recs: &mut Vec<Record>) -> Result<(), Backup
                  authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms, last_seen_day) \
                  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::text[], \
                  $6::text[], $7::int2[], $8::int8[], $9::int8[], $10::int4[])",
-                &[&pk, &name, &folded, &owner, &account, &by, &rank, &at, &revoked, &seen],
+                &[
+                    &pk, &name, &folded, &owner, &account, &by, &rank, &at, &revoked, &seen,
+                ],
             )
             .await?;
         }
@@ -144,7 +150,19 @@ async fn flush(t: &Transaction<'_>, recs: &mut Vec<Record>) -> Result<(), Backup
             .await?;
         }
         relay_store::backup::RecordKind::Item => {
-            let (target, seq, kind, item_id, sender, bytes, wire_hash, accepted, expires, account, wire) = cols!(
+            let (
+                target,
+                seq,
+                kind,
+                item_id,
+                sender,
+                bytes,
+                wire_hash,
+                accepted,
+                expires,
+                account,
+                wire,
+            ) = cols!(
                 Record::Item(it) =>
                 target: k(&it.target), seq: i(it.seq), kind: queue::kind_code(it.kind),
                 item_id: it.item_id.clone(), sender: k(&it.sender),

@@ -47,7 +47,11 @@ impl Tally {
             }
             Some(_) if kind == RecordKind::Meta => return Err("a second meta record".into()),
             Some(last) if kind < last => {
-                return Err(format!("{} after {}: records out of order", kind.name(), last.name()))
+                return Err(format!(
+                    "{} after {}: records out of order",
+                    kind.name(),
+                    last.name()
+                ))
             }
             _ => {}
         }
@@ -55,7 +59,9 @@ impl Tally {
         self.counts[kind as usize] += 1;
         match r {
             Record::Meta(m) => {
-                let cp = m.ops_checkpoint.map(|(seq, hash)| LogCheckpoint { seq, hash });
+                let cp = m
+                    .ops_checkpoint
+                    .map(|(seq, hash)| LogCheckpoint { seq, hash });
                 self.chain = Some(ChainCheck::new(cp));
                 self.head = Some((m.ops_next, m.ops_head));
             }
@@ -208,7 +214,10 @@ impl BackupReader {
         let hoff = br.off;
         let hlen = br.u32()?;
         if hlen > MAX_HEADER {
-            return Err(damaged(hoff, format!("header length {hlen} over {MAX_HEADER}")));
+            return Err(damaged(
+                hoff,
+                format!("header length {hlen} over {MAX_HEADER}"),
+            ));
         }
         let hb = br.vec(hlen)?;
         let crc = br.u32()?;
@@ -318,7 +327,10 @@ impl BackupReader {
         let expect: [u8; 32] = self.sha.clone().finalize().into();
         let sum: [u8; 32] = self.bytes()?;
         if sum != expect {
-            return Err(damaged(at, "whole-file checksum mismatch (trailer or earlier)"));
+            return Err(damaged(
+                at,
+                "whole-file checksum mismatch (trailer or earlier)",
+            ));
         }
         let tally = self.tally.take().unwrap_or_else(Tally::new);
         let counts = tally.counts();

@@ -6,7 +6,9 @@ use std::io::{BufWriter, Write};
 use sha2::{Digest, Sha256};
 
 use super::read::Tally;
-use super::{Header, Record, BACKUP_MAGIC, IO_BUF, LOGICAL_FORMAT_VERSION, TAG_RECORD, TAG_TRAILER};
+use super::{
+    Header, Record, BACKUP_MAGIC, IO_BUF, LOGICAL_FORMAT_VERSION, TAG_RECORD, TAG_TRAILER,
+};
 use crate::{BackupError, BackupSummary, StoreError};
 
 fn io(source: std::io::Error) -> BackupError {
@@ -17,8 +19,9 @@ fn io(source: std::io::Error) -> BackupError {
 }
 
 fn len32(n: usize, what: &str) -> Result<u32, BackupError> {
-    u32::try_from(n)
-        .map_err(|_| BackupError::Store(StoreError::Corrupt(format!("{what} too large to back up"))))
+    u32::try_from(n).map_err(|_| {
+        BackupError::Store(StoreError::Corrupt(format!("{what} too large to back up")))
+    })
 }
 
 /// Streams one backup file to a writer.

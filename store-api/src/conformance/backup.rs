@@ -8,11 +8,9 @@ use super::support::*;
 use super::Backend;
 use crate::backup::{self, RecordKind};
 use crate::{
-    Clock as _,
-    EncAd, EncAdV2, HostFilter, InsertOutcome, Key32, LogVerdict, RelayStore, RevokeOutcome,
-    RevokeRequest, SenderList, SenderListOutcome,
+    Clock as _, EncAd, EncAdV2, HostFilter, InsertOutcome, Key32, LogVerdict, RelayStore,
+    RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome,
 };
-
 
 /// A file under the system's temp dir, removed on drop.
 struct TempFile(PathBuf);
@@ -105,7 +103,9 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     assert_eq!(acct, crate::EnrolOutcome::Enrolled);
     enrol(&*s, t, "target");
     enrol(&*s, gone, "gone");
-    s.record_seen(vec![(a, crate::utc_day(t0))]).wait().expect("seen");
+    s.record_seen(vec![(a, crate::utc_day(t0))])
+        .wait()
+        .expect("seen");
     s.put_enc_ad(EncAd {
         host_pubkey: a,
         enc_pub: "enc-pub-a".into(),
@@ -184,7 +184,11 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
             .iter()
             .find(|(name, _)| name == kind.name())
             .map_or(0, |c| c.1);
-        assert!(n > 0, "the backup holds no {} record: {summary:?}", kind.name());
+        assert!(
+            n > 0,
+            "the backup holds no {} record: {summary:?}",
+            kind.name()
+        );
     }
     assert!(
         matches!(summary.log, LogVerdict::Intact { entries, .. } if entries == old_ops.len() as u64),
@@ -202,7 +206,11 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     let ops = r.ops(1000).expect("ops");
     assert_eq!(ops[0].kind, "restore");
     assert!(ops[0].detail.contains(&meta.epoch), "{}", ops[0].detail);
-    assert_eq!(&ops[1..], &old_ops[..], "the relay log comes back entry for entry");
+    assert_eq!(
+        &ops[1..],
+        &old_ops[..],
+        "the relay log comes back entry for entry"
+    );
     assert!(
         matches!(r.verify_log().expect("verify"), LogVerdict::Intact { entries, .. } if entries == old_ops.len() as u64 + 1)
     );
@@ -225,12 +233,26 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     // one just past it prunes it (and only it: m2 and m3 are queued).
     let q = big_quotas();
     let swept = r
-        .sweep(clock.now_ms(), acked_at, q, 14 * 24 * 3600 * 1000, 100, notice_fn(relay))
+        .sweep(
+            clock.now_ms(),
+            acked_at,
+            q,
+            14 * 24 * 3600 * 1000,
+            100,
+            notice_fn(relay),
+        )
         .wait()
         .expect("sweep");
     assert_eq!(swept.dedup_pruned, 0, "{swept:?}");
     let swept = r
-        .sweep(clock.now_ms(), acked_at + 1, q, 14 * 24 * 3600 * 1000, 100, notice_fn(relay))
+        .sweep(
+            clock.now_ms(),
+            acked_at + 1,
+            q,
+            14 * 24 * 3600 * 1000,
+            100,
+            notice_fn(relay),
+        )
         .wait()
         .expect("sweep");
     assert_eq!((swept.dedup_pruned, swept.expired), (1, 0), "{swept:?}");
@@ -238,6 +260,10 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     // A new item lands above every seq handed out before.
     let head = before.cursors[1].head_seq;
     let next = stored_seqs(&insert(&*r, a, "m4", &[(t, b"four")]))[0];
-    assert!(next.seq > head && !next.duplicate, "{} after {head}", next.seq);
+    assert!(
+        next.seq > head && !next.duplicate,
+        "{} after {head}",
+        next.seq
+    );
     r.close().expect("close");
 }
