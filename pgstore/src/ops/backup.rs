@@ -281,11 +281,8 @@ impl PgStore {
             },
         )?;
         w.record(&first[0])?;
-        loop {
-            // A stream that ends without its end mark (the task failed) is no backup.
-            let Some(chunk) = next().ok_or(StoreError::Closed)?? else {
-                break;
-            };
+        // A stream that ends without its end mark (the task failed) is no backup.
+        while let Some(chunk) = next().ok_or(StoreError::Closed)?? {
             for r in chunk {
                 w.record(&r)?;
             }
