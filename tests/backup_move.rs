@@ -150,6 +150,20 @@ fn a_backup_moves_a_relay_from_fjall_to_postgres_and_back() {
     ]);
     assert!(err.contains("truncated backup"), "{err}");
     assert!(!none.exists(), "a refused restore created the directory");
+    // A raw-row backup of an older fjall relay (format 1) is refused by PostgreSQL, saying how
+    // to move it.
+    let old = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("keyspace/tests/fixtures/schema1-format1.mbxbak");
+    let (_, err) = tool_fails(&[
+        "restore",
+        "--store",
+        &empty_url,
+        old.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        err.contains("restores only into a store directory"),
+        "{err}"
+    );
     // The database the refused restores aimed at is still empty: a good restore goes in.
     tool_ok(&["restore", "--store", &empty_url, file2s]);
 }

@@ -333,7 +333,10 @@ fn a_backup_restores_the_sender_index_from_its_lists() {
         (BACKUP_FORMAT_VERSION, SCHEMA_VERSION)
     );
     let count = |name: &str| s.counts.iter().find(|(n, _)| n == name).map(|c| c.1);
-    assert_eq!((count("sender_lists"), count("sender_index")), (Some(2), None));
+    assert_eq!(
+        (count("sender_lists"), count("sender_index")),
+        (Some(2), None)
+    );
     restore_backup(&file, &dir.path().join("r")).unwrap();
     let restored = open_with(&dir.path().join("r"), TestClock::new(2_000));
     assert_eq!(assert_index_exact(&restored), 3);
