@@ -3,6 +3,8 @@
 //! the reference's exact text with nothing stored.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -51,20 +53,29 @@ fn bytes_under(dir: &Path) -> u64 {
     n
 }
 
+/// The store's size: the bytes of the fjall directory, or of the PostgreSQL database.
+fn store_bytes(relay: &Relay) -> u64 {
+    match relay.db_url() {
+        None => bytes_under(relay.store_dir()),
+        Some(url) => psql(url, "SELECT pg_database_size(current_database())")
+            .parse()
+            .expect("database size"),
+    }
+}
+
 /// The attack of issue 19: one enrolled key posts 1 MB lists for 200 fresh keys (each validly
 /// signed by the key it names) and another enrolled host's own signed list. Every one is
 /// refused with `400 bad sender list`, the store does not grow, and the other host's list
 /// was not stored (it can still store that very list itself); the attacker's own list works.
-#[test]
-fn one_key_cannot_store_sender_lists_for_other_keys() {
-    let relay = Relay::start_generous(&[]);
+fn one_key_cannot_store_sender_lists_for_other_keys(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let attacker = Host::enrolled(&relay, "attacker");
     let victim = Host::enrolled(&relay, "victim");
     let friend = Host::enrolled(&relay, "friend");
     // Let the enrolments' writes settle before measuring the store.
     assert_eq!(relay.get("/health").status, 200);
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let before = bytes_under(relay.store_dir());
+    let before = store_bytes(&relay);
 
     let started = Instant::now();
     let mut sent = 0usize;
@@ -98,7 +109,7 @@ fn one_key_cannot_store_sender_lists_for_other_keys() {
         .assert_error(400, "bad sender list");
 
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let after = bytes_under(relay.store_dir());
+    let after = store_bytes(&relay);
     println!(
         "200 foreign lists ({} MB sent) refused in {elapsed:?}; store {before} -> {after} bytes",
         sent / 1_000_000
@@ -131,9 +142,8 @@ fn one_key_cannot_store_sender_lists_for_other_keys() {
 /// canonical(list) of 65,536 bytes is stored; one byte more is `400 bad sender list`, with
 /// nothing stored (the smaller list, posted later with an older iat, is still refused as not
 /// newer only because the first was stored).
-#[test]
-fn a_sender_list_over_64_kib_canonical_is_refused() {
-    let relay = Relay::start_generous(&[]);
+fn a_sender_list_over_64_kib_canonical_is_refused(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-cap");
     let friend = Host::enrolled(&relay, "f-cap");
     let iat = now_ms() - 10_000;
@@ -162,9 +172,8 @@ fn a_sender_list_over_64_kib_canonical_is_refused() {
 // ----- one test per docs/protocol.md §3 text -----
 
 /// `400 {"error":"bad sender list"}` for a malformed list: the bare text, no `: <why>`.
-#[test]
-fn bad_sender_list_is_the_whole_text_for_a_malformed_list() {
-    let relay = Relay::start_generous(&[]);
+fn bad_sender_list_is_the_whole_text_for_a_malformed_list(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-bad");
     let good = list_record(&t.pubkey(), &[random_pubkey()], now_ms(), None);
     let mut bodies = vec![
@@ -196,9 +205,8 @@ fn bad_sender_list_is_the_whole_text_for_a_malformed_list() {
 
 /// `400 {"error":"bad sender list"}` for a list naming any key but the caller's, even one
 /// validly signed by that (enrolled) key.
-#[test]
-fn bad_sender_list_for_another_keys_list_even_validly_signed() {
-    let relay = Relay::start_generous(&[]);
+fn bad_sender_list_for_another_keys_list_even_validly_signed(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let caller = Host::enrolled(&relay, "t-caller");
     let owner = Host::enrolled(&relay, "t-owner");
     let theirs = signed(
@@ -218,9 +226,8 @@ fn bad_sender_list_for_another_keys_list_even_validly_signed() {
 }
 
 /// `400 {"error":"sender list iat is in the future"}` past 5 minutes ahead.
-#[test]
-fn sender_list_iat_is_in_the_future_text() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_iat_is_in_the_future_text(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-fut");
     t.publish_senders(&relay, &[random_pubkey()], now_ms() + 6 * 60_000)
         .assert_error(400, "sender list iat is in the future");
@@ -228,9 +235,8 @@ fn sender_list_iat_is_in_the_future_text() {
 
 /// `401 {"error":"sender list is not signed by the target"}` for a signature by another key
 /// or over other content.
-#[test]
-fn sender_list_is_not_signed_by_the_target_text() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_is_not_signed_by_the_target_text(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-sig");
     let l = list_record(&t.pubkey(), &[random_pubkey()], now_ms(), None);
     t.post_json(&relay, SENDERS, &signed(&l, &SigningKey::generate()))
@@ -243,9 +249,8 @@ fn sender_list_is_not_signed_by_the_target_text() {
 
 /// `409 {"error":"a newer sender list is already stored"}` for an older list, and for one of
 /// the same iat (the stored one stays: "newer iat replaces older").
-#[test]
-fn a_newer_sender_list_is_already_stored_text() {
-    let relay = Relay::start_generous(&[]);
+fn a_newer_sender_list_is_already_stored_text(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-409");
     let iat = now_ms() - 10_000;
     t.publish_senders(&relay, &[random_pubkey()], iat).ok();
@@ -253,4 +258,16 @@ fn a_newer_sender_list_is_already_stored_text() {
         t.publish_senders(&relay, &[random_pubkey()], older_or_same)
             .assert_error(409, "a newer sender list is already stored");
     }
+}
+
+backend_tests! {
+    ;
+    postgres ignored:
+    one_key_cannot_store_sender_lists_for_other_keys,
+    a_sender_list_over_64_kib_canonical_is_refused,
+    bad_sender_list_is_the_whole_text_for_a_malformed_list,
+    bad_sender_list_for_another_keys_list_even_validly_signed,
+    sender_list_iat_is_in_the_future_text,
+    sender_list_is_not_signed_by_the_target_text,
+    a_newer_sender_list_is_already_stored_text,
 }

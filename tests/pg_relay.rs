@@ -1,28 +1,45 @@
 //! `mbx-relay serve --store postgres://...` as real processes on a throwaway PostgreSQL: two
-//! hosts exchange mail, and two relay processes serve one database (push via one, pull and ack
-//! via the other; challenge via one, enrol via the other).
+//! hosts exchange mail; two relay processes serve one database (push via one, pull and ack via
+//! the other; challenge via one, enrol via the other); one of two processes killed with SIGKILL
+//! under load (the other keeps serving and takes the background-work lease, nothing
+//! acknowledged is lost or doubled); PostgreSQL itself killed mid-load.
 
 mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use common::*;
 use mbx_relay::wire::keys::SigningKey;
 use relay_pgstore::cluster::PgCluster;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A relay serving `url` with the relay key `seed` (every process on one database shares it).
 fn pg_relay(url: &str, seed: &str) -> Relay {
-    let mut args: Vec<&str> = GENEROUS.to_vec();
-    args.extend(["--store", url]);
-    Relay::launch(RelayOpts::args(&args).env("MBX_RELAY_KEY", seed)).expect("relay on postgres")
+    pg_relay_with(url, seed, &[])
+}
+
+/// [`pg_relay`] with extra environment variables.
+fn pg_relay_with(url: &str, seed: &str, env: &[(&str, &str)]) -> Relay {
+    let mut opts = Backend::Postgres
+        .opts(GENEROUS)
+        .db(url)
+        .env("MBX_RELAY_KEY", seed);
+    for (k, v) in env {
+        opts = opts.env(k, v);
+    }
+    Relay::launch(opts).expect("relay on postgres")
 }
 
 #[test]
 fn two_hosts_exchange_mail_through_a_relay_on_postgres() {
-    let Some(pg) = PgCluster::start_or_skip("pg_relay") else {
+    if !postgres_available("pg_relay") {
         return;
-    };
+    }
     let key = SigningKey::generate();
-    let relay = pg_relay(&pg.fresh_db(), &key.seed_b64());
+    let relay = pg_relay(&fresh_database(), &key.seed_b64());
     assert_eq!(relay.pubkey(), key.public_b64());
     let (alice, bob) = (
         Host::enrolled(&relay, "alice"),
@@ -67,11 +84,11 @@ fn two_hosts_exchange_mail_through_a_relay_on_postgres() {
 
 #[test]
 fn two_relay_processes_serve_one_database() {
-    let Some(pg) = PgCluster::start_or_skip("pg_relay") else {
+    if !postgres_available("pg_relay") {
         return;
-    };
+    }
     let key = SigningKey::generate();
-    let url = pg.fresh_db();
+    let url = fresh_database();
     let (one, two) = (
         pg_relay(&url, &key.seed_b64()),
         pg_relay(&url, &key.seed_b64()),
@@ -164,4 +181,265 @@ fn postgres_killed_mid_load_gives_503_then_serves_again_without_a_relay_restart(
         assert!(got.contains(id), "accepted item {id} lost; queued: {got:?}");
     }
     relay.assert_alive();
+}
+
+/// One answered push of the kill test: item id, `(target, seq)` per target, status, and
+/// whether it was retried at the survivor.
+type Answered = (String, Vec<(String, u64)>, String, bool);
+
+/// Heartbeat period of the relays in the kill test (`MBX_RELAY_TEST_HEARTBEAT_MS`): the leader
+/// lease lasts three periods unrenewed.
+const TEST_HEARTBEAT_MS: u64 = 300;
+/// Pushes per sender at most, and the pause between two of one sender: a steady, bounded load.
+const MAX_PUSHES_PER_SENDER: usize = 300;
+const PUSH_PAUSE: Duration = Duration::from_millis(5);
+/// How long the load runs before the kill, and on after the lease passed.
+const LOAD_BEFORE_KILL: Duration = Duration::from_millis(1_500);
+const LOAD_AFTER_TAKEOVER: Duration = Duration::from_millis(1_000);
+
+/// The background-work lease row `(holder, until_ms)`, if taken (a row the protocol does not
+/// show; read with psql).
+fn lease(url: &str) -> Option<(String, u64)> {
+    let row = psql(
+        url,
+        "SELECT holder, until_ms FROM leases WHERE name = 'background'",
+    );
+    let (holder, until) = row.split_once('|')?;
+    Some((holder.to_string(), until.parse().expect("until_ms")))
+}
+
+/// The heartbeat the lease holder writes (ms; 0 before the first).
+fn heartbeat_ms(url: &str) -> u64 {
+    psql(
+        url,
+        "SELECT coalesce(heartbeat_ms, 0) FROM meta WHERE id = 1",
+    )
+    .parse()
+    .expect("heartbeat_ms")
+}
+
+/// Poll `f` every 50 ms until it returns `Some`, for at most `limit`.
+fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One item pushed until a relay answered it: at `first`, and when that relay does not answer
+/// (it was killed: `killed` must be set by then) again at `survivor`, as a sender retries.
+/// Returns the result (accepted, or on a retry possibly duplicate) and whether it was retried.
+fn push_until_answered(
+    sender: &Host,
+    item: &Value,
+    first: SocketAddr,
+    survivor: SocketAddr,
+    killed: &AtomicBool,
+) -> (Value, bool) {
+    let body = json!({ "items": [item] }).to_string();
+    let path = "/v2/relay/items";
+    match sender.try_call_at(first, "POST", path, body.as_bytes()) {
+        Ok(r) if r.status == 200 => return (r.json()["results"][0].clone(), false),
+        failed => assert!(
+            first != survivor && killed.load(Ordering::SeqCst),
+            "a push to a live relay failed: {:?}",
+            failed.map(|r| format!("{} {}", r.status, r.text()))
+        ),
+    }
+    let r = sender
+        .try_call_at(survivor, "POST", path, body.as_bytes())
+        .expect("the surviving relay answers");
+    assert_eq!(r.status, 200, "the survivor serves: {}", r.text());
+    (r.json()["results"][0].clone(), true)
+}
+
+/// Pull and ack everything queued for `host` at `relay` until `done` is set and the queue is
+/// empty; every pull and ack must succeed. Returns `(item_id, seq)` in the order received.
+fn drain_while(
+    host: &Host,
+    relay: SocketAddr,
+    epoch: &str,
+    done: &AtomicBool,
+) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    let mut after = 0u64;
+    for _ in 0..100_000 {
+        let finished = done.load(Ordering::SeqCst);
+        let path = format!("/v2/relay/items?after={after}");
+        let page = host
+            .try_call_at(relay, "GET", &path, b"")
+            .expect("pull at the live relay");
+        assert_eq!(page.status, 200, "pull: {}", page.text());
+        let page = page.json();
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        for i in &items {
+            let seq = i["seq"].as_u64().expect("seq");
+            assert!(seq > after, "seqs rise: {seq} after {after}");
+            got.push((i["item_id"].as_str().expect("item_id").to_string(), seq));
+            after = seq;
+        }
+        if !items.is_empty() {
+            let ack = json!({"epoch": epoch, "through": after}).to_string();
+            let r = host
+                .try_call_at(relay, "POST", "/v2/relay/ack", ack.as_bytes())
+                .expect("ack at the live relay");
+            assert_eq!(r.status, 200, "ack: {}", r.text());
+        } else if finished {
+            return got;
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("the drain did not finish");
+}
+
+#[test]
+fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothing_acknowledged() {
+    if !postgres_available("pg_relay") {
+        return;
+    }
+    let key = SigningKey::generate();
+    let url = fresh_database();
+    let hb = TEST_HEARTBEAT_MS.to_string();
+    let env = [("MBX_RELAY_TEST_HEARTBEAT_MS", hb.as_str())];
+    let mut one = pg_relay_with(&url, &key.seed_b64(), &env);
+    // `one` leads the background work before `two` exists.
+    let (leader, _) = poll(Duration::from_secs(10), || lease(&url)).expect("one takes the lease");
+    let two = pg_relay_with(&url, &key.seed_b64(), &env);
+    let epoch = two.epoch();
+    let (bob, carol) = (Host::enrolled(&one, "bob"), Host::enrolled(&two, "carol"));
+    let senders: Vec<Host> = (0..4)
+        .map(|i| Host::enrolled(if i % 2 == 0 { &one } else { &two }, &format!("s{i}")))
+        .collect();
+    let (addr_one, addr_two) = (one.addr(), two.addr());
+
+    let killed = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
+    let senders_done = AtomicBool::new(false);
+    // Every answered push: (item_id, [(target, seq)], status, retried).
+    let answered: Mutex<Vec<Answered>> = Mutex::new(Vec::new());
+    let (mut received_bob, mut received_carol) = (Vec::new(), Vec::new());
+    let (mut takeover_ms, mut killed_at_ms) = (0u64, 0u64);
+    std::thread::scope(|s| {
+        let rx_bob = s.spawn(|| drain_while(&bob, addr_two, &epoch, &senders_done));
+        let rx_carol = s.spawn(|| drain_while(&carol, addr_two, &epoch, &senders_done));
+        let pushers: Vec<_> = senders
+            .iter()
+            .enumerate()
+            .map(|(i, sender)| {
+                let (bob, carol, killed, stop, answered) =
+                    (&bob, &carol, &killed, &stop, &answered);
+                s.spawn(move || {
+                    for n in 0..MAX_PUSHES_PER_SENDER {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let targets: Vec<&Host> = match n % 3 {
+                            0 => vec![bob],
+                            1 => vec![carol],
+                            _ => vec![bob, carol],
+                        };
+                        let item = envelope_item(sender, &targets);
+                        let first = if (i + n) % 2 == 0 { addr_one } else { addr_two };
+                        let (r, retried) =
+                            push_until_answered(sender, &item, first, addr_two, killed);
+                        let status = r["status"].as_str().unwrap_or("").to_string();
+                        let seqs = r["targets"]
+                            .as_array()
+                            .expect("targets")
+                            .iter()
+                            .map(|t| {
+                                let pk = t["host_pubkey"].as_str().expect("pk").to_string();
+                                (pk, t["seq"].as_u64().expect("seq"))
+                            })
+                            .collect();
+                        let id = item["item_id"].as_str().expect("item_id").to_string();
+                        answered.lock().unwrap().push((id, seqs, status, retried));
+                        std::thread::sleep(PUSH_PAUSE);
+                    }
+                })
+            })
+            .collect();
+
+        std::thread::sleep(LOAD_BEFORE_KILL);
+        let (holder, until_ms) = lease(&url).expect("lease row");
+        assert_eq!(holder, leader, "a live leader keeps the lease under load");
+        killed.store(true, Ordering::SeqCst);
+        killed_at_ms = now_ms() as u64;
+        one.kill9();
+        // The survivor takes the lease once the dead leader's lapses (three heartbeats), and
+        // writes the heartbeat from then on.
+        let limit = Duration::from_millis(until_ms.saturating_sub(killed_at_ms) + 5_000);
+        let (new_holder, _) = poll(limit, || lease(&url).filter(|(h, _)| *h != leader))
+            .unwrap_or_else(|| panic!("the lease did not pass within {limit:?} of the kill"));
+        takeover_ms = now_ms() as u64;
+        assert_ne!(new_holder, leader);
+        poll(Duration::from_secs(5), || {
+            (heartbeat_ms(&url) > takeover_ms).then_some(())
+        })
+        .expect("the new leader writes the heartbeat");
+
+        std::thread::sleep(LOAD_AFTER_TAKEOVER);
+        stop.store(true, Ordering::SeqCst);
+        for p in pushers {
+            p.join().expect("sender thread");
+        }
+        senders_done.store(true, Ordering::SeqCst);
+        received_bob = rx_bob.join().expect("bob's drain");
+        received_carol = rx_carol.join().expect("carol's drain");
+    });
+    two.assert_alive();
+
+    let answered = answered.into_inner().unwrap();
+    let retried = answered.iter().filter(|a| a.3).count();
+    eprintln!(
+        "{} pushes answered ({retried} retried at the survivor after the kill); lease passed \
+         {} ms after the kill",
+        answered.len(),
+        takeover_ms - killed_at_ms
+    );
+    assert!(
+        answered.len() >= 40,
+        "a real load: {} pushes",
+        answered.len()
+    );
+    for (id, _, status, retried) in &answered {
+        let ok = status == "accepted" || (*retried && status == "duplicate");
+        assert!(ok, "{id}: {status} (retried: {retried})");
+    }
+    // Every acknowledged (item, target) reached its target exactly once, with its seq; nothing
+    // else arrived.
+    for (host, received) in [(&bob, &received_bob), (&carol, &received_carol)] {
+        let pk = host.pubkey();
+        let mut expected: Vec<(String, u64)> = answered
+            .iter()
+            .flat_map(|(id, seqs, _, _)| {
+                seqs.iter()
+                    .filter(|(t, _)| *t == pk)
+                    .map(move |(_, seq)| (id.clone(), *seq))
+            })
+            .collect();
+        expected.sort_by_key(|(_, seq)| *seq);
+        let mut got = received.clone();
+        got.sort_by_key(|(_, seq)| *seq);
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "{}: received {} items, {} acknowledged",
+            host.name,
+            got.len(),
+            expected.len()
+        );
+        assert_eq!(
+            got, expected,
+            "{}: exactly the acknowledged items",
+            host.name
+        );
+    }
 }

@@ -2,21 +2,21 @@
 //! minute, pushes 120 per sender per minute, hosts per name 16, open challenges 10,000.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use serde_json::json;
 
-#[test]
-fn default_enrolment_rate_is_30_per_minute() {
-    let relay = Relay::start(&[]);
+fn default_enrolment_rate_is_30_per_minute(backend: Backend) {
+    let relay = backend.start(&[]);
     for i in 0..30 {
         Host::new(&format!("r{i}")).challenge(&relay).ok();
     }
     Host::new("r30").challenge(&relay).assert_some_error(429);
 }
 
-#[test]
-fn default_push_rate_is_120_per_minute() {
-    let relay = Relay::start(&[]);
+fn default_push_rate_is_120_per_minute(backend: Backend) {
+    let relay = backend.start(&[]);
     let s = Host::enrolled(&relay, "pr-s");
     let a = Host::enrolled(&relay, "pr-a");
     for i in 0..120 {
@@ -31,9 +31,8 @@ fn default_push_rate_is_120_per_minute() {
     );
 }
 
-#[test]
-fn default_hosts_per_name_is_16() {
-    let relay = Relay::start(&[
+fn default_hosts_per_name_is_16(backend: Backend) {
+    let relay = backend.start(&[
         "--enrol-per-minute",
         "1000",
         "--enrol-per-minute-v4-24",
@@ -57,9 +56,8 @@ fn default_hosts_per_name_is_16() {
     first.pull(&relay, "").ok();
 }
 
-#[test]
-fn default_open_challenge_cap_is_10000() {
-    let relay = Relay::start(&[
+fn default_open_challenge_cap_is_10000(backend: Backend) {
+    let relay = backend.start(&[
         "--enrol-per-minute",
         "100000",
         "--enrol-per-minute-v4-24",
@@ -91,9 +89,8 @@ fn default_open_challenge_cap_is_10000() {
         .assert_some_error(503);
 }
 
-#[test]
-fn default_max_targets_is_64_inclusive() {
-    let relay = Relay::start_generous(&[]);
+fn default_max_targets_is_64_inclusive(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "mt-s");
     let targets: Vec<Host> = (0..64)
         .map(|i| Host::enrolled(&relay, &format!("mt-{i}")))
@@ -108,9 +105,8 @@ fn default_max_targets_is_64_inclusive() {
     assert_rejected(&s.push_one(&relay, &it), "bad targets");
 }
 
-#[test]
-fn default_pull_page_stops_at_about_8_mib() {
-    let relay = Relay::start_generous(&[]);
+fn default_pull_page_stops_at_about_8_mib(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "pb-s");
     let a = Host::enrolled(&relay, "pb-a");
     for _ in 0..20 {
@@ -126,4 +122,15 @@ fn default_pull_page_stops_at_about_8_mib() {
     );
     assert_eq!(p["more"], json!(true));
     assert_eq!(a.pull_all(&relay, 0).len(), 20);
+}
+
+backend_tests! {
+    ;
+    postgres ignored:
+    default_enrolment_rate_is_30_per_minute,
+    default_push_rate_is_120_per_minute,
+    default_hosts_per_name_is_16,
+    default_open_challenge_cap_is_10000,
+    default_max_targets_is_64_inclusive,
+    default_pull_page_stops_at_about_8_mib,
 }

@@ -3,6 +3,8 @@
 //! Each test is named after the rule it proves.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use std::time::Duration;
 
 use common::*;
@@ -80,9 +82,8 @@ fn you_enc_ad(relay: &Relay, host: &Host) -> Value {
 
 // ----- publish: success, last write wins, independence -----
 
-#[test]
-fn v2_ad_published_is_served_with_ad_and_ad_sig_and_no_sig() {
-    let relay = Relay::start_generous(&[]);
+fn v2_ad_published_is_served_with_ad_and_ad_sig_and_no_sig(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "v2-only");
     let b = Host::enrolled(&relay, "asker");
     let ep = enc_pub();
@@ -97,9 +98,8 @@ fn v2_ad_published_is_served_with_ad_and_ad_sig_and_no_sig() {
     assert_keys(&r, &["host", "host_pubkey", "enc_pub", "ad", "ad_sig"]);
 }
 
-#[test]
-fn v2_last_valid_write_wins_even_with_an_older_iat() {
-    let relay = Relay::start_generous(&[]);
+fn v2_last_valid_write_wins_even_with_an_older_iat(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "lww");
     let b = Host::enrolled(&relay, "asker");
     let now = now_ms();
@@ -116,9 +116,8 @@ fn v2_last_valid_write_wins_even_with_an_older_iat() {
     assert_eq!(fetch_all(&relay, &b, &a).ok()["ad"], older);
 }
 
-#[test]
-fn v2_extra_signed_fields_are_kept_and_served() {
-    let relay = Relay::start_generous(&[]);
+fn v2_extra_signed_fields_are_kept_and_served(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "extras");
     let b = Host::enrolled(&relay, "asker");
     let mut ad = fresh_ad(&a, &enc_pub());
@@ -141,9 +140,8 @@ fn v2_extra_signed_fields_are_kept_and_served() {
     assert!(pos.windows(2).all(|w| w[0] < w[1]), "sorted keys: {text}");
 }
 
-#[test]
-fn v1_and_v2_publishes_leave_each_other_alone_and_the_v1_pair_is_on_top() {
-    let relay = Relay::start_generous(&[]);
+fn v1_and_v2_publishes_leave_each_other_alone_and_the_v1_pair_is_on_top(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "both");
     let b = Host::enrolled(&relay, "asker");
     let (ep1, ep2) = (enc_pub(), enc_pub());
@@ -167,9 +165,8 @@ fn v1_and_v2_publishes_leave_each_other_alone_and_the_v1_pair_is_on_top() {
     assert_eq!((r["enc_pub"].clone(), r["ad"].clone()), (json!(ep3), ad2));
 }
 
-#[test]
-fn v1_only_host_gets_exactly_host_host_pubkey_enc_pub_sig() {
-    let relay = Relay::start_generous(&[]);
+fn v1_only_host_gets_exactly_host_host_pubkey_enc_pub_sig(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "old-host");
     let b = Host::enrolled(&relay, "asker");
     let ep = enc_pub();
@@ -185,9 +182,8 @@ fn v1_only_host_gets_exactly_host_host_pubkey_enc_pub_sig() {
     assert_keys(&r.json(), &["host", "host_pubkey", "enc_pub", "sig"]);
 }
 
-#[test]
-fn neither_ad_is_404_unknown_host() {
-    let relay = Relay::start_generous(&[]);
+fn neither_ad_is_404_unknown_host(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "silent");
     let b = Host::enrolled(&relay, "asker");
     fetch_all(&relay, &b, &a).assert_error(404, "unknown host");
@@ -198,9 +194,8 @@ fn neither_ad_is_404_unknown_host() {
     fetch_all(&relay, &b, &a).assert_error(404, "unknown host");
 }
 
-#[test]
-fn fetch_without_a_usable_lookup_is_404_unknown_host() {
-    let relay = Relay::start_generous(&[]);
+fn fetch_without_a_usable_lookup_is_404_unknown_host(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "lookup");
     publish_v2(&relay, &a, &fresh_ad(&a, &enc_pub())).ok();
     for path in [
@@ -230,9 +225,8 @@ fn fetch_without_a_usable_lookup_is_404_unknown_host() {
     assert_eq!(r["host_pubkey"], json!(a.pubkey()));
 }
 
-#[test]
-fn expired_v2_ad_is_still_served_and_shown_in_info() {
-    let relay = Relay::start_generous(&[]);
+fn expired_v2_ad_is_still_served_and_shown_in_info(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "short");
     let b = Host::enrolled(&relay, "asker");
     let now = now_ms();
@@ -249,9 +243,8 @@ fn expired_v2_ad_is_still_served_and_shown_in_info() {
     assert_refused(&publish_v2(&relay, &a, &ad), "expired");
 }
 
-#[test]
-fn v2_dates_accept_offsets_no_offset_and_a_bare_date() {
-    let relay = Relay::start_generous(&[]);
+fn v2_dates_accept_offsets_no_offset_and_a_bare_date(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "dates");
     let b = Host::enrolled(&relay, "asker");
     let now = now_ms();
@@ -292,9 +285,8 @@ fn shift_to_plus_0130(now: i64) -> String {
 
 // ----- every refusal reason, its text, and the check order -----
 
-#[test]
-fn refused_unsigned_when_sig_is_missing_null_or_empty() {
-    let relay = Relay::start_generous(&[]);
+fn refused_unsigned_when_sig_is_missing_null_or_empty(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "unsigned");
     let ad = fresh_ad(&a, &enc_pub());
     for body in [
@@ -307,9 +299,8 @@ fn refused_unsigned_when_sig_is_missing_null_or_empty() {
     }
 }
 
-#[test]
-fn refused_malformed_for_each_shape_rule() {
-    let relay = Relay::start_generous(&[]);
+fn refused_malformed_for_each_shape_rule(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "shapes");
     let b = Host::enrolled(&relay, "asker");
     let good = fresh_ad(&a, &enc_pub());
@@ -355,9 +346,8 @@ fn refused_malformed_for_each_shape_rule() {
     fetch_all(&relay, &b, &a).assert_error(404, "unknown host");
 }
 
-#[test]
-fn refused_malformed_when_the_canonical_record_is_over_65536_bytes() {
-    let relay = Relay::start_generous(&[]);
+fn refused_malformed_when_the_canonical_record_is_over_65536_bytes(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "big");
     let b = Host::enrolled(&relay, "asker");
     let mut ad = fresh_ad(&a, &enc_pub());
@@ -373,9 +363,8 @@ fn refused_malformed_when_the_canonical_record_is_over_65536_bytes() {
     assert_eq!(fetch_all(&relay, &b, &a).ok()["ad"], ad, "nothing stored");
 }
 
-#[test]
-fn refused_wrong_peer_for_another_key_or_another_name() {
-    let relay = Relay::start_generous(&[]);
+fn refused_wrong_peer_for_another_key_or_another_name(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "Peer-A");
     let other = Host::enrolled(&relay, "peer-b");
     let good = fresh_ad(&a, &enc_pub());
@@ -400,9 +389,8 @@ fn refused_wrong_peer_for_another_key_or_another_name() {
     assert_eq!(publish_v2(&relay, &a, &good).ok(), json!({"ok": true}));
 }
 
-#[test]
-fn refused_bad_signature() {
-    let relay = Relay::start_generous(&[]);
+fn refused_bad_signature(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "badsig");
     let ad = fresh_ad(&a, &enc_pub());
     let mut tampered = ad.clone();
@@ -422,9 +410,8 @@ fn refused_bad_signature() {
     }
 }
 
-#[test]
-fn refused_malformed_when_a_date_does_not_parse() {
-    let relay = Relay::start_generous(&[]);
+fn refused_malformed_when_a_date_does_not_parse(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "baddate");
     for (field, value) in [
         ("iat", "yesterday"),
@@ -438,9 +425,8 @@ fn refused_malformed_when_a_date_does_not_parse() {
     }
 }
 
-#[test]
-fn refused_not_yet_valid_when_iat_is_over_five_minutes_ahead() {
-    let relay = Relay::start_generous(&[]);
+fn refused_not_yet_valid_when_iat_is_over_five_minutes_ahead(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "future");
     let now = now_ms();
     let ad = ad(&a, &enc_pub(), now + 6 * 60_000, now + 30 * DAY);
@@ -454,9 +440,8 @@ fn ad_at(host: &Host, iat: i64, exp: i64) -> Value {
     ad(host, &enc_pub(), iat, exp)
 }
 
-#[test]
-fn refused_expired_when_exp_is_not_after_now() {
-    let relay = Relay::start_generous(&[]);
+fn refused_expired_when_exp_is_not_after_now(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "stale");
     let now = now_ms();
     for exp in [now - 1, now - 30 * DAY] {
@@ -467,9 +452,10 @@ fn refused_expired_when_exp_is_not_after_now() {
     }
 }
 
-#[test]
-fn refused_lifetime_over_the_maximum_beyond_ninety_days_and_exactly_ninety_is_accepted() {
-    let relay = Relay::start_generous(&[]);
+fn refused_lifetime_over_the_maximum_beyond_ninety_days_and_exactly_ninety_is_accepted(
+    backend: Backend,
+) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "long");
     let now = now_ms();
     assert_refused(
@@ -487,9 +473,8 @@ fn refused_lifetime_over_the_maximum_beyond_ninety_days_and_exactly_ninety_is_ac
     );
 }
 
-#[test]
-fn the_first_failing_check_in_protocol_order_decides() {
-    let relay = Relay::start_generous(&[]);
+fn the_first_failing_check_in_protocol_order_decides(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "order");
     let now = now_ms();
     let good = fresh_ad(&a, &enc_pub());
@@ -533,9 +518,8 @@ fn the_first_failing_check_in_protocol_order_decides() {
     );
 }
 
-#[test]
-fn no_hop_is_401_before_the_body_is_parsed_and_bad_json_is_400() {
-    let relay = Relay::start_generous(&[]);
+fn no_hop_is_401_before_the_body_is_parsed_and_bad_json_is_400(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "json");
     relay
         .post("/v2/relay/enc-key", b"{not json")
@@ -553,10 +537,9 @@ fn no_hop_is_401_before_the_body_is_parsed_and_bad_json_is_400() {
         .assert_error(401, "bad relay hop");
 }
 
-#[test]
-fn v2_publish_body_over_8_mib_is_413() {
+fn v2_publish_body_over_8_mib_is_413(backend: Backend) {
     const CAP: usize = 8 * 1024 * 1024;
-    let relay = Relay::start_generous(&[]);
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "cap-v2");
     let over = format!("{{}}{}", " ".repeat(CAP + 1 - 2));
     // Signed over another body: the relay must refuse while reading, before any check.
@@ -578,9 +561,8 @@ fn v2_publish_body_over_8_mib_is_413() {
 
 // ----- v1 publish texts -----
 
-#[test]
-fn v1_publish_answers_enc_pub_and_sig_required_and_bad_enc_key_signature() {
-    let relay = Relay::start_generous(&[]);
+fn v1_publish_answers_enc_pub_and_sig_required_and_bad_enc_key_signature(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "v1texts");
     let ep = enc_pub();
     for body in [
@@ -606,9 +588,8 @@ fn v1_publish_answers_enc_pub_and_sig_required_and_bad_enc_key_signature() {
 
 // ----- info: you.enc_ad -----
 
-#[test]
-fn you_enc_ad_is_null_then_shows_v1_and_v2_each_null_when_missing() {
-    let relay = Relay::start_generous(&[]);
+fn you_enc_ad_is_null_then_shows_v1_and_v2_each_null_when_missing(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let v1_first = Host::enrolled(&relay, "v1-first");
     let v2_first = Host::enrolled(&relay, "v2-first");
     for h in [&v1_first, &v2_first] {
@@ -640,9 +621,8 @@ fn you_enc_ad_is_null_then_shows_v1_and_v2_each_null_when_missing() {
 
 // ----- rotation, revocation, durability -----
 
-#[test]
-fn rotation_removes_both_ads_of_the_old_key_and_revoked_keys_are_never_served() {
-    let relay = Relay::start_generous(&[]);
+fn rotation_removes_both_ads_of_the_old_key_and_revoked_keys_are_never_served(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let old = Host::enrolled(&relay, "rotating");
     let asker = Host::enrolled(&relay, "asker");
     old.publish_enc(&relay, &enc_pub()).ok();
@@ -673,9 +653,8 @@ fn rotation_removes_both_ads_of_the_old_key_and_revoked_keys_are_never_served() 
     publish_v2(&relay, &old, &fresh_ad(&old, &enc_pub())).assert_error(401, "bad relay hop");
 }
 
-#[test]
-fn kill9_keeps_both_ads_and_you_enc_ad() {
-    let mut relay = Relay::start(GENEROUS);
+fn kill9_keeps_both_ads_and_you_enc_ad(backend: Backend) {
+    let mut relay = backend.start(GENEROUS);
     let a = Host::enrolled(&relay, "durable");
     let b = Host::enrolled(&relay, "asker");
     let ep = enc_pub();
@@ -692,4 +671,34 @@ fn kill9_keeps_both_ads_and_you_enc_ad() {
     assert_eq!(before["ad"], ad);
     assert_eq!(before["enc_pub"], json!(ep));
     assert_eq!(you_enc_ad(&relay, &a), you_before);
+}
+
+backend_tests! {
+    v2_ad_published_is_served_with_ad_and_ad_sig_and_no_sig,
+    v2_last_valid_write_wins_even_with_an_older_iat,
+    v1_and_v2_publishes_leave_each_other_alone_and_the_v1_pair_is_on_top,
+    you_enc_ad_is_null_then_shows_v1_and_v2_each_null_when_missing,
+    rotation_removes_both_ads_of_the_old_key_and_revoked_keys_are_never_served,
+    kill9_keeps_both_ads_and_you_enc_ad,
+    ;
+    postgres ignored:
+    v2_extra_signed_fields_are_kept_and_served,
+    v1_only_host_gets_exactly_host_host_pubkey_enc_pub_sig,
+    neither_ad_is_404_unknown_host,
+    fetch_without_a_usable_lookup_is_404_unknown_host,
+    expired_v2_ad_is_still_served_and_shown_in_info,
+    v2_dates_accept_offsets_no_offset_and_a_bare_date,
+    refused_unsigned_when_sig_is_missing_null_or_empty,
+    refused_malformed_for_each_shape_rule,
+    refused_malformed_when_the_canonical_record_is_over_65536_bytes,
+    refused_wrong_peer_for_another_key_or_another_name,
+    refused_bad_signature,
+    refused_malformed_when_a_date_does_not_parse,
+    refused_not_yet_valid_when_iat_is_over_five_minutes_ahead,
+    refused_expired_when_exp_is_not_after_now,
+    refused_lifetime_over_the_maximum_beyond_ninety_days_and_exactly_ninety_is_accepted,
+    the_first_failing_check_in_protocol_order_decides,
+    no_hop_is_401_before_the_body_is_parsed_and_bad_json_is_400,
+    v2_publish_body_over_8_mib_is_413,
+    v1_publish_answers_enc_pub_and_sig_required_and_bad_enc_key_signature,
 }

@@ -9,18 +9,18 @@
 //! `{"panic":true}` → panics.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use mbx_relay::wire::keys::parse_pubkey;
 use serde_json::{json, Value};
 
-fn stub_relay(args: &[&str]) -> Relay {
-    let mut all: Vec<String> = GENEROUS.iter().map(|s| s.to_string()).collect();
-    all.extend(args.iter().map(|s| s.to_string()));
-    let mut opts = RelayOpts {
-        args: all,
-        ..Default::default()
-    };
-    opts = opts.env("MBX_RELAY_TEST_AUTHORITY", "proof-stub");
+fn stub_relay(backend: Backend, args: &[&str]) -> Relay {
+    let mut all: Vec<&str> = GENEROUS.to_vec();
+    all.extend_from_slice(args);
+    let opts = backend
+        .opts(&all)
+        .env("MBX_RELAY_TEST_AUTHORITY", "proof-stub");
     Relay::launch(opts).expect("relay with the test authority starts")
 }
 
@@ -46,26 +46,41 @@ fn denied(text: &str) -> Value {
     json!({"error": text, "code": "DENIED"})
 }
 
-/// The enrolment row of `h` in a stopped relay's store.
-fn stored_enrolment(relay: &mut Relay, h: &Host) -> Option<relay_keyspace::Enrolment> {
+/// The enrolment row of `h`: `(authorized_by, account, authority_rank)`. On fjall read from the
+/// store of the relay, stopped for that and started again; on PostgreSQL from the database.
+fn stored_enrolment(relay: &mut Relay, h: &Host) -> Option<(String, Option<String>, u8)> {
+    let key = parse_pubkey(&h.pubkey()).expect("key");
+    if let Some(url) = relay.db_url() {
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let row = psql(
+            url,
+            &format!(
+                "SELECT authorized_by, authority_rank, account IS NULL, coalesce(account, '') \
+                 FROM enrolments WHERE host_pubkey = '\\x{hex}'::bytea"
+            ),
+        );
+        if row.is_empty() {
+            return None;
+        }
+        let f: Vec<&str> = row.split('|').collect();
+        let account = (f[2] == "f").then(|| f[3].to_string());
+        return Some((f[0].to_string(), account, f[1].parse().expect("rank")));
+    }
     relay.kill9();
     let opts = relay_keyspace::OpenOptions {
         create: false,
         ..Default::default()
     };
     let store = relay_keyspace::Store::open(relay.store_dir(), opts).expect("open store");
-    let e = store
-        .enrolment(&parse_pubkey(&h.pubkey()).expect("key"))
-        .expect("read");
+    let e = store.enrolment(&key).expect("read");
     store.close().expect("close");
     relay.start_again().expect("restart");
-    e
+    e.map(|e| (e.authorized_by, e.account, e.authority_rank))
 }
 
-#[test]
-fn a_refusing_authority_answers_403_denied_with_its_reason_and_stores_nothing() {
+fn a_refusing_authority_answers_403_denied_with_its_reason_and_stores_nothing(backend: Backend) {
     // One live enrolment at most: a refused enrolment that took room would lock out the next.
-    let relay = stub_relay(&["--max-enrolments", "1"]);
+    let relay = stub_relay(backend, &["--max-enrolments", "1"]);
     let h = Host::new("refused");
     let r = enrol_with(&relay, &h, Some(json!({"deny": "not on the guest list"})));
     assert_eq!(r.status, 403, "{}", r.text());
@@ -99,9 +114,8 @@ fn a_refusing_authority_answers_403_denied_with_its_reason_and_stores_nothing() 
     );
 }
 
-#[test]
-fn a_refused_key_enrols_later_when_the_authority_allows() {
-    let relay = stub_relay(&[]);
+fn a_refused_key_enrols_later_when_the_authority_allows(backend: Backend) {
+    let relay = stub_relay(backend, &[]);
     let h = Host::new("later");
     let r = enrol_with(&relay, &h, Some(json!({"deny": ""})));
     assert_eq!(r.json(), denied("enrolment not authorized"), "empty reason");
@@ -109,9 +123,8 @@ fn a_refused_key_enrols_later_when_the_authority_allows() {
     assert_eq!(h.info(&relay)["you"]["host"], json!("later"));
 }
 
-#[test]
-fn a_refusal_reason_is_cut_to_200_characters() {
-    let relay = stub_relay(&[]);
+fn a_refusal_reason_is_cut_to_200_characters(backend: Backend) {
+    let relay = stub_relay(backend, &[]);
     let h = Host::new("long");
     let reason = format!("{}{}", "r".repeat(200), "cut-off-tail");
     let r = enrol_with(&relay, &h, Some(json!({ "deny": reason })));
@@ -129,9 +142,8 @@ fn a_refusal_reason_is_cut_to_200_characters() {
     );
 }
 
-#[test]
-fn a_failing_authority_answers_403_unavailable_and_stores_nothing() {
-    let relay = stub_relay(&["--max-enrolments", "1"]);
+fn a_failing_authority_answers_403_unavailable_and_stores_nothing(backend: Backend) {
+    let relay = stub_relay(backend, &["--max-enrolments", "1"]);
     let h = Host::new("failing");
     for proof in [json!({"fail": true}), json!({"panic": true})] {
         let r = enrol_with(&relay, &h, Some(proof.clone()));
@@ -149,23 +161,19 @@ fn a_failing_authority_answers_403_unavailable_and_stores_nothing() {
     assert_eq!(enrol_with(&relay, &h, None).ok(), json!({"ok": true}));
 }
 
-#[test]
-fn an_allowed_enrolment_records_the_authority_name_and_account() {
-    let mut relay = stub_relay(&[]);
+fn an_allowed_enrolment_records_the_authority_name_and_account(backend: Backend) {
+    let mut relay = stub_relay(backend, &[]);
     let a = Host::new("laptop");
     assert_eq!(
         enrol_with(&relay, &a, Some(json!({"account": "acme"}))).ok(),
         json!({"ok": true})
     );
     let e = stored_enrolment(&mut relay, &a).expect("enrolled");
-    assert_eq!(e.authorized_by, "test-proof-stub");
-    assert_eq!(e.account.as_deref(), Some("acme"));
-    assert_eq!(e.authority_rank, 1);
+    assert_eq!(e, ("test-proof-stub".into(), Some("acme".into()), 1));
 }
 
-#[test]
-fn the_default_authority_is_host_key_challenge_and_passes_any_proof() {
-    let mut relay = Relay::start_generous(&[]);
+fn the_default_authority_is_host_key_challenge_and_passes_any_proof(backend: Backend) {
+    let mut relay = backend.start_generous(&[]);
     let h = Host::new("default");
     // The default authority allows every key, whatever the proof says.
     assert_eq!(
@@ -173,14 +181,11 @@ fn the_default_authority_is_host_key_challenge_and_passes_any_proof() {
         json!({"ok": true})
     );
     let e = stored_enrolment(&mut relay, &h).expect("enrolled");
-    assert_eq!(e.authorized_by, "host-key-challenge");
-    assert_eq!(e.account, None);
-    assert_eq!(e.authority_rank, 0);
+    assert_eq!(e, ("host-key-challenge".into(), None, 0));
 }
 
-#[test]
-fn a_name_is_unique_inside_a_proven_account_409_name_taken() {
-    let relay = stub_relay(&[]);
+fn a_name_is_unique_inside_a_proven_account_409_name_taken(backend: Backend) {
+    let relay = stub_relay(backend, &[]);
     let first = Host::new("desk");
     assert_eq!(
         enrol_with(&relay, &first, Some(json!({"account": "acme"}))).ok(),
@@ -207,4 +212,14 @@ fn a_name_is_unique_inside_a_proven_account_409_name_taken() {
         json!({"ok": true})
     );
     assert_eq!(enrol_with(&relay, &second, None).ok(), json!({"ok": true}));
+}
+
+backend_tests! {
+    a_refusing_authority_answers_403_denied_with_its_reason_and_stores_nothing,
+    a_refused_key_enrols_later_when_the_authority_allows,
+    a_refusal_reason_is_cut_to_200_characters,
+    a_failing_authority_answers_403_unavailable_and_stores_nothing,
+    an_allowed_enrolment_records_the_authority_name_and_account,
+    the_default_authority_is_host_key_challenge_and_passes_any_proof,
+    a_name_is_unique_inside_a_proven_account_409_name_taken,
 }

@@ -2,6 +2,8 @@
 //! once, notices and receipts expire silently, no notice for a sender that is no longer enrolled.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -28,9 +30,8 @@ fn kinds(items: &[Value]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn one_notice_per_expired_target_told_once_and_notices_expire_silently() {
-    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+fn one_notice_per_expired_target_told_once_and_notices_expire_silently(backend: Backend) {
+    let relay = backend.start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
     let relay_pk = relay.pubkey();
     let s = Host::enrolled(&relay, "ex-s");
     let a = Host::enrolled(&relay, "ex-a");
@@ -77,9 +78,8 @@ fn one_notice_per_expired_target_told_once_and_notices_expire_silently() {
     assert!(a.pull_all(&relay, 0).is_empty() && b.pull_all(&relay, 0).is_empty());
 }
 
-#[test]
-fn no_notice_for_a_sender_that_is_no_longer_enrolled() {
-    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+fn no_notice_for_a_sender_that_is_no_longer_enrolled(backend: Backend) {
+    let relay = backend.start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
     let s = Host::enrolled(&relay, "gone-s");
     let a = Host::enrolled(&relay, "gone-a");
     let witness = Host::enrolled(&relay, "gone-w");
@@ -112,12 +112,11 @@ fn no_notice_for_a_sender_that_is_no_longer_enrolled() {
     );
 }
 
-#[test]
-fn no_notice_when_the_senders_own_queue_is_full() {
+fn no_notice_when_the_senders_own_queue_is_full(backend: Backend) {
     // Retention 4 s, queues hold one item. The sender's own queue is filled (by a peer) one
     // second before its item to the target expires; that peer item lives 3 s longer, so the
     // sweep that expires the target's item finds the sender's queue full and tells nothing.
-    let relay = Relay::start_generous(&[
+    let relay = backend.start_generous(&[
         "--retention",
         "4s",
         "--sweep-interval",
@@ -167,10 +166,9 @@ fn no_notice_when_the_senders_own_queue_is_full() {
     );
 }
 
-#[test]
-fn a_sender_with_an_allowlist_is_still_told() {
+fn a_sender_with_an_allowlist_is_still_told(backend: Backend) {
     // Notices come from the relay key; a sender's own allowlist does not stop them.
-    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+    let relay = backend.start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
     let s = Host::enrolled(&relay, "al-s");
     let t = Host::enrolled(&relay, "al-t");
     s.publish_senders(&relay, &[t.pubkey()], now_ms()).ok();
@@ -190,4 +188,11 @@ fn a_sender_with_an_allowlist_is_still_told() {
             t.pubkey()
         ))
     );
+}
+
+backend_tests! {
+    one_notice_per_expired_target_told_once_and_notices_expire_silently,
+    no_notice_for_a_sender_that_is_no_longer_enrolled,
+    no_notice_when_the_senders_own_queue_is_full,
+    a_sender_with_an_allowlist_is_still_told,
 }

@@ -2,6 +2,8 @@
 //! caps (refused while streaming), `cache-control: no-store` on every answer.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
@@ -12,9 +14,8 @@ use serde_json::json;
 
 const BAD_HOP: &str = "bad relay hop";
 
-#[test]
-fn valid_hops_pass_and_every_bad_hop_is_401() {
-    let relay = Relay::start_generous(&[]);
+fn valid_hops_pass_and_every_bad_hop_is_401(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "hop-a");
     let path = "/v2/relay/items?after=0&limit=10";
     a.get(&relay, path).ok();
@@ -133,9 +134,8 @@ fn valid_hops_pass_and_every_bad_hop_is_401() {
         .ok();
 }
 
-#[test]
-fn revoked_key_hop_is_401() {
-    let relay = Relay::start_generous(&[]);
+fn revoked_key_hop_is_401(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "hop-r");
     let n = Host::new("hop-r");
     relay
@@ -150,9 +150,8 @@ fn revoked_key_hop_is_401() {
     n.get(&relay, "/v2/relay/items").ok();
 }
 
-#[test]
-fn every_authenticated_endpoint_requires_a_hop() {
-    let relay = Relay::start_generous(&[]);
+fn every_authenticated_endpoint_requires_a_hop(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let k = random_pubkey()
         .replace('+', "%2B")
         .replace('/', "%2F")
@@ -175,9 +174,8 @@ fn every_authenticated_endpoint_requires_a_hop() {
     }
 }
 
-#[test]
-fn unknown_routes_are_404_signed_or_not() {
-    let relay = Relay::start_generous(&[]);
+fn unknown_routes_are_404_signed_or_not(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "route-a");
     for p in [
         "/",
@@ -194,9 +192,8 @@ fn unknown_routes_are_404_signed_or_not() {
     }
 }
 
-#[test]
-fn known_paths_with_another_method_are_404() {
-    let relay = Relay::start_generous(&[]);
+fn known_paths_with_another_method_are_404(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "route-m");
     for (m, p) in [
         ("POST", "/v2/relay/info"),
@@ -214,9 +211,8 @@ fn known_paths_with_another_method_are_404() {
     }
 }
 
-#[test]
-fn malformed_json_is_400_with_an_error() {
-    let relay = Relay::start_generous(&[]);
+fn malformed_json_is_400_with_an_error(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "mal-a");
     for body in ["{", "{\"host\":", "nul", "{\"a\":1}x", "\u{0}", ""] {
         relay
@@ -243,9 +239,8 @@ fn malformed_json_is_400_with_an_error() {
     relay.assert_alive();
 }
 
-#[test]
-fn small_endpoint_bodies_are_capped_at_8192() {
-    let relay = Relay::start_generous(&[]);
+fn small_endpoint_bodies_are_capped_at_8192(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     // Exactly 8,192 bytes is fine (valid JSON padded with whitespace).
     let body = json!({"host": "cap8k", "pubkey": random_pubkey()}).to_string();
     let padded = format!("{body}{}", " ".repeat(8192 - body.len()));
@@ -272,10 +267,9 @@ fn small_endpoint_bodies_are_capped_at_8192() {
     relay.assert_alive();
 }
 
-#[test]
-fn bodies_over_8_mib_are_413_and_exactly_8_mib_is_fine() {
+fn bodies_over_8_mib_are_413_and_exactly_8_mib_is_fine(backend: Backend) {
     const CAP: usize = 8 * 1024 * 1024;
-    let relay = Relay::start_generous(&[]);
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "big-s");
     let a = Host::enrolled(&relay, "big-a");
     let it = envelope_item(&s, &[&a]);
@@ -326,9 +320,8 @@ fn stream_unfinished(
     parse_response(&raw).expect("parseable answer")
 }
 
-#[test]
-fn oversized_bodies_are_refused_while_streaming() {
-    let relay = Relay::start_generous(&[]);
+fn oversized_bodies_are_refused_while_streaming(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "stream-a");
     // Valid hop headers except that the signature cannot match a body nobody has seen yet:
     // the relay has to read the body to check it, and must stop at the cap.
@@ -341,9 +334,8 @@ fn oversized_bodies_are_refused_while_streaming() {
     relay.assert_alive();
 }
 
-#[test]
-fn every_answer_has_cache_control_no_store() {
-    let relay = Relay::start(&["--enrol-per-minute", "6", "--max-challenges", "5"]);
+fn every_answer_has_cache_control_no_store(backend: Backend) {
+    let relay = backend.start(&["--enrol-per-minute", "6", "--max-challenges", "5"]);
     let a = Host::enrolled(&relay, "cc-a");
     let mut answers: Vec<(String, Response)> = vec![
         ("info".into(), relay.get("/v2/relay/info")),
@@ -386,16 +378,15 @@ fn every_answer_has_cache_control_no_store() {
             r.status
         );
     }
-    let r = Relay::start(&["--max-challenges", "1"]);
+    let r = backend.start(&["--max-challenges", "1"]);
     Host::new("c1").challenge(&r).ok();
     let full = Host::new("c2").challenge(&r);
     assert_eq!(full.status, 503);
     assert_eq!(full.header("cache-control"), Some("no-store"), "503");
 }
 
-#[test]
-fn responses_are_json() {
-    let relay = Relay::start_generous(&[]);
+fn responses_are_json(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "ct-a");
     for r in [
         relay.get("/v2/relay/info"),
@@ -408,9 +399,8 @@ fn responses_are_json() {
     }
 }
 
-#[test]
-fn a_kept_alive_connection_serves_several_requests() {
-    let relay = Relay::start_generous(&[]);
+fn a_kept_alive_connection_serves_several_requests(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "ka-a");
     let mut s = TcpStream::connect(relay.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -433,10 +423,9 @@ fn a_kept_alive_connection_serves_several_requests() {
     }
 }
 
-#[test]
-fn every_endpoint_refuses_bodies_over_8_mib() {
+fn every_endpoint_refuses_bodies_over_8_mib(backend: Backend) {
     const CAP: usize = 8 * 1024 * 1024;
-    let relay = Relay::start_generous(&[]);
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "cap-all");
     let over = format!("{{}}{}", " ".repeat(CAP + 1 - 2));
     for p in [
@@ -455,4 +444,22 @@ fn every_endpoint_refuses_bodies_over_8_mib() {
             .assert_error(413, "request body too large");
     }
     relay.assert_alive();
+}
+
+backend_tests! {
+    ;
+    postgres ignored:
+    valid_hops_pass_and_every_bad_hop_is_401,
+    revoked_key_hop_is_401,
+    every_authenticated_endpoint_requires_a_hop,
+    unknown_routes_are_404_signed_or_not,
+    known_paths_with_another_method_are_404,
+    malformed_json_is_400_with_an_error,
+    small_endpoint_bodies_are_capped_at_8192,
+    bodies_over_8_mib_are_413_and_exactly_8_mib_is_fine,
+    oversized_bodies_are_refused_while_streaming,
+    every_answer_has_cache_control_no_store,
+    responses_are_json,
+    a_kept_alive_connection_serves_several_requests,
+    every_endpoint_refuses_bodies_over_8_mib,
 }

@@ -2,6 +2,8 @@
 //! garbage) or closes the connection, and keeps serving afterwards.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -33,9 +35,8 @@ fn assert_client_error(r: &Option<Response>, what: &str) {
     }
 }
 
-#[test]
-fn garbage_requests_get_4xx_or_a_close_and_the_relay_keeps_serving() {
-    let relay = Relay::start_generous(&[]);
+fn garbage_requests_get_4xx_or_a_close_and_the_relay_keeps_serving(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("binary junk", (0..=255u8).cycle().take(4096).collect()),
         ("no version", b"GET /v2/relay/info\r\n\r\n".to_vec()),
@@ -66,9 +67,8 @@ fn garbage_requests_get_4xx_or_a_close_and_the_relay_keeps_serving() {
     }
 }
 
-#[test]
-fn huge_headers_are_refused_and_the_relay_keeps_serving() {
-    let relay = Relay::start_generous(&[]);
+fn huge_headers_are_refused_and_the_relay_keeps_serving(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     // 64 KiB of header may be served or refused; 1 MiB must be refused (bounded buffers).
     for size in [64 * 1024, 1024 * 1024] {
         let req = format!(
@@ -94,9 +94,8 @@ fn huge_headers_are_refused_and_the_relay_keeps_serving() {
     relay.assert_alive();
 }
 
-#[test]
-fn hostile_hop_headers_are_401() {
-    let relay = Relay::start_generous(&[]);
+fn hostile_hop_headers_are_401(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "hh-a");
     let long = "k".repeat(10_000);
     for (k, v) in [
@@ -130,9 +129,8 @@ fn hostile_hop_headers_are_401() {
     relay.assert_alive();
 }
 
-#[test]
-fn non_utf8_and_non_json_bodies_are_400() {
-    let relay = Relay::start_generous(&[]);
+fn non_utf8_and_non_json_bodies_are_400(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "nu-a");
     let bodies: Vec<Vec<u8>> = vec![
         vec![0xff, 0xfe, 0xfd],
@@ -156,9 +154,8 @@ fn non_utf8_and_non_json_bodies_are_400() {
     relay.assert_alive();
 }
 
-#[test]
-fn deeply_nested_json_is_refused_cleanly() {
-    let relay = Relay::start_generous(&[]);
+fn deeply_nested_json_is_refused_cleanly(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "deep-a");
     for depth in [1000usize, 100_000] {
         let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -178,9 +175,8 @@ fn deeply_nested_json_is_refused_cleanly() {
     relay.assert_alive();
 }
 
-#[test]
-fn content_types_do_not_crash_the_relay() {
-    let relay = Relay::start_generous(&[]);
+fn content_types_do_not_crash_the_relay(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let body = json!({"host": "ctype", "pubkey": random_pubkey()}).to_string();
     for ct in [
         "text/plain",
@@ -214,9 +210,8 @@ fn content_types_do_not_crash_the_relay() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-#[test]
-fn slow_and_idle_connections_do_not_block_others() {
-    let relay = Relay::start_generous(&[]);
+fn slow_and_idle_connections_do_not_block_others(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     // Twenty connections that send half a request and then stall.
     let mut stalled = Vec::new();
     for _ in 0..20 {
@@ -250,9 +245,8 @@ fn slow_and_idle_connections_do_not_block_others() {
     relay.assert_alive();
 }
 
-#[test]
-fn many_concurrent_requests_are_all_answered() {
-    let relay = Relay::start_generous(&[]);
+fn many_concurrent_requests_are_all_answered(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "cc-s");
     let a = Host::enrolled(&relay, "cc-a");
     let results: Vec<String> = std::thread::scope(|sc| {
@@ -275,9 +269,8 @@ fn many_concurrent_requests_are_all_answered() {
     assert_eq!(seqs.len(), n, "unique seqs");
 }
 
-#[test]
-fn query_garbage_is_not_a_server_error() {
-    let relay = Relay::start_generous(&[]);
+fn query_garbage_is_not_a_server_error(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "qg-a");
     for q in [
         "?after=abc",
@@ -295,4 +288,18 @@ fn query_garbage_is_not_a_server_error() {
         assert_eq!(r.header("cache-control"), Some("no-store"), "{q}");
     }
     relay.assert_alive();
+}
+
+backend_tests! {
+    ;
+    postgres ignored:
+    garbage_requests_get_4xx_or_a_close_and_the_relay_keeps_serving,
+    huge_headers_are_refused_and_the_relay_keeps_serving,
+    hostile_hop_headers_are_401,
+    non_utf8_and_non_json_bodies_are_400,
+    deeply_nested_json_is_refused_cleanly,
+    content_types_do_not_crash_the_relay,
+    slow_and_idle_connections_do_not_block_others,
+    many_concurrent_requests_are_all_answered,
+    query_garbage_is_not_a_server_error,
 }

@@ -1,6 +1,8 @@
 //! docs/protocol.md §3 "GET /v2/relay/info" and "Enrolment": black-box checks against the real binary.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use mbx_relay::wire::keys::{parse_pubkey, SigningKey};
 use serde_json::{json, Value};
@@ -20,9 +22,8 @@ const LIMIT_KEYS: &[&str] = &[
     "max_owner_bytes",
 ];
 
-#[test]
-fn info_without_hop_has_exact_fields_and_default_limits() {
-    let relay = Relay::start(&[]);
+fn info_without_hop_has_exact_fields_and_default_limits(backend: Backend) {
+    let relay = backend.start(&[]);
     let r = relay.get("/v2/relay/info");
     assert_eq!(r.status, 200);
     let v = r.json();
@@ -61,9 +62,8 @@ fn info_without_hop_has_exact_fields_and_default_limits() {
     assert_eq!(again["epoch"], v["epoch"]);
 }
 
-#[test]
-fn info_limits_follow_flags() {
-    let relay = Relay::start(&[
+fn info_limits_follow_flags(backend: Backend) {
+    let relay = backend.start(&[
         "--max-item-bytes",
         "1000",
         "--max-batch",
@@ -100,19 +100,18 @@ fn info_limits_follow_flags() {
     );
 }
 
-#[test]
-fn info_retention_days_is_fractional_for_short_retention() {
-    let relay = Relay::start(&["--retention", "90s"]);
+fn info_retention_days_is_fractional_for_short_retention(backend: Backend) {
+    let relay = backend.start(&["--retention", "90s"]);
     let d = relay.info()["limits"]["retention_days"]
         .as_f64()
         .expect("number");
     assert!((d - 90.0 / 86400.0).abs() < 1e-12, "retention_days {d}");
 }
 
-#[test]
-fn limits_can_be_set_by_environment_and_flag_wins() {
+fn limits_can_be_set_by_environment_and_flag_wins(backend: Backend) {
     let relay = Relay::launch(
-        RelayOpts::args(&["--max-batch", "9"])
+        backend
+            .opts(&["--max-batch", "9"])
             .env("MBX_RELAY_MAX_BATCH", "5")
             .env("MBX_RELAY_MAX_PULL", "17"),
     )
@@ -122,9 +121,8 @@ fn limits_can_be_set_by_environment_and_flag_wins() {
     assert_eq!(l["max_pull"], json!(17), "variable applies");
 }
 
-#[test]
-fn info_with_hop_adds_you_and_tracks_head_and_ack() {
-    let relay = Relay::start_generous(&[]);
+fn info_with_hop_adds_you_and_tracks_head_and_ack(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "info-a");
     let b = Host::enrolled(&relay, "info-b");
     let v = a.info(&relay);
@@ -156,9 +154,8 @@ fn info_with_hop_adds_you_and_tracks_head_and_ack() {
 
 // ----- challenge -----
 
-#[test]
-fn challenge_is_16_random_bytes_base64url() {
-    let relay = Relay::start(&[]);
+fn challenge_is_16_random_bytes_base64url(backend: Backend) {
+    let relay = backend.start(&[]);
     let h = Host::new("chal");
     let c1 = h.challenge(&relay).ok();
     assert_keys(&c1, &["challenge"]);
@@ -173,9 +170,8 @@ fn challenge_is_16_random_bytes_base64url() {
     assert_ne!(c1["challenge"], c2["challenge"]);
 }
 
-#[test]
-fn challenge_bad_fields_are_400() {
-    let relay = Relay::start_generous(&[]);
+fn challenge_bad_fields_are_400(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let pk = random_pubkey();
     let bad: Vec<Value> = vec![
         json!({"pubkey": pk}),
@@ -225,9 +221,8 @@ fn challenge_bad_fields_are_400() {
     }
 }
 
-#[test]
-fn challenge_cap_is_503_and_a_new_challenge_replaces_the_old_one() {
-    let relay = Relay::start_generous(&["--max-challenges", "2"]);
+fn challenge_cap_is_503_and_a_new_challenge_replaces_the_old_one(backend: Backend) {
+    let relay = backend.start_generous(&["--max-challenges", "2"]);
     let a = Host::new("cap-a");
     let b = Host::new("cap-b");
     let c = Host::new("cap-c");
@@ -255,9 +250,8 @@ fn challenge_cap_is_503_and_a_new_challenge_replaces_the_old_one() {
 
 // ----- enrol -----
 
-#[test]
-fn enrol_succeeds_and_is_idempotent() {
-    let relay = Relay::start_generous(&[]);
+fn enrol_succeeds_and_is_idempotent(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let h = Host::new("idem");
     assert_eq!(h.try_enrol(&relay, "").ok(), json!({"ok": true}));
     assert_eq!(h.try_enrol(&relay, "").ok(), json!({"ok": true}));
@@ -268,9 +262,8 @@ fn enrol_succeeds_and_is_idempotent() {
     assert_eq!(h.info(&relay)["you"]["host"], json!("idem"));
 }
 
-#[test]
-fn enrol_challenge_is_single_use() {
-    let relay = Relay::start_generous(&[]);
+fn enrol_challenge_is_single_use(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let h = Host::new("once");
     let ch = h.challenge(&relay).ok()["challenge"]
         .as_str()
@@ -286,9 +279,8 @@ fn enrol_challenge_is_single_use() {
         .assert_some_error(401);
 }
 
-#[test]
-fn enrol_without_challenge_or_with_bad_signature_is_401() {
-    let relay = Relay::start_generous(&[]);
+fn enrol_without_challenge_or_with_bad_signature_is_401(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let h = Host::new("nochal");
     // No challenge was ever asked for this key.
     relay
@@ -338,9 +330,8 @@ fn enrol_without_challenge_or_with_bad_signature_is_401() {
         .assert_error(401, "bad relay hop");
 }
 
-#[test]
-fn enrol_bad_fields_are_400() {
-    let relay = Relay::start_generous(&[]);
+fn enrol_bad_fields_are_400(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let h = Host::new("badf");
     let ch = h.challenge(&relay).ok()["challenge"]
         .as_str()
@@ -391,9 +382,8 @@ fn enrol_bad_fields_are_400() {
     assert_eq!(r.ok(), json!({"ok": true}));
 }
 
-#[test]
-fn enrol_of_a_revoked_key_is_403_and_stays_revoked() {
-    let relay = Relay::start_generous(&[]);
+fn enrol_of_a_revoked_key_is_403_and_stays_revoked(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let old = Host::enrolled(&relay, "rev");
     let new = Host::new("rev");
     let r = relay.post_json(
@@ -414,9 +404,8 @@ fn enrol_of_a_revoked_key_is_403_and_stays_revoked() {
     assert_eq!(new.info(&relay)["you"]["host"], json!("rev"));
 }
 
-#[test]
-fn enrolment_capacity_is_503_but_re_enrolment_still_works() {
-    let relay = Relay::start_generous(&["--max-enrolments", "2"]);
+fn enrolment_capacity_is_503_but_re_enrolment_still_works(backend: Backend) {
+    let relay = backend.start_generous(&["--max-enrolments", "2"]);
     let a = Host::enrolled(&relay, "capa");
     let _b = Host::enrolled(&relay, "capb");
     let c = Host::new("capc");
@@ -427,9 +416,8 @@ fn enrolment_capacity_is_503_but_re_enrolment_still_works() {
         .assert_error(401, "bad relay hop");
 }
 
-#[test]
-fn two_hosts_may_share_a_name_and_names_match_case_insensitively() {
-    let relay = Relay::start_generous(&[]);
+fn two_hosts_may_share_a_name_and_names_match_case_insensitively(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "Laptop");
     // No proven account: another key may carry the same name (differently cased).
     let b = Host::enrolled(&relay, "laptop");
@@ -450,9 +438,8 @@ fn two_hosts_may_share_a_name_and_names_match_case_insensitively() {
 
 // ----- rate limits on challenge / enrol / rotate -----
 
-#[test]
-fn challenge_is_rate_limited_per_address_429() {
-    let relay = Relay::start(&["--enrol-per-minute", "3"]);
+fn challenge_is_rate_limited_per_address_429(backend: Backend) {
+    let relay = backend.start(&["--enrol-per-minute", "3"]);
     for i in 0..3 {
         Host::new(&format!("rl{i}")).challenge(&relay).ok();
     }
@@ -480,9 +467,8 @@ fn challenge_is_rate_limited_per_address_429() {
     relay.assert_alive();
 }
 
-#[test]
-fn enrol_and_rotate_count_against_the_address_rate() {
-    let relay = Relay::start(&["--enrol-per-minute", "4"]);
+fn enrol_and_rotate_count_against_the_address_rate(backend: Backend) {
+    let relay = backend.start(&["--enrol-per-minute", "4"]);
     // challenge + enrol = 2 calls
     let a = Host::enrolled(&relay, "rle");
     let n = Host::new("rle");
@@ -527,9 +513,8 @@ fn challenge_from(relay: &Relay, header: (&str, &str)) -> Response {
     )
 }
 
-#[test]
-fn trust_proxy_xff_uses_the_rightmost_forwarded_entry() {
-    let relay = Relay::start(&["--enrol-per-minute", "2", "--trust-proxy", "xff"]);
+fn trust_proxy_xff_uses_the_rightmost_forwarded_entry(backend: Backend) {
+    let relay = backend.start(&["--enrol-per-minute", "2", "--trust-proxy", "xff"]);
     challenge_from(&relay, ("X-Forwarded-For", "198.51.100.1, 10.0.0.1")).ok();
     challenge_from(&relay, ("X-Forwarded-For", "198.51.100.2, 10.0.0.1")).ok();
     // Same rightmost entry: limited even though the client-controlled part differs.
@@ -539,21 +524,46 @@ fn trust_proxy_xff_uses_the_rightmost_forwarded_entry() {
     challenge_from(&relay, ("X-Forwarded-For", "10.0.0.1, 10.0.0.2")).ok();
 }
 
-#[test]
-fn trust_proxy_cloudflare_uses_cf_connecting_ip() {
-    let relay = Relay::start(&["--enrol-per-minute", "1", "--trust-proxy", "cloudflare"]);
+fn trust_proxy_cloudflare_uses_cf_connecting_ip(backend: Backend) {
+    let relay = backend.start(&["--enrol-per-minute", "1", "--trust-proxy", "cloudflare"]);
     challenge_from(&relay, ("CF-Connecting-IP", "198.51.100.7")).ok();
     challenge_from(&relay, ("CF-Connecting-IP", "198.51.100.7")).assert_some_error(429);
     challenge_from(&relay, ("CF-Connecting-IP", "198.51.100.8")).ok();
 }
 
-#[test]
-fn trust_proxy_can_be_set_by_environment() {
+fn trust_proxy_can_be_set_by_environment(backend: Backend) {
     let relay = Relay::launch(
-        RelayOpts::args(&["--enrol-per-minute", "1"]).env("MBX_RELAY_TRUST_PROXY", "xff"),
+        backend
+            .opts(&["--enrol-per-minute", "1"])
+            .env("MBX_RELAY_TRUST_PROXY", "xff"),
     )
     .expect("start");
     challenge_from(&relay, ("X-Forwarded-For", "10.1.1.1")).ok();
     challenge_from(&relay, ("X-Forwarded-For", "10.1.1.2")).ok();
     challenge_from(&relay, ("X-Forwarded-For", "10.1.1.2")).assert_some_error(429);
+}
+
+backend_tests! {
+    info_with_hop_adds_you_and_tracks_head_and_ack,
+    challenge_cap_is_503_and_a_new_challenge_replaces_the_old_one,
+    enrol_succeeds_and_is_idempotent,
+    enrol_challenge_is_single_use,
+    enrol_without_challenge_or_with_bad_signature_is_401,
+    enrol_of_a_revoked_key_is_403_and_stays_revoked,
+    enrolment_capacity_is_503_but_re_enrolment_still_works,
+    two_hosts_may_share_a_name_and_names_match_case_insensitively,
+    ;
+    postgres ignored:
+    info_without_hop_has_exact_fields_and_default_limits,
+    info_limits_follow_flags,
+    info_retention_days_is_fractional_for_short_retention,
+    limits_can_be_set_by_environment_and_flag_wins,
+    challenge_is_16_random_bytes_base64url,
+    challenge_bad_fields_are_400,
+    enrol_bad_fields_are_400,
+    challenge_is_rate_limited_per_address_429,
+    enrol_and_rotate_count_against_the_address_rate,
+    trust_proxy_xff_uses_the_rightmost_forwarded_entry,
+    trust_proxy_cloudflare_uses_cf_connecting_ip,
+    trust_proxy_can_be_set_by_environment,
 }

@@ -2,6 +2,8 @@
 //! BAD_ACK, against the real binary.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use serde_json::{json, Value};
 
@@ -10,8 +12,13 @@ fn seqs(items: &[Value]) -> Vec<u64> {
 }
 
 /// A relay with sender `s` and target `a`, and `n` envelopes queued for `a`; returns their seqs.
-fn queued(args: &[&str], n: usize, size: Option<usize>) -> (Relay, Host, Host, Vec<u64>) {
-    let relay = Relay::start_generous(args);
+fn queued(
+    backend: Backend,
+    args: &[&str],
+    n: usize,
+    size: Option<usize>,
+) -> (Relay, Host, Host, Vec<u64>) {
+    let relay = backend.start_generous(args);
     let s = Host::enrolled(&relay, "puller-s");
     let a = Host::enrolled(&relay, "puller-a");
     let items: Vec<Value> = (0..n)
@@ -30,9 +37,8 @@ fn queued(args: &[&str], n: usize, size: Option<usize>) -> (Relay, Host, Host, V
     (relay, s, a, out)
 }
 
-#[test]
-fn empty_pull_has_exact_fields() {
-    let relay = Relay::start_generous(&[]);
+fn empty_pull_has_exact_fields(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "empty");
     let epoch = relay.epoch();
     let p = a.pull(&relay, "").ok();
@@ -48,10 +54,9 @@ fn empty_pull_has_exact_fields() {
     assert_eq!(p["more"], json!(false));
 }
 
-#[test]
-fn seqs_are_increasing_millisecond_like_and_unique() {
+fn seqs_are_increasing_millisecond_like_and_unique(backend: Backend) {
     let before = now_ms() as u64;
-    let (relay, _s, a, pushed) = queued(&[], 30, None);
+    let (relay, _s, a, pushed) = queued(backend, &[], 30, None);
     let after = now_ms() as u64;
     assert!(
         pushed.windows(2).all(|w| w[0] < w[1]),
@@ -70,9 +75,8 @@ fn seqs_are_increasing_millisecond_like_and_unique() {
     assert_eq!(p["head_seq"], json!(*pushed.last().unwrap()));
 }
 
-#[test]
-fn limit_parsing_and_clamping() {
-    let (relay, _s, a, pushed) = queued(&["--max-pull", "3"], 5, None);
+fn limit_parsing_and_clamping(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &["--max-pull", "3"], 5, None);
     let page = |q: &str| a.pull(&relay, q).ok();
     for q in [
         "",
@@ -114,9 +118,8 @@ fn limit_parsing_and_clamping() {
     assert_eq!(p["items"][0]["seq"], json!(pushed[1]));
 }
 
-#[test]
-fn default_max_pull_is_500() {
-    let (relay, _s, a, pushed) = queued(&[], 501, None);
+fn default_max_pull_is_500(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &[], 501, None);
     let p = a.pull(&relay, "?after=0&limit=1000").ok();
     assert_eq!(p["items"].as_array().unwrap().len(), 500);
     assert_eq!(p["more"], json!(true));
@@ -126,9 +129,8 @@ fn default_max_pull_is_500() {
     assert_eq!(p["more"], json!(false));
 }
 
-#[test]
-fn page_stops_at_the_byte_budget_but_holds_at_least_one_item() {
-    let (relay, s, a, pushed) = queued(&["--max-pull-bytes", "2500"], 5, Some(1000));
+fn page_stops_at_the_byte_budget_but_holds_at_least_one_item(backend: Backend) {
+    let (relay, s, a, pushed) = queued(backend, &["--max-pull-bytes", "2500"], 5, Some(1000));
     let p = a.pull(&relay, "?after=0").ok();
     let n = p["items"].as_array().unwrap().len();
     assert!(
@@ -150,9 +152,8 @@ fn page_stops_at_the_byte_budget_but_holds_at_least_one_item() {
     assert_eq!(b.pull_all(&relay, 0).len(), 2);
 }
 
-#[test]
-fn pull_epoch_must_be_current() {
-    let (relay, _s, a, pushed) = queued(&[], 2, None);
+fn pull_epoch_must_be_current(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &[], 2, None);
     let epoch = relay.epoch();
     let p = a
         .pull(&relay, &format!("?after=0&limit=10&epoch={epoch}"))
@@ -167,9 +168,8 @@ fn pull_epoch_must_be_current() {
     assert_eq!(v["epoch"], json!(epoch));
 }
 
-#[test]
-fn ack_deletes_through_and_reports() {
-    let (relay, s, a, pushed) = queued(&[], 4, None);
+fn ack_deletes_through_and_reports(backend: Backend) {
+    let (relay, s, a, pushed) = queued(backend, &[], 4, None);
     let epoch = relay.epoch();
     let r = a.ack(&relay, &epoch, json!(pushed[1])).ok();
     assert_keys(&r, &["acked_through", "deleted", "head_seq"]);
@@ -194,9 +194,8 @@ fn ack_deletes_through_and_reports() {
     assert!(res["targets"][0]["seq"].as_u64().unwrap() > pushed[3]);
 }
 
-#[test]
-fn ack_only_touches_the_callers_queue() {
-    let relay = Relay::start_generous(&[]);
+fn ack_only_touches_the_callers_queue(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "ao-s");
     let a = Host::enrolled(&relay, "ao-a");
     let b = Host::enrolled(&relay, "ao-b");
@@ -208,9 +207,8 @@ fn ack_only_touches_the_callers_queue() {
     assert_eq!(seqs(&b.pull_all(&relay, 0)), vec![seq_b]);
 }
 
-#[test]
-fn ack_with_wrong_epoch_is_409() {
-    let (relay, _s, a, pushed) = queued(&[], 1, None);
+fn ack_with_wrong_epoch_is_409(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &[], 1, None);
     let epoch = relay.epoch();
     let r = a.ack(
         &relay,
@@ -224,9 +222,8 @@ fn ack_with_wrong_epoch_is_409() {
     assert_eq!(a.pull_all(&relay, 0).len(), 1, "nothing deleted");
 }
 
-#[test]
-fn bad_ack_through_is_400_bad_ack() {
-    let (relay, _s, a, pushed) = queued(&[], 2, None);
+fn bad_ack_through_is_400_bad_ack(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &[], 2, None);
     let epoch = relay.epoch();
     let head = pushed[1];
     for through in [
@@ -259,9 +256,8 @@ fn bad_ack_through_is_400_bad_ack() {
     assert_eq!(r, json!({"acked_through": 0, "deleted": 0, "head_seq": 0}));
 }
 
-#[test]
-fn pull_and_ack_need_a_hop() {
-    let (relay, _s, _a, pushed) = queued(&[], 1, None);
+fn pull_and_ack_need_a_hop(backend: Backend) {
+    let (relay, _s, _a, pushed) = queued(backend, &[], 1, None);
     relay
         .get("/v2/relay/items?after=0")
         .assert_error(401, "bad relay hop");
@@ -274,4 +270,18 @@ fn pull_and_ack_need_a_hop() {
     relay
         .post_json("/v2/relay/items", &json!({"items": []}))
         .assert_error(401, "bad relay hop");
+}
+
+backend_tests! {
+    empty_pull_has_exact_fields,
+    seqs_are_increasing_millisecond_like_and_unique,
+    limit_parsing_and_clamping,
+    default_max_pull_is_500,
+    page_stops_at_the_byte_budget_but_holds_at_least_one_item,
+    pull_epoch_must_be_current,
+    ack_deletes_through_and_reports,
+    ack_only_touches_the_callers_queue,
+    ack_with_wrong_epoch_is_409,
+    bad_ack_through_is_400_bad_ack,
+    pull_and_ack_need_a_hop,
 }

@@ -2,6 +2,8 @@
 //! dedup, conflicts, quotas and the accept statement, against the real binary.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use mbx_relay::wire::keys::b64;
 use serde_json::{json, Value};
@@ -14,8 +16,8 @@ struct World {
     b: Host,
 }
 
-fn world(args: &[&str]) -> World {
-    let relay = Relay::start_generous(args);
+fn world(backend: Backend, args: &[&str]) -> World {
+    let relay = backend.start_generous(args);
     let s = Host::enrolled(&relay, "sender");
     let a = Host::enrolled(&relay, "alpha");
     let b = Host::enrolled(&relay, "bravo");
@@ -41,9 +43,8 @@ fn status(r: &Value) -> String {
         .to_string()
 }
 
-#[test]
-fn accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact() {
-    let w = world(&[]);
+fn accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact(backend: Backend) {
+    let w = world(backend, &[]);
     let info = w.relay.info();
     let (rk, epoch) = (
         info["relay_pubkey"].as_str().unwrap(),
@@ -86,9 +87,8 @@ fn accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact() 
     }
 }
 
-#[test]
-fn wire_bytes_are_stored_exactly_as_sent() {
-    let w = world(&[]);
+fn wire_bytes_are_stored_exactly_as_sent(backend: Backend) {
+    let w = world(backend, &[]);
     let id = ulid();
     let env = sealed_envelope(&id, "agent@sender", &["agent@alpha".to_string()]);
     // Unusual but valid JSON: whitespace, escaped characters, non-ASCII, reordered keys.
@@ -107,9 +107,8 @@ fn wire_bytes_are_stored_exactly_as_sent() {
     assert_eq!(got[0]["wire_b64"], json!(b64(&wire)));
 }
 
-#[test]
-fn retry_is_a_duplicate_with_the_original_seq_and_acceptance_time() {
-    let w = world(&[]);
+fn retry_is_a_duplicate_with_the_original_seq_and_acceptance_time(backend: Backend) {
+    let w = world(backend, &[]);
     let (rk, epoch) = (w.relay.pubkey(), w.relay.epoch());
     let it = envelope_item(&w.s, &[&w.a, &w.b]);
     let first = w.s.push_one(&w.relay, &it);
@@ -126,9 +125,8 @@ fn retry_is_a_duplicate_with_the_original_seq_and_acceptance_time() {
     assert_eq!(queue_ids(&w.relay, &w.b).len(), 1);
 }
 
-#[test]
-fn item_with_some_duplicate_targets_is_accepted_and_reports_original_seqs() {
-    let w = world(&[]);
+fn item_with_some_duplicate_targets_is_accepted_and_reports_original_seqs(backend: Backend) {
+    let w = world(backend, &[]);
     let (rk, epoch) = (w.relay.pubkey(), w.relay.epoch());
     let id = ulid();
     let wire = envelope_wire(&id, &w.s, &[&w.a, &w.b]);
@@ -148,9 +146,8 @@ fn item_with_some_duplicate_targets_is_accepted_and_reports_original_seqs() {
     assert_eq!(queue_ids(&w.relay, &w.b), vec![id]);
 }
 
-#[test]
-fn same_item_id_with_other_wire_is_a_conflict_and_changes_nothing() {
-    let w = world(&[]);
+fn same_item_id_with_other_wire_is_a_conflict_and_changes_nothing(backend: Backend) {
+    let w = world(backend, &[]);
     let id = ulid();
     let w1 = envelope_wire(&id, &w.s, &[&w.a]);
     let w2 = envelope_wire(&id, &w.s, &[&w.a]);
@@ -186,9 +183,8 @@ fn same_item_id_with_other_wire_is_a_conflict_and_changes_nothing() {
     assert_eq!(status(&r4), "accepted");
 }
 
-#[test]
-fn receipt_items_are_accepted_and_checked() {
-    let w = world(&[]);
+fn receipt_items_are_accepted_and_checked(backend: Backend) {
+    let w = world(backend, &[]);
     let (rk, epoch) = (w.relay.pubkey(), w.relay.epoch());
     let it = receipt_item(&w.s, &w.a);
     let res = w.s.push_one(&w.relay, &it);
@@ -250,9 +246,8 @@ fn receipt_items_are_accepted_and_checked() {
     }
 }
 
-#[test]
-fn every_envelope_shape_vector_gets_its_reason() {
-    let w = world(&[]);
+fn every_envelope_shape_vector_gets_its_reason(backend: Backend) {
+    let w = world(backend, &[]);
     let vectors = wire_vectors();
     let valid_sealed = vectors["envelope_shape"][0]["envelope"].clone();
     assert_eq!(vectors["envelope_shape"][0]["name"], json!("valid sealed"));
@@ -298,9 +293,8 @@ fn every_envelope_shape_vector_gets_its_reason() {
     }
 }
 
-#[test]
-fn envelope_wire_checks() {
-    let w = world(&[]);
+fn envelope_wire_checks(backend: Backend) {
+    let w = world(backend, &[]);
     let id = ulid();
     let env = sealed_envelope(&id, "agent@sender", &["agent@alpha".into()]);
     let push = |item_id: &str, wire: Vec<u8>| {
@@ -383,9 +377,8 @@ fn envelope_wire_checks() {
     );
 }
 
-#[test]
-fn bad_item_id_kind_and_targets() {
-    let w = world(&[]);
+fn bad_item_id_kind_and_targets(backend: Backend) {
+    let w = world(backend, &[]);
     let good = envelope_item(&w.s, &[&w.a]);
     let mut cases: Vec<(Value, &str)> = Vec::new();
     let mut it = good.clone();
@@ -453,9 +446,8 @@ fn bad_item_id_kind_and_targets() {
     assert!(queue_ids(&w.relay, &w.a).is_empty());
 }
 
-#[test]
-fn max_targets_is_inclusive() {
-    let relay = Relay::start_generous(&["--max-targets", "3"]);
+fn max_targets_is_inclusive(backend: Backend) {
+    let relay = backend.start_generous(&["--max-targets", "3"]);
     let s = Host::enrolled(&relay, "s");
     let ts: Vec<Host> = (0..4)
         .map(|i| Host::enrolled(&relay, &format!("t{i}")))
@@ -467,9 +459,8 @@ fn max_targets_is_inclusive() {
     assert_rejected(&r, "bad targets");
 }
 
-#[test]
-fn per_target_checks_and_their_order() {
-    let w = world(&[]);
+fn per_target_checks_and_their_order(backend: Backend) {
+    let w = world(backend, &[]);
     let unknown = Host::new("ghost");
     let id = ulid();
     let wire = envelope_wire(&id, &w.s, &[&w.a]);
@@ -528,9 +519,8 @@ fn per_target_checks_and_their_order() {
     assert_eq!(head_seq(&w.relay, &w.a), 0);
 }
 
-#[test]
-fn revoked_target_is_not_enrolled() {
-    let w = world(&[]);
+fn revoked_target_is_not_enrolled(backend: Backend) {
+    let w = world(backend, &[]);
     let new = Host::new("alpha");
     w.relay
         .post_json(
@@ -542,9 +532,8 @@ fn revoked_target_is_not_enrolled() {
     assert_rejected(&r, "target not enrolled");
 }
 
-#[test]
-fn item_size_limit_is_inclusive_with_the_default_limit() {
-    let w = world(&[]);
+fn item_size_limit_is_inclusive_with_the_default_limit(backend: Backend) {
+    let w = world(backend, &[]);
     let exact = envelope_item_sized(&w.s, &[&w.a], 524_288);
     assert_eq!(item_wire(&exact).len(), 524_288);
     let r = w.s.push_one(&w.relay, &exact);
@@ -559,9 +548,8 @@ fn item_size_limit_is_inclusive_with_the_default_limit() {
     assert_rejected(&w.s.push_one(&w.relay, &bad), "bad wire");
 }
 
-#[test]
-fn item_size_limit_follows_the_flag() {
-    let w = world(&["--max-item-bytes", "2000"]);
+fn item_size_limit_follows_the_flag(backend: Backend) {
+    let w = world(backend, &["--max-item-bytes", "2000"]);
     assert_eq!(
         status(&w.s.push_one(&w.relay, &envelope_item_sized(&w.s, &[&w.a], 2000))),
         "accepted"
@@ -572,9 +560,8 @@ fn item_size_limit_follows_the_flag() {
     );
 }
 
-#[test]
-fn batch_shape_and_max_batch() {
-    let w = world(&["--max-batch", "3"]);
+fn batch_shape_and_max_batch(backend: Backend) {
+    let w = world(backend, &["--max-batch", "3"]);
     let items: Vec<Value> = (0..3).map(|_| envelope_item(&w.s, &[&w.a])).collect();
     let res = w.s.push_results(&w.relay, &items);
     assert!(res.iter().all(|r| r["status"] == json!("accepted")));
@@ -599,18 +586,16 @@ fn batch_shape_and_max_batch() {
     assert_eq!(w.s.push(&w.relay, &[]).ok(), json!({"results": []}));
 }
 
-#[test]
-fn default_max_batch_is_200() {
-    let w = world(&[]);
+fn default_max_batch_is_200(backend: Backend) {
+    let w = world(backend, &[]);
     let junk = json!({"kind": "nope", "item_id": "x", "targets": []});
     let r = w.s.push_results(&w.relay, &vec![junk.clone(); 200]);
     assert!(r.iter().all(|x| x["status"] == json!("rejected:bad kind")));
     w.s.push(&w.relay, &vec![junk; 201]).assert_some_error(400);
 }
 
-#[test]
-fn results_are_one_per_item_in_order() {
-    let w = world(&[]);
+fn results_are_one_per_item_in_order(backend: Backend) {
+    let w = world(backend, &[]);
     let good1 = envelope_item(&w.s, &[&w.a]);
     let bad = json!({"kind": "nope", "item_id": "bad-1", "targets": []});
     let good2 = receipt_item(&w.s, &w.b);
@@ -624,9 +609,8 @@ fn results_are_one_per_item_in_order() {
     assert_eq!(status(&res[2]), "accepted");
 }
 
-#[test]
-fn push_rate_is_per_sender_per_request_and_checked_first() {
-    let relay = Relay::start(&[
+fn push_rate_is_per_sender_per_request_and_checked_first(backend: Backend) {
+    let relay = backend.start(&[
         "--pushes-per-minute",
         "2",
         "--enrol-per-minute",
@@ -679,9 +663,8 @@ fn assert_quota(r: &Value) {
     assert!(r.get("accept").is_none());
 }
 
-#[test]
-fn queue_item_quota() {
-    let w = world(&["--max-queue-items", "3"]);
+fn queue_item_quota(backend: Backend) {
+    let w = world(backend, &["--max-queue-items", "3"]);
     let first = envelope_item(&w.s, &[&w.a]);
     assert_eq!(status(&w.s.push_one(&w.relay, &first)), "accepted");
     for _ in 0..2 {
@@ -720,9 +703,8 @@ fn queue_item_quota() {
     );
 }
 
-#[test]
-fn queue_byte_quota() {
-    let w = world(&["--max-queue-bytes", "3000"]);
+fn queue_byte_quota(backend: Backend) {
+    let w = world(backend, &["--max-queue-bytes", "3000"]);
     for _ in 0..3 {
         let r =
             w.s.push_one(&w.relay, &envelope_item_sized(&w.s, &[&w.a], 1000));
@@ -737,9 +719,8 @@ fn queue_byte_quota() {
     );
 }
 
-#[test]
-fn sender_share_item_quota() {
-    let w = world(&["--max-sender-items", "2"]);
+fn sender_share_item_quota(backend: Backend) {
+    let w = world(backend, &["--max-sender-items", "2"]);
     for _ in 0..2 {
         assert_eq!(
             status(&w.s.push_one(&w.relay, &envelope_item(&w.s, &[&w.a]))),
@@ -759,9 +740,8 @@ fn sender_share_item_quota() {
     assert_eq!(queue_ids(&w.relay, &w.a).len(), 3);
 }
 
-#[test]
-fn sender_share_byte_quota() {
-    let w = world(&["--max-sender-bytes", "2000"]);
+fn sender_share_byte_quota(backend: Backend) {
+    let w = world(backend, &["--max-sender-bytes", "2000"]);
     for _ in 0..2 {
         assert_eq!(
             status(&w.s.push_one(&w.relay, &envelope_item_sized(&w.s, &[&w.a], 1000))),
@@ -775,9 +755,8 @@ fn sender_share_byte_quota() {
     );
 }
 
-#[test]
-fn item_id_length_counts_like_javascript_string_length() {
-    let w = world(&[]);
+fn item_id_length_counts_like_javascript_string_length(backend: Backend) {
+    let w = world(backend, &[]);
     let good = envelope_item(&w.s, &[&w.a]);
     let with_id = |id: String| {
         let mut it = good.clone();
@@ -798,4 +777,30 @@ fn item_id_length_counts_like_javascript_string_length() {
     assert_rejected(&res[1], "item id is not the envelope id");
     assert_rejected(&res[2], "bad item id");
     assert_rejected(&res[3], "bad item id");
+}
+
+backend_tests! {
+    accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact,
+    wire_bytes_are_stored_exactly_as_sent,
+    retry_is_a_duplicate_with_the_original_seq_and_acceptance_time,
+    item_with_some_duplicate_targets_is_accepted_and_reports_original_seqs,
+    same_item_id_with_other_wire_is_a_conflict_and_changes_nothing,
+    receipt_items_are_accepted_and_checked,
+    every_envelope_shape_vector_gets_its_reason,
+    envelope_wire_checks,
+    bad_item_id_kind_and_targets,
+    max_targets_is_inclusive,
+    per_target_checks_and_their_order,
+    revoked_target_is_not_enrolled,
+    item_size_limit_is_inclusive_with_the_default_limit,
+    item_size_limit_follows_the_flag,
+    batch_shape_and_max_batch,
+    default_max_batch_is_200,
+    results_are_one_per_item_in_order,
+    push_rate_is_per_sender_per_request_and_checked_first,
+    queue_item_quota,
+    queue_byte_quota,
+    sender_share_item_quota,
+    sender_share_byte_quota,
+    item_id_length_counts_like_javascript_string_length,
 }

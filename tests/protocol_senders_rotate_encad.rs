@@ -2,6 +2,8 @@
 //! against the real binary.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use mbx_relay::wire::canonical::canonical_json;
 use mbx_relay::wire::keys::{b64, SigningKey};
@@ -13,9 +15,8 @@ fn enc_pub() -> String {
 
 // ----- enc-key advertisements -----
 
-#[test]
-fn enc_key_publish_and_lookup_v2_and_v1() {
-    let relay = Relay::start_generous(&[]);
+fn enc_key_publish_and_lookup_v2_and_v1(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "enc-a");
     let b = Host::enrolled(&relay, "enc-b");
     let ep = enc_pub();
@@ -58,9 +59,8 @@ fn urlencode(s: &str) -> String {
         .replace('=', "%3D")
 }
 
-#[test]
-fn enc_key_unknown_host_is_404() {
-    let relay = Relay::start_generous(&[]);
+fn enc_key_unknown_host_is_404(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "enc-x");
     let silent = Host::enrolled(&relay, "silent");
     for path in [
@@ -76,9 +76,8 @@ fn enc_key_unknown_host_is_404() {
         .assert_error(404, "unknown host");
 }
 
-#[test]
-fn enc_key_by_name_needs_exactly_one_live_enrolment() {
-    let relay = Relay::start_generous(&[]);
+fn enc_key_by_name_needs_exactly_one_live_enrolment(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let caller = Host::enrolled(&relay, "caller");
     let t1 = Host::enrolled(&relay, "twin");
     t1.publish_enc(&relay, &enc_pub()).ok();
@@ -105,9 +104,8 @@ fn enc_key_by_name_needs_exactly_one_live_enrolment() {
     }
 }
 
-#[test]
-fn enc_key_bad_signature_is_401() {
-    let relay = Relay::start_generous(&[]);
+fn enc_key_bad_signature_is_401(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "enc-bad");
     let ep = enc_pub();
     let other = SigningKey::generate();
@@ -139,9 +137,8 @@ fn enc_key_bad_signature_is_401() {
 
 // ----- sender allowlists -----
 
-#[test]
-fn sender_list_restricts_pushes() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_restricts_pushes(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "target");
     let friend = Host::enrolled(&relay, "friend");
     let stranger = Host::enrolled(&relay, "stranger");
@@ -205,9 +202,8 @@ fn sender_list_restricts_pushes() {
     );
 }
 
-#[test]
-fn sender_list_must_be_newer() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_must_be_newer(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-newer");
     let iat = now_ms() - 10_000;
     t.publish_senders(&relay, &[random_pubkey()], iat).ok();
@@ -218,9 +214,8 @@ fn sender_list_must_be_newer() {
     t.publish_senders(&relay, &[random_pubkey()], iat + 1).ok();
 }
 
-#[test]
-fn sender_list_iat_at_most_five_minutes_ahead() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_iat_at_most_five_minutes_ahead(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-future");
     t.publish_senders(&relay, &[random_pubkey()], now_ms() + 6 * 60_000)
         .assert_some_error(400);
@@ -228,9 +223,8 @@ fn sender_list_iat_at_most_five_minutes_ahead() {
         .ok();
 }
 
-#[test]
-fn sender_list_size_limit_is_1024() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_size_limit_is_1024(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-size");
     let keys: Vec<String> = (0..1025).map(|_| random_pubkey()).collect();
     t.publish_senders(&relay, &keys, now_ms() - 5000)
@@ -239,9 +233,8 @@ fn sender_list_size_limit_is_1024() {
         .ok();
 }
 
-#[test]
-fn sender_list_malformed_is_400_and_bad_signature_401() {
-    let relay = Relay::start_generous(&[]);
+fn sender_list_malformed_is_400_and_bad_signature_401(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let t = Host::enrolled(&relay, "t-mal");
     let good = t.sender_list(&[random_pubkey()], now_ms());
     let resign = |list: Value| -> Value {
@@ -289,9 +282,8 @@ fn sender_list_malformed_is_400_and_bad_signature_401() {
 
 // ----- rotation -----
 
-#[test]
-fn rotation_moves_queue_name_allowlists_and_revokes() {
-    let relay = Relay::start_generous(&[]);
+fn rotation_moves_queue_name_allowlists_and_revokes(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "rot-s");
     let outsider = Host::enrolled(&relay, "rot-x");
     let old = Host::enrolled(&relay, "rot-host");
@@ -366,9 +358,8 @@ fn rotation_moves_queue_name_allowlists_and_revokes() {
     .assert_error(404, "unknown host");
 }
 
-#[test]
-fn rotation_to_an_unenrolled_key_enrols_it() {
-    let relay = Relay::start_generous(&[]);
+fn rotation_to_an_unenrolled_key_enrols_it(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "r2-s");
     let old = Host::enrolled(&relay, "r2-host");
     let items: Vec<Value> = (0..3).map(|_| envelope_item(&s, &[&old])).collect();
@@ -386,9 +377,8 @@ fn rotation_to_an_unenrolled_key_enrols_it() {
     assert_eq!(new.info(&relay)["you"]["host"], json!("r2-host"));
 }
 
-#[test]
-fn rotation_errors() {
-    let relay = Relay::start_generous(&[]);
+fn rotation_errors(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "re-a");
     let n = Host::new("re-a");
     // 404: old key not enrolled.
@@ -449,4 +439,19 @@ fn rotation_errors() {
         )
         .assert_some_error(409);
     assert_eq!(m.info(&relay)["you"]["host"], json!("re-m"));
+}
+
+backend_tests! {
+    enc_key_publish_and_lookup_v2_and_v1,
+    enc_key_unknown_host_is_404,
+    enc_key_by_name_needs_exactly_one_live_enrolment,
+    enc_key_bad_signature_is_401,
+    sender_list_restricts_pushes,
+    sender_list_must_be_newer,
+    sender_list_iat_at_most_five_minutes_ahead,
+    sender_list_size_limit_is_1024,
+    sender_list_malformed_is_400_and_bad_signature_401,
+    rotation_moves_queue_name_allowlists_and_revokes,
+    rotation_to_an_unenrolled_key_enrols_it,
+    rotation_errors,
 }

@@ -6,6 +6,8 @@
 //! sender-list and 413-drain rows, on a relay of their own.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use mbx_relay::wire::canonical::canonical_json;
 use mbx_relay::wire::keys::{b64, SigningKey};
@@ -292,14 +294,13 @@ fn envelope_whys() -> Vec<(&'static [&'static str], Option<Value>, &'static str)
     ]
 }
 
-#[test]
-fn quoted_texts_are_the_references() {
-    let relay = Relay::start_generous(&["--max-queue-items", "3"]);
+fn quoted_texts_are_the_references(backend: Backend) {
+    let relay = backend.start_generous(&["--max-queue-items", "3"]);
     let a = Host::enrolled(&relay, "txt-a");
     let b = Host::enrolled(&relay, "txt-b");
     let epoch = relay.epoch();
     // A relay with room for one enrolment, one open challenge and one push a minute.
-    let small = Relay::start(&[
+    let small = backend.start(&[
         "--max-enrolments",
         "1",
         "--max-challenges",
@@ -311,9 +312,12 @@ fn quoted_texts_are_the_references() {
     ]);
     let solo = Host::enrolled(&small, "solo");
     // A relay whose enrolment authority decides by `proof` (feature `failpoints`).
-    let stub =
-        Relay::launch(RelayOpts::args(GENEROUS).env("MBX_RELAY_TEST_AUTHORITY", "proof-stub"))
-            .expect("relay with the test authority");
+    let stub = Relay::launch(
+        backend
+            .opts(GENEROUS)
+            .env("MBX_RELAY_TEST_AUTHORITY", "proof-stub"),
+    )
+    .expect("relay with the test authority");
     let pk = random_pubkey();
 
     let mut rows = vec![
@@ -921,9 +925,8 @@ fn publish_ad(relay: &Relay, h: &Host, ad: &Value, signer: &SigningKey) -> Respo
 }
 
 /// The enc-key publish (v1 and v2), sender-list and 413-drain texts.
-#[test]
-fn publish_and_oversize_texts_are_the_references() {
-    let relay = Relay::start_generous(&[]);
+fn publish_and_oversize_texts_are_the_references(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "other-a");
     let b = Host::enrolled(&relay, "other-b");
     let now = now_ms();
@@ -1078,4 +1081,11 @@ fn publish_and_oversize_texts_are_the_references() {
         ));
     }
     check(rows);
+}
+
+backend_tests! {
+    ;
+    postgres ignored:
+    quoted_texts_are_the_references,
+    publish_and_oversize_texts_are_the_references,
 }

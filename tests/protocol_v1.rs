@@ -2,6 +2,8 @@
 //! 413, bounded pages whose cursor never skips, against the real binary.
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::*;
 use serde_json::{json, Value};
 
@@ -55,9 +57,8 @@ fn v1_pull_all(relay: &Relay, h: &Host, max_page: usize) -> Vec<Value> {
     panic!("v1 pull did not finish");
 }
 
-#[test]
-fn v1_push_pull_ack_round_trip() {
-    let relay = Relay::start_generous(&[]);
+fn v1_push_pull_ack_round_trip(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "v1-s");
     let a = Host::enrolled(&relay, "v1-a");
     let e1 = env_to(&s, &["bob@v1-a"]);
@@ -89,9 +90,8 @@ fn v1_push_pull_ack_round_trip() {
     assert!(a.pull_all(&relay, 0).is_empty());
 }
 
-#[test]
-fn v1_push_dedups_by_sender_envelope_and_target() {
-    let relay = Relay::start_generous(&[]);
+fn v1_push_dedups_by_sender_envelope_and_target(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "d-s");
     let a = Host::enrolled(&relay, "d-a");
     let b = Host::enrolled(&relay, "d-b");
@@ -104,9 +104,8 @@ fn v1_push_dedups_by_sender_envelope_and_target() {
     assert_eq!(v1_pull_all(&relay, &b, 500).len(), 1);
 }
 
-#[test]
-fn v1_ambiguous_recipient_host_stores_nothing() {
-    let relay = Relay::start_generous(&[]);
+fn v1_ambiguous_recipient_host_stores_nothing(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "amb-s");
     let a = Host::enrolled(&relay, "amb-a");
     let _t1 = Host::enrolled(&relay, "twin");
@@ -141,9 +140,8 @@ fn v1_ambiguous_recipient_host_stores_nothing() {
     assert_eq!(a.pull_all(&relay, 0).len(), 1);
 }
 
-#[test]
-fn v1_unknown_host_and_too_large_are_errors() {
-    let relay = Relay::start_generous(&["--max-item-bytes", "2000"]);
+fn v1_unknown_host_and_too_large_are_errors(backend: Backend) {
+    let relay = backend.start_generous(&["--max-item-bytes", "2000"]);
     let s = Host::enrolled(&relay, "big-s");
     let a = Host::enrolled(&relay, "big-a");
     let r = v1_push(&relay, &s, &[env_to(&s, &["x@nowhere"])]);
@@ -161,9 +159,8 @@ fn v1_unknown_host_and_too_large_are_errors() {
     assert_eq!(a.pull_all(&relay, 0).len(), 1);
 }
 
-#[test]
-fn v1_push_respects_sender_allowlists() {
-    let relay = Relay::start_generous(&[]);
+fn v1_push_respects_sender_allowlists(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "al-s");
     let t = Host::enrolled(&relay, "al-t");
     t.publish_senders(&relay, &[random_pubkey()], now_ms()).ok();
@@ -173,9 +170,8 @@ fn v1_push_respects_sender_allowlists() {
     assert!(t.pull_all(&relay, 0).is_empty());
 }
 
-#[test]
-fn v1_bad_bodies_are_400() {
-    let relay = Relay::start_generous(&[]);
+fn v1_bad_bodies_are_400(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "bb-s");
     for body in [
         r#"{"envelopes":{}}"#,
@@ -189,9 +185,8 @@ fn v1_bad_bodies_are_400() {
     }
 }
 
-#[test]
-fn v1_page_is_bounded_and_cursor_never_skips() {
-    let relay = Relay::start_generous(&["--max-pull", "2"]);
+fn v1_page_is_bounded_and_cursor_never_skips(backend: Backend) {
+    let relay = backend.start_generous(&["--max-pull", "2"]);
     let s = Host::enrolled(&relay, "pg-s");
     let a = Host::enrolled(&relay, "pg-a");
     let envs: Vec<Value> = (0..5).map(|_| env_to(&s, &["x@pg-a"])).collect();
@@ -202,9 +197,8 @@ fn v1_page_is_bounded_and_cursor_never_skips() {
     assert_eq!(ids, want);
 }
 
-#[test]
-fn v1_page_is_bounded_by_bytes_and_cursor_never_skips() {
-    let relay = Relay::start_generous(&["--max-pull-bytes", "2500"]);
+fn v1_page_is_bounded_by_bytes_and_cursor_never_skips(backend: Backend) {
+    let relay = backend.start_generous(&["--max-pull-bytes", "2500"]);
     let s = Host::enrolled(&relay, "pb-s");
     let a = Host::enrolled(&relay, "pb-a");
     let envs: Vec<Value> = (0..5)
@@ -224,9 +218,8 @@ fn v1_page_is_bounded_by_bytes_and_cursor_never_skips() {
     assert_eq!(ids, want);
 }
 
-#[test]
-fn v1_pull_returns_envelopes_only() {
-    let relay = Relay::start_generous(&[]);
+fn v1_pull_returns_envelopes_only(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "eo-s");
     let a = Host::enrolled(&relay, "eo-a");
     let r = receipt_item(&s, &a);
@@ -238,9 +231,8 @@ fn v1_pull_returns_envelopes_only() {
     assert_eq!(got[0]["envelope"], wire);
 }
 
-#[test]
-fn v1_hop_is_by_name_and_signs_the_bare_path() {
-    let relay = Relay::start_generous(&["--max-per-name", "2"]);
+fn v1_hop_is_by_name_and_signs_the_bare_path(backend: Backend) {
+    let relay = backend.start_generous(&["--max-per-name", "2"]);
     let a = Host::enrolled(&relay, "solo");
     // Signed over the path with its query: refused for /v1 paths.
     let hop = Hop {
@@ -275,9 +267,8 @@ fn v1_hop_is_by_name_and_signs_the_bare_path() {
     assert_eq!(c.pull_all(&relay, 0).len(), 1);
 }
 
-#[test]
-fn v1_push_to_a_crowded_name_is_ambiguous() {
-    let relay = Relay::start_generous(&["--max-per-name", "2"]);
+fn v1_push_to_a_crowded_name_is_ambiguous(backend: Backend) {
+    let relay = backend.start_generous(&["--max-per-name", "2"]);
     let s = Host::enrolled(&relay, "cr-s");
     for _ in 0..3 {
         Host::enrolled(&relay, "crowd");
@@ -293,9 +284,8 @@ fn v1_push_to_a_crowded_name_is_ambiguous() {
     );
 }
 
-#[test]
-fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention() {
-    let relay = Relay::start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
+fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention(backend: Backend) {
+    let relay = backend.start_generous(&["--retention", "2s", "--sweep-interval", "1s"]);
     let s = Host::enrolled(&relay, "ne-s");
     let t = Host::enrolled(&relay, "ne-t");
     let v1 = env_to(&s, &["x@ne-t"]);
@@ -336,9 +326,8 @@ fn v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention() {
     assert_eq!(v1_pull_all(&relay, &t, 500)[0]["envelope"], v1);
 }
 
-#[test]
-fn v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored() {
-    let relay = Relay::start_generous(&[]);
+fn v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let s = Host::enrolled(&relay, "rs-s");
     let t = Host::enrolled(&relay, "rs-t");
     let u = Host::enrolled(&relay, "rs-u");
@@ -371,4 +360,22 @@ fn v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored() {
     let at_u = v1_pull_all(&relay, &u, 500);
     assert_eq!(at_u.len(), 1);
     assert_eq!(at_u[0]["envelope"], wider);
+}
+
+backend_tests! {
+    v1_push_pull_ack_round_trip,
+    v1_push_dedups_by_sender_envelope_and_target,
+    v1_ambiguous_recipient_host_stores_nothing,
+    v1_page_is_bounded_and_cursor_never_skips,
+    v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored,
+    ;
+    postgres ignored:
+    v1_unknown_host_and_too_large_are_errors,
+    v1_push_respects_sender_allowlists,
+    v1_bad_bodies_are_400,
+    v1_page_is_bounded_by_bytes_and_cursor_never_skips,
+    v1_pull_returns_envelopes_only,
+    v1_hop_is_by_name_and_signs_the_bare_path,
+    v1_push_to_a_crowded_name_is_ambiguous,
+    v1_items_never_expire_nor_notify_while_v2_items_keep_their_retention,
 }

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::{backend_tests, Backend};
+
 use common::relay_tool_env as tool_env;
 mod host_util;
 
@@ -99,9 +101,8 @@ fn newest_log_entry(store: &Path) -> Value {
     serde_json::from_str(out.lines().next().expect("one entry")).expect("json")
 }
 
-#[test]
-fn revoke_purge_online_refuses_the_next_hop_and_tells_each_sender_once() {
-    let relay = Relay::start_generous(&[]);
+fn revoke_purge_online_refuses_the_next_hop_and_tells_each_sender_once(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let relay_pub = relay.pubkey();
     let (t, a, b) = (
         Host::enrolled(&relay, "target"),
@@ -244,9 +245,8 @@ fn revoke_purge_online_refuses_the_next_hop_and_tells_each_sender_once() {
     relay.assert_alive();
 }
 
-#[test]
-fn purge_drops_a_queue_and_keeps_the_key_live() {
-    let relay = Relay::start_generous(&[]);
+fn purge_drops_a_queue_and_keeps_the_key_live(backend: Backend) {
+    let relay = backend.start_generous(&[]);
     let (t, a) = (
         Host::enrolled(&relay, "target"),
         Host::enrolled(&relay, "alice"),
@@ -388,9 +388,10 @@ fn two_hosts_sharing_a_prefix() -> (Host, Host, String) {
     panic!("no shared 4-digit prefix among 100,000 keys");
 }
 
-#[test]
-fn an_ambiguous_fingerprint_is_refused_with_the_candidates_and_an_unknown_one_clearly() {
-    let relay = Relay::start_generous(&[]);
+fn an_ambiguous_fingerprint_is_refused_with_the_candidates_and_an_unknown_one_clearly(
+    backend: Backend,
+) {
+    let relay = backend.start_generous(&[]);
     let (x, y, prefix) = two_hosts_sharing_a_prefix();
     x.enrol(&relay);
     y.enrol(&relay);
@@ -512,4 +513,10 @@ fn offline_revoke_works_on_a_stopped_store_and_is_refused_while_the_relay_holds_
     let notices = of_kind(&a.pull_all(&relay, 0), "expired");
     assert_eq!(notices.len(), 1);
     assert_signed_notice(&notices[0], &relay_pub, &id, &t);
+}
+
+backend_tests! {
+    revoke_purge_online_refuses_the_next_hop_and_tells_each_sender_once,
+    purge_drops_a_queue_and_keeps_the_key_live,
+    an_ambiguous_fingerprint_is_refused_with_the_candidates_and_an_unknown_one_clearly,
 }

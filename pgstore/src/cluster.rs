@@ -208,6 +208,11 @@ impl PgCluster {
         self.port
     }
 
+    /// The postmaster's pid while the server runs (benches read its and its backends' CPU).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// A URL of the cluster's default database.
     pub fn url(&self) -> String {
         self.url_of("postgres")

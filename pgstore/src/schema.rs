@@ -7,12 +7,14 @@ use relay_store::{Result, StoreError};
 
 use crate::db::{db_err, Db};
 
-/// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`.
+/// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`. 32-bit columns are spelt
+/// `INT4`, the same type as PostgreSQL's `INT`, because CockroachDB's `INT` is 64-bit and the
+/// store reads these as `i32` (docs/scale-out.md).
 const MIGRATIONS: &[&str] = &[
     // 1: the whole relay state.
     r"
 CREATE TABLE meta (
-    id INT PRIMARY KEY CHECK (id = 1),
+    id INT4 PRIMARY KEY CHECK (id = 1),
     epoch TEXT NOT NULL,
     relay_pubkey BYTEA,
     heartbeat_ms BIGINT,
@@ -34,7 +36,7 @@ CREATE TABLE enrolments (
     authority_rank SMALLINT NOT NULL,
     enrolled_at_ms BIGINT NOT NULL,
     revoked_at_ms BIGINT,
-    last_seen_day INT
+    last_seen_day INT4
 );
 CREATE INDEX enrolments_live_name ON enrolments (name_folded) WHERE revoked_at_ms IS NULL;
 CREATE TABLE enc_ads (
@@ -140,7 +142,7 @@ pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// The `schema_version` table.
 const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (
-                 version INT PRIMARY KEY,
+                 version INT4 PRIMARY KEY,
                  applied_ms BIGINT NOT NULL
              )";
 
@@ -162,6 +164,22 @@ pub(crate) async fn create_in(t: &deadpool_postgres::Transaction<'_>, now_ms: u6
         .map_err(db_err)?;
     }
     Ok(())
+}
+
+/// Whether the database holds a relay store already (its `meta` table), for openers that
+/// must not create one (`OpenOptions::create == false`: relay-tool).
+///
+/// # Errors
+/// `Engine` on database errors.
+pub(crate) async fn holds_store(db: &Db) -> Result<bool> {
+    let c = db.conn().await?;
+    c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.tables          WHERE table_schema = current_schema() AND table_name = 'meta')",
+        &[],
+    )
+    .await
+    .map(|r| r.get(0))
+    .map_err(db_err)
 }
 
 /// Bring the database up to [`PG_SCHEMA_VERSION`] and create meta on first open.

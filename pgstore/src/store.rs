@@ -44,8 +44,11 @@ impl PgStore {
     /// Connect to `url` (`postgres://user@host:port/db`), refuse a session whose commits are
     /// not durable, migrate the schema, and create meta (epoch, created) on first open.
     ///
+    /// With `opts.create` false a database without a store is refused instead of set up.
+    ///
     /// # Errors
-    /// `Engine` (unreachable, bad url, `synchronous_commit`/`fsync` off), `SchemaTooNew`, `Io`.
+    /// `Engine` (unreachable, bad url, `synchronous_commit`/`fsync` off, no store and
+    /// `create` false), `SchemaTooNew`, `Io`.
     pub fn open(url: &str, opts: OpenOptions) -> Result<PgStore> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RUNTIME_THREADS)
@@ -59,8 +62,14 @@ impl PgStore {
         let handle = rt.handle().clone();
         let url_owned = url.to_string();
         let now = opts.clock.now_ms();
+        let (create, label) = (opts.create, label_of(url));
         let db = run_blocking(&handle, async move {
             let db = Db::connect(&url_owned).await?;
+            if !create && !crate::schema::holds_store(&db).await? {
+                return Err(StoreError::Engine(format!(
+                    "postgres://{label} holds no mbx-relay store (a relay creates it on its first start)"
+                )));
+            }
             crate::schema::prepare(&db, now, uuid::Uuid::new_v4().to_string()).await?;
             Ok(db)
         });

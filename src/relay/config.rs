@@ -101,6 +101,21 @@ pub const fn default_duration(text: &str) -> Duration {
 pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
 /// How often the heartbeat is written (docs/protocol.md §6).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
+/// Tests only: a heartbeat period in milliseconds instead of [`HEARTBEAT_EVERY`] (undocumented
+/// for operators; a test of the leader lease passing cannot wait three 30 s periods).
+pub const HEARTBEAT_TEST_ENV: &str = "MBX_RELAY_TEST_HEARTBEAT_MS";
+
+/// The heartbeat period in force: [`HEARTBEAT_EVERY`] unless [`HEARTBEAT_TEST_ENV`] says.
+pub fn heartbeat_every() -> Duration {
+    static HB: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *HB.get_or_init(|| {
+        std::env::var(HEARTBEAT_TEST_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+            .map_or(HEARTBEAT_EVERY, Duration::from_millis)
+    })
+}
 /// Dedup rows outlive their items by this much beyond retention (docs/protocol.md §4).
 pub const DEDUP_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
 

@@ -9,6 +9,7 @@ pub mod code;
 pub mod config;
 pub mod enc_ad;
 pub mod enrol;
+pub mod epoch_watch;
 pub mod error;
 pub mod hop;
 pub mod info;
@@ -62,6 +63,8 @@ pub struct Relay {
     epoch: RwLock<String>,
     /// The store's shared book when several processes share the store, else this process's.
     challenges: Arc<dyn ChallengeBook>,
+    /// Whether other processes share the store (and may change its epoch: `epoch_watch`).
+    shared_store: bool,
     /// This process's name in store leases (`RelayStore::try_lease`): random per start.
     lease_holder: String,
     address_rate: rate::NestedWindows,
@@ -89,15 +92,16 @@ impl Relay {
     ) -> Self {
         let pubkey = key.public();
         let pubkey_b64 = key.public_b64();
-        let challenges = store
-            .shared_challenges()
-            .unwrap_or_else(|| Arc::new(challenge::Challenges::default()));
+        let shared = store.shared_challenges();
+        let shared_store = shared.is_some();
+        let challenges = shared.unwrap_or_else(|| Arc::new(challenge::Challenges::default()));
         Relay {
             store,
             key: Arc::new(key),
             pubkey,
             pubkey_b64,
             challenges,
+            shared_store,
             lease_holder: uuid::Uuid::new_v4().to_string(),
             address_rate: rate::NestedWindows::new(limits.enrol_windows(), ADDRESS_RATE_CAP),
             sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),

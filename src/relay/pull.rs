@@ -37,6 +37,8 @@ impl Relay {
 
     /// 409 `{"error","epoch":CURRENT}` unless `given` is the current epoch.
     fn check_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
+        // Another process on a shared store may have moved the epoch on (`epoch_watch`).
+        self.recheck_epoch(given);
         let current = self.epoch();
         match given {
             Some(e) if e == current => Ok(current),

@@ -29,8 +29,9 @@ const IDLE_BATCH: usize = 250;
 pub const LEADER_LEASE: &str = "background";
 /// How long the lease lasts unrenewed: three heartbeats, so a live leader renews it well before
 /// it lapses and a dead one's successor takes over within that time.
-const LEADER_LEASE_TTL: std::time::Duration =
-    std::time::Duration::from_secs(3 * super::config::HEARTBEAT_EVERY.as_secs());
+fn leader_lease_ttl() -> std::time::Duration {
+    3 * super::config::heartbeat_every()
+}
 
 /// The notice builder handed to the store (the sweep, and an admin's purge): envelopes get a
 /// signed `expired` item for their sender; receipts and notices expire silently.
@@ -145,7 +146,7 @@ impl Relay {
     /// takes or renews the store's [`LEADER_LEASE`]. Always true on a store one process owns;
     /// on a shared store one process at a time, another taking over once it lapses.
     async fn leads(&self) -> bool {
-        let ttl_ms = u64::try_from(LEADER_LEASE_TTL.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = u64::try_from(leader_lease_ttl().as_millis()).unwrap_or(u64::MAX);
         match self
             .store
             .try_lease(LEADER_LEASE, &self.lease_holder, ttl_ms)
@@ -161,14 +162,19 @@ impl Relay {
 
     /// Sweep now (the startup sweep), then heartbeat every 30 s, write last-seen days every
     /// [`super::seen::FLUSH_EVERY`] and sweep every `sweep_interval` until `stop` fires (then
-    /// write the last sightings); each sweep also checks live enrolments against the cap.
+    /// write the last sightings); each sweep also checks live enrolments against the cap. On a
+    /// shared store the epoch is also re-read every [`super::epoch_watch::EPOCH_REFRESH`].
     pub async fn run_background(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let mut hb = tokio::time::interval(super::config::HEARTBEAT_EVERY);
+        let mut hb = tokio::time::interval(super::config::heartbeat_every());
         let mut sw = tokio::time::interval(self.limits.sweep_interval);
         let mut seen = tokio::time::interval(super::seen::FLUSH_EVERY);
         hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sw.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         seen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A shared store's epoch may change under this process (`super::epoch_watch`).
+        let shared = self.store_is_shared();
+        let mut ep = tokio::time::interval(super::epoch_watch::EPOCH_REFRESH);
+        ep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         hb.tick().await; // written at startup already
         loop {
             tokio::select! {
@@ -177,6 +183,11 @@ impl Relay {
                         tracing::warn!(error = %e, "writing last-seen days at shutdown failed");
                     }
                     break;
+                }
+                _ = ep.tick(), if shared => {
+                    if let Err(e) = self.adopt_store_epoch() {
+                        tracing::warn!(error = %e.body, "cannot re-read the store's epoch");
+                    }
                 }
                 _ = seen.tick() => {
                     if let Err(e) = self.flush_seen().await {

@@ -28,6 +28,8 @@ mod commit_stats;
 pub mod conformance;
 mod fingerprint;
 pub mod log;
+pub mod log_text;
+pub mod notice;
 mod types;
 
 use std::io::Write;

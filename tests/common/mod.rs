@@ -18,7 +18,15 @@
 //!
 //! Set `MBX_RELAY_TEST_BIN` to run the suite against another relay binary with the same command
 //! line (an independent implementation, or an older build).
+//!
+//! A relay runs on fjall by default, or on PostgreSQL ([`Backend`], [`backend_tests!`]).
 #![allow(dead_code)]
+
+mod backend;
+#[allow(unused_imports)]
+pub(crate) use backend::backend_tests;
+#[allow(unused_imports)]
+pub use backend::{fresh_database, postgres_available, psql, Backend};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -137,6 +145,8 @@ pub struct Relay {
     args: Vec<String>,
     env: Vec<(String, String)>,
     store: PathBuf,
+    /// The PostgreSQL database (`--store`), when the relay runs on [`Backend::Postgres`].
+    db: Option<String>,
     stderr_path: PathBuf,
     bare: bool,
     /// Owns the temporary directory holding the store (unless the caller gave one) and the log.
@@ -155,6 +165,10 @@ pub struct RelayOpts {
     /// Pass neither `--listen` nor `--store-dir` (the test sets them another way, e.g. through
     /// `MBX_RELAY_LISTEN` / `MBX_RELAY_STORE_DIR`).
     pub bare: bool,
+    /// The store backend (default fjall).
+    pub backend: Backend,
+    /// The PostgreSQL database to use instead of a fresh one ([`Backend::Postgres`] only).
+    pub db: Option<String>,
 }
 
 impl RelayOpts {
@@ -178,6 +192,25 @@ impl RelayOpts {
     /// Passes neither `--listen` nor `--store-dir`; see [`RelayOpts::bare`].
     pub fn bare(mut self) -> Self {
         self.bare = true;
+        self
+    }
+    /// Runs the relay on this backend (a fresh database for PostgreSQL unless one is given).
+    pub fn on(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+    /// Runs the relay on this PostgreSQL database (e.g. a second process on one database).
+    pub fn db(mut self, url: &str) -> Self {
+        self.backend = Backend::Postgres;
+        self.db = Some(url.to_string());
+        self
+    }
+    /// Uses the store of `relay` (its directory, backend and database), e.g. to start another
+    /// process on it after `relay` was stopped, or a second process on one database.
+    pub fn same_store(mut self, relay: &Relay) -> Self {
+        self.store = Some(relay.store.clone());
+        self.backend = relay.backend();
+        self.db = relay.db.clone();
         self
     }
 }
@@ -205,6 +238,10 @@ impl Relay {
             .clone()
             .unwrap_or_else(|| work.path().join("store"));
         let stderr_path = work.path().join("relay.stderr");
+        let db = match opts.backend {
+            Backend::Fjall => None,
+            Backend::Postgres => Some(opts.db.clone().unwrap_or_else(fresh_database)),
+        };
         let mut relay = Relay {
             child: None,
             addr: "127.0.0.1:0".parse().expect("addr"),
@@ -212,6 +249,7 @@ impl Relay {
             args: opts.args,
             env: opts.env,
             store,
+            db,
             stderr_path,
             bare: opts.bare,
             _work: work,
@@ -234,6 +272,9 @@ impl Relay {
                 .arg("127.0.0.1:0")
                 .arg("--store-dir")
                 .arg(&self.store);
+            if let Some(db) = &self.db {
+                cmd.arg("--store").arg(db);
+            }
         }
         cmd.args(&self.args)
             .stdin(Stdio::null())
@@ -312,9 +353,23 @@ impl Relay {
         send(self.metrics_addr(), "GET", "/metrics", &[], b"")
     }
 
-    /// The store directory.
+    /// The store directory (on PostgreSQL: where relay.key and the admin socket are).
     pub fn store_dir(&self) -> &Path {
         &self.store
+    }
+
+    /// The backend the relay's store is on.
+    pub fn backend(&self) -> Backend {
+        if self.db.is_some() {
+            Backend::Postgres
+        } else {
+            Backend::Fjall
+        }
+    }
+
+    /// The PostgreSQL database URL, on [`Backend::Postgres`].
+    pub fn db_url(&self) -> Option<&str> {
+        self.db.as_deref()
     }
 
     /// Everything the relay wrote to stderr so far (all runs of this `Relay`).
@@ -512,6 +567,18 @@ pub fn send(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Response {
+    try_send(addr, method, path, headers, body).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`send`], with I/O and parse failures as `Err` instead of a panic (for requests to a relay
+/// that may be killed meanwhile).
+pub fn try_send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Response, String> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     let has = |n: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
     if !body.is_empty() && !has("content-type") {
@@ -526,9 +593,9 @@ pub fn send(
     head.push_str("\r\n");
     let mut bytes = head.into_bytes();
     bytes.extend_from_slice(body);
-    let raw = send_raw(addr, &bytes).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    parse_response(&raw).unwrap_or_else(|e| {
-        panic!(
+    let raw = send_raw(addr, &bytes).map_err(|e| format!("{method} {path}: {e}"))?;
+    parse_response(&raw).map_err(|e| {
+        format!(
             "{method} {path}: unparseable response ({e}): {:?}",
             String::from_utf8_lossy(&raw[..raw.len().min(500)])
         )
@@ -810,6 +877,20 @@ impl Host {
             hh.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         headers.extend_from_slice(extra);
         relay.send(method, path, &headers, body)
+    }
+
+    /// A request with a valid v2 hop to the relay at `addr`; `Err` on an I/O failure (a relay
+    /// killed meanwhile) instead of a panic.
+    pub fn try_call_at(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> Result<Response, String> {
+        let hh = self.hop_headers(method, path, body, &Hop::default());
+        let headers: Vec<(&str, &str)> = hh.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        try_send(addr, method, path, &headers, body)
     }
 
     /// A request with a valid v2 hop (`x-mbx-key` included).

@@ -2,7 +2,9 @@
 //! `relay-tool restore`, e.g. a volume snapshot), recorded in the relay log. A directory store's
 //! relay must be stopped; a PostgreSQL store is rotated in one transaction beside its running
 //! relays (the epoch is the database's), and each relay takes the new epoch within
-//! `mbx_relay::relay::EPOCH_REFRESH` or at once when a host presents it.
+//! `mbx_relay::relay::epoch_watch::EPOCH_REFRESH` or at once when a host presents it.
+
+use mbx_relay::relay::epoch_watch::EPOCH_REFRESH;
 
 use crate::access::{self, Target};
 use crate::fail::Failure;
@@ -20,6 +22,12 @@ pub fn rotate(dir: &Target) -> Result<(), Failure> {
     let new = store.rotate_epoch(REASON).wait()?;
     access::close(store)?;
     println!("epoch rotated: {old} -> {new} (recorded in the relay log)");
+    if dir.shared() {
+        println!(
+            "relays running on this database serve it within {} s",
+            EPOCH_REFRESH.as_secs()
+        );
+    }
     println!(
         "hosts will re-push unconfirmed items and re-pull from the start on their next contact"
     );

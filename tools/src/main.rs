@@ -2,7 +2,9 @@
 //! verified restores, dumps, stats, the relay log, epoch rotation, relay key generation, and
 //! revoking keys and purging queues.
 //! While a relay runs, read-only commands and backups go through its owner-only admin socket
-//! (`<store-dir>/admin.sock`); commands that change the store refuse to run beside it.
+//! (`<store-dir>/admin.sock`); commands that change a directory store refuse to run beside it.
+//! A PostgreSQL store (`--store postgres://...`) is also opened directly beside its relays
+//! (`access`).
 
 mod access;
 mod backup;
@@ -44,8 +46,13 @@ EXIT CODES:
      records; backup made by another relay key (restore without --accept-other-key); a relay log
      (of the store with `log --verify`, or inside a backup with `verify`) whose hash chain does
      not verify: the message names the first entry that does not match
-  4  store in use by pid N: a relay holds the store. restore and rotate-epoch need it stopped;
-     backup, dump, stats, log, hosts, revoke and purge go through its admin socket instead
+  4  store in use by pid N: a relay holds the directory store. restore and rotate-epoch need it
+     stopped; backup, dump, stats, log, hosts, verify, revoke and purge go through its admin
+     socket instead (a PostgreSQL store has no such lock)
+
+STORE: --store-dir DIR (MBX_RELAY_STORE_DIR), or --store DIR|postgres://user@host:port/db
+(MBX_RELAY_STORE), as `mbx-relay serve` takes them; with a PostgreSQL --store, --store-dir is
+the relay's directory holding its admin socket (optional). A url's password is never printed.
 
 Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.";
 

@@ -51,3 +51,44 @@ fn unknown_commands_are_usage_errors() {
     let out = tool(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn a_store_command_without_a_store_is_a_usage_error_naming_both_flags() {
+    let out = Command::new(env!("CARGO_BIN_EXE_relay-tool"))
+        .args(["stats"])
+        .env_remove("MBX_RELAY_STORE")
+        .env_remove("MBX_RELAY_STORE_DIR")
+        .output()
+        .expect("relay-tool runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--store-dir") && err.contains("--store DIR|postgres://URL"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_postgres_store_is_named_without_its_password() {
+    let secret = "n0t-shown-Pw";
+    let url = format!("postgres://relay:{secret}@127.0.0.1:1/relaydb?sslmode=disable");
+    for args in [
+        vec!["stats", "--store", url.as_str()],
+        vec!["hosts", "--store", url.as_str()],
+        vec!["verify", "--store", url.as_str()],
+        vec!["rotate-epoch", "--store", url.as_str()],
+    ] {
+        let out = tool(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("postgres://127.0.0.1:1/relaydb"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains(secret),
+            "{args:?} printed the password: {err}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
+    }
+}

@@ -5,8 +5,8 @@
 //! a proven account; at most `max_live` live enrolments. A first enrolment and a re-enrolment
 //! that changes anything are recorded in the relay log.
 
-use crate::api::{EnrolOutcome, EnrolRequest, Enrolment, Key32, Pending, Result};
-use crate::codec::{self, fingerprint, meta_key};
+use crate::api::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Pending, Result};
+use crate::codec::{self, meta_key};
 use crate::parts::Part;
 use crate::reader::{self, meta_u64};
 use crate::writer::Tx;
@@ -45,7 +45,7 @@ fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
                 return Ok(EnrolOutcome::NameTaken);
             }
             write(tx, &updated, Some(&e));
-            oplog::append(tx, "re-enrol", &changes(&e, &updated))?;
+            oplog::append(tx, "re-enrol", &log_text::re_enrolled(&e, &updated))?;
             Ok(EnrolOutcome::AlreadyEnrolled)
         }
         None => {
@@ -67,55 +67,10 @@ fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
             }
             write(tx, &e, None);
             bump(tx, meta_key::LIVE_ENROLMENTS, 1)?;
-            oplog::append(tx, "enrol", &described(&e))?;
+            oplog::append(tx, "enrol", &log_text::enrolled(&e))?;
             Ok(EnrolOutcome::Enrolled)
         }
     }
-}
-
-/// The log detail of a first enrolment: fingerprint, name, account, owner claim, authority.
-fn described(e: &Enrolment) -> String {
-    format!(
-        "{} name {:?} account {} owner {:?} by {}",
-        fingerprint(&e.host_pubkey),
-        e.host_name,
-        e.account.as_deref().unwrap_or("-"),
-        e.owner_fp,
-        e.authorized_by
-    )
-}
-
-/// The log detail of a re-enrolment: the key and each field that changed, old -> new.
-fn changes(old: &Enrolment, new: &Enrolment) -> String {
-    let mut out = fingerprint(&new.host_pubkey);
-    let mut field = |name: &str, a: String, b: String| {
-        if a != b {
-            out.push_str(&format!(" {name} {a} -> {b}"));
-        }
-    };
-    field(
-        "name",
-        format!("{:?}", old.host_name),
-        format!("{:?}", new.host_name),
-    );
-    field(
-        "owner",
-        format!("{:?}", old.owner_fp),
-        format!("{:?}", new.owner_fp),
-    );
-    let account = |e: &Enrolment| e.account.clone().unwrap_or_else(|| "-".into());
-    field("account", account(old), account(new));
-    field(
-        "authority",
-        old.authorized_by.clone(),
-        new.authorized_by.clone(),
-    );
-    field(
-        "rank",
-        old.authority_rank.to_string(),
-        new.authority_rank.to_string(),
-    );
-    out
 }
 
 /// Another live key carries `e`'s name inside `e`'s proven account.

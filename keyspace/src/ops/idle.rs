@@ -6,7 +6,7 @@
 
 use std::ops::Bound;
 
-use crate::api::{last_seen_ms, Enrolment, IdleReport, Key32, Pending, Result};
+use crate::api::{last_seen_ms, log_text, Enrolment, IdleReport, Key32, Pending, Result};
 use crate::codec::{self, meta_key, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
@@ -77,11 +77,7 @@ fn expire_idle(
     }
     report.next = if more { last } else { None };
     if report.expired > 0 {
-        let days = idle_ms / crate::api::DAY_MS;
-        let detail = format!(
-            "{} idle enrolments expired (not seen for {days}d or more, queue empty)",
-            report.expired
-        );
+        let detail = log_text::idle_expired(report.expired, idle_ms / crate::api::DAY_MS);
         oplog::append(tx, "expire-idle", &detail)?;
     }
     Ok(report)

@@ -3,8 +3,10 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 
-use crate::api::{DedupRow, Enrolment, Key32, Pending, RebindOutcome, Result, SenderList};
-use crate::codec::{self, fingerprint, meta_key, ItemRecord};
+use crate::api::{
+    log_text, DedupRow, Enrolment, Key32, Pending, RebindOutcome, Result, SenderList,
+};
+use crate::codec::{self, meta_key, ItemRecord};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
@@ -46,15 +48,7 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     // Last seen moves with the key: the rotation is a sighting of the new key.
     seen::del(tx, old);
     seen::put(tx, new, crate::api::utc_day(tx.now_ms));
-    oplog::append(
-        tx,
-        "rotate-key",
-        &format!(
-            "{} -> {}: {moved} items moved",
-            fingerprint(old),
-            fingerprint(new)
-        ),
-    )?;
+    oplog::append(tx, "rotate-key", &log_text::rotated(old, new, moved))?;
     Ok(RebindOutcome::Moved { moved })
 }
 

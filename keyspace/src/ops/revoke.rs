@@ -5,10 +5,10 @@
 use std::ops::Bound;
 
 use crate::api::{
-    ExpiredItem, NoticeFn, Pending, Result, RevokeOutcome, RevokeReport, RevokeRequest,
-    MAX_PURGE_ITEMS, MAX_REASON_CHARS,
+    log_text, ExpiredItem, NoticeFn, Pending, Result, RevokeOutcome, RevokeReport, RevokeRequest,
+    MAX_PURGE_ITEMS,
 };
-use crate::codec::{self, fingerprint, ItemRecord, UsageScope};
+use crate::codec::{self, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
@@ -55,7 +55,7 @@ fn revoke_key(tx: &mut Tx<'_>, req: &RevokeRequest, notice: &NoticeFn) -> Result
     oplog::append(
         tx,
         if req.revoke { "revoke" } else { "purge" },
-        &log_detail(req, &report),
+        &log_text::revoked(req, &report),
     )?;
     Ok(RevokeOutcome::Done(report))
 }
@@ -110,46 +110,4 @@ fn purge(
         }
     }
     Ok(())
-}
-
-/// `<fp>: revoked, 3 items (1200 bytes) purged, 2 notices, 1 allowlists changed; uid 1000;
-/// reason: stolen laptop` (fingerprints and counts only; the reason cut to one bounded line).
-fn log_detail(req: &RevokeRequest, r: &RevokeReport) -> String {
-    let mut parts = Vec::new();
-    if req.revoke {
-        parts.push(if r.already_revoked {
-            "already revoked".to_string()
-        } else {
-            "revoked".to_string()
-        });
-        parts.push(format!("{} allowlists changed", r.lists_changed));
-    }
-    if req.purge {
-        parts.push(format!(
-            "{} items ({} bytes) purged, {} notices",
-            r.purged_items, r.purged_bytes, r.notices
-        ));
-    }
-    format!(
-        "{}: {}; uid {}; reason: {}",
-        fingerprint(&req.key),
-        parts.join(", "),
-        req.admin_uid,
-        one_line_reason(&req.reason)
-    )
-}
-
-/// The reason on one line, at most [`MAX_REASON_CHARS`] characters; `-` when empty.
-pub(crate) fn one_line_reason(reason: &str) -> String {
-    let r: String = reason
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_REASON_CHARS)
-        .collect();
-    let r = r.trim();
-    if r.is_empty() {
-        "-".to_string()
-    } else {
-        r.to_string()
-    }
 }

@@ -4,9 +4,7 @@
 
 use std::ops::Bound;
 
-use crate::api::{
-    ExpiredItem, InsertOutcome, InsertRequest, NoticeFn, Pending, Quotas, Result, SweepReport,
-};
+use crate::api::{ExpiredItem, NoticeFn, Pending, Quotas, Result, SweepReport};
 use crate::codec::{self, EXPIRY_DEDUP, EXPIRY_ITEM};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
@@ -115,23 +113,14 @@ pub(crate) fn notify(
     retention_ms: u64,
     now_ms: u64,
 ) -> Result<bool> {
-    let Some(item) = notice(gone, now_ms) else {
+    // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
+    let Some(req) = crate::api::notice::notice_request(gone, notice, quotas, retention_ms, now_ms)
+    else {
         return Ok(false);
     };
-    // A notice goes to the sender only; enrolment, quotas and dedup apply as to any insert
-    // (a sender no longer enrolled, a full queue or an earlier notice: no notice).
-    if item.targets.is_empty() || item.targets.iter().any(|t| t.target != gone.sender) {
-        return Ok(false);
-    }
-    let req = InsertRequest {
-        item,
-        quotas,
-        retention_ms,
-    };
-    Ok(match insert::insert_one(tx, req)? {
-        InsertOutcome::Stored { targets, .. } => targets.iter().any(|t| !t.duplicate),
-        _ => false,
-    })
+    Ok(crate::api::notice::notice_queued(&insert::insert_one(
+        tx, req,
+    )?))
 }
 
 /// Prune dedup rows whose item left its queue before `dedup_horizon_ms` (the index holds a row

@@ -3,7 +3,7 @@
 
 use deadpool_postgres::Transaction;
 use relay_store::{
-    last_seen_ms, HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage, DAY_MS,
+    last_seen_ms, log_text, HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage, DAY_MS,
 };
 
 use crate::db::{db_err, key32, u, OpResult};
@@ -73,11 +73,7 @@ async fn expire_idle(
     }
     report.next = if more { last } else { None };
     if report.expired > 0 {
-        let detail = format!(
-            "{} idle enrolments expired (not seen for {}d or more, queue empty)",
-            report.expired,
-            idle_ms / DAY_MS
-        );
+        let detail = log_text::idle_expired(report.expired, idle_ms / DAY_MS);
         oplog::append(t, now_ms, keep, "expire-idle", &detail).await?;
     }
     Ok(report)

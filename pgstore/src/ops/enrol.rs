@@ -5,7 +5,7 @@
 
 use deadpool_postgres::Transaction;
 use relay_store::fingerprint;
-use relay_store::{EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
+use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use tokio_postgres::Row;
 
 use crate::db::{db_err, i, key32, u, OpResult};
@@ -141,7 +141,14 @@ async fn enrol(
                 return Ok(EnrolOutcome::NameTaken);
             }
             write(t, &updated).await?;
-            oplog::append(t, now, keep, "re-enrol", &changes(&e, &updated)).await?;
+            oplog::append(
+                t,
+                now,
+                keep,
+                "re-enrol",
+                &log_text::re_enrolled(&e, &updated),
+            )
+            .await?;
             Ok(EnrolOutcome::AlreadyEnrolled)
         }
         None => {
@@ -163,56 +170,10 @@ async fn enrol(
             }
             write(t, &e).await?;
             bump(t, 1, 0).await?;
-            oplog::append(t, now, keep, "enrol", &described(&e)).await?;
+            oplog::append(t, now, keep, "enrol", &log_text::enrolled(&e)).await?;
             Ok(EnrolOutcome::Enrolled)
         }
     }
-}
-
-/// The log detail of a first enrolment (the keyspace's wording).
-fn described(e: &Enrolment) -> String {
-    format!(
-        "{} name {:?} account {} owner {:?} by {}",
-        fingerprint(&e.host_pubkey),
-        e.host_name,
-        e.account.as_deref().unwrap_or("-"),
-        e.owner_fp,
-        e.authorized_by
-    )
-}
-
-/// The log detail of a re-enrolment: each field that changed, old -> new.
-fn changes(old: &Enrolment, new: &Enrolment) -> String {
-    let mut out = fingerprint(&new.host_pubkey);
-    let account = |e: &Enrolment| e.account.clone().unwrap_or_else(|| "-".into());
-    for (name, a, b) in [
-        (
-            "name",
-            format!("{:?}", old.host_name),
-            format!("{:?}", new.host_name),
-        ),
-        (
-            "owner",
-            format!("{:?}", old.owner_fp),
-            format!("{:?}", new.owner_fp),
-        ),
-        ("account", account(old), account(new)),
-        (
-            "authority",
-            old.authorized_by.clone(),
-            new.authorized_by.clone(),
-        ),
-        (
-            "rank",
-            old.authority_rank.to_string(),
-            new.authority_rank.to_string(),
-        ),
-    ] {
-        if a != b {
-            out.push_str(&format!(" {name} {a} -> {b}"));
-        }
-    }
-    out
 }
 
 impl PgStore {
@@ -239,13 +200,14 @@ impl PgStore {
         let (s, key) = (self.clone(), *key);
         self.block(async move {
             let c = s.inner.db.conn().await?;
-            let row = c
-                .query_opt(
-                    &format!("SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"),
-                    &[&key.as_slice()],
-                )
+            // Read on every push (target admission): prepared once per connection.
+            let st = c
+                .prepare_cached(&format!(
+                    "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"
+                ))
                 .await
                 .map_err(db_err)?;
+            let row = c.query_opt(&st, &[&key.as_slice()]).await.map_err(db_err)?;
             row.as_ref().map(from_row).transpose()
         })
     }

@@ -67,8 +67,11 @@ impl ChallengeBook for PgChallenges {
                 .tx(|t| {
                     let challenge = challenge.clone();
                     Box::pin(async move {
-                        // One issuer at a time, so the cap holds across processes.
-                        t.batch_execute("LOCK TABLE challenges IN SHARE ROW EXCLUSIVE MODE")
+                        // One issuer at a time, so the cap holds across processes: the
+                        // `meta` row's lock (a row lock, not LOCK TABLE, which CockroachDB and
+                        // YugabyteDB lack; docs/scale-out.md). Consuming deletes concurrently,
+                        // which can only lower the count.
+                        t.query_one("SELECT id FROM meta WHERE id = 1 FOR UPDATE", &[])
                             .await?;
                         t.execute(
                             "DELETE FROM challenges WHERE expires_ms <= $1",

@@ -230,11 +230,15 @@ impl PgStore {
         let (s, target) = (self.clone(), *target);
         self.block(async move {
             let c = s.inner.db.conn().await?;
+            // Read on every push (sender admission): prepared once per connection.
+            let st = c
+                .prepare_cached(&format!(
+                    "SELECT {LIST_COLS} FROM sender_lists WHERE target = $1"
+                ))
+                .await
+                .map_err(db_err)?;
             let r = c
-                .query_opt(
-                    &format!("SELECT {LIST_COLS} FROM sender_lists WHERE target = $1"),
-                    &[&target.as_slice()],
-                )
+                .query_opt(&st, &[&target.as_slice()])
                 .await
                 .map_err(db_err)?;
             r.map(|r| list_from_row(target, &r)).transpose()

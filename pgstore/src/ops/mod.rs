@@ -6,6 +6,8 @@ pub(crate) mod admin;
 pub(crate) mod backup;
 pub(crate) mod dump;
 pub(crate) mod enrol;
+pub(crate) mod insert;
+pub(crate) mod insert_plan;
 pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;

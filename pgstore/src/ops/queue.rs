@@ -9,17 +9,18 @@
 //! twice. Sender-share usage rows are covered by their target's lock; account rows are locked
 //! themselves (a deadlock between two accounts' orders is retried by `Db::tx`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use relay_store::{
     AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, QueuedItem,
-    QuotaKind, Result, StoreError, TargetSeq, Usage, NEVER_EXPIRES,
+    Result, StoreError, Usage,
 };
 
 use crate::db::{db_err, i, key32, u, OpResult};
-use crate::ops::{enrol, Answer};
+use crate::ops::insert::insert_batch;
+use crate::ops::Answer;
 use crate::store::PgStore;
 
 pub(crate) fn kind_code(k: ItemKind) -> i16 {
@@ -50,13 +51,16 @@ pub(crate) struct QueueRow {
 /// Lock (creating it when missing) the `queues` row of `target`.
 pub(crate) async fn lock_queue(t: &Transaction<'_>, target: &Key32) -> OpResult<QueueRow> {
     t.execute(
-        "INSERT INTO queues (target) VALUES ($1) ON CONFLICT (target) DO NOTHING",
+        &t.prepare_cached(
+            "INSERT INTO queues (target) VALUES ($1) ON CONFLICT (target) DO NOTHING",
+        )
+        .await?,
         &[&target.as_slice()],
     )
     .await?;
     let r = t
         .query_one(
-            "SELECT head_seq, acked_through, items, bytes FROM queues WHERE target = $1 FOR UPDATE",
+            &t.prepare_cached("SELECT head_seq, acked_through, items, bytes FROM queues WHERE target = $1 FOR UPDATE").await?,
             &[&target.as_slice()],
         )
         .await?;
@@ -81,28 +85,31 @@ pub(crate) async fn add_usage(
     bytes: i64,
 ) -> OpResult<()> {
     t.execute(
-        "INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3::BIGINT, 0), \
+        &t.prepare_cached("INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3::BIGINT, 0), \
              GREATEST($4::BIGINT, 0)) ON CONFLICT (target, sender) DO UPDATE \
-         SET items = GREATEST(usage_sender.items + $3, 0), bytes = GREATEST(usage_sender.bytes + $4, 0)",
+         SET items = GREATEST(usage_sender.items + $3, 0), bytes = GREATEST(usage_sender.bytes + $4, 0)").await?,
         &[&target.as_slice(), &sender.as_slice(), &items, &bytes],
     )
     .await?;
     t.execute(
-        "DELETE FROM usage_sender WHERE target = $1 AND sender = $2 AND items = 0 AND bytes = 0",
+        &t.prepare_cached("DELETE FROM usage_sender WHERE target = $1 AND sender = $2 AND items = 0 AND bytes = 0").await?,
         &[&target.as_slice(), &sender.as_slice()],
     )
     .await?;
     if let Some(a) = account {
         t.execute(
-            "INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2::BIGINT, 0), \
+            &t.prepare_cached("INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2::BIGINT, 0), \
                  GREATEST($3::BIGINT, 0)) ON CONFLICT (account) DO UPDATE \
              SET items = GREATEST(usage_account.items + $2, 0), \
-                 bytes = GREATEST(usage_account.bytes + $3, 0)",
+                 bytes = GREATEST(usage_account.bytes + $3, 0)").await?,
             &[&a, &items, &bytes],
         )
         .await?;
         t.execute(
-            "DELETE FROM usage_account WHERE account = $1 AND items = 0 AND bytes = 0",
+            &t.prepare_cached(
+                "DELETE FROM usage_account WHERE account = $1 AND items = 0 AND bytes = 0",
+            )
+            .await?,
             &[&a],
         )
         .await?;
@@ -118,8 +125,11 @@ pub(crate) async fn add_queue_usage(
     bytes: i64,
 ) -> OpResult<()> {
     t.execute(
-        "UPDATE queues SET items = GREATEST(items + $2, 0), bytes = GREATEST(bytes + $3, 0) \
+        &t.prepare_cached(
+            "UPDATE queues SET items = GREATEST(items + $2, 0), bytes = GREATEST(bytes + $3, 0) \
          WHERE target = $1",
+        )
+        .await?,
         &[&target.as_slice(), &items, &bytes],
     )
     .await?;
@@ -143,280 +153,36 @@ pub(crate) async fn start_dedup_horizon(
     Ok(())
 }
 
-/// When an item accepted at `now` expires ([`NEVER_EXPIRES`] stays never).
-fn expiry(now: u64, retention_ms: u64) -> u64 {
-    if retention_ms == NEVER_EXPIRES {
-        NEVER_EXPIRES
-    } else {
-        now.saturating_add(retention_ms).min(NEVER_EXPIRES - 1)
-    }
-}
-
-async fn usage_of(
-    t: &Transaction<'_>,
-    sql: &str,
-    p: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> OpResult<Usage> {
-    Ok(t.query_opt(sql, p)
-        .await?
-        .map_or(Usage::default(), |r| Usage {
-            items: u(r.get(0)),
-            bytes: u(r.get(1)),
-        }))
-}
-
-/// The first quota one more item of `bytes` would exceed (inclusive caps), in the keyspace's
-/// order: target, sender share, account.
-async fn over_quota(
-    t: &Transaction<'_>,
-    q: &QueueRow,
-    target: &Key32,
-    sender: &Key32,
-    account: Option<&str>,
-    bytes: u64,
-    quotas: &relay_store::Quotas,
-) -> OpResult<Option<QuotaKind>> {
-    let fits = |u: Usage, max_items: u64, max_bytes: u64| {
-        (
-            u.items.saturating_add(1) <= max_items,
-            u.bytes.saturating_add(bytes) <= max_bytes,
-        )
-    };
-    match fits(q.usage, quotas.max_queue_items, quotas.max_queue_bytes) {
-        (false, _) => return Ok(Some(QuotaKind::QueueItems)),
-        (_, false) => return Ok(Some(QuotaKind::QueueBytes)),
-        _ => {}
-    }
-    let s = usage_of(
-        t,
-        "SELECT items, bytes FROM usage_sender WHERE target = $1 AND sender = $2",
-        &[&target.as_slice(), &sender.as_slice()],
-    )
-    .await?;
-    match fits(s, quotas.max_sender_items, quotas.max_sender_bytes) {
-        (false, _) => return Ok(Some(QuotaKind::SenderItems)),
-        (_, false) => return Ok(Some(QuotaKind::SenderBytes)),
-        _ => {}
-    }
-    if let Some(a) = account {
-        let a_usage = usage_of(
-            t,
-            "SELECT items, bytes FROM usage_account WHERE account = $1 FOR UPDATE",
-            &[&a],
-        )
-        .await?;
-        match fits(a_usage, quotas.max_account_items, quotas.max_account_bytes) {
-            (false, _) => return Ok(Some(QuotaKind::AccountItems)),
-            (_, false) => return Ok(Some(QuotaKind::AccountBytes)),
-            _ => {}
-        }
-    }
-    Ok(None)
-}
-
-/// Lock, in key order, the enrolment rows (shared) and then the queue rows (for update) of
-/// every target a batch writes to, before any of its items: batches over the same targets in
-/// different orders then queue up instead of deadlocking.
-pub(crate) async fn lock_targets<'a>(
-    t: &Transaction<'_>,
-    targets: impl Iterator<Item = &'a relay_store::NewTarget>,
-) -> OpResult<()> {
-    let keys: std::collections::BTreeSet<Key32> = targets.map(|x| x.target).collect();
-    for k in &keys {
-        enrol::get(t, k, false).await?;
-    }
-    for k in &keys {
-        lock_queue(t, k).await?;
-    }
-    Ok(())
-}
-
-/// One insert as one logical operation inside `t`: anything but `Stored` is rolled back to
-/// the savepoint taken first, so it leaves no trace.
-pub(crate) async fn insert_one(
-    t: &Transaction<'_>,
-    req: &InsertRequest,
-    now: u64,
-) -> OpResult<InsertOutcome> {
-    t.batch_execute("SAVEPOINT insert_item").await?;
-    let out = insert_inner(t, req, now).await?;
-    if matches!(out, InsertOutcome::Stored { .. }) {
-        t.batch_execute("RELEASE SAVEPOINT insert_item").await?;
-    } else {
-        t.batch_execute("ROLLBACK TO SAVEPOINT insert_item").await?;
-    }
-    Ok(out)
-}
-
-async fn insert_inner(
-    t: &Transaction<'_>,
-    req: &InsertRequest,
-    now: u64,
-) -> OpResult<InsertOutcome> {
-    let item = &req.item;
-    let mut accounts = Vec::with_capacity(item.targets.len());
-    for tg in &item.targets {
-        match enrol::live(t, &tg.target).await? {
-            Some(e) => accounts.push(e.account),
-            None => return Ok(InsertOutcome::TargetNotEnrolled { target: tg.target }),
-        }
-    }
-    // Lock every target's queue row in key order (no lock-order deadlock between fan-outs).
-    let mut queues: BTreeMap<Key32, QueueRow> = BTreeMap::new();
-    for tg in &item.targets {
-        queues.insert(tg.target, QueueRow::default());
-    }
-    for (target, row) in &mut queues {
-        *row = lock_queue(t, target).await?;
-    }
-    let mut seqs = Vec::with_capacity(item.targets.len());
-    let mut any_new = false;
-    let mut first_dup_at = None;
-    for (tg, account) in item.targets.iter().zip(accounts) {
-        let dedup = t
-            .query_opt(
-                "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
-                 WHERE target = $1 AND sender = $2 AND item_id = $3",
-                &[
-                    &tg.target.as_slice(),
-                    &item.sender.as_slice(),
-                    &item.item_id,
-                ],
-            )
-            .await?;
-        if let Some(r) = dedup {
-            if r.get::<_, &[u8]>(0) != tg.wire_hash.as_slice() {
-                return Ok(InsertOutcome::Conflict { target: tg.target });
-            }
-            first_dup_at.get_or_insert(u(r.get(2)));
-            seqs.push(TargetSeq {
-                seq: u(r.get(1)),
-                duplicate: true,
-            });
-            continue;
-        }
-        let bytes = tg.wire.len() as u64;
-        let q = queues.get(&tg.target).copied().unwrap_or_default();
-        if let Some(which) = over_quota(
-            t,
-            &q,
-            &tg.target,
-            &item.sender,
-            account.as_deref(),
-            bytes,
-            &req.quotas,
-        )
-        .await?
-        {
-            return Ok(InsertOutcome::Quota {
-                target: tg.target,
-                which,
-            });
-        }
-        let seq = q.head.saturating_add(1).max(now);
-        t.execute(
-            "INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
-                 accepted_at_ms, expires_at_ms, account) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            &[
-                &tg.target.as_slice(),
-                &i(seq),
-                &kind_code(item.kind),
-                &item.item_id,
-                &item.sender.as_slice(),
-                &tg.wire,
-                &tg.wire_hash.as_slice(),
-                &i(bytes),
-                &i(now),
-                &i(expiry(now, req.retention_ms)),
-                &account,
-            ],
-        )
-        .await?;
-        t.execute(
-            "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                &tg.target.as_slice(),
-                &item.sender.as_slice(),
-                &item.item_id,
-                &tg.wire_hash.as_slice(),
-                &i(seq),
-                &i(now),
-            ],
-        )
-        .await?;
-        t.execute(
-            "UPDATE queues SET head_seq = $2, items = items + 1, bytes = bytes + $3 \
-             WHERE target = $1",
-            &[&tg.target.as_slice(), &i(seq), &i(bytes)],
-        )
-        .await?;
-        add_usage(t, &tg.target, &item.sender, account.as_deref(), 1, i(bytes)).await?;
-        if let Some(q) = queues.get_mut(&tg.target) {
-            q.head = seq;
-            q.usage.items += 1;
-            q.usage.bytes = q.usage.bytes.saturating_add(bytes);
-        }
-        seqs.push(TargetSeq {
-            seq,
-            duplicate: false,
-        });
-        any_new = true;
-    }
-    let at_ms = if any_new {
-        now
-    } else {
-        first_dup_at.unwrap_or(now)
-    };
-    Ok(InsertOutcome::Stored {
-        at_ms,
-        targets: seqs,
-    })
-}
-
 impl PgStore {
     /// Insert one item over all its targets atomically.
     pub fn insert(&self, req: InsertRequest) -> Answer<InsertOutcome> {
         let s = self.clone();
         self.spawn(async move {
-            let now = s.now_ms();
-            let req = Arc::new(req);
-            s.inner
-                .db
-                .tx(|t| {
-                    let req = Arc::clone(&req);
-                    Box::pin(async move {
-                        lock_targets(t, req.item.targets.iter()).await?;
-                        insert_one(t, &req, now).await
-                    })
-                })
-                .await
+            s.insert_tx(vec![req])
+                .await?
+                .pop()
+                .ok_or_else(|| StoreError::Engine("postgres: an insert answered no outcome".into()))
         })
     }
 
-    /// Insert several items, each its own atomic operation (a savepoint), in one transaction:
-    /// one commit for the batch, as the keyspace's one group commit.
+    /// Insert several items, each its own atomic operation, in one transaction: one commit
+    /// for the batch, as the keyspace's one group commit.
     pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Answer<Vec<InsertOutcome>> {
         let s = self.clone();
-        self.spawn(async move {
-            let now = s.now_ms();
-            let reqs = Arc::new(reqs);
-            s.inner
-                .db
-                .tx(|t| {
-                    let reqs = Arc::clone(&reqs);
-                    Box::pin(async move {
-                        lock_targets(t, reqs.iter().flat_map(|r| &r.item.targets)).await?;
-                        let mut out = Vec::with_capacity(reqs.len());
-                        for r in reqs.iter() {
-                            out.push(insert_one(t, r, now).await?);
-                        }
-                        Ok(out)
-                    })
-                })
-                .await
-        })
+        self.spawn(async move { s.insert_tx(reqs).await })
+    }
+
+    /// The insert transaction (`ops/insert.rs`), retried as every write.
+    async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
+        let now = self.now_ms();
+        let reqs = Arc::new(reqs);
+        self.inner
+            .db
+            .tx(|t| {
+                let reqs = Arc::clone(&reqs);
+                Box::pin(async move { insert_batch(t, &reqs, now).await })
+            })
+            .await
     }
 
     /// The dedup row of (sender, item_id, target).
@@ -465,7 +231,7 @@ impl PgStore {
                 .map_err(db_err)?;
             let q = t
                 .query_opt(
-                    "SELECT head_seq, acked_through FROM queues WHERE target = $1",
+                    &t.prepare_cached("SELECT head_seq, acked_through FROM queues WHERE target = $1").await.map_err(db_err)?,
                     &[&target.as_slice()],
                 )
                 .await
@@ -475,7 +241,7 @@ impl PgStore {
             // Sizes first, so wire bytes are read only for the items that make the page.
             let sizes = t
                 .query(
-                    "SELECT bytes FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    &t.prepare_cached("SELECT bytes FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3").await.map_err(db_err)?,
                     &[&target.as_slice(), &start, &(limit + 1)],
                 )
                 .await
@@ -494,8 +260,8 @@ impl PgStore {
             }
             let rows = t
                 .query(
-                    "SELECT seq, kind, item_id, sender, wire, accepted_at_ms, expires_at_ms \
-                     FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    &t.prepare_cached("SELECT seq, kind, item_id, sender, wire, accepted_at_ms, expires_at_ms \
+                     FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3").await.map_err(db_err)?,
                     &[&target.as_slice(), &start, &take],
                 )
                 .await
@@ -667,11 +433,14 @@ async fn ack(t: &Transaction<'_>, target: &Key32, through: u64, now: u64) -> OpR
     // The deleted items' dedup rows start their horizon in the same statement.
     let rows = t
         .query(
-            "WITH gone AS (DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
+            &t.prepare_cached(
+                "WITH gone AS (DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
                  RETURNING sender, account, bytes, item_id), \
              mark AS (UPDATE dedup d SET gone_at_ms = $4 FROM gone \
                  WHERE d.target = $1 AND d.sender = gone.sender AND d.item_id = gone.item_id) \
              SELECT sender, account, bytes FROM gone",
+            )
+            .await?,
             &[&target.as_slice(), &i(q.acked), &i(through), &i(now)],
         )
         .await?;
@@ -691,8 +460,11 @@ async fn ack(t: &Transaction<'_>, target: &Key32, through: u64, now: u64) -> OpR
         add_usage(t, target, &sender, account.as_deref(), items, bytes).await?;
     }
     t.execute(
-        "UPDATE queues SET acked_through = $2, items = GREATEST(items + $3, 0), \
+        &t.prepare_cached(
+            "UPDATE queues SET acked_through = $2, items = GREATEST(items + $3, 0), \
              bytes = GREATEST(bytes + $4, 0) WHERE target = $1",
+        )
+        .await?,
         &[&target.as_slice(), &i(through), &total.0, &total.1],
     )
     .await?;

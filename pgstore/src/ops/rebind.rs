@@ -7,10 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
-use relay_store::fingerprint;
 use relay_store::{
-    Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeReport,
-    RevokeRequest, SenderList, MAX_PURGE_ITEMS, MAX_REASON_CHARS,
+    log_text, Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeReport,
+    RevokeRequest, SenderList, MAX_PURGE_ITEMS,
 };
 
 use crate::db::{i, key32, u, OpResult};
@@ -130,11 +129,7 @@ async fn rebind(
         ],
     )
     .await?;
-    let detail = format!(
-        "{} -> {}: {moved} items moved",
-        fingerprint(old),
-        fingerprint(new)
-    );
+    let detail = log_text::rotated(old, new, moved);
     oplog::append(t, now, keep, "rotate-key", &detail).await?;
     Ok(RebindOutcome::Moved { moved })
 }
@@ -252,46 +247,6 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
     Ok(moved)
 }
 
-/// The reason on one line, at most [`MAX_REASON_CHARS`] characters; `-` when empty.
-fn one_line_reason(reason: &str) -> String {
-    let r: String = reason
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_REASON_CHARS)
-        .collect();
-    let r = r.trim();
-    if r.is_empty() {
-        "-".to_string()
-    } else {
-        r.to_string()
-    }
-}
-
-fn log_detail(req: &RevokeRequest, r: &RevokeReport) -> String {
-    let mut parts = Vec::new();
-    if req.revoke {
-        parts.push(if r.already_revoked {
-            "already revoked".to_string()
-        } else {
-            "revoked".to_string()
-        });
-        parts.push(format!("{} allowlists changed", r.lists_changed));
-    }
-    if req.purge {
-        parts.push(format!(
-            "{} items ({} bytes) purged, {} notices",
-            r.purged_items, r.purged_bytes, r.notices
-        ));
-    }
-    format!(
-        "{}: {}; uid {}; reason: {}",
-        fingerprint(&req.key),
-        parts.join(", "),
-        req.admin_uid,
-        one_line_reason(&req.reason)
-    )
-}
-
 async fn revoke_key(
     t: &Transaction<'_>,
     req: &RevokeRequest,
@@ -356,7 +311,7 @@ async fn revoke_key(
         }
     }
     let kind = if req.revoke { "revoke" } else { "purge" };
-    oplog::append(t, now, keep, kind, &log_detail(req, &report)).await?;
+    oplog::append(t, now, keep, kind, &log_text::revoked(req, &report)).await?;
     Ok(RevokeOutcome::Done(report))
 }
 

@@ -7,14 +7,11 @@
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
-use relay_store::{
-    ExpiredItem, InsertOutcome, InsertRequest, Key32, NoticeFn, Quotas, SweepReport,
-};
+use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas, SweepReport};
 
 use crate::db::{i, key32, u, OpResult};
-use crate::ops::queue::{
-    add_queue_usage, add_usage, insert_one, kind_of, lock_queue, start_dedup_horizon,
-};
+use crate::ops::insert::insert_batch;
+use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue, start_dedup_horizon};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
@@ -137,23 +134,16 @@ pub(crate) async fn notify(
     retention_ms: u64,
     now_ms: u64,
 ) -> OpResult<bool> {
-    let item = {
+    // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
+    let req = {
         let f = notice.lock().unwrap_or_else(|p| p.into_inner());
-        (*f)(gone, now_ms)
+        relay_store::notice::notice_request(gone, &f, quotas, retention_ms, now_ms)
     };
-    let Some(item) = item else { return Ok(false) };
-    if item.targets.is_empty() || item.targets.iter().any(|x| x.target != gone.sender) {
-        return Ok(false);
-    }
-    let req = InsertRequest {
-        item,
-        quotas,
-        retention_ms,
-    };
-    Ok(match insert_one(t, &req, now_ms).await? {
-        InsertOutcome::Stored { targets, .. } => targets.iter().any(|x| !x.duplicate),
-        _ => false,
-    })
+    let Some(req) = req else { return Ok(false) };
+    let outcome = insert_batch(t, std::slice::from_ref(&req), now_ms)
+        .await?
+        .pop();
+    Ok(outcome.is_some_and(|o| relay_store::notice::notice_queued(&o)))
 }
 
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {

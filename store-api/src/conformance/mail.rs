@@ -693,3 +693,85 @@ pub fn a_push_batch_answers_each_item_on_its_own(backend: &dyn Backend) {
     assert_eq!(store.pull(&t2, 0, 10, u64::MAX).unwrap().items.len(), 1);
     backend.check_invariants(store);
 }
+
+/// Inside one push batch each item sees the items before it as committed: the same item again
+/// is a duplicate of the earlier one's seq, other bytes a conflict, a sender share or an
+/// account filled by earlier items refuses later ones, and an item refused on one target
+/// leaves nothing on its other targets (the next item takes the head as if it never ran).
+pub fn a_push_batch_sees_its_own_earlier_items(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(5_000));
+    let store = &*store;
+    let (s, t1, t2) = (key(1), key(2), key(3));
+    enrol(store, t1, "plain");
+    store
+        .enrol(enrol_req(t2, "proven", Some("acct"), 2))
+        .wait()
+        .unwrap();
+    let quotas = Quotas {
+        max_sender_items: 2,
+        max_account_items: 1,
+        ..big_quotas()
+    };
+    let outs = store
+        .insert_many(vec![
+            req(item(s, "a", &[(t1, b"a")]), quotas),
+            req(item(s, "a", &[(t1, b"a")]), quotas),
+            req(item(s, "a", &[(t1, b"other")]), quotas),
+            req(item(s, "b", &[(t1, b"b")]), quotas),
+            req(item(s, "c", &[(t2, b"c"), (t1, b"c")]), quotas),
+            req(item(s, "d", &[(t2, b"d")]), quotas),
+            req(item(s, "e", &[(t2, b"e")]), quotas),
+        ])
+        .wait()
+        .unwrap();
+    assert_eq!(outs.len(), 7, "{outs:?}");
+    let a = stored_seqs(&outs[0]);
+    assert_eq!(
+        stored_seqs(&outs[1]),
+        vec![TargetSeq {
+            seq: a[0].seq,
+            duplicate: true
+        }]
+    );
+    assert_eq!(outs[2], InsertOutcome::Conflict { target: t1 });
+    let b = stored_seqs(&outs[3]);
+    assert!(b[0].seq > a[0].seq && !b[0].duplicate, "{outs:?}");
+    assert_eq!(
+        outs[4],
+        InsertOutcome::Quota {
+            target: t1,
+            which: QuotaKind::SenderItems
+        }
+    );
+    let d = stored_seqs(&outs[5]);
+    assert_eq!(
+        outs[6],
+        InsertOutcome::Quota {
+            target: t2,
+            which: QuotaKind::AccountItems
+        }
+    );
+    let ids = |t: &Key32| -> Vec<(String, u64)> {
+        store
+            .pull(t, 0, 10, u64::MAX)
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|i| (i.item_id, i.seq))
+            .collect()
+    };
+    assert_eq!(
+        ids(&t1),
+        vec![("a".into(), a[0].seq), ("b".into(), b[0].seq)]
+    );
+    assert_eq!(
+        ids(&t2),
+        vec![("d".into(), d[0].seq)],
+        "item c left nothing on t2"
+    );
+    assert_eq!(store.cursor(&t2).unwrap().head_seq, d[0].seq);
+    assert_eq!(store.usage_sender(&s, &t1).unwrap().items, 2);
+    assert_eq!(store.usage_account("acct").unwrap().items, 1);
+    assert!(store.dedup(&s, "c", &t2).unwrap().is_none());
+    backend.check_invariants(store);
+}

@@ -48,6 +48,7 @@ macro_rules! conformance_tests {
             mail::seqs_are_floored_at_the_clock_and_never_reused_across_restarts_and_epochs,
             mail::a_target_must_be_live_enrolled_at_commit_time,
             mail::a_push_batch_answers_each_item_on_its_own,
+            mail::a_push_batch_sees_its_own_earlier_items,
             mail::queue_caps_are_inclusive_and_duplicates_are_not_charged,
             mail::sender_share_and_account_caps_hold_over_every_target,
             mail::the_sweep_expires_notifies_and_prunes,
