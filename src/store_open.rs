@@ -71,10 +71,12 @@ pub fn open_store(spec: &StoreSpec, opts: OpenOptions) -> Result<SharedStore, St
         }
         StoreSpec::Postgres(url) => {
             let store = relay_pgstore::PgStore::open(url, opts)?;
-            tracing::warn!(
-                "the PostgreSQL store is incomplete: {} answer an error on it",
-                relay_pgstore::UNIMPLEMENTED.join(", ")
-            );
+            if !relay_pgstore::UNIMPLEMENTED.is_empty() {
+                tracing::warn!(
+                    "the PostgreSQL store is incomplete: {} answer an error on it",
+                    relay_pgstore::UNIMPLEMENTED.join(", ")
+                );
+            }
             Ok(Arc::new(store))
         }
     }
@@ -88,26 +90,44 @@ fn postgres_label(url: &str) -> &str {
 }
 
 /// Check a backup file end to end (magic, format, every checksum, counts, the relay-log
-/// chain) without opening any store. The file format is the fjall keyspace's
-/// (`relay_keyspace::BACKUP_FORMAT_VERSION`), the logical stream every backend writes.
+/// chain) without opening any store: format 5, the logical stream every backend writes
+/// (`relay_store::backup`), or the fjall keyspace's raw formats 1-4.
 ///
 /// # Errors
 /// [`BackupError`] naming what is wrong and where.
 pub fn verify_backup_file(file: &Path) -> Result<BackupSummary, BackupError> {
-    relay_keyspace::verify_backup(file)
+    match relay_store::backup::read_format(file)? {
+        relay_store::backup::LOGICAL_FORMAT_VERSION => relay_store::backup::verify(file),
+        _ => relay_keyspace::verify_backup(file),
+    }
 }
 
-/// Build the new store `spec` names (it must not exist yet) from a backup file, rotating the
-/// epoch as every restore does; answers the file's summary and the new epoch.
+/// Build the new store `spec` names from a backup file, rotating the epoch and logging the
+/// restore as every restore does; answers the file's summary and the new epoch. A directory
+/// must not exist yet; a PostgreSQL database must hold no relay (its restore is one
+/// transaction: a failure leaves it empty). Format 5 restores into either backend; the raw
+/// formats 1-4 only into a directory (restore there, then back it up again to move it).
 ///
 /// # Errors
 /// [`BackupError`]: a damaged file, a schema newer than this build, an existing target, I/O.
 pub fn restore_into(file: &Path, spec: &StoreSpec) -> Result<(BackupSummary, String), BackupError> {
     match spec {
         StoreSpec::Dir(dir) => relay_keyspace::restore_backup(file, dir),
-        StoreSpec::Postgres(_) => Err(BackupError::Store(StoreError::Engine(
-            "restoring into a PostgreSQL store is not implemented yet".into(),
-        ))),
+        StoreSpec::Postgres(url) => {
+            let format = relay_store::backup::read_format(file)?;
+            if format != relay_store::backup::LOGICAL_FORMAT_VERSION {
+                return Err(BackupError::Io {
+                    context: format!(
+                        "backup format {format} holds the fjall store's raw rows and restores only \
+                         into a store directory; restore it there, then back that store up again \
+                         (format {}) to move it to PostgreSQL",
+                        relay_store::backup::LOGICAL_FORMAT_VERSION
+                    ),
+                    source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+                });
+            }
+            relay_pgstore::PgStore::restore_backup(url, file)
+        }
     }
 }
 

@@ -41,7 +41,7 @@
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
 //! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
-//! `migrate` (schema), `backup`, `dump`, `hosts` (the enrolment listing), `stats`, `failpoint`
+//! `migrate` (schema), `backup_file` (verify and restore any backup format; writes of the raw formats 1-4), `logical` (the format-5 records of a snapshot, and a store built from them), `dump`, `hosts` (the enrolment listing), `stats`, `failpoint`
 //! (crash points for tests).
 //!
 //! Last seen (`ops/seen`): one row per live key in `enrolments` (`0x02 ++ host key`, the UTC
@@ -54,7 +54,7 @@
 mod api {
     pub use relay_store::*;
 }
-mod backup;
+mod backup_file;
 mod codec;
 mod commit_stats;
 mod dump;
@@ -62,6 +62,7 @@ pub mod failpoint;
 mod hosts;
 mod interface;
 mod lock;
+mod logical;
 mod migrate;
 mod ops;
 mod parts;
@@ -73,7 +74,7 @@ mod stats;
 mod store;
 mod writer;
 
-pub use backup::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
+pub use backup_file::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
 pub use relay_store::*;
@@ -82,7 +83,7 @@ pub use store::Store;
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::backup::backup_closed_store_for_tests as backup_closed_store;
+    pub use crate::backup_file::backup_closed_store_for_tests as backup_closed_store;
     pub use crate::migrate::downgrade_to_schema_1_for_tests as downgrade_to_schema_1;
     pub use crate::migrate::downgrade_to_schema_2_for_tests as downgrade_to_schema_2;
     pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;

@@ -89,7 +89,11 @@ fn backup_while_writers_run_restores_consistently() {
     );
     let verified = verify_backup(&file).unwrap();
     assert_eq!(verified, summary);
-    assert_eq!(summary.counts.len(), relay_keyspace::PARTITIONS.len());
+    assert_eq!(
+        summary.counts.len(),
+        relay_keyspace::backup::RecordKind::ALL.len(),
+        "format 5: counts per record kind"
+    );
 
     let restored_dir = dir.path().join("restored");
     let (rs, epoch) = restore_backup(&file, &restored_dir).unwrap();
@@ -216,7 +220,9 @@ fn wrong_magic_newer_format_count_mismatch_and_huge_lengths() {
     let mut b = good.clone();
     let n = b.len();
     let counts_end = n - 32;
-    let items_count_at = counts_end - 8 * relay_keyspace::PARTITIONS.len() + 8 * 4;
+    let kinds = relay_keyspace::backup::RecordKind::ALL.len();
+    let items_count_at =
+        counts_end - 8 * kinds + 8 * relay_keyspace::backup::RecordKind::Item as usize;
     b[items_count_at] ^= 0x02;
     let sum: [u8; 32] = sha2::Sha256::digest(&b[..counts_end]).into();
     b[counts_end..].copy_from_slice(&sum);
@@ -225,14 +231,15 @@ fn wrong_magic_newer_format_count_mismatch_and_huge_lengths() {
         matches!(e, BackupError::CountMismatch { ref partition, .. } if partition == "items"),
         "{e:?}"
     );
-    // A record claiming a 4 GiB key: refused without allocating it.
+    // A record claiming 4 GiB: refused without allocating it (format 5's frame head: tag,
+    // kind, length, then its crc).
     let mut b = good.clone();
     let hlen = u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize;
     let first_record = 16 + 4 + hlen + 4;
     assert_eq!(b[first_record], 0x01);
     b[first_record + 2..first_record + 6].copy_from_slice(&u32::MAX.to_le_bytes());
-    let head_crc = crc32fast::hash(&b[first_record..first_record + 10]);
-    b[first_record + 10..first_record + 14].copy_from_slice(&head_crc.to_le_bytes());
+    let head_crc = crc32fast::hash(&b[first_record..first_record + 6]);
+    b[first_record + 6..first_record + 10].copy_from_slice(&head_crc.to_le_bytes());
     let e = check(&b);
     assert!(
         matches!(e, BackupError::Damaged { offset, .. } if offset == first_record as u64),

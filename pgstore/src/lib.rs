@@ -11,9 +11,10 @@
 //!
 //! Files: `db` (pool, transactions, retry), `schema` (versioned migrations), `store` (handle,
 //! runtime bridge), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
-//! backup/restore), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `queue`
+//! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `queue`
 //! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
-//! hosts, stats), `dump`, `lease` (leases, the shared challenge book)), `invariants` (the
+//! hosts, stats), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
+//! into an empty database, in one transaction), `lease` (leases, the shared challenge book)), `invariants` (the
 //! bookkeeping recount tests run), `cluster` (a throwaway PostgreSQL for tests).
 
 mod backend;

@@ -140,6 +140,32 @@ CREATE INDEX dedup_gone ON dedup (gone_at_ms) WHERE gone_at_ms IS NOT NULL;
 /// The schema version this binary writes.
 pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
+/// The `schema_version` table.
+const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (
+                 version INT4 PRIMARY KEY,
+                 applied_ms BIGINT NOT NULL
+             )";
+
+/// Create the whole current schema inside `t` (a restore into an empty database: the tables
+/// and the data commit together, or nothing is left behind). No meta row.
+///
+/// # Errors
+/// `Engine` on database errors.
+pub(crate) async fn create_in(t: &deadpool_postgres::Transaction<'_>, now_ms: u64) -> Result<()> {
+    t.batch_execute(VERSION_TABLE).await.map_err(db_err)?;
+    for (n, sql) in MIGRATIONS.iter().enumerate() {
+        let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
+        t.batch_execute(sql).await.map_err(db_err)?;
+        t.execute(
+            "INSERT INTO schema_version (version, applied_ms) VALUES ($1, $2)",
+            &[&version, &crate::db::i(now_ms)],
+        )
+        .await
+        .map_err(db_err)?;
+    }
+    Ok(())
+}
+
 /// Whether the database holds a relay store already (its `meta` table), for openers that
 /// must not create one (`OpenOptions::create == false`: relay-tool).
 ///
@@ -162,14 +188,7 @@ pub(crate) async fn holds_store(db: &Db) -> Result<bool> {
 /// `SchemaTooNew` when a newer binary migrated it; `Engine` on database errors.
 pub(crate) async fn prepare(db: &Db, now_ms: u64, epoch: String) -> Result<()> {
     let mut c = db.conn().await?;
-    let created = c
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (
-                 version INT4 PRIMARY KEY,
-                 applied_ms BIGINT NOT NULL
-             )",
-        )
-        .await;
+    let created = c.batch_execute(VERSION_TABLE).await;
     // Two processes starting together on an empty database race here (IF NOT EXISTS is not
     // atomic in PostgreSQL): the loser sees a duplicate (of the table, or of its row type in
     // pg_type: 42710), and the table exists either way once the winner committed.

@@ -34,7 +34,7 @@ pub(crate) struct Inner {
 }
 
 /// The `host:port/db` part of a url, for messages (a password is never shown).
-fn label_of(url: &str) -> String {
+pub(crate) fn label_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     rest.split('?').next().unwrap_or(rest).to_string()

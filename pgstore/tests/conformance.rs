@@ -2,6 +2,7 @@
 //! `RelayStore` must obey, one test each, each on its own throwaway cluster (skipped, with a
 //! line saying so, where the PostgreSQL binaries are missing).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use relay_pgstore::cluster::PgCluster;
@@ -11,7 +12,7 @@ use relay_store::{Clock, OpenOptions, RelayStore, SharedStore};
 
 /// One database on its own cluster.
 struct PgBackend {
-    _cluster: PgCluster,
+    cluster: PgCluster,
     url: String,
 }
 
@@ -23,10 +24,7 @@ impl PgBackend {
             panic!("PostgreSQL server binaries are required for the conformance suite");
         };
         let url = cluster.fresh_db();
-        PgBackend {
-            _cluster: cluster,
-            url,
-        }
+        PgBackend { cluster, url }
     }
 }
 
@@ -49,6 +47,25 @@ impl Backend for PgBackend {
             .expect("bookkeeping check runs");
         assert!(errors.is_empty(), "bookkeeping: {errors:?}");
         RelayStore::close(&s).expect("close");
+    }
+    /// Into a new database of the same cluster, checked by the bookkeeping recount.
+    fn restore(&self, file: &Path, clock: Arc<dyn Clock>) -> SharedStore {
+        let url = self.cluster.fresh_db();
+        PgStore::restore_backup(&url, file).expect("restore");
+        let s = PgStore::open(&url, OpenOptions::default()).expect("open for the check");
+        let errors = s
+            .bookkeeping_errors_for_tests()
+            .expect("bookkeeping check runs");
+        assert!(
+            errors.is_empty(),
+            "bookkeeping after the restore: {errors:?}"
+        );
+        RelayStore::close(&s).expect("close");
+        let opts = OpenOptions {
+            clock,
+            ..OpenOptions::default()
+        };
+        Arc::new(PgStore::open(&url, opts).expect("open the restored store"))
     }
 }
 

@@ -22,6 +22,7 @@
 //! issued by one process is taken by another). A single-process backend answers `true` and
 //! `None`: the relay then keeps its challenges in memory, as it always did.
 
+pub mod backup;
 mod commit_stats;
 #[cfg(feature = "conformance")]
 pub mod conformance;

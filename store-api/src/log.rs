@@ -5,6 +5,8 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::{LogCheckpoint, LogVerdict};
+
 /// The canonical bytes of an entry (what its hash covers besides the previous hash).
 pub fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u8> {
     let mut b = Vec::with_capacity(24 + kind.len() + detail.len());
@@ -24,4 +26,120 @@ pub fn chain_hash(prev: &[u8; 32], seq: u64, at_ms: u64, kind: &str, detail: &st
     h.update(prev);
     h.update(canonical(seq, at_ms, kind, detail));
     h.finalize().into()
+}
+
+/// Recomputes a chain from its checkpoint, fed the entries in seq order; remembers the first
+/// entry that does not match. Serves every backend's `verify_log` and backup verification.
+#[derive(Debug, Clone)]
+pub struct ChainCheck {
+    checkpoint: Option<LogCheckpoint>,
+    expect: u64,
+    prev: [u8; 32],
+    entries: u64,
+    broken: Option<(u64, String)>,
+}
+
+impl ChainCheck {
+    /// A check starting at `checkpoint` (`None`: at seq 0 from the zero hash).
+    pub fn new(checkpoint: Option<LogCheckpoint>) -> ChainCheck {
+        ChainCheck {
+            checkpoint,
+            expect: checkpoint.map_or(0, |c| c.seq + 1),
+            prev: checkpoint.map_or([0; 32], |c| c.hash),
+            entries: 0,
+            broken: None,
+        }
+    }
+
+    /// Check the next entry. False once the chain is broken.
+    pub fn entry(
+        &mut self,
+        seq: u64,
+        at_ms: u64,
+        kind: &str,
+        detail: &str,
+        hash: &[u8; 32],
+    ) -> bool {
+        if self.broken.is_some() {
+            return false;
+        }
+        let expect = self.expect;
+        if seq != expect {
+            let why = if seq > expect {
+                format!("entry {expect} is missing (the next stored entry is {seq})")
+            } else {
+                format!("entry {seq} is out of place (entry {expect} was expected)")
+            };
+            return self.fail(expect, why);
+        }
+        let computed = chain_hash(&self.prev, seq, at_ms, kind, detail);
+        if &computed != hash {
+            return self.fail(
+                seq,
+                format!(
+                    "entry {seq} ({kind} at {at_ms} ms) does not match its hash: it was edited or \
+                     moved, or the entry before it was removed or changed"
+                ),
+            );
+        }
+        self.prev = computed;
+        self.expect = seq + 1;
+        self.entries += 1;
+        true
+    }
+
+    /// Record that the entry expected next cannot be read (`why`). False, as a broken chain.
+    pub fn fail_next(&mut self, why: String) -> bool {
+        if self.broken.is_none() {
+            self.broken = Some((self.expect, why));
+        }
+        false
+    }
+
+    fn fail(&mut self, seq: u64, why: String) -> bool {
+        self.broken = Some((seq, why));
+        false
+    }
+
+    /// The verdict, given the head recorded in meta (`next`: the seq the next entry gets).
+    pub fn finish(self, next: Option<u64>, head: Option<[u8; 32]>) -> LogVerdict {
+        if let Some((seq, why)) = self.broken {
+            return LogVerdict::Broken { seq, why };
+        }
+        let next = next.unwrap_or(0);
+        if self.expect < next {
+            return LogVerdict::Broken {
+                seq: self.expect,
+                why: format!(
+                    "entries {} to {} are missing: the log ends before them but its head records them",
+                    self.expect,
+                    next - 1
+                ),
+            };
+        }
+        if self.expect > next {
+            return LogVerdict::Broken {
+                seq: next,
+                why: format!(
+                    "entry {next} is present but the head records the log ending before it"
+                ),
+            };
+        }
+        let recorded = head.unwrap_or([0; 32]);
+        let reached = if self.entries == 0 && self.checkpoint.is_none() {
+            [0; 32]
+        } else {
+            self.prev
+        };
+        if recorded != reached {
+            return LogVerdict::Broken {
+                seq: next.saturating_sub(1),
+                why: "the newest entry's hash differs from the head recorded in meta".into(),
+            };
+        }
+        LogVerdict::Intact {
+            entries: self.entries,
+            checkpoint: self.checkpoint,
+        }
+    }
 }

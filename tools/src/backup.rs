@@ -1,6 +1,8 @@
-//! `relay-tool backup`: one consistent snapshot to a file, online (through the running relay) or
-//! offline (the store opened here). The file appears under its name only once it is complete,
-//! fsync'd and verified.
+//! `relay-tool backup`: one consistent snapshot to a file (the logical format 5 of
+//! `relay_store::backup`, which every backend restores), online (through the running relay) or
+//! with the store opened here (a directory store: offline; a PostgreSQL store: beside its
+//! relays, one REPEATABLE READ snapshot). The file appears under its name only once it is
+//! complete, fsync'd and verified.
 
 use std::path::Path;
 
@@ -19,8 +21,8 @@ use crate::show;
 ///
 /// # Errors
 /// Store access, I/O on the file, the relay's refusal, or a written file that does not verify.
-pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
-    let via = access::relay_or_store(&access::Target::dir(store_dir), &Request::Backup)?;
+pub fn run(target: &access::Target, file: &Path) -> Result<(), Failure> {
+    let via = access::relay_or_store(target, &Request::Backup)?;
     let mut out = AtomicFile::create(file)?;
     let bar = progress::bytes("backing up");
     let (summary, how) = match via {
@@ -58,18 +60,23 @@ pub fn run(store_dir: &Path, file: &Path) -> Result<(), Failure> {
             out.sync()?;
             let checked = check(&out, &summary.checksum)?;
             out.commit()?;
-            let detail = backup_log_detail(
-                &checked,
-                &format!("offline backup by relay-tool to {}", file.display()),
-            );
+            let (detail, how) = if target.shared() {
+                (
+                    format!("backup by relay-tool to {}", file.display()),
+                    "from the database beside its relays (recorded in the relay log)",
+                )
+            } else {
+                (
+                    format!("offline backup by relay-tool to {}", file.display()),
+                    "offline, no relay was running (recorded in the relay log)",
+                )
+            };
+            let detail = backup_log_detail(&checked, &detail);
             store.log_op("backup", &detail).wait().map_err(|e| {
                 Failure::from(e).context("backup written, but recording it in the relay log failed")
             })?;
             access::close(store)?;
-            (
-                checked,
-                "offline, no relay was running (recorded in the relay log)",
-            )
+            (checked, how)
         }
     };
     println!("backup written: {} ({how})", file.display());

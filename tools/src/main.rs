@@ -68,15 +68,16 @@ enum Command {
     /// Write one consistent backup of the store to FILE (safe while the relay runs).
     #[command(
         long_about = "Write one consistent snapshot of the store to FILE. While a relay runs, it is asked \
-over its admin socket to stream the snapshot (it keeps serving); otherwise the store is opened here. \
+over its admin socket to stream the snapshot (it keeps serving); otherwise the store is opened here \
+(a PostgreSQL store: one REPEATABLE READ snapshot beside its running relays). The file is the logical \
+format 5 every backend restores, so a backup moves a relay between fjall and PostgreSQL. \
 The data goes to FILE.tmp, is fsync'd and verified, and only then renamed to FILE. Prints the records \
 per partition and the checksum, and records the backup in the relay log.",
         after_help = EXIT_CODES
     )]
     Backup {
-        /// The relay's store directory.
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// The backup file to write.
         file: PathBuf,
     },
@@ -86,14 +87,17 @@ per partition and the checksum, and records the backup in the relay log.",
 whole file before touching anything, builds the new store beside the old one (DIR.restore-tmp-*) with a \
 new epoch and a relay-log entry, copies relay.key into it, then swaps the directories atomically. The old \
 store is kept as DIR.pre-restore-<UTC timestamp> unless --discard-old. A backup made by another relay \
-key is refused unless --accept-other-key. After a restore, start the relay: hosts see the new epoch, \
+key is refused unless --accept-other-key. With --store postgres://URL the target is a new, empty \
+database: the whole restore is one transaction there, and a database that already holds a relay is \
+refused (format 5 backups only). After a restore, start the relay: hosts see the new epoch, \
 re-push what was not yet delivered and re-pull, so nothing accepted after the backup is lost.",
         after_help = EXIT_CODES
     )]
     Restore {
-        /// The relay's store directory (may not exist yet).
-        #[arg(long, env = "MBX_RELAY_STORE_DIR")]
-        store_dir: PathBuf,
+        /// Where to restore: a store directory (may not exist yet; `--store-dir` or `--store
+        /// DIR`), or `--store postgres://...` naming a new, empty database.
+        #[command(flatten)]
+        store: access::StoreArgs,
         /// The backup file to restore.
         file: PathBuf,
         /// Remove the old store instead of keeping it as DIR.pre-restore-<timestamp>.
@@ -271,14 +275,14 @@ fn run(command: Command) -> Result<(), Failure> {
         mbx_relay::private::restrict_umask();
     }
     match command {
-        Command::Backup { store_dir, file } => backup::run(&store_dir, &file),
+        Command::Backup { store, file } => backup::run(&store.target()?, &file),
         Command::Restore {
-            store_dir,
+            store,
             file,
             discard_old,
             accept_other_key,
         } => restore::run(&restore::Args {
-            store_dir: &store_dir,
+            target: &store.target()?,
             file: &file,
             discard_old,
             accept_other_key,

@@ -1,6 +1,8 @@
 //! `relay-tool restore`: verify the whole backup, build a new store beside the old one (new
 //! epoch, logged by the keyspace), check the relay key, then swap the directories atomically and
 //! keep (or remove) the old store. Nothing under the store path changes until the swap.
+//! Into PostgreSQL (`--store postgres://...`): the database must hold no relay yet; the restore
+//! is one transaction there (new epoch, logged), so a failure leaves it empty.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +23,7 @@ const MAX_KEY_FILE: u64 = 4096;
 
 /// What `restore` was asked to do.
 pub struct Args<'a> {
-    pub store_dir: &'a Path,
+    pub target: &'a access::Target,
     pub file: &'a Path,
     pub discard_old: bool,
     pub accept_other_key: bool,
@@ -47,7 +49,11 @@ enum Old {
 /// `Backup` for a damaged file or another relay's key, `InUse` while a relay holds the store,
 /// `Store` for I/O failures (the old store is then untouched).
 pub fn run(a: &Args) -> Result<(), Failure> {
-    let dir = absolute(a.store_dir)?;
+    let store_dir = match &a.target.spec {
+        StoreSpec::Dir(d) => d.clone(),
+        StoreSpec::Postgres(_) => return into_database(a),
+    };
+    let dir = absolute(&store_dir)?;
     let size = std::fs::metadata(a.file)
         .map(|m| show::human_bytes(m.len()))
         .unwrap_or_default();
@@ -120,6 +126,39 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         println!("relay.key       copied into the restored store (0600)");
     } else if let Some(k) = summary.relay_pubkey.as_ref() {
         println!("relay key       none in {}: start the relay with the key {} (relay.key or MBX_RELAY_KEY)", dir.display(), fingerprint(k));
+    }
+    Ok(())
+}
+
+/// Restore into a new, empty PostgreSQL database (the target's `--store`). The relay key is
+/// checked against `relay.key` in `--store-dir` when one is there, as for a directory.
+fn into_database(a: &Args) -> Result<(), Failure> {
+    let bar = progress::step(format!("verifying {}", a.file.display()));
+    let verified = verify_backup(a.file);
+    bar.finish_and_clear();
+    let summary = verified.map_err(|e| Failure::from(e).context("refusing to restore"))?;
+    let file_key = match &a.target.relay_dir {
+        Some(d) => read_key_file(&d.join(KEY_FILE))?,
+        None => None,
+    };
+    check_key(summary.relay_pubkey, None, file_key, a.accept_other_key)?;
+    let bar = progress::step(format!("restoring into {}", a.target.spec));
+    let built = restore_into(a.file, &a.target.spec);
+    bar.finish_and_clear();
+    let (restored, epoch) = built.map_err(|e| {
+        Failure::from(e).context(&format!(
+            "restore into {} failed (nothing was committed)",
+            a.target.spec
+        ))
+    })?;
+    println!("restored {} into {}", a.file.display(), a.target.spec);
+    print!("{}", show::summary(&restored));
+    println!("new epoch       {epoch} (hosts will re-push and re-pull)");
+    if let Some(k) = summary.relay_pubkey.as_ref() {
+        println!(
+            "relay key       start every relay on it with the key {} (relay.key or MBX_RELAY_KEY)",
+            fingerprint(k)
+        );
     }
     Ok(())
 }

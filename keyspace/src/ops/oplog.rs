@@ -135,110 +135,37 @@ pub(crate) fn put_checkpoint<S: LogStage>(s: &mut S, c: &LogCheckpoint) {
     );
 }
 
-/// Recomputes a chain from its checkpoint, fed the `ops` rows in key order; remembers the first
-/// entry that does not match. Serves the store's `verify_log` and backup verification alike.
-pub(crate) struct ChainCheck {
-    checkpoint: Option<LogCheckpoint>,
-    expect: u64,
-    prev: [u8; 32],
-    entries: u64,
-    broken: Option<(u64, String)>,
-}
+/// Recomputes a chain from its checkpoint, fed the `ops` rows in key order: decodes each row
+/// and hands it to the shared check (`relay_store::log::ChainCheck`). Serves the store's
+/// `verify_log` and format-4 backup verification alike.
+pub(crate) struct ChainCheck(relay_store::log::ChainCheck);
 
 impl ChainCheck {
     pub(crate) fn new(checkpoint: Option<LogCheckpoint>) -> ChainCheck {
-        ChainCheck {
-            checkpoint,
-            expect: checkpoint.map_or(0, |c| c.seq + 1),
-            prev: checkpoint.map_or([0; 32], |c| c.hash),
-            entries: 0,
-            broken: None,
-        }
+        ChainCheck(relay_store::log::ChainCheck::new(checkpoint))
     }
 
     /// Check the next stored row (key, value). False once the chain is broken.
     pub(crate) fn row(&mut self, key: &[u8], value: &[u8]) -> bool {
-        if self.broken.is_some() {
-            return false;
-        }
-        let expect = self.expect;
         let Some(seq) = codec::ops_key_parse(key) else {
-            return self.fail(expect, "a row whose key is not a log position".into());
+            return self
+                .0
+                .fail_next("a row whose key is not a log position".into());
         };
-        if seq != expect {
-            let why = if seq > expect {
-                format!("entry {expect} is missing (the next stored entry is {seq})")
-            } else {
-                format!("entry {seq} is out of place (entry {expect} was expected)")
-            };
-            return self.fail(expect, why);
-        }
         let e: StoredOp = match codec::dec(value, "ops") {
             Ok(e) => e,
-            Err(err) => return self.fail(seq, format!("entry {seq} does not decode: {err}")),
+            Err(err) => {
+                return self
+                    .0
+                    .fail_next(format!("entry {seq} does not decode: {err}"))
+            }
         };
-        let hash = chain_hash(&self.prev, seq, e.at_ms, &e.kind, &e.detail);
-        if hash != e.hash {
-            return self.fail(
-                seq,
-                format!(
-                    "entry {seq} ({} at {} ms) does not match its hash: it was edited or moved, \
-                     or the entry before it was removed or changed",
-                    e.kind, e.at_ms
-                ),
-            );
-        }
-        self.prev = hash;
-        self.expect = seq + 1;
-        self.entries += 1;
-        true
-    }
-
-    fn fail(&mut self, seq: u64, why: String) -> bool {
-        self.broken = Some((seq, why));
-        false
+        self.0.entry(seq, e.at_ms, &e.kind, &e.detail, &e.hash)
     }
 
     /// The verdict, given the head recorded in meta (`ops_next`, `ops_head`).
     pub(crate) fn finish(self, next: Option<u64>, head: Option<[u8; 32]>) -> LogVerdict {
-        if let Some((seq, why)) = self.broken {
-            return LogVerdict::Broken { seq, why };
-        }
-        let next = next.unwrap_or(0);
-        if self.expect < next {
-            return LogVerdict::Broken {
-                seq: self.expect,
-                why: format!(
-                    "entries {} to {} are missing: the log ends before them but its head records them",
-                    self.expect,
-                    next - 1
-                ),
-            };
-        }
-        if self.expect > next {
-            return LogVerdict::Broken {
-                seq: next,
-                why: format!(
-                    "entry {next} is present but the head records the log ending before it"
-                ),
-            };
-        }
-        let recorded = head.unwrap_or([0; 32]);
-        let reached = if self.entries == 0 && self.checkpoint.is_none() {
-            [0; 32]
-        } else {
-            self.prev
-        };
-        if recorded != reached {
-            return LogVerdict::Broken {
-                seq: next.saturating_sub(1),
-                why: "the newest entry's hash differs from the head recorded in meta".into(),
-            };
-        }
-        LogVerdict::Intact {
-            entries: self.entries,
-            checkpoint: self.checkpoint,
-        }
+        self.0.finish(next, head)
     }
 }
 

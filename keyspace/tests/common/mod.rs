@@ -254,4 +254,18 @@ impl Backend for FjallBackend {
         check_invariants(store);
         assert_index_exact(store);
     }
+    /// Into `restored/` beside the store (a fresh directory each call is not needed: one
+    /// restore per check).
+    fn restore(&self, file: &Path, clock: Arc<dyn Clock>) -> SharedStore {
+        let dir = self.dir.path().join("restored");
+        restore_backup(file, &dir).expect("restore");
+        let opts = OpenOptions {
+            clock,
+            ..OpenOptions::default()
+        };
+        let store: SharedStore =
+            Arc::new(Store::open(&dir, opts).expect("open the restored store"));
+        self.check_invariants(&*store);
+        store
+    }
 }

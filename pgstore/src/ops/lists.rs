@@ -11,11 +11,11 @@ use crate::ops::{enrol, Answer};
 use crate::store::PgStore;
 
 /// Sender keys stored as one `bytea` of 32-byte keys.
-fn pack(keys: &[Key32]) -> Vec<u8> {
+pub(crate) fn pack(keys: &[Key32]) -> Vec<u8> {
     keys.iter().flat_map(|k| k.iter().copied()).collect()
 }
 
-fn unpack(b: &[u8]) -> Result<Vec<Key32>> {
+pub(crate) fn unpack(b: &[u8]) -> Result<Vec<Key32>> {
     b.chunks(32).map(|c| key32(c, "sender list")).collect()
 }
 

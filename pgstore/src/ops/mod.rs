@@ -3,6 +3,7 @@
 //! than one row.
 
 pub(crate) mod admin;
+pub(crate) mod backup;
 pub(crate) mod dump;
 pub(crate) mod enrol;
 pub(crate) mod insert;
@@ -13,6 +14,7 @@ pub(crate) mod meta;
 pub(crate) mod oplog;
 pub(crate) mod queue;
 pub(crate) mod rebind;
+pub(crate) mod restore;
 pub(crate) mod sweep;
 
 /// A write's answer: resolves once its transaction committed (or failed).

@@ -10,11 +10,13 @@
 //! bookkeeping (usage counters against a recount, index rows), the backend checks it in
 //! [`Backend::check_invariants`], which the checks call after their writes.
 
+pub mod backup;
 pub mod keys;
 pub mod mail;
 pub mod meta;
 pub mod support;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::{Clock, RelayStore, SharedStore};
@@ -28,6 +30,9 @@ pub trait Backend {
     fn schema_version(&self) -> u32;
     /// Check the backend's own bookkeeping against its data (panics when they differ).
     fn check_invariants(&self, _store: &dyn RelayStore) {}
+    /// Restore the backup `file` into a second, new store of this backend (the one `open`
+    /// opens stays as it is), check its bookkeeping, and open it.
+    fn restore(&self, file: &Path, clock: Arc<dyn Clock>) -> SharedStore;
 }
 
 /// One `#[test]` per conformance rule, each on a fresh backend from `$new`.
@@ -64,6 +69,7 @@ macro_rules! conformance_tests {
             meta::the_relay_log_lists_newest_first_and_its_chain_verifies,
             meta::a_lease_holder_keeps_its_lease,
             meta::a_shared_challenge_book_is_bounded_expiring_and_single_use,
+            backup::a_backup_restores_every_record_kind_with_a_new_epoch,
         );
     };
     (@each $new:expr; $($module:ident :: $check:ident),* $(,)?) => {

@@ -1,6 +1,10 @@
-//! The backup file: one consistent snapshot in one file, checkable offline.
+//! The backup file: one consistent snapshot in one file, checkable offline. [`Store::backup_to`]
+//! writes the logical format 5 (`relay_store::backup`, records every backend reads; the rows
+//! are read in `logical`); this file verifies and restores every format, and holds the raw
+//! formats 1-4 of earlier releases: the keyspace's partition rows as they were stored, which
+//! only a fjall store can restore.
 //!
-//! Layout (integers little-endian):
+//! Raw layout (formats 1-4, integers little-endian):
 //! ```text
 //! magic "MBXRBAK\0" | format u32 | crc32(magic, format) u32
 //! header_len u32 | postcard Header | crc32(header_len, Header) u32
@@ -42,7 +46,10 @@ pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// to restore it: schema newer than the binary). The layout of a record is unchanged. An older format restores into a
 /// store of its schema, which is migrated before the restore is logged (building what the
 /// format lacked, the log's chain included).
-pub const BACKUP_FORMAT_VERSION: u32 = 4;
+/// Format 5 is the logical, backend-neutral stream of `relay_store::backup`, which
+/// [`Store::backup_to`] writes; this file still reads and restores formats 1-4 (raw partition
+/// rows) and writes format 4 only through the test hook [`backup_closed_store_for_tests`].
+pub const BACKUP_FORMAT_VERSION: u32 = relay_store::backup::LOGICAL_FORMAT_VERSION;
 
 /// How many partitions (the first of [`Part::ALL`]) a backup of this format holds.
 fn partitions_in_format(format_version: u32) -> usize {
@@ -102,8 +109,9 @@ fn len32(n: usize, what: &str) -> Result<u32, BackupError> {
 }
 
 impl Store {
-    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running).
-    /// `progress` gets the bytes written so far. Records nothing itself (callers log the backup).
+    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running),
+    /// in the logical format 5 every backend reads (`relay_store::backup`). `progress` gets the
+    /// bytes written so far. Records nothing itself (callers log the backup).
     ///
     /// # Errors
     /// `Io` when `out` fails, `Store` when the store is closed or damaged.
@@ -114,7 +122,7 @@ impl Store {
     ) -> Result<BackupSummary, BackupError> {
         let v = self.view()?;
         let created_ms = self.inner.clock.now_ms();
-        write_backup(&v, BACKUP_FORMAT_VERSION, created_ms, out, progress)
+        crate::logical::write(&v, created_ms, out, progress)
     }
 }
 
@@ -139,8 +147,7 @@ pub fn backup_closed_store_for_tests(
     write_backup(&v, format, now, out, &mut |_| {})
 }
 
-/// Stream one snapshot as a backup file of `format` (always [`BACKUP_FORMAT_VERSION`] outside
-/// test hooks).
+/// Stream one snapshot as a raw-row backup file of `format` (1-4: the test hook only).
 fn write_backup(
     v: &reader::SnapView,
     format: u32,
@@ -540,11 +547,15 @@ impl LogChain {
     }
 }
 
-/// Check a backup file offline: magic, format, every frame's crc32, counts, whole-file checksum.
+/// Check a backup file offline: magic, format, every frame's crc32, counts, whole-file checksum
+/// (formats 1-4 here, format 5 by `relay_store::backup::verify`).
 ///
 /// # Errors
 /// A distinct [`BackupError`] for wrong magic, newer format, damage (with offset) and truncation.
 pub fn verify_backup(path: &Path) -> Result<BackupSummary, BackupError> {
+    if relay_store::backup::read_format(path)? == relay_store::backup::LOGICAL_FORMAT_VERSION {
+        return relay_store::backup::verify(path);
+    }
     read_backup(path, &mut |_, _, _| Ok(()))
 }
 
@@ -585,18 +596,22 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
     {
         let engine = open_engine(new_dir, true)?;
         let parts = &engine.parts;
-        let mut batch = DirectBatch::new(parts);
-        let mut pending = 0usize;
-        read_backup(file, &mut |p, k, v| {
-            batch.put(p, &k, v);
-            pending += 1;
-            if pending >= RESTORE_CHUNK {
-                std::mem::replace(&mut batch, DirectBatch::new(parts)).commit()?;
-                pending = 0;
-            }
-            Ok(())
-        })?;
-        batch.commit()?;
+        if summary.format_version == relay_store::backup::LOGICAL_FORMAT_VERSION {
+            crate::logical::fill(file, parts)?;
+        } else {
+            let mut batch = DirectBatch::new(parts);
+            let mut pending = 0usize;
+            read_backup(file, &mut |p, k, v| {
+                batch.put(p, &k, v);
+                pending += 1;
+                if pending >= RESTORE_CHUNK {
+                    std::mem::replace(&mut batch, DirectBatch::new(parts)).commit()?;
+                    pending = 0;
+                }
+                Ok(())
+            })?;
+            batch.commit()?;
+        }
         if parts
             .db
             .snapshot()
@@ -614,15 +629,11 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
         crate::migrate::prepare(parts, now, keep)?;
         let mut fin = DirectBatch::new(parts);
         fin.put(Part::Meta, meta_key::EPOCH, codec::enc(&epoch));
-        let total: u64 = summary.counts.iter().map(|(_, n)| n).sum();
         fin.log(
             now,
             keep,
             "restore",
-            &format!(
-                "from backup of epoch {} taken at {} ms ({total} records); new epoch {epoch}",
-                summary.epoch, summary.created_ms
-            ),
+            &relay_store::backup::restore_log_detail(summary, &epoch),
         )?;
         fin.commit_durable()?;
     }

@@ -1,0 +1,269 @@
+//! Rules of the logical backup (format 5): a backup of one store restores into a new store of
+//! the backend with every record kind intact, a new epoch and a logged restore; dedup, seqs,
+//! queues and the dedup horizons behave as they did before.
+
+use std::path::PathBuf;
+
+use super::support::*;
+use super::Backend;
+use crate::backup::{self, RecordKind};
+use crate::{
+    Clock as _, EncAd, EncAdV2, HostFilter, InsertOutcome, Key32, LogVerdict, RelayStore,
+    RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome,
+};
+
+/// A file under the system's temp dir, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(tag: &str) -> TempFile {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        TempFile(std::env::temp_dir().join(format!(
+            "relay-conformance-{tag}-{}-{nanos}.mbxbak",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Everything a restore must bring back, read through the interface.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    relay_pubkey: Option<Key32>,
+    heartbeat_ms: Option<u64>,
+    created_ms: u64,
+    hosts: Vec<crate::HostRow>,
+    live: u64,
+    ads: Vec<crate::EncAds>,
+    list: Option<SenderList>,
+    pages: Vec<crate::Page>,
+    cursors: Vec<crate::Cursor>,
+    dedup: Vec<Option<crate::DedupRow>>,
+    usage: Vec<crate::Usage>,
+}
+
+fn seen(s: &dyn RelayStore, keys: &[Key32], ids: &[(Key32, &str, Key32)]) -> Seen {
+    let meta = s.meta().expect("meta");
+    let mut hosts = Vec::new();
+    s.hosts(&HostFilter::default(), &mut |r| {
+        hosts.push(r.clone());
+        Ok(())
+    })
+    .expect("hosts");
+    Seen {
+        relay_pubkey: meta.relay_pubkey,
+        heartbeat_ms: meta.heartbeat_ms,
+        created_ms: meta.created_ms,
+        hosts,
+        live: s.live_enrolment_count().expect("count"),
+        ads: keys.iter().map(|k| s.enc_ads(k).expect("ads")).collect(),
+        list: s.sender_list(&keys[1]).expect("list"),
+        pages: keys
+            .iter()
+            .map(|k| s.pull(k, 0, 1000, u64::MAX).expect("pull"))
+            .collect(),
+        cursors: keys.iter().map(|k| s.cursor(k).expect("cursor")).collect(),
+        dedup: ids
+            .iter()
+            .map(|(snd, id, t)| s.dedup(snd, id, t).expect("dedup"))
+            .collect(),
+        usage: vec![
+            s.usage_target(&keys[1]).expect("usage"),
+            s.usage_sender(&keys[0], &keys[1]).expect("usage"),
+            s.usage_account("acct").expect("usage"),
+        ],
+    }
+}
+
+/// Backup -> restore keeps every record kind (enrolments live and revoked with last seen, both
+/// enc ads, a sender list, queued items with their seqs and metadata, dedup rows with their
+/// horizons, cursors, usage, the relay log with its chain); the restore rotates the epoch and
+/// is logged; the restored store answers duplicates with the original seqs, refuses
+/// conflicts, prunes dedup rows exactly when the original would, and hands out higher seqs.
+pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
+    // Now: a restore logs itself at the wall clock's time and drops entries past the log's
+    // retention (400 days) then, as every relay-log append does.
+    let t0 = crate::SystemClock.now_ms();
+    let clock = TestClock::new(t0);
+    let s = b.open(clock.clone());
+    let (a, t, gone, relay) = (key(1), key(2), key(3), key(900));
+    s.pin_relay_pubkey(relay).wait().expect("pin");
+    s.heartbeat(t0 + 5).wait().expect("heartbeat");
+    let acct = s
+        .enrol(enrol_req(a, "Alpha", Some("acct"), 1))
+        .wait()
+        .expect("enrol");
+    assert_eq!(acct, crate::EnrolOutcome::Enrolled);
+    enrol(&*s, t, "target");
+    enrol(&*s, gone, "gone");
+    s.record_seen(vec![(a, crate::utc_day(t0))])
+        .wait()
+        .expect("seen");
+    s.put_enc_ad(EncAd {
+        host_pubkey: a,
+        enc_pub: "enc-pub-a".into(),
+        sig: "sig-a".into(),
+        at_ms: t0,
+    })
+    .wait()
+    .expect("ad");
+    assert!(s
+        .put_enc_ad_v2(EncAdV2 {
+            host_pubkey: a,
+            record: b"{\"v\":2}".to_vec(),
+            sig: "sig2-a".into(),
+            at_ms: t0,
+        })
+        .wait()
+        .expect("ad v2"));
+    let list = SenderList {
+        target: t,
+        senders: vec![a, key(7)],
+        iat_ms: t0,
+        record: b"{\"list\":1}".to_vec(),
+        sig: "list-sig".into(),
+    };
+    assert_eq!(
+        s.put_sender_list(list).wait().expect("list"),
+        SenderListOutcome::Stored
+    );
+    // Items: m1 to t (acked below: its dedup horizon starts), m2 to t and a (a is charged to
+    // its account), m3 to t.
+    let m1 = stored_seqs(&insert(&*s, a, "m1", &[(t, b"one")]))[0].seq;
+    clock.advance(3);
+    let m2 = stored_seqs(&insert(&*s, a, "m2", &[(t, b"two"), (a, b"two-a")]));
+    clock.advance(3);
+    insert(&*s, key(7), "m3", &[(t, b"three")]);
+    clock.advance(10);
+    let acked_at = clock.now_ms();
+    s.ack(&t, m1).wait().expect("ack");
+    let revoked = s
+        .revoke_key(
+            RevokeRequest {
+                key: gone,
+                revoke: true,
+                purge: false,
+                quotas: big_quotas(),
+                retention_ms: 14 * 24 * 3600 * 1000,
+                admin_uid: 1,
+                reason: "test".into(),
+            },
+            notice_fn(relay),
+        )
+        .wait()
+        .expect("revoke");
+    assert!(matches!(revoked, RevokeOutcome::Done(r) if r.revoked));
+    s.log_op("note", "before the backup").wait().expect("log");
+
+    let keys = [a, t, gone];
+    let ids = [(a, "m1", t), (a, "m2", t), (a, "m2", a), (key(7), "m3", t)];
+    let before = seen(&*s, &keys, &ids);
+    assert_eq!(before.pages[1].items.len(), 2, "m2 and m3 queued for t");
+    let old_epoch = s.meta().expect("meta").epoch;
+    let old_ops = s.ops(1000).expect("ops");
+
+    let file = TempFile::new("roundtrip");
+    let summary = {
+        let mut out = std::fs::File::create(&file.0).expect("create the backup file");
+        s.backup_to(&mut out, &mut |_| {}).expect("backup")
+    };
+    assert_eq!(summary.format_version, backup::LOGICAL_FORMAT_VERSION);
+    assert_eq!(summary.relay_pubkey, Some(relay));
+    assert_eq!(summary.epoch, old_epoch);
+    assert_eq!(backup::verify(&file.0).expect("verify"), summary);
+    for kind in RecordKind::ALL {
+        let n = summary
+            .counts
+            .iter()
+            .find(|(name, _)| name == kind.name())
+            .map_or(0, |c| c.1);
+        assert!(
+            n > 0,
+            "the backup holds no {} record: {summary:?}",
+            kind.name()
+        );
+    }
+    assert!(
+        matches!(summary.log, LogVerdict::Intact { entries, .. } if entries == old_ops.len() as u64),
+        "{:?}",
+        summary.log
+    );
+    s.close().expect("close");
+
+    clock.advance(1_000);
+    let r = b.restore(&file.0, clock.clone());
+    let after = seen(&*r, &keys, &ids);
+    assert_eq!(after, before, "a restore brings every record back");
+    let meta = r.meta().expect("meta");
+    assert_ne!(meta.epoch, old_epoch, "a restore rotates the epoch");
+    let ops = r.ops(1000).expect("ops");
+    assert_eq!(ops[0].kind, "restore");
+    assert!(ops[0].detail.contains(&meta.epoch), "{}", ops[0].detail);
+    assert_eq!(
+        &ops[1..],
+        &old_ops[..],
+        "the relay log comes back entry for entry"
+    );
+    assert!(
+        matches!(r.verify_log().expect("verify"), LogVerdict::Intact { entries, .. } if entries == old_ops.len() as u64 + 1)
+    );
+
+    // Dedup answers duplicates (queued and acked alike) with the original seq; another hash
+    // is a conflict.
+    let dup = stored_seqs(&insert(&*r, a, "m2", &[(t, b"two"), (a, b"two-a")]));
+    assert!(dup.iter().all(|d| d.duplicate));
+    assert_eq!(
+        dup.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        m2.iter().map(|d| d.seq).collect::<Vec<_>>()
+    );
+    let dup1 = stored_seqs(&insert(&*r, a, "m1", &[(t, b"one")]));
+    assert_eq!((dup1[0].seq, dup1[0].duplicate), (m1, true));
+    assert!(matches!(
+        insert(&*r, a, "m2", &[(t, b"other")]),
+        InsertOutcome::Conflict { .. }
+    ));
+    // The horizon of m1 runs from its ack, not from the restore: a cutoff at the ack keeps it,
+    // one just past it prunes it (and only it: m2 and m3 are queued).
+    let q = big_quotas();
+    let swept = r
+        .sweep(
+            clock.now_ms(),
+            acked_at,
+            q,
+            14 * 24 * 3600 * 1000,
+            100,
+            notice_fn(relay),
+        )
+        .wait()
+        .expect("sweep");
+    assert_eq!(swept.dedup_pruned, 0, "{swept:?}");
+    let swept = r
+        .sweep(
+            clock.now_ms(),
+            acked_at + 1,
+            q,
+            14 * 24 * 3600 * 1000,
+            100,
+            notice_fn(relay),
+        )
+        .wait()
+        .expect("sweep");
+    assert_eq!((swept.dedup_pruned, swept.expired), (1, 0), "{swept:?}");
+    assert_eq!(r.dedup(&a, "m1", &t).expect("dedup"), None);
+    // A new item lands above every seq handed out before.
+    let head = before.cursors[1].head_seq;
+    let next = stored_seqs(&insert(&*r, a, "m4", &[(t, b"four")]))[0];
+    assert!(
+        next.seq > head && !next.duplicate,
+        "{} after {head}",
+        next.seq
+    );
+    r.close().expect("close");
+}
