@@ -14,6 +14,9 @@ use crate::common::buf::BufList;
 /// The initial buffer size allocated before trying to read from IO.
 pub(crate) const INIT_BUFFER_SIZE: usize = 8192;
 
+/// mbx-relay patch: the read buffer a connection starts with (a request head fits).
+const FIRST_READ_SIZE: usize = 1024;
+
 /// The minimum value that can be set to max buffer size.
 pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
 
@@ -384,7 +387,8 @@ impl ReadStrategy {
     fn with_max(max: usize) -> ReadStrategy {
         ReadStrategy::Adaptive {
             decrease_now: false,
-            next: INIT_BUFFER_SIZE,
+            // mbx-relay patch: a connection's first read is small; it doubles while reads fill it (vendor/hyper/PATCHES.md).
+            next: FIRST_READ_SIZE,
             max,
         }
     }
