@@ -418,7 +418,8 @@ impl ReadStrategy {
                 ..
             } => {
                 if bytes_read >= *next {
-                    *next = cmp::min(incr_power_of_two(*next), *max);
+                    // mbx-relay patch: from the small first read straight to upstream's 8 KiB start.
+                    *next = cmp::min(cmp::max(incr_power_of_two(*next), INIT_BUFFER_SIZE), *max);
                     *decrease_now = false;
                 } else {
                     let decr_to = prev_power_of_two(*next);
