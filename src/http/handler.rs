@@ -18,12 +18,13 @@ use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
 use super::guard::{HopRefused, Streaming};
 use super::hop_gate::Refusal;
+use super::parked;
 use super::retry_after;
 use super::route::Route;
 use super::App;
 use crate::relay::code::ErrorCode;
 use crate::relay::enc_ad::EncLookup;
-use crate::relay::pull::PullQuery;
+use crate::relay::pull::{PullQuery, PullStart};
 use crate::relay::{parse_json, HopHeaders, RelayError, Reply, Status};
 use crate::wire::hop::signed_path;
 
@@ -88,6 +89,15 @@ pub async fn handle(
             Some(r) => dispatch(&app, r, peer, req).await,
         }
     };
+    if let Some(later) = parked::take(&mut resp) {
+        // A waiting pull: finished when its answer is known.
+        return parked::response(async move { finish(&app, route, later.await) });
+    }
+    finish(&app, route, resp)
+}
+
+/// Count an answer and add the headers every answer carries.
+fn finish(app: &App, route: Option<Route>, mut resp: Response) -> Response {
     app.http_metrics.count(
         route.map_or("unknown", Route::label),
         resp.status().as_u16(),
@@ -313,7 +323,15 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             epoch: q.get("epoch").map(String::as_str),
             wait: q.get("wait").map(String::as_str),
         };
-        return text_reply_response(relay.pull(&caller, pq).await);
+        return match relay.pull_start(&caller, pq).await {
+            Ok(PullStart::Answer(text)) => text_reply_response(Ok(text)),
+            Ok(PullStart::Wait(w)) => {
+                // Parked as a small future: the request's own futures end here.
+                let relay = relay.clone();
+                parked::response(async move { text_reply_response(relay.pull_wait(w).await) })
+            }
+            Err(e) => text_reply_response(Err(e)),
+        };
     }
     if route == Route::PushV2 {
         // The results arrive as finished JSON text (no value tree: the push hot path).

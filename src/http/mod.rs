@@ -13,6 +13,7 @@ pub mod handler;
 pub mod health_probe;
 mod hop_gate;
 pub mod metrics;
+mod parked;
 pub mod retry_after;
 pub mod route;
 pub mod server;

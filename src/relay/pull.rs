@@ -6,10 +6,32 @@ use base64::Engine as _;
 use relay_store::{AckOutcome, Page};
 use serde_json::{json, Value};
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::wake::MAX_WAIT_SECS;
+use super::wake::{Ticket, MAX_WAIT_SECS};
 use super::{Caller, Relay, RelayError, Reply, Status};
+
+/// How a pull goes on after [`Relay::pull_start`].
+pub enum PullStart {
+    /// The answer's JSON text (or the queue had items, or no wait was asked or allowed).
+    Answer(Vec<u8>),
+    /// Nothing to answer yet: wait with [`Relay::pull_wait`].
+    Wait(PullWait),
+}
+
+/// A registered, still empty pull: only what its answer needs (kept small: thousands may wait).
+pub struct PullWait {
+    ticket: Ticket,
+    deadline: tokio::time::Instant,
+    target: relay_store::Key32,
+    after: u64,
+    limit: usize,
+    /// The epoch the answer carries (checked when the pull started).
+    epoch: String,
+    /// The `epoch` the pull asked for, checked again after an epoch change.
+    asked_epoch: Option<String>,
+}
 
 /// The query of a pull, as received (each parameter absent or its raw text).
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,12 +75,34 @@ impl Relay {
     /// text (see [`page_json`]), built off the async workers together with the read. With
     /// `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for a durable
     /// push to the caller, the deadline, an eviction by a newer wait of the key, or shutdown;
-    /// past the relay's waiter cap it is given at once.
+    /// past the relay's waiter cap it is given at once. [`Relay::pull_start`] and
+    /// [`Relay::pull_wait`] are its two halves.
     ///
     /// # Errors
     /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
     /// 503 store failure.
-    pub async fn pull(&self, caller: &Caller, q: PullQuery<'_>) -> Result<Vec<u8>, RelayError> {
+    pub async fn pull(
+        self: &Arc<Self>,
+        caller: &Caller,
+        q: PullQuery<'_>,
+    ) -> Result<Vec<u8>, RelayError> {
+        match self.pull_start(caller, q).await? {
+            PullStart::Answer(text) => Ok(text),
+            PullStart::Wait(w) => self.clone().pull_wait(w).await,
+        }
+    }
+
+    /// A pull up to its wait: the checks, the waiter's registration and the first read. Its
+    /// answer when it has one now; else what [`Relay::pull_wait`] needs, so the caller can park
+    /// the wait as a small future and free the request's own state (a waiter's memory).
+    ///
+    /// # Errors
+    /// As [`Relay::pull`].
+    pub async fn pull_start(
+        &self,
+        caller: &Caller,
+        q: PullQuery<'_>,
+    ) -> Result<PullStart, RelayError> {
         let epoch = self.pull_epoch(q.epoch)?;
         let after = Self::parse_after(q.after)?;
         let wait = parse_wait(q.wait)?;
@@ -69,32 +113,61 @@ impl Relay {
             None => None,
         };
         let Some((ticket, wait)) = ticket else {
-            return self
+            let text = self
                 .read_page_then(caller.key, after, limit, move |page| {
                     page_json(&epoch, after, &page)
                 })
-                .await;
+                .await?;
+            return Ok(PullStart::Answer(text));
         };
         let deadline = tokio::time::Instant::now() + wait;
-        let mut epoch = epoch;
+        let page = self.read_page(caller.key, after, limit).await?;
+        if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(PullStart::Answer(page_json(&epoch, after, &page)));
+        }
+        Ok(PullStart::Wait(PullWait {
+            ticket,
+            deadline,
+            target: caller.key,
+            after,
+            limit,
+            epoch,
+            asked_epoch: q.epoch.map(str::to_owned),
+        }))
+    }
+
+    /// The rest of a waiting pull: wait for a wake or the deadline, then answer the page.
+    ///
+    /// # Errors
+    /// As [`Relay::pull`].
+    pub async fn pull_wait(self: Arc<Self>, w: PullWait) -> Result<Vec<u8>, RelayError> {
+        let PullWait {
+            ticket,
+            deadline,
+            target,
+            after,
+            limit,
+            mut epoch,
+            asked_epoch,
+        } = w;
         loop {
-            let page = self.read_page(caller.key, after, limit).await?;
-            if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(page_json(&epoch, after, &page));
-            }
             let woken = tokio::select! {
                 w = ticket.woken() => Some(w),
                 () = tokio::time::sleep_until(deadline) => None,
             };
             match woken {
                 // An epoch change answers as a fresh pull would (409 when `epoch` is gone).
-                Some(w) if w.epoch() => epoch = self.pull_epoch(q.epoch)?,
+                Some(w) if w.epoch() => epoch = self.pull_epoch(asked_epoch.as_deref())?,
                 // Evicted by a newer wait of this key, or shutdown: answer the page now.
                 Some(w) if w.ending() => {
-                    let page = self.read_page(caller.key, after, limit).await?;
+                    let page = self.read_page(target, after, limit).await?;
                     return Ok(page_json(&epoch, after, &page));
                 }
                 _ => {}
+            }
+            let page = self.read_page(target, after, limit).await?;
+            if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(page_json(&epoch, after, &page));
             }
         }
     }

@@ -88,6 +88,9 @@ struct Idle {
     rss_before_kib: u64,
     rss_with_kib: u64,
     bytes_per_waiter: f64,
+    /// VmRSS at the end of `--idle-secs`, the waiters still held (settled: transient blocking
+    /// threads and freed memory of the opening burst are gone by then).
+    rss_end_kib: u64,
     seconds: u64,
     cpu_percent: f64,
 }
@@ -438,6 +441,7 @@ fn idle_cost(a: &BenchArgs, conn: &Conn, pid: u32, tag: &str) -> Result<Idle, Fa
     progress(&format!("idle: measuring CPU for {} s", a.idle_secs));
     std::thread::sleep(Duration::from_secs(a.idle_secs));
     let cpu1 = cpu_ticks(pid)?;
+    let rss_end = rss_kib(pid)?;
     // SAFETY: sysconf has no memory effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let still = socks.iter().filter(|s| waiting(s, a.idle_streams)).count();
@@ -449,6 +453,7 @@ fn idle_cost(a: &BenchArgs, conn: &Conn, pid: u32, tag: &str) -> Result<Idle, Fa
         rss_before_kib: rss_before,
         rss_with_kib: rss_with,
         bytes_per_waiter: (rss_with.saturating_sub(rss_before) * 1024) as f64 / n as f64,
+        rss_end_kib: rss_end,
         seconds: a.idle_secs,
         cpu_percent: (cpu1.saturating_sub(cpu0)) as f64 / hz / a.idle_secs as f64 * 100.0,
     })
@@ -560,13 +565,14 @@ fn text(r: &Report) -> String {
     if let Some(i) = &r.idle {
         let _ = writeln!(
             out,
-            "idle: {} {} ({} still held): relay RSS {} -> {} KiB ({:.0} bytes per waiter), CPU {:.2} % of a core over {} s",
+            "idle: {} {} ({} still held): relay RSS {} -> {} KiB ({:.0} bytes per waiter), {} KiB at the end, CPU {:.2} % of a core over {} s",
             i.waiters,
             if i.streams { "event streams" } else { "waiting pulls" },
             i.still_waiting,
             i.rss_before_kib,
             i.rss_with_kib,
             i.bytes_per_waiter,
+            i.rss_end_kib,
             i.cpu_percent,
             i.seconds
         );
