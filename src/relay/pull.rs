@@ -71,33 +71,17 @@ impl Relay {
         }
     }
 
-    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue: the answer's JSON
-    /// text (see [`page_json`]), built off the async workers together with the read. With
-    /// `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for a durable
-    /// push to the caller, the deadline, an eviction by a newer wait of the key, or shutdown;
-    /// past the relay's waiter cap it is given at once. [`Relay::pull_start`] and
-    /// [`Relay::pull_wait`] are its two halves.
+    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue, up to its wait: the
+    /// checks, the waiter's registration and the first read. The answer's JSON text (see
+    /// [`page_json`]) when it has one now; else what [`Relay::pull_wait`] needs, so the caller
+    /// can park the wait as a small future and free the request's own state (a waiter's
+    /// memory). With `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for
+    /// a durable push to the caller, the deadline, an eviction by a newer wait of the key, or
+    /// shutdown; past the relay's waiter cap it is given at once.
     ///
     /// # Errors
     /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
     /// 503 store failure.
-    pub async fn pull(
-        self: &Arc<Self>,
-        caller: &Caller,
-        q: PullQuery<'_>,
-    ) -> Result<Vec<u8>, RelayError> {
-        match self.pull_start(caller, q).await? {
-            PullStart::Answer(text) => Ok(text),
-            PullStart::Wait(w) => self.clone().pull_wait(w).await,
-        }
-    }
-
-    /// A pull up to its wait: the checks, the waiter's registration and the first read. Its
-    /// answer when it has one now; else what [`Relay::pull_wait`] needs, so the caller can park
-    /// the wait as a small future and free the request's own state (a waiter's memory).
-    ///
-    /// # Errors
-    /// As [`Relay::pull`].
     pub async fn pull_start(
         &self,
         caller: &Caller,
@@ -139,7 +123,7 @@ impl Relay {
     /// The rest of a waiting pull: wait for a wake or the deadline, then answer the page.
     ///
     /// # Errors
-    /// As [`Relay::pull`].
+    /// As [`Relay::pull_start`].
     pub async fn pull_wait(self: Arc<Self>, w: PullWait) -> Result<Vec<u8>, RelayError> {
         let PullWait {
             ticket,
