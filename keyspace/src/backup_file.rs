@@ -16,8 +16,7 @@
 //! Records come in partition order. Every length read from a file is bounded before anything is
 //! allocated for it.
 
-use std::fs::File;
-use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::io::{BufWriter, ErrorKind, Write};
 use std::path::Path;
 
 use fjall::Readable;
@@ -34,6 +33,7 @@ use crate::parts::Part;
 use crate::reader;
 use crate::store::open_engine;
 use crate::Store;
+use relay_store::backup::{damaged, CheckedRead};
 
 /// The file's first bytes.
 pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
@@ -62,7 +62,6 @@ fn partitions_in_format(format_version: u32) -> usize {
 
 const TAG_RECORD: u8 = 0x01;
 const TAG_TRAILER: u8 = 0xFF;
-const MAX_HEADER: u32 = 4_096;
 /// fjall's key limit.
 const MAX_KEY: u32 = 65_536;
 /// Far above any record we write (items are capped well below a MiB).
@@ -235,113 +234,12 @@ fn write_backup(
     })
 }
 
-/// Reads a backup file, checking as it goes.
-struct FileReader {
-    r: BufReader<File>,
-    sha: Sha256,
-    off: u64,
-    len: u64,
-}
-
-impl FileReader {
-    fn open(path: &Path) -> Result<FileReader, BackupError> {
-        let f = File::open(path).map_err(|source| BackupError::Io {
-            context: format!("opening backup {}", path.display()),
-            source,
-        })?;
-        let len = f.metadata().map_err(io("reading the backup"))?.len();
-        Ok(FileReader {
-            r: BufReader::with_capacity(IO_BUF, f),
-            sha: Sha256::new(),
-            off: 0,
-            len,
-        })
-    }
-
-    fn read_into(&mut self, buf: &mut [u8]) -> Result<(), BackupError> {
-        match self.r.read_exact(buf) {
-            Ok(()) => {
-                self.sha.update(&*buf);
-                self.off += buf.len() as u64;
-                Ok(())
-            }
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
-                Err(BackupError::Truncated { offset: self.len })
-            }
-            Err(e) => Err(BackupError::Io {
-                context: "reading the backup".into(),
-                source: e,
-            }),
-        }
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], BackupError> {
-        let mut b = [0u8; N];
-        self.read_into(&mut b)?;
-        Ok(b)
-    }
-
-    fn u32(&mut self) -> Result<u32, BackupError> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-
-    fn vec(&mut self, n: u32) -> Result<Vec<u8>, BackupError> {
-        // The caller bounded n; never ask for more than the file still holds either.
-        if u64::from(n) > self.len.saturating_sub(self.off) {
-            return Err(BackupError::Truncated { offset: self.len });
-        }
-        let mut v = vec![0u8; n as usize];
-        self.read_into(&mut v)?;
-        Ok(v)
-    }
-}
-
-fn damaged(offset: u64, why: impl Into<String>) -> BackupError {
-    BackupError::Damaged {
-        offset,
-        why: why.into(),
-    }
-}
-
 /// Read and check a whole backup, handing each record to `sink` (partition, key, value).
 fn read_backup(
     path: &Path,
     sink: &mut dyn FnMut(Part, Vec<u8>, Vec<u8>) -> Result<(), BackupError>,
 ) -> Result<BackupSummary, BackupError> {
-    let mut r = FileReader::open(path)?;
-    // Magic and format first, so another kind of file reads as "wrong magic", never "truncated".
-    let mut magic = [0u8; 8];
-    let got =
-        r.r.by_ref()
-            .take(8)
-            .read(&mut magic)
-            .map_err(io("reading the backup"))?;
-    let got = if got < 8 && got > 0 {
-        got + r
-            .r
-            .by_ref()
-            .take((8 - got) as u64)
-            .read(&mut magic[got..])
-            .map_err(io("reading the backup"))?
-    } else {
-        got
-    };
-    if magic[..got] != BACKUP_MAGIC[..got] || got == 0 {
-        return Err(BackupError::BadMagic);
-    }
-    if got < 8 {
-        return Err(BackupError::Truncated { offset: r.len });
-    }
-    r.sha.update(magic);
-    r.off = 8;
-    let version_bytes: [u8; 4] = r.bytes()?;
-    let crc = r.u32()?;
-    let mut first = Vec::from(magic);
-    first.extend_from_slice(&version_bytes);
-    if crc32fast::hash(&first) != crc {
-        return Err(damaged(8, "format field checksum mismatch"));
-    }
-    let format_version = u32::from_le_bytes(version_bytes);
+    let (mut r, format_version) = CheckedRead::open(path)?;
     if format_version > BACKUP_FORMAT_VERSION {
         return Err(BackupError::NewerFormat {
             found: format_version,
@@ -351,21 +249,7 @@ fn read_backup(
     if format_version == 0 {
         return Err(damaged(8, "format version 0"));
     }
-    let hoff = r.off;
-    let hlen = r.u32()?;
-    if hlen > MAX_HEADER {
-        return Err(damaged(
-            hoff,
-            format!("header length {hlen} over {MAX_HEADER}"),
-        ));
-    }
-    let hb = r.vec(hlen)?;
-    let crc = r.u32()?;
-    let mut hframe = hlen.to_le_bytes().to_vec();
-    hframe.extend_from_slice(&hb);
-    if crc32fast::hash(&hframe) != crc {
-        return Err(damaged(hoff, "header checksum mismatch"));
-    }
+    let (hoff, hb) = r.header_frame()?;
     let header: Header =
         postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
     let parts = &Part::ALL[..partitions_in_format(format_version)];
@@ -373,7 +257,7 @@ fn read_backup(
     let mut chain = LogChain::new(header.schema_version);
     let mut last_part = 0u8;
     loop {
-        let at = r.off;
+        let at = r.offset();
         let [tag] = r.bytes::<1>()?;
         match tag {
             TAG_RECORD => {
@@ -423,14 +307,7 @@ fn read_backup(
                 for c in &mut listed {
                     *c = u64::from_le_bytes(r.bytes()?);
                 }
-                let expect: [u8; 32] = r.sha.clone().finalize().into();
-                let sum: [u8; 32] = r.bytes()?;
-                if sum != expect {
-                    return Err(damaged(
-                        at,
-                        "whole-file checksum mismatch (trailer or earlier)",
-                    ));
-                }
+                let sum = r.whole_file_sum(at)?;
                 for (i, p) in parts.iter().enumerate() {
                     if listed[i] != counts[i] {
                         return Err(BackupError::CountMismatch {
@@ -440,9 +317,7 @@ fn read_backup(
                         });
                     }
                 }
-                if r.off != r.len {
-                    return Err(damaged(r.off, "bytes after the trailer"));
-                }
+                r.at_end()?;
                 return Ok(BackupSummary {
                     format_version,
                     schema_version: header.schema_version,
@@ -455,7 +330,7 @@ fn read_backup(
                         .map(|(p, c)| (p.name().to_string(), c))
                         .collect(),
                     checksum: codec::hex(&sum),
-                    file_bytes: r.len,
+                    file_bytes: r.file_len(),
                     log: chain.finish(),
                 });
             }

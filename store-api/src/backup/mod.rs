@@ -31,10 +31,12 @@
 //! usage counters the raw rows carried); PostgreSQL restore 11.8-13.3 s, PostgreSQL backup
 //! 3.4-3.9 s.
 
+mod checked;
 mod read;
 mod record;
 mod write;
 
+pub use checked::{damaged, CheckedRead};
 pub use read::{read_format, verify, BackupReader};
 pub use record::{
     DedupGone, DedupRecord, EnrolmentRecord, Header, ItemRow, MetaRecord, QueueRecord, Record,

@@ -1,15 +1,11 @@
 //! Reading a logical backup: every frame checked as it streams past (lengths bounded before
 //! allocation, crc32 per frame, order, counts, the whole-file sha256, the relay-log chain).
 
-use std::fs::File;
-use std::io::{BufReader, ErrorKind, Read};
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
+use super::checked::{damaged, CheckedRead};
 use super::{
-    Header, Record, RecordKind, BACKUP_MAGIC, IO_BUF, LOGICAL_FORMAT_VERSION, MAX_HEADER,
-    MAX_RECORD, TAG_RECORD, TAG_TRAILER,
+    Header, Record, RecordKind, LOGICAL_FORMAT_VERSION, MAX_RECORD, TAG_RECORD, TAG_TRAILER,
 };
 use crate::log::ChainCheck;
 use crate::{BackupError, BackupSummary, LogCheckpoint, LogVerdict};
@@ -95,83 +91,19 @@ impl Tally {
     }
 }
 
-fn io(source: std::io::Error) -> BackupError {
-    BackupError::Io {
-        context: "reading the backup".into(),
-        source,
-    }
-}
-
-fn damaged(offset: u64, why: impl Into<String>) -> BackupError {
-    BackupError::Damaged {
-        offset,
-        why: why.into(),
-    }
-}
-
-fn open(path: &Path) -> Result<(BufReader<File>, u64), BackupError> {
-    let f = File::open(path).map_err(|source| BackupError::Io {
-        context: format!("opening backup {}", path.display()),
-        source,
-    })?;
-    let len = f.metadata().map_err(io)?.len();
-    Ok((BufReader::with_capacity(IO_BUF, f), len))
-}
-
 /// The magic and format of a backup file, checked (any format this build knows: 1-5).
 ///
 /// # Errors
 /// `BadMagic` for another kind of file, `Truncated`, `Damaged` (format checksum),
 /// `NewerFormat`.
 pub fn read_format(path: &Path) -> Result<u32, BackupError> {
-    let (mut r, len) = open(path)?;
-    read_first(&mut r, len).map(|(_, f)| f)
-}
-
-/// Magic, format and its crc; answers the bytes read and the format.
-fn read_first(r: &mut impl Read, len: u64) -> Result<([u8; 16], u32), BackupError> {
-    let mut first = [0u8; 16];
-    let mut got = 0;
-    while got < first.len() {
-        match r.read(&mut first[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    // Another kind of file reads as "wrong magic", never "truncated".
-    let m = got.min(8);
-    if got == 0 || first[..m] != BACKUP_MAGIC[..m] {
-        return Err(BackupError::BadMagic);
-    }
-    if got < first.len() {
-        return Err(BackupError::Truncated { offset: len });
-    }
-    let crc = u32::from_le_bytes([first[12], first[13], first[14], first[15]]);
-    if crc32fast::hash(&first[..12]) != crc {
-        return Err(damaged(8, "format field checksum mismatch"));
-    }
-    let format = u32::from_le_bytes([first[8], first[9], first[10], first[11]]);
-    if format > LOGICAL_FORMAT_VERSION {
-        return Err(BackupError::NewerFormat {
-            found: format,
-            supported: LOGICAL_FORMAT_VERSION,
-        });
-    }
-    if format == 0 {
-        return Err(damaged(8, "format version 0"));
-    }
-    Ok((first, format))
+    CheckedRead::open(path).map(|(_, f)| f)
 }
 
 /// Reads a logical backup record by record, checking as it goes. A restore reads it twice:
 /// once through [`verify`] (touching nothing when the file is bad), then to build.
 pub struct BackupReader {
-    r: BufReader<File>,
-    sha: Sha256,
-    off: u64,
-    len: u64,
+    c: CheckedRead,
     header: Header,
     tally: Option<Tally>,
     summary: Option<BackupSummary>,
@@ -183,8 +115,7 @@ impl BackupReader {
     /// # Errors
     /// As [`read_format`], `Damaged` when the file is an older (raw, per-backend) format.
     pub fn open(path: &Path) -> Result<BackupReader, BackupError> {
-        let (mut r, len) = open(path)?;
-        let (first, format) = read_first(&mut r, len)?;
+        let (mut c, format) = CheckedRead::open(path)?;
         if format != LOGICAL_FORMAT_VERSION {
             return Err(damaged(
                 8,
@@ -194,80 +125,20 @@ impl BackupReader {
                 ),
             ));
         }
-        let mut sha = Sha256::new();
-        sha.update(first);
-        let mut br = BackupReader {
-            r,
-            sha,
-            off: first.len() as u64,
-            len,
-            header: Header {
-                schema_version: 0,
-                relay_pubkey: None,
-                epoch: String::new(),
-                created_ms: 0,
-                backend: String::new(),
-            },
+        let (hoff, hb) = c.header_frame()?;
+        let header =
+            postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
+        Ok(BackupReader {
+            c,
+            header,
             tally: Some(Tally::new()),
             summary: None,
-        };
-        let hoff = br.off;
-        let hlen = br.u32()?;
-        if hlen > MAX_HEADER {
-            return Err(damaged(
-                hoff,
-                format!("header length {hlen} over {MAX_HEADER}"),
-            ));
-        }
-        let hb = br.vec(hlen)?;
-        let crc = br.u32()?;
-        let mut hframe = hlen.to_le_bytes().to_vec();
-        hframe.extend_from_slice(&hb);
-        if crc32fast::hash(&hframe) != crc {
-            return Err(damaged(hoff, "header checksum mismatch"));
-        }
-        br.header =
-            postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
-        Ok(br)
+        })
     }
 
     /// The file's header.
     pub fn header(&self) -> &Header {
         &self.header
-    }
-
-    fn read_into(&mut self, buf: &mut [u8]) -> Result<(), BackupError> {
-        match self.r.read_exact(buf) {
-            Ok(()) => {
-                self.sha.update(&*buf);
-                self.off += buf.len() as u64;
-                Ok(())
-            }
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
-                Err(BackupError::Truncated { offset: self.len })
-            }
-            Err(e) => Err(io(e)),
-        }
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], BackupError> {
-        let mut b = [0u8; N];
-        self.read_into(&mut b)?;
-        Ok(b)
-    }
-
-    fn u32(&mut self) -> Result<u32, BackupError> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-
-    fn vec(&mut self, n: u32) -> Result<Vec<u8>, BackupError> {
-        // The caller bounded n; never ask for more than the file still holds either.
-        if u64::from(n) > self.len.saturating_sub(self.off) {
-            return Err(BackupError::Truncated { offset: self.len });
-        }
-        let mut v = vec![0u8; n as usize];
-        self.read_into(&mut v)?;
-        Ok(v)
     }
 
     /// The next record, or `None` after the trailer checked out (then [`Self::summary`]).
@@ -278,13 +149,13 @@ impl BackupReader {
         if self.summary.is_some() {
             return Ok(None);
         }
-        let at = self.off;
-        let [tag] = self.bytes::<1>()?;
+        let at = self.c.offset();
+        let [tag] = self.c.bytes::<1>()?;
         match tag {
             TAG_RECORD => {
-                let [kb] = self.bytes::<1>()?;
-                let blen = self.u32()?;
-                let head_crc = self.u32()?;
+                let [kb] = self.c.bytes::<1>()?;
+                let blen = self.c.u32()?;
+                let head_crc = self.c.u32()?;
                 let mut head = vec![tag, kb];
                 head.extend_from_slice(&blen.to_le_bytes());
                 if crc32fast::hash(&head) != head_crc {
@@ -295,8 +166,8 @@ impl BackupReader {
                 if blen > MAX_RECORD {
                     return Err(damaged(at, format!("record length {blen} out of bounds")));
                 }
-                let body = self.vec(blen)?;
-                let crc = self.u32()?;
+                let body = self.c.vec(blen)?;
+                let crc = self.c.u32()?;
                 if crc32fast::hash(&body) != crc {
                     return Err(damaged(at, "record checksum mismatch"));
                 }
@@ -316,22 +187,15 @@ impl BackupReader {
     }
 
     fn trailer(&mut self, at: u64) -> Result<(), BackupError> {
-        let [n] = self.bytes::<1>()?;
+        let [n] = self.c.bytes::<1>()?;
         if usize::from(n) != RecordKind::ALL.len() {
             return Err(damaged(at, format!("trailer lists {n} record kinds")));
         }
         let mut listed = [0u64; RecordKind::ALL.len()];
         for c in &mut listed {
-            *c = u64::from_le_bytes(self.bytes()?);
+            *c = u64::from_le_bytes(self.c.bytes()?);
         }
-        let expect: [u8; 32] = self.sha.clone().finalize().into();
-        let sum: [u8; 32] = self.bytes()?;
-        if sum != expect {
-            return Err(damaged(
-                at,
-                "whole-file checksum mismatch (trailer or earlier)",
-            ));
-        }
+        let sum = self.c.whole_file_sum(at)?;
         let tally = self.tally.take().unwrap_or_else(Tally::new);
         let counts = tally.counts();
         for (i, (name, found)) in counts.iter().enumerate() {
@@ -343,9 +207,7 @@ impl BackupReader {
                 });
             }
         }
-        if self.off != self.len {
-            return Err(damaged(self.off, "bytes after the trailer"));
-        }
+        self.c.at_end()?;
         let log = tally.finish().map_err(|why| damaged(at, why))?;
         self.summary = Some(BackupSummary {
             format_version: LOGICAL_FORMAT_VERSION,
@@ -355,7 +217,7 @@ impl BackupReader {
             created_ms: self.header.created_ms,
             counts,
             checksum: hex(&sum),
-            file_bytes: self.len,
+            file_bytes: self.c.file_len(),
             log,
         });
         Ok(())
@@ -377,5 +239,5 @@ pub fn verify(path: &Path) -> Result<BackupSummary, BackupError> {
     while r.next_record()?.is_some() {}
     r.summary
         .take()
-        .ok_or_else(|| damaged(r.off, "the backup ends without its summary"))
+        .ok_or_else(|| damaged(r.c.offset(), "the backup ends without its summary"))
 }
