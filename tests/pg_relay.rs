@@ -218,20 +218,6 @@ fn heartbeat_ms(url: &str) -> u64 {
     .expect("heartbeat_ms")
 }
 
-/// Poll `f` every 50 ms until it returns `Some`, for at most `limit`.
-fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// One item pushed until a relay answered it: at `first`, and when that relay does not answer
 /// (it was killed: `killed` must be set by then) again at `survivor`, as a sender retries.
 /// Returns the result (accepted, or on a retry possibly duplicate) and whether it was retried.
@@ -310,7 +296,8 @@ fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothi
     let env = [("MBX_RELAY_TEST_HEARTBEAT_MS", hb.as_str())];
     let mut one = pg_relay_with(&url, &key.seed_b64(), &env);
     // `one` leads the background work before `two` exists.
-    let (leader, _) = poll(Duration::from_secs(10), || lease(&url)).expect("one takes the lease");
+    let (leader, _) =
+        wait_for(Duration::from_secs(10), || lease(&url)).expect("one takes the lease");
     let two = pg_relay_with(&url, &key.seed_b64(), &env);
     let epoch = two.epoch();
     let (bob, carol) = (Host::enrolled(&one, "bob"), Host::enrolled(&two, "carol"));
@@ -376,11 +363,11 @@ fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothi
         // The survivor takes the lease once the dead leader's lapses (three heartbeats), and
         // writes the heartbeat from then on.
         let limit = Duration::from_millis(until_ms.saturating_sub(killed_at_ms) + 5_000);
-        let (new_holder, _) = poll(limit, || lease(&url).filter(|(h, _)| *h != leader))
+        let (new_holder, _) = wait_for(limit, || lease(&url).filter(|(h, _)| *h != leader))
             .unwrap_or_else(|| panic!("the lease did not pass within {limit:?} of the kill"));
         takeover_ms = now_ms() as u64;
         assert_ne!(new_holder, leader);
-        poll(Duration::from_secs(5), || {
+        wait_for(Duration::from_secs(5), || {
             (heartbeat_ms(&url) > takeover_ms).then_some(())
         })
         .expect("the new leader writes the heartbeat");

@@ -23,20 +23,6 @@ fn pull_all(relay: &Relay, host: &Host) -> Vec<Value> {
     host.pull_all(relay, 0)
 }
 
-/// Poll `f` every 200 ms until it returns `Some`, for at most `limit`.
-fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn kill9_restart_keeps_items_seqs_epoch_key_enrolments_and_allowlists(backend: Backend) {
     let mut relay = backend.start(GENEROUS);
     let a = Host::enrolled(&relay, "alice");

@@ -166,6 +166,17 @@ impl Db {
     }
 }
 
+/// A read-only REPEATABLE READ transaction on `c`: one consistent snapshot for a read of
+/// several statements (a pull page with its head, the relay log, a dump, a backup).
+pub(crate) async fn snapshot(c: &mut deadpool_postgres::Object) -> Result<Transaction<'_>> {
+    c.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(db_err)
+}
+
 /// u64 → BIGINT. [`NEVER_EXPIRES`](relay_store::NEVER_EXPIRES) (u64::MAX) is `i64::MAX`;
 /// every other value saturates one below it, so "never" stays beyond any finite time or seq
 /// (finite values that large are 292 million years of milliseconds: tests' far clocks only).

@@ -126,6 +126,21 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
     v
 }
 
+/// Poll `f` every 50 ms until it returns `Some`, for at most `limit` (`None` then): for what a
+/// relay does in the background (sweeps, heartbeats, leases), never for a fixed sleep.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A fresh random host public key in protocol form (never enrolled anywhere).
 pub fn random_pubkey() -> String {
     SigningKey::generate().public_b64()

@@ -167,13 +167,7 @@ impl PgStore {
         let s = self.clone();
         self.block(async move {
             let mut c = s.inner.db.conn().await?;
-            let t = c
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(db_err)?;
+            let t = crate::db::snapshot(&mut c).await?;
             let one = |sql: &'static str| {
                 let t = &t;
                 async move {

@@ -211,13 +211,7 @@ impl PgStore {
         self.spawn_task(async move {
             let res: Result<()> = async {
                 let mut c = s.inner.db.conn().await?;
-                let t = c
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await
-                    .map_err(db_err)?;
+                let t = crate::db::snapshot(&mut c).await?;
                 let m = t
                     .query_one(
                         "SELECT epoch, relay_pubkey, heartbeat_ms, created_ms, ops_next, ops_head, \

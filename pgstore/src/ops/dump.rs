@@ -80,13 +80,7 @@ impl PgStore {
         self.spawn_task(async move {
             let res: Result<()> = async {
                 let mut c = s.inner.db.conn().await?;
-                let t = c
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await
-                    .map_err(db_err)?;
+                let t = crate::db::snapshot(&mut c).await?;
                 for (table, pk) in tables {
                     let json = if table == "items" && !with_wire {
                         "to_jsonb(t) - 'wire'"

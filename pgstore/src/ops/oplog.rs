@@ -171,13 +171,7 @@ impl PgStore {
         let s = self.clone();
         self.block(async move {
             let mut c = s.inner.db.conn().await?;
-            let t = c
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(db_err)?;
+            let t = crate::db::snapshot(&mut c).await?;
             let m = t
                 .query_one(
                     "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",

@@ -222,13 +222,7 @@ impl PgStore {
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX - 1);
         self.block(async move {
             let mut c = s.inner.db.conn().await?;
-            let t = c
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(db_err)?;
+            let t = crate::db::snapshot(&mut c).await?;
             let q = t
                 .query_opt(
                     &t.prepare_cached("SELECT head_seq, acked_through FROM queues WHERE target = $1").await.map_err(db_err)?,
