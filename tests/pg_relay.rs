@@ -9,7 +9,7 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use mbx_relay::wire::keys::SigningKey;

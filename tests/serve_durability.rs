@@ -8,11 +8,11 @@ mod common;
 
 use common::{backend_tests, Backend};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
-    assert_rejected, envelope_item, receipt_item, rotation, verify_accept, Host, Relay, RelayOpts,
-    GENEROUS,
+    assert_rejected, envelope_item, receipt_item, rotation, verify_accept, wait_for, Host, Relay,
+    RelayOpts, GENEROUS,
 };
 use mbx_relay::wire::canonical::canonical_json;
 use mbx_relay::wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical, SigningKey};
