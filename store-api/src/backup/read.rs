@@ -1,6 +1,7 @@
 //! Reading a logical backup: every frame checked as it streams past (lengths bounded before
 //! allocation, crc32 per frame, order, counts, the whole-file sha256, the relay-log chain).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::checked::{damaged, CheckedRead};
@@ -8,20 +9,23 @@ use super::{
     Header, Record, RecordKind, LOGICAL_FORMAT_VERSION, MAX_RECORD, TAG_RECORD, TAG_TRAILER,
 };
 use crate::log::ChainCheck;
-use crate::{BackupError, BackupSummary, LogCheckpoint, LogVerdict};
+use crate::{BackupError, BackupSummary, Key32, LogCheckpoint, LogVerdict};
 
 /// Lowercase hex.
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// What the writer and the reader both keep track of: counts per kind, the order, meta, and the
-/// relay-log chain recomputed as its entries pass.
+/// What the writer and the reader both keep track of: counts per kind, the order, meta, the
+/// relay-log chain recomputed as its entries pass, and every queue's head seq (queues come
+/// before items), so an item above its queue's head is damage in every backend's restore: a
+/// restored relay would hand that seq out again.
 pub(crate) struct Tally {
     counts: [u64; RecordKind::ALL.len()],
     last: Option<RecordKind>,
     chain: Option<ChainCheck>,
     head: Option<(u64, Option<[u8; 32]>)>,
+    queue_heads: HashMap<Key32, u64>,
 }
 
 impl Tally {
@@ -31,6 +35,7 @@ impl Tally {
             last: None,
             chain: None,
             head: None,
+            queue_heads: HashMap::new(),
         }
     }
 
@@ -61,6 +66,19 @@ impl Tally {
                 self.chain = Some(ChainCheck::new(cp));
                 self.head = Some((m.ops_next, m.ops_head));
             }
+            Record::Queue(q) => {
+                self.queue_heads.insert(q.target, q.head_seq);
+            }
+            Record::Item(it) => match self.queue_heads.get(&it.target) {
+                Some(head) if it.seq <= *head => {}
+                _ => {
+                    return Err(format!(
+                        "item seq {} lies above its queue's head seq (seqs could be handed out \
+                         twice)",
+                        it.seq
+                    ))
+                }
+            },
             Record::Op(e) => {
                 if let Some(c) = &mut self.chain {
                     c.entry(e.seq, e.at_ms, &e.kind, &e.detail, &e.hash);
@@ -240,4 +258,55 @@ pub fn verify(path: &Path) -> Result<BackupSummary, BackupError> {
     r.summary
         .take()
         .ok_or_else(|| damaged(r.c.offset(), "the backup ends without its summary"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::{ItemRow, MetaRecord, QueueRecord};
+    use crate::ItemKind;
+
+    fn meta() -> Record {
+        Record::Meta(MetaRecord {
+            epoch: "e".into(),
+            relay_pubkey: None,
+            created_ms: 1,
+            heartbeat_ms: None,
+            ops_next: 1,
+            ops_head: None,
+            ops_checkpoint: None,
+        })
+    }
+
+    fn item(target: u8, seq: u64) -> Record {
+        Record::Item(ItemRow {
+            target: [target; 32],
+            seq,
+            kind: ItemKind::Envelope,
+            item_id: "i".into(),
+            sender: [9; 32],
+            wire: b"{}".to_vec(),
+            wire_hash: [0; 32],
+            accepted_at_ms: 1,
+            expires_at_ms: 2,
+            account: None,
+        })
+    }
+
+    #[test]
+    fn an_item_above_its_queue_head_or_without_a_queue_is_damage() {
+        let mut t = Tally::new();
+        t.record(&meta()).unwrap();
+        t.record(&Record::Queue(QueueRecord {
+            target: [1; 32],
+            head_seq: 5,
+            acked_through: 0,
+        }))
+        .unwrap();
+        t.record(&item(1, 5)).unwrap();
+        let e = t.record(&item(1, 6)).unwrap_err();
+        assert!(e.contains("above its queue's head"), "{e}");
+        let e = t.record(&item(2, 1)).unwrap_err();
+        assert!(e.contains("above its queue's head"), "{e}");
+    }
 }
