@@ -58,7 +58,7 @@ pub(crate) struct ItemRecord {
     pub item_id: String,
     pub sender: Key32,
     /// Exactly the bytes the sender gave.
-    #[serde(with = "bytes")]
+    #[serde(with = "relay_store::serde_bytes")]
     pub wire: Vec<u8>,
     pub wire_hash: [u8; 32],
     /// Decoded byte count charged to quotas (= wire.len()).
@@ -104,36 +104,6 @@ pub(crate) struct ItemView<'a> {
     pub expires_at_ms: u64,
     #[serde(borrow)]
     pub account: Option<&'a str>,
-}
-
-/// Byte strings as one length-prefixed run (postcard's encoding of a `u8` sequence, so the
-/// stored bytes are the same) instead of one serde call per byte.
-mod bytes {
-    use serde::{de, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(v)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct V;
-        impl<'de> de::Visitor<'de> for V {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("bytes")
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-        }
-        d.deserialize_byte_buf(V)
-    }
 }
 
 /// Encode a value.
@@ -416,7 +386,7 @@ mod tests {
         }
         #[derive(Serialize, Deserialize)]
         struct Fast {
-            #[serde(with = "bytes")]
+            #[serde(with = "relay_store::serde_bytes")]
             wire: Vec<u8>,
         }
         let wire: Vec<u8> = (0..=255u8).cycle().take(1000).collect();

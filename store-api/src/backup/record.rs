@@ -57,7 +57,7 @@ pub struct ItemRow {
     pub item_id: String,
     pub sender: Key32,
     /// Exactly the bytes the sender gave.
-    #[serde(with = "serde_bytes_vec")]
+    #[serde(with = "crate::serde_bytes")]
     pub wire: Vec<u8>,
     pub wire_hash: [u8; 32],
     pub accepted_at_ms: u64,
@@ -230,32 +230,5 @@ impl Record {
                 })
             }
         })
-    }
-}
-
-/// Wire bytes as one length-prefixed run (postcard's encoding of a `u8` sequence, so the bytes
-/// are the same) instead of one serde call per byte.
-mod serde_bytes_vec {
-    use serde::{de, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(v)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct V;
-        impl<'de> de::Visitor<'de> for V {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("bytes")
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-        }
-        d.deserialize_byte_buf(V)
     }
 }
