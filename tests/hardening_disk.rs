@@ -192,13 +192,7 @@ fn a_full_disk_serves_again_without_a_restart_once_space_returns() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn failing_fsyncs_answer_503_then_the_same_process_serves_again() {
-    let work = tempfile::tempdir().unwrap();
-    let trigger = work.path().join("fsync-fails");
-    let trigger_env = trigger.to_str().unwrap();
-    let mut relay = Relay::launch(
-        RelayOpts::args(GENEROUS).env(mbx_relay::failpoint::PERSIST_FAIL_FILE_ENV, trigger_env),
-    )
-    .expect("relay starts");
+    let (mut relay, trigger, _work) = relay_with_fsync_trigger();
     let s = Host::enrolled(&relay, "sender");
     let t = Host::enrolled(&relay, "target");
     let mut accepted = Vec::new();

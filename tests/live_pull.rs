@@ -11,7 +11,9 @@ mod live_util;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{envelope_item, read_one_response, Host, Relay, RelayOpts, GENEROUS};
+#[cfg(feature = "failpoints")]
+use common::relay_with_fsync_trigger;
+use common::{envelope_item, read_one_response, Host, Relay};
 use live_util::{start_get, still_waiting, timed_pull};
 use serde_json::{json, Value};
 
@@ -208,13 +210,7 @@ fn a_fifth_wait_of_a_key_answers_the_oldest_and_a_push_wakes_the_rest() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_waiting_pull_is_not_answered_for_a_push_whose_fsync_failed() {
-    let work = tempfile::tempdir().unwrap();
-    let trigger = work.path().join("fsync-fails");
-    let relay = Relay::launch(RelayOpts::args(GENEROUS).env(
-        mbx_relay::failpoint::PERSIST_FAIL_FILE_ENV,
-        trigger.to_str().unwrap(),
-    ))
-    .expect("relay starts");
+    let (relay, trigger, _work) = relay_with_fsync_trigger();
     let alice = Host::enrolled(&relay, "alice");
     let bob = Host::enrolled(&relay, "bob");
     std::fs::write(&trigger, b"").unwrap();

@@ -198,13 +198,7 @@ fn overload_answers_a_short_backoff_and_the_enrolment_cap_the_sweep_interval() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn store_trouble_answers_a_short_backoff() {
-    let work = tempfile::tempdir().unwrap();
-    let trigger = work.path().join("fsync-fails");
-    let relay = Relay::launch(RelayOpts::args(GENEROUS).env(
-        mbx_relay::failpoint::PERSIST_FAIL_FILE_ENV,
-        trigger.to_str().unwrap(),
-    ))
-    .expect("relay starts");
+    let (relay, trigger, _work) = relay_with_fsync_trigger();
     let s = Host::enrolled(&relay, "sender");
     let t = Host::enrolled(&relay, "target");
     std::fs::write(&trigger, b"").unwrap();

@@ -126,6 +126,20 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
     v
 }
 
+/// A relay whose store fsyncs fail while the returned trigger file exists (the failpoints
+/// build's persist-failure watcher checks it every 20 ms), with the work dir holding the trigger.
+#[cfg(feature = "failpoints")]
+pub fn relay_with_fsync_trigger() -> (Relay, PathBuf, tempfile::TempDir) {
+    let work = tempfile::tempdir().unwrap();
+    let trigger = work.path().join("fsync-fails");
+    let relay = Relay::launch(RelayOpts::args(GENEROUS).env(
+        mbx_relay::failpoint::PERSIST_FAIL_FILE_ENV,
+        trigger.to_str().unwrap(),
+    ))
+    .expect("relay starts");
+    (relay, trigger, work)
+}
+
 /// Poll `f` every 50 ms until it returns `Some`, for at most `limit` (`None` then): for what a
 /// relay does in the background (sweeps, heartbeats, leases), never for a fixed sleep.
 pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
