@@ -146,6 +146,23 @@ const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (
                  applied_ms BIGINT NOT NULL
              )";
 
+/// Run migration `version` (`sql`) and record it, inside `t`.
+async fn apply(
+    t: &deadpool_postgres::Transaction<'_>,
+    version: i32,
+    sql: &str,
+    now_ms: u64,
+) -> Result<()> {
+    t.batch_execute(sql).await.map_err(db_err)?;
+    t.execute(
+        "INSERT INTO schema_version (version, applied_ms) VALUES ($1, $2)",
+        &[&version, &crate::db::i(now_ms)],
+    )
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}
+
 /// Create the whole current schema inside `t` (a restore into an empty database: the tables
 /// and the data commit together, or nothing is left behind). No meta row.
 ///
@@ -155,13 +172,7 @@ pub(crate) async fn create_in(t: &deadpool_postgres::Transaction<'_>, now_ms: u6
     t.batch_execute(VERSION_TABLE).await.map_err(db_err)?;
     for (n, sql) in MIGRATIONS.iter().enumerate() {
         let version = i32::try_from(n + 1).unwrap_or(i32::MAX);
-        t.batch_execute(sql).await.map_err(db_err)?;
-        t.execute(
-            "INSERT INTO schema_version (version, applied_ms) VALUES ($1, $2)",
-            &[&version, &crate::db::i(now_ms)],
-        )
-        .await
-        .map_err(db_err)?;
+        apply(t, version, sql, now_ms).await?;
     }
     Ok(())
 }
@@ -225,13 +236,7 @@ pub(crate) async fn prepare(db: &Db, now_ms: u64, epoch: String) -> Result<()> {
             t.rollback().await.map_err(db_err)?;
             continue;
         }
-        t.batch_execute(sql).await.map_err(db_err)?;
-        t.execute(
-            "INSERT INTO schema_version (version, applied_ms) VALUES ($1, $2)",
-            &[&version, &crate::db::i(now_ms)],
-        )
-        .await
-        .map_err(db_err)?;
+        apply(&t, version, sql, now_ms).await?;
         t.commit().await.map_err(db_err)?;
     }
     c.execute(
