@@ -266,8 +266,19 @@ impl PgCluster {
     /// As [`PgCluster::start`].
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill9();
-        // A crashed postmaster leaves its pid file; postgres removes a stale one itself.
-        self.launch()
+        // A crashed postmaster leaves its pid file; postgres removes a stale one itself. Its
+        // backends outlive it for a moment and keep its shared memory, so a start then exits
+        // ("pre-existing shared memory block is still in use"): try again until they are gone.
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match self.launch() {
+                Err(e) if e.contains("still in use") && Instant::now() < deadline => {
+                    self.kill9();
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                done => return done,
+            }
+        }
     }
 
     fn stop(&mut self) {
