@@ -268,6 +268,9 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     r.close().expect("close");
 }
 
+/// What [`rewrite`] writes in place of one record body.
+type Rewrite<'a> = dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>> + 'a;
+
 /// A copy of the format-5 backup `src` with every record body passed through `each` (which
 /// answers the bodies to write in its place: none, itself, several, another), every frame's
 /// checksums, the trailer's counts and the whole-file sha256 recomputed: damage only the
@@ -351,7 +354,7 @@ pub fn a_backup_with_repeated_items_or_dedup_rows_or_an_oversized_item_is_refuse
     };
     let items4 = four(RecordKind::Item);
     let dedup4 = four(RecordKind::Dedup);
-    let cases: [(&str, &dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>>, &str); 3] = [
+    let cases: [(&str, &Rewrite<'_>, &str); 3] = [
         ("items4", &items4, "repeats"),
         ("dedup4", &dedup4, "repeats"),
         ("oversized", &oversized, "over the"),
