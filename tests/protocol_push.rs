@@ -779,6 +779,90 @@ fn item_id_length_counts_like_javascript_string_length(backend: Backend) {
     assert_rejected(&res[3], "bad item id");
 }
 
+/// agentmbx T344 (issue 25): each malformed `meta.external_since` / `external_source` shape is
+/// rejected with its reason and leaves the queue as it was; well-formed ones are accepted.
+fn envelope_external_since_and_source(backend: Backend) {
+    let w = world(backend, &[]);
+    let since = "2026-11-29T14:00:00.123Z";
+    let cases = [
+        (
+            json!({"origin": "external", "external_since": since, "external_source": "declared"}),
+            None,
+        ),
+        (json!({"origin": "external", "external_since": since}), None),
+        (
+            json!({"origin": "external", "external_since": "9999-12-31T23:59:59Z"}),
+            None,
+        ),
+        (json!({"external_since": since}), Some("bad external_since")),
+        (
+            json!({"origin": "agent", "external_since": since}),
+            Some("bad external_since"),
+        ),
+        (
+            json!({"origin": "external", "external_since": "2026-11-29"}),
+            Some("bad external_since"),
+        ),
+        (
+            json!({"origin": "external", "external_since": "2026-11-29T14:00:00+00:00"}),
+            Some("bad external_since"),
+        ),
+        (
+            json!({"origin": "external", "external_since": 1_795_960_800_000u64}),
+            Some("bad external_since"),
+        ),
+        (
+            json!({"origin": "external", "external_since": "2026-13-01T00:00:00Z"}),
+            Some("bad external_since"),
+        ),
+        (
+            json!({"origin": "external", "external_since": "2026-02-30T00:00:00Z"}),
+            Some("bad external_since"),
+        ),
+        (
+            json!({"origin": "external", "external_source": "declared"}),
+            Some("bad external_source"),
+        ),
+        (
+            json!({"origin": "external", "external_since": since, "external_source": "trusted"}),
+            Some("bad external_source"),
+        ),
+        (
+            json!({"origin": "robot", "external_since": "x"}),
+            Some("bad origin"),
+        ),
+        (
+            json!({"external_since": "x", "project": 1}),
+            Some("bad external_since"),
+        ),
+    ];
+    let mut items = Vec::new();
+    for (members, _) in &cases {
+        let id = ulid();
+        let mut env = sealed_envelope(&id, "agent@sender", &["agent@alpha".into()]);
+        env["meta"]
+            .as_object_mut()
+            .unwrap()
+            .extend(members.as_object().unwrap().clone());
+        let wire = serde_json::to_vec(&env).unwrap();
+        items.push(item("envelope", &id, &[(w.a.pubkey(), wire)]));
+    }
+    let results = w.s.push_results(&w.relay, &items);
+    let mut accepted = Vec::new();
+    for (((members, want), got), it) in cases.iter().zip(&results).zip(&items) {
+        match want {
+            None => {
+                assert_eq!(status(got), "accepted", "{members}: {got}");
+                accepted.push(it["item_id"].as_str().unwrap().to_string());
+            }
+            Some(why) => assert_rejected(got, &format!("bad envelope: {why}")),
+        }
+    }
+    // Only the accepted ones were stored: the queue holds exactly them.
+    assert_eq!(accepted.len(), 3);
+    assert_eq!(queue_ids(&w.relay, &w.a), accepted);
+}
+
 backend_tests! {
     accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact,
     wire_bytes_are_stored_exactly_as_sent,
@@ -788,6 +872,7 @@ backend_tests! {
     receipt_items_are_accepted_and_checked,
     every_envelope_shape_vector_gets_its_reason,
     envelope_wire_checks,
+    envelope_external_since_and_source,
     bad_item_id_kind_and_targets,
     max_targets_is_inclusive,
     per_target_checks_and_their_order,

@@ -362,12 +362,58 @@ fn v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored(backend: Back
     assert_eq!(at_u[0]["envelope"], wider);
 }
 
+/// agentmbx T344 (issue 25): a malformed `meta.external_since` / `external_source` is a 413
+/// naming the reason, and nothing is stored for it; a well-formed pair is stored.
+fn v1_external_since_and_source_are_checked(backend: Backend) {
+    let relay = backend.start_generous(&[]);
+    let s = Host::enrolled(&relay, "ext-s");
+    let a = Host::enrolled(&relay, "ext-a");
+    let with_meta = |members: Value| {
+        let mut e = env_to(&s, &["x@ext-a"]);
+        e["meta"]
+            .as_object_mut()
+            .unwrap()
+            .extend(members.as_object().unwrap().clone());
+        e
+    };
+    for (members, why) in [
+        (
+            json!({"origin": "external", "external_since": "2026-13-01T00:00:00Z"}),
+            "bad external_since",
+        ),
+        (
+            json!({"origin": "agent", "external_since": "2026-11-29T14:00:00Z"}),
+            "bad external_since",
+        ),
+        (
+            json!({"origin": "external", "external_source": "declared"}),
+            "bad external_source",
+        ),
+    ] {
+        let r = v1_push(&relay, &s, &[with_meta(members)]);
+        assert_eq!(r.status, 413, "{}", r.text());
+        assert_eq!(
+            r.json(),
+            json!({"stored": 0, "error": format!("bad envelope: {why}")})
+        );
+    }
+    assert!(
+        a.pull_all(&relay, 0).is_empty(),
+        "a refused envelope was stored"
+    );
+    let good = with_meta(json!({"origin": "external",
+        "external_since": "2026-11-29T14:00:00.123Z", "external_source": "inherited"}));
+    assert_eq!(v1_push(&relay, &s, &[good]).ok(), json!({"stored": 1}));
+    assert_eq!(a.pull_all(&relay, 0).len(), 1);
+}
+
 backend_tests! {
     v1_push_pull_ack_round_trip,
     v1_push_dedups_by_sender_envelope_and_target,
     v1_ambiguous_recipient_host_stores_nothing,
     v1_page_is_bounded_and_cursor_never_skips,
     v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored,
+    v1_external_since_and_source_are_checked,
     ;
     postgres ignored:
     v1_unknown_host_and_too_large_are_errors,

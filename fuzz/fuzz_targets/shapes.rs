@@ -4,7 +4,8 @@
 //!
 //! Input: first byte picks a mode, the rest is the wire bytes / JSON.
 //! Oracles: no panic; the checks agree with each other (a wire that passes `check_envelope_wire`
-//! has no shape error, its id is the item id and it is sealed; a record `receipt_record_valid`
+//! has no shape error, its id is the item id and it is sealed, and its `meta.external_since` /
+//! `external_source` keep the agentmbx T344 rule; a record `receipt_record_valid`
 //! accepts has an item id, and a receipt wire built from it and signed by the sender passes
 //! `check_receipt_wire`; rotations, sender lists and enc ads signed by the right keys never fail
 //! on their signatures; an accepted enc ad is within its size bound, reads back, and is refused
@@ -21,6 +22,7 @@ use mbx_relay::wire::envelope::{
 use mbx_relay::wire::keys::{parse_pubkey, SigningKey};
 use mbx_relay::wire::receipt::{check_receipt_wire, receipt_item_id, receipt_record_valid};
 use mbx_relay::wire::records::{parse_rotation, parse_sender_list, RecordError};
+use mbx_relay::wire::time::{iso_ms, parse_utc_instant};
 use relay_keyspace::ItemKind;
 use serde_json::{json, Value};
 
@@ -50,6 +52,7 @@ fn envelope(wire: &[u8]) {
     );
     if let Ok(v) = &checked {
         assert!(envelope_shape_error(v).is_none());
+        external_fields_hold(v);
         assert_eq!(v.get("id").and_then(Value::as_str), Some(id.as_str()));
         assert!(v.get("enc").is_some_and(|e| !e.is_null()));
     }
@@ -63,6 +66,29 @@ fn envelope(wire: &[u8]) {
         assert!(hosts.len() <= v.get("to").and_then(Value::as_array).map_or(0, Vec::len));
     }
     assert!(check_wire(ItemKind::Expired, wire, &id, &sender).is_err());
+}
+
+/// An accepted envelope keeps the agentmbx T344 rule, checked here independently: a
+/// `meta.external_since` only on an `external` origin and a real UTC instant of the T344 form
+/// (it prints back to the same instant), an `external_source` only beside it and one of two words.
+fn external_fields_hold(v: &Value) {
+    let meta = &v["meta"];
+    let since = meta.get("external_since");
+    if let Some(s) = since {
+        assert_eq!(meta.get("origin").and_then(Value::as_str), Some("external"));
+        let s = s.as_str().expect("external_since is a string");
+        let ms = parse_utc_instant(s).expect("external_since parses");
+        assert!(s.len() >= 20 && s.len() <= 24 && s.ends_with('Z'), "{s}");
+        if let Ok(ms) = u64::try_from(ms) {
+            // toISOString prints the same instant at millisecond precision
+            assert_eq!(parse_utc_instant(&iso_ms(ms)), Some(ms as i64));
+            assert_eq!(iso_ms(ms)[..19], s[..19]);
+        }
+    }
+    if let Some(src) = meta.get("external_source") {
+        assert!(since.is_some());
+        assert!(matches!(src.as_str(), Some("declared" | "inherited")));
+    }
 }
 
 fn receipt_raw(wire: &[u8]) {

@@ -187,6 +187,23 @@ pub fn write_all(root: &Path) -> Vec<u8> {
     // shapes: modes 0 envelope, 1 receipt raw, 2 receipt signed, 3/4 senders, 5/6 rotation,
     // 7/8 v2 enc ad.
     write(root, "shapes", "seed-00-envelope", Some(0), &env);
+    // agentmbx T344: an external origin with its since and source (valid), and a month-13 since.
+    for (name, since) in [
+        ("seed-00-envelope-external", "2026-11-29T14:00:00.123Z"),
+        ("seed-00-envelope-external-month13", "2026-13-29T14:00:00Z"),
+    ] {
+        let mut e = sealed_envelope(ULID);
+        e["meta"]["origin"] = json!("external");
+        e["meta"]["external_since"] = json!(since);
+        e["meta"]["external_source"] = json!("declared");
+        write(
+            root,
+            "shapes",
+            name,
+            Some(0),
+            &serde_json::to_vec(&e).expect("json"),
+        );
+    }
     for (i, e) in vectors()["envelope_shape"]
         .as_array()
         .expect("shapes")

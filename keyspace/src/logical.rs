@@ -201,6 +201,8 @@ struct Fill<'a> {
     usage: HashMap<UsageScope, Usage>,
     live: u64,
     revoked: u64,
+    /// Enrolment entries among the relay-log records.
+    enrol_entries: u64,
 }
 
 impl<'a> Fill<'a> {
@@ -330,6 +332,7 @@ impl<'a> Fill<'a> {
                 )?;
             }
             Record::Op(e) => {
+                self.enrol_entries += u64::from(relay_store::log::is_enrolment_entry(&e.kind));
                 let stored = StoredOp {
                     at_ms: e.at_ms,
                     kind: e.kind,
@@ -352,6 +355,8 @@ impl<'a> Fill<'a> {
             meta_key::REVOKED_ENROLMENTS,
             codec::enc(&revoked),
         )?;
+        let held = self.enrol_entries;
+        self.put(Part::Meta, meta_key::OPS_ENROL_HELD, codec::enc(&held))?;
         let usage = std::mem::take(&mut self.usage);
         for (scope, u) in usage {
             self.put(Part::Usage, &codec::usage_key(&scope), codec::enc(&u))?;
@@ -371,6 +376,7 @@ pub(crate) fn fill(file: &Path, parts: &Parts) -> Result<(), BackupError> {
         usage: HashMap::new(),
         live: 0,
         revoked: 0,
+        enrol_entries: 0,
     };
     while let Some(rec) = r.next_record()? {
         f.record(rec)?;

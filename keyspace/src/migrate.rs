@@ -154,7 +154,28 @@ pub(crate) fn prepare(parts: &Arc<Parts>, now_ms: u64, keep: LogRetention) -> Re
         }),
         Some(v) if v < SCHEMA_VERSION => migrate(parts, v, now_ms, keep),
         Some(_) => Ok(()),
+    }?;
+    count_enrolment_entries(parts)
+}
+
+/// A store written before the relay log's enrolment budget has no count of its enrolment
+/// entries: count them once (a derived number: a crash before this commit counts again).
+fn count_enrolment_entries(parts: &Parts) -> Result<()> {
+    if parts
+        .ks(Part::Meta)
+        .get(meta_key::OPS_ENROL_HELD)
+        .map_err(crate::engine)?
+        .is_some()
+    {
+        return Ok(());
     }
+    let n = oplog::count_enrolment_entries(parts)?;
+    if n > 0 {
+        let mut b = DirectBatch::new(parts);
+        b.put(Part::Meta, meta_key::OPS_ENROL_HELD, codec::enc(&n));
+        b.commit_durable()?;
+    }
+    Ok(())
 }
 
 /// A fresh epoch: a random UUID v4 string.

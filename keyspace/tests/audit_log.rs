@@ -238,8 +238,9 @@ fn age_retention_drops_old_entries_and_verify_passes_from_the_checkpoint() {
     assert_eq!(broken(&store).0, 20);
 }
 
-/// A flood of first enrolments (each one logged) never holds more than the cap; the oldest go,
-/// whatever their age, and the chain verifies from the checkpoint.
+/// A flood of first enrolments (each one logged) never holds more than the enrolment budget
+/// (half the cap, `relay_store::log::enrolment_budget`); the oldest go, whatever their age,
+/// and the chain verifies from the checkpoint.
 #[test]
 fn the_count_cap_holds_under_an_enrolment_flood() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,14 +256,42 @@ fn the_count_cap_holds_under_an_enrolment_flood() {
         assert_eq!(p.wait().unwrap(), EnrolOutcome::Enrolled);
     }
     let log = store.ops(1_000).unwrap();
-    assert_eq!(log.len(), 100);
+    assert_eq!(log.len(), 50);
     assert!(log.iter().all(|e| e.kind == "enrol"));
-    assert_eq!((log[0].seq, log[99].seq), (999, 900));
+    assert_eq!((log[0].seq, log[49].seq), (999, 950));
     let (entries, cp) = intact(&store);
-    assert_eq!((entries, cp.map(|c| c.seq)), (100, Some(899)));
-    // The partition itself holds no more than the cap.
+    assert_eq!((entries, cp.map(|c| c.seq)), (50, Some(949)));
+    // The partition itself holds no more than the budget.
     store.close().unwrap();
-    assert_eq!(testing::raw_rows(dir.path(), "ops").unwrap().len(), 100);
+    assert_eq!(testing::raw_rows(dir.path(), "ops").unwrap().len(), 50);
+}
+
+/// A store written before the enrolment budget has no count of its log's enrolment entries:
+/// the open counts them, so the budget holds from the first append (without the count, the
+/// five enrolments below would all be logged beside the ten before them).
+#[test]
+fn a_store_without_its_enrolment_entry_count_counts_them_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = LogRetention {
+        max_age_ms: 400 * DAY,
+        max_entries: 20,
+    };
+    let store = open_keeping(dir.path(), TestClock::new(1_000), keep);
+    for i in 0..10 {
+        let out = store.enrol(enrol_req(key(20_000 + i), &format!("h{i}"), None, 0));
+        assert_eq!(out.wait().unwrap(), EnrolOutcome::Enrolled);
+    }
+    store.close().unwrap();
+    testing::remove_raw_row(dir.path(), "meta", b"ops_enrol_held").unwrap();
+    let store = open_keeping(dir.path(), TestClock::new(2_000), keep);
+    for i in 10..15 {
+        let out = store.enrol(enrol_req(key(20_000 + i), &format!("h{i}"), None, 0));
+        assert_eq!(out.wait().unwrap(), EnrolOutcome::Enrolled);
+    }
+    let log = store.ops(1_000).unwrap();
+    assert_eq!(log.len(), 10, "{log:?}");
+    assert_eq!((log[0].seq, log[9].seq), (14, 5));
+    assert_eq!(intact(&store).0, 10);
 }
 
 /// A schema-3 store (entries without hashes) gets its log chained at open, in order, with the

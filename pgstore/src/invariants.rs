@@ -57,6 +57,11 @@ const CHECKS: &[(&str, &str)] = &[
              (SELECT count(*) FROM enrolments WHERE revoked_at_ms IS NULL) \
          OR m.revoked_enrolments <> (SELECT count(*) FROM enrolments WHERE revoked_at_ms IS NOT NULL)",
     ),
+    (
+        "the relay log's enrolment count differs from its entries",
+        "SELECT 1 FROM meta m WHERE m.ops_enrol_held <> \
+             (SELECT count(*) FROM ops WHERE kind IN ('enrol', 're-enrol'))",
+    ),
 ];
 
 impl PgStore {

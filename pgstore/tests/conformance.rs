@@ -30,8 +30,12 @@ impl PgBackend {
 
 impl Backend for PgBackend {
     fn open(&self, clock: Arc<dyn Clock>) -> SharedStore {
+        self.open_keeping(clock, relay_store::LogRetention::default())
+    }
+    fn open_keeping(&self, clock: Arc<dyn Clock>, keep: relay_store::LogRetention) -> SharedStore {
         let opts = OpenOptions {
             clock,
+            log_retention: keep,
             ..OpenOptions::default()
         };
         Arc::new(PgStore::open(&self.url, opts).expect("open the postgres store"))
@@ -66,6 +70,9 @@ impl Backend for PgBackend {
             ..OpenOptions::default()
         };
         Arc::new(PgStore::open(&url, opts).expect("open the restored store"))
+    }
+    fn try_restore(&self, file: &Path) -> Result<(), relay_store::BackupError> {
+        PgStore::restore_backup(&self.cluster.fresh_db(), file).map(|_| ())
     }
 }
 

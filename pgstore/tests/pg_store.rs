@@ -419,3 +419,60 @@ fn relay_processes_starting_together_on_an_empty_database_all_open_it() {
         }
     }
 }
+
+/// Runs `sql` on the database at `url` (for rows and columns the store's interface hides).
+fn exec_sql(url: &str, sql: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let conn = tokio::spawn(conn);
+        client.batch_execute(sql).await.unwrap();
+        drop(client);
+        let _ = conn.await;
+    });
+}
+
+/// Migration 3 counts the relay log's enrolment entries of a schema-2 database (whose log
+/// holds them uncounted), in the transaction that records the version: the bookkeeping check
+/// then agrees with the entries, and the enrolment budget starts from the right count.
+#[test]
+fn migration_3_counts_the_relay_logs_enrolment_entries() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = pg.fresh_db();
+    let s = open(&url);
+    for k in [1, 2, 3] {
+        assert_eq!(
+            s.enrol(enrol_req(k)).wait().unwrap(),
+            EnrolOutcome::Enrolled
+        );
+    }
+    s.log_op("note", "not an enrolment").wait().unwrap();
+    RelayStore::close(&*s).unwrap();
+    // Back to schema 2, as a store written before the budget.
+    exec_sql(
+        &url,
+        "ALTER TABLE meta DROP COLUMN ops_enrol_held; DELETE FROM schema_version WHERE version = 3",
+    );
+    let s = PgStore::open(&url, OpenOptions::default()).expect("open migrates");
+    assert_eq!(
+        s.bookkeeping_errors_for_tests().unwrap(),
+        Vec::<String>::new()
+    );
+    RelayStore::close(&s).unwrap();
+    exec_sql(&url, "UPDATE meta SET ops_enrol_held = 0");
+    let s = PgStore::open(&url, OpenOptions::default()).expect("open");
+    let errors = s.bookkeeping_errors_for_tests().unwrap();
+    assert!(
+        errors.len() == 1
+            && errors[0].starts_with("the relay log's enrolment count differs from its entries"),
+        "the check sees a wrong count: {errors:?}"
+    );
+    RelayStore::close(&s).unwrap();
+}

@@ -13,7 +13,7 @@
 
 use super::keys::unb64;
 use super::names::{is_local_name, is_ulid};
-use super::time::parse_date_loose;
+use super::time::{parse_date_loose, parse_utc_instant};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -400,6 +400,25 @@ fn check_grant<J: JsonView>(a: &J) -> Result<(), String> {
     Ok(())
 }
 
+/// `meta.external_since` and `meta.external_source` (agentmbx 0.5.7+, T344): a since only on
+/// an `external` origin, as a real UTC instant of the T344 form; a source (`declared` |
+/// `inherited`) only beside a since.
+fn check_external<J: JsonView>(m: &J) -> Result<(), String> {
+    let since = m.get_key("external_since");
+    if let Some(s) = since {
+        let external = m.get_key("origin").and_then(J::as_text) == Some("external");
+        if !external || s.as_text().and_then(parse_utc_instant).is_none() {
+            return Err("bad external_since".to_string());
+        }
+    }
+    if let Some(source) = m.get_key("external_source") {
+        if since.is_none() || !matches!(source.as_text(), Some("declared" | "inherited")) {
+            return Err("bad external_source".to_string());
+        }
+    }
+    Ok(())
+}
+
 fn check_meta<J: JsonView>(meta: Option<&J>) -> Result<(), String> {
     let fail = |why: &str| Err(why.to_string());
     let Some(m) = meta.filter(|m| m.is_object()) else {
@@ -426,6 +445,7 @@ fn check_meta<J: JsonView>(meta: Option<&J>) -> Result<(), String> {
             return fail("bad origin");
         }
     }
+    check_external(m)?;
     if m.get_key("project")
         .is_some_and(|p| !str_within(Some(p), 300))
     {
@@ -695,6 +715,14 @@ mod tests {
             (with(&["meta", "hop"], json!(1001)), "bad hop"),
             (with(&["meta", "hop"], json!("1")), "bad hop"),
             (with(&["meta", "origin"], json!(1)), "bad origin"),
+            (
+                with(&["meta", "external_since"], json!("2026-11-29T14:00:00Z")),
+                "bad external_since",
+            ),
+            (
+                with(&["meta", "external_source"], json!("declared")),
+                "bad external_source",
+            ),
             (with(&["meta", "project"], json!(1)), "bad project"),
             (
                 with(&["meta", "project_key"], json!("k".repeat(301))),
@@ -709,6 +737,100 @@ mod tests {
                 "bad local names",
             ),
         ]
+    }
+
+    /// The valid envelope with these `meta` members added.
+    fn with_meta(members: Value) -> Value {
+        let mut v = valid();
+        if let (Some(meta), Some(add)) = (v["meta"].as_object_mut(), members.as_object()) {
+            meta.extend(add.clone());
+        }
+        v
+    }
+
+    /// agentmbx T344: `external_since` / `external_source`, each shape of issue 25.
+    #[test]
+    fn external_since_and_source() {
+        let since = "2026-11-29T14:00:00.123Z";
+        for ok in [
+            json!({"origin": "external", "external_since": since, "external_source": "declared"}),
+            json!({"origin": "external", "external_since": since, "external_source": "inherited"}),
+            json!({"origin": "external", "external_since": since}),
+            json!({"origin": "external", "external_since": "2026-11-29T14:00:00Z"}),
+            json!({"origin": "external", "external_since": "2024-02-29T00:00:00.5Z"}),
+            // a future instant is a real date and time
+            json!({"origin": "external", "external_since": "9999-12-31T23:59:59.999Z"}),
+            json!({"origin": "external"}),
+        ] {
+            assert_eq!(why(&with_meta(ok.clone())), None, "{ok}");
+        }
+        let bad_since = [
+            json!({"external_since": since}),
+            json!({"origin": "agent", "external_since": since}),
+            json!({"origin": "external", "external_since": "2026-11-29"}),
+            json!({"origin": "external", "external_since": "2026-11-29T14:00:00+01:00"}),
+            json!({"origin": "external", "external_since": "2026-11-29T14:00:00.000+00:00"}),
+            json!({"origin": "external", "external_since": 1_795_960_800_000u64}),
+            json!({"origin": "external", "external_since": "2026-13-01T00:00:00Z"}),
+            json!({"origin": "external", "external_since": "2026-02-30T00:00:00Z"}),
+            json!({"origin": "external", "external_since": "2026-02-29T00:00:00Z"}),
+            json!({"origin": "external", "external_since": "2026-11-29T14:00:00.1234Z"}),
+            json!({"origin": "external", "external_since": "Sun, 29 Nov 2026 14:00:00 GMT"}),
+            json!({"origin": "external", "external_since": null}),
+            json!({"external_since": since, "external_source": "declared"}),
+        ];
+        for bad in bad_since {
+            assert_eq!(
+                why(&with_meta(bad.clone())).as_deref(),
+                Some("bad external_since"),
+                "{bad}"
+            );
+        }
+        let bad_source = [
+            json!({"external_source": "declared"}),
+            json!({"origin": "external", "external_source": "inherited"}),
+            json!({"origin": "external", "external_since": since, "external_source": "trusted"}),
+            json!({"origin": "external", "external_since": since, "external_source": null}),
+            json!({"origin": "external", "external_since": since, "external_source": 1}),
+            json!({"origin": "external", "external_since": since, "external_source": "Declared"}),
+            json!({"external_source": "x", "project": 1, "local_names": "ab"}),
+            json!({"origin": "external", "external_since": since, "external_source": "x",
+                   "project": 1}),
+        ];
+        for bad in bad_source {
+            assert_eq!(
+                why(&with_meta(bad.clone())).as_deref(),
+                Some("bad external_source"),
+                "{bad}"
+            );
+        }
+        // after `bad origin`, before `bad project`
+        let order = [
+            (
+                json!({"origin": "robot", "external_since": "x"}),
+                "bad origin",
+            ),
+            (
+                json!({"origin": "robot", "external_source": "x"}),
+                "bad origin",
+            ),
+            (json!({"hop": -1, "external_since": "x"}), "bad hop"),
+            (
+                json!({"external_since": "x", "project": 1}),
+                "bad external_since",
+            ),
+            (
+                json!({"external_source": "x", "project": 1}),
+                "bad external_source",
+            ),
+            (
+                json!({"origin": "external", "external_since": since, "project": 1}),
+                "bad project",
+            ),
+        ];
+        for (m, want) in order {
+            assert_eq!(why(&with_meta(m.clone())).as_deref(), Some(want), "{m}");
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - [`parse_iso_strict`] reads the UTC datetime form signed records carry (`iat`, receipt `at`):
 //!   `YYYY-MM-DDTHH:mm:ss[.fraction]Z` with real calendar ranges; fraction digits beyond
 //!   milliseconds are truncated. Dates alone, offsets and missing seconds are refused.
+//! - [`parse_utc_instant`] is that form with at most three fraction digits (an envelope's
+//!   `meta.external_since`, agentmbx T344).
 //! - [`parse_date_loose`] accepts what `Date.parse` in Node accepts in practice for an envelope
 //!   `ts`: the ISO forms (year / year-month / date, with optional time, seconds, fraction and `Z`
 //!   or `±HH:mm` offset; `T` or a space as separator), and the `toUTCString` / `toString` /
@@ -160,6 +162,20 @@ fn compose(year: i64, month: i64, day: i64, h: i64, mi: i64, s: i64, ms: i64) ->
 
 /// The strict UTC datetime form (see module doc): milliseconds since the epoch, non-negative.
 pub fn parse_iso_strict(s: &str) -> Option<u64> {
+    u64::try_from(parse_utc_fields(s, usize::MAX)?).ok()
+}
+
+/// An envelope's `meta.external_since` (docs/protocol.md §5, agentmbx T344): exactly
+/// `^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?Z$` and a real date and time (month 1-12, the
+/// month's days with leap years, hour 0-23, minute and second 0-59); milliseconds since the
+/// epoch (negative before 1970).
+pub fn parse_utc_instant(s: &str) -> Option<i64> {
+    parse_utc_fields(s, 3)
+}
+
+/// `YYYY-MM-DDTHH:mm:ss[.fraction]Z` with real calendar ranges and at most `max_fraction`
+/// fraction digits (beyond milliseconds they are truncated).
+fn parse_utc_fields(s: &str, max_fraction: usize) -> Option<i64> {
     let mut c = Cursor::new(s);
     let year = c.digits(4)?;
     (c.eat(b'-')).then_some(())?;
@@ -172,7 +188,13 @@ pub fn parse_iso_strict(s: &str) -> Option<u64> {
     let mi = c.digits(2)?;
     (c.eat(b':')).then_some(())?;
     let sec = c.digits(2)?;
-    let ms = if c.eat(b'.') { c.fraction_ms()? } else { 0 };
+    let ms = if c.eat(b'.') {
+        let start = c.i;
+        let ms = c.fraction_ms()?;
+        (c.i - start <= max_fraction).then_some(ms)?
+    } else {
+        0
+    };
     (c.eat(b'Z') && c.done()).then_some(())?;
     if !(1..=12).contains(&month)
         || day < 1
@@ -183,7 +205,7 @@ pub fn parse_iso_strict(s: &str) -> Option<u64> {
     {
         return None;
     }
-    u64::try_from(compose(year, month, day, h, mi, sec, ms)?).ok()
+    compose(year, month, day, h, mi, sec, ms)
 }
 
 /// What `Date.parse` accepts in practice (see module doc); milliseconds since the epoch.
@@ -441,6 +463,53 @@ mod tests {
             "",
         ] {
             assert_eq!(parse_iso_strict(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn utc_instant_is_the_t344_form_on_a_real_calendar() {
+        let t = 1_795_960_800_000i64; // 2026-11-29T14:00:00Z
+        for (ok, ms) in [
+            ("2026-11-29T14:00:00Z", t),
+            ("2026-11-29T14:00:00.5Z", t + 500),
+            ("2026-11-29T14:00:00.12Z", t + 120),
+            ("2026-11-29T14:00:00.123Z", t + 123),
+            ("2024-02-29T00:00:00Z", 1_709_164_800_000),
+            ("2000-02-29T23:59:59.999Z", 951_868_799_999),
+            ("1969-12-31T23:59:59Z", -1000),
+            ("0000-01-01T00:00:00Z", -62_167_219_200_000),
+            ("9999-12-31T23:59:59.999Z", 253_402_300_799_999),
+        ] {
+            assert_eq!(parse_utc_instant(ok), Some(ms), "{ok:?}");
+        }
+        for bad in [
+            "2026-11-29T14:00:00.1234Z",
+            "2026-13-01T00:00:00Z",
+            "2026-00-01T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-11-00T00:00:00Z",
+            "2026-11-29T24:00:00Z",
+            "2026-11-29T14:60:00Z",
+            "2026-11-29T14:00:60Z",
+            "2026-11-29",
+            "2026-11-29T14:00Z",
+            "2026-11-29T14:00:00",
+            "2026-11-29T14:00:00+00:00",
+            "2026-11-29T14:00:00.000+01:00",
+            "2026-11-29 14:00:00Z",
+            "2026-11-29t14:00:00z",
+            "2026-11-29T14:00:00.Z",
+            "+002026-11-29T14:00:00Z",
+            "Sun, 29 Nov 2026 14:00:00 GMT",
+            " 2026-11-29T14:00:00Z",
+            "2026-11-29T14:00:00Z\n",
+            "٢026-11-29T14:00:00Z",
+            "",
+        ] {
+            assert_eq!(parse_utc_instant(bad), None, "{bad:?}");
         }
     }
 

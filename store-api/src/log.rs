@@ -5,7 +5,39 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::{LogCheckpoint, LogVerdict};
+use crate::{LogCheckpoint, LogRetention, LogVerdict};
+
+/// The relay-log kinds enrolment traffic writes (anyone may enrol, under any number of keys).
+/// They share the log with the entries an operator audits (revoke, purge, restore, epoch and key
+/// rotations, idle expiry, backups, migrations) but within a budget of their own, so churn never
+/// pushes those out (issue 24 item 8). The PostgreSQL schema spells the same list in SQL.
+pub const ENROLMENT_KINDS: [&str; 2] = ["enrol", "re-enrol"];
+
+/// Whether entries of `kind` count against the enrolment budget.
+pub fn is_enrolment_entry(kind: &str) -> bool {
+    ENROLMENT_KINDS.contains(&kind)
+}
+
+/// Enrolment entries a log bounded by `keep` holds at most: half its count cap (100,000 of the
+/// default 200,000). The other half is the room every other entry keeps whatever enrolments do:
+/// an entry of another kind leaves the log by count only after more than that many other
+/// entries of other kinds came after it.
+pub fn enrolment_budget(keep: LogRetention) -> u64 {
+    keep.max_entries.max(1) / 2
+}
+
+/// Whether an append of an enrolment entry happens, `held` enrolment entries being in the log:
+/// within the budget; or at it, when the oldest entry is an enrolment one (it then leaves for
+/// the new one). Otherwise the enrolment is not logged one by one: its enrolment row (with
+/// its time and authority) is the record, and `relay-tool hosts` lists it.
+pub fn enrolment_entry_fits(held: u64, keep: LogRetention, oldest_is_enrolment: bool) -> bool {
+    held < enrolment_budget(keep) || oldest_is_enrolment
+}
+
+/// Whether the oldest entry (of `oldest_kind`) leaves the log for the enrolment budget alone.
+pub fn drop_for_enrolment_budget(held: u64, keep: LogRetention, oldest_kind: &str) -> bool {
+    held > enrolment_budget(keep) && is_enrolment_entry(oldest_kind)
+}
 
 /// The canonical bytes of an entry (what its hash covers besides the previous hash).
 pub fn canonical(seq: u64, at_ms: u64, kind: &str, detail: &str) -> Vec<u8> {

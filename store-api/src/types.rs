@@ -698,6 +698,12 @@ pub struct IdleReport {
     pub next: Option<Key32>,
 }
 
+/// The largest item any relay accepts: the most `--max-item-bytes` may be (`serve` refuses
+/// more), the largest item whose base64 form fits an 8 MiB push body beside 4,096 bytes of the
+/// JSON around it (`mbx_relay::http::body::MAX_ITEM_BYTES_IN_BODY` is this number). A backup
+/// holding a larger item is damage: no relay could have stored it.
+pub const MAX_ITEM_BYTES_ACCEPTED: u64 = ((8 * 1024 * 1024 - 4_096) / 4 * 3) as u64;
+
 /// Default age beyond which relay-log entries are dropped: 400 days.
 pub const DEFAULT_LOG_RETENTION_MS: u64 = 400 * DAY_MS;
 /// Default hard cap on relay-log entries: the oldest go beyond it whatever their age, so a flood

@@ -43,6 +43,7 @@ impl LogStage for Tx<'_> {
 }
 
 pub(crate) use relay_store::log::chain_hash;
+use relay_store::log::{drop_for_enrolment_budget, enrolment_entry_fits, is_enrolment_entry};
 
 /// Append an entry inside the current operation (dropping entries beyond the store's bounds).
 pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {
@@ -51,6 +52,9 @@ pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {
 }
 
 /// Append an entry dated `at_ms` through any [`LogStage`], then drop what `keep` no longer covers.
+///
+/// An enrolment entry that finds the enrolment budget full while the oldest entry is of another
+/// kind is not appended (`relay_store::log::enrolment_entry_fits`).
 pub(crate) fn append_at<S: LogStage>(
     s: &mut S,
     at_ms: u64,
@@ -58,6 +62,11 @@ pub(crate) fn append_at<S: LogStage>(
     kind: &str,
     detail: &str,
 ) -> Result<()> {
+    let held_before = meta_u64(s, meta_key::OPS_ENROL_HELD)?.unwrap_or(0);
+    let enrolment = is_enrolment_entry(kind);
+    if enrolment && !enrolment_entry_fits(held_before, keep, oldest_is_enrolment(s)?) {
+        return Ok(());
+    }
     let n = meta_u64(s, meta_key::OPS_NEXT)?.unwrap_or(0);
     let prev = head(s)?.unwrap_or([0; 32]);
     let hash = chain_hash(&prev, n, at_ms, kind, detail);
@@ -70,13 +79,45 @@ pub(crate) fn append_at<S: LogStage>(
     s.stage_put(Part::Ops, &codec::ops_key(n), codec::enc(&entry));
     s.stage_put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&(n + 1)));
     s.stage_put(Part::Meta, meta_key::OPS_HEAD, codec::enc(&hash));
-    drop_old(s, n + 1, at_ms, keep)
+    let held = held_before + u64::from(enrolment);
+    let held = drop_old(s, n + 1, at_ms, keep, held)?;
+    if held != held_before {
+        s.stage_put(Part::Meta, meta_key::OPS_ENROL_HELD, codec::enc(&held));
+    }
+    Ok(())
 }
 
-/// Drop the oldest entries while there are more than `keep.max_entries` or they are older than
-/// `keep.max_age_ms` (0: no age bound), at most [`MAX_DROP_PER_APPEND`], never the newest; the
-/// last one dropped becomes the checkpoint.
-fn drop_old<S: LogStage>(s: &mut S, next: u64, now_ms: u64, keep: LogRetention) -> Result<()> {
+/// Whether the log's oldest entry is an enrolment entry.
+fn oldest_is_enrolment(r: &impl Reader) -> Result<bool> {
+    let first = checkpoint(r)?.map_or(0, |c| c.seq + 1);
+    Ok(match r.get(Part::Ops, &codec::ops_key(first))? {
+        Some(v) => is_enrolment_entry(&codec::dec::<StoredOp>(&v, "ops")?.kind),
+        None => false,
+    })
+}
+
+/// The enrolment entries among the `ops` rows, for a store that has no count yet (written
+/// before the enrolment budget) or was just filled from a backup.
+pub(crate) fn count_enrolment_entries(parts: &crate::parts::Parts) -> Result<u64> {
+    let mut n = 0;
+    for g in parts.ks(Part::Ops).iter() {
+        let (_, v) = g.into_inner().map_err(crate::engine)?;
+        n += u64::from(is_enrolment_entry(&codec::dec::<StoredOp>(&v, "ops")?.kind));
+    }
+    Ok(n)
+}
+
+/// Drop the oldest entries while there are more than `keep.max_entries`, they are older than
+/// `keep.max_age_ms` (0: no age bound), or they are enrolment entries over the enrolment budget,
+/// at most [`MAX_DROP_PER_APPEND`], never the newest; the last one dropped becomes the
+/// checkpoint. `held`: the enrolment entries in the log; answers what is left of them.
+fn drop_old<S: LogStage>(
+    s: &mut S,
+    next: u64,
+    now_ms: u64,
+    keep: LogRetention,
+    mut held: u64,
+) -> Result<u64> {
     let cutoff = match keep.max_age_ms {
         0 => 0,
         age => now_ms.saturating_sub(age),
@@ -95,8 +136,14 @@ fn drop_old<S: LogStage>(s: &mut S, next: u64, now_ms: u64, keep: LogRetention) 
             break;
         };
         let e: StoredOp = codec::dec(&v, "ops")?;
-        if count <= max_entries && e.at_ms >= cutoff {
+        if count <= max_entries
+            && e.at_ms >= cutoff
+            && !drop_for_enrolment_budget(held, keep, &e.kind)
+        {
             break;
+        }
+        if is_enrolment_entry(&e.kind) {
+            held = held.saturating_sub(1);
         }
         s.stage_del(Part::Ops, &codec::ops_key(first));
         cp = Some(LogCheckpoint {
@@ -108,7 +155,7 @@ fn drop_old<S: LogStage>(s: &mut S, next: u64, now_ms: u64, keep: LogRetention) 
     if let (true, Some(c)) = (dropped > 0, cp) {
         put_checkpoint(s, &c);
     }
-    Ok(())
+    Ok(held)
 }
 
 /// The chain's head hash (None: nothing was ever appended under schema 4).

@@ -239,8 +239,12 @@ impl FjallBackend {
 
 impl Backend for FjallBackend {
     fn open(&self, clock: Arc<dyn Clock>) -> SharedStore {
+        self.open_keeping(clock, relay_store::LogRetention::default())
+    }
+    fn open_keeping(&self, clock: Arc<dyn Clock>, keep: relay_store::LogRetention) -> SharedStore {
         let opts = OpenOptions {
             clock,
+            log_retention: keep,
             ..OpenOptions::default()
         };
         Arc::new(Store::open(self.dir.path(), opts).expect("open store"))
@@ -267,5 +271,9 @@ impl Backend for FjallBackend {
             Arc::new(Store::open(&dir, opts).expect("open the restored store"));
         self.check_invariants(&*store);
         store
+    }
+    fn try_restore(&self, file: &Path) -> Result<(), relay_store::BackupError> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        restore_backup(file, &dir.path().join("restored")).map(|_| ())
     }
 }

@@ -4,6 +4,9 @@
 
 use deadpool_postgres::Transaction;
 use relay_store::log::chain_hash as log_chain_hash;
+use relay_store::log::{
+    drop_for_enrolment_budget, enrolment_budget, enrolment_entry_fits, is_enrolment_entry,
+};
 use relay_store::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
 
 use crate::db::{db_err, i, key32, u, OpResult};
@@ -27,10 +30,23 @@ pub(crate) async fn append(
 ) -> OpResult<()> {
     let row = t
         .query_one(
-            "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1 FOR UPDATE",
+            "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash, ops_enrol_held FROM meta \
+             WHERE id = 1 FOR UPDATE",
             &[],
         )
         .await?;
+    let held_before = u(row.get(4));
+    let enrolment = is_enrolment_entry(kind);
+    if enrolment && held_before >= enrolment_budget(keep) {
+        let first = row.get::<_, Option<i64>>(2).map_or(0, |s| s + 1);
+        let oldest = t
+            .query_opt("SELECT kind FROM ops WHERE seq = $1", &[&first])
+            .await?
+            .is_some_and(|r| is_enrolment_entry(r.get(0)));
+        if !enrolment_entry_fits(held_before, keep, oldest) {
+            return Ok(()); // not logged one by one (relay_store::log::enrolment_entry_fits)
+        }
+    }
     let next: i64 = row.get(0);
     let prev = hash32(row.get(1), "meta ops_head")?.unwrap_or([0; 32]);
     let n = u(next);
@@ -46,22 +62,33 @@ pub(crate) async fn append(
     )
     .await?;
     let cp_seq: Option<i64> = row.get(2);
-    drop_old(t, next + 1, cp_seq, at_ms, keep).await
+    let held = held_before + u64::from(enrolment);
+    let held = drop_old(t, next + 1, cp_seq, at_ms, keep, held).await?;
+    if held != held_before {
+        t.execute(
+            "UPDATE meta SET ops_enrol_held = $1 WHERE id = 1",
+            &[&i(held)],
+        )
+        .await?;
+    }
+    Ok(())
 }
 
-/// Drop the oldest entries beyond `keep` (never the newest), at most [`MAX_DROP_PER_APPEND`];
-/// the last dropped becomes the checkpoint.
+/// Drop the oldest entries beyond `keep` (never the newest), and enrolment entries over the
+/// enrolment budget while the oldest is one, at most [`MAX_DROP_PER_APPEND`]; the last dropped
+/// becomes the checkpoint. `held`: the enrolment entries in the log; answers what is left.
 async fn drop_old(
     t: &Transaction<'_>,
     next: i64,
     cp_seq: Option<i64>,
     now_ms: u64,
     keep: LogRetention,
-) -> OpResult<()> {
+    mut held: u64,
+) -> OpResult<u64> {
     let first = cp_seq.map_or(0, |s| s + 1);
     let count = next - first;
     if count <= 1 {
-        return Ok(());
+        return Ok(held);
     }
     let cutoff = match keep.max_age_ms {
         0 => 0,
@@ -72,7 +99,8 @@ async fn drop_old(
     let by_count = (count - max_entries).max(0);
     let rows = t
         .query(
-            "SELECT seq, at_ms, hash FROM ops WHERE seq >= $1 AND seq < $2 ORDER BY seq LIMIT $3",
+            "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 AND seq < $2 ORDER BY seq \
+             LIMIT $3",
             &[&first, &(next - 1), &MAX_DROP_PER_APPEND],
         )
         .await?;
@@ -83,8 +111,15 @@ async fn drop_old(
             break; // a gap is left for `verify_log` to report, never papered over
         }
         let at: i64 = r.get(1);
-        if i64::try_from(k).unwrap_or(i64::MAX) >= by_count && u(at) >= cutoff {
+        let kind: &str = r.get(3);
+        if i64::try_from(k).unwrap_or(i64::MAX) >= by_count
+            && u(at) >= cutoff
+            && !drop_for_enrolment_budget(held, keep, kind)
+        {
             break;
+        }
+        if is_enrolment_entry(kind) {
+            held = held.saturating_sub(1);
         }
         last = Some((seq, r.get(2)));
     }
@@ -100,7 +135,7 @@ async fn drop_old(
         )
         .await?;
     }
-    Ok(())
+    Ok(held)
 }
 
 impl PgStore {

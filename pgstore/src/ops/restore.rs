@@ -272,7 +272,8 @@ INSERT INTO usage_account (account, items, bytes)
     SELECT account, count(*), sum(bytes)::BIGINT FROM items WHERE account IS NOT NULL GROUP BY account;
 UPDATE meta SET
     live_enrolments = (SELECT count(*) FROM enrolments WHERE revoked_at_ms IS NULL),
-    revoked_enrolments = (SELECT count(*) FROM enrolments WHERE revoked_at_ms IS NOT NULL)
+    revoked_enrolments = (SELECT count(*) FROM enrolments WHERE revoked_at_ms IS NOT NULL),
+    ops_enrol_held = (SELECT count(*) FROM ops WHERE kind IN ('enrol', 're-enrol'))
     WHERE id = 1;
 ";
 

@@ -1,15 +1,18 @@
 //! Reading a logical backup: every frame checked as it streams past (lengths bounded before
 //! allocation, crc32 per frame, order, counts, the whole-file sha256, the relay-log chain).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::checked::{damaged, CheckedRead};
 use super::{
-    Header, Record, RecordKind, LOGICAL_FORMAT_VERSION, MAX_RECORD, TAG_RECORD, TAG_TRAILER,
+    DedupRecord, Header, ItemRow, Record, RecordKind, LOGICAL_FORMAT_VERSION, MAX_RECORD,
+    TAG_RECORD, TAG_TRAILER,
 };
 use crate::log::ChainCheck;
-use crate::{BackupError, BackupSummary, Key32, LogCheckpoint, LogVerdict};
+use crate::{
+    BackupError, BackupSummary, Key32, LogCheckpoint, LogVerdict, MAX_ITEM_BYTES_ACCEPTED,
+};
 
 /// Lowercase hex.
 pub(crate) fn hex(b: &[u8]) -> String {
@@ -19,13 +22,23 @@ pub(crate) fn hex(b: &[u8]) -> String {
 /// What the writer and the reader both keep track of: counts per kind, the order, meta, the
 /// relay-log chain recomputed as its entries pass, and every queue's head seq (queues come
 /// before items), so an item above its queue's head is damage in every backend's restore: a
-/// restored relay would hand that seq out again.
+/// restored relay would hand that seq out again. So are a repeated item or dedup row (a
+/// restore would count it twice in the queue's usage, which then never drains) and an item
+/// larger than any relay accepts.
 pub(crate) struct Tally {
     counts: [u64; RecordKind::ALL.len()],
     last: Option<RecordKind>,
     chain: Option<ChainCheck>,
     head: Option<(u64, Option<[u8; 32]>)>,
     queue_heads: HashMap<Key32, u64>,
+    /// The previous item's (target, seq): items come in strictly increasing (target, seq)
+    /// order from every backend (fjall's key order, PostgreSQL's `ORDER BY target, seq`).
+    last_item: Option<(Key32, u64)>,
+    /// Dedup rows come grouped by (target, sender) in increasing order; inside a group the
+    /// item ids come in the database's collation order, so the group's ids seen so far are
+    /// kept (one group at a time: at most the rows of one sender to one target).
+    dedup_group: Option<(Key32, Key32)>,
+    dedup_ids: HashSet<String>,
 }
 
 impl Tally {
@@ -36,7 +49,53 @@ impl Tally {
             chain: None,
             head: None,
             queue_heads: HashMap::new(),
+            last_item: None,
+            dedup_group: None,
+            dedup_ids: HashSet::new(),
         }
+    }
+
+    /// A repeated, out-of-order or oversized item.
+    fn item(&mut self, it: &ItemRow) -> Result<(), String> {
+        let at = (it.target, it.seq);
+        if self.last_item.is_some_and(|last| at <= last) {
+            return Err(format!(
+                "item seq {} of target {} repeats or is out of (target, seq) order",
+                it.seq,
+                hex(&it.target[..4])
+            ));
+        }
+        self.last_item = Some(at);
+        if it.wire.len() as u64 > MAX_ITEM_BYTES_ACCEPTED {
+            return Err(format!(
+                "item seq {} holds {} bytes, over the {MAX_ITEM_BYTES_ACCEPTED} any relay accepts",
+                it.seq,
+                it.wire.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A repeated dedup row, or one out of (target, sender) order.
+    fn dedup(&mut self, d: &DedupRecord) -> Result<(), String> {
+        let group = (d.target, d.sender);
+        match self.dedup_group {
+            Some(g) if group < g => {
+                return Err("dedup rows out of (target, sender) order".into());
+            }
+            Some(g) if group == g => {}
+            _ => {
+                self.dedup_group = Some(group);
+                self.dedup_ids.clear();
+            }
+        }
+        if !self.dedup_ids.insert(d.item_id.clone()) {
+            return Err(format!(
+                "dedup row of target {} repeats (the same sender and item id twice)",
+                hex(&d.target[..4])
+            ));
+        }
+        Ok(())
     }
 
     /// Account for the next record; `Err(why)` when it breaks the stream's order.
@@ -69,16 +128,20 @@ impl Tally {
             Record::Queue(q) => {
                 self.queue_heads.insert(q.target, q.head_seq);
             }
-            Record::Item(it) => match self.queue_heads.get(&it.target) {
-                Some(head) if it.seq <= *head => {}
-                _ => {
-                    return Err(format!(
-                        "item seq {} lies above its queue's head seq (seqs could be handed out \
-                         twice)",
-                        it.seq
-                    ))
+            Record::Item(it) => {
+                match self.queue_heads.get(&it.target) {
+                    Some(head) if it.seq <= *head => {}
+                    _ => {
+                        return Err(format!(
+                            "item seq {} lies above its queue's head seq (seqs could be handed \
+                             out twice)",
+                            it.seq
+                        ))
+                    }
                 }
-            },
+                self.item(it)?;
+            }
+            Record::Dedup(d) => self.dedup(d)?,
             Record::Op(e) => {
                 if let Some(c) = &mut self.chain {
                     c.entry(e.seq, e.at_ms, &e.kind, &e.detail, &e.hash);
@@ -291,6 +354,76 @@ mod tests {
             expires_at_ms: 2,
             account: None,
         })
+    }
+
+    fn dedup(target: u8, sender: u8, id: &str) -> Record {
+        Record::Dedup(crate::backup::DedupRecord {
+            target: [target; 32],
+            sender: [sender; 32],
+            item_id: id.into(),
+            row: crate::DedupRow {
+                wire_hash: [0; 32],
+                seq: 1,
+                accepted_at_ms: 1,
+            },
+        })
+    }
+
+    fn tally_with_queues() -> Tally {
+        let mut t = Tally::new();
+        t.record(&meta()).unwrap();
+        for target in [1, 2] {
+            t.record(&Record::Queue(QueueRecord {
+                target: [target; 32],
+                head_seq: 9,
+                acked_through: 0,
+            }))
+            .unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn a_repeated_or_reordered_item_is_damage() {
+        let mut t = tally_with_queues();
+        t.record(&item(1, 1)).unwrap();
+        t.record(&item(1, 2)).unwrap();
+        let e = t.record(&item(1, 2)).unwrap_err();
+        assert!(e.contains("repeats"), "{e}");
+        let mut t = tally_with_queues();
+        t.record(&item(2, 1)).unwrap();
+        assert!(t.record(&item(1, 5)).is_err(), "targets out of order");
+        let mut t = tally_with_queues();
+        t.record(&item(1, 3)).unwrap();
+        assert!(t.record(&item(1, 2)).is_err(), "seqs out of order");
+    }
+
+    #[test]
+    fn an_item_over_the_largest_item_limit_is_damage() {
+        let mut t = tally_with_queues();
+        let Record::Item(mut it) = item(1, 1) else {
+            unreachable!()
+        };
+        it.wire = vec![b'x'; MAX_ITEM_BYTES_ACCEPTED as usize];
+        t.record(&Record::Item(it.clone())).unwrap();
+        it.seq = 2;
+        it.wire.push(b'x');
+        let e = t.record(&Record::Item(it)).unwrap_err();
+        assert!(e.contains("over the"), "{e}");
+    }
+
+    #[test]
+    fn a_repeated_dedup_row_is_damage_in_any_id_order() {
+        let mut t = tally_with_queues();
+        // ids inside a (target, sender) group may come in any (collation) order
+        for (target, sender, id) in [(1, 1, "b"), (1, 1, "a"), (1, 2, "a"), (2, 1, "a")] {
+            t.record(&dedup(target, sender, id)).unwrap();
+        }
+        let e = t.record(&dedup(2, 1, "a")).unwrap_err();
+        assert!(e.contains("repeats"), "{e}");
+        let mut t = tally_with_queues();
+        t.record(&dedup(1, 2, "a")).unwrap();
+        assert!(t.record(&dedup(1, 1, "z")).is_err(), "groups out of order");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::support::*;
 use super::Backend;
-use crate::backup::{self, RecordKind};
+use crate::backup::{self, Record, RecordKind};
 use crate::{
     Clock as _, EncAd, EncAdV2, HostFilter, InsertOutcome, Key32, LogVerdict, RelayStore,
     RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome,
@@ -266,4 +266,118 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
         next.seq
     );
     r.close().expect("close");
+}
+
+/// What [`rewrite`] writes in place of one record body.
+type Rewrite<'a> = dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>> + 'a;
+
+/// A copy of the format-5 backup `src` with every record body passed through `each` (which
+/// answers the bodies to write in its place: none, itself, several, another), every frame's
+/// checksums, the trailer's counts and the whole-file sha256 recomputed: damage only the
+/// reader's rules can see.
+fn rewrite(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    each: &dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>>,
+) {
+    use sha2::Digest;
+    let b = std::fs::read(src).expect("read the backup");
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
+    let header_end = 16 + 4 + u32_at(16) + 4;
+    let mut out = b[..header_end].to_vec();
+    let mut counts = [0u64; RecordKind::ALL.len()];
+    let mut i = header_end;
+    while b[i] == 0x01 {
+        let kind = RecordKind::ALL[usize::from(b[i + 1])];
+        let len = u32_at(i + 2);
+        let body = b[i + 10..i + 10 + len].to_vec();
+        i += 10 + len + 4;
+        for body in each(kind, body) {
+            let mut frame = vec![0x01, kind as u8];
+            frame.extend_from_slice(&u32::try_from(body.len()).expect("len").to_le_bytes());
+            let head_crc = crc32fast::hash(&frame);
+            frame.extend_from_slice(&head_crc.to_le_bytes());
+            frame.extend_from_slice(&body);
+            frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+            out.extend_from_slice(&frame);
+            counts[kind as usize] += 1;
+        }
+    }
+    assert_eq!(b[i], 0xFF, "the trailer follows the records");
+    out.extend_from_slice(&[0xFF, RecordKind::ALL.len() as u8]);
+    for n in counts {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    let sum: [u8; 32] = sha2::Sha256::digest(&out).into();
+    out.extend_from_slice(&sum);
+    std::fs::write(dst, out).expect("write the crafted backup");
+}
+
+/// Issue 24 item 5: a backup whose item records each repeat 4 times (checksums recomputed)
+/// would restore with queue usage that never drains; repeated dedup rows, and an item larger
+/// than any relay accepts, are no honest store's either. `verify` (what `relay-tool verify`
+/// runs) and the backend's restore refuse each as damage, naming it, through the one reader;
+/// the untouched backup verifies and restores.
+pub fn a_backup_with_repeated_items_or_dedup_rows_or_an_oversized_item_is_refused(b: &dyn Backend) {
+    let clock = TestClock::new(crate::SystemClock.now_ms());
+    let s = b.open(clock.clone());
+    let (a, t) = (key(1), key(2));
+    enrol(&*s, a, "alpha");
+    enrol(&*s, t, "target");
+    for id in ["m1", "m2", "m3"] {
+        stored_seqs(&insert(&*s, a, id, &[(t, b"body"), (a, b"body-a")]));
+    }
+    let good = TempFile::new("good");
+    {
+        let mut out = std::fs::File::create(&good.0).expect("create the backup file");
+        s.backup_to(&mut out, &mut |_| {}).expect("backup");
+    }
+    s.close().expect("close");
+    backup::verify(&good.0).expect("the untouched backup verifies");
+
+    let four = |want: RecordKind| {
+        move |kind: RecordKind, body: Vec<u8>| {
+            if kind == want {
+                vec![body; 4]
+            } else {
+                vec![body]
+            }
+        }
+    };
+    let first_item = std::cell::Cell::new(true);
+    let oversized = |kind: RecordKind, body: Vec<u8>| match Record::decode(kind, &body) {
+        Ok(Record::Item(mut it)) if first_item.replace(false) => {
+            it.wire = vec![b'x'; crate::MAX_ITEM_BYTES_ACCEPTED as usize + 1];
+            vec![Record::Item(it).encode_into(Vec::new())]
+        }
+        _ => vec![body],
+    };
+    let items4 = four(RecordKind::Item);
+    let dedup4 = four(RecordKind::Dedup);
+    let cases: [(&str, &Rewrite<'_>, &str); 3] = [
+        ("items4", &items4, "repeats"),
+        ("dedup4", &dedup4, "repeats"),
+        ("oversized", &oversized, "over the"),
+    ];
+    for (tag, each, why) in cases {
+        let bad = TempFile::new(tag);
+        rewrite(&good.0, &bad.0, each);
+        let damage = |e: crate::BackupError, by: &str| match e {
+            crate::BackupError::Damaged { why: w, .. } => {
+                assert!(w.contains(why), "{tag}: {by} refused it, but as {w:?}");
+            }
+            other => panic!("{tag}: {by} refused it as {other}, not as damage"),
+        };
+        damage(
+            backup::verify(&bad.0).expect_err("verify must refuse it"),
+            "verify",
+        );
+        damage(
+            b.try_restore(&bad.0)
+                .expect_err("the restore must refuse it"),
+            "the restore",
+        );
+    }
+    b.try_restore(&good.0)
+        .expect("the untouched backup restores");
 }

@@ -139,3 +139,83 @@ pub fn a_shared_challenge_book_is_bounded_expiring_and_single_use(backend: &dyn 
     book.consume(&key(3), "c").wait().unwrap();
     assert_eq!(pending(3, 1_012), None, "single use");
 }
+
+/// Issue 24 item 8: every new key's enrolment is a relay-log entry, and anyone may enrol, so
+/// enrolment entries have a budget of their own (half the count cap): a flood of them never
+/// pushes out a revocation or an epoch rotation logged before it. The enrolments stay
+/// recorded in their rows; other entries still leave the log by age and by count.
+pub fn enrolment_churn_never_pushes_other_entries_out_of_the_relay_log(backend: &dyn Backend) {
+    let keep = LogRetention {
+        max_age_ms: 400 * 24 * 3600 * 1000,
+        max_entries: 40,
+    };
+    let budget = crate::log::enrolment_budget(keep) as usize;
+    assert_eq!(budget, 20);
+    let clock = TestClock::new(SystemClock.now_ms());
+    let s = backend.open_keeping(clock.clone(), keep);
+    enrol(&*s, key(1), "early-a");
+    enrol(&*s, key(2), "early-b");
+    let revoked = s
+        .revoke_key(
+            RevokeRequest {
+                key: key(2),
+                revoke: true,
+                purge: false,
+                quotas: big_quotas(),
+                retention_ms: 14 * 24 * 3600 * 1000,
+                admin_uid: 1,
+                reason: "test".into(),
+            },
+            notice_fn(key(900)),
+        )
+        .wait()
+        .expect("revoke");
+    assert!(matches!(revoked, RevokeOutcome::Done(r) if r.revoked));
+    let revoke_entry = s.ops(1).expect("ops").remove(0);
+    s.log_op("epoch-rotate", "a -> b: test")
+        .wait()
+        .expect("log");
+    let rotate_entry = s.ops(1).expect("ops").remove(0);
+    let churn = 300u64;
+    for i in 0..churn {
+        enrol(&*s, key(1_000 + i), &format!("churn-{i}"));
+    }
+    let log = s.ops(1_000).expect("ops");
+    let enrolments = log
+        .iter()
+        .filter(|e| crate::log::is_enrolment_entry(&e.kind))
+        .count();
+    assert!(
+        enrolments > 0 && enrolments <= budget,
+        "{enrolments} enrolment entries with a budget of {budget}"
+    );
+    assert!(log.len() <= 40, "{} entries", log.len());
+    for kept in [&revoke_entry, &rotate_entry] {
+        assert!(
+            log.contains(kept),
+            "enrolment churn pushed out {} ({}): {:?}",
+            kept.kind,
+            kept.detail,
+            log.iter().map(|e| &e.kind).collect::<Vec<_>>()
+        );
+    }
+    assert!(matches!(
+        s.verify_log().expect("verify"),
+        LogVerdict::Intact { .. }
+    ));
+    assert_eq!(s.live_enrolment_count().expect("count"), churn + 1);
+    backend.check_invariants(&*s);
+    // The count cap still holds for every entry: 40 newer entries of other kinds push both out.
+    for i in 0..40 {
+        s.log_op("note", &format!("note {i}")).wait().expect("log");
+    }
+    let log = s.ops(1_000).expect("ops");
+    assert_eq!(log.len(), 40);
+    assert!(log.iter().all(|e| e.kind == "note"));
+    assert!(matches!(
+        s.verify_log().expect("verify"),
+        LogVerdict::Intact { .. }
+    ));
+    backend.check_invariants(&*s);
+    s.close().expect("close");
+}

@@ -26,6 +26,8 @@ pub trait Backend {
     /// Open this backend's store (the same one at every call: a reopen once the last handle
     /// was closed), reading time from `clock`.
     fn open(&self, clock: Arc<dyn Clock>) -> SharedStore;
+    /// [`Self::open`] with the relay log bounded by `keep` instead of the default.
+    fn open_keeping(&self, clock: Arc<dyn Clock>, keep: crate::LogRetention) -> SharedStore;
     /// The schema version a store of this backend reports in its meta.
     fn schema_version(&self) -> u32;
     /// Check the backend's own bookkeeping against its data (panics when they differ).
@@ -33,6 +35,12 @@ pub trait Backend {
     /// Restore the backup `file` into a second, new store of this backend (the one `open`
     /// opens stays as it is), check its bookkeeping, and open it.
     fn restore(&self, file: &Path, clock: Arc<dyn Clock>) -> SharedStore;
+    /// Restore `file` into another new store of this backend and leave it closed: the
+    /// restore's own answer, for files it must refuse.
+    ///
+    /// # Errors
+    /// Whatever the backend's restore answers.
+    fn try_restore(&self, file: &Path) -> Result<(), crate::BackupError>;
 }
 
 /// One `#[test]` per conformance rule, each on a fresh backend from `$new`.
@@ -67,9 +75,11 @@ macro_rules! conformance_tests {
             keys::sender_lists_only_move_forward,
             meta::meta_epoch_heartbeat_and_the_pinned_relay_key,
             meta::the_relay_log_lists_newest_first_and_its_chain_verifies,
+            meta::enrolment_churn_never_pushes_other_entries_out_of_the_relay_log,
             meta::a_lease_holder_keeps_its_lease,
             meta::a_shared_challenge_book_is_bounded_expiring_and_single_use,
             backup::a_backup_restores_every_record_kind_with_a_new_epoch,
+            backup::a_backup_with_repeated_items_or_dedup_rows_or_an_oversized_item_is_refused,
         );
     };
     (@each $new:expr; $($module:ident :: $check:ident),* $(,)?) => {
