@@ -5,7 +5,8 @@
 //! Modules: [`identity`] (key files), [`store`] (durable state), [`client`] (signed HTTP to the
 //! relay), [`message`] (envelopes and receipts this host builds), [`enc_ad`] (the v2 enc-key ad:
 //! ours and the check of a peer's), [`enrol`] (enrolment and publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
-//! [`sync`] (one pass), [`cli`] (commands), [`rotate`] (own key rotation), [`retired`] (peers'
+//! [`sync`] (one pass), [`cli`] (commands), [`hostdir`] (the `--dir` directory: made by `init`,
+//! required owner-only by the rest), [`rotate`] (own key rotation), [`retired`] (peers'
 //! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
 //! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
 //! for `send` and the read commands); [`trace`] (opt-in stage timestamps for latency benches).
@@ -17,6 +18,7 @@ pub mod doctor;
 pub mod enc_ad;
 pub mod enrol;
 pub mod explain;
+pub mod hostdir;
 pub mod identity;
 pub mod local;
 pub mod message;

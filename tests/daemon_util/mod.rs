@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use super::host_util::{HostCli, BIN, HOST_ENV};
+use super::host_util::{HostCli, BIN};
 
 /// A `host run` child process; killed on drop.
 pub struct Daemon {
@@ -20,22 +20,25 @@ pub struct Daemon {
 impl Daemon {
     /// Start `host --dir DIR run ARGS` and wait for its "running" line.
     pub fn start(h: &HostCli, args: &[&str]) -> Daemon {
+        Self::spawn(h, args, Stdio::inherit())
+    }
+
+    /// [`Daemon::start`] with its stderr (the daemon's log) written to `log`.
+    pub fn start_logged(h: &HostCli, args: &[&str], log: &std::path::Path) -> Daemon {
+        Self::spawn(h, args, std::fs::File::create(log).unwrap().into())
+    }
+
+    fn spawn(h: &HostCli, args: &[&str], stderr: Stdio) -> Daemon {
         let mut cmd = Command::new(BIN);
         cmd.arg("host")
             .arg("--dir")
             .arg(&h.dir)
             .arg("run")
             .args(args)
-            .env_remove("MBX_FAILPOINT")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in HOST_ENV {
-            cmd.env(k, v);
-        }
-        for (k, v) in &h.env {
-            cmd.env(k, v);
-        }
+            .stderr(stderr);
+        h.prepare(&mut cmd);
         let mut child = cmd.spawn().expect("start host run");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
