@@ -4,7 +4,7 @@
 //! file-mode rules ([`crate::private`]); and the commands printed as next steps name it.
 
 use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::identity::{ENC_KEY, HOST_KEY};
 use super::HostError;
@@ -60,6 +60,22 @@ pub(crate) fn require(dir: &Path) -> Result<(), HostError> {
         }
     }
     Ok(())
+}
+
+/// `dir/state`, created 0700 (explicitly, whatever the umask) when it is not there yet.
+///
+/// # Errors
+/// It cannot be created.
+pub(crate) fn create_state(dir: &Path) -> Result<PathBuf, HostError> {
+    let state = dir.join(STATE);
+    match std::fs::DirBuilder::new().mode(0o700).create(&state) {
+        Ok(()) => Ok(state),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(state),
+        Err(e) => Err(HostError::Store(format!(
+            "cannot create {}: {e}",
+            state.display()
+        ))),
+    }
 }
 
 /// Refuse `dir` unless `init` made a host there (its `host.key`); nothing is created.
@@ -134,6 +150,16 @@ pub(crate) fn command(dir: &Path, rest: &str) -> String {
         format!("'{}'", d.replace('\'', r"'\''"))
     };
     format!("mbx-relay host --dir {d} {rest}")
+}
+
+/// A temporary directory only its owner can reach (tempfile's follow the umask), for unit tests
+/// that make a host in it.
+#[cfg(test)]
+pub(crate) fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
 }
 
 #[cfg(test)]

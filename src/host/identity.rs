@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn key_files_are_private_and_reload_to_the_same_keys() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = super::super::hostdir::private_tempdir();
         let id = Identity::create(dir.path()).unwrap();
         #[cfg(unix)]
         for f in [HOST_KEY, ENC_KEY] {

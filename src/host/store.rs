@@ -309,7 +309,8 @@ impl HostStore {
     /// the store) and damaged counters.
     pub fn open(dir: &Path) -> Result<Self, HostError> {
         super::hostdir::require(dir)?;
-        let db = Database::builder(dir.join(super::hostdir::STATE))
+        let state = super::hostdir::create_state(dir)?;
+        let db = Database::builder(state)
             .worker_threads(1)
             .open()
             .map_err(|e| {
@@ -675,7 +676,7 @@ mod tests {
 
     /// A host directory (`init`'s key files) for the store to open.
     fn host_dir() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = super::super::hostdir::private_tempdir();
         super::super::identity::Identity::create(dir.path()).unwrap();
         dir
     }
