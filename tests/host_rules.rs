@@ -312,8 +312,13 @@ fn the_host_store_is_owner_only_under_a_022_umask_and_a_loose_one_is_refused_nam
             let want = if p.is_dir() { 0o700 } else { 0o600 };
             assert_eq!(*mode, want, "{} is {mode:o}", p.display());
         }
+        eprintln!(
+            "{} under umask 022: {} directories 0700, {files} files 0600",
+            h.name,
+            all.len() - files
+        );
     }
-    assert_eq!(permissions_check(&b).1, true);
+    assert!(permissions_check(&b).1, "store permissions check fails");
 
     // A loose directory, store directory or key file: every command refuses, naming the fix.
     let state = b.dir.join("state");
@@ -358,5 +363,5 @@ fn the_host_store_is_owner_only_under_a_022_umask_and_a_loose_one_is_refused_nam
         "{detail}"
     );
     chmod(&deep, 0o600);
-    assert_eq!(permissions_check(&b).1, true);
+    assert!(permissions_check(&b).1, "store permissions check fails");
 }

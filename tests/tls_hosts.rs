@@ -15,9 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::Relay;
-use daemon_util::{wait_until, Daemon};
+use daemon_util::{delivery_latencies, wait_until, Daemon};
 use host_util::{sync_until, HostCli};
-use mbx_relay::wire::time::parse_iso_strict;
 use serde_json::Value;
 use tls_util::Ca;
 
@@ -90,22 +89,6 @@ fn doctor(h: &HostCli) -> (Option<i32>, Value) {
     (out.status.code(), v)
 }
 
-/// Delivery times (ms from the envelope's `ts` to the receiver's commit) of `h`'s inbox.
-fn latencies(h: &HostCli) -> Vec<u64> {
-    let mut lat: Vec<u64> = h.ok(&["inbox"])["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            let sent = parse_iso_strict(m["ts"].as_str().unwrap()).unwrap();
-            let got = parse_iso_strict(m["received_at"].as_str().unwrap()).unwrap();
-            got.saturating_sub(sent)
-        })
-        .collect();
-    lat.sort_unstable();
-    lat
-}
-
 #[test]
 fn doctor_rotate_and_daemons_use_the_relay_ca_and_deliver_live() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,7 +127,7 @@ fn doctor_rotate_and_daemons_use_the_relay_ca_and_deliver_live() {
         a.status(),
         b.status()
     );
-    let (to_b, to_a) = (latencies(&b), latencies(&a));
+    let (to_b, to_a) = (delivery_latencies(&b), delivery_latencies(&a));
     eprintln!("over TLS with a private CA: to beta {to_b:?} ms, to alpha {to_a:?} ms");
     for lat in [&to_b, &to_a] {
         let (p50, max) = (lat[lat.len() / 2], lat[lat.len() - 1]);

@@ -116,6 +116,24 @@ pub fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// Delivery times of `h`'s inbox, sorted: ms from each envelope's `ts` (the sender queued it)
+/// to the receiver's commit (`received_at`), same machine, same clock.
+pub fn delivery_latencies(h: &HostCli) -> Vec<u64> {
+    use mbx_relay::wire::time::parse_iso_strict;
+    let mut lat: Vec<u64> = h.ok(&["inbox"])["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let sent = parse_iso_strict(m["ts"].as_str().unwrap()).unwrap();
+            let got = parse_iso_strict(m["received_at"].as_str().unwrap()).unwrap();
+            got.saturating_sub(sent)
+        })
+        .collect();
+    lat.sort_unstable();
+    lat
+}
+
 /// A loopback HTTP proxy in front of a relay that makes it look like the reference relay: it
 /// drops the `x-mbx-wait-max` header from every answer (one request per connection), and counts
 /// the requests it forwarded and those that asked to wait (`wait=` in the query).
