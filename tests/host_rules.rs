@@ -110,8 +110,14 @@ fn a_changed_relay_key_stops_relay_use_until_confirmed() {
     assert_eq!(st["alerts"][0]["kind"], "relay-key-changed");
     let new_fp = st["relay"]["offered_key"].as_str().unwrap().to_string();
     assert_ne!(new_fp, old_fp);
-    // Relay use stays stopped, without even asking the relay, until the owner confirms.
-    assert!(a.run(&["sync"]).unwrap_err().contains("relay set"));
+    // Relay use stays stopped, without even asking the relay, until the owner confirms; the
+    // message names the command with this host's --dir.
+    let confirm = format!(
+        "mbx-relay host --dir {} relay set {} --key {new_fp}",
+        a.dir.display(),
+        second.url()
+    );
+    assert!(a.run(&["sync"]).unwrap_err().contains(&confirm));
     assert_eq!(a.count("envelope_draft"), 1);
     assert!(
         a.run(&["relay", "set", &second.url()]).is_err(),

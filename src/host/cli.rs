@@ -289,6 +289,7 @@ fn relay_set(
                     .map(|k| fingerprint(&k))
                     .unwrap_or_default();
                 return Err(HostError::RelayKeyChanged {
+                    confirm: store.command(&format!("relay set {url} --key {fp}")),
                     url: url.into(),
                     pinned_fp: pinned,
                     offered_fp: fp,

@@ -48,6 +48,8 @@ pub enum HostError {
         url: String,
         pinned_fp: String,
         offered_fp: String,
+        /// The `relay set URL --key FP` command (with `--dir`) that confirms the new key.
+        confirm: String,
     },
 }
 
@@ -56,10 +58,15 @@ impl std::fmt::Display for HostError {
         match self {
             HostError::Usage(m) | HostError::Store(m) | HostError::Relay(m) => write!(f, "{m}"),
             HostError::Network(m) => write!(f, "relay unreachable: {m}"),
-            HostError::RelayKeyChanged { url, pinned_fp, offered_fp } => write!(
+            HostError::RelayKeyChanged {
+                url,
+                pinned_fp,
+                offered_fp,
+                confirm,
+            } => write!(
                 f,
                 "the relay at {url} now presents key {offered_fp}, but {pinned_fp} is pinned; relay use \
-                 is stopped. If the operator confirms the new key, run: mbx-relay host relay set {url} --key {offered_fp}"
+                 is stopped. If the operator confirms the new key, run: {confirm}"
             ),
         }
     }

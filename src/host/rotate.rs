@@ -121,7 +121,7 @@ pub fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
     };
     let text = format!(
         "{verb}: host key {} replaces {} (retired, kept in {}); {}\n\
-         every peer runs: mbx-relay host peer rotate {} {}",
+         every peer runs: mbx-relay host --dir PEER_DIR peer rotate {} {}",
         v["new_fingerprint"].as_str().unwrap_or(""),
         v["old_fingerprint"].as_str().unwrap_or(""),
         v["retired_file"].as_str().unwrap_or(""),
@@ -267,7 +267,7 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
         "name": name, "old_pubkey": intent.old_pub, "new_pubkey": intent.new_pub,
         "old_fingerprint": fp(&intent.old_pub), "new_fingerprint": fp(&intent.new_pub),
         "retired_file": retired_file(&intent.old_pub), "moved": intent.moved, "relay": relay_note,
-        "peer_command": format!("mbx-relay host peer rotate {name} {}", intent.new_pub),
+        "peer_command": format!("mbx-relay host --dir PEER_DIR peer rotate {name} {}", intent.new_pub),
         "rotation": serde_json::from_str::<Value>(&intent.body).unwrap_or(Value::Null),
     }))
 }

@@ -195,6 +195,11 @@ impl<'a> Session<'a> {
         })?;
         if let Some(offered) = relay.offered_key.as_deref().and_then(parse_pubkey) {
             return Err(HostError::RelayKeyChanged {
+                confirm: store.command(&format!(
+                    "relay set {} --key {}",
+                    relay.url,
+                    fingerprint(&offered)
+                )),
                 url: relay.url.clone(),
                 pinned_fp: fingerprint(&relay_pk),
                 offered_fp: fingerprint(&offered),
@@ -332,6 +337,11 @@ impl<'a> Session<'a> {
         let offered_pk = parse_pubkey(offered)
             .ok_or_else(|| HostError::Relay("relay info carries no valid relay key".into()))?;
         let err = HostError::RelayKeyChanged {
+            confirm: self.store.command(&format!(
+                "relay set {} --key {}",
+                self.relay.url,
+                fingerprint(&offered_pk)
+            )),
             url: self.relay.url.clone(),
             pinned_fp: fingerprint(&self.relay_pk),
             offered_fp: fingerprint(&offered_pk),
