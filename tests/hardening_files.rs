@@ -8,10 +8,10 @@ mod common;
 use common::relay_tool as tool;
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
+use common::{envelope_item, modes, reachable_by_others, Host, Relay, RelayOpts, GENEROUS};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -23,30 +23,6 @@ fn permissive_umask() {
     unsafe {
         libc::umask(0o022);
     }
-}
-
-/// Every entry under `dir` (itself included) as (path, permission bits), links not followed.
-fn modes(dir: &Path) -> Vec<(PathBuf, u32)> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let m = std::fs::symlink_metadata(&p).expect("stat");
-        out.push((p.clone(), m.permissions().mode() & 0o777));
-        if m.is_dir() {
-            for e in std::fs::read_dir(&p).expect("read_dir") {
-                todo.push(e.expect("entry").path());
-            }
-        }
-    }
-    out
-}
-
-/// Entries other users may access.
-fn reachable_by_others(dir: &Path) -> Vec<(PathBuf, u32)> {
-    modes(dir)
-        .into_iter()
-        .filter(|(_, mode)| mode & 0o077 != 0)
-        .collect()
 }
 
 /// Stops the relay cleanly (SIGTERM: the store is closed, exit code 0).

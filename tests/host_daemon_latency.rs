@@ -13,10 +13,9 @@ mod host_util;
 
 use std::time::Duration;
 
-use daemon_util::{wait_until, Daemon};
+use daemon_util::{delivery_latencies, wait_until, Daemon};
 use host_util::{pair, RelayProc};
 use mbx_relay::host::trace::TRACE_ENV;
-use mbx_relay::wire::time::parse_iso_strict;
 
 #[test]
 fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll_sealed_at_send() {
@@ -51,7 +50,6 @@ fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll_sea
         "beta {}",
         b.status()
     );
-    let inbox = b.ok(&["inbox"]);
     // `send` sealed each message before its one commit: the pass that pushed it sealed nothing.
     let marks = std::fs::read_to_string(&trace).unwrap();
     let count = |stage: &str| marks.lines().filter(|l| l.starts_with(stage)).count();
@@ -60,17 +58,7 @@ fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll_sea
         (n, 0),
         "{marks}"
     );
-    let mut lat: Vec<u64> = inbox["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            let sent = parse_iso_strict(m["ts"].as_str().unwrap()).unwrap();
-            let got = parse_iso_strict(m["received_at"].as_str().unwrap()).unwrap();
-            got.saturating_sub(sent)
-        })
-        .collect();
-    lat.sort_unstable();
+    let lat = delivery_latencies(&b);
     let pct = |p: usize| lat[(lat.len() * p / 100).min(lat.len() - 1)];
     let (p50, p99, max) = (pct(50), pct(99), lat[lat.len() - 1]);
     eprintln!(

@@ -11,8 +11,8 @@ mod host_util;
 
 use std::time::Duration;
 
-use host_util::{host_key, pair, past_backoff, sync_until, HostCli, RelayProc};
-use mbx_relay::host::client::{Answer, RelayClient};
+use host_util::{host_key, pair, past_backoff, relay_client, sync_until, HostCli, RelayProc};
+use mbx_relay::host::client::Answer;
 use mbx_relay::host::sender::encode_query;
 use mbx_relay::wire::seal::EncSecret;
 use mbx_relay::wire::time::iso_ms;
@@ -26,7 +26,7 @@ fn set_env(h: &mut HostCli, k: &str, v: &str) {
 /// `GET /v2/relay/enc-key?pubkey=` of `target`, asked as `asker` (an enrolled host).
 fn fetch_ads(relay: &RelayProc, asker: &HostCli, target: &HostCli) -> Answer {
     let key = host_key(asker);
-    let client = RelayClient::new(&relay.url(), &asker.name, &key, Duration::from_secs(5));
+    let client = relay_client(relay, &asker.name, &key);
     let q = format!("pubkey={}", encode_query(&target.pubkey()));
     client.get("/v2/relay/enc-key", Some(&q), true).unwrap()
 }
@@ -35,7 +35,7 @@ fn fetch_ads(relay: &RelayProc, asker: &HostCli, target: &HostCli) -> Answer {
 fn post_ad(relay: &RelayProc, host: &HostCli, ad: &Value) -> Answer {
     let key = host_key(host);
     let sig = key.sign_canonical(ad);
-    let client = RelayClient::new(&relay.url(), &host.name, &key, Duration::from_secs(5));
+    let client = relay_client(relay, &host.name, &key);
     client
         .post("/v2/relay/enc-key", &json!({"ad": ad, "sig": sig}), true)
         .unwrap()

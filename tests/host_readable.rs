@@ -1,6 +1,8 @@
 //! A host a person can read (issue 16): `host status` and `host sync` say why a row waits and
 //! when it is tried again; `host inbox show ID` prints one message with its body; `host doctor`
-//! prints one line per check, `ok` or `FAIL` with a fix, and exits non-zero when one fails.
+//! prints one line per check, `ok` or `FAIL` with a fix, and exits non-zero when one fails; a
+//! command on a directory `init` never made is refused and creates nothing, and the next steps
+//! printed name `--dir` (issue 24 item 11).
 //! Real relay process, real host commands, their text output as a person sees it.
 
 mod host_util;
@@ -131,7 +133,11 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
     let (code, line) = doctor_line(&a, "relay configured");
     assert_eq!(code, 1);
     assert!(
-        line.starts_with("FAIL") && line.contains("fix: run `mbx-relay host relay set URL"),
+        line.starts_with("FAIL")
+            && line.contains(&format!(
+                "fix: run `mbx-relay host --dir {} relay set URL",
+                a.dir.display()
+            )),
         "{line}"
     );
 
@@ -140,12 +146,17 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
     let (code, line) = doctor_line(&a, "enrolment");
     assert_eq!(code, 1);
     assert!(
-        line.starts_with("FAIL") && line.contains("host sync"),
+        line.starts_with("FAIL")
+            && line.contains(&format!("mbx-relay host --dir {} sync`", a.dir.display())),
         "{line}"
     );
     let (_, line) = doctor_line(&a, "allowlist");
     assert!(
-        line.starts_with("FAIL") && line.contains("host peer add"),
+        line.starts_with("FAIL")
+            && line.contains(&format!(
+                "mbx-relay host --dir {} peer add",
+                a.dir.display()
+            )),
         "no peer pinned: {line}"
     );
 
@@ -181,7 +192,8 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
     let (code, line) = doctor_line(&c, "enc-key ad");
     assert_eq!(code, 1);
     assert!(
-        line.starts_with("FAIL enc-key ad: the v2 ad expires ") && line.contains("host sync"),
+        line.starts_with("FAIL enc-key ad: the v2 ad expires ")
+            && line.contains(&format!("mbx-relay host --dir {} sync`", c.dir.display())),
         "{line}"
     );
 
@@ -194,7 +206,131 @@ fn doctor_prints_one_line_per_check_with_a_fix_and_fails_when_a_check_fails() {
     let (code, line) = doctor_line(&a, "relay key");
     assert_eq!(code, 1);
     assert!(
-        line.starts_with("FAIL") && line.contains("host relay set") && line.contains("--key"),
+        line.starts_with("FAIL")
+            && line.contains(&format!(
+                "mbx-relay host --dir {} relay set ",
+                a.dir.display()
+            ))
+            && line.contains("--key"),
         "{line}"
+    );
+}
+
+/// A host handle on `dir` without running `init` there.
+fn uninitialised(dir: &std::path::Path) -> HostCli {
+    HostCli {
+        name: "nobody".into(),
+        dir: dir.to_path_buf(),
+        env: Vec::new(),
+        umask: None,
+    }
+}
+
+#[test]
+fn commands_on_a_directory_init_never_made_are_refused_and_create_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let a = HostCli::init(tmp.path(), "alpha");
+    let typo = uninitialised(&tmp.path().join("alpah"));
+    let url = relay.url();
+    let pk = a.pubkey();
+    let commands: [&[&str]; 11] = [
+        &["inbox"],
+        &["status"],
+        &["quarantine"],
+        &["sync"],
+        &["doctor"],
+        &["rotate"],
+        &["run"],
+        &["send", "--to", "alpha", "--subject", "s", "--body", "b"],
+        &["relay", "set", &url],
+        &["peer", "add", "alpha", &pk],
+        &["inbox", "show", "01NOSUCHMESSAGE0000000000"],
+    ];
+    let init = format!(
+        "mbx-relay host --dir {} init --name NAME",
+        typo.dir.display()
+    );
+    for cmd in commands {
+        let (code, out, err) = text(&typo, cmd);
+        assert_eq!(code, 2, "{cmd:?}: a usage error\n{out}{err}");
+        assert!(
+            err.contains(&format!(
+                "{} is not a host directory (no such directory)",
+                typo.dir.display()
+            )) && err.contains("check --dir")
+                && err.contains(&init),
+            "{cmd:?}: {err}"
+        );
+        assert!(!typo.dir.exists(), "{cmd:?} created {}", typo.dir.display());
+    }
+
+    // A relay's store is not a host either: nothing is created in it.
+    let store = uninitialised(&relay.store);
+    let before = std::fs::read_dir(&relay.store).unwrap().count();
+    for cmd in [&["status"][..], &["inbox"], &["sync"]] {
+        let (code, _, err) = text(&store, cmd);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("it holds a relay's store"), "{err}");
+    }
+    assert!(!relay.store.join("state").exists());
+    assert_eq!(std::fs::read_dir(&relay.store).unwrap().count(), before);
+    let (code, _, err) = text(&store, &["init", "--name", "x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("holds a relay's store"), "{err}");
+    assert!(!relay.store.join("host.key").exists());
+}
+
+#[test]
+fn init_prints_next_steps_with_dir_and_send_says_it_waits_for_the_peers_first_sync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = uninitialised(&tmp.path().join("gamma"));
+    let (code, out, err) = text(&g, &["init", "--name", "gamma"]);
+    assert_eq!(code, 0, "{err}");
+    let dir = g.dir.display();
+    for step in [
+        format!("mbx-relay host --dir {dir} relay set URL"),
+        format!("mbx-relay host --dir {dir} peer add PEER PEER_KEY"),
+        format!("mbx-relay host --dir {dir} sync"),
+        "mbx-relay host --dir PEER_DIR peer add gamma ".to_string(),
+    ] {
+        assert!(out.contains(&step), "{step:?} in:\n{out}");
+    }
+
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let (a, b) = pair(tmp.path(), &relay);
+    let (code, out, err) = text(
+        &a,
+        &["send", "--to", "beta", "--subject", "s", "--body", "b"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "once beta's enc-key ad is on the relay (beta publishes it with its first sync"
+        ),
+        "{out}"
+    );
+    // Once the sender has beta's ad, `send` says the plain next step.
+    b.sync();
+    a.sync();
+    let (_, out, _) = text(
+        &a,
+        &["send", "--to", "beta", "--subject", "s", "--body", "b"],
+    );
+    assert!(
+        out.contains("the next sync seals and pushes it") && !out.contains("once beta"),
+        "{out}"
+    );
+    let (code, _, err) = text(
+        &a,
+        &["send", "--to", "zeta", "--subject", "s", "--body", "b"],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(&format!(
+            "mbx-relay host --dir {} peer add zeta PUBKEY",
+            a.dir.display()
+        )),
+        "{err}"
     );
 }

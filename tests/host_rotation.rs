@@ -8,16 +8,14 @@
 mod host_util;
 
 use std::path::Path;
-use std::time::Duration;
 
-use host_util::{host_key, pair, HostCli, RelayProc};
-use mbx_relay::host::client::RelayClient;
+use host_util::{host_key, pair, relay_client, HostCli, RelayProc};
 use mbx_relay::wire::keys::SigningKey;
 use serde_json::Value;
 
 /// The relay's signed info as `key` sees it (`you` only while that key is enrolled and live).
 fn info_as(relay: &RelayProc, name: &str, key: &SigningKey) -> Value {
-    let c = RelayClient::new(&relay.url(), name, key, Duration::from_secs(5));
+    let c = relay_client(relay, name, key);
     c.get("/v2/relay/info", None, true).unwrap().body
 }
 

@@ -1,14 +1,17 @@
 //! Sender and receiver rules of spec §3/§4 through the real commands: a rejected result leaves the
 //! row pending until a later accept; a changed relay key stops relay use until confirmed with
 //! `--key`; refused items are quarantined with their reason, never dropped; the sender's own
-//! deadline raises "undelivered/unconfirmed" with no word from the relay.
+//! deadline raises "undelivered/unconfirmed" with no word from the relay; the host store is
+//! owner-only whatever the umask, and a loose one is refused naming the `chmod` (issue 24 item 9).
 
+mod common;
 mod host_util;
 
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
 use std::time::Duration;
 
-use host_util::{host_key, pair, sync_until, HostCli, RelayProc};
-use mbx_relay::host::client::RelayClient;
+use host_util::{host_key, pair, relay_client, sync_until, HostCli, RelayProc};
 use mbx_relay::host::message::{draft_envelope, receipt_wire, ulid};
 use mbx_relay::wire::canonical::canonical_bytes;
 use mbx_relay::wire::keys::{b64, SigningKey};
@@ -107,8 +110,14 @@ fn a_changed_relay_key_stops_relay_use_until_confirmed() {
     assert_eq!(st["alerts"][0]["kind"], "relay-key-changed");
     let new_fp = st["relay"]["offered_key"].as_str().unwrap().to_string();
     assert_ne!(new_fp, old_fp);
-    // Relay use stays stopped, without even asking the relay, until the owner confirms.
-    assert!(a.run(&["sync"]).unwrap_err().contains("relay set"));
+    // Relay use stays stopped, without even asking the relay, until the owner confirms; the
+    // message names the command with this host's --dir.
+    let confirm = format!(
+        "mbx-relay host --dir {} relay set {} --key {new_fp}",
+        a.dir.display(),
+        second.url()
+    );
+    assert!(a.run(&["sync"]).unwrap_err().contains(&confirm));
     assert_eq!(a.count("envelope_draft"), 1);
     assert!(
         a.run(&["relay", "set", &second.url()]).is_err(),
@@ -134,7 +143,7 @@ fn push_as(
     wire: &[u8],
 ) {
     let key = host_key(from);
-    let client = RelayClient::new(&relay.url(), &from.name, &key, Duration::from_secs(5));
+    let client = relay_client(relay, &from.name, &key);
     let body = json!({"items": [{"kind": kind, "item_id": item_id,
         "targets": [{"host_pubkey": target, "wire_b64": b64(wire)}]}]});
     let a = client.post("/v2/relay/items", &body, true).unwrap();
@@ -259,4 +268,106 @@ fn the_senders_own_deadline_raises_unconfirmed_without_the_relay() {
         text.contains("older than 0.5.3"),
         "no receipt ever came from beta: {text}"
     );
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The `store permissions` check of `host doctor --json`: (exit code, ok, detail).
+fn permissions_check(h: &HostCli) -> (Option<i32>, bool, String) {
+    let out = h.run_fp(&["doctor"], None);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "store permissions")
+        .unwrap_or_else(|| panic!("no store permissions check: {v}"))
+        .clone();
+    (
+        out.status.code(),
+        c["ok"].as_bool().unwrap(),
+        format!("{} {}", c["detail"], c["fix"]),
+    )
+}
+
+#[test]
+fn the_host_store_is_owner_only_under_a_022_umask_and_a_loose_one_is_refused_naming_the_chmod() {
+    let tmp = tempfile::tempdir().unwrap();
+    let relay = RelayProc::start(tmp.path(), &[]);
+    let a = HostCli::init_under_umask(tmp.path(), "alpha", Some(0o022));
+    let b = HostCli::init_under_umask(tmp.path(), "beta", Some(0o022));
+    a.ok(&["peer", "add", "beta", &b.pubkey()]);
+    b.ok(&["peer", "add", "alpha", &a.pubkey()]);
+    a.ok(&["relay", "set", &relay.url()]);
+    b.ok(&["relay", "set", &relay.url()]);
+    b.sync();
+    let id = a.send("beta", "private", "a body nobody else may read");
+    assert!(
+        sync_until(&[&a, &b], 5, || a.count("envelope_done") == 1),
+        "{}",
+        a.status()
+    );
+    assert_eq!(b.inbox_ids(), vec![id]);
+    for h in [&a, &b] {
+        let all = common::modes(&h.dir);
+        let files = all.iter().filter(|(p, _)| p.is_file()).count();
+        assert!(files >= 5, "the engine wrote its files: {all:?}");
+        for (p, mode) in &all {
+            let want = if p.is_dir() { 0o700 } else { 0o600 };
+            assert_eq!(*mode, want, "{} is {mode:o}", p.display());
+        }
+        eprintln!(
+            "{} under umask 022: {} directories 0700, {files} files 0600",
+            h.name,
+            all.len() - files
+        );
+    }
+    assert!(permissions_check(&b).1, "store permissions check fails");
+
+    // A loose directory, store directory or key file: every command refuses, naming the fix.
+    let state = b.dir.join("state");
+    let key = b.dir.join("host.key");
+    for (path, mode, fix) in [
+        (&b.dir, 0o755, "700"),
+        (&state, 0o750, "700"),
+        (&key, 0o644, "600"),
+    ] {
+        chmod(path, mode);
+        let want = format!("chmod {fix} {}", path.display());
+        for cmd in [
+            &["inbox"][..],
+            &["status"],
+            &["sync"],
+            &["send", "--to", "alpha", "--subject", "s", "--body", "b"],
+        ] {
+            let e = b.run(cmd).unwrap_err();
+            assert!(
+                e.contains(&want) && e.contains("other users"),
+                "{cmd:?}: {e}"
+            );
+        }
+        let (code, ok, detail) = permissions_check(&b);
+        assert_eq!((code, ok), (Some(1), false), "{detail}");
+        assert!(detail.contains(&want), "{detail}");
+        chmod(path, if fix == "700" { 0o700 } else { 0o600 });
+    }
+    assert_eq!(b.inbox_ids().len(), 1, "nothing changed while refused");
+
+    // A loose file deeper in the store: the directories keep it private; doctor finds it.
+    let deep = common::modes(&state)
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| p.is_file())
+        .unwrap();
+    chmod(&deep, 0o644);
+    let (code, ok, detail) = permissions_check(&b);
+    assert_eq!((code, ok), (Some(1), false), "{detail}");
+    assert!(
+        detail.contains(&format!("chmod 600 {}", deep.display())),
+        "{detail}"
+    );
+    chmod(&deep, 0o600);
+    assert!(permissions_check(&b).1, "store permissions check fails");
 }

@@ -1,16 +1,23 @@
 //! The host client and relay-tool over TLS, through the real binaries: two hosts exchange mail
 //! through a TLS relay they reach with `relay set https://... --ca FILE` (and cannot without the
 //! CA), plain http to a non-loopback relay is refused unless `--insecure-http`, and
-//! `relay-tool bench --url https://... --ca FILE` pushes.
+//! `relay-tool bench --url https://... --ca FILE` pushes; the daemon (its watcher too), `rotate`
+//! and `doctor` trust the stored CA exactly as `sync` does (issue 24 item 10): live delivery in
+//! milliseconds, a rotation that succeeds, a doctor that passes, a host left mid-rotation by the
+//! old bug finished by its next sync, and the watcher's failures logged with their cause.
 
 mod common;
+mod daemon_util;
 mod host_util;
 mod tls_util;
 
 use std::path::Path;
+use std::time::Duration;
 
 use common::Relay;
+use daemon_util::{delivery_latencies, wait_until, Daemon};
 use host_util::{sync_until, HostCli};
+use serde_json::Value;
 use tls_util::Ca;
 
 /// A TLS relay (generous rate limits) with a fresh CA; the CA file is `dir/ca.pem`.
@@ -59,6 +66,114 @@ fn two_hosts_exchange_mail_over_tls_with_the_relay_ca() {
         "alpha saw no delivery receipt: {}",
         a.status()
     );
+}
+
+/// Two hosts that pinned each other and the TLS relay (with its CA), each having synced once.
+fn tls_pair(root: &Path, url: &str, ca: &str) -> (HostCli, HostCli) {
+    let a = HostCli::init(root, "alpha");
+    let b = HostCli::init(root, "beta");
+    let (apk, bpk) = (a.pubkey(), b.pubkey());
+    a.ok(&["peer", "add", "beta", &bpk]);
+    b.ok(&["peer", "add", "alpha", &apk]);
+    a.ok(&["relay", "set", url, "--ca", ca]);
+    b.ok(&["relay", "set", url, "--ca", ca]);
+    b.sync();
+    a.sync();
+    (a, b)
+}
+
+/// `host doctor --json` (exit code and report).
+fn doctor(h: &HostCli) -> (Option<i32>, Value) {
+    let out = h.run_fp(&["doctor"], None);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), v)
+}
+
+#[test]
+fn doctor_rotate_and_daemons_use_the_relay_ca_and_deliver_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut relay, url, ca) = tls_relay(dir.path());
+    let (a, b) = tls_pair(dir.path(), &url, &ca);
+
+    // doctor reaches the relay as sync does (it failed "relay reachable" with UnknownIssuer).
+    let (code, report) = doctor(&a);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["ok"], true, "{report}");
+
+    // rotate posts to the relay with the CA (it failed after recording the rotation).
+    let rotated = a.ok(&["rotate"]);
+    let new_key = rotated["new_pubkey"].as_str().unwrap();
+    b.ok(&["peer", "rotate", "alpha", new_key]);
+    b.sync();
+    a.sync();
+    assert_eq!(a.pubkey(), new_key);
+
+    // Both daemons receive live through their watchers' held pulls over TLS.
+    let log = dir.path().join("beta-daemon.log");
+    let _da = Daemon::start(&a, &[]);
+    let _db = Daemon::start_logged(&b, &[], &log);
+    std::thread::sleep(Duration::from_millis(500));
+    let n = 12;
+    for i in 0..n {
+        a.send("beta", "live", &format!("a{i}"));
+        b.send("alpha", "live", &format!("b{i}"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            b.inbox_ids().len() == n && a.inbox_ids().len() == n
+        }),
+        "not delivered:\nalpha {}\nbeta {}",
+        a.status(),
+        b.status()
+    );
+    let (to_b, to_a) = (delivery_latencies(&b), delivery_latencies(&a));
+    eprintln!("over TLS with a private CA: to beta {to_b:?} ms, to alpha {to_a:?} ms");
+    for lat in [&to_b, &to_a] {
+        let (p50, max) = (lat[lat.len() / 2], lat[lat.len() - 1]);
+        assert!(
+            p50 < 500 && max < 2_000,
+            "p50 {p50} ms max {max} ms: not live delivery ({lat:?})"
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("watcher:"), "the watcher failed:\n{text}");
+
+    // A watcher that cannot reach the relay says why (it was silent).
+    relay.kill9();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&log)
+                .unwrap()
+                .contains("host daemon: watcher: pull failed, retrying: relay unreachable")
+        }),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_rotation_left_before_its_post_to_a_private_ca_relay_is_finished_by_the_next_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_relay, url, ca) = tls_relay(dir.path());
+    let (a, b) = tls_pair(dir.path(), &url, &ca);
+    let old_key = a.pubkey();
+    // The state the old bug left: the rotation recorded, its post to the relay never made.
+    a.crash_at(&["rotate"], "host-rotate-after-intent");
+    let v = a.sync();
+    let new_key = v["rotation_finished"]["new_pubkey"].as_str().unwrap();
+    assert_ne!(new_key, old_key);
+    assert_eq!(a.pubkey(), new_key);
+    b.ok(&["peer", "rotate", "alpha", new_key]);
+    let id = a.send("beta", "after rotation", "still delivered");
+    assert!(
+        sync_until(&[&b, &a], 10, || b.inbox_ids().contains(&id)),
+        "beta did not receive: {}",
+        a.status()
+    );
+    let (code, report) = doctor(&a);
+    assert_eq!(code, Some(0), "{report}");
 }
 
 #[test]

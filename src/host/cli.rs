@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use super::client::RelayClient;
+use super::client::{Endpoint, RelayClient};
 use super::explain;
 use super::identity::Identity;
 use super::message::{draft_envelope, owner_address, ulid};
@@ -137,8 +137,15 @@ pub enum PeerCommand {
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
+    // Every file and directory a host command creates (the storage engine's too) is owner-only.
+    crate::private::restrict_umask();
+    // Only `init` makes a host directory; the rest never create one (a mistyped --dir).
+    let routed = match &args.command {
+        HostCommand::Init { .. } => None,
+        _ => super::hostdir::require_host(&args.dir).err().map(Err),
+    };
     // A running daemon serves the command or refuses it by name (doctor included).
-    let routed = super::local::route(&args.dir, &args.command);
+    let routed = routed.or_else(|| super::local::route(&args.dir, &args.command));
     if routed.is_none() && matches!(args.command, HostCommand::Doctor) {
         return super::doctor::run(&args.dir, args.json);
     }
@@ -216,10 +223,16 @@ fn init(dir: &Path, name: &str) -> Out {
     let pk = id.host.public();
     let v = json!({"name": name, "pubkey": id.host.public_b64(), "fingerprint": fingerprint(&pk), "enc_pub": id.enc.public_b64()});
     let text = format!(
-        "host {name} created in {}\nhost key {} (fingerprint {})\ngive peers: mbx-relay host peer add {name} {}",
+        "host {name} created in {}\nhost key {} (fingerprint {})\n\
+         next steps:\n  {}\n  {}   (for each peer)\n  {}   (the receiving side first: its \
+         first sync publishes the enc key senders seal for)\n\
+         each peer pins this host in its own directory: mbx-relay host --dir PEER_DIR peer add {name} {}",
         dir.display(),
         id.host.public_b64(),
         fingerprint(&pk),
+        store.command("relay set URL [--key FINGERPRINT] [--ca FILE]"),
+        store.command("peer add PEER PEER_KEY"),
+        store.command("sync"),
         id.host.public_b64()
     );
     Ok((v, text))
@@ -241,7 +254,11 @@ fn relay_set(
     let mut store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
     let timeout = SyncOptions::from_env().timeout;
-    let client = RelayClient::with_ca(url, &name, &id.host, timeout, ca.as_deref())?;
+    let endpoint = Endpoint {
+        url: url.to_string(),
+        ca: ca.clone(),
+    };
+    let client = RelayClient::new(&endpoint, &name, &id.host, timeout)?;
     let a = client
         .get("/v2/relay/info", None, false)
         .map_err(trust::hint_ca)?;
@@ -272,6 +289,7 @@ fn relay_set(
                     .map(|k| fingerprint(&k))
                     .unwrap_or_default();
                 return Err(HostError::RelayKeyChanged {
+                    confirm: store.command(&format!("relay set {url} --key {fp}")),
                     url: url.into(),
                     pinned_fp: pinned,
                     offered_fp: fp,
@@ -383,12 +401,16 @@ pub(crate) fn queue_message(
     body: &str,
     seal: impl FnOnce(&mut HostStore, &mut OutRow),
 ) -> Out {
-    let me = store
-        .name()?
-        .ok_or_else(|| HostError::Usage("host not initialised".into()))?;
+    let me = store.name()?.ok_or_else(|| {
+        HostError::Usage(format!(
+            "host not initialised; run `{}`",
+            store.command("init --name NAME")
+        ))
+    })?;
     let peer = store.peer(to)?.ok_or_else(|| {
         HostError::Usage(format!(
-            "{to} is not a pinned peer; run `host peer add {to} PUBKEY`"
+            "{to} is not a pinned peer; run `{}`",
+            store.command(&format!("peer add {to} PUBKEY"))
         ))
     })?;
     let now = now_ms();
@@ -400,9 +422,16 @@ pub(crate) fn queue_message(
     row.id = b.new_row_id();
     b.put_row(&row)?;
     b.commit()?;
+    // Before the first seal for this peer the enc key to seal for is still to come (its ad).
+    let ad_seen = store.peer_ad(&peer.pubkey)?.is_some();
     let next = match row.state {
-        RowState::Draft => "the next sync seals and pushes it",
-        _ => "sealed; the next sync pushes it",
+        RowState::Draft if !ad_seen => format!(
+            "the next sync seals and pushes it once {0}'s enc-key ad is on the relay ({0} \
+             publishes it with its first sync; until then `status` says the message waits)",
+            peer.name
+        ),
+        RowState::Draft => "the next sync seals and pushes it".to_string(),
+        _ => "sealed; the next sync pushes it".to_string(),
     };
     Ok((
         json!({"id": id, "to": owner_address(&peer.name)}),
@@ -459,9 +488,12 @@ pub(crate) fn inbox(store: &HostStore) -> Out {
 }
 
 pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
-    let m = store
-        .inbox_get(id)?
-        .ok_or_else(|| HostError::Usage(format!("no received message {id}; see `host inbox`")))?;
+    let m = store.inbox_get(id)?.ok_or_else(|| {
+        HostError::Usage(format!(
+            "no received message {id}; see `{}`",
+            store.command("inbox")
+        ))
+    })?;
     let text = format!(
         "id: {}\nfrom: {}\ndate: {}\nsubject: {}\nrelay seq: {}, received {}\n\n{}",
         m.id,

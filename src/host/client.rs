@@ -31,6 +31,16 @@ impl Answer {
     }
 }
 
+/// Where and how this host reaches its relay: the URL and the private CA (PEM) `relay set --ca`
+/// stored (none: the bundled web roots). Every request of the host (sync, run and its watcher,
+/// rotate, doctor, a `send` the daemon seals) goes through a [`RelayClient`] built from the
+/// stored one ([`super::store::HostStore::endpoint_of`]): there is no other way to build a client.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Endpoint {
+    pub url: String,
+    pub ca: Option<String>,
+}
+
 /// A client for one relay, signing as one host.
 pub struct RelayClient<'a> {
     agent: ureq::Agent,
@@ -40,46 +50,30 @@ pub struct RelayClient<'a> {
 }
 
 impl<'a> RelayClient<'a> {
-    /// A client for the relay at `url` (scheme, host and port; a trailing `/` is ignored); https
-    /// is checked against the bundled web roots.
-    pub fn new(url: &str, host: &str, key: &'a SigningKey, timeout: Duration) -> Self {
-        Self::with_tls(url, host, key, timeout, ureq::tls::TlsConfig::default())
-    }
-
-    /// [`RelayClient::new`] trusting the private CA `ca_pem` (PEM) for https when given.
+    /// A client for the relay at `to` (scheme, host and port; a trailing `/` is ignored); https
+    /// is checked against its CA alone when it has one, else against the bundled web roots.
     ///
     /// # Errors
-    /// [`HostError::Store`] when the stored CA is not a PEM certificate.
-    pub fn with_ca(
-        url: &str,
+    /// [`HostError::Store`] when the CA is not a PEM certificate.
+    pub fn new(
+        to: &Endpoint,
         host: &str,
         key: &'a SigningKey,
         timeout: Duration,
-        ca_pem: Option<&str>,
     ) -> Result<Self, HostError> {
-        let tls = super::trust::tls_config(ca_pem)
+        let tls = super::trust::tls_config(to.ca.as_deref())
             .map_err(|e| HostError::Store(format!("the relay CA kept by `relay set --ca`: {e}")))?;
-        Ok(Self::with_tls(url, host, key, timeout, tls))
-    }
-
-    fn with_tls(
-        url: &str,
-        host: &str,
-        key: &'a SigningKey,
-        timeout: Duration,
-        tls: ureq::tls::TlsConfig,
-    ) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
             .tls_config(tls)
             .build();
-        RelayClient {
+        Ok(RelayClient {
             agent: config.into(),
-            base: url.trim_end_matches('/').to_string(),
+            base: to.url.trim_end_matches('/').to_string(),
             host: host.to_string(),
             key,
-        }
+        })
     }
 
     /// The HTTP agent (its pool of keep-alive connections), for the next client of this relay.

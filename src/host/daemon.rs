@@ -348,8 +348,9 @@ impl Daemon<'_> {
     fn publish(&self) -> Result<(), HostError> {
         if let Some(relay) = self.store.relay()? {
             let cp = self.store.checkpoint(&relay.url, &relay.relay_pubkey)?;
+            let endpoint = self.store.endpoint_of(&relay)?;
             let epoch = relay.epoch.unwrap_or_default();
-            self.shared.publish(&relay.url, &epoch, cp.received_through);
+            self.shared.publish(&endpoint, &epoch, cp.received_through);
         }
         Ok(())
     }

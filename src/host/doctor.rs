@@ -2,7 +2,9 @@
 //! with the command that fixes it, exit code 1 when any check fails. Checks: relay configured and
 //! reachable, pinned relay key against the served one, no rotation left half done, enrolment (by
 //! this host's key, read from the relay's signed `you`), enc-key ad present and fresh, allowlist
-//! published for the pinned peers, clock skew against the relay's `Date` header.
+//! published for the pinned peers, clock skew against the relay's `Date` header; first, that
+//! other local users can reach nothing in the host directory. It reaches the relay through the
+//! stored endpoint (URL and `--ca`), exactly as `sync` does.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,6 +17,7 @@ use super::identity::Identity;
 use super::rotate;
 use super::store::HostStore;
 use super::sync::SyncOptions;
+use super::trust::hint_ca;
 use super::{now_ms, HostError};
 use crate::wire::hop::HOP_SKEW_MS;
 use crate::wire::keys::{fingerprint, parse_pubkey};
@@ -90,41 +93,50 @@ pub fn line(c: &Check) -> String {
 /// # Errors
 /// The host store or key files cannot be read.
 pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
+    super::hostdir::require_host(dir)?;
+    let mut out = vec![permissions_check(dir)];
+    if !out[0].ok {
+        // The store refuses to open until it is fixed.
+        return Ok(out);
+    }
     let id = Identity::load(dir)?;
     let store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
-    let mut out = Vec::new();
+    let cmd = |rest: &str| format!("run `{}`", store.command(rest));
     if let Some(i) = rotate::pending(&store)? {
         out.push(fail(
             "key rotation",
             format!("a rotation to {} was interrupted", fp(&i.new_pub)),
-            "run `mbx-relay host rotate` (or `host sync`) to finish it",
+            format!("{} (or `host sync`) to finish it", cmd("rotate")),
         ));
     }
     let Some(relay) = store.relay()? else {
         out.push(fail(
             "relay configured",
             "no relay set",
-            "run `mbx-relay host relay set URL [--key FINGERPRINT]`",
+            cmd("relay set URL [--key FINGERPRINT] [--ca FILE]"),
         ));
         return Ok(out);
     };
     let opts = SyncOptions::from_env();
-    let client = RelayClient::new(&relay.url, &name, &id.host, opts.timeout);
+    let client = RelayClient::new(&store.endpoint_of(&relay)?, &name, &id.host, opts.timeout)?;
     let info = match client.get("/v2/relay/info", None, true) {
         Ok(a) if a.status == 200 => a.body,
         Ok(a) => {
             out.push(fail(
                 "relay reachable",
                 format!("{} answered {}", relay.url, a.error()),
-                "check the URL and that the relay runs (`mbx-relay host relay set URL` to change it)",
+                format!(
+                    "check the URL and that the relay runs (`{}` to change it)",
+                    store.command("relay set URL")
+                ),
             ));
             return Ok(out);
         }
         Err(e) => {
             out.push(fail(
                 "relay reachable",
-                format!("{}: {e}", relay.url),
+                format!("{}: {}", relay.url, hint_ca(e)),
                 "check the URL, the network and that the relay runs",
             ));
             return Ok(out);
@@ -142,15 +154,10 @@ pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
     if served != relay.relay_pubkey || relay.offered_key.is_some() {
         out.push(fail(
             "relay key",
+            format!("pinned {}, served {}", fp(&relay.relay_pubkey), fp(served)),
             format!(
-                "pinned {}, served {}",
-                fp(&relay.relay_pubkey),
-                fp(served)
-            ),
-            format!(
-                "ask the operator; if the new key is confirmed: `mbx-relay host relay set {} --key {}`",
-                relay.url,
-                fp(served)
+                "ask the operator; if the new key is confirmed: `{}`",
+                store.command(&format!("relay set {} --key {}", relay.url, fp(served)))
             ),
         ));
         return Ok(out);
@@ -162,7 +169,10 @@ pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
         out.push(fail(
             "enrolment",
             format!("this host's key {} is not enrolled on the relay", fp(&me)),
-            "run `mbx-relay host sync` (it enrols); a refusal there names the cause",
+            format!(
+                "{} (it enrols); a refusal there names the cause",
+                cmd("sync")
+            ),
         ));
     } else {
         out.push(ok(
@@ -172,18 +182,46 @@ pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
                 you.and_then(|y| y["host"].as_str()).unwrap_or("?")
             ),
         ));
-        out.push(enc_ad_check(&info, &id.enc.public_b64(), opts));
+        out.push(enc_ad_check(&info, &id.enc.public_b64(), opts, &store));
     }
     out.push(allowlist_check(&store)?);
     out.push(clock_check(&client));
     Ok(out)
 }
 
+/// Nothing in the host directory is reachable by other local users (the store refuses to open
+/// a loose directory or key file; this also finds loose files deeper in).
+fn permissions_check(dir: &Path) -> Check {
+    const NAME: &str = "store permissions";
+    if let Err(e) = super::hostdir::require(dir) {
+        return fail(
+            NAME,
+            e.to_string(),
+            "see the message; nothing else is checked until then",
+        );
+    }
+    let (seen, count, shown) = super::hostdir::loose_entries(dir, 3);
+    if count == 0 {
+        return ok(
+            NAME,
+            format!("{seen} entries in {}, all owner-only", dir.display()),
+        );
+    }
+    fail(
+        NAME,
+        format!(
+            "{count} of {seen} entries reachable by other users: {}",
+            shown.join("; ")
+        ),
+        format!("run `chmod -R go= {}`", dir.display()),
+    )
+}
+
 /// The relay holds our current enc key, v2 ad not expiring within a day (and the v1 pair when
 /// this host publishes it).
-fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions) -> Check {
+fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions, store: &HostStore) -> Check {
     const NAME: &str = "enc-key ad";
-    let fix = "run `mbx-relay host sync` (it republishes the ad)";
+    let fix = &format!("run `{}` (it republishes the ad)", store.command("sync"));
     let RelayView::Known {
         enc_pub: v2,
         exp,
@@ -228,7 +266,7 @@ fn allowlist_check(store: &HostStore) -> Result<Check, HostError> {
         return Ok(fail(
             NAME,
             "no peer pinned: nobody may push to this host once an allowlist is published",
-            "pin each peer: `mbx-relay host peer add NAME PUBKEY`",
+            format!("pin each peer: `{}`", store.command("peer add NAME PUBKEY")),
         ));
     }
     // The publication record names the pinned keys it was published with (enrol.rs).
@@ -245,7 +283,7 @@ fn allowlist_check(store: &HostStore) -> Result<Check, HostError> {
                 "not published for {} since the last peer change",
                 missing.join(", ")
             ),
-            "run `mbx-relay host sync`",
+            format!("run `{}`", store.command("sync")),
         ));
     }
     let names: Vec<&str> = peers.iter().map(|p| p.name.as_str()).collect();

@@ -11,7 +11,8 @@ use crate::wire::seal::EncSecret;
 
 /// The host key file in the store directory.
 pub(crate) const HOST_KEY: &str = "host.key";
-const ENC_KEY: &str = "enc.key";
+/// The enc key file in the store directory.
+pub(crate) const ENC_KEY: &str = "enc.key";
 
 /// The host's two keys.
 #[derive(Debug)]
@@ -52,8 +53,7 @@ impl Identity {
     /// # Errors
     /// The directory cannot be created or a key file exists or cannot be written.
     pub fn create(dir: &Path) -> Result<Self, HostError> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| HostError::Store(format!("cannot create {}: {e}", dir.display())))?;
+        super::hostdir::create(dir)?;
         if dir.join(HOST_KEY).exists() || dir.join(ENC_KEY).exists() {
             return Err(HostError::Usage(format!(
                 "{} already holds a host",
@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn key_files_are_private_and_reload_to_the_same_keys() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = super::super::hostdir::private_tempdir();
         let id = Identity::create(dir.path()).unwrap();
         #[cfg(unix)]
         for f in [HOST_KEY, ENC_KEY] {

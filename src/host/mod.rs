@@ -5,7 +5,8 @@
 //! Modules: [`identity`] (key files), [`store`] (durable state), [`client`] (signed HTTP to the
 //! relay), [`message`] (envelopes and receipts this host builds), [`enc_ad`] (the v2 enc-key ad:
 //! ours and the check of a peer's), [`enrol`] (enrolment and publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
-//! [`sync`] (one pass), [`cli`] (commands), [`rotate`] (own key rotation), [`retired`] (peers'
+//! [`sync`] (one pass), [`cli`] (commands), [`hostdir`] (the `--dir` directory: made by `init`,
+//! required owner-only by the rest), [`rotate`] (own key rotation), [`retired`] (peers'
 //! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
 //! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
 //! for `send` and the read commands); [`trace`] (opt-in stage timestamps for latency benches).
@@ -17,6 +18,7 @@ pub mod doctor;
 pub mod enc_ad;
 pub mod enrol;
 pub mod explain;
+pub mod hostdir;
 pub mod identity;
 pub mod local;
 pub mod message;
@@ -46,6 +48,8 @@ pub enum HostError {
         url: String,
         pinned_fp: String,
         offered_fp: String,
+        /// The `relay set URL --key FP` command (with `--dir`) that confirms the new key.
+        confirm: String,
     },
 }
 
@@ -54,10 +58,15 @@ impl std::fmt::Display for HostError {
         match self {
             HostError::Usage(m) | HostError::Store(m) | HostError::Relay(m) => write!(f, "{m}"),
             HostError::Network(m) => write!(f, "relay unreachable: {m}"),
-            HostError::RelayKeyChanged { url, pinned_fp, offered_fp } => write!(
+            HostError::RelayKeyChanged {
+                url,
+                pinned_fp,
+                offered_fp,
+                confirm,
+            } => write!(
                 f,
                 "the relay at {url} now presents key {offered_fp}, but {pinned_fp} is pinned; relay use \
-                 is stopped. If the operator confirms the new key, run: mbx-relay host relay set {url} --key {offered_fp}"
+                 is stopped. If the operator confirms the new key, run: {confirm}"
             ),
         }
     }

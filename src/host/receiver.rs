@@ -448,8 +448,8 @@ mod tests {
 
     #[test]
     fn items_that_cannot_be_received_are_refused_with_a_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = Identity::create(&dir.path().join("keys")).unwrap();
+        let dir = crate::host::hostdir::private_tempdir();
+        let id = Identity::create(dir.path()).unwrap();
         let mut store = HostStore::open(dir.path()).unwrap();
         let peer = SigningKey::generate();
         let mut b = store.batch();

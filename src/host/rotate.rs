@@ -89,8 +89,9 @@ pub fn status(store: &HostStore) -> Result<(Value, Vec<String>), HostError> {
         .collect();
     if let Some(i) = &intent {
         lines.push(format!(
-            "KEY ROTATION INTERRUPTED (to {}): run `mbx-relay host rotate` to finish it",
-            fp(&i.new_pub)
+            "KEY ROTATION INTERRUPTED (to {}): run `{}` to finish it",
+            fp(&i.new_pub),
+            store.command("rotate")
         ));
     }
     let v = json!({
@@ -120,7 +121,7 @@ pub fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
     };
     let text = format!(
         "{verb}: host key {} replaces {} (retired, kept in {}); {}\n\
-         every peer runs: mbx-relay host peer rotate {} {}",
+         every peer runs: mbx-relay host --dir PEER_DIR peer rotate {} {}",
         v["new_fingerprint"].as_str().unwrap_or(""),
         v["old_fingerprint"].as_str().unwrap_or(""),
         v["retired_file"].as_str().unwrap_or(""),
@@ -143,13 +144,16 @@ pub fn finish_pending(dir: &Path) -> Result<Option<Value>, HostError> {
 /// Steps (1) and (2): the new key file, the signed record, the intent.
 fn start(dir: &Path, store: &mut HostStore) -> Result<Intent, HostError> {
     let name = store.name()?.ok_or_else(|| {
-        HostError::Usage("host not initialised; run `host init --name NAME`".into())
+        HostError::Usage(format!(
+            "host not initialised; run `{}`",
+            store.command("init --name NAME")
+        ))
     })?;
     if store.relay()?.is_none() {
-        return Err(HostError::Usage(
-            "no relay configured; run `host relay set URL` (a rotation is announced to the relay)"
-                .into(),
-        ));
+        return Err(HostError::Usage(format!(
+            "no relay configured; run `{}` (a rotation is announced to the relay)",
+            store.command("relay set URL")
+        )));
     }
     let id = Identity::load(dir)?;
     let new = new_key(dir)?;
@@ -198,14 +202,17 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
     let opts = SyncOptions::from_env();
     let mut store = HostStore::open(dir)?;
     let name = store.name()?.unwrap_or_default();
-    let relay = store
-        .relay()?
-        .ok_or_else(|| HostError::Usage("no relay configured; run `host relay set URL`".into()))?;
+    let relay = store.relay()?.ok_or_else(|| {
+        HostError::Usage(format!(
+            "no relay configured; run `{}`",
+            store.command("relay set URL")
+        ))
+    })?;
     let new = load_new_key(dir, &intent)?;
     let relay_note;
     if !intent.posted {
-        let client = RelayClient::new(&relay.url, &name, &new, opts.timeout);
-        relay_note = match post(&client, &intent)? {
+        let client = RelayClient::new(&store.endpoint_of(&relay)?, &name, &new, opts.timeout)?;
+        relay_note = match post(&client, &intent).map_err(super::trust::hint_ca)? {
             Posted::Moved(n) => {
                 intent.moved = Some(n);
                 format!("the relay moved {n} queued item(s) to the new key")
@@ -260,7 +267,7 @@ fn finish(dir: &Path, mut intent: Intent) -> Result<Value, HostError> {
         "name": name, "old_pubkey": intent.old_pub, "new_pubkey": intent.new_pub,
         "old_fingerprint": fp(&intent.old_pub), "new_fingerprint": fp(&intent.new_pub),
         "retired_file": retired_file(&intent.old_pub), "moved": intent.moved, "relay": relay_note,
-        "peer_command": format!("mbx-relay host peer rotate {name} {}", intent.new_pub),
+        "peer_command": format!("mbx-relay host --dir PEER_DIR peer rotate {name} {}", intent.new_pub),
         "rotation": serde_json::from_str::<Value>(&intent.body).unwrap_or(Value::Null),
     }))
 }

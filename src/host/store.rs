@@ -6,12 +6,13 @@
 //! postcard records. Every multi-record change goes through one [`Batch`], committed atomically
 //! with `PersistMode::SyncAll`: when `commit` returns, the change survives a crash.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::client::Endpoint;
 use super::HostError;
 use crate::wire::accept::wire_hash_hex;
 
@@ -283,6 +284,8 @@ pub struct HostStore {
     checkpoints: Keyspace,
     alerts: Keyspace,
     peer_ads: Keyspace,
+    /// The host directory, named in the commands printed as next steps.
+    dir: PathBuf,
     next_row: u64,
     next_alert: u64,
     receipt_seq: u64,
@@ -298,12 +301,16 @@ pub struct Batch<'a> {
 }
 
 impl HostStore {
-    /// Open (or create) the state under `<dir>/state`.
+    /// Open the state under `<dir>/state` (created on first use) of a host directory `init`
+    /// made, refusing one other users can reach ([`super::hostdir::require`]).
     ///
     /// # Errors
-    /// Engine failures (including another process holding the store) and damaged counters.
+    /// Not a host directory, a loose mode, engine failures (including another process holding
+    /// the store) and damaged counters.
     pub fn open(dir: &Path) -> Result<Self, HostError> {
-        let db = Database::builder(dir.join("state"))
+        super::hostdir::require(dir)?;
+        let state = super::hostdir::create_state(dir)?;
+        let db = Database::builder(state)
             .worker_threads(1)
             .open()
             .map_err(|e| {
@@ -324,6 +331,7 @@ impl HostStore {
             alerts: ks("alerts")?,
             peer_ads: ks("peer_ads")?,
             db,
+            dir: dir.to_path_buf(),
             next_row: 1,
             next_alert: 1,
             receipt_seq: 0,
@@ -381,6 +389,18 @@ impl HostStore {
     /// The relay's private CA (PEM) from `relay set --ca`, if any.
     pub fn relay_ca(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_RELAY_CA)
+    }
+    /// How to reach `relay` as `relay set` stored it (its URL and CA): every client of this
+    /// host is built from it.
+    pub fn endpoint_of(&self, relay: &RelayConfig) -> Result<Endpoint, HostError> {
+        Ok(Endpoint {
+            url: relay.url.clone(),
+            ca: self.relay_ca()?,
+        })
+    }
+    /// `mbx-relay host --dir DIR <rest>` for this host's directory (a next step to print).
+    pub fn command(&self, rest: &str) -> String {
+        super::hostdir::command(&self.dir, rest)
     }
     /// The enrolment cache key recorded after the last successful enrolment.
     pub fn enrolled(&self) -> Result<Option<String>, HostError> {
@@ -654,6 +674,13 @@ impl Batch<'_> {
 mod tests {
     use super::*;
 
+    /// A host directory (`init`'s key files) for the store to open.
+    fn host_dir() -> tempfile::TempDir {
+        let dir = super::super::hostdir::private_tempdir();
+        super::super::identity::Identity::create(dir.path()).unwrap();
+        dir
+    }
+
     fn row(id: u64, item: &str) -> OutRow {
         OutRow {
             id,
@@ -679,7 +706,7 @@ mod tests {
 
     #[test]
     fn batches_persist_rows_counters_and_checkpoints_across_reopen() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = host_dir();
         {
             let mut s = HostStore::open(dir.path()).unwrap();
             let mut b = s.batch();
@@ -710,7 +737,7 @@ mod tests {
 
     #[test]
     fn published_and_accepted_enc_ads_survive_reopen_and_can_be_cleared() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = host_dir();
         let published = PublishedAd {
             scope: "u|k|e|h".into(),
             enc_pub: "E".into(),
@@ -741,7 +768,7 @@ mod tests {
 
     #[test]
     fn an_uncommitted_batch_changes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = host_dir();
         let mut s = HostStore::open(dir.path()).unwrap();
         {
             let mut b = s.batch();

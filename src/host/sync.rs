@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::client::RelayClient;
+use super::client::{Endpoint, RelayClient};
 use super::enc_ad::{AdKinds, RelayView, AD_LIFETIME_MS, MAX_AD_LIFETIME_MS};
 use super::identity::Identity;
 use super::store::{Checkpoint, HostStore, RelayConfig, RowState};
@@ -115,6 +115,8 @@ pub struct Session<'a> {
     pub name: String,
     pub relay: RelayConfig,
     pub relay_pk: [u8; 32],
+    /// The relay's URL and CA the client was built from.
+    pub endpoint: Endpoint,
     pub client: RelayClient<'a>,
     pub opts: SyncOptions,
     pub report: SyncReport,
@@ -158,9 +160,8 @@ impl<'a> Session<'a> {
         opts: SyncOptions,
         agents: &mut Agents,
     ) -> Result<Self, HostError> {
-        let ca = store.relay_ca()?;
         let mut s = Self::open(store, id, opts)?;
-        let key = format!("{}|{:?}|{:?}", s.relay.url, ca, opts.timeout);
+        let key = format!("{:?}|{:?}", s.endpoint, opts.timeout);
         s.client = agents.share(key, s.client);
         Ok(s)
     }
@@ -175,27 +176,39 @@ impl<'a> Session<'a> {
         opts: SyncOptions,
     ) -> Result<Self, HostError> {
         let name = store.name()?.ok_or_else(|| {
-            HostError::Usage("host not initialised; run `host init --name NAME`".into())
+            HostError::Usage(format!(
+                "host not initialised; run `{}`",
+                store.command("init --name NAME")
+            ))
         })?;
         let relay = store.relay()?.ok_or_else(|| {
-            HostError::Usage("no relay configured; run `host relay set URL`".into())
+            HostError::Usage(format!(
+                "no relay configured; run `{}`",
+                store.command("relay set URL [--key FINGERPRINT] [--ca FILE]")
+            ))
         })?;
         let relay_pk = parse_pubkey(&relay.relay_pubkey).ok_or_else(|| {
-            HostError::Store(
-                "pinned relay key is damaged; run `host relay set URL --key FP`".into(),
-            )
+            HostError::Store(format!(
+                "pinned relay key is damaged; run `{}`",
+                store.command(&format!("relay set {} --key FINGERPRINT", relay.url))
+            ))
         })?;
         if let Some(offered) = relay.offered_key.as_deref().and_then(parse_pubkey) {
             return Err(HostError::RelayKeyChanged {
+                confirm: store.command(&format!(
+                    "relay set {} --key {}",
+                    relay.url,
+                    fingerprint(&offered)
+                )),
                 url: relay.url.clone(),
                 pinned_fp: fingerprint(&relay_pk),
                 offered_fp: fingerprint(&offered),
             });
         }
-        let ca = store.relay_ca()?;
-        let client =
-            RelayClient::with_ca(&relay.url, &name, &id.host, opts.timeout, ca.as_deref())?;
+        let endpoint = store.endpoint_of(&relay)?;
+        let client = RelayClient::new(&endpoint, &name, &id.host, opts.timeout)?;
         Ok(Session {
+            endpoint,
             store,
             id,
             name,
@@ -324,6 +337,11 @@ impl<'a> Session<'a> {
         let offered_pk = parse_pubkey(offered)
             .ok_or_else(|| HostError::Relay("relay info carries no valid relay key".into()))?;
         let err = HostError::RelayKeyChanged {
+            confirm: self.store.command(&format!(
+                "relay set {} --key {}",
+                self.relay.url,
+                fingerprint(&offered_pk)
+            )),
             url: self.relay.url.clone(),
             pinned_fp: fingerprint(&self.relay_pk),
             offered_fp: fingerprint(&offered_pk),

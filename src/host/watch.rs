@@ -2,15 +2,18 @@
 //! advertises `x-mbx-wait-max`, else a poll every interval) above the daemon's receive position,
 //! and wakes the daemon when mail is there, the epoch changed, or the relay came back. It never
 //! touches the store: the daemon's sync pass does the receiving, so there is one receive path.
+//! It reaches the relay as the passes do, through the stored [`Endpoint`] (URL and CA) the
+//! daemon publishes with the position, and logs why a pull failed (once per outage).
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::client::RelayClient;
+use super::client::{Endpoint, RelayClient};
 use super::identity::Identity;
 use super::sync::SyncOptions;
+use super::trust::hint_ca;
 
 /// The long-poll wait the daemon asks for, in seconds, unless the relay's `x-mbx-wait-max` is
 /// lower (this relay allows 0..=60).
@@ -29,7 +32,8 @@ const PASS_WAIT: Duration = Duration::from_secs(10);
 pub struct Position {
     /// Bumped by every pass; 0 until the first one.
     pub generation: u64,
-    pub url: String,
+    /// The relay as stored (URL and CA): the watcher's client is built from it.
+    pub endpoint: Endpoint,
     pub epoch: String,
     pub after: u64,
 }
@@ -43,10 +47,12 @@ pub struct Shared {
 
 impl Shared {
     /// Publish a pass's position and wake a watcher waiting for it.
-    pub fn publish(&self, url: &str, epoch: &str, after: u64) {
+    pub fn publish(&self, endpoint: &Endpoint, epoch: &str, after: u64) {
         if let Ok(mut p) = self.pos.lock() {
             p.generation += 1;
-            p.url = url.to_string();
+            if p.endpoint != *endpoint {
+                p.endpoint = endpoint.clone();
+            }
             p.epoch = epoch.to_string();
             p.after = after;
         }
@@ -99,19 +105,32 @@ pub fn watch(
     // The hold to ask for: 0 until the relay advertised one (never more than it allows).
     let mut hold: u64 = 0;
     let mut failures: u32 = 0;
+    // The last pull was refused (logged once until a pull is served again).
+    let mut refused = false;
     let mut pos = loop {
         let p = shared.newer_than(0, PASS_WAIT);
         if p.generation > 0 {
             break p;
         }
     };
-    let mut client = RelayClient::new(&pos.url, name, &id.host, timeout);
-    let mut client_url = pos.url.clone();
+    // The client and the endpoint it was built for; rebuilt when `relay set` changed it.
+    let mut client: Option<(Endpoint, RelayClient<'_>)> = None;
     loop {
-        if pos.url != client_url {
-            client = RelayClient::new(&pos.url, name, &id.host, timeout);
-            client_url = pos.url.clone();
+        if client.as_ref().is_none_or(|(e, _)| *e != pos.endpoint) {
+            match RelayClient::new(&pos.endpoint, name, &id.host, timeout) {
+                Ok(c) => client = Some((pos.endpoint.clone(), c)),
+                Err(e) => {
+                    // The pass fails on the same CA and stops the daemon; wait for it.
+                    eprintln!("host daemon: watcher: {e}");
+                    client = None;
+                    pos = shared.newer_than(pos.generation, PASS_WAIT);
+                    continue;
+                }
+            }
         }
+        let Some((_, client)) = client.as_ref() else {
+            continue;
+        };
         let mut q = format!("after={}&limit=1", pos.after);
         if !pos.epoch.is_empty() {
             q.push_str(&format!("&epoch={}", pos.epoch));
@@ -122,8 +141,14 @@ pub fn watch(
         let started = Instant::now();
         let answer = client.get_with_header("/v2/relay/items", Some(&q), WAIT_MAX_HEADER);
         let mail = match answer {
-            Err(_) => {
+            Err(e) => {
                 failures = failures.saturating_add(1);
+                if failures == 1 {
+                    eprintln!(
+                        "host daemon: watcher: pull failed, retrying: {}",
+                        hint_ca(e)
+                    );
+                }
                 std::thread::sleep(reconnect_delay(&opts.sync, failures));
                 pos = shared.newer_than(pos.generation, Duration::ZERO);
                 continue;
@@ -131,6 +156,7 @@ pub fn watch(
             Ok((a, header)) => {
                 if failures > 0 {
                     failures = 0;
+                    eprintln!("host daemon: watcher: the relay answers again");
                     // The relay is back: pushes that were backed off can go.
                     if !wake() {
                         return;
@@ -139,6 +165,9 @@ pub fn watch(
                 hold = header
                     .and_then(|h| h.trim().parse::<u64>().ok())
                     .map_or(0, |max| max.min(LONG_POLL_SECS));
+                if a.status == 200 {
+                    refused = false;
+                }
                 match a.status {
                     200 => {
                         let first = a.body["items"].get(0);
@@ -151,6 +180,13 @@ pub fn watch(
                     401 | 409 => true,
                     // Busy or refusing: back off like a failure, without counting as one.
                     _ => {
+                        if !refused {
+                            eprintln!(
+                                "host daemon: watcher: the relay refused the pull ({}), retrying",
+                                a.error()
+                            );
+                            refused = true;
+                        }
                         std::thread::sleep(reconnect_delay(&opts.sync, 1));
                         false
                     }
@@ -208,9 +244,14 @@ mod tests {
         let s2 = std::sync::Arc::clone(&shared);
         let waiter = std::thread::spawn(move || s2.newer_than(0, Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(50));
-        shared.publish("http://r", "E1", 7);
+        let relay = Endpoint {
+            url: "http://r".into(),
+            ca: None,
+        };
+        shared.publish(&relay, "E1", 7);
         let p = waiter.join().unwrap();
         assert_eq!((p.generation, p.epoch.as_str(), p.after), (1, "E1", 7));
+        assert_eq!(p.endpoint, relay);
         // Nothing newer: the wait ends at its timeout with the current position.
         let t0 = Instant::now();
         assert_eq!(

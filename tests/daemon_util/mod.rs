@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use super::host_util::{HostCli, BIN, HOST_ENV};
+use super::host_util::{HostCli, BIN};
 
 /// A `host run` child process; killed on drop.
 pub struct Daemon {
@@ -20,22 +20,25 @@ pub struct Daemon {
 impl Daemon {
     /// Start `host --dir DIR run ARGS` and wait for its "running" line.
     pub fn start(h: &HostCli, args: &[&str]) -> Daemon {
+        Self::spawn(h, args, Stdio::inherit())
+    }
+
+    /// [`Daemon::start`] with its stderr (the daemon's log) written to `log`.
+    pub fn start_logged(h: &HostCli, args: &[&str], log: &std::path::Path) -> Daemon {
+        Self::spawn(h, args, std::fs::File::create(log).unwrap().into())
+    }
+
+    fn spawn(h: &HostCli, args: &[&str], stderr: Stdio) -> Daemon {
         let mut cmd = Command::new(BIN);
         cmd.arg("host")
             .arg("--dir")
             .arg(&h.dir)
             .arg("run")
             .args(args)
-            .env_remove("MBX_FAILPOINT")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in HOST_ENV {
-            cmd.env(k, v);
-        }
-        for (k, v) in &h.env {
-            cmd.env(k, v);
-        }
+            .stderr(stderr);
+        h.prepare(&mut cmd);
         let mut child = cmd.spawn().expect("start host run");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -111,6 +114,24 @@ pub fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     done()
+}
+
+/// Delivery times of `h`'s inbox, sorted: ms from each envelope's `ts` (the sender queued it)
+/// to the receiver's commit (`received_at`), same machine, same clock.
+pub fn delivery_latencies(h: &HostCli) -> Vec<u64> {
+    use mbx_relay::wire::time::parse_iso_strict;
+    let mut lat: Vec<u64> = h.ok(&["inbox"])["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let sent = parse_iso_strict(m["ts"].as_str().unwrap()).unwrap();
+            let got = parse_iso_strict(m["received_at"].as_str().unwrap()).unwrap();
+            got.saturating_sub(sent)
+        })
+        .collect();
+    lat.sort_unstable();
+    lat
 }
 
 /// A loopback HTTP proxy in front of a relay that makes it look like the reference relay: it

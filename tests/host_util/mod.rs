@@ -189,18 +189,48 @@ pub struct HostCli {
     pub dir: PathBuf,
     /// Extra environment for every command of this host.
     pub env: Vec<(String, String)>,
+    /// The umask its commands start with (`None`: the test process's).
+    pub umask: Option<u32>,
 }
 
 impl HostCli {
     /// `init --name NAME` in `root/NAME`.
     pub fn init(root: &Path, name: &str) -> HostCli {
+        Self::init_under_umask(root, name, None)
+    }
+
+    /// `init` as [`HostCli::init`], this and every later command of the host started with
+    /// `umask` (e.g. the permissive 022 most systems give processes).
+    pub fn init_under_umask(root: &Path, name: &str, umask: Option<u32>) -> HostCli {
         let h = HostCli {
             name: name.into(),
             dir: root.join(name),
             env: Vec::new(),
+            umask,
         };
         h.ok(&["init", "--name", name]);
         h
+    }
+
+    /// Give `cmd` this host's environment (the fast timings, its own variables) and umask.
+    pub fn prepare(&self, cmd: &mut Command) {
+        cmd.env_remove("MBX_FAILPOINT");
+        for (k, v) in HOST_ENV {
+            cmd.env(k, v);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if let Some(mask) = self.umask {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: umask(2) between fork and exec only replaces the child's creation mask.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                });
+            }
+        }
     }
 
     /// Run one command with an optional failpoint; returns the raw output.
@@ -210,14 +240,8 @@ impl HostCli {
             .arg("--dir")
             .arg(&self.dir)
             .arg("--json")
-            .args(args)
-            .env_remove("MBX_FAILPOINT");
-        for (k, v) in HOST_ENV {
-            cmd.env(k, v);
-        }
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
+            .args(args);
+        self.prepare(&mut cmd);
         if let Some(fp) = failpoint {
             cmd.env("MBX_FAILPOINT", fp);
         }
@@ -303,6 +327,19 @@ pub fn relay_tool() -> Option<PathBuf> {
     }
     let p = Path::new(BIN).parent()?.join("relay-tool");
     p.exists().then_some(p)
+}
+
+/// A client for `relay` over plain http (loopback), signing as `name` with `key`.
+pub fn relay_client<'a>(
+    relay: &RelayProc,
+    name: &str,
+    key: &'a mbx_relay::wire::keys::SigningKey,
+) -> mbx_relay::host::client::RelayClient<'a> {
+    let to = mbx_relay::host::client::Endpoint {
+        url: relay.url(),
+        ca: None,
+    };
+    mbx_relay::host::client::RelayClient::new(&to, name, key, Duration::from_secs(5)).unwrap()
 }
 
 /// The host's signing key, read from its key file (to forge items as that host in tests).
