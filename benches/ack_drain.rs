@@ -76,6 +76,7 @@ fn main() {
                     },
                     quotas: q,
                     retention_ms: 14 * 86_400_000,
+                    require_live_sender: false,
                 }
             })
             .collect();

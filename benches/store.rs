@@ -131,6 +131,7 @@ fn fjall_inserts(store: &Store, writers: usize, total: u64, run: u64, wire_len: 
             },
             quotas: quotas(),
             retention_ms: 14 * 86_400_000,
+            require_live_sender: false,
         };
         match store.insert(req).wait() {
             Ok(InsertOutcome::Stored { .. }) => {}

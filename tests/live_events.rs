@@ -187,3 +187,133 @@ fn sigterm_ends_every_stream_at_once() {
         );
     }
 }
+
+/// Open one event stream (its first event read) and one waiting pull of `host`.
+fn stream_and_waiting_pull(relay: &Relay, host: &Host) -> (EventStream, std::net::TcpStream) {
+    let mut es = EventStream::open(relay, host);
+    assert!(
+        es.wait_for(&queued(0), Duration::from_secs(5)),
+        "{}",
+        es.text()
+    );
+    let pull = start_get(relay, host, "/v2/relay/items?wait=60");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(still_waiting(&pull), "the pull waits");
+    (es, pull)
+}
+
+/// Within 1 s of `since` the stream has ended cleanly and the waiting pull answered `status`
+/// (its body `want` when given); returns the time both took.
+fn both_end_within_1s(
+    since: Instant,
+    es: &mut EventStream,
+    pull: &mut std::net::TcpStream,
+    status: u16,
+    want: Option<&str>,
+) -> Duration {
+    assert!(
+        es.closed_within(Duration::from_secs(1)),
+        "stream still open: {}",
+        es.text()
+    );
+    assert!(
+        es.text().ends_with("0\r\n\r\n"),
+        "a clean end: {:?}",
+        es.text()
+    );
+    pull.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let r = read_one_response(pull).expect("the waiting pull is answered");
+    let took = since.elapsed();
+    assert_eq!(r.status, status, "{}", r.text());
+    if let Some(body) = want {
+        assert_eq!(r.text(), body);
+    }
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    took
+}
+
+/// Issue 24 item 3: `relay-tool revoke` (through the admin socket) and a key rotation end that
+/// key's streams and waiting pulls at once (the pull answers what its next hop would get:
+/// `401 bad relay hop`); `relay-tool purge` of a live key ends them as an eviction (the pull
+/// answers its page); other keys' streams live on. Before the fix both kept waiting (streams
+/// sent heartbeats, pulls held to their deadline).
+#[test]
+fn revoke_purge_and_rotation_end_the_keys_streams_and_waiting_pulls_at_once() {
+    let relay = relay_with_heartbeat(60_000);
+    let dir = relay.store_dir().to_str().expect("utf-8 path").to_string();
+    let other = Host::enrolled(&relay, "other");
+    let mut other_es = EventStream::open(&relay, &other);
+    assert!(other_es.wait_for(&queued(0), Duration::from_secs(5)));
+    let tool = |args: &[&str]| {
+        let out = common::relay_tool(args);
+        assert!(
+            out.status.success(),
+            "relay-tool {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+
+    let bob = Host::enrolled(&relay, "bob");
+    let (mut es, mut pull) = stream_and_waiting_pull(&relay, &bob);
+    let t = Instant::now();
+    tool(&["revoke", "--store-dir", &dir, &bob.pubkey()]);
+    let bad_hop = Some(r#"{"error":"bad relay hop"}"#);
+    let took = both_end_within_1s(t, &mut es, &mut pull, 401, bad_hop);
+    eprintln!("revoke: stream and waiting pull ended {took:?} after relay-tool started");
+    assert_eq!(bob.get(&relay, "/v2/relay/events").status, 401);
+
+    let carol = Host::enrolled(&relay, "carol");
+    let (mut es, mut pull) = stream_and_waiting_pull(&relay, &carol);
+    let t = Instant::now();
+    tool(&["purge", "--store-dir", &dir, &carol.pubkey()]);
+    let took = both_end_within_1s(t, &mut es, &mut pull, 200, None);
+    eprintln!("purge: ended {took:?} after relay-tool started");
+
+    let dave = Host::enrolled(&relay, "dave");
+    let (mut es, mut pull) = stream_and_waiting_pull(&relay, &dave);
+    let dave2 = Host::new("dave");
+    let t = Instant::now();
+    let r = relay.post_json(
+        "/v2/relay/rotate",
+        &common::rotation("dave", &dave.key, &dave2.key, None, None),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let took = both_end_within_1s(t, &mut es, &mut pull, 401, bad_hop);
+    eprintln!("rotation: ended {took:?} after the rotate call started");
+
+    assert!(
+        !other_es.closed_within(Duration::from_millis(200)),
+        "another key's stream lives on"
+    );
+}
+
+/// Issue 24 item 3: `--max-stream-lifetime` ends a stream cleanly (the chunked end) when it is
+/// reached, heartbeats or not, and the client's reconnect is served as usual.
+#[test]
+fn a_stream_ends_cleanly_at_its_maximum_lifetime_and_a_reconnect_is_served() {
+    let mut args: Vec<&str> = GENEROUS.to_vec();
+    args.extend_from_slice(&["--max-stream-lifetime", "1s"]);
+    let relay =
+        Relay::launch(RelayOpts::args(&args).env("MBX_RELAY_TEST_EVENTS_HEARTBEAT_MS", "200"))
+            .expect("relay starts");
+    let bob = Host::enrolled(&relay, "bob");
+    let t = Instant::now();
+    let mut es = EventStream::open(&relay, &bob);
+    assert!(es.wait_for(&queued(0), Duration::from_secs(5)));
+    assert!(es.closed_within(Duration::from_secs(3)), "{}", es.text());
+    let lived = t.elapsed();
+    eprintln!("a stream capped at 1 s lived {lived:?}");
+    assert!(
+        lived >= Duration::from_millis(900) && lived < Duration::from_millis(2500),
+        "{lived:?}"
+    );
+    assert!(es.text().contains(": hb\n\n"), "{}", es.text());
+    assert!(
+        es.text().ends_with("0\r\n\r\n"),
+        "a clean end: {:?}",
+        es.text()
+    );
+    let mut again = EventStream::open(&relay, &bob);
+    assert_eq!(again.head().status, 200);
+    assert!(again.wait_for(&queued(0), Duration::from_secs(5)));
+}

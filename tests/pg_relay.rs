@@ -2,9 +2,12 @@
 //! hosts exchange mail; two relay processes serve one database (push via one, pull and ack via
 //! the other; challenge via one, enrol via the other); one of two processes killed with SIGKILL
 //! under load (the other keeps serving and takes the background-work lease, nothing
-//! acknowledged is lost or doubled); PostgreSQL itself killed mid-load.
+//! acknowledged is lost or doubled); PostgreSQL itself killed mid-load; a revocation written
+//! into the database beside the relays, and a rotation at one process, ending the key's
+//! streams and waiting pulls on every process.
 
 mod common;
+mod live_util;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -429,4 +432,87 @@ fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothi
             host.name
         );
     }
+}
+
+/// Open one event stream (first event read) and one waiting pull of `host` at `relay`.
+fn stream_and_waiting_pull(
+    relay: &Relay,
+    host: &Host,
+) -> (live_util::EventStream, std::net::TcpStream) {
+    let mut es = live_util::EventStream::open(relay, host);
+    assert!(
+        es.wait_for("event: queued", Duration::from_secs(5)),
+        "{}",
+        es.text()
+    );
+    let pull = live_util::start_get(relay, host, "/v2/relay/items?wait=60");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(live_util::still_waiting(&pull), "the pull waits");
+    (es, pull)
+}
+
+/// Within `limit` of `since` the stream has ended and the waiting pull answered
+/// `401 bad relay hop`; returns how long that took.
+fn ended_as_revoked(
+    since: std::time::Instant,
+    limit: Duration,
+    es: &mut live_util::EventStream,
+    pull: &mut std::net::TcpStream,
+) -> Duration {
+    assert!(es.closed_within(limit), "stream still open: {}", es.text());
+    pull.set_read_timeout(Some(limit)).unwrap();
+    let r = read_one_response(pull).expect("the waiting pull is answered");
+    let took = since.elapsed();
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.text(), r#"{"error":"bad relay hop"}"#);
+    assert!(took < limit, "{took:?}");
+    took
+}
+
+/// Issue 24 item 3 on a shared store: `relay-tool revoke --store postgres://...` beside two
+/// relay processes (no admin socket: straight into the database) ends the key's stream and
+/// waiting pull at both within a few seconds, and a rotation through one process ends the old
+/// key's at the other. Before the fix no relay was told: both kept waiting.
+#[test]
+fn a_revocation_in_the_database_ends_the_keys_live_delivery_on_every_process() {
+    if !postgres_available("pg_relay") {
+        return;
+    }
+    let key = SigningKey::generate();
+    let url = fresh_database();
+    let (one, two) = (
+        pg_relay(&url, &key.seed_b64()),
+        pg_relay(&url, &key.seed_b64()),
+    );
+    let limit = Duration::from_secs(4);
+    let bob = Host::enrolled(&one, "bob");
+    let (mut es1, mut pull1) = stream_and_waiting_pull(&one, &bob);
+    let (mut es2, mut pull2) = stream_and_waiting_pull(&two, &bob);
+    let t = std::time::Instant::now();
+    let out = relay_tool_env(
+        &["revoke", "--store", &url, &bob.pubkey()],
+        &[("MBX_RELAY_KEY", &key.seed_b64())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let took1 = ended_as_revoked(t, limit, &mut es1, &mut pull1);
+    let took2 = ended_as_revoked(t, limit, &mut es2, &mut pull2);
+    eprintln!("revoke in the database: ended at one after {took1:?}, at two after {took2:?}");
+
+    let dave = Host::enrolled(&one, "dave");
+    let (mut es, mut pull) = stream_and_waiting_pull(&two, &dave);
+    let dave2 = Host::new("dave");
+    let t = std::time::Instant::now();
+    let r = one.post_json(
+        "/v2/relay/rotate",
+        &rotation("dave", &dave.key, &dave2.key, None, None),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let took = ended_as_revoked(t, limit, &mut es, &mut pull);
+    eprintln!("rotation at one: the old key's delivery at two ended after {took:?}");
+    one.assert_alive();
+    two.assert_alive();
 }

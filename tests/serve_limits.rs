@@ -78,6 +78,8 @@ const ZERO_REFUSED: &[&str] = &[
     "--body-timeout",
     "--idle-timeout",
     "--body-first-byte-timeout",
+    // A stream lifetime of 0 would end every event stream as it starts.
+    "--max-stream-lifetime",
 ];
 
 /// Check a refusal: exit code 2, the flag named on stderr, no store directory created.

@@ -516,7 +516,48 @@ fn offline_revoke_works_on_a_stopped_store_and_is_refused_while_the_relay_holds_
 }
 
 backend_tests! {
+    a_push_whose_body_ends_after_a_revocation_is_refused_as_a_revoked_hop,
     revoke_purge_online_refuses_the_next_hop_and_tells_each_sender_once,
     purge_drops_a_queue_and_keeps_the_key_live,
     an_ambiguous_fingerprint_is_refused_with_the_candidates_and_an_unknown_one_clearly,
+}
+
+/// Issue 24 item 4: a push whose hop (key live) was checked before a revocation and whose body
+/// ends after it is refused at the commit with what a revoked key's hop gets
+/// (`401 {"error":"bad relay hop"}`), and nothing of it is queued. Before the fix it was accepted.
+fn a_push_whose_body_ends_after_a_revocation_is_refused_as_a_revoked_hop(backend: Backend) {
+    use std::io::Write as _;
+    let relay = backend.start_generous(&[]);
+    let (s_host, t) = (
+        Host::enrolled(&relay, "sender"),
+        Host::enrolled(&relay, "target"),
+    );
+    let body = serde_json::to_vec(&serde_json::json!({ "items": [envelope_item(&s_host, &[&t])] }))
+        .expect("json");
+    let path = "/v2/relay/items";
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        relay.addr(),
+        body.len()
+    );
+    for (k, v) in s_host.hop_headers("POST", path, &body, &Default::default()) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut conn = std::net::TcpStream::connect(relay.addr()).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let half = body.len() / 2;
+    conn.write_all(head.as_bytes()).expect("head");
+    conn.write_all(&body[..half]).expect("half the body");
+    std::thread::sleep(Duration::from_millis(300));
+    let store = relay.store_dir().to_path_buf();
+    tool_exit(&["revoke", "--store-dir", s(&store), &s_host.pubkey()], 0);
+    conn.write_all(&body[half..]).expect("the rest");
+    let r = common::read_one_response(&mut conn).expect("an answer");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.text(), r#"{"error":"bad relay hop"}"#);
+    assert!(t.pull_all(&relay, 0).is_empty(), "nothing was queued");
+    relay.assert_alive();
 }

@@ -37,6 +37,7 @@ fn insert_14d(store: &Store, sender: Key32, id: &str, target: Key32) -> InsertOu
             item: item(sender, id, &[(target, b"wire")]),
             quotas: big_quotas(),
             retention_ms: RETENTION,
+            require_live_sender: false,
         })
         .wait()
         .unwrap()
@@ -153,6 +154,7 @@ fn a_dedup_row_of_a_queued_item_is_never_pruned() {
             item: item(f.sender, "q", &[(f.target, b"wire")]),
             quotas: big_quotas(),
             retention_ms: NEVER_EXPIRES,
+            require_live_sender: false,
         })
         .wait()
         .unwrap();

@@ -54,6 +54,9 @@ impl RelayStore for PgStore {
     fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
         PgStore::enrolments_by_fingerprint(self, prefix, limit)
     }
+    fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
+        PgStore::live_keys(self, keys)
+    }
     fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Pending<u64> {
         PgStore::record_seen(self, seen)
     }

@@ -51,6 +51,7 @@ fn item(id: &str, sender: u8, targets: &[u8], wire: &[u8]) -> InsertRequest {
         },
         quotas: quotas(),
         retention_ms: 60_000,
+        require_live_sender: false,
     }
 }
 

@@ -48,7 +48,11 @@ pub fn run(
         .wait()
         .map_err(|e| e.to_string())?;
     match outcome {
-        RevokeOutcome::Done(r) => Ok(json!({
+        RevokeOutcome::Done(r) => {
+            // Committed: the key's live delivery on this relay ends now (other processes on a
+            // shared store: within `relay::revoke_watch::REVOKE_REFRESH`).
+            revoker.end_waiters(&key, action.revoke);
+            Ok(json!({
             "action": if action.revoke { "revoke" } else { "purge" },
             "purge": action.purge,
             "key": b64(&key),
@@ -60,7 +64,8 @@ pub fn run(
             "purged_items": r.purged_items,
             "purged_bytes": r.purged_bytes,
             "notices": r.notices,
-        })),
+            }))
+        }
         RevokeOutcome::UnknownKey => Err(format!("no enrolment has key {}", fingerprint(&key))),
         RevokeOutcome::QueueTooLarge { items } => Err(format!(
             "the queue of {} holds {items} items, over the {MAX_PURGE_ITEMS} one purge deletes in one batch; nothing changed",

@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// is empty (`90d`; `0` = never; at least `1d`).
     #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = d::ENROLMENT_IDLE, value_parser = parse_duration)]
     pub enrolment_idle: Duration,
+    /// An event stream (`GET /v2/relay/events`) ends cleanly this long after it began and the
+    /// client reconnects (`1h`; more than 0).
+    #[arg(long, env = "MBX_RELAY_MAX_STREAM_LIFETIME", default_value = d::MAX_STREAM_LIFETIME, value_parser = parse_duration)]
+    pub max_stream_lifetime: Duration,
     /// Relay-log entries older than this are dropped, the chain kept from a checkpoint
     /// (`400d`; `0`: no age bound). The newest 200,000 entries are the hard cap regardless.
     #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration)]
@@ -119,6 +123,7 @@ impl ServeArgs {
             sweep_interval: self.sweep_interval,
             heartbeat_stale: self.heartbeat_stale,
             enrolment_idle: self.enrolment_idle,
+            max_stream_lifetime: self.max_stream_lifetime,
         };
         ServeConfig {
             listen: self.listen,

@@ -2,8 +2,10 @@
 //! `text/event-stream` telling a hop-signed caller when its queue grew (`queued` with the new
 //! `head_seq`, at most one per [`COALESCE`]), when the epoch changed (`epoch`), and a `: hb`
 //! comment after [`HEARTBEAT`] without events. Nothing about items (content, ids, senders,
-//! sizes) is ever sent. The stream ends when a newer waiter of the same key evicts it or the
-//! relay shuts down; it counts as a waiter ([`crate::relay::wake`]).
+//! sizes) is ever sent. The stream ends when a newer waiter of the same key evicts it, when its
+//! key is revoked, rotated away, expired or purged ([`crate::relay::revoke_watch`]), at
+//! `--max-stream-lifetime`, or when the relay shuts down; it counts as a waiter
+//! ([`crate::relay::wake`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -68,12 +70,17 @@ pub(super) fn response(
             )
         }
     };
+    // A revocation between the hop check and the registration ended nobody: look again.
+    if let Err(e) = relay.ensure_live(&target) {
+        return json_response(super::handler::status_code(e.status), &e.body);
+    }
     // Read after registering: a push durable from now on raises the ticket's head.
     let head = match relay.head_seq(&target) {
         Ok(h) => h,
         Err(e) => return json_response(super::handler::status_code(e.status), &e.body),
     };
     let stream = Events {
+        ends_at: Instant::now() + relay.limits().max_stream_lifetime,
         epoch: relay.epoch(),
         relay,
         ticket,
@@ -103,6 +110,8 @@ struct Events {
     epoch: String,
     /// When the last `queued` event was sent.
     last_queued: Option<Instant>,
+    /// `--max-stream-lifetime` after the start: the stream ends cleanly then.
+    ends_at: Instant,
     /// Keeps the connection's idle timeout off while the stream lives.
     _held: Option<StreamingHeld>,
 }
@@ -136,6 +145,7 @@ impl Events {
                 () = tokio::time::sleep(heartbeat()) => {
                     return Some((Bytes::from_static(b": hb\n\n"), self));
                 }
+                () = tokio::time::sleep_until(self.ends_at) => return None,
             }
         }
     }

@@ -32,6 +32,9 @@ pub struct Limits {
     /// A live enrolment not seen for this long whose queue is empty is deleted by the sweep
     /// (zero: never). See [`DEFAULT_ENROLMENT_IDLE`].
     pub enrolment_idle: Duration,
+    /// An event stream ends cleanly this long after it began (the client reconnects), so no
+    /// stream outlives what its hop proved by more than this.
+    pub max_stream_lifetime: Duration,
 }
 
 /// The default of every limit (docs/protocol.md §7): the one source for [`Limits::default`] and
@@ -61,6 +64,7 @@ pub mod defaults {
     pub const HEARTBEAT_STALE: &str = "10m";
     /// See [`super::DEFAULT_ENROLMENT_IDLE`].
     pub const ENROLMENT_IDLE: &str = "90d";
+    pub const MAX_STREAM_LIFETIME: &str = "1h";
 }
 
 /// Idle enrolments expire after 90 days by default (issue 13): far beyond any host's ordinary
@@ -145,6 +149,7 @@ impl Default for Limits {
             sweep_interval: const { default_duration(d::SWEEP_INTERVAL) },
             heartbeat_stale: const { default_duration(d::HEARTBEAT_STALE) },
             enrolment_idle: DEFAULT_ENROLMENT_IDLE,
+            max_stream_lifetime: const { default_duration(d::MAX_STREAM_LIFETIME) },
         }
     }
 }
@@ -229,6 +234,9 @@ impl Limits {
         }
         if self.heartbeat_stale.is_zero() {
             return Err("--heartbeat-stale must be greater than 0".into());
+        }
+        if self.max_stream_lifetime.is_zero() {
+            return Err("--max-stream-lifetime must be greater than 0".into());
         }
         if !self.enrolment_idle.is_zero() && self.enrolment_idle < MIN_ENROLMENT_IDLE {
             return Err("--enrolment-idle must be 0 (never) or at least 1d".into());

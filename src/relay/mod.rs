@@ -22,6 +22,7 @@ pub mod push;
 pub mod rate;
 pub mod reason;
 pub mod revoke;
+pub mod revoke_watch;
 pub mod rotate;
 pub mod seen;
 pub mod senders;

@@ -81,6 +81,7 @@ impl Relay {
     ///
     /// # Errors
     /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
+    /// 401 `bad relay hop` when the key lost its live enrolment before the wait began;
     /// 503 store failure.
     pub async fn pull_start(
         &self,
@@ -109,6 +110,8 @@ impl Relay {
         if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(PullStart::Answer(page_json(&epoch, after, &page)));
         }
+        // A revocation between the hop check and the registration woke nobody: look again.
+        self.ensure_live(&caller.key)?;
         Ok(PullStart::Wait(PullWait {
             ticket,
             deadline,
@@ -123,7 +126,8 @@ impl Relay {
     /// The rest of a waiting pull: wait for a wake or the deadline, then answer the page.
     ///
     /// # Errors
-    /// As [`Relay::pull_start`].
+    /// As [`Relay::pull_start`]; 401 `bad relay hop` when the key is revoked, rotated away or
+    /// expired while waiting ([`super::revoke_watch`]).
     pub async fn pull_wait(self: Arc<Self>, w: PullWait) -> Result<Vec<u8>, RelayError> {
         let PullWait {
             ticket,
@@ -140,6 +144,8 @@ impl Relay {
                 () = tokio::time::sleep_until(deadline) => None,
             };
             match woken {
+                // The key lost its enrolment: the answer its next hop would get, now.
+                Some(w) if w.revoked() => return Err(RelayError::bad_hop()),
                 // An epoch change answers as a fresh pull would (409 when `epoch` is gone).
                 Some(w) if w.epoch() => epoch = self.pull_epoch(asked_epoch.as_deref())?,
                 // Evicted by a newer wait of this key, or shutdown: answer the page now.

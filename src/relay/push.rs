@@ -262,7 +262,8 @@ impl Relay {
     /// Items expire after `retention_ms` (`relay_store::NEVER_EXPIRES`: never).
     ///
     /// # Errors
-    /// 503 when the store fails: nothing is answered as accepted.
+    /// 503 when the store fails: nothing is answered as accepted; 401 `bad relay hop` when the
+    /// sender's enrolment is no longer live at the commit.
     pub async fn commit(
         &self,
         sender: &Key32,
@@ -284,6 +285,7 @@ impl Relay {
                 },
                 quotas,
                 retention_ms,
+                require_live_sender: true,
             })
             .collect();
         self.metrics.items_per_submit.observe(reqs.len() as f64);
@@ -294,6 +296,15 @@ impl Relay {
             .collect();
         crate::failpoint::hit("relay-before-commit");
         let outcomes = self.write(self.store.insert_many(reqs)).await?;
+        // The sender was revoked (rotated, expired) after its hop was checked: answered as a
+        // revoked key's hop is, and nothing of it was stored (the check is per item, against
+        // the one state the whole submission commits on).
+        if outcomes
+            .iter()
+            .any(|o| matches!(o, InsertOutcome::SenderNotEnrolled))
+        {
+            return Err(RelayError::bad_hop());
+        }
         // Durable now: wake whoever waits for these targets (never before the fsync).
         self.wake
             .queued(outcomes.iter().zip(&target_keys).flat_map(|(o, keys)| {
@@ -316,7 +327,7 @@ impl Relay {
                 }
                 InsertOutcome::Conflict { .. } => Committed::Rejected(Reason::Conflict),
                 InsertOutcome::Quota { target, which } => Committed::OverQuota { target, which },
-                InsertOutcome::TargetNotEnrolled { .. } => {
+                InsertOutcome::TargetNotEnrolled { .. } | InsertOutcome::SenderNotEnrolled => {
                     Committed::Rejected(Reason::TargetNotEnrolled)
                 }
             })

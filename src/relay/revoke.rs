@@ -1,6 +1,6 @@
 //! What an admin's revocation or purge needs from the relay: the quotas and retention that
 //! expiry notices are queued under, and the relay key that signs them (the same notices as the
-//! retention sweep's, built by [`super::sweep::notice_fn`]).
+//! retention sweep's, built by [`super::sweep::notice_fn`]); and, online, the waiters it ends.
 
 use std::sync::Arc;
 
@@ -8,6 +8,7 @@ use relay_store::{Key32, NoticeFn, Quotas, RevokeRequest};
 
 use super::config::Limits;
 use super::sweep::notice_fn;
+use super::wake::Wake;
 use super::Relay;
 use crate::wire::keys::SigningKey;
 
@@ -18,6 +19,8 @@ pub struct Revoker {
     key: Arc<SigningKey>,
     quotas: Quotas,
     retention_ms: u64,
+    /// The serving relay's waiters (online only): the key's are ended once the change commits.
+    waiters: Option<Arc<Wake>>,
 }
 
 impl Revoker {
@@ -27,6 +30,15 @@ impl Revoker {
             key,
             quotas: limits.quotas(),
             retention_ms: limits.retention_ms(),
+            waiters: None,
+        }
+    }
+
+    /// End `key`'s waiting pulls and streams on the serving relay (nothing offline): `revoked`
+    /// after a revocation, else (a purge of a live key) as an eviction.
+    pub fn end_waiters(&self, key: &Key32, revoked: bool) {
+        if let Some(w) = &self.waiters {
+            w.end_key(key, revoked);
         }
     }
 
@@ -64,6 +76,9 @@ impl Revoker {
 impl Relay {
     /// The revoker of this relay (its key, quotas and retention), for the admin socket.
     pub fn revoker(&self) -> Revoker {
-        Revoker::new(self.key.clone(), &self.limits)
+        Revoker {
+            waiters: Some(self.wake.clone()),
+            ..Revoker::new(self.key.clone(), &self.limits)
+        }
     }
 }

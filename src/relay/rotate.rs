@@ -46,6 +46,8 @@ impl Relay {
                     moved,
                     "host key rotated"
                 );
+                // The old key is revoked: its live delivery ends now.
+                self.end_waiters(&rot.old_pub, true);
                 // Rotating onto a key enrolled already frees one live enrolment.
                 self.watch_enrolments();
                 Ok(json!({ "moved": moved }))

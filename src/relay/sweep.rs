@@ -130,6 +130,10 @@ impl Relay {
         *self.idle_cursor.lock().unwrap_or_else(|p| p.into_inner()) = after;
         if expired > 0 {
             tracing::info!(expired, "idle enrolments expired");
+            // An expired key waiting somewhere here is no longer live: end its waiters.
+            if let Err(e) = self.end_waiters_of_dead_keys() {
+                tracing::warn!(error = %e.body, "cannot check the keys with waiters");
+            }
         }
         Ok(expired)
     }
@@ -163,7 +167,8 @@ impl Relay {
     /// Sweep now (the startup sweep), then heartbeat every 30 s, write last-seen days every
     /// [`super::seen::FLUSH_EVERY`] and sweep every `sweep_interval` until `stop` fires (then
     /// write the last sightings); each sweep also checks live enrolments against the cap. On a
-    /// shared store the epoch is also re-read every [`super::epoch_watch::EPOCH_REFRESH`].
+    /// shared store the epoch is also re-read every [`super::epoch_watch::EPOCH_REFRESH`], and
+    /// the keys with waiters checked every [`super::revoke_watch::REVOKE_REFRESH`].
     pub async fn run_background(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut hb = tokio::time::interval(super::config::heartbeat_every());
         let mut sw = tokio::time::interval(self.limits.sweep_interval);
@@ -175,6 +180,9 @@ impl Relay {
         let shared = self.store_is_shared();
         let mut ep = tokio::time::interval(super::epoch_watch::EPOCH_REFRESH);
         ep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // ... and keys with waiters may be revoked by another process (`super::revoke_watch`).
+        let mut rv = tokio::time::interval(super::revoke_watch::REVOKE_REFRESH);
+        rv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         hb.tick().await; // written at startup already
         loop {
             tokio::select! {
@@ -187,6 +195,11 @@ impl Relay {
                 _ = ep.tick(), if shared => {
                     if let Err(e) = self.adopt_store_epoch() {
                         tracing::warn!(error = %e.body, "cannot re-read the store's epoch");
+                    }
+                }
+                _ = rv.tick(), if shared => {
+                    if let Err(e) = self.end_waiters_of_dead_keys() {
+                        tracing::warn!(error = %e.body, "cannot check the keys with waiters");
                     }
                 }
                 _ = seen.tick() => {

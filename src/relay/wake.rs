@@ -31,8 +31,10 @@ const EPOCH: u8 = 2;
 const EVICTED: u8 = 4;
 /// The relay is shutting down (sticky).
 const CLOSED: u8 = 8;
+/// The waiter's key was revoked, rotated away or expired (sticky).
+const REVOKED: u8 = 16;
 /// Bits that stay set once set: the waiter must end.
-const STICKY: u8 = EVICTED | CLOSED;
+const STICKY: u8 = EVICTED | CLOSED | REVOKED;
 
 /// Why a waiter woke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +49,15 @@ impl Woken {
     pub fn epoch(self) -> bool {
         self.0 & EPOCH != 0
     }
-    /// The waiter must answer now and end: evicted by a newer one of its key, or shutdown.
+    /// The waiter must answer now and end: evicted by a newer one of its key, its key
+    /// revoked, or shutdown.
     pub fn ending(self) -> bool {
         self.0 & STICKY != 0
+    }
+    /// The waiter's key lost its live enrolment: it must end at once, a waiting pull with the
+    /// answer a revoked key's hop gets.
+    pub fn revoked(self) -> bool {
+        self.0 & REVOKED != 0
     }
 }
 
@@ -180,6 +188,28 @@ impl Wake {
         }
     }
 
+    /// End every waiter of `key` now: `revoked` when the key lost its live enrolment (revoked,
+    /// rotated away, expired), else as an eviction (its queue was purged: a waiting pull
+    /// answers its page, a stream ends). They leave the registry with their tickets.
+    pub fn end_key(&self, key: &Key32, revoked: bool) {
+        let bits = if revoked { REVOKED } else { EVICTED };
+        if self.total.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let st = self.lock();
+        for w in st.targets.get(key).into_iter().flatten() {
+            w.wake(bits);
+        }
+    }
+
+    /// The keys with at least one waiter, at most `max` of them (bounded by the waiter cap).
+    pub fn keys(&self, max: usize) -> Vec<Key32> {
+        if self.total.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        self.lock().targets.keys().take(max).copied().collect()
+    }
+
     /// The epoch changed: wake every waiter.
     pub fn epoch_changed(&self) {
         self.wake_all(EPOCH);
@@ -292,6 +322,27 @@ mod tests {
             (0, 0),
             "no entry without waiters"
         );
+    }
+
+    #[test]
+    fn ending_a_key_ends_its_waiters_only_and_sticks() {
+        let w = Arc::new(Wake::default());
+        let a1 = w.register([1; 32]).unwrap();
+        let a2 = w.register([1; 32]).unwrap();
+        let b = w.register([2; 32]).unwrap();
+        assert_eq!(w.keys(10).len(), 2);
+        w.end_key(&[1; 32], true);
+        for t in [&a1, &a2] {
+            let why = now(t.woken()).expect("woken");
+            assert!(why.revoked() && why.ending());
+            assert!(now(t.woken()).unwrap().revoked(), "sticky");
+        }
+        assert!(now(b.woken()).is_none());
+        w.end_key(&[3; 32], true);
+        assert!(now(b.woken()).is_none());
+        w.end_key(&[2; 32], false);
+        let why = now(b.woken()).expect("woken");
+        assert!(why.ending() && !why.revoked(), "a purge ends, not revokes");
     }
 
     #[test]

@@ -86,6 +86,21 @@ pub trait RelayStore: Send + Sync + 'static {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>>;
+    /// Which of `keys` have a live (enrolled, not revoked) enrolment now, in any order: the
+    /// relay asks it for the keys with waiting pulls and streams, to end those of keys revoked,
+    /// rotated or expired by another process. One read per key unless a backend has better.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
+        let mut live = Vec::with_capacity(keys.len());
+        for k in keys {
+            if matches!(self.enrolment(k)?, Some(e) if e.revoked_at_ms.is_none()) {
+                live.push(*k);
+            }
+        }
+        Ok(live)
+    }
     /// Record the UTC days hosts were last seen (one operation); answers rows written.
     fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Pending<u64>;
     /// Delete live enrolments idle `idle_ms` with an empty queue, scanning at most `max` rows

@@ -23,6 +23,7 @@ pub fn notice_request(
         item,
         quotas,
         retention_ms,
+        require_live_sender: false,
     })
 }
 

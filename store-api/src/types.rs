@@ -366,6 +366,10 @@ pub struct InsertRequest {
     /// Items expire at accepted_at + retention; [`NEVER_EXPIRES`] stores an item no sweep
     /// expires (legacy v1 mail).
     pub retention_ms: u64,
+    /// The sender must hold a live enrolment at commit time (a host's push: a revocation that
+    /// commits between its hop check and its insert refuses it); false for the relay's own
+    /// expiry notices, whose sender is the relay key.
+    pub require_live_sender: bool,
 }
 
 /// As [`InsertRequest::retention_ms`]: the item never expires. Its `expires_at_ms` is this
@@ -391,6 +395,9 @@ pub enum InsertOutcome {
     Quota { target: Key32, which: QuotaKind },
     /// The target is not (or no longer) enrolled and live at commit time.
     TargetNotEnrolled { target: Key32 },
+    /// [`InsertRequest::require_live_sender`] and the sender is not (or no longer) enrolled
+    /// and live at commit time.
+    SenderNotEnrolled,
 }
 
 /// What dedup knows about (sender, item_id, target).

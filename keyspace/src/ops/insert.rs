@@ -1,4 +1,4 @@
-//! Item insert: every target live-enrolled at commit time, dedup per (sender, item_id, target)
+//! Item insert: every target (and a host's push's sender) live-enrolled at commit time, dedup per (sender, item_id, target)
 //! with the wire hash deciding duplicate vs conflict, inclusive quotas for new targets, seq
 //! allocation, usage and expiry, all or nothing.
 
@@ -41,7 +41,13 @@ fn insert_inner(tx: &mut Tx<'_>, req: InsertRequest) -> Result<InsertOutcome> {
         item,
         quotas,
         retention_ms,
+        require_live_sender,
     } = req;
+    // A revocation committed after the push's hop check refuses it here (same writer: nothing
+    // can slip in between this read and the commit).
+    if require_live_sender && enrol::live(tx, &item.sender)?.is_none() {
+        return Ok(InsertOutcome::SenderNotEnrolled);
+    }
     let mut accounts = Vec::with_capacity(item.targets.len());
     for t in &item.targets {
         match enrol::live(tx, &t.target)? {

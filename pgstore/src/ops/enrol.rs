@@ -212,6 +212,33 @@ impl PgStore {
         })
     }
 
+    /// Which of `keys` are live now: one statement for all of them (the relay asks every
+    /// second for the keys with waiters, up to its waiter cap).
+    ///
+    /// # Errors
+    /// `Engine`, `Corrupt`, `Closed`.
+    pub fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (s, keys) = (self.clone(), keys.to_vec());
+        self.block(async move {
+            let c = s.inner.db.conn().await?;
+            let list: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+            let st = c
+                .prepare_cached(
+                    "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
+                     AND revoked_at_ms IS NULL",
+                )
+                .await
+                .map_err(db_err)?;
+            let rows = c.query(&st, &[&list]).await.map_err(db_err)?;
+            rows.iter()
+                .map(|r| key32(r.get::<_, &[u8]>(0), "enrolment key"))
+                .collect()
+        })
+    }
+
     /// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
     ///
     /// # Errors

@@ -54,7 +54,14 @@ async fn read_locked(t: &Transaction<'_>, reqs: &[InsertRequest]) -> OpResult<Sn
         .iter()
         .flat_map(|r| r.item.targets.iter().map(|x| x.target))
         .collect();
-    let keys: Vec<&[u8]> = targets.iter().map(|k| k.as_slice()).collect();
+    // The senders that must be live are read (and locked) with the targets.
+    let enrolled: BTreeSet<Key32> = reqs
+        .iter()
+        .filter(|r| r.require_live_sender)
+        .map(|r| r.item.sender)
+        .chain(targets.iter().copied())
+        .collect();
+    let keys: Vec<&[u8]> = enrolled.iter().map(|k| k.as_slice()).collect();
     // A revocation (which locks the enrolment for update) cannot slip in before COMMIT.
     let st = t
         .prepare_cached(
@@ -66,10 +73,11 @@ async fn read_locked(t: &Transaction<'_>, reqs: &[InsertRequest]) -> OpResult<Sn
         snap.live
             .insert(key32(r.get::<_, &[u8]>(0), "enrolment key")?, r.get(1));
     }
-    let live: Vec<&[u8]> = keys
+    // Queue rows of the live targets only (a sender that is no target gets none).
+    let live: Vec<&[u8]> = targets
         .iter()
-        .copied()
-        .filter(|k| <[u8; 32]>::try_from(*k).is_ok_and(|k| snap.live.contains_key(&k)))
+        .filter(|k| snap.live.contains_key(*k))
+        .map(|k| k.as_slice())
         .collect();
     if live.is_empty() {
         return Ok(snap);
@@ -96,7 +104,12 @@ async fn read_locked(t: &Transaction<'_>, reqs: &[InsertRequest]) -> OpResult<Sn
             },
         );
     }
-    let accounts: BTreeSet<&str> = snap.live.values().flatten().map(String::as_str).collect();
+    let accounts: BTreeSet<&str> = targets
+        .iter()
+        .filter_map(|k| snap.live.get(k))
+        .flatten()
+        .map(String::as_str)
+        .collect();
     if !accounts.is_empty() {
         let names: Vec<&str> = accounts.into_iter().collect();
         let st = t

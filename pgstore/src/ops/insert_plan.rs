@@ -1,6 +1,6 @@
 //! The insert rules of keyspace/src/ops/insert.rs applied to a whole batch in memory: from the
 //! rows the batch read (and locked) once, decide every item's outcome in order as if each ran
-//! alone (every target live, dedup per (target, sender, item_id) with the wire hash deciding
+//! alone (a host's push's sender live, every target live, dedup per (target, sender, item_id) with the wire hash deciding
 //! duplicate vs conflict, inclusive quotas in the order target, sender share, account, seq =
 //! max(head + 1, now), all or nothing per item), and what to write. `ops/insert.rs` reads the
 //! rows and writes the plan, one statement per table: no statement per item.
@@ -30,7 +30,8 @@ pub(crate) struct QueueState {
 /// The rows a batch depends on, as read under its locks (a missing usage row is zero).
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
-    /// Live (enrolled, not revoked) targets and their proven account.
+    /// Live (enrolled, not revoked) targets and their proven account; also the senders that
+    /// must be live ([`InsertRequest::require_live_sender`]).
     pub live: HashMap<Key32, Option<String>>,
     pub queues: HashMap<Key32, QueueState>,
     pub dedup: HashMap<DedupKey, DedupHit>,
@@ -207,6 +208,9 @@ fn plan_one(
     rows: &mut Vec<NewRow>,
 ) -> InsertOutcome {
     let item = &req.item;
+    if req.require_live_sender && !snap.live.contains_key(&item.sender) {
+        return InsertOutcome::SenderNotEnrolled;
+    }
     let mut accounts = Vec::with_capacity(item.targets.len());
     for tg in &item.targets {
         match snap.live.get(&tg.target) {

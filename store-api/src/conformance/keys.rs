@@ -514,3 +514,54 @@ pub fn sender_lists_only_move_forward(backend: &dyn Backend) {
     );
     assert_eq!(store.sender_list(&key(1)).unwrap().unwrap().iat_ms, 11);
 }
+
+/// A host's push (`require_live_sender`) whose sender was revoked, rotated away or never
+/// enrolled is refused at the commit and stores nothing, also inside a batch with the same
+/// sender; the relay's own notices (not required) and live senders are unaffected; and
+/// `live_keys` names exactly the live keys.
+pub fn a_push_commits_only_while_its_sender_is_live(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    let (s, t, r, stranger) = (key(1), key(2), key(3), key(4));
+    for (k, n) in [(s, "s"), (t, "t"), (r, "r")] {
+        enrol(store, k, n);
+    }
+    let push = |sender: Key32, id: &str| InsertRequest {
+        require_live_sender: true,
+        ..req(item(sender, id, &[(t, b"w")]), big_quotas())
+    };
+    assert!(matches!(
+        store.insert(push(s, "live")).wait().unwrap(),
+        InsertOutcome::Stored { .. }
+    ));
+    assert_eq!(
+        store.insert(push(stranger, "never")).wait().unwrap(),
+        InsertOutcome::SenderNotEnrolled
+    );
+    let mut live = store.live_keys(&[s, t, r, stranger]).unwrap();
+    live.sort();
+    assert_eq!(live, vec![s, t, r]);
+    run(store, request(s, true, false));
+    store.rebind(r, key(5)).wait().unwrap(); // r is rotated away (revoked)
+    for sender in [s, r] {
+        let outs = store
+            .insert_many(vec![push(sender, "late-1"), push(sender, "late-2")])
+            .wait()
+            .unwrap();
+        assert_eq!(outs, vec![InsertOutcome::SenderNotEnrolled; 2]);
+    }
+    let page = store.pull(&t, 0, 100, u64::MAX).unwrap();
+    assert_eq!(page.items.len(), 1, "only the push before the revocation");
+    // Not required (the relay's notices): the sender's enrolment is not asked.
+    assert!(matches!(
+        store
+            .insert(req(item(s, "notice-like", &[(t, b"n")]), big_quotas()))
+            .wait()
+            .unwrap(),
+        InsertOutcome::Stored { .. }
+    ));
+    assert_eq!(
+        store.live_keys(&[s, r, stranger]).unwrap(),
+        Vec::<Key32>::new()
+    );
+}

@@ -417,6 +417,7 @@ pub fn the_sweep_expires_notifies_and_prunes(backend: &dyn Backend) {
         item: item(s, id, &[(t, b"x")]),
         quotas: big_quotas(),
         retention_ms: ms,
+        require_live_sender: false,
     };
     store.insert(ret("a", sender, 100)).wait().unwrap(); // expires 1100
     store.insert(ret("b", sender, 100)).wait().unwrap();
@@ -429,6 +430,7 @@ pub fn the_sweep_expires_notifies_and_prunes(backend: &dyn Backend) {
             item: receipt,
             quotas: big_quotas(),
             retention_ms: 100,
+            require_live_sender: false,
         })
         .wait()
         .unwrap();
@@ -505,6 +507,7 @@ pub fn the_sweep_sends_no_notice_past_the_senders_cap_or_twice(backend: &dyn Bac
         item: item(sender, id, &[(t, b"x")]),
         quotas: big_quotas(),
         retention_ms: 10,
+        require_live_sender: false,
     };
     store.insert(ret("a")).wait().unwrap();
     store.insert(ret("b")).wait().unwrap();
@@ -531,6 +534,7 @@ pub fn the_sweep_sends_no_notice_past_the_senders_cap_or_twice(backend: &dyn Bac
             item: item(sender, "a", &[(t2, b"x")]),
             quotas: big_quotas(),
             retention_ms: 10,
+            require_live_sender: false,
         })
         .wait()
         .unwrap();
@@ -553,6 +557,7 @@ fn insert_with(store: &dyn RelayStore, sender: Key32, id: &str, target: Key32, r
             item: item(sender, id, &[(target, id.as_bytes())]),
             quotas: big_quotas(),
             retention_ms,
+            require_live_sender: false,
         })
         .wait()
         .unwrap();
@@ -622,6 +627,7 @@ pub fn never_expiring_items_count_against_quotas_and_leave_on_ack(backend: &dyn 
         item: item(sender, id, &[(target, id.as_bytes())]),
         quotas: one,
         retention_ms: NEVER_EXPIRES,
+        require_live_sender: false,
     };
     stored_seqs(&store.insert(req("a")).wait().unwrap());
     assert!(matches!(

@@ -73,6 +73,7 @@ macro_rules! conformance_tests {
             keys::a_v2_ad_of_a_key_not_live_at_commit_time_is_not_stored,
             keys::a_rotation_deletes_both_ads_of_the_old_key,
             keys::sender_lists_only_move_forward,
+            keys::a_push_commits_only_while_its_sender_is_live,
             meta::meta_epoch_heartbeat_and_the_pinned_relay_key,
             meta::the_relay_log_lists_newest_first_and_its_chain_verifies,
             meta::enrolment_churn_never_pushes_other_entries_out_of_the_relay_log,

@@ -132,6 +132,7 @@ pub fn req(item: NewItem, quotas: Quotas) -> InsertRequest {
         item,
         quotas,
         retention_ms: 14 * 24 * 3600 * 1000,
+        require_live_sender: false,
     }
 }
 
