@@ -44,6 +44,25 @@ const RESERVE_STEP: u64 = 64 * 1024;
 pub const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest a drain lasts.
 pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+/// What is drained after `503 server busy`: reading the rest of a body the relay has no room
+/// for would spend the time it is short of (a client still writing more may see a reset).
+pub const BUSY_DRAIN: Drain = Drain {
+    bytes: 64 * 1024,
+    time: Duration::from_secs(1),
+};
+
+/// Bounds of a drain.
+#[derive(Debug, Clone, Copy)]
+pub struct Drain {
+    pub bytes: u64,
+    pub time: Duration,
+}
+
+/// The drain after an early answer: [`DRAIN_MAX_BYTES`] or [`DRAIN_MAX_TIME`].
+pub const FULL_DRAIN: Drain = Drain {
+    bytes: DRAIN_MAX_BYTES,
+    time: DRAIN_MAX_TIME,
+};
 
 /// Why a body could not be read.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -104,9 +123,14 @@ pub async fn read_capped(
                     }
                     if len > reservation.held() {
                         let target = reserve_target(len, reservation.held(), limit);
+                        let partial = reservation.held() > 0;
                         let held = match reservation.grow_to(target).await {
-                            // A step past a share: what has arrived may still fit.
+                            // A step past a share or the room left (refused without a wait):
+                            // what has arrived may still fit.
                             Err(Refused::AddressBusy | Refused::KeyBusy) if target > len => {
+                                reservation.grow_to(len).await.map(|()| len)
+                            }
+                            Err(Refused::Busy) if partial && target > len => {
                                 reservation.grow_to(len).await.map(|()| len)
                             }
                             r => r.map(|()| target),
@@ -127,18 +151,18 @@ pub async fn read_capped(
     }
 }
 
-/// Read and discard what is left of `body` in the background (at most [`DRAIN_MAX_BYTES`] or
-/// [`DRAIN_MAX_TIME`]), so that a client still writing the body it was refused for reads the
+/// Read and discard what is left of `body` in the background (within `bounds`, usually
+/// [`FULL_DRAIN`]), so that a client still writing the body it was refused for reads the
 /// answer instead of a reset; the connection closes afterwards (the answer says
 /// `connection: close`).
-pub fn drain(mut body: Body) {
+pub fn drain(mut body: Body, bounds: Drain) {
     if body.is_end_stream() {
         return;
     }
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+        let _ = tokio::time::timeout(bounds.time, async {
             let mut drained = 0u64;
-            while drained < DRAIN_MAX_BYTES {
+            while drained < bounds.bytes {
                 match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
                     Some(Ok(frame)) => {
                         drained += frame.data_ref().map_or(0, |d| d.len() as u64);

@@ -1,10 +1,13 @@
 //! The memory held by request bodies being read: a budget shared by all requests, a share per
 //! client address (IPv4 address, IPv6 /64) and a share per hop key, all counted in bytes
 //! actually held. A request past its address's or key's share is refused at once (a flood from
-//! one address or key gets answers, not a queue); one that needs room in the shared budget waits
-//! for it at most `wait`, and room that frees goes first to the waiting address holding the
-//! least (ties: the earliest), so many requests from a few addresses cannot keep one from
-//! another address waiting behind them.
+//! one address or key gets answers, not a queue). A body's first piece that finds no room in the
+//! shared budget waits for it at most `wait`, and room that frees goes first to the waiting
+//! address holding the least (ties: the earliest), so many requests from a few addresses cannot
+//! keep one from another address waiting behind them. A body already holding part of the budget
+//! never waits (bodies holding parts could all wait for each other): it grows into the room left
+//! once the waiting requests had theirs (freed room goes to them first), else it is refused at
+//! once.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -198,7 +201,8 @@ impl Reservation<'_> {
     }
 
     /// Hold `total` bytes: the address's and key's shares first (refused at once past them),
-    /// then the shared budget (waits for room, at most the limits' wait).
+    /// then the shared budget: holding nothing yet, it waits for room (at most the limits'
+    /// wait); holding some, it takes the room that is free now, or none.
     ///
     /// # Errors
     /// See [`Refused`]; nothing more is held then.
@@ -211,6 +215,16 @@ impl Reservation<'_> {
         let (id, granted) = {
             let mut s = limits.lock();
             s.take_shares(limits, &self.addr, self.key.as_ref(), extra)?;
+            if self.bytes > 0 {
+                if s.free < extra {
+                    s.give_back_shares(&self.addr, self.key.as_ref(), extra);
+                    return Err(Refused::Busy);
+                }
+                s.free -= extra;
+                drop(s);
+                self.bytes = total;
+                return Ok(());
+            }
             let id = s.next_id;
             s.next_id += 1;
             let (tx, rx) = oneshot::channel();
@@ -309,6 +323,27 @@ mod tests {
         drop(second);
         assert_eq!(limits.holders(), (0, 0));
         assert_eq!(limits.lock().free, 4096);
+    }
+
+    #[tokio::test]
+    async fn a_body_holding_part_never_waits() {
+        let limits = std::sync::Arc::new(BodyLimits::new(2000, u64::MAX, u64::MAX, LONG));
+        let mut a = limits.reservation("192.0.2.1", None);
+        a.grow_to(1500).await.unwrap();
+        let l = limits.clone();
+        let b = tokio::spawn(async move {
+            let mut b = l.reservation("192.0.2.2", None);
+            b.grow_to(1000).await.map(|()| b.held())
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // 500 free, not enough for the waiter: A grows into it without waiting, then is
+        // refused at once.
+        a.grow_to(1900).await.unwrap();
+        assert_eq!(a.grow_to(2100).await, Err(Refused::Busy));
+        assert_eq!(a.held(), 1900);
+        drop(a);
+        assert_eq!(b.await.unwrap(), Ok(1000));
+        assert_eq!(limits.holders(), (0, 0));
     }
 
     #[tokio::test]

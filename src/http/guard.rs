@@ -20,7 +20,9 @@
 //!   the client does not read for `body_timeout` is abandoned too.
 //! - **First body byte**: once the handler starts reading a body, its first byte must arrive
 //!   within `body_first_byte_timeout`, else the read fails (400), so a client that declares a
-//!   body and sends nothing holds its connection only briefly.
+//!   body and sends nothing holds its connection only briefly; after it, the body must average
+//!   `body_min_rate` bytes a second (the first-byte timeout as slack), so a body that stalls
+//!   holds what it sent only briefly too.
 //! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
 //!   hop and are not already limited per address by the relay (unsigned info, health, metrics and
 //!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window)
@@ -41,7 +43,9 @@
 //!   are answered over TLS too.
 //!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
-//! connection stays what hyper and the handler's body cap allow.
+//! connection stays what hyper and the handler's body cap allow; hyper's read buffer is bounded
+//! to the header cap plus a little ([`READ_BUFFER_MAX`]), so an unterminated head costs at most
+//! that.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -13,8 +13,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::answer::{answer_unread, json_response, json_text_response, retry_later};
-use super::body::{read_capped, BodyError, Refused, MAX_BODY, MAX_SMALL_BODY};
+use super::answer::{
+    answer_unread, answer_unread_draining, json_response, json_text_response, retry_later,
+};
+use super::body::{read_capped, BodyError, Refused, BUSY_DRAIN, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
 use super::guard::{HopRefused, Streaming};
 use super::hop_gate::Refusal;
@@ -158,11 +160,14 @@ fn body_refused(e: BodyError, body: Body) -> Response {
             "too many request bytes in flight for this key, retry later",
             retry_after::OVERLOAD,
         ),
-        BodyError::Refused(Refused::Busy) => retry_later(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server busy, retry later",
-            retry_after::OVERLOAD,
-        ),
+        BodyError::Refused(Refused::Busy) => {
+            let r = retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server busy, retry later",
+                retry_after::OVERLOAD,
+            );
+            return answer_unread_draining(r, body, BUSY_DRAIN);
+        }
         BodyError::Aborted => {
             return json_response(
                 StatusCode::BAD_REQUEST,
