@@ -306,23 +306,18 @@ fn unterminated_heads_from_many_addresses_stay_under_the_keyless_memory_bound() 
     let b = Host::enrolled(&relay, "b");
     let item = envelope_item_sized(&a, &[&b], 500 * 1024);
     assert_eq!(a.push_one(&relay, &item)["status"], "accepted");
-    let pad = "p".repeat(15 * 1024);
-    let r = send(
-        relay.addr(),
-        "GET",
-        "/health",
-        &[("x-pad", pad.as_str())],
-        b"",
-    );
-    assert_eq!(r.status, 200, "15 KiB of headers are served");
-    let pad = "p".repeat(17 * 1024);
-    let r = send(
-        relay.addr(),
-        "GET",
-        "/health",
-        &[("x-pad", pad.as_str())],
-        b"",
-    );
+    let with_headers = |kib: usize| {
+        let pad = "p".repeat(kib * 1024);
+        send(
+            relay.addr(),
+            "GET",
+            "/health",
+            &[("x-pad", pad.as_str())],
+            b"",
+        )
+    };
+    assert_eq!(with_headers(15).status, 200, "15 KiB of headers are served");
+    let r = with_headers(17);
     r.assert_error(431, "request headers too large");
     relay.assert_alive();
 }
