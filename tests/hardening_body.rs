@@ -803,6 +803,8 @@ fn one_byte_bodies_of_a_live_key_do_not_hold_the_budget_and_count_as_failures() 
     let target = Host::enrolled(&relay, "target");
     let known = Host::enrolled(&relay, "known");
     let push = json!({ "items": [honest.envelope_to(&[&target])] }).to_string();
+    let pid = relay.pid().expect("pid");
+    let rss_before = status_mib(pid, "VmRSS");
     for (net, addresses) in [(4u8, 8usize), (5, 64)] {
         let mut attack = one_byte_bodies(&relay, &known.pubkey(), net, addresses, 4);
         // Let the relay read every first byte (the unfixed relay then held 256 MiB).
@@ -811,6 +813,7 @@ fn one_byte_bodies_of_a_live_key_do_not_hold_the_budget_and_count_as_failures() 
             poll_held(&mut attack);
             std::thread::sleep(Duration::from_millis(20));
         }
+        let rss = status_mib(pid, "VmRSS");
         let t = Instant::now();
         let r = honest.call_with(
             &relay,
@@ -822,9 +825,12 @@ fn one_byte_bodies_of_a_live_key_do_not_hold_the_budget_and_count_as_failures() 
         );
         let took = t.elapsed();
         eprintln!(
-            "{addresses} addresses x 4 one-byte 8 MiB bodies: honest push {} in {took:?}",
+            "{addresses} addresses x 4 one-byte 8 MiB bodies: honest push {} in {took:?}; relay \
+             VmRSS {rss_before} -> {rss} MiB",
             r.status
         );
+        // What the bodies sent is resident, not what they declared (here up to 2 GiB).
+        assert!(rss < rss_before + 64, "VmRSS {rss_before} -> {rss} MiB");
         assert_eq!(r.status, 200, "{}", r.text());
         assert!(took < Duration::from_secs(1), "honest push took {took:?}");
         // Every attacking body is cut off at the minimum rate, well before the body timeout.

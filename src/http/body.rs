@@ -91,9 +91,9 @@ fn reserve_target(len: u64, held: u64, limit: u64) -> u64 {
 }
 
 /// Read `body` into memory, refusing more than `cap` bytes, holding in `reservation` only what
-/// has arrived (see [`reserve_target`]; a declared length bounds the buffer, it reserves
-/// nothing), so a client that declares a large body and sends a byte holds a step, not the
-/// declared length. On an error the rest of the body is still in `body` (to drain it).
+/// has arrived (see [`reserve_target`]; a declared length sizes the buffer's address space, it
+/// reserves nothing), so a client that declares a large body and sends a byte holds a step,
+/// not the declared length. On an error the rest of the body is still in `body` (to drain it).
 ///
 /// # Errors
 /// [`BodyError::TooLarge`] once the declared or received length passes `cap`; see
@@ -135,8 +135,12 @@ pub async fn read_capped(
                             }
                             r => r.map(|()| target),
                         }?;
-                        // The buffer is what is held: grown once per step, never past it.
-                        buf.reserve_exact(usize::try_from(held).unwrap_or(cap) - buf.len());
+                        // A declared body's buffer takes its length of address space at once
+                        // (no copies as it grows; its pages become resident only as bytes are
+                        // written, which is what the reservation counts); one without a length
+                        // grows with what is held.
+                        let room = if declared.is_some() { limit } else { held };
+                        buf.reserve_exact(usize::try_from(room).unwrap_or(cap) - buf.len());
                     }
                     let before = buf.len();
                     buf.extend_from_slice(&data);
