@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -20,32 +20,6 @@ const ATTACK: usize = 1024;
 const DEFAULT_CAP: usize = 64;
 /// Flags keeping the attacker's half-sent heads open for the whole test.
 const PATIENT: &[&str] = &["--header-timeout", "120s", "--idle-timeout", "120s"];
-
-/// Connects from a chosen loopback source address (std cannot bind before connecting).
-struct Dialer {
-    rt: tokio::runtime::Runtime,
-}
-
-impl Dialer {
-    fn new() -> Dialer {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()
-            .expect("runtime");
-        Dialer { rt }
-    }
-
-    fn connect(&self, from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
-        self.rt.block_on(async {
-            let s = tokio::net::TcpSocket::new_v4()?;
-            s.bind(SocketAddr::new(from.into(), 0))?;
-            let stream = s.connect(to).await?.into_std()?;
-            stream.set_nonblocking(false)?;
-            stream.set_nodelay(true)?;
-            Ok(stream)
-        })
-    }
-}
 
 /// How the relay treated the attacker's connections.
 #[derive(Debug, Default)]
@@ -251,4 +225,99 @@ fn the_per_address_cap_is_a_flag_and_a_variable() {
         .err()
         .expect("0 is refused");
     assert!(e.contains("--max-connections-per-address"), "{e}");
+}
+
+/// Addresses the unterminated-head attack comes from (127.0.0.64 ..).
+const HEAD_ADDRESSES: u8 = 16;
+/// Connections per address: the default per-address cap, so 1,024 in all (the connection cap).
+const HEADS_PER_ADDRESS: usize = DEFAULT_CAP;
+/// What each sends of a head that never ends (the issue's figure), and a head that stays just
+/// under the relay's read buffer (16 KiB header cap + 4 KiB).
+const LONG_HEAD: usize = 387 * 1024;
+const HELD_HEAD: usize = 19 * 1024;
+/// The documented keyless bound: what 1,024 unterminated heads may add to the relay's resident
+/// memory (docs/failure-behaviour.md).
+const HEADS_BOUND_MIB: u64 = 64;
+
+/// `HEAD_ADDRESSES` x `HEADS_PER_ADDRESS` connections, each sending `len` bytes of a head
+/// without its final CRLF (a write the relay cuts short may fail); the open streams.
+fn unterminated_heads(relay: &Relay, len: usize) -> Vec<TcpStream> {
+    let mut head = b"POST /v2/relay/items HTTP/1.1\r\nHost: relay\r\nx-pad: ".to_vec();
+    head.resize(len, b'a');
+    let head = std::sync::Arc::new(head);
+    let addr = relay.addr();
+    let threads: Vec<_> = (0..HEAD_ADDRESSES)
+        .map(|a| {
+            let head = head.clone();
+            std::thread::spawn(move || {
+                let d = Dialer::new();
+                (0..HEADS_PER_ADDRESS)
+                    .filter_map(|_| {
+                        let mut s = d.connect(v4(64 + a), addr).ok()?;
+                        s.set_write_timeout(Some(Duration::from_secs(10))).ok()?;
+                        let _ = s.write_all(&head);
+                        Some(s)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("attacker thread"))
+        .collect()
+}
+
+/// Issue 24 item 2: hyper buffered up to ~408 KiB of an unterminated request head, so 1,024
+/// keyless connections sending 387 KiB each took the relay from 9 to 402 MiB. The read buffer is
+/// now the header cap plus 4 KiB: a longer head is answered 431 at once, a shorter one costs
+/// at most that buffer until the header timeout. Honest requests with large bodies and large
+/// (but allowed) headers are unchanged.
+#[test]
+fn unterminated_heads_from_many_addresses_stay_under_the_keyless_memory_bound() {
+    let relay = Relay::start(&["--header-timeout", "8s", "--idle-timeout", "8s"]);
+    let pid = relay.pid().expect("pid");
+    let before = proc_status_kib(pid, "VmRSS");
+    let long = unterminated_heads(&relay, LONG_HEAD);
+    std::thread::sleep(Duration::from_millis(500));
+    let after_long = proc_status_kib(pid, "VmRSS");
+    drop(long);
+    std::thread::sleep(Duration::from_millis(500));
+    // Heads under the buffer stay open until the header timeout: memory while all are held.
+    let held = unterminated_heads(&relay, HELD_HEAD);
+    std::thread::sleep(Duration::from_millis(1000));
+    let while_held = proc_status_kib(pid, "VmRSS");
+    let hwm = proc_status_kib(pid, "VmHWM");
+    let open = held.len();
+    eprintln!(
+        "{} x {LONG_HEAD} B unterminated heads: VmRSS {before} -> {after_long} KiB; {open} x \
+         {HELD_HEAD} B heads held: VmRSS {while_held} KiB; VmHWM {hwm} KiB",
+        HEAD_ADDRESSES as usize * HEADS_PER_ADDRESS
+    );
+    assert!(
+        hwm.saturating_sub(before) < HEADS_BOUND_MIB * 1024,
+        "1,024 unterminated heads added {} KiB (bound {HEADS_BOUND_MIB} MiB)",
+        hwm - before
+    );
+    drop(held);
+
+    // Honest: a large signed push (its body is not in the head buffer) and 16 KiB of headers.
+    let a = Host::enrolled(&relay, "a");
+    let b = Host::enrolled(&relay, "b");
+    let item = envelope_item_sized(&a, &[&b], 500 * 1024);
+    assert_eq!(a.push_one(&relay, &item)["status"], "accepted");
+    let with_headers = |kib: usize| {
+        let pad = "p".repeat(kib * 1024);
+        send(
+            relay.addr(),
+            "GET",
+            "/health",
+            &[("x-pad", pad.as_str())],
+            b"",
+        )
+    };
+    assert_eq!(with_headers(15).status, 200, "15 KiB of headers are served");
+    let r = with_headers(17);
+    r.assert_error(431, "request headers too large");
+    relay.assert_alive();
 }

@@ -47,15 +47,6 @@ fn scale() -> Scale {
     }
 }
 
-/// A line `<name>: <n> kB` of /proc/<pid>/status, in KiB.
-fn status_kib(pid: u32, name: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    s.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-}
-
 /// Run `n` jobs over [`THREADS`] threads, each with its own connection; returns the count of
 /// each status code.
 fn run_parallel(
@@ -118,7 +109,7 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
         "256",
     ]);
     let pid = relay.pid().expect("pid");
-    let mut report = vec![("start".to_string(), status_kib(pid, "VmRSS"))];
+    let mut report = vec![("start".to_string(), proc_status_kib(pid, "VmRSS"))];
 
     // Many enrolled hosts (enrolled from the socket address), then all pushing at once: each
     // sends a sealed envelope to the next host in a ring.
@@ -150,7 +141,7 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
     );
     report.push((
         format!("{} hosts enrolled", sc.hosts),
-        status_kib(pid, "VmRSS"),
+        proc_status_kib(pid, "VmRSS"),
     ));
     let pushed = run_parallel(&relay, sc.hosts, |i, c| {
         let (h, to) = (&hosts[i], &hosts[(i + 1) % hosts.len()]);
@@ -165,7 +156,7 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
     assert_eq!(pushed.get(&200), Some(&sc.hosts));
     report.push((
         format!("{} hosts pushed", sc.hosts),
-        status_kib(pid, "VmRSS"),
+        proc_status_kib(pid, "VmRSS"),
     ));
 
     // Challenge requests from random keys, each from its own address.
@@ -182,7 +173,7 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
     });
     report.push((
         format!("{} challenges {challenged:?}", sc.challenges),
-        status_kib(pid, "VmRSS"),
+        proc_status_kib(pid, "VmRSS"),
     ));
     assert_eq!(
         challenged.values().sum::<usize>(),
@@ -206,7 +197,7 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
     });
     report.push((
         format!("{} addresses {addressed:?}", sc.addresses),
-        status_kib(pid, "VmRSS"),
+        proc_status_kib(pid, "VmRSS"),
     ));
     assert_eq!(
         addressed.get(&200),
@@ -220,7 +211,7 @@ fn floods_of_challenges_addresses_and_pushing_hosts_stay_under_the_memory_bound(
         pulled.status, 200,
         "signed calls are not limited per address"
     );
-    let peak = status_kib(pid, "VmHWM");
+    let peak = proc_status_kib(pid, "VmHWM");
     for (phase, rss) in &report {
         eprintln!("memory: after {phase}: VmRSS {} MiB", rss / 1024);
     }

@@ -55,6 +55,7 @@ const ZERO_REFUSED: &[&str] = &[
     "--enrol-per-minute-v6-48",
     "--public-per-minute",
     "--auth-failures-per-minute",
+    "--tls-handshakes-per-minute",
     // Retention 0: every item would expire as it is stored.
     "--retention",
     // Quotas and caps: 0 refuses every item, enrolment, challenge or connection.
@@ -70,6 +71,9 @@ const ZERO_REFUSED: &[&str] = &[
     "--max-connections",
     "--max-connections-per-address",
     "--max-body-bytes-per-address",
+    "--max-body-bytes-per-key",
+    // A minimum body rate of 0 would let a stalled body hold its memory to the body timeout.
+    "--body-min-rate",
     // Periods: a zero sweep interval or staleness bound would spin or rotate on every start.
     "--sweep-interval",
     "--heartbeat-stale",
@@ -80,6 +84,8 @@ const ZERO_REFUSED: &[&str] = &[
     "--body-first-byte-timeout",
     // A stream lifetime of 0 would end every event stream as it starts.
     "--max-stream-lifetime",
+    // A zero budget wait would refuse every body arriving while the budget is busy.
+    "--body-budget-wait",
 ];
 
 /// Check a refusal: exit code 2, the flag named on stderr, no store directory created.

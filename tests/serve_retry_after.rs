@@ -127,8 +127,9 @@ fn the_body_memory_share_answers_a_one_second_backoff() {
     let one_body = MAX_BODY.to_string();
     let relay = Relay::start(&["--max-body-bytes-per-address", &one_body]);
     let known = Host::enrolled(&relay, "known");
-    // A live key and a fresh ts pass the header checks: the body's memory is reserved, whole
-    // (its declared length) at its first byte; then the client goes silent.
+    // A live key and a fresh ts pass the header checks: the body's memory is reserved as it
+    // arrives; the first client sends all but the last byte of its body (the address's whole
+    // share) and goes silent.
     let head = |hop: &[(String, String)]| {
         let mut h = format!(
             "POST /v2/relay/items HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\n\
@@ -155,7 +156,7 @@ fn the_body_memory_share_answers_a_one_second_backoff() {
     first
         .write_all(head(&live_hop(known.pubkey())).as_bytes())
         .unwrap();
-    first.write_all(&[b' '; 4096]).unwrap();
+    first.write_all(&vec![b' '; MAX_BODY - 1]).unwrap();
     std::thread::sleep(Duration::from_millis(1_000));
     let mut second = TcpStream::connect(relay.addr()).expect("connect");
     second

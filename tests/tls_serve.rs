@@ -326,3 +326,56 @@ fn replaced_certificate_files_are_picked_up_without_a_signal_within_the_watch_pe
     }
     t.wait_log("files changed", 1);
 }
+
+/// Issue 24 item 7: the change watch stamps the files' modes too, so a pair refused for a key
+/// others can read is taken once the key is `chmod 600`, without a SIGHUP (before, it stayed
+/// refused until one).
+#[test]
+fn a_pair_refused_for_a_loose_key_is_taken_after_chmod_600_without_a_signal() {
+    let t = TlsRelay::start_env(SERIAL_A, &[], &[("MBX_RELAY_TEST_TLS_WATCH_MS", "200")]);
+    let other = t.ca.leaf(SERIAL_B);
+    tls_util::replace_with_mode(&t.key, other.key_pem.as_bytes(), 0o644);
+    tls_util::replace(&t.cert, other.cert_pem.as_bytes());
+    let refused = common::wait_for(Duration::from_secs(10), || {
+        let log = t.relay.stderr_log();
+        log.contains("accessible to other users").then_some(())
+    });
+    assert!(refused.is_some(), "{}", t.relay.stderr_log());
+    assert_eq!(served_serial(&t.connect()), serial_bytes(SERIAL_A));
+    chmod(&t.key, 0o600);
+    let taken = common::wait_for(Duration::from_secs(10), || {
+        (served_serial(&t.connect()) == serial_bytes(SERIAL_B)).then_some(())
+    });
+    assert!(taken.is_some(), "{}", t.relay.stderr_log());
+    t.wait_log("TLS certificate reloaded", 1);
+}
+
+/// Issue 24 item 6: one address could replay ClientHellos at 749 handshakes a second (87 % of a
+/// core). Handshakes count per address in a one-minute window (`--tls-handshakes-per-minute`):
+/// past it a new connection from that address is closed before its handshake, while other
+/// addresses and the address's open connections are served.
+#[test]
+fn tls_handshakes_are_counted_per_address_and_past_the_window_refused() {
+    let t = TlsRelay::start(SERIAL_A, &["--tls-handshakes-per-minute", "5"]);
+    let mut kept = t.connect();
+    for _ in 0..4 {
+        assert_eq!(get(&mut t.connect(), "/health").unwrap().status, 200);
+    }
+    let e = connect(t.relay.addr(), &client_config(&t.ca)).expect_err("the sixth is refused");
+    assert!(!e.is_empty());
+    // The open connection keeps serving; another address still completes handshakes.
+    assert_eq!(get(&mut kept, "/v2/relay/info").unwrap().status, 200);
+    let d = common::Dialer::new();
+    let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let tcp = d.connect(from, t.relay.addr()).unwrap();
+    let mut s = tls_util::connect_over(tcp, &client_config(&t.ca)).expect("another address");
+    assert_eq!(get(&mut s, "/health").unwrap().status, 200);
+    // The variable sets it too; 0 is refused at start-up.
+    let v = TlsRelay::start_env(
+        SERIAL_A,
+        &[],
+        &[("MBX_RELAY_TLS_HANDSHAKES_PER_MINUTE", "1")],
+    );
+    assert_eq!(get(&mut v.connect(), "/health").unwrap().status, 200);
+    assert!(connect(v.relay.addr(), &client_config(&v.ca)).is_err());
+}

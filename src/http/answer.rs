@@ -8,7 +8,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::body::drain;
+use super::body::{drain, Drain, FULL_DRAIN};
 
 /// `body` as a JSON response.
 pub(super) fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -36,11 +36,16 @@ pub(super) fn retry_later(status: StatusCode, text: &str, wait: Duration) -> Res
 /// `r`, given before `body` was read to its end: the rest of the body is drained in the
 /// background and the connection closed after the answer (docs/protocol.md §3), so a client still
 /// writing reads the answer rather than a reset. A body already at its end changes nothing.
-pub(super) fn answer_unread(mut r: Response, body: Body) -> Response {
+pub(super) fn answer_unread(r: Response, body: Body) -> Response {
+    answer_unread_draining(r, body, FULL_DRAIN)
+}
+
+/// [`answer_unread`] draining within `bounds`.
+pub(super) fn answer_unread_draining(mut r: Response, body: Body, bounds: Drain) -> Response {
     if body.is_end_stream() {
         return r;
     }
-    drain(body);
+    drain(body, bounds);
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r

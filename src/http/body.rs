@@ -1,18 +1,15 @@
 //! Request bodies read while streaming under a cap, with their memory reserved as they arrive: a
 //! body over the cap is refused as soon as the declared length or the bytes received so far
-//! exceed it, before the rest is buffered; and the bytes held are counted against a shared
-//! budget (requests beyond it wait) and against the client address's share (requests beyond it
-//! are refused), so one address cannot hold more than its share of the relay's body memory.
+//! exceed it, before the rest is buffered; and what a body holds grows with what it has sent (a
+//! declared length reserves nothing by itself), counted against the shared budget and the shares
+//! of its client address and hop key ([`super::body_budget`]).
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::body::{Body, HttpBody as _};
-use tokio::sync::Semaphore;
 
-use crate::relay::rate::{address_key, AddrKey};
+pub use super::body_budget::{BodyLimits, Refused, Reservation};
 
 /// The general request body cap (docs/protocol.md §3): 8 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
@@ -34,189 +31,71 @@ const _: () = assert!(MAX_ITEM_BYTES_IN_BODY == relay_store::MAX_ITEM_BYTES_ACCE
 pub const BODY_BUDGET: u64 = 256 * 1024 * 1024;
 /// Default for `--max-body-bytes-per-address`: four full-size bodies.
 pub const DEFAULT_BODY_BYTES_PER_ADDRESS: u64 = 4 * MAX_BODY as u64;
+/// Default for `--max-body-bytes-per-key`: four full-size bodies, as per address.
+pub const DEFAULT_BODY_BYTES_PER_KEY: u64 = 4 * MAX_BODY as u64;
 
 /// A body reading this many bytes lets other tasks run before it reads on: a worker reading
 /// a full 8 MiB body in one go kept every other connection on it waiting (for tens of ms).
 const YIELD_EVERY: usize = 64 * 1024;
 
-/// A body reserves its memory in steps of this many bytes as it arrives.
+/// A body's reservation grows in multiples of this many bytes, and by at least half of what it
+/// holds each time (so a large body is copied a bounded number of times as its buffer grows).
 const RESERVE_STEP: u64 = 64 * 1024;
 
 /// Most bytes read and discarded after an early answer (docs/protocol.md §3: 64 MiB or 10 s).
 pub const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest a drain lasts.
 pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+/// What is drained after `503 server busy`: reading the rest of a body the relay has no room
+/// for would spend the time it is short of (a client still writing more may see a reset).
+pub const BUSY_DRAIN: Drain = Drain {
+    bytes: 64 * 1024,
+    time: Duration::from_secs(1),
+};
 
-/// The memory limits on request bodies: a budget shared by all requests (in KiB permits) and a
-/// cap per client address (IPv4 address, IPv6 /64) on bytes held at once.
-pub struct BodyLimits {
-    global: Semaphore,
-    per_address: Mutex<HashMap<AddrKey, u64>>,
-    address_cap: u64,
+/// Bounds of a drain.
+#[derive(Debug, Clone, Copy)]
+pub struct Drain {
+    pub bytes: u64,
+    pub time: Duration,
 }
 
+/// The drain after an early answer: [`DRAIN_MAX_BYTES`] or [`DRAIN_MAX_TIME`].
+pub const FULL_DRAIN: Drain = Drain {
+    bytes: DRAIN_MAX_BYTES,
+    time: DRAIN_MAX_TIME,
+};
+
 /// Why a body could not be read.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum BodyError {
     /// Over the cap (answer 413).
     TooLarge,
-    /// The client's address already holds its share of body memory (answer 429).
-    AddressBusy,
-    /// The shared budget had no room for more of a body that is already partly held (answer
-    /// 503).
-    Busy,
-    /// The client stopped sending or the stream failed.
+    /// Body memory could not be held (429 for a share, 503 for the shared budget).
+    Refused(Refused),
+    /// The client stopped sending, sent too slowly, or the stream failed.
     Aborted,
-    /// The budget is closed: the relay is shutting down.
-    Closed,
 }
 
-impl BodyLimits {
-    /// A shared budget of `budget` bytes, and at most `address_cap` bytes held per address.
-    pub fn new(budget: u64, address_cap: u64) -> Self {
-        BodyLimits {
-            global: Semaphore::new(usize::try_from(budget / 1024).unwrap_or(usize::MAX).max(1)),
-            per_address: Mutex::new(HashMap::new()),
-            address_cap,
-        }
-    }
-
-    /// An empty reservation for a request from `addr`; it grows as the body arrives and gives
-    /// everything back when dropped.
-    pub fn reservation(&self, addr: &str) -> Reservation<'_> {
-        Reservation {
-            limits: self,
-            addr: address_key(addr),
-            bytes: 0,
-            kib: 0,
-        }
-    }
-
-    /// Addresses holding body memory now (for tests: the table empties when requests end).
-    pub fn addresses_holding(&self) -> usize {
-        self.table().len()
-    }
-
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<AddrKey, u64>> {
-        // Every update is one insert or remove: the map stays consistent after a panic.
-        self.per_address.lock().unwrap_or_else(|p| p.into_inner())
+impl From<Refused> for BodyError {
+    fn from(r: Refused) -> Self {
+        BodyError::Refused(r)
     }
 }
 
-/// Body memory held for one request: `bytes` of its address's share, `kib` permits of the
-/// shared budget.
-pub struct Reservation<'a> {
-    limits: &'a BodyLimits,
-    addr: AddrKey,
-    bytes: u64,
-    kib: u32,
+/// What a body that has `len` bytes so far should hold, holding `held`, with at most `limit`
+/// bytes to come in all: `len` rounded up to a step and at least half again `held`.
+fn reserve_target(len: u64, held: u64, limit: u64) -> u64 {
+    len.max(held + held / 2)
+        .next_multiple_of(RESERVE_STEP)
+        .min(limit)
+        .max(len)
 }
 
-impl Reservation<'_> {
-    /// Hold at least `total` bytes: the address's share first (refused when it is used up, so a
-    /// flood from one address gets answers rather than a queue), then the shared budget (waits
-    /// for room).
-    ///
-    /// # Errors
-    /// [`BodyError::AddressBusy`] past the address's share; [`BodyError::Closed`] once the budget
-    /// is closed.
-    pub async fn grow_to(&mut self, total: u64) -> Result<(), BodyError> {
-        self.grow(total, total).await
-    }
-
-    /// Hold `want` bytes, or at least `need` when the address's share has no room for `want`;
-    /// waits for room in the shared budget.
-    async fn grow(&mut self, need: u64, want: u64) -> Result<(), BodyError> {
-        let Some(kib) = self.take_share(need, want)? else {
-            return Ok(());
-        };
-        let permit = self
-            .limits
-            .global
-            .acquire_many(kib)
-            .await
-            .map_err(|_| BodyError::Closed)?;
-        permit.forget();
-        self.kib += kib;
-        Ok(())
-    }
-
-    /// [`Reservation::grow`] without waiting: a request that already holds part of the budget
-    /// must not wait for more, or requests holding parts could all wait for each other.
-    ///
-    /// # Errors
-    /// [`BodyError::Busy`] when the shared budget has no room now.
-    fn try_grow(&mut self, need: u64, want: u64) -> Result<(), BodyError> {
-        let before = self.bytes;
-        let Some(kib) = self.take_share(need, want)? else {
-            return Ok(());
-        };
-        match self.limits.global.try_acquire_many(kib) {
-            Ok(permit) => {
-                permit.forget();
-                self.kib += kib;
-                Ok(())
-            }
-            Err(_) => {
-                self.give_back_share(before);
-                Err(BodyError::Busy)
-            }
-        }
-    }
-
-    /// Count `want` (else `need`) bytes in the address's share; the shared-budget KiB still to
-    /// take, `None` when nothing more is needed.
-    fn take_share(&mut self, need: u64, want: u64) -> Result<Option<u32>, BodyError> {
-        if need <= self.bytes {
-            return Ok(None);
-        }
-        let mut table = self.limits.table();
-        let held = table.entry(self.addr.clone()).or_insert(0);
-        let room = self.limits.address_cap.saturating_sub(*held);
-        let total = if want - self.bytes <= room {
-            want
-        } else if need - self.bytes <= room {
-            need
-        } else {
-            if *held == 0 {
-                table.remove(&self.addr);
-            }
-            return Err(BodyError::AddressBusy);
-        };
-        *held += total - self.bytes;
-        self.bytes = total;
-        let kib = u32::try_from(total.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-        Ok((kib > self.kib).then(|| kib - self.kib))
-    }
-
-    /// Return share bytes down to `to`.
-    fn give_back_share(&mut self, to: u64) {
-        let mut table = self.limits.table();
-        if let Some(held) = table.get_mut(&self.addr) {
-            *held = held.saturating_sub(self.bytes - to);
-            if *held == 0 {
-                table.remove(&self.addr);
-            }
-        }
-        self.bytes = to;
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        self.limits.global.add_permits(self.kib as usize);
-        if self.bytes > 0 {
-            self.give_back_share(0);
-        }
-    }
-}
-
-/// Read `body` into memory, refusing more than `cap` bytes, reserving its memory in
-/// `reservation` only once bytes arrive, so a client that declares a large body and sends
-/// nothing holds nothing: a declared length whole at the first byte (waiting for room in the
-/// shared budget while holding none of it), a body without a length in [`RESERVE_STEP`]s as it
-/// arrives (only the first step waits; see [`Reservation::try_grow`]). On an error the rest of
-/// the body is still in `body` (to drain it).
+/// Read `body` into memory, refusing more than `cap` bytes, holding in `reservation` only what
+/// has arrived (see [`reserve_target`]; a declared length sizes the buffer's address space, it
+/// reserves nothing), so a client that declares a large body and sends a byte holds a step,
+/// not the declared length. On an error the rest of the body is still in `body` (to drain it).
 ///
 /// # Errors
 /// [`BodyError::TooLarge`] once the declared or received length passes `cap`; see
@@ -231,6 +110,7 @@ pub async fn read_capped(
     if declared.is_some_and(|n| n > cap64) || body.size_hint().lower() > cap64 {
         return Err(BodyError::TooLarge);
     }
+    let limit = declared.unwrap_or(cap64);
     let mut buf = Vec::new();
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
@@ -243,19 +123,26 @@ pub async fn read_capped(
                     if len > cap64 {
                         return Err(BodyError::TooLarge);
                     }
-                    match declared {
-                        // A declared body is reserved whole at its first byte.
-                        Some(n) => reservation.grow(n, n).await?,
-                        None if reservation.bytes == 0 => {
-                            reservation
-                                .grow(len, len.next_multiple_of(RESERVE_STEP).min(cap64))
-                                .await?;
-                        }
-                        None => reservation
-                            .try_grow(len, len.next_multiple_of(RESERVE_STEP).min(cap64))?,
-                    }
-                    if buf.capacity() == 0 {
-                        buf.reserve_exact(declared.map_or(data.len(), |n| n as usize));
+                    if len > reservation.held() {
+                        let target = reserve_target(len, reservation.held(), limit);
+                        let partial = reservation.held() > 0;
+                        let held = match reservation.grow_to(target).await {
+                            // A step past a share or the room left (refused without a wait):
+                            // what has arrived may still fit.
+                            Err(Refused::AddressBusy | Refused::KeyBusy) if target > len => {
+                                reservation.grow_to(len).await.map(|()| len)
+                            }
+                            Err(Refused::Busy) if partial && target > len => {
+                                reservation.grow_to(len).await.map(|()| len)
+                            }
+                            r => r.map(|()| target),
+                        }?;
+                        // A declared body's buffer takes its length of address space at once
+                        // (no copies as it grows; its pages become resident only as bytes are
+                        // written, which is what the reservation counts); one without a length
+                        // grows with what is held.
+                        let room = if declared.is_some() { limit } else { held };
+                        buf.reserve_exact(usize::try_from(room).unwrap_or(cap) - buf.len());
                     }
                     let before = buf.len();
                     buf.extend_from_slice(&data);
@@ -270,18 +157,18 @@ pub async fn read_capped(
     }
 }
 
-/// Read and discard what is left of `body` in the background (at most [`DRAIN_MAX_BYTES`] or
-/// [`DRAIN_MAX_TIME`]), so that a client still writing the body it was refused for reads the
+/// Read and discard what is left of `body` in the background (within `bounds`, usually
+/// [`FULL_DRAIN`]), so that a client still writing the body it was refused for reads the
 /// answer instead of a reset; the connection closes afterwards (the answer says
 /// `connection: close`).
-pub fn drain(mut body: Body) {
+pub fn drain(mut body: Body, bounds: Drain) {
     if body.is_end_stream() {
         return;
     }
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+        let _ = tokio::time::timeout(bounds.time, async {
             let mut drained = 0u64;
-            while drained < DRAIN_MAX_BYTES {
+            while drained < bounds.bytes {
                 match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
                     Some(Ok(frame)) => {
                         drained += frame.data_ref().map_or(0, |d| d.len() as u64);
@@ -298,44 +185,12 @@ pub fn drain(mut body: Body) {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn budget_waits_for_room() {
-        let limits = BodyLimits::new(4 * 1024, u64::MAX);
-        let mut first = limits.reservation("192.0.2.1");
-        first.grow_to(3 * 1024).await.unwrap();
-        let mut second = limits.reservation("192.0.2.2");
-        let blocked =
-            tokio::time::timeout(Duration::from_millis(50), second.grow_to(2 * 1024)).await;
-        assert!(blocked.is_err(), "over budget waits");
-        drop(first);
-        let mut third = limits.reservation("192.0.2.3");
-        assert!(third.grow_to(2 * 1024).await.is_ok());
-    }
-
-    #[tokio::test]
-    async fn one_address_holds_at_most_its_share_and_gives_it_back() {
-        let limits = BodyLimits::new(1 << 30, 10_000);
-        let mut a = limits.reservation("192.0.2.1");
-        a.grow_to(6_000).await.unwrap();
-        let mut b = limits.reservation("192.0.2.1:4000");
-        assert_eq!(b.grow_to(5_000).await, Err(BodyError::AddressBusy));
-        b.grow_to(4_000).await.unwrap();
-        let mut other = limits.reservation("192.0.2.9");
-        other.grow_to(10_000).await.unwrap();
-        // IPv6 by /64: another address of the same /64 shares the share.
-        let mut v6 = limits.reservation("2001:db8::1");
-        v6.grow_to(10_000).await.unwrap();
-        let mut v6b = limits.reservation("2001:db8::2");
-        assert_eq!(v6b.grow_to(1).await, Err(BodyError::AddressBusy));
-        drop((a, b, other, v6, v6b));
-        assert_eq!(limits.addresses_holding(), 0, "the table empties");
-        assert_eq!(limits.global.available_permits(), 1 << 20);
-    }
+    const LONG: Duration = Duration::from_secs(60);
 
     #[tokio::test]
     async fn caps_are_inclusive_and_enforced() {
-        let limits = BodyLimits::new(1 << 30, u64::MAX);
-        let mut r = limits.reservation("x");
+        let limits = BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG);
+        let mut r = limits.reservation("x", None);
         let ok = read_capped(&mut Body::from(vec![b'x'; 10]), 10, None, &mut r)
             .await
             .unwrap();
@@ -350,8 +205,9 @@ mod tests {
         );
     }
 
-    /// A body that arrives in the given pieces and declares no length.
-    struct Pieces(std::collections::VecDeque<axum::body::Bytes>);
+    /// A body that arrives in the given pieces, declares no length, and then either ends or
+    /// stalls for good.
+    struct Pieces(std::collections::VecDeque<axum::body::Bytes>, bool);
 
     impl axum::body::HttpBody for Pieces {
         type Data = axum::body::Bytes;
@@ -360,25 +216,61 @@ mod tests {
             mut self: Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-            std::task::Poll::Ready(self.0.pop_front().map(|d| Ok(hyper::body::Frame::data(d))))
+            match self.0.pop_front() {
+                Some(d) => std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(d)))),
+                None if self.1 => std::task::Poll::Pending,
+                None => std::task::Poll::Ready(None),
+            }
         }
     }
 
     #[tokio::test]
-    async fn a_body_without_a_length_reserves_as_it_arrives() {
-        let limits = BodyLimits::new(1 << 30, 200 * 1024);
+    async fn a_declared_body_holds_what_it_has_sent_not_its_length() {
+        let limits = BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG);
+        let mut body = Body::new(Pieces([axum::body::Bytes::from_static(b"{")].into(), true));
+        let mut r = limits.reservation("192.0.2.1", None);
+        let declared = Some(MAX_BODY as u64);
+        let stalled = tokio::time::timeout(
+            Duration::from_millis(30),
+            read_capped(&mut body, MAX_BODY, declared, &mut r),
+        )
+        .await;
+        assert!(stalled.is_err());
+        assert_eq!(r.held(), RESERVE_STEP, "one step for one byte, not 8 MiB");
+        // A small declared body holds its length.
+        let mut r = limits.reservation("192.0.2.1", None);
+        let got = read_capped(&mut Body::from(vec![1u8; 300]), MAX_BODY, Some(300), &mut r).await;
+        assert_eq!(got.map(|b| b.len()), Ok(300));
+        assert_eq!(r.held(), 300);
+    }
+
+    #[tokio::test]
+    async fn a_body_reserves_as_it_arrives_and_never_past_its_share() {
+        let limits = BodyLimits::new(1 << 30, 200 * 1024, u64::MAX, LONG);
         let piece = axum::body::Bytes::from(vec![1u8; 100 * 1024]);
-        let mut body = Body::new(Pieces([piece.clone(), piece.clone()].into()));
-        let mut r = limits.reservation("192.0.2.1");
+        let mut body = Body::new(Pieces([piece.clone(), piece.clone()].into(), false));
+        let mut r = limits.reservation("192.0.2.1", None);
         let got = read_capped(&mut body, MAX_BODY, None, &mut r).await;
         assert_eq!(got.map(|b| b.len()), Ok(200 * 1024));
-        assert_eq!(r.bytes, 200 * 1024, "reserved in steps, never past the cap");
+        assert_eq!(r.held(), 200 * 1024, "in steps, never past the share");
         drop(r);
-        let mut body = Body::new(Pieces([piece.clone(), piece.clone(), piece].into()));
-        let mut r = limits.reservation("192.0.2.1");
+        let mut body = Body::new(Pieces([piece.clone(), piece.clone(), piece].into(), false));
+        let mut r = limits.reservation("192.0.2.1", None);
         let got = read_capped(&mut body, MAX_BODY, None, &mut r).await;
         // The whole 200 KiB share held after the second piece; the third needs more.
-        assert_eq!(got, Err(BodyError::AddressBusy));
-        assert_eq!(r.bytes, 200 * 1024);
+        assert_eq!(got, Err(BodyError::Refused(Refused::AddressBusy)));
+        assert_eq!(r.held(), 200 * 1024);
+    }
+
+    #[test]
+    fn steps_grow_by_half_and_stop_at_the_limit() {
+        assert_eq!(reserve_target(1, 0, 8 << 20), RESERVE_STEP);
+        assert_eq!(
+            reserve_target(70_000, RESERVE_STEP, 8 << 20),
+            2 * RESERVE_STEP
+        );
+        assert_eq!(reserve_target(5 << 20, 4 << 20, 8 << 20), 6 << 20);
+        assert_eq!(reserve_target(7 << 20, 6 << 20, 8 << 20), 8 << 20);
+        assert_eq!(reserve_target(10, 0, 10), 10);
     }
 }

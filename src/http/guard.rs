@@ -20,7 +20,9 @@
 //!   the client does not read for `body_timeout` is abandoned too.
 //! - **First body byte**: once the handler starts reading a body, its first byte must arrive
 //!   within `body_first_byte_timeout`, else the read fails (400), so a client that declares a
-//!   body and sends nothing holds its connection only briefly.
+//!   body and sends nothing holds its connection only briefly; after it, the body must average
+//!   `body_min_rate` bytes a second (the first-byte timeout as slack), so a body that stalls
+//!   holds what it sent only briefly too.
 //! - **Per-address limit for unauthenticated routes**: requests to routes that need no signed
 //!   hop and are not already limited per address by the relay (unsigned info, health, metrics and
 //!   unknown paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window)
@@ -41,7 +43,9 @@
 //!   are answered over TLS too.
 //!
 //! Every timeout is a plain deadline on a timer: nothing here buffers client bytes, so memory per
-//! connection stays what hyper and the handler's body cap allow.
+//! connection stays what hyper and the handler's body cap allow; hyper's read buffer is bounded
+//! to the header cap plus a little ([`READ_BUFFER_MAX`]), so an unterminated head costs at most
+//! that.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -101,12 +105,22 @@ const DEFAULT_IDLE_TIMEOUT: &str = "10s";
 const DEFAULT_FIRST_BYTE_TIMEOUT: &str = "5s";
 /// Default of `--auth-failures-per-minute`.
 const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
+/// Default of `--body-min-rate` (bytes per second): far under what `--body-timeout` already
+/// asks of a full body (8 MiB in 60 s), so it cuts stalls, not slow honest links.
+const DEFAULT_BODY_MIN_RATE: u64 = 4096;
+/// Default of `--body-budget-wait`.
+const DEFAULT_BODY_BUDGET_WAIT: &str = "5s";
 
 /// The value of a default duration text `<n>s`, so the flag's default and
 /// [`GuardConfig::default`] come from one literal (see [`default_duration`]).
 const fn secs(text: &str) -> Duration {
     default_duration(text)
 }
+/// hyper's read buffer per connection (hyper's default is about 408 KiB): the request-header
+/// cap plus room for the request line and header framing, so an unterminated head costs at most
+/// this before hyper answers `431` and closes. Bodies stream through it in pieces of this size.
+const READ_BUFFER_MAX: usize = super::handler::MAX_HEADER_BYTES + 4 * 1024;
+
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -127,7 +141,13 @@ pub struct GuardConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyGuardConfig {
     pub first_byte_timeout: Duration,
+    /// Bytes per second a body must average after its first byte (with the first-byte timeout
+    /// as slack).
+    pub min_rate: u64,
     pub bytes_per_address: u64,
+    pub bytes_per_key: u64,
+    /// Longest wait for room in the shared body budget.
+    pub budget_wait: Duration,
     pub auth_failures_per_minute: u32,
 }
 
@@ -136,7 +156,10 @@ impl Default for BodyGuardConfig {
     fn default() -> Self {
         BodyGuardConfig {
             first_byte_timeout: const { secs(DEFAULT_FIRST_BYTE_TIMEOUT) },
+            min_rate: DEFAULT_BODY_MIN_RATE,
             bytes_per_address: super::body::DEFAULT_BODY_BYTES_PER_ADDRESS,
+            bytes_per_key: super::body::DEFAULT_BODY_BYTES_PER_KEY,
+            budget_wait: const { secs(DEFAULT_BODY_BUDGET_WAIT) },
             auth_failures_per_minute: DEFAULT_AUTH_FAILURES_PER_MINUTE,
         }
     }
@@ -190,10 +213,21 @@ pub struct BodyGuardArgs {
     /// Time allowed for the first byte of a request body, from when the relay starts reading it.
     #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = DEFAULT_FIRST_BYTE_TIMEOUT, value_parser = parse_duration)]
     pub body_first_byte_timeout: Duration,
+    /// Bytes per second a request body must average after its first byte (a pause of up to
+    /// --body-first-byte-timeout allowed); a slower body is cut off with 400.
+    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE)]
+    pub body_min_rate: u64,
     /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
     /// more is answered 429. At least 8388608 (one full-size body).
     #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_ADDRESS)]
     pub max_body_bytes_per_address: u64,
+    /// Request-body bytes held at once for one hop key (whatever the addresses); a body that
+    /// needs more is answered 429. At least 8388608 (one full-size body).
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_KEY)]
+    pub max_body_bytes_per_key: u64,
+    /// Longest a request body waits for room in the shared 256 MiB body budget; then 503.
+    #[arg(long, env = "MBX_RELAY_BODY_BUDGET_WAIT", default_value = DEFAULT_BODY_BUDGET_WAIT, value_parser = parse_duration)]
+    pub body_budget_wait: Duration,
     /// Failed hop authentications per client address (IPv6: per /64) per minute; past it, calls
     /// with a hop from that address are answered 429 without being checked.
     #[arg(long, env = "MBX_RELAY_AUTH_FAILURES_PER_MINUTE", default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE)]
@@ -212,7 +246,10 @@ impl GuardArgs {
             max_connections_per_address: self.max_connections_per_address,
             body: BodyGuardConfig {
                 first_byte_timeout: self.body.body_first_byte_timeout,
+                min_rate: self.body.body_min_rate,
                 bytes_per_address: self.body.max_body_bytes_per_address,
+                bytes_per_key: self.body.max_body_bytes_per_key,
+                budget_wait: self.body.body_budget_wait,
                 auth_failures_per_minute: self.body.auth_failures_per_minute,
             },
         }
@@ -233,6 +270,7 @@ impl GuardConfig {
             (self.body_timeout, "--body-timeout"),
             (self.idle_timeout, "--idle-timeout"),
             (self.body.first_byte_timeout, "--body-first-byte-timeout"),
+            (self.body.budget_wait, "--body-budget-wait"),
         ] {
             if d.is_zero() {
                 return Err(format!("{flag} must be more than 0"));
@@ -244,11 +282,19 @@ impl GuardConfig {
         if self.max_connections_per_address == 0 {
             return Err("--max-connections-per-address must be at least 1".into());
         }
-        if self.body.bytes_per_address < super::body::MAX_BODY as u64 {
-            return Err(format!(
-                "--max-body-bytes-per-address must be at least {} (one full-size body)",
-                super::body::MAX_BODY
-            ));
+        for (bytes, flag) in [
+            (self.body.bytes_per_address, "--max-body-bytes-per-address"),
+            (self.body.bytes_per_key, "--max-body-bytes-per-key"),
+        ] {
+            if bytes < super::body::MAX_BODY as u64 {
+                return Err(format!(
+                    "{flag} must be at least {} (one full-size body)",
+                    super::body::MAX_BODY
+                ));
+            }
+        }
+        if self.body.min_rate == 0 {
+            return Err("--body-min-rate must be at least 1".into());
         }
         if self.body.auth_failures_per_minute == 0 {
             return Err("--auth-failures-per-minute must be at least 1".into());
@@ -313,12 +359,18 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         // The global slot first: address entries then never outnumber open connections.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse(stream, &refusals, Refusal::Full, shared.tls.clone());
+            refuse(stream, peer, &refusals, Refusal::Full, shared.tls.clone());
             continue;
         };
         let Some(address_slot) = per_address.try_open(peer.ip()) else {
             drop(slot);
-            refuse(stream, &refusals, Refusal::AddressFull, shared.tls.clone());
+            refuse(
+                stream,
+                peer,
+                &refusals,
+                Refusal::AddressFull,
+                shared.tls.clone(),
+            );
             continue;
         };
         tokio::spawn(serve_connection(
@@ -347,7 +399,13 @@ enum Refusal {
 
 /// Answer a connection over a cap (503, or 429 for its address; over TLS when the listener
 /// speaks it), drain a little of its request, close it.
-fn refuse(stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal, tls: Option<Arc<Tls>>) {
+fn refuse(
+    stream: TcpStream,
+    peer: SocketAddr,
+    refusals: &Arc<Semaphore>,
+    why: Refusal,
+    tls: Option<Arc<Tls>>,
+) {
     let Ok(permit) = refusals.clone().try_acquire_owned() else {
         return; // Dropped: closed without an answer.
     };
@@ -366,7 +424,7 @@ fn refuse(stream: TcpStream, refusals: &Arc<Semaphore>, why: Refusal, tls: Optio
         let _ = tokio::time::timeout(REFUSAL_TIME, async {
             match tls {
                 None => write_refusal(stream, answer.as_bytes()).await,
-                Some(tls) => match tls.handshake(stream, REFUSAL_TIME).await {
+                Some(tls) => match tls.handshake(stream, peer.ip(), REFUSAL_TIME).await {
                     Some(stream) => write_refusal(stream, answer.as_bytes()).await,
                     None => Ok(()),
                 },
@@ -429,7 +487,10 @@ async fn serve_tls(
     streaming: Streaming,
     stop: watch::Receiver<bool>,
 ) {
-    if let Some(io) = tls.handshake(io, shared.config.header_timeout).await {
+    if let Some(io) = tls
+        .handshake(io, peer.ip(), shared.config.header_timeout)
+        .await
+    {
         serve_http(shared, io, peer, streaming, stop).await;
     }
 }
@@ -464,6 +525,7 @@ async fn serve_http<S>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(cfg.header_timeout)
+        .max_buf_size(READ_BUFFER_MAX)
         .keep_alive(true);
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
@@ -531,8 +593,11 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
         }
     }
     let deadline = Instant::now() + shared.config.body_timeout;
-    let first_byte = shared.config.body.first_byte_timeout;
-    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline, first_byte)));
+    let pace = Pace {
+        first_byte: shared.config.body.first_byte_timeout,
+        min_rate: shared.config.body.min_rate,
+    };
+    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline, pace)));
     req.extensions_mut().insert(ConnectInfo(peer));
     let mut router = shared.router.clone();
     let resp = match tower_service::Service::call(&mut router, req).await {
@@ -566,35 +631,62 @@ fn too_many_requests(wait: Duration) -> Response<Body> {
     r
 }
 
-/// A request body that fails once its deadline passes before it ends, or when its first byte
-/// has not come `first_byte` after it was first read.
+/// A request body that fails once its deadline passes before it ends, when its first byte
+/// has not come `first_byte` after it was first read, or when after that it falls behind
+/// `min_rate` (nginx's `client_body_timeout` between reads, Apache's `MinRate`): by `t` after
+/// its first byte it must have sent `(t - first_byte) * min_rate` bytes.
 struct TimedBody {
     inner: Incoming,
     /// When the whole body must be in.
     deadline: Instant,
-    /// Armed for the nearer of the deadlines.
+    /// Armed for the nearest of the deadlines.
     timer: Pin<Box<Sleep>>,
+    pace: Pace,
     first_byte: FirstByte,
+    /// Data bytes received so far.
+    received: u64,
+}
+
+/// The pace a body must keep (see [`TimedBody`]).
+#[derive(Clone, Copy)]
+struct Pace {
+    first_byte: Duration,
+    min_rate: u64,
 }
 
 /// The first-byte deadline of a [`TimedBody`].
 enum FirstByte {
     /// Not read yet: the wait starts at the first read (after the handler's own checks).
-    Unread(Duration),
+    Unread,
     /// Read, no byte yet: the deadline.
     Waiting(Instant),
-    /// A byte came (or the body ended).
-    Arrived,
+    /// A byte came (or the body ended) at this instant.
+    Arrived(Instant),
 }
 
 impl TimedBody {
-    fn new(inner: Incoming, deadline: Instant, first_byte: Duration) -> Self {
+    fn new(inner: Incoming, deadline: Instant, pace: Pace) -> Self {
         TimedBody {
             inner,
             deadline,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
-            first_byte: FirstByte::Unread(first_byte),
+            pace,
+            first_byte: FirstByte::Unread,
+            received: 0,
         }
+    }
+
+    /// The nearest deadline now.
+    fn next_deadline(&self) -> Instant {
+        let paced = match self.first_byte {
+            FirstByte::Unread => return self.deadline,
+            FirstByte::Waiting(first) => first,
+            FirstByte::Arrived(at) => {
+                let credit_ms = self.received.saturating_mul(1000) / self.pace.min_rate.max(1);
+                at + self.pace.first_byte + Duration::from_millis(credit_ms)
+            }
+        };
+        paced.min(self.deadline)
     }
 }
 
@@ -618,18 +710,21 @@ impl HttpBody for TimedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let FirstByte::Unread(wait) = self.first_byte {
-            self.first_byte = FirstByte::Waiting(Instant::now() + wait);
+        if let FirstByte::Unread = self.first_byte {
+            self.first_byte = FirstByte::Waiting(Instant::now() + self.pace.first_byte);
         }
         if let Poll::Ready(f) = Pin::new(&mut self.inner).poll_frame(cx) {
-            self.first_byte = FirstByte::Arrived;
+            if let FirstByte::Waiting(_) = self.first_byte {
+                self.first_byte = FirstByte::Arrived(Instant::now());
+            }
+            if let Some(Ok(frame)) = &f {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                self.received = self.received.saturating_add(n);
+            }
             return Poll::Ready(f.map(|r| r.map_err(Into::into)));
         }
+        let end = self.next_deadline();
         let this = &mut *self;
-        let end = match this.first_byte {
-            FirstByte::Waiting(first) => first.min(this.deadline),
-            _ => this.deadline,
-        };
         if expired(&mut this.timer, end, cx) {
             return Poll::Ready(Some(Err(Box::new(BodyTimedOut))));
         }
@@ -841,6 +936,27 @@ mod tests {
             GuardConfig {
                 body: BodyGuardConfig {
                     auth_failures_per_minute: 0,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    min_rate: 0,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    bytes_per_key: 1024,
+                    ..BodyGuardConfig::default()
+                },
+                ..GuardConfig::default()
+            },
+            GuardConfig {
+                body: BodyGuardConfig {
+                    budget_wait: Duration::ZERO,
                     ..BodyGuardConfig::default()
                 },
                 ..GuardConfig::default()

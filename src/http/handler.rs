@@ -13,8 +13,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::answer::{answer_unread, json_response, json_text_response, retry_later};
-use super::body::{read_capped, BodyError, MAX_BODY, MAX_SMALL_BODY};
+use super::answer::{
+    answer_unread, answer_unread_draining, json_response, json_text_response, retry_later,
+};
+use super::body::{read_capped, BodyError, Refused, BUSY_DRAIN, MAX_BODY, MAX_SMALL_BODY};
 use super::client_addr::client_addr;
 use super::guard::{HopRefused, Streaming};
 use super::hop_gate::Refusal;
@@ -58,7 +60,7 @@ fn text_reply_response(r: Result<Vec<u8>, RelayError>) -> Response {
 }
 
 /// Largest total size of request header names and values; hosts send a handful of short ones.
-const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Entry point for every request.
 pub async fn handle(
@@ -150,25 +152,26 @@ fn too_many(text: &str, wait: Duration) -> Response {
 fn body_refused(e: BodyError, body: Body) -> Response {
     let r = match e {
         BodyError::TooLarge => too_large(),
-        BodyError::AddressBusy => too_many(
+        BodyError::Refused(Refused::AddressBusy) => too_many(
             "too many request bytes in flight from this address, retry later",
             retry_after::OVERLOAD,
         ),
-        BodyError::Busy => retry_later(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server busy, retry later",
+        BodyError::Refused(Refused::KeyBusy) => too_many(
+            "too many request bytes in flight for this key, retry later",
             retry_after::OVERLOAD,
         ),
+        BodyError::Refused(Refused::Busy) => {
+            let r = retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server busy, retry later",
+                retry_after::OVERLOAD,
+            );
+            return answer_unread_draining(r, body, BUSY_DRAIN);
+        }
         BodyError::Aborted => {
             return json_response(
                 StatusCode::BAD_REQUEST,
                 &json!({ "error": "request body could not be read" }),
-            )
-        }
-        BodyError::Closed => {
-            return json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({ "error": "server is shutting down" }),
             )
         }
     };
@@ -256,10 +259,24 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             Err(refusal) => return answer_unread(hop_refused(app, route, addr, refusal), body),
         }
     };
-    let mut reservation = app.bodies.reservation(&addr);
+    let key = check.as_ref().and_then(|c| c.share_key());
+    let mut reservation = app.bodies.reservation(&addr, key);
     let bytes = match read_capped(&mut body, cap, declared, &mut reservation).await {
         Ok(b) => b,
-        Err(e) => return body_refused(e, body),
+        Err(e) => {
+            // A hop whose body held memory and never arrived whole (cut off, too slow, over
+            // the cap) proved nothing: counted like a failed signature.
+            let unproven = check.is_some()
+                && reservation.held() > 0
+                && matches!(e, BodyError::Aborted | BodyError::TooLarge);
+            drop(reservation);
+            let mut r = body_refused(e, body);
+            if unproven {
+                app.hop_gate.count_failure(&addr);
+                r.extensions_mut().insert(HopRefused(addr));
+            }
+            return r;
+        }
     };
     let (caller, bytes) = match check {
         None => (None, bytes),

@@ -74,6 +74,14 @@ impl HopGate {
         (r.map_err(|e| self.refusal(&address_key(addr), e)), body)
     }
 
+    /// Count a hop that never proved itself (its body was cut off after holding memory) as a
+    /// failed authentication of `addr`.
+    pub fn count_failure(&self, addr: &str) {
+        let _ = self
+            .failures
+            .try_hit(&address_key(addr), SystemClock.now_ms());
+    }
+
     /// Count a failed hop; the failure that uses up the window is already answered 429.
     fn refusal(&self, key: &AddrKey, e: RelayError) -> Refusal {
         if e.status != Status::Unauthorized {

@@ -5,6 +5,7 @@
 mod answer;
 pub mod args;
 pub mod body;
+mod body_budget;
 pub mod client_addr;
 mod conn_limit;
 mod events;

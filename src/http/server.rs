@@ -48,6 +48,7 @@ impl ServeConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.limits.validate()?;
         self.guard.validate()?;
+        self.tls.validate()?;
         let most = super::body::MAX_ITEM_BYTES_IN_BODY;
         if self.limits.max_item_bytes > most {
             return Err(format!(
@@ -66,7 +67,7 @@ impl ServeConfig {
 /// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     config.validate()?;
-    let tls = config.tls.files()?.map(super::tls::Tls::load).transpose()?;
+    let tls = config.tls.load()?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     crate::private::restrict_umask();
     let dir = config.store_dir.clone();
@@ -140,6 +141,8 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         bodies: super::body::BodyLimits::new(
             super::body::BODY_BUDGET,
             config.guard.body.bytes_per_address,
+            config.guard.body.bytes_per_key,
+            config.guard.body.budget_wait,
         ),
         hop_gate: super::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
     });

@@ -5,7 +5,13 @@
 //! stays in use; connections already open keep the configuration they were accepted with.
 //!
 //! The key file is held to the rule of `relay.key` (owner-only, [`crate::private`]) at start and
-//! at every reload. Errors name files, never their bytes.
+//! at every reload; the change watch includes the files' modes, so a pair refused for a loose
+//! key is taken once the key is `chmod 600`. Errors name files, never their bytes.
+//!
+//! Handshakes are counted per client address (IPv4 address, IPv6 /64) in a one-minute window
+//! (`--tls-handshakes-per-minute`): a connection past it is closed before its handshake, so one
+//! address replaying ClientHellos costs the relay a window's worth of handshakes a minute, not
+//! a core.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,6 +27,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::private::{require_private_or, Kind};
+use crate::relay::rate::{ip_key, AddrKey, RateTable};
+use relay_store::{Clock as _, SystemClock};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).
 pub const WATCH_EVERY: Duration = Duration::from_secs(30);
@@ -38,9 +46,15 @@ fn watch_every() -> Duration {
 }
 /// The one application protocol offered: hyper serves HTTP/1.1 only.
 const ALPN_HTTP11: &[u8] = b"http/1.1";
+/// Default of `--tls-handshakes-per-minute`: two a second from one address, far more than a
+/// host's keep-alive connections need, a small fraction of a core (docs/deploy.md).
+const DEFAULT_HANDSHAKES_PER_MINUTE: u32 = 120;
+/// Most client addresses whose handshake windows are tracked at once (the oldest window is
+/// evicted when full, like the other address tables).
+const HANDSHAKE_TABLE_CAP: usize = 100_000;
 
 /// Flags for TLS (flattened into `mbx-relay serve`'s flags).
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TlsArgs {
     /// PEM certificate chain (leaf first) to serve HTTPS; needs --tls-key. Reloaded on SIGHUP.
     #[arg(long, env = "MBX_RELAY_TLS_CERT", value_name = "FILE")]
@@ -48,6 +62,21 @@ pub struct TlsArgs {
     /// PEM private key of --tls-cert (owner-only file, like relay.key); needs --tls-cert.
     #[arg(long, env = "MBX_RELAY_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// TLS handshakes per client address (IPv6: per /64) per minute; past it, a new connection
+    /// from that address is closed before its handshake.
+    #[arg(long, env = "MBX_RELAY_TLS_HANDSHAKES_PER_MINUTE", default_value_t = DEFAULT_HANDSHAKES_PER_MINUTE)]
+    pub tls_handshakes_per_minute: u32,
+}
+
+impl Default for TlsArgs {
+    /// TLS off, the flags' defaults.
+    fn default() -> Self {
+        TlsArgs {
+            tls_cert: None,
+            tls_key: None,
+            tls_handshakes_per_minute: DEFAULT_HANDSHAKES_PER_MINUTE,
+        }
+    }
 }
 
 /// The certificate chain and key files of a TLS relay.
@@ -58,6 +87,27 @@ pub struct TlsFiles {
 }
 
 impl TlsArgs {
+    /// Refuse a handshake window of 0 (it would refuse every client).
+    ///
+    /// # Errors
+    /// A message naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tls_handshakes_per_minute == 0 {
+            return Err("--tls-handshakes-per-minute must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The TLS side of the relay, when TLS is on: the pair loaded, refusing a bad one.
+    ///
+    /// # Errors
+    /// See [`TlsArgs::files`] and [`Tls::load`].
+    pub fn load(&self) -> Result<Option<Arc<Tls>>, String> {
+        self.files()?
+            .map(|f| Tls::load(f, self.tls_handshakes_per_minute))
+            .transpose()
+    }
+
     /// The files, when TLS is on.
     ///
     /// # Errors
@@ -85,23 +135,27 @@ pub struct Tls {
     acceptor: RwLock<TlsAcceptor>,
     /// The files' state when they were last loaded (or last refused), for the change watch.
     seen: Mutex<Option<Stamp>>,
+    /// Handshakes per client address this minute.
+    handshakes: RateTable<AddrKey>,
 }
 
-/// What a `stat` tells about the two files: a change in any part means "reload".
-type Stamp = [(Option<SystemTime>, u64, u64); 2];
+/// What a `stat` tells about the two files (modification time, length, inode, mode): a change
+/// in any part means "reload".
+type Stamp = [(Option<SystemTime>, u64, u64, u32); 2];
 
 impl Tls {
     /// Load the pair, refusing a key file other users can read.
     ///
     /// # Errors
     /// A message naming the file and what is wrong with it.
-    pub fn load(files: TlsFiles) -> Result<Arc<Tls>, String> {
+    pub fn load(files: TlsFiles, handshakes_per_minute: u32) -> Result<Arc<Tls>, String> {
         let seen = stamp(&files);
         let config = server_config(&files, "refusing to start")?;
         Ok(Arc::new(Tls {
             files,
             acceptor: RwLock::new(TlsAcceptor::from(Arc::new(config))),
             seen: Mutex::new(seen),
+            handshakes: RateTable::new(handshakes_per_minute, HANDSHAKE_TABLE_CAP),
         }))
     }
 
@@ -139,12 +193,22 @@ impl Tls {
         changed
     }
 
-    /// The TLS handshake of one accepted connection, cut off after `within` (a client that
-    /// never finishes it holds its connection slots no longer than a slow request head).
-    pub async fn handshake<IO>(&self, io: IO, within: Duration) -> Option<TlsStream<IO>>
+    /// The TLS handshake of one accepted connection from `peer`, cut off after `within` (a
+    /// client that never finishes it holds its connection slots no longer than a slow request
+    /// head); none at all (the connection closes) past the address's handshake window.
+    pub async fn handshake<IO>(
+        &self,
+        io: IO,
+        peer: std::net::IpAddr,
+        within: Duration,
+    ) -> Option<TlsStream<IO>>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
+        if !self.handshakes.hit(&ip_key(peer), SystemClock.now_ms()) {
+            tracing::debug!("TLS handshake refused: the address is past its handshake window");
+            return None;
+        }
         match tokio::time::timeout(within, self.acceptor().accept(io)).await {
             Ok(Ok(stream)) => Some(stream),
             Ok(Err(e)) => {
@@ -165,7 +229,7 @@ fn stamp(files: &TlsFiles) -> Option<Stamp> {
     let one = |p: &Path| {
         std::fs::metadata(p)
             .ok()
-            .map(|m| (m.modified().ok(), m.len(), m.ino()))
+            .map(|m| (m.modified().ok(), m.len(), m.ino(), m.mode()))
     };
     Some([one(&files.cert)?, one(&files.key)?])
 }
@@ -271,12 +335,12 @@ mod tests {
         assert_eq!(none.files(), Ok(None));
         let cert_only = TlsArgs {
             tls_cert: p("c"),
-            tls_key: None,
+            ..TlsArgs::default()
         };
         assert!(cert_only.files().unwrap_err().contains("--tls-key"));
         let key_only = TlsArgs {
-            tls_cert: None,
             tls_key: p("k"),
+            ..TlsArgs::default()
         };
         assert!(key_only.files().unwrap_err().contains("--tls-cert"));
     }

@@ -111,6 +111,12 @@ impl HopCheck {
     /// are checked on the relay's blocking pool (`http::verify`).
     pub const INLINE_BODY_MAX: usize = 16 * 1024;
 
+    /// The key whose share of in-flight body bytes the request counts against: the hop's key,
+    /// or for a v1 name the first live enrolment carrying it (so one name is one share).
+    pub fn share_key(&self) -> Option<Key32> {
+        self.candidates.first().map(|e| e.host_pubkey)
+    }
+
     /// Check the signature over `body`: the caller is the first candidate whose key verifies.
     ///
     /// # Errors

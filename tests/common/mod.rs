@@ -155,6 +155,43 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
     }
 }
 
+/// A line `<name>: <n> kB` of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
+pub fn proc_status_kib(pid: u32, name: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    s.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+}
+
+/// Connects from a chosen loopback source address (std cannot bind before connecting;
+/// loopback answers on all of 127/8, so a socket bound to 127.0.0.N is another client address).
+pub struct Dialer {
+    rt: tokio::runtime::Runtime,
+}
+
+impl Dialer {
+    pub fn new() -> Dialer {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("runtime");
+        Dialer { rt }
+    }
+
+    /// A blocking connection from `from` to `to`.
+    pub fn connect(&self, from: std::net::Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
+        self.rt.block_on(async {
+            let s = tokio::net::TcpSocket::new_v4()?;
+            s.bind(SocketAddr::new(from.into(), 0))?;
+            let stream = s.connect(to).await?.into_std()?;
+            stream.set_nonblocking(false)?;
+            stream.set_nodelay(true)?;
+            Ok(stream)
+        })
+    }
+}
+
 /// A fresh random host public key in protocol form (never enrolled anywhere).
 pub fn random_pubkey() -> String {
     SigningKey::generate().public_b64()

@@ -96,6 +96,11 @@ impl Leaf {
 
 /// Replace `path` with `bytes` (mode 0600) by a rename, as a certificate tool would.
 pub fn replace(path: &Path, bytes: &[u8]) {
+    replace_with_mode(path, bytes, 0o600);
+}
+
+/// [`replace`], the new file having `mode` from the start.
+pub fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) {
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -106,6 +111,7 @@ pub fn replace(path: &Path, bytes: &[u8]) {
         .unwrap();
     f.write_all(bytes).unwrap();
     f.sync_all().unwrap();
+    chmod(&tmp, mode);
     std::fs::rename(&tmp, path).unwrap();
 }
 
@@ -130,7 +136,11 @@ pub fn client_config(ca: &Ca) -> Arc<ClientConfig> {
 
 /// Connect to `addr` as `localhost` and finish the handshake; `Err` says why it failed.
 pub fn connect(addr: SocketAddr, cfg: &Arc<ClientConfig>) -> Result<TlsConn, String> {
-    let tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    connect_over(TcpStream::connect(addr).map_err(|e| e.to_string())?, cfg)
+}
+
+/// [`connect`] over a connection already open (e.g. from a chosen source address).
+pub fn connect_over(tcp: TcpStream, cfg: &Arc<ClientConfig>) -> Result<TlsConn, String> {
     tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     let conn = ClientConnection::new(cfg.clone(), name).map_err(|e| e.to_string())?;
