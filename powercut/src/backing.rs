@@ -84,6 +84,8 @@ fn write_dir(path: &Path, t: &Table, ino: u64) -> std::io::Result<()> {
         match &n.body {
             Body::Dir(_) => write_dir(&p, t, *child)?,
             Body::File(d) => fs::write(&p, d)?,
+            // A socket is its listener's: nobody listens after an unmount.
+            Body::Socket => continue,
         }
         fs::set_permissions(&p, fs::Permissions::from_mode(n.perm.into()))?;
     }

@@ -49,6 +49,7 @@ impl Powercut {
         let (kind, perm) = match n.body {
             Body::File(_) => (FileType::RegularFile, n.perm),
             Body::Dir(_) => (FileType::Directory, n.perm),
+            Body::Socket => (FileType::Socket, n.perm),
         };
         FileAttr {
             ino: INodeNo(ino),
@@ -106,6 +107,7 @@ impl Powercut {
     ) -> R<FileAttr> {
         let mut fs = self.lock();
         let total = fs.written.bytes();
+        let mut resized = None;
         let n = fs.written.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         if let Some(size) = size {
             let Body::File(d) = &mut n.body else {
@@ -114,8 +116,10 @@ impl Powercut {
             if size > d.len() as u64 && total + (size - d.len() as u64) > MAX_BYTES {
                 return Err(Errno::ENOSPC);
             }
+            let old = d.len();
             d.resize(size as usize, 0);
             n.mtime = SystemTime::now();
+            resized = Some((old.min(size as usize), old.max(size as usize)));
         }
         if let Some(mode) = mode {
             n.perm = (mode & 0o7777) as u16;
@@ -127,6 +131,9 @@ impl Powercut {
             };
         }
         n.ctime = SystemTime::now();
+        if let Some((from, to)) = resized {
+            fs.mark(ino, from, to);
+        }
         self.attr_of(&fs, ino)
     }
 
@@ -147,6 +154,7 @@ impl Powercut {
         }
         d[at..end].copy_from_slice(data);
         n.mtime = SystemTime::now();
+        fs.mark(ino, at, end);
         Ok(data.len() as u32)
     }
 
@@ -168,7 +176,9 @@ impl Powercut {
             if total + end - d.len() as u64 > MAX_BYTES {
                 return Err(Errno::ENOSPC);
             }
+            let old = d.len();
             d.resize(end as usize, 0);
+            fs.mark(ino, old, end as usize);
         }
         Ok(())
     }
@@ -182,7 +192,7 @@ impl Powercut {
         ) {
             (Body::Dir(e), true) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
             (Body::Dir(_), false) => return Err(Errno::EISDIR),
-            (Body::File(_), true) => return Err(Errno::ENOTDIR),
+            (Body::File(_) | Body::Socket, true) => return Err(Errno::ENOTDIR),
             _ => {}
         }
         if let Some(d) = fs.written.dir_mut(parent) {
@@ -226,7 +236,7 @@ impl Powercut {
             ) {
                 (Body::Dir(e), true) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
                 (Body::Dir(_), false) => return Err(Errno::EISDIR),
-                (Body::File(_), true) => return Err(Errno::ENOTDIR),
+                (Body::File(_) | Body::Socket, true) => return Err(Errno::ENOTDIR),
                 _ => {}
             }
         }
@@ -356,13 +366,12 @@ impl Filesystem for Powercut {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::EPERM);
-        }
-        entry(
-            reply,
-            self.make(parent.0, name, Body::File(Vec::new()), mode, umask),
-        );
+        let body = match mode & libc::S_IFMT {
+            libc::S_IFREG => Body::File(Vec::new()),
+            libc::S_IFSOCK => Body::Socket,
+            _ => return reply.error(Errno::EPERM),
+        };
+        entry(reply, self.make(parent.0, name, body, mode, umask));
     }
 
     fn mkdir(
@@ -469,6 +478,7 @@ impl Filesystem for Powercut {
                 reply.data(&d[from..to]);
             }
             Some(Body::Dir(_)) => reply.error(Errno::EISDIR),
+            Some(Body::Socket) => reply.error(Errno::EINVAL),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -554,6 +564,7 @@ impl Filesystem for Powercut {
         let named = entries.iter().map(|(name, child)| {
             let kind = match fs.written.nodes.get(child).map(|n| &n.body) {
                 Some(Body::Dir(_)) => FileType::Directory,
+                Some(Body::Socket) => FileType::Socket,
                 _ => FileType::RegularFile,
             };
             (*child, kind, name.as_os_str())

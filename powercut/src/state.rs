@@ -22,6 +22,8 @@ pub(crate) const MAX_BYTES: u64 = 2 << 30;
 pub(crate) enum Body {
     File(Vec<u8>),
     Dir(BTreeMap<OsString, u64>),
+    /// A Unix socket's name (the relay's admin socket): no data.
+    Socket,
 }
 
 /// One inode: its contents, permission bits and times.
@@ -51,6 +53,7 @@ impl Node {
         match &self.body {
             Body::File(d) => d.len() as u64,
             Body::Dir(e) => e.len() as u64,
+            Body::Socket => 0,
         }
     }
 }
@@ -131,7 +134,7 @@ impl Table {
             .values()
             .map(|n| match &n.body {
                 Body::File(d) => d.len() as u64,
-                Body::Dir(_) => 0,
+                Body::Dir(_) | Body::Socket => 0,
             })
             .sum()
     }
@@ -168,6 +171,9 @@ pub(crate) struct Fs {
     pub(crate) durable: Table,
     /// Open handles per inode (an unlinked inode is dropped when its last handle closes).
     pub(crate) open: HashMap<u64, u32>,
+    /// Per file, the byte range written since its last sync (an fsync copies only that: a
+    /// journal preallocated to 64 MiB is not copied whole at every commit).
+    dirty: HashMap<u64, (usize, usize)>,
     next_ino: u64,
     torn: Option<Rng>,
     /// Power cuts so far (handles opened before a cut are stale).
@@ -184,6 +190,7 @@ impl Fs {
             durable: table.clone(),
             written: table,
             open: HashMap::new(),
+            dirty: HashMap::new(),
             next_ino,
             torn,
             cuts: 0,
@@ -201,7 +208,15 @@ impl Fs {
         let linked = self.written.nodes.get(&ino).is_some_and(|n| n.nlink > 0);
         if !linked && self.open.get(&ino).copied().unwrap_or(0) == 0 {
             self.written.nodes.remove(&ino);
+            self.dirty.remove(&ino);
         }
+    }
+
+    /// Records that bytes `from..to` of file `ino` changed in the written state (a write, or a
+    /// size change over that range).
+    pub(crate) fn mark(&mut self, ino: u64, from: usize, to: usize) {
+        let r = self.dirty.entry(ino).or_insert((from, to));
+        *r = (r.0.min(from), r.1.max(to));
     }
 
     /// fsync/fdatasync of a file: its data and size (and, with `meta`, its mode) become durable.
@@ -211,11 +226,17 @@ impl Fs {
         let Some(w) = self.written.nodes.get(&ino) else {
             return;
         };
-        let w = w.clone();
+        let dirty = self.dirty.remove(&ino);
         match self.durable.nodes.get_mut(&ino) {
             Some(d) => {
                 if let (Body::File(dd), Body::File(wd)) = (&mut d.body, &w.body) {
-                    dd.clone_from(wd);
+                    dd.resize(wd.len(), 0);
+                    if let Some((from, to)) = dirty {
+                        let to = to.min(wd.len());
+                        if from < to {
+                            dd[from..to].copy_from_slice(&wd[from..to]);
+                        }
+                    }
                 }
                 d.mtime = w.mtime;
                 if meta {
@@ -224,10 +245,13 @@ impl Fs {
                 }
             }
             None => {
-                let mut d = w;
-                if let Body::Dir(e) = &mut d.body {
-                    e.clear();
-                }
+                let body = match &w.body {
+                    Body::File(wd) => Body::File(wd.clone()),
+                    Body::Dir(_) => Body::Dir(BTreeMap::new()),
+                    Body::Socket => Body::Socket,
+                };
+                let mut d = Node::new(body, w.perm);
+                d.mtime = w.mtime;
                 self.durable.nodes.insert(ino, d);
             }
         }
@@ -249,6 +273,7 @@ impl Fs {
                     let body = match &w.body {
                         Body::File(_) => Body::File(Vec::new()),
                         Body::Dir(_) => Body::Dir(BTreeMap::new()),
+                        Body::Socket => Body::Socket,
                     };
                     let mut n = Node::new(body, w.perm);
                     n.mtime = w.mtime;
@@ -290,6 +315,7 @@ impl Fs {
         self.durable.relink();
         self.written = self.durable.clone();
         self.open.clear();
+        self.dirty.clear();
         self.cuts += 1;
         before
     }
@@ -352,7 +378,7 @@ mod tests {
         assert_eq!(fs.written.lookup(ROOT, OsStr::new("b")), None);
         match &fs.written.nodes[&a].body {
             Body::File(d) => assert_eq!(d, b"synced"),
-            Body::Dir(_) => panic!("a is a file"),
+            _ => panic!("a is a file"),
         }
         assert!(
             !fs.durable.nodes.contains_key(&b),

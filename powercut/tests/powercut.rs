@@ -226,7 +226,7 @@ fn append_pwrite_truncate_fallocate_and_chmod_obey_the_rules() {
 }
 
 #[test]
-fn flock_excludes_a_second_holder_like_fjalls_lock_file() {
+fn flock_and_unix_sockets_work_like_fjalls_lock_file_and_the_admin_socket() {
     let p = pc(&[]);
     let path = p.path().join("lock");
     let a = File::create(&path).unwrap();
@@ -242,6 +242,14 @@ fn flock_excludes_a_second_holder_like_fjalls_lock_file() {
     ));
     a.unlock().unwrap();
     b.try_lock().unwrap();
+    // The relay's admin socket lives in its store directory.
+    let sock = p.path().join("admin.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut got = [0u8; 2];
+    listener.accept().unwrap().0.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hi");
 }
 
 /// The black-box check: many files and names, some made durable and some not, one cut, and
