@@ -186,15 +186,10 @@ impl Powercut {
     fn do_unlink(&self, parent: u64, name: &OsStr, want_dir: bool) -> R<()> {
         let mut fs = self.lock();
         let ino = fs.written.lookup(parent, name).ok_or(Errno::ENOENT)?;
-        match (
+        removable(
             &fs.written.nodes.get(&ino).ok_or(Errno::ENOENT)?.body,
             want_dir,
-        ) {
-            (Body::Dir(e), true) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
-            (Body::Dir(_), false) => return Err(Errno::EISDIR),
-            (Body::File(_) | Body::Socket, true) => return Err(Errno::ENOTDIR),
-            _ => {}
-        }
+        )?;
         if let Some(d) = fs.written.dir_mut(parent) {
             d.remove(name);
         }
@@ -230,15 +225,10 @@ impl Powercut {
             if old == ino {
                 return Ok(());
             }
-            match (
+            removable(
                 &fs.written.nodes.get(&old).ok_or(Errno::ENOENT)?.body,
                 is_dir,
-            ) {
-                (Body::Dir(e), true) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
-                (Body::Dir(_), false) => return Err(Errno::EISDIR),
-                (Body::File(_) | Body::Socket, true) => return Err(Errno::ENOTDIR),
-                _ => {}
-            }
+            )?;
         }
         if is_dir && is_under(&fs, newparent, ino) {
             return Err(Errno::EINVAL);
@@ -274,6 +264,17 @@ impl Powercut {
         touch(&mut fs, newparent);
         fs.written.relink();
         self.attr_of(&fs, ino)
+    }
+}
+
+/// Whether a name holding `body` may go (unlink, rmdir, or replaced by a rename of a directory
+/// when `dir`, else of a file): as rmdir(2) and unlink(2) answer.
+fn removable(body: &Body, dir: bool) -> R<()> {
+    match (body, dir) {
+        (Body::Dir(e), true) if !e.is_empty() => Err(Errno::ENOTEMPTY),
+        (Body::Dir(_), false) => Err(Errno::EISDIR),
+        (Body::File(_) | Body::Socket, true) => Err(Errno::ENOTDIR),
+        _ => Ok(()),
     }
 }
 
