@@ -10,6 +10,7 @@ use common::{backend_tests, Backend};
 
 use std::time::Duration;
 
+use common::powercut::Powercut;
 use common::{
     assert_rejected, envelope_item, receipt_item, rotation, verify_accept, wait_for, Host, Relay,
     RelayOpts, GENEROUS,
@@ -17,6 +18,14 @@ use common::{
 use mbx_relay::wire::canonical::canonical_json;
 use mbx_relay::wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical, SigningKey};
 use serde_json::{json, Value};
+
+/// `opts` with the store in `store` on the powercut mount `pc`, when there is one.
+fn on_mount(opts: RelayOpts, pc: Option<&Powercut>) -> RelayOpts {
+    match pc {
+        Some(pc) => opts.store(&pc.path().join("store")),
+        None => opts,
+    }
+}
 
 /// Pull everything queued for `host` (bounded pages).
 fn pull_all(relay: &Relay, host: &Host) -> Vec<Value> {
@@ -409,7 +418,14 @@ fn keygen_prints_a_seed_and_its_fingerprint() {
 /// acceptance.
 #[cfg(feature = "failpoints")]
 fn crash_windows_around_the_push_commit(backend: Backend) {
-    let mut boot = backend.start(GENEROUS);
+    push_commit_crash_windows(backend, None);
+}
+
+/// The push crash windows; with `pc`, the store is on that powercut mount and the power is cut
+/// right after each crash (so what the relay did not make durable is gone too).
+#[cfg(feature = "failpoints")]
+fn push_commit_crash_windows(backend: Backend, mut pc: Option<&mut Powercut>) {
+    let mut boot = Relay::launch(on_mount(backend.opts(GENEROUS), pc.as_deref())).unwrap();
     let a = Host::enrolled(&boot, "alice");
     let b = Host::enrolled(&boot, "bob");
     boot.kill9(); // kept: it names the store (and database) the next relays use
@@ -429,6 +445,9 @@ fn crash_windows_around_the_push_commit(backend: Backend) {
         let body = json!({ "items": [it] }).to_string();
         assert_no_answer_from_crash(&crashing, &a, "/v2/relay/items", &body, point);
         drop(crashing);
+        if let Some(pc) = pc.as_deref_mut() {
+            pc.cut();
+        }
         let relay = Relay::launch(backend.opts(GENEROUS).same_store(&boot)).unwrap();
         let r = a.push_one(&relay, &it);
         assert_eq!(r["status"], json!(expect), "{point}: {r}");
@@ -465,7 +484,13 @@ fn assert_no_answer_from_crash(relay: &Relay, host: &Host, path: &str, body: &st
 /// are gone, the cursor holds, and the receiver's retry of the same ack succeeds harmlessly.
 #[cfg(feature = "failpoints")]
 fn crash_after_the_ack_commit_keeps_the_ack(backend: Backend) {
-    let mut boot = backend.start(GENEROUS);
+    ack_commit_crash_window(backend, None);
+}
+
+/// The ack crash window; with `pc`, on that powercut mount with a power cut after the crash.
+#[cfg(feature = "failpoints")]
+fn ack_commit_crash_window(backend: Backend, pc: Option<&mut Powercut>) {
+    let mut boot = Relay::launch(on_mount(backend.opts(GENEROUS), pc.as_deref())).unwrap();
     let a = Host::enrolled(&boot, "alice");
     let b = Host::enrolled(&boot, "bob");
     let first = a.push_one(&boot, &envelope_item(&a, &[&b]));
@@ -490,6 +515,9 @@ fn crash_after_the_ack_commit_keeps_the_ack(backend: Backend) {
         "relay-ack-after-commit",
     );
     drop(crashing);
+    if let Some(pc) = pc {
+        pc.cut();
+    }
 
     let relay = Relay::launch(backend.opts(GENEROUS).same_store(&boot)).unwrap();
     let left = pull_all(&relay, &b);
@@ -628,4 +656,240 @@ backend_tests! {
     #[cfg(feature = "failpoints")] crash_after_the_ack_commit_keeps_the_ack,
     health_and_metrics_report_requests_items_and_the_queue,
     sigterm_lets_an_in_flight_push_finish,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Power cuts (powercut: a FUSE filesystem that forgets what was not fsync'd)
+// ---------------------------------------------------------------------------------------------
+
+/// The push and ack crash windows with the store on powercut and a power cut after each crash:
+/// an answer lost with the crash may not have been durable, but a committed one must be.
+#[cfg(feature = "failpoints")]
+#[test]
+fn power_cut_after_the_push_and_ack_crashes_keeps_what_was_committed() {
+    let mut pc = common::powercut_mount(&[]);
+    push_commit_crash_windows(Backend::Fjall, Some(&mut pc));
+    let mut pc = common::powercut_mount(&[]);
+    ack_commit_crash_window(Backend::Fjall, Some(&mut pc));
+}
+
+/// Power-loss drill: 8 senders push to one receiver that pulls and acks, while the power is cut
+/// 5 times in 30 s (SIGKILL of the relay, a cut, a restart on the same store). Every item a
+/// sender got an acceptance (or a duplicate) for reaches the receiver: none is lost.
+#[test]
+#[ignore = "fails: lsm-tree 3.1.10 never fsyncs blobs/ after writing a blob file, so after a cut \
+            the version names a missing blob file and fjall answers Storage(Unrecoverable) \
+            (docs/failure-behaviour.md, power loss); run with --ignored once that is fixed"]
+fn power_cut_drill_loses_no_acknowledged_item() {
+    power_cut_drill(&[]);
+}
+
+/// The drill with torn cuts: each cut keeps a random prefix of unsynced appends (a journal's
+/// torn tail) and may zero the end of the last page.
+#[test]
+#[ignore = "fails like power_cut_drill_loses_no_acknowledged_item (lsm-tree blob file names)"]
+fn power_cut_drill_with_torn_writes_loses_no_acknowledged_item() {
+    power_cut_drill(&["--torn", "--seed", "26"]);
+}
+
+fn power_cut_drill(powercut_args: &[&str]) {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    const SENDERS: usize = 8;
+    const CUTS: usize = 5;
+    const EVERY: Duration = Duration::from_secs(6);
+    let mut pc = common::powercut_mount(powercut_args);
+    let mut relay = Relay::launch(on_mount(RelayOpts::args(GENEROUS), Some(&pc))).unwrap();
+    let bob = Host::enrolled(&relay, "bob");
+    let senders: Vec<Host> = (0..SENDERS)
+        .map(|i| Host::enrolled(&relay, &format!("sender{i}")))
+        .collect();
+    let addr = Arc::new(Mutex::new(relay.addr()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let failed_calls = Arc::new(AtomicU64::new(0));
+
+    let mut threads = Vec::new();
+    for s in senders {
+        let (addr, stop, acked, failed) = (
+            addr.clone(),
+            stop.clone(),
+            acked.clone(),
+            failed_calls.clone(),
+        );
+        let target = Host {
+            name: bob.name.clone(),
+            key: SigningKey::from_seed_b64(&bob.key.seed_b64()).unwrap(),
+        };
+        threads.push(std::thread::spawn(move || {
+            // One item at a time, retried until acknowledged, as a sender's outbox does.
+            while !stop.load(Ordering::Relaxed) {
+                let it = envelope_item(&s, &[&target]);
+                let body = json!({ "items": [it] }).to_string();
+                while !stop.load(Ordering::Relaxed) {
+                    let at = *addr.lock().unwrap();
+                    match s.try_call_at(at, "POST", "/v2/relay/items", body.as_bytes()) {
+                        Ok(r) if r.status == 200 => {
+                            let st = r.json()["results"][0]["status"].clone();
+                            assert!(
+                                st == json!("accepted") || st == json!("duplicate"),
+                                "{}",
+                                r.text()
+                            );
+                            acked
+                                .lock()
+                                .unwrap()
+                                .insert(it["item_id"].as_str().unwrap().to_string());
+                            break;
+                        }
+                        _ => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    let received: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let receive = {
+        let (addr, stop, received) = (addr.clone(), stop.clone(), received.clone());
+        let bob = Host {
+            name: bob.name.clone(),
+            key: SigningKey::from_seed_b64(&bob.key.seed_b64()).unwrap(),
+        };
+        std::thread::spawn(move || {
+            // Pull from the start and ack what was pulled; stops after a pull that came back
+            // empty once the senders are done.
+            let mut drained_after_stop = false;
+            while !drained_after_stop {
+                let done = stop.load(Ordering::Relaxed);
+                let at = *addr.lock().unwrap();
+                let Ok(p) = bob.try_call_at(at, "GET", "/v2/relay/items?after=0", b"") else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                if p.status != 200 {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                let page = p.json();
+                let items = page["items"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    drained_after_stop = done;
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                let mut got = received.lock().unwrap();
+                for i in &items {
+                    got.insert(i["item_id"].as_str().unwrap().to_string());
+                }
+                drop(got);
+                let ack = json!({"epoch": page["epoch"], "through": page["last_seq"]}).to_string();
+                let _ = bob.try_call_at(at, "POST", "/v2/relay/ack", ack.as_bytes());
+            }
+        })
+    };
+
+    let started = Instant::now();
+    for n in 1..=CUTS {
+        std::thread::sleep((EVERY * n as u32).saturating_sub(started.elapsed()));
+        relay.power_cut(&mut pc);
+        *addr.lock().unwrap() = relay.addr();
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("sender thread");
+    }
+    receive.join().expect("receiver thread");
+    let acked = acked.lock().unwrap().clone();
+    let received = received.lock().unwrap().clone();
+    let lost: Vec<&String> = acked.difference(&received).collect();
+    eprintln!(
+        "power-cut drill {powercut_args:?}: {} cuts in {:.1} s, {} items acknowledged, {} received, \
+         {} lost, {} calls failed while the relay was down",
+        CUTS,
+        started.elapsed().as_secs_f64(),
+        acked.len(),
+        received.len(),
+        lost.len(),
+        failed_calls.load(Ordering::Relaxed)
+    );
+    assert!(
+        acked.len() > 100,
+        "the drill pushed too little to mean anything: {}",
+        acked.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged but lost after power cuts: {lost:?}\n{}",
+        relay.stderr_log()
+    );
+}
+
+/// Backup while serving, then a power cut: once `relay-tool backup` has returned, its file (on
+/// the same powercut mount) is complete under its name and verifies, and it restores.
+#[test]
+fn a_backup_that_returned_survives_a_power_cut_and_restores() {
+    let mut pc = common::powercut_mount(&[]);
+    let seed = SigningKey::generate().seed_b64();
+    let opts = RelayOpts::args(GENEROUS).env("MBX_RELAY_KEY", &seed);
+    let mut relay = Relay::launch(on_mount(opts.clone(), Some(&pc))).unwrap();
+    let a = Host::enrolled(&relay, "alice");
+    let b = Host::enrolled(&relay, "bob");
+    let items: Vec<Value> = (0..20).map(|_| envelope_item(&a, &[&b])).collect();
+    for r in a.push_results(&relay, &items) {
+        assert_eq!(r["status"], json!("accepted"));
+    }
+    let before = pull_all(&relay, &b);
+    let file = pc.path().join("backups").join("relay.mbxbak");
+    std::fs::create_dir(file.parent().unwrap()).unwrap();
+    // The directory's name must be durable too: the backup does not create it.
+    std::fs::File::open(pc.path()).unwrap().sync_all().unwrap();
+    let store = relay.store_dir().to_str().unwrap().to_string();
+    let out = common::relay_tool(&["backup", "--store-dir", &store, file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "backup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    relay.power_cut(&mut pc);
+
+    assert!(file.exists(), "the backup's name was lost in the cut");
+    let out = common::relay_tool(&["verify", file.to_str().unwrap()]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("backup OK"),
+        "verify after the cut: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restored = pc.path().join("restored");
+    let out = common::relay_tool(&[
+        "restore",
+        "--store-dir",
+        restored.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Not cut again here: a cut after the restore loses the names of the restored store's blob
+    // files (lsm-tree never fsyncs blobs/; docs/failure-behaviour.md, power loss), so fjall
+    // refuses the store with Storage(Unrecoverable). The drills (ignored) show the same.
+    drop(relay);
+    let back = Relay::launch(opts.store(&restored)).expect("serves the restore");
+    let after = pull_all(&back, &b);
+    assert_eq!(after.len(), before.len());
+    for (x, y) in after.iter().zip(&before) {
+        assert_eq!(
+            (&x["item_id"], &x["seq"], &x["wire_b64"]),
+            (&y["item_id"], &y["seq"], &y["wire_b64"])
+        );
+    }
 }

@@ -58,6 +58,7 @@ mod backup_file;
 mod codec;
 mod commit_stats;
 mod dump;
+mod durable_dir;
 pub mod failpoint;
 mod hosts;
 mod interface;
@@ -77,6 +78,7 @@ mod writer;
 pub use backup_file::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
+pub use durable_dir::{create_dir_all_durable, sync_dir};
 pub use relay_store::*;
 pub use store::Store;
 

@@ -1,7 +1,6 @@
 //! The `Store` handle: opening (lock, engine, schema), submitting writes, the durable read view,
 //! and closing.
 
-use std::os::unix::fs::DirBuilderExt as _;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -77,15 +76,14 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
             if !create {
                 return Err(StoreError::Missing(dir.to_path_buf()));
             }
-            // Owner-only: the store holds every queued item and the relay key.
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|source| StoreError::Io {
+            // Owner-only: the store holds every queued item and the relay key. Its name is
+            // fsync'd in its parent: a power cut must not take a store that answered writes.
+            crate::durable_dir::create_dir_all_durable(dir, 0o700).map_err(|source| {
+                StoreError::Io {
                     context: format!("creating store directory {}", dir.display()),
                     source,
-                })?;
+                }
+            })?;
         }
         Err(source) => {
             return Err(StoreError::Io {
@@ -96,6 +94,12 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
     }
     let lock = StoreLock::acquire(dir)?;
     let parts = open_parts(dir, create)?;
+    // fjall fsyncs inside `db/` but not the name `db/` in the store directory (nor the lock
+    // file's): once per open, so a first write's durability does not depend on a later sync.
+    crate::durable_dir::sync_dir(dir).map_err(|source| StoreError::Io {
+        context: format!("fsync of store directory {}", dir.display()),
+        source,
+    })?;
     Ok(Engine { lock, parts })
 }
 

@@ -73,11 +73,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     let dir = config.store_dir.clone();
     if config.store.dir().is_none() && !dir.exists() {
         // A database store: `--store-dir` still holds the admin socket and relay.key.
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
+        relay_keyspace::create_dir_all_durable(&dir, 0o700)
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     if dir.exists() {

@@ -98,10 +98,9 @@ fn write_key_file(dir: &Path, key: &SigningKey) -> Result<(), String> {
         let _ = std::fs::remove_file(&tmp);
         io("rename into", e)
     })?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    // The name is durable only once the directory is synced: a key lost to a power cut would
+    // be regenerated, and every enrolled host's hops would then fail.
+    relay_keyspace::sync_dir(dir).map_err(|e| io("fsync the directory of", e))
 }
 
 /// `seed: <b64>\nfingerprint: <fp>\npublic: <b64>` for `mbx-relay keygen` (stdout only).

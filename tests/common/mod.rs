@@ -23,6 +23,7 @@
 #![allow(dead_code)]
 
 mod backend;
+pub mod powercut;
 #[allow(unused_imports)]
 pub(crate) use backend::backend_tests;
 #[allow(unused_imports)]
@@ -71,6 +72,17 @@ pub const GENEROUS: &[&str] = &[
 /// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
 pub fn relay_tool_bin() -> PathBuf {
     Path::new(BIN).with_file_name("relay-tool")
+}
+
+/// The `powercut` binary (a FUSE filesystem whose power a test can cut), built next to
+/// `mbx-relay` by `cargo test --workspace`.
+pub fn powercut_bin() -> PathBuf {
+    Path::new(BIN).with_file_name("powercut")
+}
+
+/// A powercut mount (see [`powercut::Powercut`]) with these extra arguments.
+pub fn powercut_mount(args: &[&str]) -> powercut::Powercut {
+    powercut::Powercut::mount(&powercut_bin(), args)
 }
 
 /// Run `relay-tool` with `args` and the variables `env` (no terminal, so no progress display;
@@ -483,6 +495,14 @@ impl Relay {
     pub fn restart(&mut self) {
         self.kill9();
         self.spawn().expect("relay restarts");
+    }
+
+    /// A power cut under a running relay: SIGKILL, then `pc` forgets everything not durable,
+    /// then the relay starts again on the same store (which must be on `pc`).
+    pub fn power_cut(&mut self, pc: &mut powercut::Powercut) {
+        self.kill9();
+        pc.cut();
+        self.spawn().expect("relay restarts after a power cut");
     }
 
     /// Starts the relay again after [`Relay::kill9`] or [`Relay::terminate`].

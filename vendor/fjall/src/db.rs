@@ -909,6 +909,9 @@ impl Database {
             ),
         ]))
         .open()?;
+        // mbx-relay patch: the meta keyspace's folder `keyspaces/0` was created after the fsync
+        // of `keyspaces/` above; without this its name is lost to a power cut.
+        fsync_directory(&keyspaces_folder_path)?;
 
         let keyspaces = Arc::new(RwLock::default());
 

@@ -338,6 +338,9 @@ impl Keyspace {
             .join(keyspace_id.to_string());
 
         std::fs::create_dir_all(&base_folder)?;
+        // mbx-relay patch: the keyspace folder's name must be durable before the keyspace is
+        // recorded; lsm-tree fsyncs the folder itself, not its parent `keyspaces/`.
+        crate::file::fsync_directory(db.config.path.join(KEYSPACES_FOLDER))?;
 
         let base_config = lsm_tree::Config::new(
             base_folder,
