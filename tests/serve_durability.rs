@@ -677,9 +677,6 @@ fn power_cut_after_the_push_and_ack_crashes_keeps_what_was_committed() {
 /// 5 times in 30 s (SIGKILL of the relay, a cut, a restart on the same store). Every item a
 /// sender got an acceptance (or a duplicate) for reaches the receiver: none is lost.
 #[test]
-#[ignore = "fails: lsm-tree 3.1.10 never fsyncs blobs/ after writing a blob file, so after a cut \
-            the version names a missing blob file and fjall answers Storage(Unrecoverable) \
-            (docs/failure-behaviour.md, power loss); run with --ignored once that is fixed"]
 fn power_cut_drill_loses_no_acknowledged_item() {
     power_cut_drill(&[]);
 }
@@ -687,7 +684,6 @@ fn power_cut_drill_loses_no_acknowledged_item() {
 /// The drill with torn cuts: each cut keeps a random prefix of unsynced appends (a journal's
 /// torn tail) and may zero the end of the last page.
 #[test]
-#[ignore = "fails like power_cut_drill_loses_no_acknowledged_item (lsm-tree blob file names)"]
 fn power_cut_drill_with_torn_writes_loses_no_acknowledged_item() {
     power_cut_drill(&["--torn", "--seed", "26"]);
 }
@@ -879,11 +875,11 @@ fn a_backup_that_returned_survives_a_power_cut_and_restores() {
         "restore: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Not cut again here: a cut after the restore loses the names of the restored store's blob
-    // files (lsm-tree never fsyncs blobs/; docs/failure-behaviour.md, power loss), so fjall
-    // refuses the store with Storage(Unrecoverable). The drills (ignored) show the same.
+    // A cut after the restore returned keeps the restored store (before the lsm-tree patch,
+    // vendor/lsm-tree/PATCHES.md, its blob files' names were lost and fjall refused it).
     drop(relay);
-    let back = Relay::launch(opts.store(&restored)).expect("serves the restore");
+    let mut back = Relay::launch(opts.store(&restored)).expect("serves the restore");
+    back.power_cut(&mut pc);
     let after = pull_all(&back, &b);
     assert_eq!(after.len(), before.len());
     for (x, y) in after.iter().zip(&before) {
