@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use daemon_util::{wait_until, Daemon};
 use host_util::{pair, RelayProc};
-use mbx_relay::host::local::{socket_path, Request};
-use mbx_relay::host::trace::{unix_us, TRACE_ENV};
+use mbx_host::local::{socket_path, Request};
+use mbx_host::trace::{unix_us, TRACE_ENV};
 use serde_json::Value;
 
 fn env_u64(name: &str, default: u64) -> u64 {

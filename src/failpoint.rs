@@ -1,10 +1,5 @@
-//! Named crash points for crash-window tests.
-//!
-//! [`hit`] (from the store crate, which has crash points of its own) aborts the process when
-//! `MBX_FAILPOINT` names the point; with the `failpoints` feature only, so release builds carry no
-//! crash switch.
-
-pub use relay_keyspace::failpoint::hit;
+//! The server's fault switch for end-to-end tests: the fjall store's persist-failure watcher
+//! (feature `failpoints`). The named crash points themselves are `relay_os::failpoint::hit`.
 
 /// Names a file: while it exists, every store fsync is reported failed (feature `failpoints`):
 /// a disk fault end-to-end tests switch on and off without root.

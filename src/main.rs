@@ -71,7 +71,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     mbx_relay::memory::spawn_trimmer(mbx_relay::memory::TRIM_INTERVAL);
-    match rt.block_on(mbx_relay::http::run_serve(config)) {
+    match rt.block_on(mbx_relay::serve::run_serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -1,7 +1,8 @@
-//! The `serve` lifecycle. Startup order: owner-only umask, refuse a store directory others can
+//! The `serve` lifecycle: the server's start-up wiring (store, key, admin socket, HTTP).
+//! Startup order: owner-only umask, refuse a store directory others can
 //! reach, open the store (lock), load or create the relay key (refused likewise), pin
 //! it, stale-heartbeat check, heartbeat, bind (and bind `--metrics-listen`, printing
-//! `metrics listening on <addr>`), install the SIGHUP handler (TLS reload, [`super::tls`]),
+//! `metrics listening on <addr>`), install the SIGHUP handler (TLS reload, [`crate::http::tls`]),
 //! print `listening on <addr>`, then serve; background tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
 //! background tasks and the metrics listener, close the store.
 
@@ -11,11 +12,11 @@ use std::sync::Arc;
 
 use relay_store::{OpenOptions, SystemClock};
 
-use super::{router, App, TrustProxy};
-use crate::private::{require_private, Kind};
-use crate::relay::{key, startup, Limits};
+use crate::http::{router, App, TrustProxy};
+use relay_os::private::{require_private, Kind};
+use relay_core::{key, startup, Limits};
 use crate::store_open::{open_store, StoreSpec};
-use crate::wire::keys::fingerprint;
+use relay_wire::keys::fingerprint;
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -31,12 +32,12 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// The content of `MBX_RELAY_KEY`, if set (never logged).
     pub key_env: Option<String>,
-    /// Connection cap, timeouts and the public-route rate limit (`super::guard`).
-    pub guard: super::guard::GuardConfig,
+    /// Connection cap, timeouts and the public-route rate limit (`crate::http::guard`).
+    pub guard: crate::http::guard::GuardConfig,
     /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.
     pub log_retention: relay_store::LogRetention,
     /// `--tls-cert` / `--tls-key` (both or neither; checked at start).
-    pub tls: super::tls::TlsArgs,
+    pub tls: crate::http::tls::TlsArgs,
 }
 
 impl ServeConfig {
@@ -48,12 +49,12 @@ impl ServeConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.limits.validate()?;
         self.guard.validate()?;
-        let most = super::body::MAX_ITEM_BYTES_IN_BODY;
+        let most = crate::http::body::MAX_ITEM_BYTES_IN_BODY;
         if self.limits.max_item_bytes > most {
             return Err(format!(
                 "--max-item-bytes must be at most {most}: a larger item's base64 form does not \
                  fit the {} byte request body cap",
-                super::body::MAX_BODY
+                crate::http::body::MAX_BODY
             ));
         }
         Ok(())
@@ -66,9 +67,9 @@ impl ServeConfig {
 /// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     config.validate()?;
-    let tls = config.tls.files()?.map(super::tls::Tls::load).transpose()?;
+    let tls = config.tls.files()?.map(crate::http::tls::Tls::load).transpose()?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
-    crate::private::restrict_umask();
+    relay_os::private::restrict_umask();
     let dir = config.store_dir.clone();
     if config.store.dir().is_none() && !dir.exists() {
         // A database store: `--store-dir` still holds the admin socket and relay.key.
@@ -104,7 +105,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             Arc::new(SystemClock),
         )
         .await?
-        .with_authority(crate::relay::authority::for_serve()?),
+        .with_authority(relay_core::authority::for_serve()?),
     );
 
     let listener = tokio::net::TcpListener::bind(&config.listen)
@@ -131,17 +132,17 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
-    let reloader = super::tls::spawn_reloader(tls.clone(), stop_rx.clone())
+    let reloader = crate::http::tls::spawn_reloader(tls.clone(), stop_rx.clone())
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
     let app = Arc::new(App {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
-        http_metrics: super::metrics::HttpMetrics::default(),
-        bodies: super::body::BodyLimits::new(
-            super::body::BODY_BUDGET,
+        http_metrics: crate::http::metrics::HttpMetrics::default(),
+        bodies: crate::http::body::BodyLimits::new(
+            crate::http::body::BODY_BUDGET,
             config.guard.body.bytes_per_address,
         ),
-        hop_gate: super::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
+        hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
     });
     let metrics_at = match &metrics_listener {
         Some(l) => Some(
@@ -152,7 +153,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     };
     let metrics = metrics_listener.map(|l| {
         let guard = config.guard.clone();
-        tokio::spawn(super::metrics::serve_private(
+        tokio::spawn(crate::http::metrics::serve_private(
             l,
             app.clone(),
             guard,
@@ -178,7 +179,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             .map_err(|e| format!("stdout: {e}"))?;
     }
     tracing::info!(%addr, store = %dir.display(), "serving");
-    let served = super::guard::serve(
+    let served = crate::http::guard::serve(
         listener,
         router(app),
         config.trust_proxy,

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 use relay_pgstore::cluster::PgCluster;
 use serde_json::{json, Value};
 

@@ -8,7 +8,7 @@ mod mbx_relay_fuzz;
 
 use std::path::Path;
 
-use mbx_relay::wire::envelope::check_envelope_wire;
+use relay_wire::envelope::check_envelope_wire;
 use relay_keyspace::verify_backup;
 use serde_json::Value;
 

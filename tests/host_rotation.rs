@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use host_util::{host_key, pair, HostCli, RelayProc};
-use mbx_relay::host::client::RelayClient;
-use mbx_relay::wire::keys::SigningKey;
+use mbx_host::client::RelayClient;
+use relay_wire::keys::SigningKey;
 use serde_json::Value;
 
 /// The relay's signed info as `key` sees it (`you` only while that key is enrolled and live).

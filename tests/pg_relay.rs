@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 use relay_pgstore::cluster::PgCluster;
 use serde_json::{json, Value};
 

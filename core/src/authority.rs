@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::wire::envelope::js_len;
+use relay_wire::envelope::js_len;
 
 /// What the authority is asked, after the challenge signature verified.
 #[derive(Debug, Clone, Copy)]

@@ -163,8 +163,8 @@ impl Limits {
     }
 
     /// The nested per-address windows of challenge, enrol and rotate.
-    pub fn enrol_windows(&self) -> crate::relay::rate::NestedLimits {
-        crate::relay::rate::NestedLimits {
+    pub fn enrol_windows(&self) -> crate::rate::NestedLimits {
+        crate::rate::NestedLimits {
             address: self.enrol_per_minute,
             v4_24: self.enrol_per_minute_v4_24,
             v6_48: self.enrol_per_minute_v6_48,

@@ -6,9 +6,9 @@ use relay_store::{EncAd, EncAdV2, EncAds, Enrolment};
 use serde_json::{json, Map, Value};
 
 use super::{Caller, Relay, RelayError, Reply};
-use crate::wire::enc_ad::{check_ad, summarize, AdOwner, AdSummary};
-use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
-use crate::wire::records::enc_ad_statement;
+use relay_wire::enc_ad::{check_ad, summarize, AdOwner, AdSummary};
+use relay_wire::keys::{b64, parse_pubkey, verify_canonical};
+use relay_wire::records::enc_ad_statement;
 
 /// Longest v1 `enc_pub` string accepted (mbx-relay bound; the reference has none).
 const MAX_ENC_PUB: usize = 256;

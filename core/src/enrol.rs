@@ -10,9 +10,9 @@ use super::challenge::new_challenge;
 use super::code::ErrorCode;
 use super::config::CHALLENGE_LIFETIME;
 use super::{Relay, RelayError, Reply, Status};
-use crate::wire::keys::{fingerprint, parse_pubkey, verify_canonical};
-use crate::wire::names::{is_host_name, is_owner_fp};
-use crate::wire::records::enrol_statement;
+use relay_wire::keys::{fingerprint, parse_pubkey, verify_canonical};
+use relay_wire::names::{is_host_name, is_owner_fp};
+use relay_wire::records::enrol_statement;
 
 /// Every refusal of the two enrolment calls, with its status, text and code in one place.
 enum Refusal<'a> {

@@ -10,8 +10,8 @@
 use relay_store::{Enrolment, Key32};
 
 use super::{keycache, Relay, RelayError};
-use crate::wire::hop::{ts_fresh, verify_hop_with};
-use crate::wire::keys::parse_pubkey;
+use relay_wire::hop::{ts_fresh, verify_hop_with};
+use relay_wire::keys::parse_pubkey;
 
 /// The hop headers and what they sign, as received.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{Caller, Relay, Reply};
-use crate::wire::keys::b64;
+use relay_wire::keys::b64;
 
 impl Relay {
     /// The info document (docs/protocol.md §3), with `you` for an authenticated caller.

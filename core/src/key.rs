@@ -6,8 +6,8 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::private::{create_exclusive, require_private, Kind};
-use crate::wire::keys::{fingerprint, SigningKey};
+use relay_os::private::{create_exclusive, require_private, Kind};
+use relay_wire::keys::{fingerprint, SigningKey};
 
 /// The file name of the relay key inside the store directory.
 pub const KEY_FILE: &str = "relay.key";

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use crate::wire::keys::{verifying_key, VerifyingKey};
+use relay_wire::keys::{verifying_key, VerifyingKey};
 
 /// Most decoded keys held (about 200 bytes each plus the table).
 const CAPACITY: usize = 4096;
@@ -71,7 +71,7 @@ pub fn shared() -> &'static KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::keys::{verify_with, SigningKey};
+    use relay_wire::keys::{verify_with, SigningKey};
 
     #[test]
     fn memoises_valid_keys_and_stays_bounded() {

@@ -11,10 +11,10 @@ use super::enc_ad::pick_one;
 use super::push::{Committed, Prepared, TargetCache};
 use super::reason::{Reason, Rejection};
 use super::{expect_object, object, Caller, Relay, RelayError, Reply, Status};
-use crate::wire::accept::sha256;
-use crate::wire::canonical::canonical_bytes;
-use crate::wire::envelope::{envelope_recipient_hosts, envelope_shape_error};
-use crate::wire::keys::b64;
+use relay_wire::accept::sha256;
+use relay_wire::canonical::canonical_bytes;
+use relay_wire::envelope::{envelope_recipient_hosts, envelope_shape_error};
+use relay_wire::keys::b64;
 
 impl Relay {
     /// `POST /v1/relay/messages {"envelopes":[...]}` → `{"stored":N}` or `{"stored":N,"error"}`;
@@ -85,7 +85,7 @@ impl Relay {
                 }
             }
         }
-        crate::failpoint::hit("relay-after-commit");
+        relay_os::failpoint::hit("relay-after-commit");
         match error {
             None => Ok(json!({ "stored": stored })),
             Some(e) if stored == 0 => Err(nothing_stored(e)),
@@ -231,7 +231,7 @@ impl Relay {
         let head = self.store.cursor(&caller.key)?.head_seq;
         self.write(self.store.ack(&caller.key, cursor.min(head)))
             .await?;
-        crate::failpoint::hit("relay-ack-after-commit");
+        relay_os::failpoint::hit("relay-ack-after-commit");
         Ok(json!({ "ok": true }))
     }
 }

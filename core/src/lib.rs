@@ -1,6 +1,9 @@
 //! The relay's rules (docs/protocol.md) over the durable store, with no HTTP types: each public method
 //! takes parsed request parts and answers a JSON body or a [`RelayError`]. The HTTP adapter
-//! (`crate::http`) only moves bytes and maps [`Status`] to status codes.
+//! (the server crate `mbx-relay`) only moves bytes and maps [`Status`] to status codes.
+//!
+//! Layering: `relay-core` sees storage only through `relay_store::RelayStore` and links no
+//! HTTP crate and no storage backend (Cargo.toml); the server picks the backend.
 
 pub mod authority;
 pub mod capacity;
@@ -33,7 +36,7 @@ use std::sync::{Arc, RwLock};
 
 use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
 
-use crate::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 pub use config::Limits;
 pub use error::{RelayError, Reply, Status};
 pub use hop::{Caller, HopCheck, HopHeaders};

@@ -168,7 +168,7 @@ impl Relay {
     ///
     /// # Errors
     /// 503 store failure.
-    pub fn head_seq(&self, target: &relay_keyspace::Key32) -> Result<u64, RelayError> {
+    pub fn head_seq(&self, target: &relay_store::Key32) -> Result<u64, RelayError> {
         Ok(self.store.cursor(target)?.head_seq)
     }
 
@@ -219,7 +219,7 @@ impl Relay {
             return Err(bad_ack(self.store.cursor(&caller.key)?.head_seq));
         };
         let outcome = self.write(self.store.ack(&caller.key, through)).await?;
-        crate::failpoint::hit("relay-ack-after-commit");
+        relay_os::failpoint::hit("relay-ack-after-commit");
         match outcome {
             AckOutcome::Acked {
                 acked_through,
@@ -340,12 +340,12 @@ pub fn pull_limit(raw: Option<&str>, max: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::object;
+    use crate::object;
     use relay_store::{ItemKind, QueuedItem};
 
     /// The answer as it was built before [`page_json`]: a `serde_json::Value`, serialised.
     fn page_value(epoch: &str, after: u64, page: &Page) -> String {
-        let b64 = crate::wire::keys::b64;
+        let b64 = relay_wire::keys::b64;
         let items: Vec<Value> = page
             .items
             .iter()

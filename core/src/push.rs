@@ -12,11 +12,11 @@ use serde_json::{json, Value};
 
 use super::reason::{Reason, Rejection};
 use super::{Caller, Relay, RelayError, Reply};
-use crate::wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
-use crate::wire::canonical::write_string;
-use crate::wire::envelope::envelope_wire_error;
-use crate::wire::keys::{b64, parse_pubkey, unb64};
-use crate::wire::receipt::check_receipt_wire;
+use relay_wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
+use relay_wire::canonical::write_string;
+use relay_wire::envelope::envelope_wire_error;
+use relay_wire::keys::{b64, parse_pubkey, unb64};
+use relay_wire::receipt::check_receipt_wire;
 
 /// Longest item id, in UTF-16 code units as JavaScript counts them.
 const MAX_ITEM_ID: usize = 300;
@@ -129,7 +129,7 @@ impl Relay {
         let committed = self
             .commit(&caller.key, prepared, self.limits.retention_ms())
             .await?;
-        crate::failpoint::hit("relay-after-commit");
+        relay_os::failpoint::hit("relay-after-commit");
         let epoch = self.epoch();
         let sender_b64 = b64(&caller.key);
         let mut accepts = Vec::with_capacity(committed.len());
@@ -292,7 +292,7 @@ impl Relay {
             .iter()
             .map(|r| r.item.targets.iter().map(|t| t.target).collect())
             .collect();
-        crate::failpoint::hit("relay-before-commit");
+        relay_os::failpoint::hit("relay-before-commit");
         let outcomes = self.write(self.store.insert_many(reqs)).await?;
         // Durable now: wake whoever waits for these targets (never before the fsync).
         self.wake
@@ -491,9 +491,9 @@ pub fn check_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::object;
-    use crate::wire::accept::accept_statement;
-    use crate::wire::keys::SigningKey;
+    use crate::object;
+    use relay_wire::accept::accept_statement;
+    use relay_wire::keys::SigningKey;
 
     /// The answer as it was built before (a value tree serialised by `serde_json`).
     fn reference_answer(
@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn result_texts_equal_the_value_answers() {
         let key = SigningKey::from_seed(&[4u8; 32]);
-        let strings = crate::wire::canonical::tests::adversarial_strings(21, 600);
+        let strings = relay_wire::canonical::tests::adversarial_strings(21, 600);
         let mut texts = Vec::new();
         let mut values = Vec::new();
         for (n, w) in strings.chunks_exact(3).enumerate() {

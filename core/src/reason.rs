@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use relay_store::QuotaKind;
 
-use crate::wire::envelope::NOT_JSON;
+use relay_wire::envelope::NOT_JSON;
 
 /// The reasons of docs/protocol.md, with the free parts some of them carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub enum Reason {
     BatchOverLimitV1(usize),
 }
 
-/// The wire texts the §5 checks of `crate::wire` produce, with their reasons (the wire layer
+/// The wire texts the §5 checks of `relay_wire` produce, with their reasons (the wire layer
 /// answers plain texts; this table is where they become reasons).
 const WIRE_CHECK_TEXTS: &[(&str, Reason)] = &[
     (NOT_JSON, Reason::BadWire),
@@ -149,7 +149,7 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    /// The reason of a §5 wire-check text from `crate::wire` (envelope or receipt). A text the
+    /// The reason of a §5 wire-check text from `relay_wire` (envelope or receipt). A text the
     /// table does not know (a new check added there without a reason here) counts as `bad wire`
     /// but keeps its own text on the wire.
     pub fn of_wire_check(text: String) -> Self {

@@ -9,7 +9,7 @@ use relay_store::{Key32, NoticeFn, Quotas, RevokeRequest};
 use super::config::Limits;
 use super::sweep::notice_fn;
 use super::Relay;
-use crate::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 
 /// Builds revoke/purge requests and their notice signer (online: the relay's; offline:
 /// relay-tool's, over the relay key loaded from the store directory).

@@ -5,8 +5,8 @@ use relay_store::RebindOutcome;
 use serde_json::{json, Value};
 
 use super::{expect_object, Relay, RelayError, Reply};
-use crate::wire::keys::fingerprint;
-use crate::wire::records::parse_rotation;
+use relay_wire::keys::fingerprint;
+use relay_wire::records::parse_rotation;
 
 impl Relay {
     /// `POST /v2/relay/rotate {"rotation":{"rec","old_sig","new_sig"}}` → `{"moved": N}`.

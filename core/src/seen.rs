@@ -81,8 +81,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::relay::config::Limits;
-    use crate::wire::keys::SigningKey;
+    use crate::config::Limits;
+    use relay_wire::keys::SigningKey;
     use relay_keyspace::{Clock, EnrolRequest, OpenOptions, Store, DAY_MS};
 
     const T0: u64 = 1_700_000_000_000;
@@ -104,7 +104,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(crate::relay::startup::start(
+        rt.block_on(crate::startup::start(
             store,
             SigningKey::generate(),
             Limits::default(),

@@ -5,7 +5,7 @@ use relay_store::{Key32, SenderList, SenderListOutcome};
 use serde_json::{json, Value};
 
 use super::{Caller, Relay, RelayError, Reply};
-use crate::wire::records::{parse_sender_list, RecordError};
+use relay_wire::records::{parse_sender_list, RecordError};
 
 /// docs/protocol.md §3 texts, as the reference sends them.
 const BAD_LIST: &str = "bad sender list";

@@ -8,7 +8,7 @@ use std::time::Duration;
 use relay_store::{Clock, SharedStore};
 
 use super::{Limits, Relay, RelayError};
-use crate::wire::keys::{fingerprint, SigningKey};
+use relay_wire::keys::{fingerprint, SigningKey};
 
 /// Why the epoch must rotate at startup, if it must.
 pub fn stale_reason(heartbeat_ms: Option<u64>, now_ms: u64, stale: Duration) -> Option<String> {

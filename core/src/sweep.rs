@@ -11,9 +11,9 @@ use relay_store::{
 
 use super::config::DEDUP_GRACE;
 use super::{Relay, RelayError};
-use crate::wire::accept::sha256;
-use crate::wire::keys::{b64, SigningKey};
-use crate::wire::records::expiry_notice_wire;
+use relay_wire::accept::sha256;
+use relay_wire::keys::{b64, SigningKey};
+use relay_wire::records::expiry_notice_wire;
 
 /// Items expired per store call (one atomic batch).
 const SWEEP_BATCH: usize = 1_000;

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use relay_keyspace::Key32;
+use relay_store::Key32;
 use tokio::sync::Notify;
 
 /// Most concurrent waits and streams per host key; a new one evicts the oldest.

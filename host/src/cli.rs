@@ -33,9 +33,9 @@ use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
 use super::sync::{Session, SyncOptions};
 use super::trust;
 use super::{now_ms, HostError};
-use crate::wire::keys::{fingerprint, parse_pubkey};
-use crate::wire::names::is_host_name;
-use crate::wire::time::iso_ms;
+use relay_wire::keys::{fingerprint, parse_pubkey};
+use relay_wire::names::is_host_name;
+use relay_wire::time::iso_ms;
 
 /// Arguments of `mbx-relay host`.
 #[derive(Debug, Args)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{now_ms, HostError};
-use crate::wire::hop::{sign_hop, signed_path};
-use crate::wire::keys::SigningKey;
+use relay_wire::hop::{sign_hop, signed_path};
+use relay_wire::keys::SigningKey;
 
 /// Largest response body read (a full pull page is at most ~8 MiB of wire bytes as base64 + JSON).
 const MAX_RESPONSE: u64 = 32 * 1024 * 1024;

@@ -296,7 +296,7 @@ impl Daemon<'_> {
         let opened = Session::open_kept(&mut self.store, &self.id, self.opts, &mut self.agents);
         let result = opened.and_then(|mut s| {
             if push {
-                crate::failpoint::hit("host-daemon-after-send-before-push");
+                relay_os::failpoint::hit("host-daemon-after-send-before-push");
             }
             if head_start && s.head_start(pull)? && !full_due {
                 return Ok(checked);

@@ -16,9 +16,9 @@ use super::rotate;
 use super::store::HostStore;
 use super::sync::SyncOptions;
 use super::{now_ms, HostError};
-use crate::wire::hop::HOP_SKEW_MS;
-use crate::wire::keys::{fingerprint, parse_pubkey};
-use crate::wire::time::{iso_ms, parse_date_loose};
+use relay_wire::hop::HOP_SKEW_MS;
+use relay_wire::keys::{fingerprint, parse_pubkey};
+use relay_wire::time::{iso_ms, parse_date_loose};
 
 /// Clock skew above this fails the check (the relay refuses hops beyond [`HOP_SKEW_MS`]; the
 /// `Date` header has one-second resolution).

@@ -5,16 +5,16 @@
 //!
 //! Pure functions over values and the clock: the session code in `enrol.rs` and `sender.rs` does
 //! the HTTP and the store writes. A peer's ad passes the relay's own checks
-//! ([`crate::wire::enc_ad::check_ad`], with the pinned key as the owner) before the sender's.
+//! ([`relay_wire::enc_ad::check_ad`], with the pinned key as the owner) before the sender's.
 
 use serde_json::{json, Value};
 
 use super::client::Answer;
 use super::store::{PeerAd, PublishedAd};
-use crate::wire::enc_ad::{check_ad, AdOwner, AdRefusal, MAX_LIFETIME_MS};
-use crate::wire::keys::{parse_pubkey, verify_canonical};
-use crate::wire::records::enc_ad_statement;
-use crate::wire::time::{iso_ms, parse_date_loose};
+use relay_wire::enc_ad::{check_ad, AdOwner, AdRefusal, MAX_LIFETIME_MS};
+use relay_wire::keys::{parse_pubkey, verify_canonical};
+use relay_wire::records::enc_ad_statement;
+use relay_wire::time::{iso_ms, parse_date_loose};
 
 /// Milliseconds in a day.
 pub const DAY_MS: u64 = 86_400_000;
@@ -322,9 +322,9 @@ fn check_v2(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::canonical::canonical_json;
-    use crate::wire::keys::SigningKey;
-    use crate::wire::seal::EncSecret;
+    use relay_wire::canonical::canonical_json;
+    use relay_wire::keys::SigningKey;
+    use relay_wire::seal::EncSecret;
 
     const NOW: u64 = 1_795_960_800_000; // 2026-11-29T14:00:00.000Z
     const MIN: u64 = 60_000;

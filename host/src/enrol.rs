@@ -15,8 +15,8 @@ use super::enc_ad::{own_ad, republish_reason, RelayView};
 use super::store::PublishedAd;
 use super::sync::{Session, NOT_ENROLLED};
 use super::{now_ms, HostError};
-use crate::wire::records::{enc_ad_statement, enrol_statement};
-use crate::wire::time::iso_ms;
+use relay_wire::records::{enc_ad_statement, enrol_statement};
+use relay_wire::time::iso_ms;
 
 /// Map a 401 to the re-enrolment signal, any other non-200 to a relay error naming `what`.
 pub fn expect_ok(a: &Answer, what: &str) -> Result<(), HostError> {
@@ -173,7 +173,7 @@ impl Session<'_> {
             return Ok(());
         }
         expect_ok(&a, "v2 enc-key ad")?;
-        crate::failpoint::hit("host-after-enc-ad-before-record");
+        relay_os::failpoint::hit("host-after-enc-ad-before-record");
         let exp_ms = now.saturating_add(lifetime);
         let rec = PublishedAd {
             scope,

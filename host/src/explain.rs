@@ -3,7 +3,7 @@
 
 use super::enc_ad::Refusal;
 use super::store::{ItemKind, OutRow, RowState};
-use crate::wire::time::iso_ms;
+use relay_wire::time::iso_ms;
 
 /// Push refusals the relay names (docs/protocol.md §3 "Push"), as this host stores them.
 const QUOTA: &str = "rejected:quota:";
@@ -105,7 +105,7 @@ pub fn waiting_lines(rows: &[OutRow], now: u64, limit: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::store::Peer;
+    use crate::store::Peer;
 
     const NOW: u64 = 1_795_960_800_000; // 2026-11-29T14:00:00.000Z
 

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::Path;
 
 use super::HostError;
-use crate::wire::keys::SigningKey;
-use crate::wire::seal::EncSecret;
+use relay_wire::keys::SigningKey;
+use relay_wire::seal::EncSecret;
 
 /// The host key file in the store directory.
 pub(crate) const HOST_KEY: &str = "host.key";

@@ -9,6 +9,9 @@
 //! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
 //! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
 //! for `send` and the read commands); [`trace`] (opt-in stage timestamps for latency benches).
+//!
+//! Layering: `mbx-host` builds on `relay-wire` and `relay-os` only; it never links the server
+//! (`mbx-relay`), the relay's rules (`relay-core`) or the relay's store crates (Cargo.toml).
 
 pub mod cli;
 pub mod client;

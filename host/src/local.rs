@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::cli::{message_body, HostCommand, InboxCommand, Out};
 use super::HostError;
-use crate::private::{bind_private_socket, remove_stale_socket};
+use relay_os::private::{bind_private_socket, remove_stale_socket};
 
 /// The socket's file name in the host directory.
 pub const SOCKET: &str = "daemon.sock";

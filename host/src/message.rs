@@ -5,10 +5,10 @@ use rand::RngCore;
 use serde_json::{json, Value};
 
 use super::HostError;
-use crate::wire::canonical::canonical_bytes;
-use crate::wire::keys::SigningKey;
-use crate::wire::receipt::{receipt_item_id, receipt_record_valid};
-use crate::wire::time::iso_ms;
+use relay_wire::canonical::canonical_bytes;
+use relay_wire::keys::SigningKey;
+use relay_wire::receipt::{receipt_item_id, receipt_record_valid};
+use relay_wire::time::iso_ms;
 
 /// agentmbx's plaintext body limit (256 KiB).
 pub const MAX_BODY: usize = 256 * 1024;
@@ -112,7 +112,7 @@ pub fn receipt_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::names::is_ulid;
+    use relay_wire::names::is_ulid;
 
     #[test]
     fn ulids_are_valid_and_time_ordered() {
@@ -139,6 +139,6 @@ mod tests {
         let id = ulid(1_764_427_167_000);
         let (item, wire) = receipt_wire(&k, &id, "desk", 3, 1_764_427_167_000).unwrap();
         assert_eq!(item, format!("receipt:{id}:owner@desk:3"));
-        crate::wire::receipt::check_receipt_wire(&wire, &item, &k.public()).unwrap();
+        relay_wire::receipt::check_receipt_wire(&wire, &item, &k.public()).unwrap();
     }
 }

@@ -15,10 +15,10 @@ use super::store::{Batch, Checkpoint, InboxRow, ItemKind, OutRow, QuarantineRow,
 use super::sync::{Session, MAX_PAGES};
 use super::trace;
 use super::{now_ms, HostError};
-use crate::wire::envelope::check_envelope_wire;
-use crate::wire::keys::{parse_pubkey, unb64, verify_canonical};
-use crate::wire::receipt::receipt_record_valid;
-use crate::wire::seal::{open_envelope, verify_envelope};
+use relay_wire::envelope::check_envelope_wire;
+use relay_wire::keys::{parse_pubkey, unb64, verify_canonical};
+use relay_wire::receipt::receipt_record_valid;
+use relay_wire::seal::{open_envelope, verify_envelope};
 
 /// One pulled item.
 #[derive(Debug, Clone)]
@@ -144,11 +144,11 @@ impl Session<'_> {
             b.commit()?;
             trace::mark("received-durable", &it.item_id);
             if !last {
-                crate::failpoint::hit("host-after-receive-before-checkpoint");
+                relay_os::failpoint::hit("host-after-receive-before-checkpoint");
             }
         }
         if n > 0 {
-            crate::failpoint::hit("host-after-checkpoint-before-ack");
+            relay_os::failpoint::hit("host-after-checkpoint-before-ack");
         }
         if !self.ack()? {
             return Ok(true);
@@ -426,8 +426,8 @@ fn receive_expiry(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::store::{HostStore, Peer};
-    use crate::wire::keys::{b64, SigningKey};
+    use crate::store::{HostStore, Peer};
+    use relay_wire::keys::{b64, SigningKey};
 
     fn item(kind: &str, sender: &str, wire_b64: &str) -> Pulled {
         Pulled {

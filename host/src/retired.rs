@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::store::{HostStore, Peer};
 use super::HostError;
-use crate::wire::keys::{b64, fingerprint, parse_pubkey};
-use crate::wire::records::parse_rotation;
+use relay_wire::keys::{b64, fingerprint, parse_pubkey};
+use relay_wire::records::parse_rotation;
 
 /// Bound on retired keys kept per peer (the oldest is forgotten first).
 pub const MAX_RETIRED_PER_PEER: usize = 16;

@@ -21,11 +21,11 @@ use super::identity::{read_secret, write_secret, Identity, HOST_KEY};
 use super::store::{Checkpoint, HostStore, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
 use super::{now_ms, HostError};
-use crate::failpoint::hit;
-use crate::wire::accept::wire_hash_hex;
-use crate::wire::canonical::canonical_bytes;
-use crate::wire::keys::{fingerprint, parse_pubkey, SigningKey};
-use crate::wire::time::iso_ms;
+use relay_os::failpoint::hit;
+use relay_wire::accept::wire_hash_hex;
+use relay_wire::canonical::canonical_bytes;
+use relay_wire::keys::{fingerprint, parse_pubkey, SigningKey};
+use relay_wire::time::iso_ms;
 
 /// The new key, written before the intent so a crash never loses the key the intent names.
 const NEW_KEY: &str = "host.key.new";

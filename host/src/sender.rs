@@ -13,11 +13,11 @@ use super::store::{Acceptance, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
 use super::trace;
 use super::{now_ms, HostError};
-use crate::wire::accept::wire_hash_hex;
-use crate::wire::canonical::{canonical_bytes, canonical_json};
-use crate::wire::envelope::check_envelope_wire;
-use crate::wire::keys::{b64, parse_pubkey, verify_canonical};
-use crate::wire::seal::seal_envelope;
+use relay_wire::accept::wire_hash_hex;
+use relay_wire::canonical::{canonical_bytes, canonical_json};
+use relay_wire::envelope::check_envelope_wire;
+use relay_wire::keys::{b64, parse_pubkey, verify_canonical};
+use relay_wire::seal::seal_envelope;
 
 /// Largest push body this host builds (the relay refuses over 8 MiB).
 const MAX_PUSH_BODY: usize = 6 * 1024 * 1024;
@@ -268,7 +268,7 @@ impl Session<'_> {
                 };
             }
         };
-        crate::failpoint::hit("host-after-push-before-record");
+        relay_os::failpoint::hit("host-after-push-before-record");
         let results = a
             .body
             .get("results")
@@ -413,9 +413,9 @@ pub fn encode_query(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::store::{ItemKind, RowState};
-    use crate::wire::accept::{accept_statement, AcceptTarget};
-    use crate::wire::keys::SigningKey;
+    use crate::store::{ItemKind, RowState};
+    use relay_wire::accept::{accept_statement, AcceptTarget};
+    use relay_wire::keys::SigningKey;
 
     const ITEM: &str = "01KB5Z2X3Y4Z5A6B7C8D9E0F1G";
 

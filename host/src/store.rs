@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::HostError;
-use crate::wire::accept::wire_hash_hex;
+use relay_wire::accept::wire_hash_hex;
 
 /// Upper bound on rows returned by one listing, so a huge store cannot exhaust memory.
 pub const MAX_LIST: usize = 1_000_000;

@@ -15,7 +15,7 @@ use super::enc_ad::{AdKinds, RelayView, AD_LIFETIME_MS, MAX_AD_LIFETIME_MS};
 use super::identity::Identity;
 use super::store::{Checkpoint, HostStore, RelayConfig, RowState};
 use super::{now_ms, HostError};
-use crate::wire::keys::{fingerprint, parse_pubkey};
+use relay_wire::keys::{fingerprint, parse_pubkey};
 
 /// Grace after retention before a relay-accepted row without a delivery receipt is unconfirmed.
 pub const DEADLINE_GRACE_MS: u64 = 24 * 3_600_000;

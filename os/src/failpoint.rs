@@ -1,5 +1,5 @@
-//! Named crash points for crash-window tests, shared by the store and the relay (which
-//! re-exports [`hit`] as `mbx_relay::failpoint::hit`).
+//! Named crash points for crash-window tests, shared by the store (relay-keyspace), the relay's
+//! rules (relay-core) and the host (mbx-host).
 //!
 //! With the `failpoints` feature, `hit("name")` aborts the process (as abruptly as `kill -9`) when
 //! the environment variable `MBX_FAILPOINT` equals `name` (or lists it, comma-separated). Without

@@ -6,8 +6,8 @@ use std::io::Write;
 use relay_store::{HostFilter, HostRow, RelayStore, StoreError};
 use serde_json::{json, Value};
 
-use crate::wire::keys::{b64, fingerprint};
-use crate::wire::names::is_host_name;
+use relay_wire::keys::{b64, fingerprint};
+use relay_wire::names::is_host_name;
 
 /// What to list (the request's filters).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use relay_store::{BackupSummary, LogVerdict, OpEntry, Stats};
 use serde_json::{json, Value};
 
-use crate::wire::keys::{b64, fingerprint};
+use relay_wire::keys::{b64, fingerprint};
 
 /// Whole-store figures as one JSON object; `max_enrolments` is the serving relay's cap (`null`
 /// for a stopped store, which has none); `now_ms` dates the oldest queued item's age.

@@ -6,8 +6,8 @@
 use relay_store::{Key32, RelayStore, RevokeOutcome, MAX_PURGE_ITEMS};
 use serde_json::{json, Value};
 
-use crate::relay::revoke::Revoker;
-use crate::wire::keys::{b64, fingerprint, unb64};
+use relay_core::revoke::Revoker;
+use relay_wire::keys::{b64, fingerprint, unb64};
 
 /// Fewest hex digits a fingerprint prefix must have (fewer would match half the relay).
 pub const MIN_PREFIX_DIGITS: usize = 4;

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ServeConfig, TrustProxy};
-use crate::relay::config::{defaults as d, parse_duration, Limits};
+use super::TrustProxy;
+use crate::serve::ServeConfig;
+use relay_core::config::{defaults as d, parse_duration, Limits};
 use crate::store_open::StoreSpec;
 
 /// Flags of `mbx-relay serve`.
@@ -130,7 +131,7 @@ impl ServeArgs {
             store: self.store.unwrap_or(StoreSpec::Dir(self.store_dir)),
             trust_proxy: self.trust_proxy,
             limits,
-            key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
+            key_env: std::env::var(relay_core::key::KEY_ENV).ok(),
             guard: self.guard.config(),
             tls: self.tls,
             log_retention: relay_store::LogRetention {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody as _};
 use tokio::sync::Semaphore;
 
-use crate::relay::rate::{address_key, AddrKey};
+use relay_core::rate::{address_key, AddrKey};
 
 /// The general request body cap (docs/protocol.md §3): 8 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;

@@ -27,9 +27,9 @@
 //!   count against the client address's one-minute window (`public_per_minute`); over it, `429`.
 //!   A request whose signed hop fails (the handler marks its answer [`HopRefused`]) counts the
 //!   same way; a valid signed call is not counted here.
-//!   Addresses are keyed by [`crate::relay::rate::address_key`] (IPv6 by /64 prefix). The table
+//!   Addresses are keyed by [`relay_core::rate::address_key`] (IPv6 by /64 prefix). The table
 //!   is hard-capped and evicts the oldest window when full, so new clients are still served
-//!   (see [`crate::relay::rate::RateTable`]).
+//!   (see [`relay_core::rate::RateTable`]).
 //!
 //! - **Streamed responses**: while a response is being streamed (the events stream of live
 //!   delivery holds a [`Streaming`] handle), the idle timeout does not apply to its connection;
@@ -68,8 +68,8 @@ use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
 use super::tls::Tls;
-use crate::relay::config::{default_duration, parse_duration};
-use crate::relay::rate::{AddrKey, RateTable};
+use relay_core::config::{default_duration, parse_duration};
+use relay_core::rate::{AddrKey, RateTable};
 use relay_store::{Clock as _, SystemClock};
 
 /// Most client addresses whose public-route windows are tracked at once.

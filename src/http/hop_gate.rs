@@ -8,8 +8,8 @@ use std::time::Duration;
 use relay_store::{Clock as _, SystemClock};
 
 use super::verify::Verifier;
-use crate::relay::rate::{address_key, AddrKey, RateTable};
-use crate::relay::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
+use relay_core::rate::{address_key, AddrKey, RateTable};
+use relay_core::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
 
 /// Most client addresses whose failure windows are tracked at once (the oldest window is
 /// evicted when full, like the other address tables).

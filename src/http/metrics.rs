@@ -16,8 +16,8 @@ use tokio::sync::watch;
 
 use super::guard::GuardConfig;
 use super::{App, TrustProxy};
-use crate::relay::metrics::escape_label;
-use crate::relay::Relay;
+use relay_core::metrics::escape_label;
+use relay_core::Relay;
 
 /// Connections the metrics listener serves at once (a scraper or two; more wait for 503).
 const METRICS_CONNECTIONS: usize = 8;
@@ -73,7 +73,7 @@ impl HttpMetrics {
             "# HELP mbx_relay_waiters Waiting pulls and event streams (docs/protocol.md section 8).\n# TYPE mbx_relay_waiters gauge\nmbx_relay_waiters {}",
             relay.wake().waiters()
         );
-        crate::relay::metrics::render_commit_stats(&mut out, &relay.store().commit_stats());
+        relay_core::metrics::render_commit_stats(&mut out, &relay.store().commit_stats());
         if let Some((items, bytes)) = self.queued(relay).await {
             let _ = writeln!(
                 out,

@@ -1,6 +1,5 @@
 //! The axum adapter: one handler that routes docs/protocol.md §3, caps bodies while streaming and maps
-//! relay answers to status codes; plus `run_serve`, the `mbx-relay serve` lifecycle (open the
-//! store, load the key, start, serve until SIGTERM/SIGINT, drain, close the store).
+//! relay answers to status codes. The `mbx-relay serve` lifecycle that starts it is `crate::serve`.
 
 mod answer;
 pub mod args;
@@ -11,20 +10,18 @@ mod events;
 pub mod guard;
 pub mod handler;
 pub mod health_probe;
-mod hop_gate;
+pub(crate) mod hop_gate;
 pub mod metrics;
 mod parked;
 pub mod retry_after;
 pub mod route;
-pub mod server;
 pub mod tls;
 mod verify;
 
 use std::sync::Arc;
 
-use crate::relay::Relay;
+use relay_core::Relay;
 pub use client_addr::TrustProxy;
-pub use server::{run_serve, ServeConfig};
 
 /// Shared state of the HTTP layer.
 pub struct App {

@@ -4,7 +4,7 @@
 //! every [`WATCH_EVERY`]). A pair that fails to load is refused with one log line and the old one
 //! stays in use; connections already open keep the configuration they were accepted with.
 //!
-//! The key file is held to the rule of `relay.key` (owner-only, [`crate::private`]) at start and
+//! The key file is held to the rule of `relay.key` (owner-only, [`relay_os::private`]) at start and
 //! at every reload. Errors name files, never their bytes.
 
 use std::io;
@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::private::{require_private_or, Kind};
+use relay_os::private::{require_private_or, Kind};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).
 pub const WATCH_EVERY: Duration = Duration::from_secs(30);

@@ -306,9 +306,9 @@ pub fn relay_tool() -> Option<PathBuf> {
 }
 
 /// The host's signing key, read from its key file (to forge items as that host in tests).
-pub fn host_key(h: &HostCli) -> mbx_relay::wire::keys::SigningKey {
+pub fn host_key(h: &HostCli) -> relay_wire::keys::SigningKey {
     let text = std::fs::read_to_string(h.dir.join("host.key")).unwrap();
-    mbx_relay::wire::keys::SigningKey::from_key_file(&text).unwrap()
+    relay_wire::keys::SigningKey::from_key_file(&text).unwrap()
 }
 
 /// Two hosts that pinned each other and the relay.

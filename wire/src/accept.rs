@@ -142,12 +142,12 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::canonical::canonical_json;
+    use crate::canonical::canonical_json;
 
     #[test]
     fn direct_texts_equal_the_value_forms() {
         use rand::{Rng as _, SeedableRng as _};
-        let strings = crate::wire::canonical::tests::adversarial_strings(5, 2000);
+        let strings = crate::canonical::tests::adversarial_strings(5, 2000);
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let seqs = [
             0,

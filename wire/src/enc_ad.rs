@@ -206,8 +206,8 @@ pub fn summarize(canonical: &str) -> Option<(Value, AdSummary)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::keys::SigningKey;
-    use crate::wire::time::iso_ms;
+    use crate::keys::SigningKey;
+    use crate::time::iso_ms;
     use serde_json::json;
 
     const NOW: i64 = 1_795_960_800_000; // 2026-11-29T14:00:00Z

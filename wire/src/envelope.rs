@@ -509,8 +509,8 @@ mod tests {
             "needs_reply": false, "refs": [],
             "meta": {"mentions": [], "directives": [], "tags": [], "task_refs": []},
             "authority": null,
-            "enc": {"v": 1, "alg": ENC_ALG, "epk": crate::wire::keys::b64(&[1u8; 32]),
-                    "nonce": crate::wire::keys::b64(&[2u8; 24]), "body": "Y2lwaGVy"}
+            "enc": {"v": 1, "alg": ENC_ALG, "epk": crate::keys::b64(&[1u8; 32]),
+                    "nonce": crate::keys::b64(&[2u8; 24]), "body": "Y2lwaGVy"}
         })
     }
 
@@ -636,7 +636,7 @@ mod tests {
             ),
             (with(&["enc", "epk"], json!("not base64!")), "bad enc epk"),
             (
-                with(&["enc", "nonce"], json!(crate::wire::keys::b64(&[0u8; 32]))),
+                with(&["enc", "nonce"], json!(crate::keys::b64(&[0u8; 32]))),
                 "bad enc nonce",
             ),
             (with(&["enc", "body"], json!(7)), "bad enc body"),
@@ -718,7 +718,7 @@ mod tests {
                 why(&v).as_deref(),
                 Some(want),
                 "{}",
-                crate::wire::canonical::canonical_json(&v)
+                crate::canonical::canonical_json(&v)
                     .chars()
                     .take(300)
                     .collect::<String>()

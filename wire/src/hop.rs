@@ -122,7 +122,7 @@ pub fn signed_path(path: &str, query: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::canonical::canonical_json;
+    use crate::canonical::canonical_json;
     use serde_json::json;
 
     /// The original construction (format! + json! + canonical_json), kept as the reference.
@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn direct_payload_equals_the_canonical_json_construction() {
-        let strings = crate::wire::canonical::tests::adversarial_strings(11, 4000);
+        let strings = crate::canonical::tests::adversarial_strings(11, 4000);
         let mut cases: Vec<[&str; 4]> = vec![
             ["GET", "/v2/relay/items?after=0", "1", ""],
             ["", "", "", ""],

@@ -1,6 +1,9 @@
 //! The pure wire layer: everything about the agentmbx relay protocol's bytes that needs no I/O —
 //! canonical JSON, keys and signatures, signed hops, time formats, name rules, and the shape
 //! checks the relay applies to records and wire items. Shared by the relay, HTTP and host sides.
+//!
+//! Layering: pure functions over bytes; no async runtime, HTTP, storage or file I/O dependency
+//! (Cargo.toml), so every other crate can build on it.
 
 pub mod accept;
 pub mod batch_sign;

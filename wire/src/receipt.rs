@@ -84,7 +84,7 @@ pub fn check_receipt_wire(wire: &[u8], item_id: &str, sender: &[u8; 32]) -> Resu
             (Some(rec), Some(sig)) if receipt_record_valid(rec) => (rec, sig),
             _ => return Err("bad receipt".to_string()),
         },
-        None if v.is_none() => return Err(crate::wire::envelope::NOT_JSON.to_string()),
+        None if v.is_none() => return Err(crate::envelope::NOT_JSON.to_string()),
         None => return Err("bad receipt".to_string()),
     };
     if receipt_item_id(rec).as_deref() != Some(item_id) {
@@ -99,8 +99,8 @@ pub fn check_receipt_wire(wire: &[u8], item_id: &str, sender: &[u8; 32]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::canonical::canonical_bytes;
-    use crate::wire::keys::SigningKey;
+    use crate::canonical::canonical_bytes;
+    use crate::keys::SigningKey;
     use serde_json::json;
 
     fn rec() -> Value {

@@ -253,7 +253,7 @@ pub fn expiry_notice_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::keys::b64;
+    use crate::keys::b64;
 
     const NOW: u64 = 1_795_960_800_000; // 2026-11-29T14:00:00.000Z
 

@@ -25,7 +25,7 @@ use super::canonical::canonical_json;
 use super::keys::{b64, fingerprint, unb64, verify, SigningKey};
 
 /// The `enc.alg` this module seals with (the one the shape check accepts).
-pub use crate::wire::envelope::ENC_ALG;
+pub use crate::envelope::ENC_ALG;
 
 /// Why a body could not be sealed or opened. Messages never contain key material or plaintext.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,7 +258,7 @@ pub fn open_envelope(env: &Value, secret: &EncSecret) -> Result<String, SealErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::envelope::check_envelope_wire;
+    use crate::envelope::check_envelope_wire;
 
     const ID: &str = "01KB5Z2X3Y4Z5A6B7C8D9E0F1G";
 
@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn sealed_envelope_passes_the_relay_wire_check() {
         let (env, _, _) = sealed("some body");
-        let wire = crate::wire::canonical::canonical_bytes(&env);
+        let wire = crate::canonical::canonical_bytes(&env);
         let parsed = check_envelope_wire(&wire, ID).expect("relay accepts the sealed envelope");
         assert_eq!(parsed["id"], ID);
         assert!(check_envelope_wire(&wire, "01KB5Z2X3Y4Z5A6B7C8D9E0F1H").is_err());
