@@ -8,7 +8,7 @@ pub const PERSIST_FAIL_FILE_ENV: &str = "MBX_FAIL_PERSIST_WHILE";
 /// With the `failpoints` feature and [`PERSIST_FAIL_FILE_ENV`] set, watch that file (every
 /// 20 ms) and make the store's fsyncs fail while it exists, through the store's injection hook
 /// (which takes the same reopen path as a real write error). Without the feature: nothing.
-pub fn watch_persist_failures(store: &relay_keyspace::Store) {
+pub(crate) fn watch_persist_failures(store: &relay_keyspace::Store) {
     #[cfg(feature = "failpoints")]
     {
         let Some(path) = std::env::var_os(PERSIST_FAIL_FILE_ENV) else {

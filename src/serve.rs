@@ -23,15 +23,15 @@ use relay_wire::keys::fingerprint;
 pub struct ServeConfig {
     pub listen: String,
     /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
-    pub metrics_listen: Option<String>,
+    pub(crate) metrics_listen: Option<String>,
     pub store_dir: PathBuf,
     /// The store backend (`--store`; default: the directory store in `store_dir`). For a
     /// directory store `store_dir` is that directory.
     pub store: StoreSpec,
-    pub trust_proxy: TrustProxy,
+    pub(crate) trust_proxy: TrustProxy,
     pub limits: Limits,
     /// The content of `MBX_RELAY_KEY`, if set (never logged).
-    pub key_env: Option<String>,
+    pub(crate) key_env: Option<String>,
     /// Connection cap, timeouts and the public-route rate limit (`crate::http::guard`).
     pub guard: crate::http::guard::GuardConfig,
     /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.

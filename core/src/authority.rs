@@ -54,14 +54,14 @@ pub trait EnrolmentAuthority: Send + Sync {
 }
 
 /// The reason shown when the authority fails (errors, or panics).
-pub const UNAVAILABLE_REASON: &str = "the enrolment authority is unavailable";
+pub(crate) const UNAVAILABLE_REASON: &str = "the enrolment authority is unavailable";
 /// The longest reason shown, in UTF-16 code units as the reference counts them.
-pub const MAX_REASON_UNITS: usize = 200;
+pub(crate) const MAX_REASON_UNITS: usize = 200;
 
 /// The self-hosted default: any key that answered the challenge may enrol, with no account; key
 /// and sender quotas bound it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct HostKeyChallenge;
+pub(crate) struct HostKeyChallenge;
 
 impl EnrolmentAuthority for HostKeyChallenge {
     fn name(&self) -> &str {
@@ -88,7 +88,7 @@ pub fn ask(
 /// The `error` text of a refusal: `enrolment not authorized`, plus `: <reason>` when the reason
 /// is not empty, the reason cut to [`MAX_REASON_UNITS`] UTF-16 code units (a character that
 /// would be split is left out: a string here cannot hold half a surrogate pair).
-pub fn denied_text(reason: Option<&str>) -> String {
+pub(crate) fn denied_text(reason: Option<&str>) -> String {
     match reason {
         Some(r) if !r.is_empty() => format!("enrolment not authorized: {}", cut_units(r)),
         _ => "enrolment not authorized".to_owned(),
@@ -129,7 +129,7 @@ pub mod test_stub {
     use super::*;
 
     /// Environment variable naming the test authority (`proof-stub`).
-    pub const ENV: &str = "MBX_RELAY_TEST_AUTHORITY";
+    pub(crate) const ENV: &str = "MBX_RELAY_TEST_AUTHORITY";
 
     /// The test authority of this name.
     ///
@@ -146,7 +146,7 @@ pub mod test_stub {
     /// `{"deny": R}` → refuse with reason R (a string, or null for none); `{"fail": true}` →
     /// unavailable; `{"panic": true}` → panics (proves a panicking authority is unavailable).
     #[derive(Debug, Clone, Copy)]
-    pub struct ProofStub;
+    pub(crate) struct ProofStub;
 
     impl EnrolmentAuthority for ProofStub {
         fn name(&self) -> &str {

@@ -7,11 +7,11 @@ use std::sync::Mutex;
 use super::Relay;
 
 /// The share of the cap, in percent, at and above which the relay warns.
-pub const WARN_PERCENT: u64 = 90;
+pub(crate) const WARN_PERCENT: u64 = 90;
 
 /// Whether live enrolments were at or above [`WARN_PERCENT`] of the cap at the last check.
 #[derive(Default)]
-pub struct CapWatch {
+pub(crate) struct CapWatch {
     above: Mutex<bool>,
 }
 

@@ -14,17 +14,19 @@ struct Open {
 /// The open challenges of this process, keyed by host key: the relay's book when its store is
 /// one process's own (`RelayStore::shared_challenges` is `None`).
 #[derive(Default)]
-pub struct Challenges {
+pub(crate) struct Challenges {
     inner: Mutex<HashMap<Key32, Open>>,
 }
 
 impl Challenges {
     /// Open challenges held (expired ones included until swept).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// True when none is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -78,7 +80,7 @@ impl ChallengeBook for Challenges {
 }
 
 /// 16 random bytes, base64url without padding (docs/protocol.md §1).
-pub fn new_challenge() -> String {
+pub(crate) fn new_challenge() -> String {
     use base64::Engine as _;
     let bytes: [u8; 16] = rand::random();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)

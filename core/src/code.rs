@@ -38,7 +38,7 @@ impl ErrorCode {
 
 impl RelayError {
     /// `{"error": msg, "code": CODE}` with the given status.
-    pub fn coded(status: Status, code: ErrorCode, msg: impl Into<String>) -> Self {
+    pub(crate) fn coded(status: Status, code: ErrorCode, msg: impl Into<String>) -> Self {
         RelayError {
             status,
             body: json!({ "error": msg.into(), "code": code.wire() }),

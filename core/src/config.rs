@@ -67,9 +67,9 @@ pub mod defaults {
 /// absence, and six times the default retention, so an idle host's queue has long expired
 /// (and its senders were told) before its enrolment goes; yet a cap filled once by throwaway
 /// keys frees itself within a quarter.
-pub const DEFAULT_ENROLMENT_IDLE: Duration = default_duration(defaults::ENROLMENT_IDLE);
+pub(crate) const DEFAULT_ENROLMENT_IDLE: Duration = default_duration(defaults::ENROLMENT_IDLE);
 /// The shortest non-zero idle period: last seen has day resolution.
-pub const MIN_ENROLMENT_IDLE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MIN_ENROLMENT_IDLE: Duration = Duration::from_secs(24 * 3600);
 
 /// The value of a default duration text (`<n>` followed by `s`, `m`, `h` or `d`), so a flag's
 /// default and the matching `Default` come from one literal. Only used in constants: a malformed
@@ -98,15 +98,15 @@ pub const fn default_duration(text: &str) -> Duration {
 }
 
 /// How long a challenge stays valid (docs/protocol.md §3).
-pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
+pub(crate) const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
 /// How often the heartbeat is written (docs/protocol.md §6).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 /// Tests only: a heartbeat period in milliseconds instead of [`HEARTBEAT_EVERY`] (undocumented
 /// for operators; a test of the leader lease passing cannot wait three 30 s periods).
 pub const HEARTBEAT_TEST_ENV: &str = "MBX_RELAY_TEST_HEARTBEAT_MS";
 
 /// The heartbeat period in force: [`HEARTBEAT_EVERY`] unless [`HEARTBEAT_TEST_ENV`] says.
-pub fn heartbeat_every() -> Duration {
+pub(crate) fn heartbeat_every() -> Duration {
     static HB: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *HB.get_or_init(|| {
         std::env::var(HEARTBEAT_TEST_ENV)
@@ -163,7 +163,7 @@ impl Limits {
     }
 
     /// The nested per-address windows of challenge, enrol and rotate.
-    pub fn enrol_windows(&self) -> crate::rate::NestedLimits {
+    pub(crate) fn enrol_windows(&self) -> crate::rate::NestedLimits {
         crate::rate::NestedLimits {
             address: self.enrol_per_minute,
             v4_24: self.enrol_per_minute_v4_24,
@@ -172,7 +172,7 @@ impl Limits {
     }
 
     /// The idle period after which enrolments expire, in ms (`None`: never).
-    pub fn enrolment_idle_ms(&self) -> Option<u64> {
+    pub(crate) fn enrolment_idle_ms(&self) -> Option<u64> {
         (!self.enrolment_idle.is_zero())
             .then(|| u64::try_from(self.enrolment_idle.as_millis()).unwrap_or(u64::MAX))
     }

@@ -118,7 +118,7 @@ impl Relay {
     ///
     /// # Errors
     /// 503 store failure.
-    pub fn resolve_name(
+    pub(crate) fn resolve_name(
         &self,
         caller: &Caller,
         name: &str,
@@ -130,7 +130,7 @@ impl Relay {
     ///
     /// # Errors
     /// 503 store failure.
-    pub fn name_candidates(&self, name: &str) -> Result<Option<Vec<Enrolment>>, RelayError> {
+    pub(crate) fn name_candidates(&self, name: &str) -> Result<Option<Vec<Enrolment>>, RelayError> {
         let live = self
             .store
             .live_enrolments_by_name(name, self.limits.max_per_name + 1)?;
@@ -148,7 +148,7 @@ impl Relay {
 
 /// The one enrolment among a name's live `candidates` (`None` = crowded): the only one, or the
 /// only one inside the caller's proven account.
-pub fn pick_one(caller: &Caller, candidates: Option<Vec<Enrolment>>) -> Option<Enrolment> {
+pub(crate) fn pick_one(caller: &Caller, candidates: Option<Vec<Enrolment>>) -> Option<Enrolment> {
     let mut live = candidates?;
     if live.len() == 1 {
         return live.pop();

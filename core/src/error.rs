@@ -34,10 +34,10 @@ impl RelayError {
             body: json!({ "error": msg.into() }),
         }
     }
-    pub fn bad_request(msg: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(msg: impl Into<String>) -> Self {
         Self::new(Status::BadRequest, msg)
     }
-    pub fn unauthorized(msg: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(msg: impl Into<String>) -> Self {
         Self::new(Status::Unauthorized, msg)
     }
     pub fn not_found(msg: impl Into<String>) -> Self {
@@ -54,14 +54,14 @@ impl RelayError {
         Self::unauthorized("bad relay hop")
     }
     /// The per-address enrolment rate window is exhausted.
-    pub fn rate_limited() -> Self {
+    pub(crate) fn rate_limited() -> Self {
         Self::new(
             Status::TooManyRequests,
             "rate limit exceeded, retry in a minute",
         )
     }
     /// A store failure: the fixed [`STORE_UNAVAILABLE`] text (the cause goes to the log only).
-    pub fn store_unavailable() -> Self {
+    pub(crate) fn store_unavailable() -> Self {
         Self::unavailable(STORE_UNAVAILABLE)
     }
     /// The error message, for logs (never contains wire bytes or keys).

@@ -16,7 +16,7 @@ use relay_wire::keys::{verifying_key, VerifyingKey};
 const CAPACITY: usize = 4096;
 
 /// Decoded keys by their raw bytes, capped at `cap` entries.
-pub struct KeyCache {
+pub(crate) struct KeyCache {
     cap: usize,
     map: Mutex<HashMap<[u8; 32], VerifyingKey>>,
 }
@@ -47,11 +47,13 @@ impl KeyCache {
     }
 
     /// Keys currently held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether no key is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

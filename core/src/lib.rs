@@ -6,30 +6,30 @@
 //! HTTP crate and no storage backend (Cargo.toml); the server picks the backend.
 
 pub mod authority;
-pub mod capacity;
-pub mod challenge;
+pub(crate) mod capacity;
+pub(crate) mod challenge;
 pub mod code;
 pub mod config;
 pub mod enc_ad;
-pub mod enrol;
+pub(crate) mod enrol;
 pub mod epoch_watch;
 pub mod error;
-pub mod hop;
-pub mod info;
+pub(crate) mod hop;
+pub(crate) mod info;
 pub mod key;
-pub mod keycache;
-pub mod legacy;
+pub(crate) mod keycache;
+pub(crate) mod legacy;
 pub mod metrics;
 pub mod pull;
 pub mod push;
 pub mod rate;
-pub mod reason;
+pub(crate) mod reason;
 pub mod revoke;
-pub mod rotate;
-pub mod seen;
-pub mod senders;
+pub(crate) mod rotate;
+pub(crate) mod seen;
+pub(crate) mod senders;
 pub mod startup;
-pub mod sweep;
+pub(crate) mod sweep;
 pub mod wake;
 
 use std::sync::{Arc, RwLock};
@@ -133,11 +133,6 @@ impl Relay {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
-    }
-
-    /// The relay public key, base64.
-    pub fn pubkey_b64(&self) -> &str {
-        &self.pubkey_b64
     }
 
     /// The registry of waiting pulls and event streams.

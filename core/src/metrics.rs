@@ -11,7 +11,7 @@ use super::capacity::CapWatch;
 use super::reason::Reason;
 
 /// A fixed-bucket histogram (Prometheus `_bucket`, `_sum`, `_count`).
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     counts: Vec<AtomicU64>,
     sum_micros: AtomicU64,
@@ -70,13 +70,13 @@ pub struct Metrics {
     /// Keyed by [`Reason::as_wire_str`]: never more entries than reasons.
     rejected: Mutex<BTreeMap<&'static str, u64>>,
     /// Wall time of each awaited store write (submit to durable answer), seconds.
-    pub store_write: Histogram,
+    pub(crate) store_write: Histogram,
     /// Items handed to the store in one insert submission (one push request).
-    pub items_per_submit: Histogram,
+    pub(crate) items_per_submit: Histogram,
     last_write_ok_ms: AtomicU64,
     write_failed: AtomicBool,
     /// Live enrolments against `--max-enrolments` (warns on crossing 90 %).
-    pub enrolment_cap: CapWatch,
+    pub(crate) enrolment_cap: CapWatch,
 }
 
 impl Default for Metrics {
@@ -102,13 +102,13 @@ impl Metrics {
     }
 
     /// A store write succeeded at `now_ms`.
-    pub fn note_write_ok(&self, now_ms: u64) {
+    pub(crate) fn note_write_ok(&self, now_ms: u64) {
         self.last_write_ok_ms.store(now_ms, Ordering::Relaxed);
         self.write_failed.store(false, Ordering::Relaxed);
     }
 
     /// A store write failed.
-    pub fn note_write_failed(&self) {
+    pub(crate) fn note_write_failed(&self) {
         self.write_failed.store(true, Ordering::Relaxed);
     }
 

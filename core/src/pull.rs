@@ -48,7 +48,7 @@ impl Relay {
     ///
     /// # Errors
     /// 400 for anything else.
-    pub fn parse_after(raw: Option<&str>) -> Result<u64, RelayError> {
+    pub(crate) fn parse_after(raw: Option<&str>) -> Result<u64, RelayError> {
         match raw {
             None | Some("") => Ok(0),
             Some(s) => s
@@ -238,7 +238,7 @@ impl Relay {
 /// `{"epoch","head_seq","items":[{"item_id","kind","sender_pubkey","seq","wire_b64"}],
 /// "last_seq","more"}`. Written straight into one buffer sized up front, base64 included, with no
 /// value tree or string per item: this is the hot path of draining a queue.
-pub fn page_json(epoch: &str, after: u64, page: &Page) -> Vec<u8> {
+pub(crate) fn page_json(epoch: &str, after: u64, page: &Page) -> Vec<u8> {
     const FIXED: usize = 128;
     const PER_ITEM: usize = 128;
     let last_seq = page.items.last().map_or(after, |i| i.seq);
@@ -312,7 +312,7 @@ fn json_u64(out: &mut Vec<u8>, n: u64) {
 ///
 /// # Errors
 /// 400 `bad wait: ...` for anything else.
-pub fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, RelayError> {
+pub(crate) fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, RelayError> {
     let secs = match raw {
         None | Some("") => 0,
         Some(s) => s
@@ -329,7 +329,7 @@ pub fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, RelayError> {
 }
 
 /// `limit`: missing, zero or non-numeric means `max`; another is clamped to 1..=max.
-pub fn pull_limit(raw: Option<&str>, max: usize) -> usize {
+pub(crate) fn pull_limit(raw: Option<&str>, max: usize) -> usize {
     match raw.map(str::trim).and_then(|s| s.parse::<i128>().ok()) {
         None | Some(0) => max,
         Some(n) if n < 1 => 1,

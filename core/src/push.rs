@@ -48,7 +48,7 @@ const MAX_CACHED_TARGETS: usize = 4096;
 /// Per-request memo of target admission, so a batch to one target reads the store once; also
 /// remembers a store read failure so the request answers 503 instead of a verdict.
 #[derive(Default)]
-pub struct TargetCache {
+pub(crate) struct TargetCache {
     map: HashMap<Key32, Result<(), Reason>>,
     failed: Option<RelayError>,
 }
@@ -60,7 +60,7 @@ impl TargetCache {
     }
 
     /// The store failure met while checking targets, if any.
-    pub fn take_failure(&mut self) -> Result<(), RelayError> {
+    pub(crate) fn take_failure(&mut self) -> Result<(), RelayError> {
         self.failed.take().map_or(Ok(()), Err)
     }
 }
@@ -221,7 +221,7 @@ impl Relay {
     /// `target not enrolled` (unknown or revoked), then `sender not accepted by target`.
     /// A store read failure is remembered in `cache` (the request then answers 503) and reads
     /// as not enrolled here.
-    pub fn admit_target(
+    pub(crate) fn admit_target(
         &self,
         cache: &mut TargetCache,
         sender: &Key32,

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 const WINDOW_MS: u64 = 60_000;
 /// The length of every window: the longest a refused caller waits.
-pub const WINDOW: Duration = Duration::from_millis(WINDOW_MS);
+#[cfg(test)]
+pub(crate) const WINDOW: Duration = Duration::from_millis(WINDOW_MS);
 /// Most expired windows dropped by one hit (keeps each call short; more than the one window a
 /// hit can add, so the expired backlog only shrinks).
 const EXPIRE_STEP: usize = 4;
@@ -137,7 +138,8 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
 
     /// True when `key` has used up its window at `now_ms`; counts nothing (to refuse before
     /// doing the work whose failure [`RateTable::hit`] would count).
-    pub fn exhausted(&self, key: &K, now_ms: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn exhausted(&self, key: &K, now_ms: u64) -> bool {
         self.wait(key, now_ms).is_some()
     }
 
@@ -162,7 +164,8 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
     }
 
     /// Live windows evicted so far to make room for new keys (for metrics and tests).
-    pub fn evictions(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn evictions(&self) -> u64 {
         self.lock().evictions
     }
 
@@ -173,7 +176,8 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
 
 impl RateTable<AddrKey> {
     /// Count one hit for a client address, keyed by [`address_key`].
-    pub fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
         self.try_hit_addr(addr, now_ms).is_ok()
     }
 
@@ -188,13 +192,13 @@ impl RateTable<AddrKey> {
 
 /// Per-minute limits of the nested client-address windows (see [`NestedWindows`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NestedLimits {
+pub(crate) struct NestedLimits {
     /// Per IPv4 address and per IPv6 /64 (the [`address_key`] of the client).
     pub address: u32,
     /// Per IPv4 /24.
-    pub v4_24: u32,
+    pub(crate) v4_24: u32,
     /// Per IPv6 /48.
-    pub v6_48: u32,
+    pub(crate) v6_48: u32,
 }
 
 /// One-minute windows over a client address and the network around it: an IPv4 address and its
@@ -202,7 +206,7 @@ pub struct NestedLimits {
 /// address has room, and then counts in all of them; so one site cannot multiply its share by
 /// spreading over the 65,536 /64s of its /48 (or the 256 addresses of a /24). Each level is a
 /// [`RateTable`] of its own, hard-capped at `cap` keys.
-pub struct NestedWindows {
+pub(crate) struct NestedWindows {
     address: RateTable<AddrKey>,
     v4_24: RateTable<AddrKey>,
     v6_48: RateTable<AddrKey>,
@@ -220,7 +224,8 @@ impl NestedWindows {
 
     /// Count one hit for a client address in all its windows; false (counted nowhere) when one
     /// of them is full this minute. A non-IP address has only its own window.
-    pub fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn hit_addr(&self, addr: &str, now_ms: u64) -> bool {
         self.try_hit_addr(addr, now_ms).is_ok()
     }
 
@@ -245,7 +250,8 @@ impl NestedWindows {
     }
 
     /// Keys held per level: address, IPv4 /24, IPv6 /48 (for tests).
-    pub fn lens(&self) -> [usize; 3] {
+    #[cfg(test)]
+    pub(crate) fn lens(&self) -> [usize; 3] {
         [self.address.len(), self.v4_24.len(), self.v6_48.len()]
     }
 }

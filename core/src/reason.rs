@@ -87,7 +87,7 @@ const BAD_ENVELOPE: &str = "bad envelope: ";
 impl Reason {
     /// The reason's fixed text: the whole wire text for fixed reasons, the class for texts with
     /// a free part (`bad envelope`, `quota`, `recipient host not enrolled`, ...).
-    pub fn as_wire_str(&self) -> &'static str {
+    pub(crate) fn as_wire_str(&self) -> &'static str {
         match self {
             Reason::Rate => "rate",
             Reason::BadItemId => "bad item id",
@@ -118,7 +118,7 @@ impl Reason {
     }
 
     /// The exact text the relay answers (after `rejected:` in v2, as `error` in v1).
-    pub fn wire_text(&self) -> Cow<'static, str> {
+    pub(crate) fn wire_text(&self) -> Cow<'static, str> {
         match self {
             Reason::BadEnvelope(why) => format!("{BAD_ENVELOPE}{why}").into(),
             Reason::Quota(which) => format!("quota:{}", which.describe()).into(),
@@ -152,7 +152,7 @@ impl Rejection {
     /// The reason of a §5 wire-check text from `relay_wire` (envelope or receipt). A text the
     /// table does not know (a new check added there without a reason here) counts as `bad wire`
     /// but keeps its own text on the wire.
-    pub fn of_wire_check(text: String) -> Self {
+    pub(crate) fn of_wire_check(text: String) -> Self {
         if let Some(why) = text.strip_prefix(BAD_ENVELOPE) {
             return Self::from(Reason::BadEnvelope(why.to_owned()));
         }
@@ -165,7 +165,7 @@ impl Rejection {
         }
     }
     /// The exact text to answer.
-    pub fn wire_text(&self) -> Cow<'_, str> {
+    pub(crate) fn wire_text(&self) -> Cow<'_, str> {
         match &self.text {
             Some(t) => Cow::Borrowed(t),
             None => self.reason.wire_text(),

@@ -13,7 +13,7 @@ use relay_store::{utc_day, Key32};
 use super::{Relay, RelayError};
 
 /// How often queued sightings are written.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(5);
 /// Most keys remembered (the map is cleared when full: at worst one extra write per host).
 const MAP_CAP: usize = 200_000;
 
@@ -66,7 +66,7 @@ impl Relay {
     /// # Errors
     /// 503-class error when the store fails (those sightings are dropped; the next ones of the
     /// same day are not re-queued, which costs at most a day of last-seen resolution).
-    pub async fn flush_seen(&self) -> Result<u64, RelayError> {
+    pub(crate) async fn flush_seen(&self) -> Result<u64, RelayError> {
         let rows = self.seen.take();
         if rows.is_empty() {
             return Ok(0);

@@ -26,7 +26,7 @@ const SWEEP_ROUNDS: usize = 1_000;
 const IDLE_BATCH: usize = 250;
 
 /// The store lease naming the process that runs the sweep, the idle expiry and the heartbeat.
-pub const LEADER_LEASE: &str = "background";
+pub(crate) const LEADER_LEASE: &str = "background";
 /// How long the lease lasts unrenewed: three heartbeats, so a live leader renews it well before
 /// it lapses and a dead one's successor takes over within that time.
 fn leader_lease_ttl() -> std::time::Duration {
@@ -107,7 +107,7 @@ impl Relay {
     ///
     /// # Errors
     /// 503-class error when the store fails (the next run retries).
-    pub async fn expire_idle_enrolments(&self) -> Result<u64, RelayError> {
+    pub(crate) async fn expire_idle_enrolments(&self) -> Result<u64, RelayError> {
         let Some(idle_ms) = self.limits.enrolment_idle_ms() else {
             return Ok(0);
         };

@@ -181,7 +181,7 @@ impl Wake {
     }
 
     /// The epoch changed: wake every waiter.
-    pub fn epoch_changed(&self) {
+    pub(crate) fn epoch_changed(&self) {
         self.wake_all(EPOCH);
     }
 

@@ -90,7 +90,7 @@ impl<'a> RelayClient<'a> {
     /// This client on `agent` (an earlier client's, built for the same relay, CA and timeout)
     /// instead of its own: the daemon's passes reuse one connection instead of opening one each.
     #[must_use]
-    pub fn reusing(mut self, agent: ureq::Agent) -> Self {
+    pub(crate) fn reusing(mut self, agent: ureq::Agent) -> Self {
         self.agent = agent;
         self
     }
@@ -140,7 +140,7 @@ impl<'a> RelayClient<'a> {
     ///
     /// # Errors
     /// [`HostError::Network`] when no complete answer arrived.
-    pub fn get_with_header(
+    pub(crate) fn get_with_header(
         &self,
         path: &str,
         query: Option<&str>,
@@ -199,7 +199,7 @@ impl<'a> RelayClient<'a> {
     ///
     /// # Errors
     /// [`HostError::Network`] when no answer arrived.
-    pub fn server_date(&self) -> Result<Option<String>, HostError> {
+    pub(crate) fn server_date(&self) -> Result<Option<String>, HostError> {
         let res = self
             .agent
             .get(format!("{}/v2/relay/info", self.base))

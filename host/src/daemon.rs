@@ -35,13 +35,13 @@ use super::{now_ms, HostError};
 pub struct RunArgs {
     /// Seconds between pulls when the relay does not hold pulls (no `x-mbx-wait-max` header).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub poll_secs: u64,
+    pub(crate) poll_secs: u64,
 }
 
 /// A full pass at least this often, even when nothing happens (deadlines, enc-ad renewal).
-pub const IDLE_PASS: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_PASS: Duration = Duration::from_secs(60);
 /// After a stop signal, how long the pass in flight may take before the process exits anyway.
-pub const STOP_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Under steady traffic a pass for a `send` or a wake is the whole pass at least this often.
 const FULL_PASS_GAP: Duration = Duration::from_secs(1);
 /// The enc-key lookup of a `send` sealed at once waits at most this (then the pass seals it).

@@ -22,7 +22,7 @@ use relay_wire::time::{iso_ms, parse_date_loose};
 
 /// Clock skew above this fails the check (the relay refuses hops beyond [`HOP_SKEW_MS`]; the
 /// `Date` header has one-second resolution).
-pub const MAX_SKEW_MS: i64 = 30_000;
+pub(crate) const MAX_SKEW_MS: i64 = 30_000;
 
 /// One check's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,7 +265,7 @@ fn clock_check(client: &RelayClient<'_>) -> Check {
 }
 
 /// The clock check for this host's time `local` (ms) against the relay's `Date` header.
-pub fn skew_check(local: u64, date: &str) -> Check {
+pub(crate) fn skew_check(local: u64, date: &str) -> Check {
     const NAME: &str = "clock";
     let Some(relay_ms) = parse_date_loose(date) else {
         return ok(

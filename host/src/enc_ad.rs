@@ -19,17 +19,17 @@ use relay_wire::time::{iso_ms, parse_date_loose};
 /// Milliseconds in a day.
 pub const DAY_MS: u64 = 86_400_000;
 /// Lifetime of the ads this host publishes (agentmbx hosts use 30 days).
-pub const AD_LIFETIME_MS: u64 = 30 * DAY_MS;
+pub(crate) const AD_LIFETIME_MS: u64 = 30 * DAY_MS;
 /// Longest lifetime the relay accepts; a configured lifetime is capped to it.
-pub const MAX_AD_LIFETIME_MS: u64 = MAX_LIFETIME_MS as u64;
+pub(crate) const MAX_AD_LIFETIME_MS: u64 = MAX_LIFETIME_MS as u64;
 /// Republish when the recorded ad is this old (the daily refresh)...
-pub const REFRESH_AFTER_MS: u64 = DAY_MS;
+pub(crate) const REFRESH_AFTER_MS: u64 = DAY_MS;
 /// ...or when it expires within this much time.
-pub const RENEW_BEFORE_MS: u64 = DAY_MS;
+pub(crate) const RENEW_BEFORE_MS: u64 = DAY_MS;
 
 /// Which enc-key ads this host publishes (`MBX_HOST_ENC_ADS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AdKinds {
+pub(crate) enum AdKinds {
     /// The v1 pair and the v2 ad (the default: every agentmbx release can reach this host).
     #[default]
     Both,
@@ -61,7 +61,7 @@ impl AdKinds {
 
 /// The ad this host signs: `{"v":2,"type":"enc-ad","host","host_pubkey","enc_pub","iat","exp"}`,
 /// `iat` = now and `exp` = now + lifetime, as `toISOString()` prints them.
-pub fn own_ad(host: &str, host_pubkey: &str, enc_pub: &str, now: u64, lifetime_ms: u64) -> Value {
+pub(crate) fn own_ad(host: &str, host_pubkey: &str, enc_pub: &str, now: u64, lifetime_ms: u64) -> Value {
     json!({
         "v": 2, "type": "enc-ad", "host": host, "host_pubkey": host_pubkey, "enc_pub": enc_pub,
         "iat": iso_ms(now), "exp": iso_ms(now.saturating_add(lifetime_ms)),
@@ -70,7 +70,7 @@ pub fn own_ad(host: &str, host_pubkey: &str, enc_pub: &str, now: u64, lifetime_m
 
 /// What the relay says it holds for this host, from `you.enc_ad` of signed info.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum RelayView {
+pub(crate) enum RelayView {
     /// No signed `you` (not enrolled yet) or a relay without `you.enc_ad`: nothing to reconcile.
     #[default]
     Unknown,
@@ -84,7 +84,7 @@ pub enum RelayView {
 
 impl RelayView {
     /// Read `you.enc_ad` of an info document.
-    pub fn from_info(info: &Value) -> Self {
+    pub(crate) fn from_info(info: &Value) -> Self {
         let Some(ad) = info.get("you").and_then(|y| y.get("enc_ad")) else {
             return RelayView::Unknown;
         };
@@ -97,14 +97,14 @@ impl RelayView {
     }
 
     /// Whether the relay is known to hold a v1 pair for a key other than `enc_pub` (or none).
-    pub fn lacks_v1(&self, enc_pub: &str) -> bool {
+    pub(crate) fn lacks_v1(&self, enc_pub: &str) -> bool {
         matches!(self, RelayView::Known { v1, .. } if v1.as_deref() != Some(enc_pub))
     }
 }
 
 /// Why this host publishes its v2 ad now (printed in the sync report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Republish {
+pub(crate) enum Republish {
     /// Nothing recorded (first pass, or re-enrolment cleared it).
     NotPublished,
     /// The relay, its key, the epoch or our host key changed since the recorded publication.
@@ -140,7 +140,7 @@ impl Republish {
 }
 
 /// Whether (and why) to publish a fresh v2 ad; `None` when the recorded one stands.
-pub fn republish_reason(
+pub(crate) fn republish_reason(
     recorded: Option<&PublishedAd>,
     scope: &str,
     enc_pub: &str,
@@ -233,7 +233,7 @@ impl std::fmt::Display for Refusal {
 
 /// The key a sender may seal for, and the v2 ad it came from (to remember as the newest accepted).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerEncKey {
+pub(crate) struct PeerEncKey {
     pub enc: [u8; 32],
     pub ad: Option<PeerAd>,
 }

@@ -19,7 +19,7 @@ use relay_wire::records::{enc_ad_statement, enrol_statement};
 use relay_wire::time::iso_ms;
 
 /// Map a 401 to the re-enrolment signal, any other non-200 to a relay error naming `what`.
-pub fn expect_ok(a: &Answer, what: &str) -> Result<(), HostError> {
+pub(crate) fn expect_ok(a: &Answer, what: &str) -> Result<(), HostError> {
     match a.status {
         200 => Ok(()),
         401 => Err(HostError::Relay(NOT_ENROLLED.into())),
@@ -42,7 +42,7 @@ impl Session<'_> {
     ///
     /// # Errors
     /// The relay refused the challenge or the enrolment, or could not be reached.
-    pub fn ensure_enrolled(&mut self) -> Result<(), HostError> {
+    pub(crate) fn ensure_enrolled(&mut self) -> Result<(), HostError> {
         let key = self.enrol_key();
         if self.store.enrolled()?.as_deref() == Some(key.as_str()) {
             return Ok(());

@@ -95,7 +95,7 @@ pub fn why(r: &OutRow, now: u64) -> Option<String> {
 }
 
 /// One line per waiting row (at most `limit`): `<item> to <peer>: <why>`.
-pub fn waiting_lines(rows: &[OutRow], now: u64, limit: usize) -> Vec<String> {
+pub(crate) fn waiting_lines(rows: &[OutRow], now: u64, limit: usize) -> Vec<String> {
     rows.iter()
         .filter_map(|r| why(r, now).map(|w| format!("{} to {}: {w}", r.item_id, r.target_name)))
         .take(limit)

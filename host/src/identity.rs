@@ -15,7 +15,7 @@ const ENC_KEY: &str = "enc.key";
 
 /// The host's two keys.
 #[derive(Debug)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub host: SigningKey,
     pub enc: EncSecret,
 }

@@ -15,23 +15,23 @@
 
 pub mod cli;
 pub mod client;
-pub mod daemon;
-pub mod doctor;
-pub mod enc_ad;
-pub mod enrol;
-pub mod explain;
-pub mod identity;
+pub(crate) mod daemon;
+pub(crate) mod doctor;
+pub(crate) mod enc_ad;
+pub(crate) mod enrol;
+pub(crate) mod explain;
+pub(crate) mod identity;
 pub mod local;
 pub mod message;
-pub mod receiver;
-pub mod retired;
-pub mod rotate;
+pub(crate) mod receiver;
+pub(crate) mod retired;
+pub(crate) mod rotate;
 pub mod sender;
-pub mod store;
-pub mod sync;
+pub(crate) mod store;
+pub(crate) mod sync;
 pub mod trace;
 pub mod trust;
-pub mod watch;
+pub(crate) mod watch;
 
 /// Every host failure, with a message a user can act on. Never contains key material or bodies.
 #[derive(Debug, Clone, PartialEq, Eq)]

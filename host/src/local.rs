@@ -20,7 +20,7 @@ use super::HostError;
 use relay_os::private::{bind_private_socket, remove_stale_socket};
 
 /// The socket's file name in the host directory.
-pub const SOCKET: &str = "daemon.sock";
+pub(crate) const SOCKET: &str = "daemon.sock";
 /// Largest request or reply line (a message body plus JSON; far above any sane mail).
 const MAX_LINE: u64 = 16 * 1024 * 1024;
 /// How long either side waits for the other to write or the daemon for the request line.
@@ -63,7 +63,7 @@ pub struct Reply {
 
 impl Reply {
     /// The reply carrying a command's outcome.
-    pub fn from_out(out: Out) -> Reply {
+    pub(crate) fn from_out(out: Out) -> Reply {
         let pid = std::process::id();
         match out {
             Ok((v, t)) => Reply {

@@ -13,7 +13,7 @@ use relay_wire::time::iso_ms;
 /// agentmbx's plaintext body limit (256 KiB).
 pub const MAX_BODY: usize = 256 * 1024;
 /// agentmbx's subject limit, in characters.
-pub const MAX_SUBJECT: usize = 200;
+pub(crate) const MAX_SUBJECT: usize = 200;
 
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -31,7 +31,7 @@ pub fn ulid(now_ms: u64) -> String {
 }
 
 /// The owner address of a host.
-pub fn owner_address(host: &str) -> String {
+pub(crate) fn owner_address(host: &str) -> String {
     format!("owner@{host}")
 }
 

@@ -22,7 +22,7 @@ use relay_wire::seal::{open_envelope, verify_envelope};
 
 /// One pulled item.
 #[derive(Debug, Clone)]
-pub struct Pulled {
+pub(crate) struct Pulled {
     pub seq: u64,
     pub kind: String,
     pub item_id: String,
@@ -40,7 +40,7 @@ enum Outcome {
 }
 
 /// Parse a page's items, drop those at or below `after` or repeated, and sort by seq.
-pub fn page_items(body: &Value, after: u64) -> Vec<Pulled> {
+pub(crate) fn page_items(body: &Value, after: u64) -> Vec<Pulled> {
     let mut items: Vec<Pulled> = body
         .get("items")
         .and_then(Value::as_array)

@@ -14,7 +14,7 @@ use relay_wire::keys::{b64, fingerprint, parse_pubkey};
 use relay_wire::records::parse_rotation;
 
 /// Bound on retired keys kept per peer (the oldest is forgotten first).
-pub const MAX_RETIRED_PER_PEER: usize = 16;
+pub(crate) const MAX_RETIRED_PER_PEER: usize = 16;
 
 fn key(name: &str) -> String {
     format!("peer_retired:{name}")
@@ -27,14 +27,14 @@ pub fn retired(store: &HostStore, name: &str) -> Result<Vec<String>, HostError> 
 
 /// The keys a peer's signature may come from: the pinned key first, then the retired ones,
 /// newest first (a receipt signed before the peer rotated still settles our row).
-pub fn peer_keys(store: &HostStore, peer: &Peer) -> Result<Vec<String>, HostError> {
+pub(crate) fn peer_keys(store: &HostStore, peer: &Peer) -> Result<Vec<String>, HostError> {
     let mut keys = vec![peer.pubkey.clone()];
     keys.extend(retired(store, &peer.name)?.into_iter().rev());
     Ok(keys)
 }
 
 /// The peer whose pinned or retired key this is.
-pub fn peer_for_key(store: &HostStore, key: &str) -> Result<Option<Peer>, HostError> {
+pub(crate) fn peer_for_key(store: &HostStore, key: &str) -> Result<Option<Peer>, HostError> {
     if let Some(p) = store.peer_by_key(key)? {
         return Ok(Some(p));
     }
@@ -51,7 +51,7 @@ pub fn peer_for_key(store: &HostStore, key: &str) -> Result<Option<Peer>, HostEr
 /// # Errors
 /// Not a pinned peer, a bad key, a record that does not verify or is not for this peer's pinned
 /// key, or a key already pinned as another peer (usage errors; nothing changes).
-pub fn peer_rotate(
+pub(crate) fn peer_rotate(
     dir: &Path,
     name: &str,
     new_key: Option<&str>,

@@ -38,7 +38,7 @@ const MAX_RETIRED: usize = 64;
 
 /// A rotation under way: the body to post and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Intent {
+pub(crate) struct Intent {
     /// `{"rotation":{"rec","old_sig","new_sig"}}` as posted.
     pub body: String,
     pub old_pub: String,
@@ -51,15 +51,15 @@ pub struct Intent {
 
 /// One of this host's former keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetiredKey {
+pub(crate) struct RetiredKey {
     pub pubkey: String,
     /// The key file it is kept in, in the host directory.
     pub file: String,
-    pub retired_at: u64,
+    pub(crate) retired_at: u64,
 }
 
 /// This host's retired keys, oldest first.
-pub fn retired_keys(store: &HostStore) -> Result<Vec<RetiredKey>, HostError> {
+pub(crate) fn retired_keys(store: &HostStore) -> Result<Vec<RetiredKey>, HostError> {
     Ok(store.extra(RETIRED)?.unwrap_or_default())
 }
 
@@ -135,7 +135,7 @@ pub fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
 ///
 /// # Errors
 /// As [`rotate`]: the intent stays for the next run.
-pub fn finish_pending(dir: &Path) -> Result<Option<Value>, HostError> {
+pub(crate) fn finish_pending(dir: &Path) -> Result<Option<Value>, HostError> {
     let intent = pending(&HostStore::open(dir)?)?;
     intent.map(|i| finish(dir, i)).transpose()
 }

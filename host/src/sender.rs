@@ -27,7 +27,7 @@ const MAX_PUSH_BODY: usize = 6 * 1024 * 1024;
 /// Valid means: status accepted or duplicate, a `relay-accept` statement signed by the pinned
 /// relay key over its canonical form, naming the pinned relay, this sender and the row's item id,
 /// with a target equal to the row's target key and wire hash. Returns the seq and epoch.
-pub fn check_accept(
+pub(crate) fn check_accept(
     result: &Value,
     row: &OutRow,
     relay_pk: &[u8; 32],
@@ -125,7 +125,7 @@ impl Session<'_> {
     ///
     /// # Errors
     /// A store failure, an unreachable relay or a 401; other lookup failures back the row off.
-    pub fn seal_drafts(&mut self) -> Result<(), HostError> {
+    pub(crate) fn seal_drafts(&mut self) -> Result<(), HostError> {
         let now = now_ms();
         let drafts: Vec<OutRow> = self
             .store
@@ -188,7 +188,7 @@ impl Session<'_> {
 
     /// Seal a draft before its first commit (the daemon's `send`): true when `r` is now pending
     /// with its wire bytes; on any failure it stays a draft, due now, for the pass to seal.
-    pub fn seal_at_queue(&mut self, r: &mut OutRow) -> bool {
+    pub(crate) fn seal_at_queue(&mut self, r: &mut OutRow) -> bool {
         let ok = matches!(self.seal_row(r, &mut EncKeys::new(), now_ms()), Ok(Ok(())));
         if ok {
             trace::mark("sealed-at-queue", &r.item_id);
@@ -200,7 +200,7 @@ impl Session<'_> {
     ///
     /// # Errors
     /// 401 (re-enrol), an unreachable relay (rows backed off first), or a store failure.
-    pub fn push_due(&mut self) -> Result<(), HostError> {
+    pub(crate) fn push_due(&mut self) -> Result<(), HostError> {
         let mut pushed_ids = std::collections::HashSet::new();
         loop {
             let now = now_ms();
@@ -344,7 +344,7 @@ impl Session<'_> {
     ///
     /// # Errors
     /// A store failure.
-    pub fn enforce_deadlines(&mut self) -> Result<(), HostError> {
+    pub(crate) fn enforce_deadlines(&mut self) -> Result<(), HostError> {
         let now = now_ms();
         let rows = self.store.rows()?;
         let confirmed_hosts: std::collections::HashSet<String> = rows

@@ -16,7 +16,7 @@ use super::HostError;
 use relay_wire::accept::wire_hash_hex;
 
 /// Upper bound on rows returned by one listing, so a huge store cannot exhaust memory.
-pub const MAX_LIST: usize = 1_000_000;
+pub(crate) const MAX_LIST: usize = 1_000_000;
 
 /// What kind of relay item an outbox row carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +29,7 @@ pub enum ItemKind {
 
 impl ItemKind {
     /// The relay's name for the kind.
-    pub fn wire_name(self) -> &'static str {
+    pub(crate) fn wire_name(self) -> &'static str {
         match self {
             ItemKind::Envelope => "envelope",
             ItemKind::Receipt => "receipt",
@@ -39,7 +39,7 @@ impl ItemKind {
 
 /// Where an outbox row stands (spec §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RowState {
+pub(crate) enum RowState {
     /// Plaintext envelope waiting for the peer's verified enc key to be sealed.
     Draft,
     /// Wire bytes persisted; waiting for a valid accept from the relay.
@@ -77,7 +77,7 @@ impl RowState {
 
 /// The relay's signed accept for a row, kept as received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Acceptance {
+pub(crate) struct Acceptance {
     pub seq: u64,
     pub epoch: String,
     /// canonical(accept) as verified.
@@ -89,11 +89,11 @@ pub struct Acceptance {
 
 /// One outbox row: one item for one target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutRow {
+pub(crate) struct OutRow {
     pub id: u64,
     pub kind: ItemKind,
     pub item_id: String,
-    pub target_name: String,
+    pub(crate) target_name: String,
     pub target_pubkey: String,
     pub subject: String,
     /// The plaintext envelope (JSON) while in `Draft`; cleared once sealed.
@@ -104,12 +104,12 @@ pub struct OutRow {
     pub state: RowState,
     pub attempts: u32,
     pub next_at: u64,
-    pub created_at: u64,
+    pub(crate) created_at: u64,
     pub last_error: Option<String>,
     pub acceptance: Option<Acceptance>,
     /// accepted_at + retention + 24 h (envelopes in `RelayAccepted`).
     pub deadline: Option<u64>,
-    pub settled_at: Option<u64>,
+    pub(crate) settled_at: Option<u64>,
     pub note: Option<String>,
 }
 
@@ -168,7 +168,7 @@ impl OutRow {
 
 /// A received message (dedup by id).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InboxRow {
+pub(crate) struct InboxRow {
     pub id: String,
     pub from: String,
     pub sender_pubkey: String,
@@ -178,12 +178,12 @@ pub struct InboxRow {
     pub relay_seq: u64,
     pub received_at: u64,
     /// The outbox row of the delivery receipt sent back for it.
-    pub receipt_row: Option<u64>,
+    pub(crate) receipt_row: Option<u64>,
 }
 
 /// An item the receiver refused, never dropped silently (spec §4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QuarantineRow {
+pub(crate) struct QuarantineRow {
     pub relay: String,
     pub epoch: String,
     pub seq: u64,
@@ -197,7 +197,7 @@ pub struct QuarantineRow {
 
 /// A message for the owner (undelivered, unconfirmed, relay key changed, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Alert {
+pub(crate) struct Alert {
     pub at: u64,
     pub kind: String,
     pub text: String,
@@ -212,7 +212,7 @@ pub struct Peer {
 
 /// The v2 enc-key ad this host last had taken by the relay (recorded after the relay's 200).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublishedAd {
+pub(crate) struct PublishedAd {
     /// The enrolment it was published under (relay URL, relay key, epoch, host key).
     pub scope: String,
     pub enc_pub: String,
@@ -222,7 +222,7 @@ pub struct PublishedAd {
 
 /// The newest v2 enc-key ad a sender accepted for one peer (its rollback guard).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PeerAd {
+pub(crate) struct PeerAd {
     pub iat_ms: u64,
     pub exp_ms: u64,
     pub enc_pub: String,
@@ -230,7 +230,7 @@ pub struct PeerAd {
 
 /// The relay this host uses, with its pinned key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RelayConfig {
+pub(crate) struct RelayConfig {
     pub url: String,
     pub relay_pubkey: String,
     /// A different key the relay presented; relay use stops until the owner confirms it.
@@ -244,7 +244,7 @@ pub struct RelayConfig {
 
 /// The receive position for one (relay URL, relay key).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     pub received_through: u64,
     pub acked_through: u64,
 }
@@ -272,7 +272,7 @@ fn engine(e: fjall::Error) -> HostError {
 }
 
 /// The open host store (one process at a time: fjall holds a lock file).
-pub struct HostStore {
+pub(crate) struct HostStore {
     db: Database,
     meta: Keyspace,
     peers: Keyspace,
@@ -379,7 +379,7 @@ impl HostStore {
         self.meta_get(META_RELAY)
     }
     /// The relay's private CA (PEM) from `relay set --ca`, if any.
-    pub fn relay_ca(&self) -> Result<Option<String>, HostError> {
+    pub(crate) fn relay_ca(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_RELAY_CA)
     }
     /// The enrolment cache key recorded after the last successful enrolment.
@@ -391,11 +391,11 @@ impl HostStore {
         self.meta_get(META_PUBLISHED)
     }
     /// The v2 enc-key ad recorded as published, if any.
-    pub fn published_ad(&self) -> Result<Option<PublishedAd>, HostError> {
+    pub(crate) fn published_ad(&self) -> Result<Option<PublishedAd>, HostError> {
         self.meta_get(META_PUBLISHED_AD)
     }
     /// The newest v2 enc-key ad accepted for the peer with this host key.
-    pub fn peer_ad(&self, pubkey: &str) -> Result<Option<PeerAd>, HostError> {
+    pub(crate) fn peer_ad(&self, pubkey: &str) -> Result<Option<PeerAd>, HostError> {
         Self::get(&self.peer_ads, pubkey.as_bytes(), "peer ad")
     }
     /// A peer by name.
@@ -407,7 +407,7 @@ impl HostStore {
         Self::list(&self.peers, "peer")
     }
     /// The peer pinned with this key.
-    pub fn peer_by_key(&self, pubkey: &str) -> Result<Option<Peer>, HostError> {
+    pub(crate) fn peer_by_key(&self, pubkey: &str) -> Result<Option<Peer>, HostError> {
         Ok(self.peers()?.into_iter().find(|p| p.pubkey == pubkey))
     }
     /// One outbox row.
@@ -415,7 +415,7 @@ impl HostStore {
         Self::get(&self.outbox, &id.to_be_bytes(), "outbox")
     }
     /// The outbox row for (item id, target key).
-    pub fn row_by_item(&self, item_id: &str, target: &str) -> Result<Option<OutRow>, HostError> {
+    pub(crate) fn row_by_item(&self, item_id: &str, target: &str) -> Result<Option<OutRow>, HostError> {
         let Some(idb) = self
             .outbox_idx
             .get(idx_key(item_id, target))
@@ -434,7 +434,7 @@ impl HostStore {
         Self::list(&self.outbox, "outbox")
     }
     /// A received message by id.
-    pub fn inbox_get(&self, id: &str) -> Result<Option<InboxRow>, HostError> {
+    pub(crate) fn inbox_get(&self, id: &str) -> Result<Option<InboxRow>, HostError> {
         Self::get(&self.inbox, id.as_bytes(), "inbox")
     }
     /// All received messages (ordered by id, which is time-ordered).
@@ -488,29 +488,29 @@ impl Batch<'_> {
         self.store
     }
     /// Set the host name.
-    pub fn set_name(&mut self, name: &str) -> Result<(), HostError> {
+    pub(crate) fn set_name(&mut self, name: &str) -> Result<(), HostError> {
         let m = self.store.meta.clone();
         self.put(&m, META_NAME.as_bytes(), &name.to_string())
     }
     /// Set the relay configuration.
-    pub fn set_relay(&mut self, r: &RelayConfig) -> Result<(), HostError> {
+    pub(crate) fn set_relay(&mut self, r: &RelayConfig) -> Result<(), HostError> {
         let m = self.store.meta.clone();
         self.put(&m, META_RELAY.as_bytes(), r)
     }
     /// Record (or clear) the relay's private CA (PEM).
-    pub fn set_relay_ca(&mut self, pem: Option<&str>) -> Result<(), HostError> {
+    pub(crate) fn set_relay_ca(&mut self, pem: Option<&str>) -> Result<(), HostError> {
         self.set_cache(META_RELAY_CA, pem)
     }
     /// Record (or clear, with `None`) the enrolment cache key.
-    pub fn set_enrolled(&mut self, key: Option<&str>) -> Result<(), HostError> {
+    pub(crate) fn set_enrolled(&mut self, key: Option<&str>) -> Result<(), HostError> {
         self.set_cache(META_ENROLLED, key)
     }
     /// Record (or clear) the publication cache key.
-    pub fn set_published(&mut self, key: Option<&str>) -> Result<(), HostError> {
+    pub(crate) fn set_published(&mut self, key: Option<&str>) -> Result<(), HostError> {
         self.set_cache(META_PUBLISHED, key)
     }
     /// Record (or clear) the v2 enc-key ad published.
-    pub fn set_published_ad(&mut self, ad: Option<&PublishedAd>) -> Result<(), HostError> {
+    pub(crate) fn set_published_ad(&mut self, ad: Option<&PublishedAd>) -> Result<(), HostError> {
         let m = self.store.meta.clone();
         match ad {
             Some(a) => self.put(&m, META_PUBLISHED_AD.as_bytes(), a),
@@ -521,7 +521,7 @@ impl Batch<'_> {
         }
     }
     /// Remember the newest v2 enc-key ad accepted for a peer key (the caller checked it is newer).
-    pub fn put_peer_ad(&mut self, pubkey: &str, ad: &PeerAd) -> Result<(), HostError> {
+    pub(crate) fn put_peer_ad(&mut self, pubkey: &str, ad: &PeerAd) -> Result<(), HostError> {
         let ks = self.store.peer_ads.clone();
         self.put(&ks, pubkey.as_bytes(), ad)
     }
@@ -536,7 +536,7 @@ impl Batch<'_> {
         }
     }
     /// Set (or remove, with `None`) a record read by [`HostStore::extra`].
-    pub fn set_extra<T: Serialize>(&mut self, key: &str, v: Option<&T>) -> Result<(), HostError> {
+    pub(crate) fn set_extra<T: Serialize>(&mut self, key: &str, v: Option<&T>) -> Result<(), HostError> {
         let m = self.store.meta.clone();
         let k = format!("x:{key}");
         match v {
@@ -548,23 +548,23 @@ impl Batch<'_> {
         }
     }
     /// Pin a peer.
-    pub fn put_peer(&mut self, p: &Peer) -> Result<(), HostError> {
+    pub(crate) fn put_peer(&mut self, p: &Peer) -> Result<(), HostError> {
         let ks = self.store.peers.clone();
         self.put(&ks, p.name.as_bytes(), p)
     }
     /// A fresh outbox row id (persisted with this batch).
-    pub fn new_row_id(&mut self) -> u64 {
+    pub(crate) fn new_row_id(&mut self) -> u64 {
         let id = self.next_row;
         self.next_row += 1;
         id
     }
     /// The next delivery-receipt seq (persisted with this batch).
-    pub fn new_receipt_seq(&mut self) -> u64 {
+    pub(crate) fn new_receipt_seq(&mut self) -> u64 {
         self.receipt_seq += 1;
         self.receipt_seq
     }
     /// Insert or replace an outbox row (and its item index).
-    pub fn put_row(&mut self, r: &OutRow) -> Result<(), HostError> {
+    pub(crate) fn put_row(&mut self, r: &OutRow) -> Result<(), HostError> {
         let (ob, ix) = (self.store.outbox.clone(), self.store.outbox_idx.clone());
         self.put(&ob, &r.id.to_be_bytes(), r)?;
         self.batch.insert(
@@ -575,12 +575,12 @@ impl Batch<'_> {
         Ok(())
     }
     /// Insert a received message.
-    pub fn put_inbox(&mut self, m: &InboxRow) -> Result<(), HostError> {
+    pub(crate) fn put_inbox(&mut self, m: &InboxRow) -> Result<(), HostError> {
         let ks = self.store.inbox.clone();
         self.put(&ks, m.id.as_bytes(), m)
     }
     /// Quarantine a refused item.
-    pub fn put_quarantine(&mut self, q: &QuarantineRow) -> Result<(), HostError> {
+    pub(crate) fn put_quarantine(&mut self, q: &QuarantineRow) -> Result<(), HostError> {
         let ks = self.store.quarantine.clone();
         let mut key = cp_key(&q.relay, &q.epoch);
         key.push(0);
@@ -604,7 +604,7 @@ impl Batch<'_> {
         )
     }
     /// Set the receive position for (relay URL, relay key).
-    pub fn set_checkpoint(
+    pub(crate) fn set_checkpoint(
         &mut self,
         url: &str,
         relay_pubkey: &str,

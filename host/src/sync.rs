@@ -18,9 +18,9 @@ use super::{now_ms, HostError};
 use relay_wire::keys::{fingerprint, parse_pubkey};
 
 /// Grace after retention before a relay-accepted row without a delivery receipt is unconfirmed.
-pub const DEADLINE_GRACE_MS: u64 = 24 * 3_600_000;
+pub(crate) const DEADLINE_GRACE_MS: u64 = 24 * 3_600_000;
 /// Bound on pages pulled in one pass.
-pub const MAX_PAGES: usize = 10_000;
+pub(crate) const MAX_PAGES: usize = 10_000;
 /// Bound on enrol-and-retry rounds in one pass (401 answers).
 const MAX_REENROL: usize = 2;
 
@@ -28,16 +28,16 @@ const MAX_REENROL: usize = 2;
 /// `MBX_HOST_BACKOFF_CAP_MS`, `MBX_HOST_DEADLINE_GRACE_MS`, `MBX_HOST_ENC_ADS`,
 /// `MBX_HOST_ENC_AD_LIFETIME_MS`).
 #[derive(Debug, Clone, Copy)]
-pub struct SyncOptions {
+pub(crate) struct SyncOptions {
     pub timeout: Duration,
-    pub backoff_base_ms: u64,
-    pub backoff_cap_ms: u64,
+    pub(crate) backoff_base_ms: u64,
+    pub(crate) backoff_cap_ms: u64,
     /// Grace after retention before the sender's own deadline (spec: 24 h).
-    pub grace_ms: u64,
+    pub(crate) grace_ms: u64,
     /// Which enc-key ads to publish (`both`, `v1` as a 0.5.6 host, `v2`).
     pub enc_ads: AdKinds,
     /// Lifetime of the published v2 ad (30 days; capped at the relay's 90).
-    pub ad_lifetime_ms: u64,
+    pub(crate) ad_lifetime_ms: u64,
 }
 
 impl Default for SyncOptions {
@@ -55,7 +55,7 @@ impl Default for SyncOptions {
 
 impl SyncOptions {
     /// Defaults overridden by the environment variables above (ignored when not numbers).
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         let d = SyncOptions::default();
         SyncOptions {
@@ -85,7 +85,7 @@ impl SyncOptions {
 
 /// What one pass did (printed by `sync`).
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct SyncReport {
+pub(crate) struct SyncReport {
     pub epoch: String,
     pub enrolled: bool,
     pub sealed: u64,
@@ -109,7 +109,7 @@ pub struct SyncReport {
 }
 
 /// Everything a pass needs: the store, the keys, the relay config, a signed client.
-pub struct Session<'a> {
+pub(crate) struct Session<'a> {
     pub store: &'a mut HostStore,
     pub id: &'a Identity,
     pub name: String,
@@ -119,7 +119,7 @@ pub struct Session<'a> {
     pub opts: SyncOptions,
     pub report: SyncReport,
     /// `you.enc_ad` of this pass's signed info, to reconcile the published v2 ad against.
-    pub relay_view: RelayView,
+    pub(crate) relay_view: RelayView,
     /// In a [`Session::head_start`]: the relay was not checked in this session, so a new epoch or
     /// a rewind ends the step instead of resetting state on its word (the full pass checks first).
     head_start: bool,
@@ -128,7 +128,7 @@ pub struct Session<'a> {
 /// HTTP agents kept between sessions (the daemon's): keyed by what they were built for (relay
 /// URL, CA, timeout), at most [`Agents::MAX`] of them.
 #[derive(Default)]
-pub struct Agents(Vec<(String, ureq::Agent)>);
+pub(crate) struct Agents(Vec<(String, ureq::Agent)>);
 
 impl Agents {
     /// Kinds of session the daemon opens (passes, and `send`'s seal with its shorter timeout).
@@ -152,7 +152,7 @@ impl<'a> Session<'a> {
     ///
     /// # Errors
     /// As [`Session::open`].
-    pub fn open_kept(
+    pub(crate) fn open_kept(
         store: &'a mut HostStore,
         id: &'a Identity,
         opts: SyncOptions,
@@ -210,7 +210,7 @@ impl<'a> Session<'a> {
     }
 
     /// This host's public key, base64.
-    pub fn my_pub(&self) -> String {
+    pub(crate) fn my_pub(&self) -> String {
         self.id.host.public_b64()
     }
 
@@ -244,7 +244,7 @@ impl<'a> Session<'a> {
 
     /// The relay went back in time within one epoch (head below our checkpoint, or BAD_ACK):
     /// handled like a new epoch (spec §4), re-pushing every relay-accepted row.
-    pub fn rewind(&mut self) -> Result<(), HostError> {
+    pub(crate) fn rewind(&mut self) -> Result<(), HostError> {
         if self.head_start {
             return Err(HostError::Relay(CHECK_FIRST.into()));
         }
@@ -369,7 +369,7 @@ impl<'a> Session<'a> {
     ///
     /// # Errors
     /// As [`Session::run`].
-    pub fn head_start(&mut self, pull: bool) -> Result<bool, HostError> {
+    pub(crate) fn head_start(&mut self, pull: bool) -> Result<bool, HostError> {
         self.head_start = true;
         let steps = (|| {
             if pull {
@@ -412,4 +412,4 @@ impl<'a> Session<'a> {
 const CHECK_FIRST: &str = "the relay's epoch moved: check the relay first";
 
 /// The message a signed call answered with 401 becomes (triggers re-enrolment).
-pub const NOT_ENROLLED: &str = "relay says this host is not enrolled (401)";
+pub(crate) const NOT_ENROLLED: &str = "relay says this host is not enrolled (401)";

@@ -68,7 +68,7 @@ pub fn read_ca(path: &Path) -> Result<String, String> {
 
 /// Add the way out to a certificate failure: a relay whose certificate chains to a private CA
 /// needs `--ca`.
-pub fn hint_ca(e: HostError) -> HostError {
+pub(crate) fn hint_ca(e: HostError) -> HostError {
     match e {
         HostError::Network(m) if m.contains("certificate") || m.contains("UnknownIssuer") => {
             HostError::Network(format!(
@@ -84,7 +84,7 @@ pub fn hint_ca(e: HostError) -> HostError {
 ///
 /// # Errors
 /// A message saying why, and what to do.
-pub fn check_relay_url(url: &str, insecure_http: bool, has_ca: bool) -> Result<(), String> {
+pub(crate) fn check_relay_url(url: &str, insecure_http: bool, has_ca: bool) -> Result<(), String> {
     if url.starts_with("https://") {
         return Ok(());
     }

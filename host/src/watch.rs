@@ -14,11 +14,11 @@ use super::sync::SyncOptions;
 
 /// The long-poll wait the daemon asks for, in seconds, unless the relay's `x-mbx-wait-max` is
 /// lower (this relay allows 0..=60).
-pub const LONG_POLL_SECS: u64 = 30;
+pub(crate) const LONG_POLL_SECS: u64 = 30;
 /// The header a relay that holds pulls sends with every pull answer.
 pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
 /// Cap on the reconnect backoff (the row backoff's cap can be minutes; a relay restart is not).
-pub const RECONNECT_CAP_MS: u64 = 30_000;
+pub(crate) const RECONNECT_CAP_MS: u64 = 30_000;
 /// An empty long-poll answer sooner than this was cut short; the watcher pauses as long.
 const EARLY_EMPTY: Duration = Duration::from_millis(50);
 /// How long the watcher waits for the daemon's pass after a wake before it looks again.
@@ -70,7 +70,7 @@ impl Shared {
 
 /// How the watcher pulls.
 #[derive(Debug, Clone, Copy)]
-pub struct WatchOptions {
+pub(crate) struct WatchOptions {
     /// Poll interval when the relay does not hold pulls.
     pub poll: Duration,
     pub sync: SyncOptions,
@@ -78,7 +78,7 @@ pub struct WatchOptions {
 
 /// The reconnect wait after `failures` failed attempts: the row backoff, capped at
 /// [`RECONNECT_CAP_MS`], with jitter in [50 %, 100 %] so restarted relays are not hit in step.
-pub fn reconnect_delay(opts: &SyncOptions, failures: u32) -> Duration {
+pub(crate) fn reconnect_delay(opts: &SyncOptions, failures: u32) -> Duration {
     let ms = opts
         .backoff(failures.saturating_sub(1))
         .clamp(1, RECONNECT_CAP_MS);

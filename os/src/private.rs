@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// The umask of `mbx-relay serve` and of relay-tool commands that write a store: every file and
 /// directory they create is owner-only (0600 / 0700), whatever the umask they inherited.
-pub const PRIVATE_UMASK: libc::mode_t = 0o077;
+pub(crate) const PRIVATE_UMASK: libc::mode_t = 0o077;
 
 /// Permission bits that let users other than the owner reach a file.
 const OTHERS: u32 = 0o077;

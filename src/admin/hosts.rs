@@ -22,7 +22,7 @@ pub struct HostsQuery {
 
 impl HostsQuery {
     /// The request words after `hosts` ([`HostsQuery::parse`] reads them back).
-    pub fn to_words(&self) -> String {
+    pub(crate) fn to_words(&self) -> String {
         let mut out = String::new();
         if let Some(n) = &self.name {
             out.push_str(" name ");
@@ -88,7 +88,7 @@ pub fn check_name(name: &str) -> Result<String, String> {
 }
 
 /// One enrolment as a JSON object; `now_ms` dates the enc ad's age.
-pub fn host_json(r: &HostRow, now_ms: u64) -> Value {
+pub(crate) fn host_json(r: &HostRow, now_ms: u64) -> Value {
     let e = &r.enrolment;
     let newest_ad = r.enc_ad_v1_at_ms.max(r.enc_ad_v2_at_ms);
     let ad = match (r.enc_ad_v1_at_ms, r.enc_ad_v2_at_ms) {

@@ -106,7 +106,7 @@ fn unhex32(s: &str) -> Option<[u8; 32]> {
 }
 
 /// A backup file's summary as a JSON object (counts in file order).
-pub fn summary_json(s: &BackupSummary) -> Value {
+pub(crate) fn summary_json(s: &BackupSummary) -> Value {
     let counts: Vec<Value> = s.counts.iter().map(|(p, n)| json!([p, n])).collect();
     json!({
         "format_version": s.format_version,

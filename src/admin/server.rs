@@ -51,7 +51,7 @@ pub fn spawn(store: SharedStore, store_dir: &Path) -> io::Result<JoinHandle<()>>
 ///
 /// # Errors
 /// As [`spawn`].
-pub fn spawn_with(
+pub(crate) fn spawn_with(
     store: SharedStore,
     store_dir: &Path,
     revoker: Option<Revoker>,

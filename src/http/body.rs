@@ -17,11 +17,11 @@ use relay_core::rate::{address_key, AddrKey};
 /// The general request body cap (docs/protocol.md §3): 8 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies (and the bodies of info, health and metrics).
-pub const MAX_SMALL_BODY: usize = 8_192;
+pub(crate) const MAX_SMALL_BODY: usize = 8_192;
 
 /// Room in a push body for everything but one target's `wire_b64`: the JSON around it, a
 /// 300-unit item id escaped as `\uXXXX` (1,800 bytes), kind and host key, with margin.
-pub const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
+pub(crate) const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
 
 /// The largest `--max-item-bytes` whose item still fits a push body under [`MAX_BODY`]: its
 /// base64 form (4 characters per 3 bytes) plus [`PUSH_ENVELOPE_ALLOWANCE`]. A larger limit
@@ -29,9 +29,9 @@ pub const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
 pub const MAX_ITEM_BYTES_IN_BODY: u64 = ((MAX_BODY - PUSH_ENVELOPE_ALLOWANCE) / 4 * 3) as u64;
 
 /// Total request-body memory held at once (bytes); requests beyond it wait for room.
-pub const BODY_BUDGET: u64 = 256 * 1024 * 1024;
+pub(crate) const BODY_BUDGET: u64 = 256 * 1024 * 1024;
 /// Default for `--max-body-bytes-per-address`: four full-size bodies.
-pub const DEFAULT_BODY_BYTES_PER_ADDRESS: u64 = 4 * MAX_BODY as u64;
+pub(crate) const DEFAULT_BODY_BYTES_PER_ADDRESS: u64 = 4 * MAX_BODY as u64;
 
 /// A body reading this many bytes lets other tasks run before it reads on: a worker reading
 /// a full 8 MiB body in one go kept every other connection on it waiting (for tens of ms).
@@ -41,13 +41,13 @@ const YIELD_EVERY: usize = 64 * 1024;
 const RESERVE_STEP: u64 = 64 * 1024;
 
 /// Most bytes read and discarded after an early answer (docs/protocol.md §3: 64 MiB or 10 s).
-pub const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest a drain lasts.
-pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
 
 /// The memory limits on request bodies: a budget shared by all requests (in KiB permits) and a
 /// cap per client address (IPv4 address, IPv6 /64) on bytes held at once.
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     global: Semaphore,
     per_address: Mutex<HashMap<AddrKey, u64>>,
     address_cap: u64,
@@ -55,7 +55,7 @@ pub struct BodyLimits {
 
 /// Why a body could not be read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// Over the cap (answer 413).
     TooLarge,
     /// The client's address already holds its share of body memory (answer 429).
@@ -81,7 +81,7 @@ impl BodyLimits {
 
     /// An empty reservation for a request from `addr`; it grows as the body arrives and gives
     /// everything back when dropped.
-    pub fn reservation(&self, addr: &str) -> Reservation<'_> {
+    pub(crate) fn reservation(&self, addr: &str) -> Reservation<'_> {
         Reservation {
             limits: self,
             addr: address_key(addr),
@@ -91,7 +91,8 @@ impl BodyLimits {
     }
 
     /// Addresses holding body memory now (for tests: the table empties when requests end).
-    pub fn addresses_holding(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn addresses_holding(&self) -> usize {
         self.table().len()
     }
 
@@ -103,7 +104,7 @@ impl BodyLimits {
 
 /// Body memory held for one request: `bytes` of its address's share, `kib` permits of the
 /// shared budget.
-pub struct Reservation<'a> {
+pub(crate) struct Reservation<'a> {
     limits: &'a BodyLimits,
     addr: AddrKey,
     bytes: u64,
@@ -118,7 +119,8 @@ impl Reservation<'_> {
     /// # Errors
     /// [`BodyError::AddressBusy`] past the address's share; [`BodyError::Closed`] once the budget
     /// is closed.
-    pub async fn grow_to(&mut self, total: u64) -> Result<(), BodyError> {
+    #[cfg(test)]
+    pub(crate) async fn grow_to(&mut self, total: u64) -> Result<(), BodyError> {
         self.grow(total, total).await
     }
 
@@ -218,8 +220,8 @@ impl Drop for Reservation<'_> {
 ///
 /// # Errors
 /// [`BodyError::TooLarge`] once the declared or received length passes `cap`; see
-/// [`Reservation::grow_to`] and [`BodyError`] for the others.
-pub async fn read_capped(
+/// [`BodyError`] for the others.
+pub(crate) async fn read_capped(
     body: &mut Body,
     cap: usize,
     declared: Option<u64>,

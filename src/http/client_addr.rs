@@ -34,7 +34,7 @@ impl std::str::FromStr for TrustProxy {
 const MAX_ADDR: usize = 64;
 
 /// The client address for rate limiting.
-pub fn client_addr(trust: TrustProxy, peer: SocketAddr, headers: &HeaderMap) -> String {
+pub(crate) fn client_addr(trust: TrustProxy, peer: SocketAddr, headers: &HeaderMap) -> String {
     let from_header = match trust {
         TrustProxy::Off => None,
         TrustProxy::Xff => headers

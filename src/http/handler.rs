@@ -29,7 +29,7 @@ use relay_core::{parse_json, HopHeaders, RelayError, Reply, Status};
 use relay_wire::hop::signed_path;
 
 /// The status code of a relay status class.
-pub fn status_code(s: Status) -> StatusCode {
+pub(crate) fn status_code(s: Status) -> StatusCode {
     match s {
         Status::BadRequest => StatusCode::BAD_REQUEST,
         Status::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -28,7 +28,7 @@ pub enum Refusal {
 }
 
 /// The per-address failure window and the signature checker.
-pub struct HopGate {
+pub(crate) struct HopGate {
     failures: RateTable<AddrKey>,
     verifier: Verifier,
 }
@@ -47,7 +47,7 @@ impl HopGate {
     ///
     /// # Errors
     /// A [`Refusal`]; a failed check is counted.
-    pub fn check_head(
+    pub(crate) fn check_head(
         &self,
         relay: &Relay,
         addr: &str,

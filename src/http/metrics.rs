@@ -27,7 +27,7 @@ const QUEUE_CACHE: Duration = Duration::from_secs(10);
 
 /// Requests counted by (route label, status); bounded by routes × statuses.
 #[derive(Default)]
-pub struct HttpMetrics {
+pub(crate) struct HttpMetrics {
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     queued: Mutex<Option<(Instant, u64, u64)>>,
 }
@@ -109,7 +109,7 @@ impl HttpMetrics {
 ///
 /// # Errors
 /// As [`super::guard::serve`].
-pub async fn serve_private(
+pub(crate) async fn serve_private(
     listener: TcpListener,
     app: Arc<App>,
     guard: GuardConfig,

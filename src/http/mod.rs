@@ -4,18 +4,18 @@
 mod answer;
 pub mod args;
 pub mod body;
-pub mod client_addr;
+pub(crate) mod client_addr;
 mod conn_limit;
 mod events;
 pub mod guard;
-pub mod handler;
+pub(crate) mod handler;
 pub mod health_probe;
 pub(crate) mod hop_gate;
-pub mod metrics;
+pub(crate) mod metrics;
 mod parked;
-pub mod retry_after;
-pub mod route;
-pub mod tls;
+pub(crate) mod retry_after;
+pub(crate) mod route;
+pub(crate) mod tls;
 mod verify;
 
 use std::sync::Arc;
@@ -24,10 +24,10 @@ use relay_core::Relay;
 pub use client_addr::TrustProxy;
 
 /// Shared state of the HTTP layer.
-pub struct App {
+pub(crate) struct App {
     pub relay: Arc<Relay>,
-    pub trust_proxy: TrustProxy,
-    pub http_metrics: metrics::HttpMetrics,
+    pub(crate) trust_proxy: TrustProxy,
+    pub(crate) http_metrics: metrics::HttpMetrics,
     /// Memory limits for request bodies being read and handled (shared and per address).
     pub bodies: body::BodyLimits,
     /// Failed hop authentications per address, and where signatures are checked.
@@ -35,7 +35,7 @@ pub struct App {
 }
 
 /// The router: every request goes through [`handler::handle`].
-pub fn router(app: Arc<App>) -> axum::Router {
+pub(crate) fn router(app: Arc<App>) -> axum::Router {
     axum::Router::new()
         .fallback(handler::handle)
         .with_state(app)

@@ -23,10 +23,10 @@ use tokio_rustls::TlsAcceptor;
 use relay_os::private::{require_private_or, Kind};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).
-pub const WATCH_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(30);
 /// Tests only: a file-check period in milliseconds instead of [`WATCH_EVERY`] (undocumented for
 /// operators; a test should not wait 30 s for one check).
-pub const WATCH_TEST_ENV: &str = "MBX_RELAY_TEST_TLS_WATCH_MS";
+pub(crate) const WATCH_TEST_ENV: &str = "MBX_RELAY_TEST_TLS_WATCH_MS";
 
 /// The file-check period in force.
 fn watch_every() -> Duration {
@@ -44,10 +44,10 @@ const ALPN_HTTP11: &[u8] = b"http/1.1";
 pub struct TlsArgs {
     /// PEM certificate chain (leaf first) to serve HTTPS; needs --tls-key. Reloaded on SIGHUP.
     #[arg(long, env = "MBX_RELAY_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert (owner-only file, like relay.key); needs --tls-cert.
     #[arg(long, env = "MBX_RELAY_TLS_KEY", value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
 }
 
 /// The certificate chain and key files of a TLS relay.
@@ -218,7 +218,7 @@ fn pem_problem(path: &Path, what: &str, e: &pem::Error) -> String {
 ///
 /// # Errors
 /// The signal handler could not be installed.
-pub fn spawn_reloader(
+pub(crate) fn spawn_reloader(
     tls: Option<Arc<Tls>>,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<tokio::task::JoinHandle<()>> {

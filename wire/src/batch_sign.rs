@@ -14,7 +14,7 @@ use zeroize::Zeroize;
 
 /// The signatures of `msgs` by the key with `seed` and public key `public`, in order.
 /// `public` must be the seed's public key (the caller holds both; it is not recomputed here).
-pub fn sign_batch(seed: &[u8; 32], public: &[u8; 32], msgs: &[&[u8]]) -> Vec<[u8; 64]> {
+pub(crate) fn sign_batch(seed: &[u8; 32], public: &[u8; 32], msgs: &[&[u8]]) -> Vec<[u8; 64]> {
     let mut expanded: [u8; 64] = Sha512::digest(seed).into();
     let mut lower = [0u8; 32];
     lower.copy_from_slice(&expanded[..32]);

@@ -69,7 +69,7 @@ fn write_value(out: &mut String, v: &Value) {
 }
 
 /// Orders strings the way JavaScript's default sort does: by UTF-16 code unit.
-pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
+pub(crate) fn cmp_utf16(a: &str, b: &str) -> Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
@@ -103,7 +103,7 @@ fn word_needs_escape(w: u64) -> bool {
 /// Appends the escaped contents of `s` (no quotes). Clean 8-byte words are skipped whole and
 /// runs without escapes are copied in one piece: a hop payload holds the whole request body,
 /// and the char-by-char form was 7% of a batch push.
-pub fn write_escaped(out: &mut String, s: &str) {
+pub(crate) fn write_escaped(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
     let mut i = 0;

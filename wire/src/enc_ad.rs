@@ -12,11 +12,11 @@ use super::time::parse_date_loose;
 /// by the request body cap).
 pub const MAX_AD_BYTES: usize = 65_536;
 /// Longest `host` (UTF-16 code units, as JavaScript counts `length`).
-pub const MAX_HOST_CHARS: usize = 255;
+pub(crate) const MAX_HOST_CHARS: usize = 255;
 /// Longest `iat` / `exp` string (UTF-16 code units).
-pub const MAX_DATE_CHARS: usize = 40;
+pub(crate) const MAX_DATE_CHARS: usize = 40;
 /// How far ahead of the relay clock `iat` may be.
-pub const MAX_IAT_AHEAD_MS: i64 = 300_000;
+pub(crate) const MAX_IAT_AHEAD_MS: i64 = 300_000;
 /// Longest accepted lifetime `exp - iat` (exactly this is accepted).
 pub const MAX_LIFETIME_MS: i64 = 90 * 86_400_000;
 

@@ -19,11 +19,11 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 /// Largest plaintext `body`, in UTF-8 bytes, when `enc` is null.
-pub const MAX_PLAIN_BODY_BYTES: usize = 262_144;
+pub(crate) const MAX_PLAIN_BODY_BYTES: usize = 262_144;
 /// Largest sealed body (base64 of a sealed 256 KiB body), in UTF-8 bytes.
-pub const MAX_SEALED_BODY_BYTES: usize = 349_548;
+pub(crate) const MAX_SEALED_BODY_BYTES: usize = 349_548;
 /// The one sealing algorithm the protocol knows.
-pub const ENC_ALG: &str = "x25519+xchacha20poly1305";
+pub(crate) const ENC_ALG: &str = "x25519+xchacha20poly1305";
 
 const KINDS: [&str; 7] = [
     "message", "request", "reply", "status", "decision", "alert", "task",

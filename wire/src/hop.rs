@@ -26,7 +26,7 @@ const FEED_CHUNK: usize = 16 * 1024;
 /// Hands the text of [`hop_payload`] to `emit` in pieces, keys already in canonical order, so a
 /// verifier can hash it as a stream: the body (a whole batch, up to 8 MiB) is escaped
 /// [`FEED_CHUNK`] bytes at a time into one small buffer, never copied whole.
-pub fn feed_hop_payload(
+pub(crate) fn feed_hop_payload(
     method: &str,
     path: &str,
     ts: &str,

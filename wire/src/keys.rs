@@ -239,7 +239,7 @@ pub fn verify_with(key: &VerifyingKey, msg: &[u8], sig_b64: &str) -> bool {
 /// given), hashed as it arrives so the message is never assembled. The same strict checks as
 /// `verify_strict`: a canonical `s` (checked by `verify_stream`), and neither the key nor the
 /// signature's `R` of small order (checked here, since the stream verifier skips them).
-pub fn verify_stream_with(
+pub(crate) fn verify_stream_with(
     key: &VerifyingKey,
     sig_b64: &str,
     feed: impl FnOnce(&mut dyn FnMut(&[u8])),

@@ -6,7 +6,7 @@
 //! (Cargo.toml), so every other crate can build on it.
 
 pub mod accept;
-pub mod batch_sign;
+pub(crate) mod batch_sign;
 pub mod canonical;
 pub mod enc_ad;
 pub mod envelope;

@@ -32,7 +32,7 @@ pub fn is_ulid(s: &str) -> bool {
 }
 
 /// `^[a-z0-9][a-z0-9-]{1,39}$`
-pub fn is_local_name(s: &str) -> bool {
+pub(crate) fn is_local_name(s: &str) -> bool {
     let b = s.as_bytes();
     let lower_alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     match b.split_first() {

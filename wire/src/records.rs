@@ -14,9 +14,9 @@ use serde_json::{json, Map, Value};
 /// Most sender keys one allowlist may hold.
 pub const MAX_SENDERS: usize = 1024;
 /// How far ahead of the relay clock a sender list's `iat` may be.
-pub const MAX_IAT_AHEAD_MS: u64 = 300_000;
+pub(crate) const MAX_IAT_AHEAD_MS: u64 = 300_000;
 /// Largest canonical(list) the relay stores (docs/protocol.md §3; a list of 1,024 keys is ~47 KB).
-pub const MAX_SENDER_LIST_BYTES: usize = 65_536;
+pub(crate) const MAX_SENDER_LIST_BYTES: usize = 65_536;
 
 /// Why a signed record was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,7 +221,7 @@ pub fn parse_rotation(body: &Value) -> Result<Rotation, RecordError> {
 }
 
 /// The notice body: `{"v":1,"type":"relay-expired","item_id","target_pubkey","accepted_at","expired_at"}`.
-pub fn expiry_notice(
+pub(crate) fn expiry_notice(
     item_id: &str,
     target_pubkey: &str,
     accepted_at_ms: u64,

@@ -25,7 +25,7 @@ use super::canonical::canonical_json;
 use super::keys::{b64, fingerprint, unb64, verify, SigningKey};
 
 /// The `enc.alg` this module seals with (the one the shape check accepts).
-pub use crate::envelope::ENC_ALG;
+pub(crate) use crate::envelope::ENC_ALG;
 
 /// Why a body could not be sealed or opened. Messages never contain key material or plaintext.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,7 @@ fn body_key(shared: &[u8; 32], epk: &[u8; 32], envelope_id: &str) -> [u8; 32] {
 }
 
 /// Seal `plain` for the recipient's enc key; returns the `enc` v1 object.
-pub fn seal_body(plain: &[u8], recipient_enc_pub: &[u8; 32], envelope_id: &str) -> Value {
+pub(crate) fn seal_body(plain: &[u8], recipient_enc_pub: &[u8; 32], envelope_id: &str) -> Value {
     let eph = StaticSecret::random_from_rng(rand::rngs::OsRng);
     let epk = PublicKey::from(&eph).to_bytes();
     let shared = eph.diffie_hellman(&PublicKey::from(*recipient_enc_pub));
@@ -136,7 +136,7 @@ fn enc_field<const N: usize>(
 ///
 /// # Errors
 /// `BadEnc` for a malformed seal, `Undecryptable` when authentication fails.
-pub fn open_body(enc: &Value, secret: &EncSecret, envelope_id: &str) -> Result<Vec<u8>, SealError> {
+pub(crate) fn open_body(enc: &Value, secret: &EncSecret, envelope_id: &str) -> Result<Vec<u8>, SealError> {
     if !enc.is_object() {
         return Err(SealError::BadEnc("bad enc"));
     }
@@ -163,7 +163,7 @@ pub fn open_body(enc: &Value, secret: &EncSecret, envelope_id: &str) -> Result<V
 
 /// The bytes an envelope's host signature covers: canonical(envelope without `sig`), with `body`
 /// replaced by `enc.body` when the envelope is sealed. `None` if it is not an object.
-pub fn envelope_signing_payload(env: &Value) -> Option<String> {
+pub(crate) fn envelope_signing_payload(env: &Value) -> Option<String> {
     let mut m: Map<String, Value> = env.as_object()?.clone();
     m.remove("sig");
     if let Some(enc_body) = m.get("enc").and_then(|e| e.get("body")).cloned() {
@@ -178,7 +178,7 @@ pub fn envelope_signing_payload(env: &Value) -> Option<String> {
 ///
 /// # Errors
 /// `BadEnvelope` if it is not a JSON object.
-pub fn sign_envelope(env: Value, host: &str, key: &SigningKey) -> Result<Value, SealError> {
+pub(crate) fn sign_envelope(env: Value, host: &str, key: &SigningKey) -> Result<Value, SealError> {
     let payload = envelope_signing_payload(&env).ok_or(SealError::BadEnvelope)?;
     let value = key.sign(payload.as_bytes());
     let mut m = match env {
