@@ -2,7 +2,7 @@
 //! `mbx-relay host run` daemons on loopback; `alpha`'s daemon is asked to send over its socket,
 //! as `host send` does, and the figure is the time from that request to the moment `beta`'s
 //! daemon has the message durably in its inbox (its receive commit returned). Both daemons write
-//! stage marks (`MBX_HOST_TRACE`, src/host/trace.rs) so the table also says where the time goes.
+//! stage marks (`MBX_HOST_TRACE`, host/src/trace.rs) so the table also says where the time goes.
 //!
 //! Run: `cargo bench --bench daemon_latency`. Knobs (environment): MBX_DLAT_N (messages per run,
 //! default 200), MBX_DLAT_GAP_MS (between sends, default 100: each delivery measured on its own),
