@@ -13,9 +13,9 @@ use std::sync::Arc;
 use relay_store::{OpenOptions, SystemClock};
 
 use crate::http::{router, App, TrustProxy};
-use relay_os::private::{require_private, Kind};
-use relay_core::{key, startup, Limits};
 use crate::store_open::{open_store, StoreSpec};
+use relay_core::{key, startup, Limits};
+use relay_os::private::{require_private, Kind};
 use relay_wire::keys::fingerprint;
 
 /// Everything `serve` needs.
@@ -67,7 +67,11 @@ impl ServeConfig {
 /// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
 pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     config.validate()?;
-    let tls = config.tls.files()?.map(crate::http::tls::Tls::load).transpose()?;
+    let tls = config
+        .tls
+        .files()?
+        .map(crate::http::tls::Tls::load)
+        .transpose()?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     relay_os::private::restrict_umask();
     let dir = config.store_dir.clone();

@@ -144,8 +144,7 @@ fn push_as(
 
 fn sealed_wire(from: &str, to: &str, enc_pub: &[u8; 32], signer: &SigningKey) -> (String, Vec<u8>) {
     let id = ulid(mbx_host::now_ms());
-    let draft =
-        draft_envelope(&id, from, to, "forged", "secret", mbx_host::now_ms()).unwrap();
+    let draft = draft_envelope(&id, from, to, "forged", "secret", mbx_host::now_ms()).unwrap();
     let env = seal_envelope(draft, enc_pub, from, signer).unwrap();
     (id, canonical_bytes(&env))
 }

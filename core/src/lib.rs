@@ -36,10 +36,10 @@ use std::sync::{Arc, RwLock};
 
 use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
 
-use relay_wire::keys::SigningKey;
 pub use config::Limits;
 pub use error::{RelayError, Reply, Status};
 pub use hop::{Caller, HopCheck, HopHeaders};
+use relay_wire::keys::SigningKey;
 
 /// Most sender keys whose push windows are tracked at once (rate table cap).
 const SENDER_RATE_CAP: usize = 200_000;

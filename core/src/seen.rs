@@ -82,8 +82,8 @@ mod tests {
 
     use super::*;
     use crate::config::Limits;
-    use relay_wire::keys::SigningKey;
     use relay_keyspace::{Clock, EnrolRequest, OpenOptions, Store, DAY_MS};
+    use relay_wire::keys::SigningKey;
 
     const T0: u64 = 1_700_000_000_000;
 

@@ -46,7 +46,11 @@ impl Relay {
     ///
     /// # Errors
     /// 503 store failure.
-    pub(crate) fn sender_accepted(&self, target: &Key32, sender: &Key32) -> Result<bool, RelayError> {
+    pub(crate) fn sender_accepted(
+        &self,
+        target: &Key32,
+        sender: &Key32,
+    ) -> Result<bool, RelayError> {
         Ok(match self.store.sender_list(target)? {
             None => true,
             Some(list) => list.senders.iter().any(|s| s == sender),

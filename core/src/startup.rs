@@ -11,7 +11,11 @@ use super::{Limits, Relay, RelayError};
 use relay_wire::keys::{fingerprint, SigningKey};
 
 /// Why the epoch must rotate at startup, if it must.
-pub(crate) fn stale_reason(heartbeat_ms: Option<u64>, now_ms: u64, stale: Duration) -> Option<String> {
+pub(crate) fn stale_reason(
+    heartbeat_ms: Option<u64>,
+    now_ms: u64,
+    stale: Duration,
+) -> Option<String> {
     let hb = heartbeat_ms?;
     let stale_ms = u64::try_from(stale.as_millis()).unwrap_or(u64::MAX);
     if now_ms > hb && now_ms - hb > stale_ms {

@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use relay_core::{startup, Caller, HopHeaders, Limits, Relay};
+use relay_keyspace::{Clock, OpenOptions, Store, SystemClock};
 use relay_wire::canonical::canonical_json;
 use relay_wire::hop::sign_hop;
 use relay_wire::keys::SigningKey;
 use relay_wire::records::enrol_statement;
-use relay_keyspace::{Clock, OpenOptions, Store, SystemClock};
 use serde_json::{json, Value};
 
 /// A running relay with enrolled hosts `a` (sender) and `b` (target), and a host `r` whose key

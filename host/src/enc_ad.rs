@@ -61,7 +61,13 @@ impl AdKinds {
 
 /// The ad this host signs: `{"v":2,"type":"enc-ad","host","host_pubkey","enc_pub","iat","exp"}`,
 /// `iat` = now and `exp` = now + lifetime, as `toISOString()` prints them.
-pub(crate) fn own_ad(host: &str, host_pubkey: &str, enc_pub: &str, now: u64, lifetime_ms: u64) -> Value {
+pub(crate) fn own_ad(
+    host: &str,
+    host_pubkey: &str,
+    enc_pub: &str,
+    now: u64,
+    lifetime_ms: u64,
+) -> Value {
     json!({
         "v": 2, "type": "enc-ad", "host": host, "host_pubkey": host_pubkey, "enc_pub": enc_pub,
         "iat": iso_ms(now), "exp": iso_ms(now.saturating_add(lifetime_ms)),

@@ -415,7 +415,11 @@ impl HostStore {
         Self::get(&self.outbox, &id.to_be_bytes(), "outbox")
     }
     /// The outbox row for (item id, target key).
-    pub(crate) fn row_by_item(&self, item_id: &str, target: &str) -> Result<Option<OutRow>, HostError> {
+    pub(crate) fn row_by_item(
+        &self,
+        item_id: &str,
+        target: &str,
+    ) -> Result<Option<OutRow>, HostError> {
         let Some(idb) = self
             .outbox_idx
             .get(idx_key(item_id, target))
@@ -536,7 +540,11 @@ impl Batch<'_> {
         }
     }
     /// Set (or remove, with `None`) a record read by [`HostStore::extra`].
-    pub(crate) fn set_extra<T: Serialize>(&mut self, key: &str, v: Option<&T>) -> Result<(), HostError> {
+    pub(crate) fn set_extra<T: Serialize>(
+        &mut self,
+        key: &str,
+        v: Option<&T>,
+    ) -> Result<(), HostError> {
         let m = self.store.meta.clone();
         let k = format!("x:{key}");
         match v {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::TrustProxy;
 use crate::serve::ServeConfig;
-use relay_core::config::{defaults as d, parse_duration, Limits};
 use crate::store_open::StoreSpec;
+use relay_core::config::{defaults as d, parse_duration, Limits};
 
 /// Flags of `mbx-relay serve`.
 #[derive(Debug, Clone, clap::Args)]

@@ -20,8 +20,8 @@ mod verify;
 
 use std::sync::Arc;
 
-use relay_core::Relay;
 pub use client_addr::TrustProxy;
+use relay_core::Relay;
 
 /// Shared state of the HTTP layer.
 pub(crate) struct App {

@@ -35,9 +35,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rand::RngCore;
 use relay_wire::canonical::canonical_json;
 use relay_wire::keys::{b64, parse_pubkey, unb64, verify_canonical, SigningKey};
-use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -12,8 +12,8 @@ use mbx_relay::admin::revoke::{self, Action};
 use relay_core::config::Limits;
 use relay_core::key::{load_existing, KEY_ENV};
 use relay_core::revoke::Revoker;
-use relay_wire::keys::{fingerprint, SigningKey};
 use relay_store::{RelayStore, MAX_REASON_CHARS};
+use relay_wire::keys::{fingerprint, SigningKey};
 use serde_json::Value;
 
 use crate::access::{self, Target};

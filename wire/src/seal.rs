@@ -136,7 +136,11 @@ fn enc_field<const N: usize>(
 ///
 /// # Errors
 /// `BadEnc` for a malformed seal, `Undecryptable` when authentication fails.
-pub(crate) fn open_body(enc: &Value, secret: &EncSecret, envelope_id: &str) -> Result<Vec<u8>, SealError> {
+pub(crate) fn open_body(
+    enc: &Value,
+    secret: &EncSecret,
+    envelope_id: &str,
+) -> Result<Vec<u8>, SealError> {
     if !enc.is_object() {
         return Err(SealError::BadEnc("bad enc"));
     }

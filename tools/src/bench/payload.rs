@@ -155,8 +155,8 @@ mod tests {
         let items = v["items"].as_array().unwrap();
         assert_eq!(items.len(), 2);
         for (it, meta) in items.iter().zip(&batches[0].items) {
-            let wire = relay_wire::keys::unb64(it["targets"][0]["wire_b64"].as_str().unwrap())
-                .unwrap();
+            let wire =
+                relay_wire::keys::unb64(it["targets"][0]["wire_b64"].as_str().unwrap()).unwrap();
             assert_eq!(sha256(&wire), meta.hash);
             assert!(check_envelope_wire(&wire, &meta.id).is_ok());
         }
