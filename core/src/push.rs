@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn result_texts_equal_the_value_answers() {
         let key = SigningKey::from_seed(&[4u8; 32]);
-        let strings = relay_wire::canonical::tests::adversarial_strings(21, 600);
+        let strings = relay_wire::test_util::adversarial_strings(21, 600);
         let mut texts = Vec::new();
         let mut values = Vec::new();
         for (n, w) in strings.chunks_exact(3).enumerate() {

@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn direct_texts_equal_the_value_forms() {
         use rand::{Rng as _, SeedableRng as _};
-        let strings = crate::canonical::tests::adversarial_strings(5, 2000);
+        let strings = crate::test_util::adversarial_strings(5, 2000);
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let seqs = [
             0,

@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn direct_payload_equals_the_canonical_json_construction() {
-        let strings = crate::canonical::tests::adversarial_strings(11, 4000);
+        let strings = crate::test_util::adversarial_strings(11, 4000);
         let mut cases: Vec<[&str; 4]> = vec![
             ["GET", "/v2/relay/items?after=0", "1", ""],
             ["", "", "", ""],

@@ -17,6 +17,9 @@ pub mod receipt;
 pub mod records;
 pub mod seal;
 pub mod time;
+/// Shared test inputs (unit tests, and other crates' tests through the `test-util` feature).
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 
 #[cfg(test)]
 mod robustness_tests;
