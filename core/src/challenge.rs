@@ -24,12 +24,6 @@ impl Challenges {
     pub fn len(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
-
-    /// True when none is held.
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl ChallengeBook for Challenges {
