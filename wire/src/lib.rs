@@ -16,10 +16,10 @@ pub mod names;
 pub mod receipt;
 pub mod records;
 pub mod seal;
-pub mod time;
 /// Shared test inputs (unit tests, and other crates' tests through the `test-util` feature).
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
+pub mod time;
 
 #[cfg(test)]
 mod robustness_tests;
