@@ -2,7 +2,7 @@
 //! `mbx-relay host run` daemons on loopback; `alpha`'s daemon is asked to send over its socket,
 //! as `host send` does, and the figure is the time from that request to the moment `beta`'s
 //! daemon has the message durably in its inbox (its receive commit returned). Both daemons write
-//! stage marks (`MBX_HOST_TRACE`, src/host/trace.rs) so the table also says where the time goes.
+//! stage marks (`MBX_HOST_TRACE`, host/src/trace.rs) so the table also says where the time goes.
 //!
 //! Run: `cargo bench --bench daemon_latency`. Knobs (environment): MBX_DLAT_N (messages per run,
 //! default 200), MBX_DLAT_GAP_MS (between sends, default 100: each delivery measured on its own),
@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use daemon_util::{wait_until, Daemon};
 use host_util::{pair, RelayProc};
-use mbx_relay::host::local::{socket_path, Request};
-use mbx_relay::host::trace::{unix_us, TRACE_ENV};
+use mbx_host::local::{socket_path, Request};
+use mbx_host::trace::{unix_us, TRACE_ENV};
 use serde_json::Value;
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -429,7 +429,7 @@ impl Deployment {
             }],
             Kind::Postgres(n) => {
                 let url = cluster.ok_or("no PostgreSQL cluster")?.fresh_db();
-                let key = mbx_relay::wire::keys::SigningKey::generate().seed_b64();
+                let key = relay_wire::keys::SigningKey::generate().seed_b64();
                 (0..n)
                     .map(|i| StoreArgs {
                         dir: tmp.path().join(format!("relay{i}")),

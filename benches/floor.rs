@@ -19,15 +19,15 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use mbx_relay::host::message::{draft_envelope, ulid};
-use mbx_relay::host::now_ms;
-use mbx_relay::relay::parse_json;
-use mbx_relay::relay::push::check_wire;
-use mbx_relay::wire::accept::{sha256, wire_hash_hex, AcceptParts, AcceptTarget};
-use mbx_relay::wire::hop::{sign_hop, verify_hop_with};
-use mbx_relay::wire::keys::{b64, unb64, verifying_key, SigningKey};
-use mbx_relay::wire::seal::{seal_envelope, EncSecret};
+use mbx_host::message::{draft_envelope, ulid};
+use mbx_host::now_ms;
+use relay_core::parse_json;
+use relay_core::push::check_wire;
 use relay_keyspace::ItemKind;
+use relay_wire::accept::{sha256, wire_hash_hex, AcceptParts, AcceptTarget};
+use relay_wire::hop::{sign_hop, verify_hop_with};
+use relay_wire::keys::{b64, unb64, verifying_key, SigningKey};
+use relay_wire::seal::{seal_envelope, EncSecret};
 
 const PATH: &str = "/v2/relay/items";
 

@@ -1,10 +1,5 @@
-//! Named crash points for crash-window tests.
-//!
-//! [`hit`] (from the store crate, which has crash points of its own) aborts the process when
-//! `MBX_FAILPOINT` names the point; with the `failpoints` feature only, so release builds carry no
-//! crash switch.
-
-pub use relay_keyspace::failpoint::hit;
+//! The server's fault switch for end-to-end tests: the fjall store's persist-failure watcher
+//! (feature `failpoints`). The named crash points themselves are `relay_os::failpoint::hit`.
 
 /// Names a file: while it exists, every store fsync is reported failed (feature `failpoints`):
 /// a disk fault end-to-end tests switch on and off without root.
@@ -13,7 +8,7 @@ pub const PERSIST_FAIL_FILE_ENV: &str = "MBX_FAIL_PERSIST_WHILE";
 /// With the `failpoints` feature and [`PERSIST_FAIL_FILE_ENV`] set, watch that file (every
 /// 20 ms) and make the store's fsyncs fail while it exists, through the store's injection hook
 /// (which takes the same reopen path as a real write error). Without the feature: nothing.
-pub fn watch_persist_failures(store: &relay_keyspace::Store) {
+pub(crate) fn watch_persist_failures(store: &relay_keyspace::Store) {
     #[cfg(feature = "failpoints")]
     {
         let Some(path) = std::env::var_os(PERSIST_FAIL_FILE_ENV) else {

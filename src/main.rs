@@ -27,7 +27,7 @@ enum Command {
     /// Exit 0 when the relay's `GET /health` answers 200 (container health checks).
     Health(mbx_relay::http::health_probe::HealthArgs),
     /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
-    Host(mbx_relay::host::cli::HostArgs),
+    Host(mbx_host::cli::HostArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(*args),
-        Command::Host(args) => mbx_relay::host::cli::run(args),
+        Command::Host(args) => mbx_host::cli::run(args),
         Command::Health(args) => match mbx_relay::http::health_probe::probe(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -44,8 +44,8 @@ fn main() -> ExitCode {
             }
         },
         Command::Keygen => {
-            let key = mbx_relay::wire::keys::SigningKey::generate();
-            print!("{}", mbx_relay::relay::key::keygen_text(&key));
+            let key = relay_wire::keys::SigningKey::generate();
+            print!("{}", relay_core::key::keygen_text(&key));
             ExitCode::SUCCESS
         }
     }
@@ -71,7 +71,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     mbx_relay::memory::spawn_trimmer(mbx_relay::memory::TRIM_INTERVAL);
-    match rt.block_on(mbx_relay::http::run_serve(config)) {
+    match rt.block_on(mbx_relay::serve::run_serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

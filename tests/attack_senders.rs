@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use common::*;
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::SigningKey;
 use serde_json::{json, Value};
 
 const SENDERS: &str = "/v2/relay/senders";

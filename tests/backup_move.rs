@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use mbx_relay::wire::keys::SigningKey;
 use relay_pgstore::cluster::PgCluster;
+use relay_wire::keys::SigningKey;
 use serde_json::{json, Value};
 
 /// A relay with the relay key `seed` on `store` (`--store` value) or a fresh directory.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use conn::Conn;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 use serde_json::json;
 
 /// The general body cap (8 MiB).

@@ -8,8 +8,8 @@ mod mbx_relay_fuzz;
 
 use std::path::Path;
 
-use mbx_relay::wire::envelope::check_envelope_wire;
 use relay_keyspace::verify_backup;
+use relay_wire::envelope::check_envelope_wire;
 use serde_json::Value;
 
 fn seed(root: &Path, target: &str, name: &str) -> Vec<u8> {

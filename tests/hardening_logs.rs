@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use mbx_relay::wire::keys::{b64, unb64, SigningKey};
+use relay_wire::keys::{b64, unb64, SigningKey};
 use serde_json::{json, Value};
 
 /// Shortest piece of a secret that must not appear (long enough never to match by chance).

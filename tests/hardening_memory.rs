@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use common::*;
 use conn::Conn;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 use serde_json::json;
 
 /// The documented bound on the relay's peak resident memory under this load.

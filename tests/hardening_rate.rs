@@ -15,7 +15,7 @@ use common::*;
 use conn::Conn;
 
 /// The cap on both per-address tables (`PUBLIC_RATE_CAP` in src/http/guard.rs and
-/// `ADDRESS_RATE_CAP` in src/relay/mod.rs).
+/// `ADDRESS_RATE_CAP` in core/src/lib.rs).
 const TABLE_CAP: usize = 100_000;
 /// Client threads (each with one keep-alive connection).
 const THREADS: usize = 8;

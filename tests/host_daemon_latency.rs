@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use daemon_util::{delivery_latencies, wait_until, Daemon};
 use host_util::{pair, RelayProc};
-use mbx_relay::host::trace::TRACE_ENV;
+use mbx_host::trace::TRACE_ENV;
+use relay_wire::time::parse_iso_strict;
 
 #[test]
 fn daemons_on_a_long_poll_relay_deliver_in_milliseconds_not_at_the_next_poll_sealed_at_send() {

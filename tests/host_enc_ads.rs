@@ -12,10 +12,10 @@ mod host_util;
 use std::time::Duration;
 
 use host_util::{host_key, pair, past_backoff, relay_client, sync_until, HostCli, RelayProc};
-use mbx_relay::host::client::Answer;
-use mbx_relay::host::sender::encode_query;
-use mbx_relay::wire::seal::EncSecret;
-use mbx_relay::wire::time::iso_ms;
+use mbx_host::client::Answer;
+use mbx_host::sender::encode_query;
+use relay_wire::seal::EncSecret;
+use relay_wire::time::iso_ms;
 use serde_json::{json, Value};
 
 fn set_env(h: &mut HostCli, k: &str, v: &str) {
@@ -79,7 +79,7 @@ fn hosts_that_met_only_through_the_relays_v2_ads_exchange_mail() {
         assert_eq!(ans.body["ad"]["host_pubkey"], json!(target.pubkey()));
         let iat = ans.body["ad"]["iat"].as_str().unwrap();
         let exp = ans.body["ad"]["exp"].as_str().unwrap();
-        let ms = |s: &str| mbx_relay::wire::time::parse_iso_strict(s).unwrap();
+        let ms = |s: &str| relay_wire::time::parse_iso_strict(s).unwrap();
         assert_eq!(ms(exp) - ms(iat), 30 * 86_400_000, "a 30-day lifetime");
     }
     // A second pass finds the ad current on the relay (you.enc_ad) and does not republish.
@@ -161,7 +161,7 @@ fn the_rollback_guard_refuses_an_older_ad_than_the_newest_accepted() {
 
     // An older ad, validly signed by beta's key for another (say, retired) enc key, replaces the
     // stored one on the relay (last write wins there): a relay or a thief replaying it.
-    let now = mbx_relay::host::now_ms();
+    let now = mbx_host::now_ms();
     let old = json!({"v": 2, "type": "enc-ad", "host": "beta", "host_pubkey": b.pubkey(),
         "enc_pub": EncSecret::generate().public_b64(), "iat": iso_ms(now - 3_600_000),
         "exp": iso_ms(now + 10 * 86_400_000)});

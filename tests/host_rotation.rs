@@ -10,7 +10,7 @@ mod host_util;
 use std::path::Path;
 
 use host_util::{host_key, pair, relay_client, HostCli, RelayProc};
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 use serde_json::Value;
 
 /// The relay's signed info as `key` sees it (`you` only while that key is enrolled and live).

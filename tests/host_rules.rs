@@ -12,10 +12,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use host_util::{host_key, pair, relay_client, sync_until, HostCli, RelayProc};
-use mbx_relay::host::message::{draft_envelope, receipt_wire, ulid};
-use mbx_relay::wire::canonical::canonical_bytes;
-use mbx_relay::wire::keys::{b64, SigningKey};
-use mbx_relay::wire::seal::{seal_envelope, EncSecret};
+use mbx_host::message::{draft_envelope, receipt_wire, ulid};
+use relay_wire::canonical::canonical_bytes;
+use relay_wire::keys::{b64, SigningKey};
+use relay_wire::seal::{seal_envelope, EncSecret};
 use serde_json::{json, Value};
 
 #[test]
@@ -152,9 +152,8 @@ fn push_as(
 }
 
 fn sealed_wire(from: &str, to: &str, enc_pub: &[u8; 32], signer: &SigningKey) -> (String, Vec<u8>) {
-    let id = ulid(mbx_relay::host::now_ms());
-    let draft =
-        draft_envelope(&id, from, to, "forged", "secret", mbx_relay::host::now_ms()).unwrap();
+    let id = ulid(mbx_host::now_ms());
+    let draft = draft_envelope(&id, from, to, "forged", "secret", mbx_host::now_ms()).unwrap();
     let env = seal_envelope(draft, enc_pub, from, signer).unwrap();
     (id, canonical_bytes(&env))
 }
@@ -184,7 +183,7 @@ fn refused_items_are_quarantined_with_their_reason_and_never_block_the_queue() {
     let (id4, w4) = sealed_wire("gamma", "beta", &benc.public(), &akey);
     push_as(&relay, &a, "envelope", &id4, &bpk, &w4);
     // A valid receipt from alpha for a message beta never sent.
-    let (rid, rw) = receipt_wire(&akey, &ulid(1), "alpha", 1, mbx_relay::host::now_ms()).unwrap();
+    let (rid, rw) = receipt_wire(&akey, &ulid(1), "alpha", 1, mbx_host::now_ms()).unwrap();
     push_as(&relay, &a, "receipt", &rid, &bpk, &rw);
     // And one good message behind them.
     let good = a.send("beta", "good", "fine");

@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
-use mbx_relay::wire::keys::SigningKey;
 use relay_pgstore::cluster::PgCluster;
+use relay_wire::keys::SigningKey;
 use serde_json::{json, Value};
 
 /// A relay serving `url` with the relay key `seed` (every process on one database shares it).

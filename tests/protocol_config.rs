@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use mbx_relay::wire::keys::{b64, SigningKey};
+use relay_wire::keys::{b64, SigningKey};
 use serde_json::json;
 
 fn launch_env(args: &[&str], env: &[(&str, &str)]) -> Relay {

@@ -8,8 +8,8 @@ use common::{backend_tests, Backend};
 use std::time::Duration;
 
 use common::*;
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::keys::{b64, SigningKey};
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::{b64, SigningKey};
 use serde_json::{json, Value};
 
 const DAY: i64 = 86_400_000;

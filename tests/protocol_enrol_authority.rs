@@ -12,7 +12,7 @@ mod common;
 use common::{backend_tests, Backend};
 
 use common::*;
-use mbx_relay::wire::keys::parse_pubkey;
+use relay_wire::keys::parse_pubkey;
 use serde_json::{json, Value};
 
 fn stub_relay(backend: Backend, args: &[&str]) -> Relay {

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 use serde_json::json;
 
 const BAD_HOP: &str = "bad relay hop";

@@ -4,7 +4,7 @@ mod common;
 use common::{backend_tests, Backend};
 
 use common::*;
-use mbx_relay::wire::keys::{parse_pubkey, SigningKey};
+use relay_wire::keys::{parse_pubkey, SigningKey};
 use serde_json::{json, Value};
 
 const LIMIT_KEYS: &[&str] = &[
@@ -186,8 +186,8 @@ fn challenge_bad_fields_are_400(backend: Backend) {
         json!({"host": "ok", "pubkey": "abc"}),
         json!({"host": "ok", "pubkey": pk[..43].to_string()}),
         json!({"host": "ok", "pubkey": format!("{pk}=")}),
-        json!({"host": "ok", "pubkey": mbx_relay::wire::keys::b64(&[1u8; 33])}),
-        json!({"host": "ok", "pubkey": mbx_relay::wire::keys::b64(&[1u8; 31])}),
+        json!({"host": "ok", "pubkey": relay_wire::keys::b64(&[1u8; 33])}),
+        json!({"host": "ok", "pubkey": relay_wire::keys::b64(&[1u8; 31])}),
         json!({"host": "ok", "pubkey": 7}),
         json!("just a string"),
         json!([1, 2]),

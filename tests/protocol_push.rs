@@ -5,7 +5,7 @@ mod common;
 use common::{backend_tests, Backend};
 
 use common::*;
-use mbx_relay::wire::keys::b64;
+use relay_wire::keys::b64;
 use serde_json::{json, Value};
 
 /// A relay with three enrolled hosts: sender `s`, targets `a` and `b`.
@@ -59,7 +59,7 @@ fn accepted_push_has_a_verifiable_accept_statement_and_is_pullable_byte_exact(ba
     assert_eq!(res["status"], json!("accepted"));
     let seqs = verify_accept(res, &it, &w.s, rk, epoch);
     // The acceptance time is now (ISO 8601 with milliseconds).
-    let at = mbx_relay::wire::time::parse_iso_strict(res["accept"]["at"].as_str().unwrap())
+    let at = relay_wire::time::parse_iso_strict(res["accept"]["at"].as_str().unwrap())
         .expect("at parses") as i64;
     assert!(
         (at - now_ms()).abs() < 60_000,

@@ -5,8 +5,8 @@ mod common;
 use common::{backend_tests, Backend};
 
 use common::*;
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::keys::{b64, SigningKey};
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::{b64, SigningKey};
 use serde_json::{json, Value};
 
 fn enc_pub() -> String {

@@ -15,8 +15,8 @@ use common::{
     assert_rejected, envelope_item, receipt_item, rotation, verify_accept, wait_for, Host, Relay,
     RelayOpts, GENEROUS,
 };
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical, SigningKey};
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical, SigningKey};
 use serde_json::{json, Value};
 
 /// `opts` with the store in `store` on the powercut mount `pc`, when there is one.

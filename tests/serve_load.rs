@@ -228,9 +228,9 @@ fn thread_cpu() -> f64 {
 #[test]
 #[ignore = "load generator: run by hand with --release --ignored --nocapture"]
 fn cpu_cost_of_signatures() {
-    use mbx_relay::wire::accept::{accept_statement, AcceptTarget};
-    use mbx_relay::wire::hop::{sign_hop, verify_hop};
-    use mbx_relay::wire::keys::SigningKey;
+    use relay_wire::accept::{accept_statement, AcceptTarget};
+    use relay_wire::hop::{sign_hop, verify_hop};
+    use relay_wire::keys::SigningKey;
     let relay_key = SigningKey::generate();
     let host = SigningKey::generate();
     let targets = [AcceptTarget {

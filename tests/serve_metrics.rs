@@ -122,7 +122,7 @@ fn a_v1_push_naming_a_made_up_host_never_adds_a_label() {
     let mut bad = common::envelope_item(&alice, &[&bob]);
     let id = bad["item_id"].as_str().unwrap().to_owned();
     let wire = serde_json::to_vec(&json!({"v": 3, "id": id, "made-up": "made-up-host-x"})).unwrap();
-    bad["targets"][0]["wire_b64"] = Value::from(mbx_relay::wire::keys::b64(&wire));
+    bad["targets"][0]["wire_b64"] = Value::from(relay_wire::keys::b64(&wire));
     let res = alice.push_one(&relay, &bad);
     assert!(
         res["status"]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use mbx_relay::http::body::MAX_BODY;
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::keys::SigningKey;
 
 /// The `Retry-After` of `r` as whole seconds; panics when it is missing or not a number.
 fn retry_after(r: &Response) -> u64 {

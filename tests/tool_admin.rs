@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{envelope_item, item_wire, Host, Relay, RelayOpts, GENEROUS};
-use mbx_relay::wire::keys::{b64, fingerprint, parse_pubkey};
+use relay_wire::keys::{b64, fingerprint, parse_pubkey};
 use serde_json::Value;
 
 fn text(b: &[u8]) -> String {
@@ -80,7 +80,7 @@ fn queue_of(relay: &Relay, target: &Host) -> BTreeMap<String, (Vec<u8>, u64)> {
         .pull_all(relay, 0)
         .iter()
         .map(|i| {
-            let wire = mbx_relay::wire::keys::unb64(i["wire_b64"].as_str().unwrap()).unwrap();
+            let wire = relay_wire::keys::unb64(i["wire_b64"].as_str().unwrap()).unwrap();
             (
                 i["item_id"].as_str().unwrap().to_string(),
                 (wire, i["seq"].as_u64().unwrap()),
@@ -741,7 +741,7 @@ fn the_admin_socket_refuses_garbage_and_a_stale_socket_is_not_a_running_relay() 
 /// with its kind), and carried by an online backup and its restore, served again as before.
 #[test]
 fn enc_ads_of_both_kinds_are_counted_dumped_backed_up_and_restored() {
-    use mbx_relay::wire::canonical::canonical_json;
+    use relay_wire::canonical::canonical_json;
     use serde_json::json;
     let work = tempfile::tempdir().unwrap();
     let store = work.path().join("store");

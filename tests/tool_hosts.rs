@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
-use mbx_relay::wire::keys::fingerprint;
-use mbx_relay::wire::keys::parse_pubkey;
+use relay_wire::keys::fingerprint;
+use relay_wire::keys::parse_pubkey;
 use serde_json::Value;
 
 /// `relay-tool hosts --store-dir DIR --json EXTRA...`: the rows, by name.

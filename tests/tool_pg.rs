@@ -7,8 +7,8 @@
 mod common;
 
 use common::{envelope_item, relay_tool_env, Host, Relay, RelayOpts, GENEROUS};
-use mbx_relay::wire::keys::SigningKey;
 use relay_pgstore::cluster::PgCluster;
+use relay_wire::keys::SigningKey;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{envelope_item, Host, Relay, RelayOpts, GENEROUS};
-use mbx_relay::wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical};
+use relay_wire::keys::{fingerprint, parse_pubkey, unb64, verify_canonical};
 use serde_json::Value;
 
 fn text(b: &[u8]) -> String {

@@ -2,16 +2,16 @@
 //! `tests/fixtures/wire-vectors.json` (canonical JSON, keys and fingerprints, signatures, hops,
 //! envelope shape reasons, receipt validity) is checked, and each section must be non-empty.
 
-use mbx_relay::wire::accept::{accept_statement, AcceptTarget};
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::envelope::{check_envelope_wire, envelope_shape_error};
-use mbx_relay::wire::hop::{hop_payload, sign_hop, signed_path, verify_hop};
-use mbx_relay::wire::keys::{fingerprint, parse_pubkey, verify_canonical, SigningKey};
-use mbx_relay::wire::receipt::{check_receipt_wire, receipt_item_id, receipt_record_valid};
-use mbx_relay::wire::records::{
+use relay_wire::accept::{accept_statement, AcceptTarget};
+use relay_wire::canonical::canonical_json;
+use relay_wire::envelope::{check_envelope_wire, envelope_shape_error};
+use relay_wire::hop::{hop_payload, sign_hop, signed_path, verify_hop};
+use relay_wire::keys::{fingerprint, parse_pubkey, verify_canonical, SigningKey};
+use relay_wire::receipt::{check_receipt_wire, receipt_item_id, receipt_record_valid};
+use relay_wire::records::{
     enc_ad_statement, enrol_statement, expiry_notice_wire, parse_rotation, parse_sender_list,
 };
-use mbx_relay::wire::time::parse_iso_strict;
+use relay_wire::time::parse_iso_strict;
 use serde_json::{json, Value};
 
 const FIXTURE: &str = include_str!(concat!(

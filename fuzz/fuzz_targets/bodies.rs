@@ -10,13 +10,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libfuzzer_sys::fuzz_target;
-use mbx_relay::relay::enc_ad::EncLookup;
-use mbx_relay::relay::pull::PullQuery;
-use mbx_relay::relay::{parse_json, Reply};
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::keys::{b64, SigningKey};
-use mbx_relay::wire::receipt::receipt_item_id;
-use mbx_relay::wire::records::{enc_ad_statement, enrol_statement};
+use relay_core::enc_ad::EncLookup;
+use relay_core::pull::PullQuery;
+use relay_core::{parse_json, Reply};
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::{b64, SigningKey};
+use relay_wire::receipt::receipt_item_id;
+use relay_wire::records::{enc_ad_statement, enrol_statement};
 use mbx_relay_fuzz::{fields, text, Fixture};
 use serde_json::{json, Value};
 

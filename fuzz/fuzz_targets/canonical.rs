@@ -11,7 +11,7 @@
 use std::cmp::Ordering;
 
 use libfuzzer_sys::fuzz_target;
-use mbx_relay::wire::canonical::{canonical_bytes, canonical_json, js_number};
+use relay_wire::canonical::{canonical_bytes, canonical_json, js_number};
 use serde_json::Value;
 
 /// JavaScript's default string order: by UTF-16 code unit.

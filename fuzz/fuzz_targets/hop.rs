@@ -8,9 +8,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mbx_relay::relay::HopHeaders;
-use mbx_relay::wire::hop::{hop_payload, sign_hop, signed_path, ts_fresh, verify_hop};
-use mbx_relay::wire::keys::parse_pubkey;
+use relay_core::HopHeaders;
+use relay_wire::hop::{hop_payload, sign_hop, signed_path, ts_fresh, verify_hop};
+use relay_wire::keys::parse_pubkey;
 use mbx_relay_fuzz::{fields, now_ms, text, Fixture};
 
 fuzz_target!(|data: &[u8]| {

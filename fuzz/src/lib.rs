@@ -9,12 +9,12 @@ pub mod seeds;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use mbx_relay::relay::{startup, Caller, HopHeaders, Limits, Relay};
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::hop::sign_hop;
-use mbx_relay::wire::keys::SigningKey;
-use mbx_relay::wire::records::enrol_statement;
+use relay_core::{startup, Caller, HopHeaders, Limits, Relay};
 use relay_keyspace::{Clock, OpenOptions, Store, SystemClock};
+use relay_wire::canonical::canonical_json;
+use relay_wire::hop::sign_hop;
+use relay_wire::keys::SigningKey;
+use relay_wire::records::enrol_statement;
 use serde_json::{json, Value};
 
 /// A running relay with enrolled hosts `a` (sender) and `b` (target), and a host `r` whose key

@@ -11,10 +11,10 @@
 use std::path::Path;
 
 use super::{now_ms, Fixture};
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::hop::sign_hop;
-use mbx_relay::wire::keys::{b64, SigningKey};
-use mbx_relay::wire::time::iso_ms;
+use relay_wire::canonical::canonical_json;
+use relay_wire::hop::sign_hop;
+use relay_wire::keys::{b64, SigningKey};
+use relay_wire::time::iso_ms;
 use serde_json::{json, Value};
 
 const ULID: &str = "01KB5Z2X3Y4Z5A6B7C8D9E0F1G";
@@ -302,13 +302,13 @@ pub fn write_all(root: &Path) -> Vec<u8> {
     let rt = &f.rt;
     let relay = &f.relay;
     let sig = f.a.sign(
-        canonical_json(&mbx_relay::wire::records::enc_ad_statement(
+        canonical_json(&relay_wire::records::enc_ad_statement(
             "alpha",
             &b64(&[9u8; 32]),
         ))
         .as_bytes(),
     );
-    let ok = |r: mbx_relay::relay::Reply, what: &str| {
+    let ok = |r: relay_core::Reply, what: &str| {
         r.unwrap_or_else(|e| panic!("{what}: {}", e.body));
     };
     ok(

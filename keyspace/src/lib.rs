@@ -41,8 +41,8 @@
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
 //! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
-//! `migrate` (schema), `backup_file` (verify and restore any backup format; writes of the raw formats 1-4), `logical` (the format-5 records of a snapshot, and a store built from them), `dump`, `hosts` (the enrolment listing), `stats`, `failpoint`
-//! (crash points for tests).
+//! `migrate` (schema), `backup_file` (verify and restore any backup format; writes of the raw formats 1-4), `logical` (the format-5 records of a snapshot, and a store built from them), `dump`, `hosts` (the enrolment listing), `stats`.
+//! Crash points for tests are `relay_os::failpoint::hit`.
 //!
 //! Last seen (`ops/seen`): one row per live key in `enrolments` (`0x02 ++ host key`, the UTC
 //! day), written by `record_seen` at most once per key per day (the relay batches sightings);
@@ -58,8 +58,6 @@ mod backup_file;
 mod codec;
 mod commit_stats;
 mod dump;
-mod durable_dir;
-pub mod failpoint;
 mod hosts;
 mod interface;
 mod lock;
@@ -78,7 +76,7 @@ mod writer;
 pub use backup_file::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
-pub use durable_dir::{create_dir_all_durable, sync_dir};
+
 pub use relay_store::*;
 pub use store::Store;
 

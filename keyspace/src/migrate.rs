@@ -222,7 +222,7 @@ fn migrate(parts: &Parts, from: u32, now_ms: u64, keep: LogRetention) -> Result<
             migrate_notes(from, chained, horizons)
         ),
     )?;
-    crate::failpoint::hit("migrate-before-last-batch");
+    relay_os::failpoint::hit("migrate-before-last-batch");
     b.commit_durable()?;
     tracing::info!(from, to = SCHEMA_VERSION, "store schema migrated");
     Ok(())
@@ -329,7 +329,7 @@ fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
             b.remove(from, k);
         }
         b.commit()?;
-        crate::failpoint::hit("migrate-after-batch");
+        relay_os::failpoint::hit("migrate-after-batch");
         moved += rows.len() as u64;
     }
     if moved > 0 {
@@ -384,7 +384,7 @@ fn build_sender_index(parts: &Parts) -> Result<u64> {
         };
         start = Bound::Excluded(last);
         b.commit()?;
-        crate::failpoint::hit("migrate-after-batch");
+        relay_os::failpoint::hit("migrate-after-batch");
     }
     if written > 0 {
         tracing::info!(rows = written, "sender-list index built");
@@ -442,7 +442,7 @@ fn rebuild_dedup_index(parts: &Parts, now_ms: u64) -> Result<Horizons> {
             }
         }
         b.commit()?;
-        crate::failpoint::hit("migrate-after-batch");
+        relay_os::failpoint::hit("migrate-after-batch");
     }
     if found.gone + found.queued > 0 {
         tracing::info!(

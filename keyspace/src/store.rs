@@ -78,7 +78,7 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
             }
             // Owner-only: the store holds every queued item and the relay key. Its name is
             // fsync'd in its parent: a power cut must not take a store that answered writes.
-            crate::durable_dir::create_dir_all_durable(dir, 0o700).map_err(|source| {
+            relay_os::durable_dir::create_dir_all_durable(dir, 0o700).map_err(|source| {
                 StoreError::Io {
                     context: format!("creating store directory {}", dir.display()),
                     source,
@@ -96,7 +96,7 @@ pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
     let parts = open_parts(dir, create)?;
     // fjall fsyncs inside `db/` but not the name `db/` in the store directory (nor the lock
     // file's): once per open, so a first write's durability does not depend on a later sync.
-    crate::durable_dir::sync_dir(dir).map_err(|source| StoreError::Io {
+    relay_os::durable_dir::sync_dir(dir).map_err(|source| StoreError::Io {
         context: format!("fsync of store directory {}", dir.display()),
         source,
     })?;

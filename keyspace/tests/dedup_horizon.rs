@@ -10,7 +10,7 @@ use relay_keyspace::*;
 
 const DAY: u64 = 24 * 3600 * 1000;
 const RETENTION: u64 = 14 * DAY;
-/// What the relay adds to the retention (`src/relay/config.rs` DEDUP_GRACE).
+/// What the relay adds to the retention (`core/src/config.rs` DEDUP_GRACE).
 const GRACE: u64 = 7 * DAY;
 /// Day 0 of every test (any time far from the epoch).
 const T0: u64 = 1_800_000_000_000;

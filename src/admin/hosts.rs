@@ -6,8 +6,8 @@ use std::io::Write;
 use relay_store::{HostFilter, HostRow, RelayStore, StoreError};
 use serde_json::{json, Value};
 
-use crate::wire::keys::{b64, fingerprint};
-use crate::wire::names::is_host_name;
+use relay_wire::keys::{b64, fingerprint};
+use relay_wire::names::is_host_name;
 
 /// What to list (the request's filters).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub struct HostsQuery {
 
 impl HostsQuery {
     /// The request words after `hosts` ([`HostsQuery::parse`] reads them back).
-    pub fn to_words(&self) -> String {
+    pub(crate) fn to_words(&self) -> String {
         let mut out = String::new();
         if let Some(n) = &self.name {
             out.push_str(" name ");
@@ -88,7 +88,7 @@ pub fn check_name(name: &str) -> Result<String, String> {
 }
 
 /// One enrolment as a JSON object; `now_ms` dates the enc ad's age.
-pub fn host_json(r: &HostRow, now_ms: u64) -> Value {
+pub(crate) fn host_json(r: &HostRow, now_ms: u64) -> Value {
     let e = &r.enrolment;
     let newest_ad = r.enc_ad_v1_at_ms.max(r.enc_ad_v2_at_ms);
     let ad = match (r.enc_ad_v1_at_ms, r.enc_ad_v2_at_ms) {

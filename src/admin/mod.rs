@@ -10,5 +10,5 @@ pub mod report;
 pub mod revoke;
 mod server;
 
-pub use proto::SOCKET_NAME;
-pub use server::{spawn, spawn_with};
+pub use server::spawn;
+pub(crate) use server::spawn_with;

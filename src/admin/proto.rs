@@ -15,13 +15,13 @@
 use relay_store::PARTITIONS;
 
 /// The socket's file name inside the store directory.
-pub const SOCKET_NAME: &str = "admin.sock";
+pub(crate) const SOCKET_NAME: &str = "admin.sock";
 /// Longest request line accepted (bytes, newline included).
-pub const MAX_REQUEST_LINE: usize = 1024;
+pub(crate) const MAX_REQUEST_LINE: usize = 1024;
 /// Largest data frame either side writes or accepts.
-pub const MAX_FRAME: usize = 256 * 1024;
+pub(crate) const MAX_FRAME: usize = 256 * 1024;
 /// Longest status or final line accepted by the client.
-pub const MAX_STATUS_LINE: usize = 64 * 1024;
+pub(crate) const MAX_STATUS_LINE: usize = 64 * 1024;
 /// Most relay-log entries a `log` request returns (newest first).
 pub const MAX_LOG_LIMIT: usize = 1000;
 
@@ -49,7 +49,7 @@ pub enum Request {
 
 impl Request {
     /// The request line (without the newline) that [`Request::parse`] reads back.
-    pub fn to_line(&self) -> String {
+    pub(crate) fn to_line(&self) -> String {
         match self {
             Request::Backup => "backup".to_string(),
             Request::Stats => "stats".to_string(),
@@ -197,7 +197,7 @@ pub fn check_partition(name: &str) -> Result<String, String> {
 }
 
 /// Make a reason safe for one status line: no newlines, bounded length.
-pub fn one_line(reason: &str) -> String {
+pub(crate) fn one_line(reason: &str) -> String {
     let mut out: String = reason
         .chars()
         .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
@@ -210,7 +210,7 @@ pub fn one_line(reason: &str) -> String {
 }
 
 /// The 4-byte header of a frame of `len` bytes (0 ends the stream).
-pub fn frame_header(len: usize) -> [u8; 4] {
+pub(crate) fn frame_header(len: usize) -> [u8; 4] {
     // Frames are at most MAX_FRAME, far below u32::MAX.
     (len.min(MAX_FRAME) as u32).to_be_bytes()
 }
@@ -219,7 +219,7 @@ pub fn frame_header(len: usize) -> [u8; 4] {
 ///
 /// # Errors
 /// When it exceeds [`MAX_FRAME`] (a peer that is not ours, or a damaged stream).
-pub fn frame_len(header: [u8; 4]) -> Result<usize, String> {
+pub(crate) fn frame_len(header: [u8; 4]) -> Result<usize, String> {
     let len = u32::from_be_bytes(header) as usize;
     if len > MAX_FRAME {
         Err(format!(

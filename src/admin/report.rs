@@ -5,7 +5,7 @@
 use relay_store::{BackupSummary, LogVerdict, OpEntry, Stats};
 use serde_json::{json, Value};
 
-use crate::wire::keys::{b64, fingerprint};
+use relay_wire::keys::{b64, fingerprint};
 
 /// Whole-store figures as one JSON object; `max_enrolments` is the serving relay's cap (`null`
 /// for a stopped store, which has none); `now_ms` dates the oldest queued item's age.
@@ -106,7 +106,7 @@ fn unhex32(s: &str) -> Option<[u8; 32]> {
 }
 
 /// A backup file's summary as a JSON object (counts in file order).
-pub fn summary_json(s: &BackupSummary) -> Value {
+pub(crate) fn summary_json(s: &BackupSummary) -> Value {
     let counts: Vec<Value> = s.counts.iter().map(|(p, n)| json!([p, n])).collect();
     json!({
         "format_version": s.format_version,

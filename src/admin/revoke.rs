@@ -6,11 +6,11 @@
 use relay_store::{Key32, RelayStore, RevokeOutcome, MAX_PURGE_ITEMS};
 use serde_json::{json, Value};
 
-use crate::relay::revoke::Revoker;
-use crate::wire::keys::{b64, fingerprint, unb64};
+use relay_core::revoke::Revoker;
+use relay_wire::keys::{b64, fingerprint, unb64};
 
 /// Fewest hex digits a fingerprint prefix must have (fewer would match half the relay).
-pub const MIN_PREFIX_DIGITS: usize = 4;
+pub(crate) const MIN_PREFIX_DIGITS: usize = 4;
 /// Candidates named when a prefix matches several keys.
 const MAX_CANDIDATES: usize = 10;
 

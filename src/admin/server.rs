@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::proto::{frame_header, one_line, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
 use super::report::{backup_log_detail, log_verdict_json, op_json, stats_json, summary_json};
-use crate::relay::revoke::Revoker;
+use relay_core::revoke::Revoker;
 
 /// Requests served at once; more get `error busy` (a backup holds a snapshot and a thread).
 const MAX_CONCURRENT: usize = 4;
@@ -51,15 +51,15 @@ pub fn spawn(store: SharedStore, store_dir: &Path) -> io::Result<JoinHandle<()>>
 ///
 /// # Errors
 /// As [`spawn`].
-pub fn spawn_with(
+pub(crate) fn spawn_with(
     store: SharedStore,
     store_dir: &Path,
     revoker: Option<Revoker>,
     max_enrolments: Option<u64>,
 ) -> io::Result<JoinHandle<()>> {
     let path = store_dir.join(SOCKET_NAME);
-    crate::private::remove_stale_socket(&path)?;
-    let listener = crate::private::bind_private_socket(store_dir, &path)?;
+    relay_os::private::remove_stale_socket(&path)?;
+    let listener = relay_os::private::bind_private_socket(store_dir, &path)?;
     let meta = std::fs::symlink_metadata(&path)?;
     let guard = SocketFile {
         path: path.clone(),

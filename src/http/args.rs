@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ServeConfig, TrustProxy};
-use crate::relay::config::{defaults as d, parse_duration, Limits};
+use super::TrustProxy;
+use crate::serve::ServeConfig;
 use crate::store_open::StoreSpec;
+use relay_core::config::{defaults as d, parse_duration, Limits};
 
 /// Flags of `mbx-relay serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -16,7 +17,7 @@ pub struct ServeArgs {
     pub listen: String,
     /// Private address for `GET /metrics` (e.g. `127.0.0.1:9187`); unset: metrics are not served.
     #[arg(long, env = "MBX_RELAY_METRICS_LISTEN")]
-    pub metrics_listen: Option<String>,
+    pub(crate) metrics_listen: Option<String>,
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
     #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
     pub store_dir: PathBuf,
@@ -26,7 +27,7 @@ pub struct ServeArgs {
     pub store: Option<StoreSpec>,
     /// Take the client address from a proxy header: off, xff or cloudflare.
     #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off")]
-    pub trust_proxy: TrustProxy,
+    pub(crate) trust_proxy: TrustProxy,
     #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value_t = d::MAX_ITEM_BYTES)]
     pub max_item_bytes: u64,
     #[arg(long, env = "MBX_RELAY_MAX_BATCH", default_value_t = d::MAX_BATCH)]
@@ -135,7 +136,7 @@ impl ServeArgs {
             store: self.store.unwrap_or(StoreSpec::Dir(self.store_dir)),
             trust_proxy: self.trust_proxy,
             limits,
-            key_env: std::env::var(crate::relay::key::KEY_ENV).ok(),
+            key_env: std::env::var(relay_core::key::KEY_ENV).ok(),
             guard: self.guard.config(),
             tls: self.tls,
             log_retention: relay_store::LogRetention {

@@ -14,11 +14,11 @@ pub use super::body_budget::{BodyLimits, Refused, Reservation};
 /// The general request body cap (docs/protocol.md §3): 8 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies (and the bodies of info, health and metrics).
-pub const MAX_SMALL_BODY: usize = 8_192;
+pub(crate) const MAX_SMALL_BODY: usize = 8_192;
 
 /// Room in a push body for everything but one target's `wire_b64`: the JSON around it, a
 /// 300-unit item id escaped as `\uXXXX` (1,800 bytes), kind and host key, with margin.
-pub const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
+pub(crate) const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
 
 /// The largest `--max-item-bytes` whose item still fits a push body under [`MAX_BODY`]: its
 /// base64 form (4 characters per 3 bytes) plus [`PUSH_ENVELOPE_ALLOWANCE`]. A larger limit
@@ -28,7 +28,7 @@ pub const MAX_ITEM_BYTES_IN_BODY: u64 = ((MAX_BODY - PUSH_ENVELOPE_ALLOWANCE) / 
 const _: () = assert!(MAX_ITEM_BYTES_IN_BODY == relay_store::MAX_ITEM_BYTES_ACCEPTED);
 
 /// Total request-body memory held at once (bytes); requests beyond it wait for room.
-pub const BODY_BUDGET: u64 = 256 * 1024 * 1024;
+pub(crate) const BODY_BUDGET: u64 = 256 * 1024 * 1024;
 /// Default for `--max-body-bytes-per-address`: four full-size bodies.
 pub const DEFAULT_BODY_BYTES_PER_ADDRESS: u64 = 4 * MAX_BODY as u64;
 /// Default for `--max-body-bytes-per-key`: four full-size bodies, as per address.
@@ -43,7 +43,7 @@ const YIELD_EVERY: usize = 64 * 1024;
 const RESERVE_STEP: u64 = 64 * 1024;
 
 /// Most bytes read and discarded after an early answer (docs/protocol.md §3: 64 MiB or 10 s).
-pub const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const DRAIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest a drain lasts.
 pub const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
 /// What is drained after `503 server busy`: reading the rest of a body the relay has no room
@@ -99,8 +99,8 @@ fn reserve_target(len: u64, held: u64, limit: u64) -> u64 {
 ///
 /// # Errors
 /// [`BodyError::TooLarge`] once the declared or received length passes `cap`; see
-/// [`Reservation::grow_to`] and [`BodyError`] for the others.
-pub async fn read_capped(
+/// [`BodyError`] for the others.
+pub(crate) async fn read_capped(
     body: &mut Body,
     cap: usize,
     declared: Option<u64>,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use relay_store::Key32;
 use tokio::sync::oneshot;
 
-use crate::relay::rate::{address_key, AddrKey};
+use relay_core::rate::{address_key, AddrKey};
 
 /// Why body memory could not be held.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]

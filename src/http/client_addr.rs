@@ -1,7 +1,7 @@
 //! The client address used for per-address rate windows: the socket peer, or with
 //! `--trust-proxy xff` the rightmost `X-Forwarded-For` entry (the one the trusted proxy appended),
 //! or with `--trust-proxy cloudflare` `CF-Connecting-IP`. The rate tables key it with
-//! [`crate::relay::rate::address_key`] (IPv6 by /64 prefix).
+//! [`relay_core::rate::address_key`] (IPv6 by /64 prefix).
 
 use std::net::SocketAddr;
 
@@ -34,7 +34,7 @@ impl std::str::FromStr for TrustProxy {
 const MAX_ADDR: usize = 64;
 
 /// The client address for rate limiting.
-pub fn client_addr(trust: TrustProxy, peer: SocketAddr, headers: &HeaderMap) -> String {
+pub(crate) fn client_addr(trust: TrustProxy, peer: SocketAddr, headers: &HeaderMap) -> String {
     let from_header = match trust {
         TrustProxy::Off => None,
         TrustProxy::Xff => headers

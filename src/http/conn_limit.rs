@@ -13,16 +13,16 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use crate::relay::rate::{ip_key, AddrKey};
+use relay_core::rate::{ip_key, AddrKey};
 
 /// Open-connection counts by client address, each at most `cap`.
-pub struct OpenPerAddress {
+pub(crate) struct OpenPerAddress {
     cap: usize,
     open: Mutex<HashMap<AddrKey, usize>>,
 }
 
 /// One open connection counted for its address; dropping it uncounts it.
-pub struct AddressSlot {
+pub(crate) struct AddressSlot {
     table: Arc<OpenPerAddress>,
     key: AddrKey,
 }
@@ -37,7 +37,7 @@ impl OpenPerAddress {
     }
 
     /// Count one more open connection from `ip`; `None` when its address is at the cap.
-    pub fn try_open(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+    pub(crate) fn try_open(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
         let key = ip_key(ip);
         let mut open = self.lock();
         let n = open.entry(key.clone()).or_insert(0);

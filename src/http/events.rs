@@ -3,9 +3,9 @@
 //! `head_seq`, at most one per [`COALESCE`]), when the epoch changed (`epoch`), and a `: hb`
 //! comment after [`HEARTBEAT`] without events. Nothing about items (content, ids, senders,
 //! sizes) is ever sent. The stream ends when a newer waiter of the same key evicts it, when its
-//! key is revoked, rotated away, expired or purged ([`crate::relay::revoke_watch`]), at
+//! key is revoked, rotated away, expired or purged ([`relay_core::revoke_watch`]), at
 //! `--max-stream-lifetime`, or when the relay shuts down; it counts as a waiter
-//! ([`crate::relay::wake`]).
+//! ([`relay_core::wake`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::answer::{json_response, retry_later};
 use super::guard::{Streaming, StreamingHeld};
-use crate::relay::wake::{Refused, Ticket};
-use crate::relay::Relay;
+use relay_core::wake::{Refused, Ticket};
+use relay_core::Relay;
 
 /// Time without events after which a heartbeat comment is sent.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);

@@ -29,9 +29,9 @@
 //!   count against the client address's one-minute window (`public_per_minute`); over it, `429`.
 //!   A request whose signed hop fails (the handler marks its answer [`HopRefused`]) counts the
 //!   same way; a valid signed call is not counted here.
-//!   Addresses are keyed by [`crate::relay::rate::address_key`] (IPv6 by /64 prefix). The table
+//!   Addresses are keyed by [`relay_core::rate::address_key`] (IPv6 by /64 prefix). The table
 //!   is hard-capped and evicts the oldest window when full, so new clients are still served
-//!   (see [`crate::relay::rate::RateTable`]).
+//!   (see [`relay_core::rate::RateTable`]).
 //!
 //! - **Streamed responses**: while a response is being streamed (the events stream of live
 //!   delivery holds a [`Streaming`] handle), the idle timeout does not apply to its connection;
@@ -72,8 +72,8 @@ use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
 use super::route::Route;
 use super::tls::Tls;
-use crate::relay::config::{default_duration, parse_duration};
-use crate::relay::rate::{AddrKey, RateTable};
+use relay_core::config::{default_duration, parse_duration};
+use relay_core::rate::{AddrKey, RateTable};
 use relay_store::{Clock as _, SystemClock};
 
 /// Most client addresses whose public-route windows are tracked at once.
@@ -92,7 +92,7 @@ const PER_ADDRESS_REFUSAL_BODY: &str =
 /// Default of `--max-connections`.
 const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default of `--max-connections-per-address`: a sixteenth of the default connection cap.
-pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = DEFAULT_MAX_CONNECTIONS / 16;
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = DEFAULT_MAX_CONNECTIONS / 16;
 /// Default of `--public-per-minute`.
 const DEFAULT_PUBLIC_PER_MINUTE: u32 = 600;
 /// Default of `--header-timeout`, as the flag's text ([`secs`] gives its value).
@@ -128,11 +128,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardConfig {
     pub max_connections: usize,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub public_per_minute: u32,
-    pub max_connections_per_address: usize,
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) public_per_minute: u32,
+    pub(crate) max_connections_per_address: usize,
     /// Request bodies (see [`BodyGuardArgs`]).
     pub body: BodyGuardConfig,
 }
@@ -188,21 +188,21 @@ pub struct GuardArgs {
     pub max_connections: usize,
     /// Time allowed for a request head, from when the relay waits for it.
     #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = DEFAULT_HEADER_TIMEOUT, value_parser = parse_duration)]
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// Time allowed for a request body after its head, and for a client to read a response.
     #[arg(long, env = "MBX_RELAY_BODY_TIMEOUT", default_value = DEFAULT_BODY_TIMEOUT, value_parser = parse_duration)]
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     /// A connection silent this long while the relay waits for its next request is closed.
     #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = DEFAULT_IDLE_TIMEOUT, value_parser = parse_duration)]
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Requests per client address (IPv6: per /64 prefix) per minute to info, health, metrics and
     /// unknown paths.
     #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = DEFAULT_PUBLIC_PER_MINUTE)]
-    pub public_per_minute: u32,
+    pub(crate) public_per_minute: u32,
     /// Most connections open at once from one client address (IPv6: per /64); one more is
     /// answered 429 and closed. Counts the socket address: behind a reverse proxy, the proxy.
     #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
-    pub max_connections_per_address: usize,
+    pub(crate) max_connections_per_address: usize,
     #[command(flatten)]
     pub body: BodyGuardArgs,
 }
@@ -231,7 +231,7 @@ pub struct BodyGuardArgs {
     /// Failed hop authentications per client address (IPv6: per /64) per minute; past it, calls
     /// with a hop from that address are answered 429 without being checked.
     #[arg(long, env = "MBX_RELAY_AUTH_FAILURES_PER_MINUTE", default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE)]
-    pub auth_failures_per_minute: u32,
+    pub(crate) auth_failures_per_minute: u32,
 }
 
 impl GuardArgs {
@@ -550,10 +550,10 @@ async fn serve_http<S>(
 /// streams a long response holds it ([`Streaming::hold`]) so the idle timeout leaves the
 /// connection alone.
 #[derive(Clone, Default)]
-pub struct Streaming(Arc<AtomicUsize>);
+pub(crate) struct Streaming(Arc<AtomicUsize>);
 
 /// Held while a response streams; dropping it lets the idle timeout apply again.
-pub struct StreamingHeld(Arc<AtomicUsize>);
+pub(crate) struct StreamingHeld(Arc<AtomicUsize>);
 
 impl Streaming {
     /// Count one streamed response until the handle drops.
@@ -576,7 +576,7 @@ impl Drop for StreamingHeld {
 /// Marks an answer to a request whose signed hop failed, with the client address: the guard
 /// counts it in the public window like an unsigned request (a valid signed call is not counted).
 #[derive(Debug, Clone)]
-pub struct HopRefused(pub String);
+pub(crate) struct HopRefused(pub String);
 
 /// One request: the per-address window for unauthenticated routes, then the router with
 /// `ConnectInfo` and a body with its deadlines; a request whose hop failed is counted after.

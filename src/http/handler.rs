@@ -24,14 +24,14 @@ use super::parked;
 use super::retry_after;
 use super::route::Route;
 use super::App;
-use crate::relay::code::ErrorCode;
-use crate::relay::enc_ad::EncLookup;
-use crate::relay::pull::{PullQuery, PullStart};
-use crate::relay::{parse_json, HopHeaders, RelayError, Reply, Status};
-use crate::wire::hop::signed_path;
+use relay_core::code::ErrorCode;
+use relay_core::enc_ad::EncLookup;
+use relay_core::pull::{PullQuery, PullStart};
+use relay_core::{parse_json, HopHeaders, RelayError, Reply, Status};
+use relay_wire::hop::signed_path;
 
 /// The status code of a relay status class.
-pub fn status_code(s: Status) -> StatusCode {
+pub(crate) fn status_code(s: Status) -> StatusCode {
     match s {
         Status::BadRequest => StatusCode::BAD_REQUEST,
         Status::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -117,10 +117,10 @@ fn finish(app: &App, route: Option<Route>, mut resp: Response) -> Response {
 
 /// The header naming the longest `wait` a pull may ask for (mbx-relay extension).
 pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
-/// Its value: [`crate::relay::wake::MAX_WAIT_SECS`] as text.
+/// Its value: [`relay_core::wake::MAX_WAIT_SECS`] as text.
 const WAIT_MAX: &str = "60";
 const _: () = assert!(
-    crate::relay::wake::MAX_WAIT_SECS == 60,
+    relay_core::wake::MAX_WAIT_SECS == 60,
     "WAIT_MAX is its text"
 );
 
@@ -197,7 +197,7 @@ fn hop_refused(app: &App, route: Route, addr: String, refusal: Refusal) -> Respo
 /// An enrolment's answer. At the enrolment cap (`FULL`) a slot frees only when the sweep
 /// deletes an idle enrolment (every `--sweep-interval`) or an operator revokes or purges one:
 /// `Retry-After` says the sweep interval, not the short backoff.
-fn enrol_response(r: Reply, limits: &crate::relay::Limits) -> Response {
+fn enrol_response(r: Reply, limits: &relay_core::Limits) -> Response {
     let full = r.as_ref().err().and_then(RelayError::code) == Some(ErrorCode::Full.wire());
     let mut resp = reply_response(r);
     if full {

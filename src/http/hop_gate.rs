@@ -8,8 +8,8 @@ use std::time::Duration;
 use relay_store::{Clock as _, SystemClock};
 
 use super::verify::Verifier;
-use crate::relay::rate::{address_key, AddrKey, RateTable};
-use crate::relay::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
+use relay_core::rate::{address_key, AddrKey, RateTable};
+use relay_core::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
 
 /// Most client addresses whose failure windows are tracked at once (the oldest window is
 /// evicted when full, like the other address tables).
@@ -28,7 +28,7 @@ pub enum Refusal {
 }
 
 /// The per-address failure window and the signature checker.
-pub struct HopGate {
+pub(crate) struct HopGate {
     failures: RateTable<AddrKey>,
     verifier: Verifier,
 }
@@ -47,7 +47,7 @@ impl HopGate {
     ///
     /// # Errors
     /// A [`Refusal`]; a failed check is counted.
-    pub fn check_head(
+    pub(crate) fn check_head(
         &self,
         relay: &Relay,
         addr: &str,

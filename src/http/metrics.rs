@@ -16,8 +16,8 @@ use tokio::sync::watch;
 
 use super::guard::GuardConfig;
 use super::{App, TrustProxy};
-use crate::relay::metrics::escape_label;
-use crate::relay::Relay;
+use relay_core::metrics::escape_label;
+use relay_core::Relay;
 
 /// Connections the metrics listener serves at once (a scraper or two; more wait for 503).
 const METRICS_CONNECTIONS: usize = 8;
@@ -27,7 +27,7 @@ const QUEUE_CACHE: Duration = Duration::from_secs(10);
 
 /// Requests counted by (route label, status); bounded by routes × statuses.
 #[derive(Default)]
-pub struct HttpMetrics {
+pub(crate) struct HttpMetrics {
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     queued: Mutex<Option<(Instant, u64, u64)>>,
 }
@@ -73,7 +73,7 @@ impl HttpMetrics {
             "# HELP mbx_relay_waiters Waiting pulls and event streams (docs/protocol.md section 8).\n# TYPE mbx_relay_waiters gauge\nmbx_relay_waiters {}",
             relay.wake().waiters()
         );
-        crate::relay::metrics::render_commit_stats(&mut out, &relay.store().commit_stats());
+        relay_core::metrics::render_commit_stats(&mut out, &relay.store().commit_stats());
         if let Some((items, bytes)) = self.queued(relay).await {
             let _ = writeln!(
                 out,
@@ -109,7 +109,7 @@ impl HttpMetrics {
 ///
 /// # Errors
 /// As [`super::guard::serve`].
-pub async fn serve_private(
+pub(crate) async fn serve_private(
     listener: TcpListener,
     app: Arc<App>,
     guard: GuardConfig,

@@ -1,37 +1,34 @@
 //! The axum adapter: one handler that routes docs/protocol.md §3, caps bodies while streaming and maps
-//! relay answers to status codes; plus `run_serve`, the `mbx-relay serve` lifecycle (open the
-//! store, load the key, start, serve until SIGTERM/SIGINT, drain, close the store).
+//! relay answers to status codes. The `mbx-relay serve` lifecycle that starts it is `crate::serve`.
 
 mod answer;
 pub mod args;
 pub mod body;
 mod body_budget;
-pub mod client_addr;
+pub(crate) mod client_addr;
 mod conn_limit;
 mod events;
 pub mod guard;
-pub mod handler;
+pub(crate) mod handler;
 pub mod health_probe;
-mod hop_gate;
-pub mod metrics;
+pub(crate) mod hop_gate;
+pub(crate) mod metrics;
 mod parked;
-pub mod retry_after;
-pub mod route;
-pub mod server;
-pub mod tls;
+pub(crate) mod retry_after;
+pub(crate) mod route;
+pub(crate) mod tls;
 mod verify;
 
 use std::sync::Arc;
 
-use crate::relay::Relay;
 pub use client_addr::TrustProxy;
-pub use server::{run_serve, ServeConfig};
+use relay_core::Relay;
 
 /// Shared state of the HTTP layer.
-pub struct App {
+pub(crate) struct App {
     pub relay: Arc<Relay>,
-    pub trust_proxy: TrustProxy,
-    pub http_metrics: metrics::HttpMetrics,
+    pub(crate) trust_proxy: TrustProxy,
+    pub(crate) http_metrics: metrics::HttpMetrics,
     /// Memory limits for request bodies being read and handled (shared and per address).
     pub bodies: body::BodyLimits,
     /// Failed hop authentications per address, and where signatures are checked.
@@ -39,7 +36,7 @@ pub struct App {
 }
 
 /// The router: every request goes through [`handler::handle`].
-pub fn router(app: Arc<App>) -> axum::Router {
+pub(crate) fn router(app: Arc<App>) -> axum::Router {
     axum::Router::new()
         .fallback(handler::handle)
         .with_state(app)

@@ -9,10 +9,10 @@ use axum::http::{header, HeaderValue, Response, StatusCode};
 
 /// A cap on things held at once (connections, request-body memory): a slot frees as soon as
 /// any request ends, so the client may come back soon.
-pub const OVERLOAD: Duration = Duration::from_secs(1);
+pub(crate) const OVERLOAD: Duration = Duration::from_secs(1);
 /// Store trouble (a failed write, the database reopening, shutting down) and any other 429
 /// or 503 without a wait of its own: the store writer retries a reopen within 2 s.
-pub const STORE_TROUBLE: Duration = Duration::from_secs(2);
+pub(crate) const STORE_TROUBLE: Duration = Duration::from_secs(2);
 
 /// `wait` in whole seconds, rounded up, at least 1 (`Retry-After: 0` would invite a retry
 /// storm).
@@ -29,7 +29,7 @@ pub fn set<B>(r: &mut Response<B>, wait: Duration) {
 }
 
 /// Give a 429 or 503 that carries no `Retry-After` the [`STORE_TROUBLE`] backoff.
-pub fn ensure<B>(r: &mut Response<B>) {
+pub(crate) fn ensure<B>(r: &mut Response<B>) {
     let limited = matches!(
         r.status(),
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE

@@ -7,7 +7,7 @@ use axum::http::Method;
 
 /// Every route the relay answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Route {
+pub(crate) enum Route {
     Info,
     Challenge,
     Enrol,
@@ -79,7 +79,7 @@ impl Route {
     }
 
     /// Challenge, enrol and rotate take small bodies and count against the per-address window.
-    pub fn enrolment_class(self) -> bool {
+    pub(crate) fn enrolment_class(self) -> bool {
         matches!(self, Route::Challenge | Route::Enrol | Route::Rotate)
     }
 

@@ -4,7 +4,7 @@
 //! every [`WATCH_EVERY`]). A pair that fails to load is refused with one log line and the old one
 //! stays in use; connections already open keep the configuration they were accepted with.
 //!
-//! The key file is held to the rule of `relay.key` (owner-only, [`crate::private`]) at start and
+//! The key file is held to the rule of `relay.key` (owner-only, [`relay_os::private`]) at start and
 //! at every reload; the change watch includes the files' modes, so a pair refused for a loose
 //! key is taken once the key is `chmod 600`. Errors name files, never their bytes.
 //!
@@ -26,15 +26,15 @@ use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::private::{require_private_or, Kind};
-use crate::relay::rate::{ip_key, AddrKey, RateTable};
+use relay_os::private::{require_private_or, Kind};
+use relay_core::rate::{ip_key, AddrKey, RateTable};
 use relay_store::{Clock as _, SystemClock};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).
-pub const WATCH_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(30);
 /// Tests only: a file-check period in milliseconds instead of [`WATCH_EVERY`] (undocumented for
 /// operators; a test should not wait 30 s for one check).
-pub const WATCH_TEST_ENV: &str = "MBX_RELAY_TEST_TLS_WATCH_MS";
+pub(crate) const WATCH_TEST_ENV: &str = "MBX_RELAY_TEST_TLS_WATCH_MS";
 
 /// The file-check period in force.
 fn watch_every() -> Duration {
@@ -58,7 +58,7 @@ const HANDSHAKE_TABLE_CAP: usize = 100_000;
 pub struct TlsArgs {
     /// PEM certificate chain (leaf first) to serve HTTPS; needs --tls-key. Reloaded on SIGHUP.
     #[arg(long, env = "MBX_RELAY_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert (owner-only file, like relay.key); needs --tls-cert.
     #[arg(long, env = "MBX_RELAY_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
@@ -282,7 +282,7 @@ fn pem_problem(path: &Path, what: &str, e: &pem::Error) -> String {
 ///
 /// # Errors
 /// The signal handler could not be installed.
-pub fn spawn_reloader(
+pub(crate) fn spawn_reloader(
     tls: Option<Arc<Tls>>,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<tokio::task::JoinHandle<()>> {

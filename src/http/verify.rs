@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, Semaphore};
 
-use crate::relay::{Caller, HopCheck, RelayError};
+use relay_core::{Caller, HopCheck, RelayError};
 
 /// Niceness of the check threads (0 is the workers'; 19 the lowest): under contention the
 /// scheduler gives the workers about ten times their share.

@@ -36,9 +36,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mbx_relay::wire::canonical::canonical_json;
-use mbx_relay::wire::keys::{b64, parse_pubkey, unb64, verify_canonical, SigningKey};
 use rand::RngCore;
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::{b64, parse_pubkey, unb64, verify_canonical, SigningKey};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -120,7 +120,7 @@ pub fn now_ms() -> i64 {
 
 /// ISO 8601 UTC with milliseconds, as JavaScript `toISOString()` prints it.
 pub fn iso(ms: i64) -> String {
-    mbx_relay::wire::time::iso_ms(ms as u64)
+    relay_wire::time::iso_ms(ms as u64)
 }
 
 /// Lowercase hex SHA-256 of bytes (the protocol's `wire_hash`).

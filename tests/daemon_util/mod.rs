@@ -119,7 +119,7 @@ pub fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
 /// Delivery times of `h`'s inbox, sorted: ms from each envelope's `ts` (the sender queued it)
 /// to the receiver's commit (`received_at`), same machine, same clock.
 pub fn delivery_latencies(h: &HostCli) -> Vec<u64> {
-    use mbx_relay::wire::time::parse_iso_strict;
+    use relay_wire::time::parse_iso_strict;
     let mut lat: Vec<u64> = h.ok(&["inbox"])["messages"]
         .as_array()
         .unwrap()

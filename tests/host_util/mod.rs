@@ -333,19 +333,19 @@ pub fn relay_tool() -> Option<PathBuf> {
 pub fn relay_client<'a>(
     relay: &RelayProc,
     name: &str,
-    key: &'a mbx_relay::wire::keys::SigningKey,
-) -> mbx_relay::host::client::RelayClient<'a> {
-    let to = mbx_relay::host::client::Endpoint {
+    key: &'a relay_wire::keys::SigningKey,
+) -> mbx_host::client::RelayClient<'a> {
+    let to = mbx_host::client::Endpoint {
         url: relay.url(),
         ca: None,
     };
-    mbx_relay::host::client::RelayClient::new(&to, name, key, Duration::from_secs(5)).unwrap()
+    mbx_host::client::RelayClient::new(&to, name, key, Duration::from_secs(5)).unwrap()
 }
 
 /// The host's signing key, read from its key file (to forge items as that host in tests).
-pub fn host_key(h: &HostCli) -> mbx_relay::wire::keys::SigningKey {
+pub fn host_key(h: &HostCli) -> relay_wire::keys::SigningKey {
     let text = std::fs::read_to_string(h.dir.join("host.key")).unwrap();
-    mbx_relay::wire::keys::SigningKey::from_key_file(&text).unwrap()
+    relay_wire::keys::SigningKey::from_key_file(&text).unwrap()
 }
 
 /// Two hosts that pinned each other and the relay.

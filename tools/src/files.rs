@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use mbx_relay::private::create_exclusive;
+use relay_os::private::create_exclusive;
 
 use crate::fail::{Code, Failure};
 
@@ -146,7 +146,7 @@ pub fn copy_key_file(src: &Path, dest: &Path) -> Result<(), Failure> {
 
 /// A compact UTC stamp for file names: `20261129T143927Z`.
 pub fn utc_stamp(ms: u64) -> String {
-    let iso = mbx_relay::wire::time::iso_ms(ms); // 2026-11-29T14:39:27.123Z
+    let iso = relay_wire::time::iso_ms(ms); // 2026-11-29T14:39:27.123Z
     let base = iso.split('.').next().unwrap_or(&iso);
     let mut out: String = base.chars().filter(|c| *c != '-' && *c != ':').collect();
     out.push('Z');

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use mbx_relay::admin::hosts::{write_hosts, HostsQuery};
 use mbx_relay::admin::proto::Request;
-use mbx_relay::wire::time::iso_ms;
 use relay_store::{Clock, StoreError, SystemClock};
+use relay_wire::time::iso_ms;
 use serde_json::Value;
 
 use crate::access::{self, Target, Via};

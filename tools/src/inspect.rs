@@ -8,8 +8,8 @@ use std::rc::Rc;
 use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
 use mbx_relay::admin::report::{log_verdict_from_json, log_verdict_json, op_json, stats_json};
 use mbx_relay::store_open::verify_backup_file as verify_backup;
-use mbx_relay::wire::time::iso_ms;
 use relay_store::{Clock, DumpOptions, LogVerdict, SystemClock};
+use relay_wire::time::iso_ms;
 use serde_json::Value;
 
 use crate::access::{self, Target, Via};

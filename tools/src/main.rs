@@ -191,7 +191,7 @@ else print how many entries verified.",
         #[arg(long)]
         revoked: bool,
         /// Only hosts last seen this long ago or longer (`30d`, `12h`; day resolution).
-        #[arg(long, value_parser = mbx_relay::relay::config::parse_duration)]
+        #[arg(long, value_parser = relay_core::config::parse_duration)]
         idle_for: Option<std::time::Duration>,
         /// JSON lines, one object per enrolment.
         #[arg(long)]
@@ -272,7 +272,7 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<(), Failure> {
     if command.writes_files() {
         // Store files (the engine creates its own) and backups are owner-only, whatever the umask.
-        mbx_relay::private::restrict_umask();
+        relay_os::private::restrict_umask();
     }
     match command {
         Command::Backup { store, file } => backup::run(&store.target()?, &file),
@@ -312,8 +312,8 @@ fn run(command: Command) -> Result<(), Failure> {
             verify: false,
         } => inspect::log(&store.target()?, limit, json),
         Command::Keygen => {
-            let key = mbx_relay::wire::keys::SigningKey::generate();
-            print!("{}", mbx_relay::relay::key::keygen_text(&key));
+            let key = relay_wire::keys::SigningKey::generate();
+            print!("{}", relay_core::key::keygen_text(&key));
             Ok(())
         }
         Command::Bench(args) => bench::run(&args),

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use mbx_relay::relay::key::KEY_FILE;
 use mbx_relay::store_open::{restore_into, verify_backup_file as verify_backup, StoreSpec};
-use mbx_relay::wire::keys::{fingerprint, SigningKey};
+use relay_core::key::KEY_FILE;
 use relay_store::{Clock, Key32, SharedStore, SystemClock};
+use relay_wire::keys::{fingerprint, SigningKey};
 
 use crate::access;
 use crate::fail::{Code, Failure};

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use mbx_relay::admin::proto::Request;
 use mbx_relay::admin::revoke::{self, Action};
-use mbx_relay::relay::config::Limits;
-use mbx_relay::relay::key::{load_existing, KEY_ENV};
-use mbx_relay::relay::revoke::Revoker;
-use mbx_relay::wire::keys::{fingerprint, SigningKey};
+use relay_core::config::Limits;
+use relay_core::key::{load_existing, KEY_ENV};
+use relay_core::revoke::Revoker;
 use relay_store::{RelayStore, MAX_REASON_CHARS};
+use relay_wire::keys::{fingerprint, SigningKey};
 use serde_json::Value;
 
 use crate::access::{self, Target};

@@ -1,8 +1,8 @@
 //! Human-readable output shared by the commands (JSON output goes straight from the admin report).
 
-use mbx_relay::wire::keys::fingerprint;
-use mbx_relay::wire::time::iso_ms;
 use relay_store::{BackupSummary, LogVerdict};
+use relay_wire::keys::fingerprint;
+use relay_wire::time::iso_ms;
 
 /// Counts per partition, total, checksum and header facts of a backup file.
 pub fn summary(s: &BackupSummary) -> String {

@@ -35,11 +35,11 @@ fn keygen_prints_a_seed_whose_fingerprint_and_public_key_match() {
             .trim()
             .to_string()
     };
-    let key = mbx_relay::wire::keys::SigningKey::from_seed_b64(&field("seed:")).expect("seed");
+    let key = relay_wire::keys::SigningKey::from_seed_b64(&field("seed:")).expect("seed");
     assert_eq!(field("public:"), key.public_b64());
     assert_eq!(
         field("fingerprint:"),
-        mbx_relay::wire::keys::fingerprint(&key.public())
+        relay_wire::keys::fingerprint(&key.public())
     );
     // Two runs never print the same key.
     let again = tool(&["keygen"]);

@@ -94,7 +94,7 @@ fn purge(
             report.purged_bytes += rec.bytes;
             // Crash window for tests: part of the queue is staged for deletion, nothing is
             // committed.
-            crate::failpoint::hit("revoke-mid-purge");
+            relay_os::failpoint::hit("revoke-mid-purge");
             let gone = ExpiredItem {
                 target: *key,
                 seq,

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use mbx_relay::wire::hop::{sign_hop, signed_path};
-use mbx_relay::wire::keys::SigningKey;
+use relay_wire::hop::{sign_hop, signed_path};
+use relay_wire::keys::SigningKey;
 
 /// Largest response body read (a pull page is at most ~8 MiB of wire bytes as base64 + JSON).
 const MAX_RESPONSE: u64 = 64 * 1024 * 1024;

@@ -5,9 +5,9 @@ use rand::RngCore;
 use serde_json::{json, Value};
 
 use super::client::{Conn, Host};
-use mbx_relay::relay::config::defaults;
-use mbx_relay::wire::keys::{parse_pubkey, verifying_key, VerifyingKey};
-use mbx_relay::wire::records::enrol_statement;
+use relay_core::config::defaults;
+use relay_wire::keys::{parse_pubkey, verifying_key, VerifyingKey};
+use relay_wire::records::enrol_statement;
 
 /// The relay facts the bench needs: its key and epoch (to check accept statements) and limits.
 pub struct RelayInfo {

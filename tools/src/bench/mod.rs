@@ -217,10 +217,10 @@ pub(super) fn print_report<R: serde::Serialize>(
 fn tls_of(a: &BenchArgs) -> Result<ureq::tls::TlsConfig, Failure> {
     let ca =
         a.ca.as_deref()
-            .map(mbx_relay::host::trust::read_ca)
+            .map(mbx_host::trust::read_ca)
             .transpose()
             .map_err(usage)?;
-    mbx_relay::host::trust::tls_config(ca.as_deref()).map_err(usage)
+    mbx_host::trust::tls_config(ca.as_deref()).map_err(usage)
 }
 
 /// Enrol, push, check, optionally drain, for every sweep point; the measurements.

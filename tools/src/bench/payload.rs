@@ -2,10 +2,10 @@
 //! target's enc key, host-signed) of about the requested size, already laid out as the JSON body
 //! of `POST /v2/relay/items`. Built before the timed phase; only the hop is signed at send time.
 
-use mbx_relay::host::message::{draft_envelope, ulid};
-use mbx_relay::wire::accept::sha256;
-use mbx_relay::wire::keys::b64;
-use mbx_relay::wire::seal::{seal_envelope, EncSecret};
+use mbx_host::message::{draft_envelope, ulid};
+use relay_wire::accept::sha256;
+use relay_wire::keys::b64;
+use relay_wire::seal::{seal_envelope, EncSecret};
 
 use super::client::{now_ms, Host};
 
@@ -137,7 +137,7 @@ pub fn build_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mbx_relay::wire::envelope::check_envelope_wire;
+    use relay_wire::envelope::check_envelope_wire;
 
     #[test]
     fn items_are_valid_sealed_envelopes_of_about_the_asked_size() {
@@ -155,8 +155,8 @@ mod tests {
         let items = v["items"].as_array().unwrap();
         assert_eq!(items.len(), 2);
         for (it, meta) in items.iter().zip(&batches[0].items) {
-            let wire = mbx_relay::wire::keys::unb64(it["targets"][0]["wire_b64"].as_str().unwrap())
-                .unwrap();
+            let wire =
+                relay_wire::keys::unb64(it["targets"][0]["wire_b64"].as_str().unwrap()).unwrap();
             assert_eq!(sha256(&wire), meta.hash);
             assert!(check_envelope_wire(&wire, &meta.id).is_ok());
         }

@@ -8,8 +8,8 @@ use super::client::{Host, Resp};
 use super::hosts::RelayInfo;
 use super::payload::{Item, Target};
 use super::stats::Errors;
-use mbx_relay::wire::canonical::canonical_bytes;
-use mbx_relay::wire::keys::verify_with;
+use relay_wire::canonical::canonical_bytes;
+use relay_wire::keys::verify_with;
 
 /// What one sender's answers add up to.
 #[derive(Default)]
@@ -158,16 +158,16 @@ pub fn check_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mbx_relay::relay::config::defaults;
-    use mbx_relay::wire::accept::{accept_statement, AcceptTarget};
-    use mbx_relay::wire::keys::SigningKey;
+    use relay_core::config::defaults;
+    use relay_wire::accept::{accept_statement, AcceptTarget};
+    use relay_wire::keys::SigningKey;
     use serde_json::json;
 
     fn setup() -> (SigningKey, RelayInfo, Host, Vec<Target>, Item) {
         let relay = SigningKey::generate();
         let info = RelayInfo {
             relay_pubkey_b64: relay.public_b64(),
-            relay_key: mbx_relay::wire::keys::verifying_key(&relay.public()).unwrap(),
+            relay_key: relay_wire::keys::verifying_key(&relay.public()).unwrap(),
             epoch: "e".into(),
             version: String::new(),
             max_batch: defaults::MAX_BATCH,

@@ -1,0 +1,107 @@
+//! The one error type of relay operations: a protocol status class plus the JSON body docs/protocol.md
+//! prescribes. The HTTP adapter maps [`Status`] to a status code in one place.
+
+use serde_json::{json, Value};
+
+/// The one answer text of a store failure (503): fixed, so no internal detail reaches clients.
+pub const STORE_UNAVAILABLE: &str = "store unavailable, retry later";
+
+/// The status classes the protocol answers with (no HTTP types here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Conflict,
+    TooLarge,
+    TooManyRequests,
+    Unavailable,
+}
+
+/// A refused request: its status class and the exact JSON body to answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayError {
+    pub status: Status,
+    pub body: Value,
+}
+
+impl RelayError {
+    /// `{"error": msg}` with the given status.
+    pub fn new(status: Status, msg: impl Into<String>) -> Self {
+        RelayError {
+            status,
+            body: json!({ "error": msg.into() }),
+        }
+    }
+    pub(crate) fn bad_request(msg: impl Into<String>) -> Self {
+        Self::new(Status::BadRequest, msg)
+    }
+    pub(crate) fn unauthorized(msg: impl Into<String>) -> Self {
+        Self::new(Status::Unauthorized, msg)
+    }
+    pub fn not_found(msg: impl Into<String>) -> Self {
+        Self::new(Status::NotFound, msg)
+    }
+    pub fn conflict(msg: impl Into<String>) -> Self {
+        Self::new(Status::Conflict, msg)
+    }
+    pub fn unavailable(msg: impl Into<String>) -> Self {
+        Self::new(Status::Unavailable, msg)
+    }
+    /// The answer to any failed hop check (docs/protocol.md §2).
+    pub fn bad_hop() -> Self {
+        Self::unauthorized("bad relay hop")
+    }
+    /// The per-address enrolment rate window is exhausted.
+    pub(crate) fn rate_limited() -> Self {
+        Self::new(
+            Status::TooManyRequests,
+            "rate limit exceeded, retry in a minute",
+        )
+    }
+    /// A store failure: the fixed [`STORE_UNAVAILABLE`] text (the cause goes to the log only).
+    pub(crate) fn store_unavailable() -> Self {
+        Self::unavailable(STORE_UNAVAILABLE)
+    }
+    /// The error message, for logs (never contains wire bytes or keys).
+    pub fn message(&self) -> &str {
+        self.body.get("error").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+impl From<relay_store::StoreError> for RelayError {
+    /// Store failures are never a success: 503 with a fixed text. The cause (paths, engine
+    /// messages, errno) is logged, never answered: `/health` and every route reach this.
+    fn from(e: relay_store::StoreError) -> Self {
+        tracing::error!(error = %e, "store operation failed");
+        Self::store_unavailable()
+    }
+}
+
+impl std::fmt::Display for RelayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.status, self.message())
+    }
+}
+
+impl std::error::Error for RelayError {}
+
+/// Shorthand for relay results whose success is a JSON body.
+pub type Reply = Result<Value, RelayError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_failure_answers_a_fixed_text_without_its_cause() {
+        let cause = relay_store::StoreError::Io {
+            context: "writing /secret/path/db/journal".into(),
+            source: std::io::Error::other("No space left on device"),
+        };
+        let e = RelayError::from(cause);
+        assert_eq!(e.status, Status::Unavailable);
+        assert_eq!(e.body, json!({ "error": STORE_UNAVAILABLE }));
+    }
+}

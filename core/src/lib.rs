@@ -1,0 +1,208 @@
+//! The relay's rules (docs/protocol.md) over the durable store, with no HTTP types: each public method
+//! takes parsed request parts and answers a JSON body or a [`RelayError`]. The HTTP adapter
+//! (the server crate `mbx-relay`) only moves bytes and maps [`Status`] to status codes.
+//!
+//! Layering: `relay-core` sees storage only through `relay_store::RelayStore` and links no
+//! HTTP crate and no storage backend (Cargo.toml); the server picks the backend.
+
+pub mod authority;
+pub(crate) mod capacity;
+pub(crate) mod challenge;
+pub mod code;
+pub mod config;
+pub mod enc_ad;
+pub(crate) mod enrol;
+pub mod epoch_watch;
+pub mod error;
+pub(crate) mod hop;
+pub(crate) mod info;
+pub mod key;
+pub(crate) mod keycache;
+pub(crate) mod legacy;
+pub mod metrics;
+pub mod pull;
+pub mod push;
+pub mod rate;
+pub(crate) mod reason;
+pub mod revoke;
+pub(crate) mod revoke_watch;
+pub(crate) mod rotate;
+pub(crate) mod seen;
+pub(crate) mod senders;
+pub mod startup;
+pub(crate) mod sweep;
+pub mod wake;
+
+use std::sync::{Arc, RwLock};
+
+use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
+
+pub use config::Limits;
+pub use error::{RelayError, Reply, Status};
+pub use hop::{Caller, HopCheck, HopHeaders};
+use relay_wire::keys::SigningKey;
+
+/// Most sender keys whose push windows are tracked at once (rate table cap).
+const SENDER_RATE_CAP: usize = 200_000;
+/// Most client addresses (and, apiece, IPv4 /24s and IPv6 /48s) whose enrolment windows are
+/// tracked at once (rate table cap).
+const ADDRESS_RATE_CAP: usize = 100_000;
+
+/// A call refused by a rate window: the answer, and how long until the window frees (the
+/// HTTP layer's `Retry-After`).
+#[derive(Debug)]
+pub struct RateLimited {
+    pub error: RelayError,
+    pub wait: std::time::Duration,
+}
+
+/// The relay: the store, its key, limits and the bounded in-memory tables.
+pub struct Relay {
+    store: SharedStore,
+    key: Arc<SigningKey>,
+    pubkey: Key32,
+    pubkey_b64: String,
+    limits: Limits,
+    clock: Arc<dyn Clock>,
+    epoch: RwLock<String>,
+    /// The store's shared book when several processes share the store, else this process's.
+    challenges: Arc<dyn ChallengeBook>,
+    /// Whether other processes share the store (and may change its epoch: `epoch_watch`).
+    shared_store: bool,
+    /// This process's name in store leases (`RelayStore::try_lease`): random per start.
+    lease_holder: String,
+    address_rate: rate::NestedWindows,
+    sender_rate: rate::RateTable<Key32>,
+    /// Who may enrol (spec §8); [`authority::HostKeyChallenge`] unless set otherwise.
+    authority: Arc<dyn authority::EnrolmentAuthority>,
+    /// Counters exposed on `/metrics`.
+    pub metrics: metrics::Metrics,
+    /// Last-seen days noted in memory, written in batches.
+    seen: seen::Seen,
+    /// Where the idle-enrolment expiry continues when a run stopped at its round cap.
+    idle_cursor: std::sync::Mutex<Option<Key32>>,
+    /// Long-poll pulls and event streams waiting for their queue to grow.
+    wake: Arc<wake::Wake>,
+}
+
+impl Relay {
+    /// A relay over an opened store whose relay key is already pinned and whose epoch is `epoch`.
+    pub fn new(
+        store: SharedStore,
+        key: SigningKey,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+        epoch: String,
+    ) -> Self {
+        let pubkey = key.public();
+        let pubkey_b64 = key.public_b64();
+        let shared = store.shared_challenges();
+        let shared_store = shared.is_some();
+        let challenges = shared.unwrap_or_else(|| Arc::new(challenge::Challenges::default()));
+        Relay {
+            store,
+            key: Arc::new(key),
+            pubkey,
+            pubkey_b64,
+            challenges,
+            shared_store,
+            lease_holder: uuid::Uuid::new_v4().to_string(),
+            address_rate: rate::NestedWindows::new(limits.enrol_windows(), ADDRESS_RATE_CAP),
+            sender_rate: rate::RateTable::new(limits.pushes_per_minute, SENDER_RATE_CAP),
+            authority: Arc::new(authority::HostKeyChallenge),
+            limits,
+            clock,
+            epoch: RwLock::new(epoch),
+            metrics: metrics::Metrics::default(),
+            seen: seen::Seen::default(),
+            idle_cursor: std::sync::Mutex::new(None),
+            wake: Arc::default(),
+        }
+    }
+
+    /// This relay with another enrolment authority.
+    pub fn with_authority(mut self, authority: Arc<dyn authority::EnrolmentAuthority>) -> Self {
+        self.authority = authority;
+        self
+    }
+
+    /// The store (for the admin socket, health checks and shutdown).
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The registry of waiting pulls and event streams.
+    pub fn wake(&self) -> &Arc<wake::Wake> {
+        &self.wake
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> String {
+        self.epoch.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Count one enrolment-class call (challenge, enrol, rotate) for a client address in its
+    /// nested windows ([`rate::NestedWindows`]: the address, IPv6 by /64, and its IPv4 /24 or
+    /// IPv6 /48).
+    ///
+    /// # Errors
+    /// 429 when one of those windows is used up for this minute (then nothing is counted),
+    /// with the time until it frees.
+    pub fn check_address_rate(&self, addr: &str) -> Result<(), RateLimited> {
+        self.address_rate
+            .try_hit_addr(addr, self.now_ms())
+            .map_err(|wait| RateLimited {
+                error: RelayError::rate_limited(),
+                wait,
+            })
+    }
+
+    /// Await a store write, timing it for `/metrics`.
+    async fn write<T>(&self, p: relay_store::Pending<T>) -> Result<T, RelayError> {
+        let t = std::time::Instant::now();
+        let r = p.await;
+        self.metrics.store_write.observe(t.elapsed().as_secs_f64());
+        match r {
+            Ok(v) => {
+                self.metrics.note_write_ok(self.now_ms());
+                Ok(v)
+            }
+            Err(e) => {
+                self.metrics.note_write_failed();
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// A JSON object from fields, moving the values (the `json!` macro would deep-copy a `Value`
+/// variable by re-serialising it, which is measurable on large push and pull answers).
+pub fn object<const N: usize>(fields: [(&str, serde_json::Value); N]) -> serde_json::Value {
+    serde_json::Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// The `error` text of a JSON value that must be an object, for 400 answers.
+fn expect_object(
+    v: &serde_json::Value,
+) -> Result<&serde_json::Map<String, serde_json::Value>, RelayError> {
+    v.as_object()
+        .ok_or_else(|| RelayError::bad_request("body must be a JSON object"))
+}
+
+/// Parse a request body as JSON (400 on anything else).
+///
+/// # Errors
+/// 400 `{"error": "malformed JSON: ..."}`.
+pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, RelayError> {
+    serde_json::from_slice(body)
+        .map_err(|e| RelayError::bad_request(format!("malformed JSON: {e}")))
+}

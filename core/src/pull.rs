@@ -1,0 +1,447 @@
+//! Pull and ack (docs/protocol.md §3 "Pull", "Ack"): pages bounded by count and bytes, the epoch check,
+//! and acks that never pass the head (`BAD_ACK`).
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use relay_store::{AckOutcome, Page};
+use serde_json::{json, Value};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::wake::{Ticket, MAX_WAIT_SECS};
+use super::{Caller, Relay, RelayError, Reply, Status};
+
+/// How a pull goes on after [`Relay::pull_start`].
+pub enum PullStart {
+    /// The answer's JSON text (or the queue had items, or no wait was asked or allowed).
+    Answer(Vec<u8>),
+    /// Nothing to answer yet: wait with [`Relay::pull_wait`].
+    Wait(PullWait),
+}
+
+/// A registered, still empty pull: only what its answer needs (kept small: thousands may wait).
+pub struct PullWait {
+    ticket: Ticket,
+    deadline: tokio::time::Instant,
+    target: relay_store::Key32,
+    after: u64,
+    limit: usize,
+    /// The epoch the answer carries (checked when the pull started).
+    epoch: String,
+    /// The `epoch` the pull asked for, checked again after an epoch change.
+    asked_epoch: Option<String>,
+}
+
+/// The query of a pull, as received (each parameter absent or its raw text).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PullQuery<'a> {
+    pub after: Option<&'a str>,
+    pub limit: Option<&'a str>,
+    pub epoch: Option<&'a str>,
+    /// Seconds to hold the request while the queue is empty (mbx-relay extension).
+    pub wait: Option<&'a str>,
+}
+
+impl Relay {
+    /// `after`: missing or empty means 0; otherwise a non-negative integer.
+    ///
+    /// # Errors
+    /// 400 for anything else.
+    pub(crate) fn parse_after(raw: Option<&str>) -> Result<u64, RelayError> {
+        match raw {
+            None | Some("") => Ok(0),
+            Some(s) => s
+                .parse::<u64>()
+                .map_err(|_| RelayError::bad_request("bad after")),
+        }
+    }
+
+    /// 409 `{"error","epoch":CURRENT}` unless `given` is the current epoch.
+    fn check_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
+        // Another process on a shared store may have moved the epoch on (`epoch_watch`).
+        self.recheck_epoch(given);
+        let current = self.epoch();
+        match given {
+            Some(e) if e == current => Ok(current),
+            _ => Err(RelayError {
+                status: Status::Conflict,
+                body: json!({ "error": "epoch mismatch", "epoch": current }),
+            }),
+        }
+    }
+
+    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue, up to its wait: the
+    /// checks, the waiter's registration and the first read. The answer's JSON text (see
+    /// [`page_json`]) when it has one now; else what [`Relay::pull_wait`] needs, so the caller
+    /// can park the wait as a small future and free the request's own state (a waiter's
+    /// memory). With `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for
+    /// a durable push to the caller, the deadline, an eviction by a newer wait of the key, or
+    /// shutdown; past the relay's waiter cap it is given at once.
+    ///
+    /// # Errors
+    /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
+    /// 401 `bad relay hop` when the key lost its live enrolment before the wait began;
+    /// 503 store failure.
+    pub async fn pull_start(
+        &self,
+        caller: &Caller,
+        q: PullQuery<'_>,
+    ) -> Result<PullStart, RelayError> {
+        let epoch = self.pull_epoch(q.epoch)?;
+        let after = Self::parse_after(q.after)?;
+        let wait = parse_wait(q.wait)?;
+        let limit = pull_limit(q.limit, self.limits.max_pull);
+        // Registered before the first read, so a push that becomes durable after it wakes us.
+        let ticket = match wait {
+            Some(w) => self.wake.register(caller.key).ok().map(|t| (t, w)),
+            None => None,
+        };
+        let Some((ticket, wait)) = ticket else {
+            let text = self
+                .read_page_then(caller.key, after, limit, move |page| {
+                    page_json(&epoch, after, &page)
+                })
+                .await?;
+            return Ok(PullStart::Answer(text));
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let page = self.read_page(caller.key, after, limit).await?;
+        if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(PullStart::Answer(page_json(&epoch, after, &page)));
+        }
+        // A revocation between the hop check and the registration woke nobody: look again.
+        self.ensure_live(&caller.key)?;
+        Ok(PullStart::Wait(PullWait {
+            ticket,
+            deadline,
+            target: caller.key,
+            after,
+            limit,
+            epoch,
+            asked_epoch: q.epoch.map(str::to_owned),
+        }))
+    }
+
+    /// The rest of a waiting pull: wait for a wake or the deadline, then answer the page.
+    ///
+    /// # Errors
+    /// As [`Relay::pull_start`]; 401 `bad relay hop` when the key is revoked, rotated away or
+    /// expired while waiting ([`super::revoke_watch`]).
+    pub async fn pull_wait(self: Arc<Self>, w: PullWait) -> Result<Vec<u8>, RelayError> {
+        let PullWait {
+            ticket,
+            deadline,
+            target,
+            after,
+            limit,
+            mut epoch,
+            asked_epoch,
+        } = w;
+        loop {
+            let woken = tokio::select! {
+                w = ticket.woken() => Some(w),
+                () = tokio::time::sleep_until(deadline) => None,
+            };
+            match woken {
+                // The key lost its enrolment: the answer its next hop would get, now.
+                Some(w) if w.revoked() => return Err(RelayError::bad_hop()),
+                // An epoch change answers as a fresh pull would (409 when `epoch` is gone).
+                Some(w) if w.epoch() => epoch = self.pull_epoch(asked_epoch.as_deref())?,
+                // Evicted by a newer wait of this key, or shutdown: answer the page now.
+                Some(w) if w.ending() => {
+                    let page = self.read_page(target, after, limit).await?;
+                    return Ok(page_json(&epoch, after, &page));
+                }
+                _ => {}
+            }
+            let page = self.read_page(target, after, limit).await?;
+            if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(page_json(&epoch, after, &page));
+            }
+        }
+    }
+
+    /// The epoch a pull answers with: the given one if current (else 409), or the current one.
+    fn pull_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
+        match given {
+            Some(e) => self.check_epoch(Some(e)),
+            None => Ok(self.epoch()),
+        }
+    }
+
+    /// The last seq allocated for `target` (0 if none), from durable state.
+    ///
+    /// # Errors
+    /// 503 store failure.
+    pub fn head_seq(&self, target: &relay_store::Key32) -> Result<u64, RelayError> {
+        Ok(self.store.cursor(target)?.head_seq)
+    }
+
+    /// Read one bounded page off the async workers (a page may be megabytes).
+    pub(crate) async fn read_page(
+        &self,
+        target: relay_store::Key32,
+        after: u64,
+        limit: usize,
+    ) -> Result<relay_store::Page, RelayError> {
+        self.read_page_then(target, after, limit, |page| page).await
+    }
+
+    /// Read one bounded page and turn it into `T` with `then`, both on a blocking thread.
+    async fn read_page_then<T: Send + 'static>(
+        &self,
+        target: relay_store::Key32,
+        after: u64,
+        limit: usize,
+        then: impl FnOnce(relay_store::Page) -> T + Send + 'static,
+    ) -> Result<T, RelayError> {
+        let store = self.store.clone();
+        let max_bytes = self.limits.max_pull_bytes;
+        tokio::task::spawn_blocking(move || store.pull(&target, after, limit, max_bytes).map(then))
+            .await
+            .map_err(|_| RelayError::unavailable("store read was interrupted"))?
+            .map_err(RelayError::from)
+    }
+
+    /// `POST /v2/relay/ack {"epoch","through"}`.
+    ///
+    /// # Errors
+    /// 409 wrong epoch; 400 `BAD_ACK` when `through` is not a non-negative integer or is above
+    /// the head; 503 store failure.
+    pub async fn ack(&self, caller: &Caller, body: &Value) -> Reply {
+        let obj = super::expect_object(body)?;
+        let epoch = self.check_epoch(obj.get("epoch").and_then(Value::as_str))?;
+        let bad_ack = |head_seq: u64| RelayError {
+            status: Status::BadRequest,
+            body: json!({
+                "error": "ack through is not an integer between 0 and head_seq",
+                "code": super::code::ErrorCode::BadAck.wire(),
+                "epoch": epoch,
+                "head_seq": head_seq,
+            }),
+        };
+        let Some(through) = obj.get("through").and_then(Value::as_u64) else {
+            return Err(bad_ack(self.store.cursor(&caller.key)?.head_seq));
+        };
+        let outcome = self.write(self.store.ack(&caller.key, through)).await?;
+        relay_os::failpoint::hit("relay-ack-after-commit");
+        match outcome {
+            AckOutcome::Acked {
+                acked_through,
+                deleted,
+                head_seq,
+            } => Ok(
+                json!({ "acked_through": acked_through, "deleted": deleted, "head_seq": head_seq }),
+            ),
+            AckOutcome::BeyondHead { head_seq } => Err(bad_ack(head_seq)),
+        }
+    }
+}
+
+/// The pull answer as compact JSON text, exactly what serialising it as a `serde_json::Value`
+/// gives (keys in sorted order, the same escaping):
+/// `{"epoch","head_seq","items":[{"item_id","kind","sender_pubkey","seq","wire_b64"}],
+/// "last_seq","more"}`. Written straight into one buffer sized up front, base64 included, with no
+/// value tree or string per item: this is the hot path of draining a queue.
+pub(crate) fn page_json(epoch: &str, after: u64, page: &Page) -> Vec<u8> {
+    const FIXED: usize = 128;
+    const PER_ITEM: usize = 128;
+    let last_seq = page.items.last().map_or(after, |i| i.seq);
+    let size = FIXED
+        + epoch.len() * 6
+        + page
+            .items
+            .iter()
+            .map(|i| PER_ITEM + i.item_id.len() * 6 + b64_len(i.wire.len()))
+            .sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(b"{\"epoch\":");
+    json_str(&mut out, epoch);
+    out.extend_from_slice(b",\"head_seq\":");
+    json_u64(&mut out, page.head_seq);
+    out.extend_from_slice(b",\"items\":[");
+    for (n, i) in page.items.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"item_id\":");
+        json_str(&mut out, &i.item_id);
+        out.extend_from_slice(b",\"kind\":");
+        json_str(&mut out, i.kind.as_str());
+        // Standard base64 never needs JSON escaping.
+        out.extend_from_slice(b",\"sender_pubkey\":\"");
+        push_b64(&mut out, &i.sender);
+        out.extend_from_slice(b"\",\"seq\":");
+        json_u64(&mut out, i.seq);
+        out.extend_from_slice(b",\"wire_b64\":\"");
+        push_b64(&mut out, &i.wire);
+        out.extend_from_slice(b"\"}");
+    }
+    out.extend_from_slice(b"],\"last_seq\":");
+    json_u64(&mut out, last_seq);
+    out.extend_from_slice(if page.more {
+        b",\"more\":true}"
+    } else {
+        b",\"more\":false}"
+    });
+    out
+}
+
+/// Padded standard base64 length of `n` bytes.
+fn b64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// Append the padded standard base64 of `bytes`, encoded in place.
+fn push_b64(out: &mut Vec<u8>, bytes: &[u8]) {
+    let at = out.len();
+    out.resize(at + b64_len(bytes.len()), 0);
+    // The slice is exactly the encoded length, so this cannot fail.
+    let n = STANDARD.encode_slice(bytes, &mut out[at..]).unwrap_or(0);
+    out.truncate(at + n);
+}
+
+/// Append a JSON string (quoted, escaped as serde_json escapes it).
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Append a JSON integer.
+fn json_u64(out: &mut Vec<u8>, n: u64) {
+    let _ = serde_json::to_writer(&mut *out, &n);
+}
+
+/// `wait` (mbx-relay extension): missing, empty or 0 means answer at once; else whole seconds
+/// up to [`MAX_WAIT_SECS`].
+///
+/// # Errors
+/// 400 `bad wait: ...` for anything else.
+pub(crate) fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, RelayError> {
+    let secs = match raw {
+        None | Some("") => 0,
+        Some(s) => s
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= MAX_WAIT_SECS)
+            .ok_or_else(|| {
+                RelayError::bad_request(format!(
+                    "bad wait: an integer number of seconds from 0 to {MAX_WAIT_SECS}"
+                ))
+            })?,
+    };
+    Ok((secs > 0).then(|| Duration::from_secs(secs)))
+}
+
+/// `limit`: missing, zero or non-numeric means `max`; another is clamped to 1..=max.
+pub(crate) fn pull_limit(raw: Option<&str>, max: usize) -> usize {
+    match raw.map(str::trim).and_then(|s| s.parse::<i128>().ok()) {
+        None | Some(0) => max,
+        Some(n) if n < 1 => 1,
+        Some(n) => usize::try_from(n).unwrap_or(max).min(max),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object;
+    use relay_store::{ItemKind, QueuedItem};
+
+    /// The answer as it was built before [`page_json`]: a `serde_json::Value`, serialised.
+    fn page_value(epoch: &str, after: u64, page: &Page) -> String {
+        let b64 = relay_wire::keys::b64;
+        let items: Vec<Value> = page
+            .items
+            .iter()
+            .map(|i| {
+                object([
+                    ("seq", json!(i.seq)),
+                    ("kind", json!(i.kind.as_str())),
+                    ("item_id", Value::String(i.item_id.clone())),
+                    ("sender_pubkey", Value::String(b64(&i.sender))),
+                    ("wire_b64", Value::String(b64(&i.wire))),
+                ])
+            })
+            .collect();
+        object([
+            ("epoch", Value::String(epoch.to_owned())),
+            ("head_seq", json!(page.head_seq)),
+            ("items", Value::Array(items)),
+            (
+                "last_seq",
+                json!(page.items.last().map_or(after, |i| i.seq)),
+            ),
+            ("more", Value::Bool(page.more)),
+        ])
+        .to_string()
+    }
+
+    fn item(seq: u64, kind: ItemKind, id: &str, wire_len: usize) -> QueuedItem {
+        QueuedItem {
+            seq,
+            kind,
+            item_id: id.to_owned(),
+            sender: [seq as u8; 32],
+            wire: (0..wire_len)
+                .map(|n| (n as u64).wrapping_mul(7).wrapping_add(seq) as u8)
+                .collect(),
+            accepted_at_ms: 1,
+            expires_at_ms: 2,
+        }
+    }
+
+    /// Byte for byte the old `Value` answer: empty pages, every kind, every base64 padding,
+    /// ids and epochs that need escaping, both `more` values, large numbers.
+    #[test]
+    fn page_json_is_the_value_answer_byte_for_byte() {
+        let pages = [
+            Page {
+                items: vec![],
+                head_seq: 0,
+                acked_through: 0,
+                more: false,
+            },
+            Page {
+                items: vec![
+                    item(1, ItemKind::Envelope, "01ARZ3NDEKTSV4RRFFQ69G5FAV", 0),
+                    item(2, ItemKind::Receipt, "q\"uote\\back\nnl\u{1}é😀", 1),
+                    item(3, ItemKind::Expired, "x", 2),
+                    item(u64::MAX, ItemKind::Envelope, "", 1000),
+                ],
+                head_seq: u64::MAX,
+                acked_through: 0,
+                more: true,
+            },
+        ];
+        for (epoch, after) in [("e1", 0), ("ep\"och\u{7f}\t", 12_345)] {
+            for page in &pages {
+                let got = page_json(epoch, after, page);
+                assert_eq!(
+                    String::from_utf8(got).unwrap(),
+                    page_value(epoch, after, page)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn limit_parsing() {
+        assert_eq!(pull_limit(None, 500), 500);
+        assert_eq!(pull_limit(Some("0"), 500), 500);
+        assert_eq!(pull_limit(Some("abc"), 500), 500);
+        assert_eq!(pull_limit(Some("-3"), 500), 1);
+        assert_eq!(pull_limit(Some("7"), 500), 7);
+        assert_eq!(pull_limit(Some("100000"), 500), 500);
+    }
+
+    #[test]
+    fn after_parsing() {
+        assert_eq!(Relay::parse_after(None).unwrap(), 0);
+        assert_eq!(Relay::parse_after(Some("")).unwrap(), 0);
+        assert_eq!(Relay::parse_after(Some("42")).unwrap(), 42);
+        assert!(Relay::parse_after(Some("-1")).is_err());
+        assert!(Relay::parse_after(Some("x")).is_err());
+    }
+}
