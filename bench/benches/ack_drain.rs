@@ -2,7 +2,7 @@
 //! groups of 1,000), then drain them on one thread (pull a page of 500, ack it durably); prints
 //! wall time and process CPU (all threads, from `/proc/self/stat`) per item for both phases.
 //!
-//! Run: `cargo bench --bench ack_drain`; `MBX_BENCH_ITEMS` sets the items (default 100,000).
+//! Run: `cargo bench -p relay-bench --bench ack_drain`; `MBX_BENCH_ITEMS` sets the items (default 100,000).
 use std::time::Instant;
 
 use relay_keyspace::*;

@@ -4,14 +4,9 @@
 //! daemon has the message durably in its inbox (its receive commit returned). Both daemons write
 //! stage marks (`MBX_HOST_TRACE`, src/host/trace.rs) so the table also says where the time goes.
 //!
-//! Run: `cargo bench --bench daemon_latency`. Knobs (environment): MBX_DLAT_N (messages per run,
-//! default 200), MBX_DLAT_GAP_MS (between sends, default 100: each delivery measured on its own),
+//! Run: `cargo build --release -p mbx-relay && cargo bench -p relay-bench --bench daemon_latency`.
+//! Knobs (environment): MBX_DLAT_N (messages per run, default 200), MBX_DLAT_GAP_MS (between sends, default 100: each delivery measured on its own),
 //! MBX_DLAT_RUNS (runs, each on a fresh relay and fresh hosts, default 3).
-
-#[path = "../tests/daemon_util/mod.rs"]
-mod daemon_util;
-#[path = "../tests/host_util/mod.rs"]
-mod host_util;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -19,10 +14,10 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use daemon_util::{wait_until, Daemon};
-use host_util::{pair, RelayProc};
 use mbx_relay::host::local::{socket_path, Request};
 use mbx_relay::host::trace::{unix_us, TRACE_ENV};
+use relay_testkit::daemon::{wait_until, Daemon};
+use relay_testkit::host::{pair, RelayProc};
 use serde_json::Value;
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -1,11 +1,11 @@
 //! End-to-end bench: starts the release `mbx-relay serve` with bench-friendly limits on a fjall
 //! store, and/or on a throwaway PostgreSQL with one or two relay processes sharing one database,
-//! drives each with `relay-tool bench --json` (the same load generator users run; one generator
+//! drives each with `relay-bench --json` (the same load generator users run; one generator
 //! per relay process, the load split evenly), and prints the figures of every store side by side:
 //! single-item pushes at 64 senders, batches of 100 × 1 KiB, drain of the queued items, resident
 //! memory and start-up time with them queued, and the CPU per item of the relays and PostgreSQL.
 //!
-//! Run: `cargo build --release -p mbx-relay -p relay-tool && cargo bench --bench e2e`.
+//! Run: `cargo build --release -p mbx-relay && cargo bench -p relay-bench --bench e2e`.
 //! Knobs (environment): MBX_BENCH_STORE (`fjall`, the default, `postgres` or `both`),
 //! MBX_BENCH_RELAYS (relay processes on PostgreSQL: `1`, `2` or `1,2`; default 1),
 //! MBX_BENCH_ROUNDS (default 1: the stores take turns each round, the table shows medians),
@@ -21,7 +21,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use relay_pgstore::cluster::PgCluster;
+use relay_testkit::cluster::PgCluster;
 use serde_json::Value;
 
 /// How long a relay may take to come up or go down before the bench gives up.
@@ -34,22 +34,28 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// `mbx-relay` is another package's binary: cargo does not build it for this bench, so it is
+/// looked up in this build's `target/release/` (`cargo build --release -p mbx-relay`).
 fn relay_bin() -> PathBuf {
     std::env::var_os("MBX_BENCH_RELAY_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_mbx-relay")),
+        || relay_testkit::bins::dir().join("mbx-relay"),
         PathBuf::from,
     )
 }
 
-/// `relay-tool` is another package's binary: cargo does not build it for this bench, so it is
-/// looked up next to `mbx-relay` (build it with `cargo build --release -p relay-tool`).
+/// The load generator: this package's own binary, which cargo builds for the bench.
 fn tool_bin() -> Result<PathBuf, String> {
-    let p = std::env::var_os("MBX_BENCH_TOOL_BIN")
-        .map_or_else(|| relay_bin().with_file_name("relay-tool"), PathBuf::from);
+    let p = std::env::var_os("MBX_BENCH_TOOL_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_relay-bench")),
+        PathBuf::from,
+    );
     if p.is_file() {
         Ok(p)
     } else {
-        Err(format!("{} not found: run `cargo build --release -p relay-tool` first (or set MBX_BENCH_TOOL_BIN)", p.display()))
+        Err(format!(
+            "{} not found (set MBX_BENCH_TOOL_BIN)",
+            p.display()
+        ))
     }
 }
 
@@ -207,7 +213,7 @@ const SETTLE: Duration = Duration::from_secs(mbx_relay::memory::TRIM_INTERVAL.as
 
 fn bench_cmd(url: &str, args: &[String]) -> Result<Command, String> {
     let mut c = Command::new(tool_bin()?);
-    c.args(["bench", "--url", url, "--json"])
+    c.args(["--url", url, "--json"])
         .args(args)
         .stderr(Stdio::inherit());
     Ok(c)
@@ -227,18 +233,18 @@ fn run_tools_paused(
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("relay-tool: {e}"))?;
-        let lines = BufReader::new(child.stdout.take().ok_or("no relay-tool stdout")?).lines();
+            .map_err(|e| format!("relay-bench: {e}"))?;
+        let lines = BufReader::new(child.stdout.take().ok_or("no relay-bench stdout")?).lines();
         gens.push((child, lines));
     }
     let mut queued = 0;
     for (_, lines) in &mut gens {
         let first = lines
             .next()
-            .ok_or("relay-tool ended before pausing")?
+            .ok_or("relay-bench ended before pausing")?
             .map_err(|e| e.to_string())?;
         let p: Value =
-            serde_json::from_str(&first).map_err(|e| format!("relay-tool pause line: {e}"))?;
+            serde_json::from_str(&first).map_err(|e| format!("relay-bench pause line: {e}"))?;
         queued += p["queued"].as_u64().unwrap_or(0);
     }
     let result = paused(queued);
@@ -252,10 +258,10 @@ fn run_tools_paused(
         let rest: String = lines.map_while(Result::ok).collect::<Vec<_>>().join("\n");
         let status = child.wait().map_err(|e| e.to_string())?;
         if !status.success() {
-            return Err(format!("relay-tool bench failed ({status})"));
+            return Err(format!("relay-bench failed ({status})"));
         }
         reports.push(
-            serde_json::from_str::<Value>(&rest).map_err(|e| format!("relay-tool output: {e}"))?,
+            serde_json::from_str::<Value>(&rest).map_err(|e| format!("relay-bench output: {e}"))?,
         );
     }
     result?;
@@ -683,7 +689,7 @@ fn main() -> Result<(), String> {
     let kinds = kinds()?;
     tool_bin()?;
     let cluster = if kinds.iter().any(|k| matches!(k, Kind::Postgres(_))) {
-        let bindir = relay_pgstore::cluster::find_bindir()
+        let bindir = relay_testkit::cluster::find_bindir()
             .ok_or("PostgreSQL server binaries not found (set MBX_PG_BINDIR)")?;
         Some(PgCluster::start(&bindir)?)
     } else {

@@ -13,7 +13,7 @@
 //! sharing the machine with a load generator, so `2 cores / sum` bounds batched throughput on
 //! this machine. docs/performance.md compares it with the e2e figures.
 //!
-//! Run: `cargo bench --bench floor`. Knobs (environment): MBX_FLOOR_ROUNDS (default 40),
+//! Run: `cargo bench -p relay-bench --bench floor`. Knobs (environment): MBX_FLOOR_ROUNDS (default 40),
 //! MBX_FLOOR_BATCH (items per request, default 100), MBX_FLOOR_ITEM_BYTES (default 1024).
 
 use std::hint::black_box;

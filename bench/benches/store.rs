@@ -3,7 +3,7 @@
 //! baseline shaped like the agentmbx reference relay (one process, one connection, WAL,
 //! synchronous=FULL, one transaction per item, items/dedup/seqs tables).
 //!
-//! Run: `cargo bench --bench store`. `MBX_BENCH_ITEMS` sets items per configuration
+//! Run: `cargo bench -p relay-bench --features sqlite --bench store`. `MBX_BENCH_ITEMS` sets items per configuration
 //! (default 4000); `MBX_BENCH_WIRE` the wire size in bytes (default 1500).
 //! Every insert is durable (fsync'd) before its writer sends the next one.
 

@@ -2,8 +2,8 @@
 # What TLS costs the relay: single-item pushes on keep-alive connections, https and plain http
 # alternating (RUNS each, a fresh store per run), with the relay's own CPU per item from
 # /proc/<pid>/stat (utime + stime over the whole bench run, enrolment included).
-# Needs a release build (`cargo build --release -p mbx-relay -p relay-tool`) and openssl.
-# Usage: benches/tls_vs_plain.sh [RUNS] [ITEMS] [SENDERS]   (defaults 3 20000 64)
+# Needs a release build (`cargo build --release -p mbx-relay -p relay-bench`) and openssl.
+# Usage: bench/benches/tls_vs_plain.sh [RUNS] [ITEMS] [SENDERS]   (defaults 3 20000 64)
 set -eu
 RUNS=${1:-3}
 ITEMS=${2:-20000}
@@ -46,7 +46,7 @@ run() { # $1 = https|http, $2 = run number
     before=$(cpu_ticks "$pid")
     # shellcheck disable=SC2086
     status=0
-    json=$("$BIN/relay-tool" bench --url "$1://127.0.0.1:$port" $ca --senders "$SENDERS" \
+    json=$("$BIN/relay-bench" --url "$1://127.0.0.1:$port" $ca --senders "$SENDERS" \
         --targets 8 --items "$ITEMS" --batch 1 --item-bytes 1024 --json 2> "$WORK/bench.err") ||
         status=$?
     after=$(cpu_ticks "$pid")

@@ -1,9 +1,9 @@
-//! A throwaway PostgreSQL cluster for tests (of this crate and of the crates above it): `initdb`
+//! A throwaway PostgreSQL cluster for tests (of relay-pgstore and of the crates above it): `initdb`
 //! into a temp dir, `postgres` on 127.0.0.1 with a free port, `fsync` and `synchronous_commit`
 //! on, the unix socket inside the temp dir; stopped (`pg_ctl stop -m fast`, then kill) on drop.
 //!
 //! PostgreSQL refuses to run as root, and CI runs as root: the cluster then runs as `nobody`
-//! and owns its temp dir. Not part of the supported API.
+//! and owns its temp dir.
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt as _;

@@ -1,6 +1,5 @@
 //! Support for the host daemon tests: a `host run` child process (started, signalled, killed on
 //! drop), a bounded wait, and a proxy that makes a relay look like one without long-poll.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use super::host_util::{HostCli, BIN, HOST_ENV};
+use crate::host::{HostCli, HOST_ENV};
 
 /// A `host run` child process; killed on drop.
 pub struct Daemon {
@@ -20,7 +19,7 @@ pub struct Daemon {
 impl Daemon {
     /// Start `host --dir DIR run ARGS` and wait for its "running" line.
     pub fn start(h: &HostCli, args: &[&str]) -> Daemon {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(crate::bins::relay());
         cmd.arg("host")
             .arg("--dir")
             .arg(&h.dir)

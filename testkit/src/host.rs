@@ -1,7 +1,7 @@
-//! Support for the host end-to-end tests: a relay child process on a fixed loopback port (so it
+//! Support for the host end-to-end tests (the host test binary, relay-tool and TLS tests, the
+//! daemon latency bench): a relay child process on a fixed loopback port (so it
 //! comes back at the same URL after a crash), and hosts driven through the real `mbx-relay host`
 //! command as child processes. Failpoints are chosen per process with `MBX_FAILPOINT`.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The binary under test (relay and host commands).
-pub const BIN: &str = env!("CARGO_BIN_EXE_mbx-relay");
 /// Fast retries and short timeouts so crash tests settle in seconds.
 pub const HOST_ENV: &[(&str, &str)] = &[
     ("MBX_HOST_TIMEOUT_MS", "5000"),
@@ -95,7 +93,7 @@ impl RelayProc {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(crate::bins::relay());
         cmd.arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
@@ -205,7 +203,7 @@ impl HostCli {
 
     /// Run one command with an optional failpoint; returns the raw output.
     pub fn run_fp(&self, args: &[&str], failpoint: Option<&str>) -> Output {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(crate::bins::relay());
         cmd.arg("host")
             .arg("--dir")
             .arg(&self.dir)
@@ -301,14 +299,8 @@ pub fn relay_tool() -> Option<PathBuf> {
     if std::env::var_os("MBX_TEST_NO_RELAY_TOOL").is_some() {
         return None;
     }
-    let p = Path::new(BIN).parent()?.join("relay-tool");
+    let p = crate::bins::dir().join("relay-tool");
     p.exists().then_some(p)
-}
-
-/// The host's signing key, read from its key file (to forge items as that host in tests).
-pub fn host_key(h: &HostCli) -> mbx_relay::wire::keys::SigningKey {
-    let text = std::fs::read_to_string(h.dir.join("host.key")).unwrap();
-    mbx_relay::wire::keys::SigningKey::from_key_file(&text).unwrap()
 }
 
 /// Two hosts that pinned each other and the relay.

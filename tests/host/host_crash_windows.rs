@@ -3,7 +3,7 @@
 //! mbx-relay/failpoints` (the README test command); without it these tests are not built.
 #![cfg(feature = "failpoints")]
 
-mod host_util;
+use crate::host_util;
 
 use std::time::Duration;
 

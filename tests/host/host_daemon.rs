@@ -2,8 +2,8 @@
 //! and the read commands reach a running daemon over its socket, other commands get a clear
 //! refusal, and SIGTERM/SIGINT stop a daemon promptly with exit code 0.
 
-mod daemon_util;
-mod host_util;
+use crate::daemon_util;
+use crate::host_util;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

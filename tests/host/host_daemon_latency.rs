@@ -5,11 +5,11 @@
 //! Prints p50/p99/max (run with `--nocapture` to see them). The assertion is deliberately
 //! generous so it holds on a loaded 2-core machine; it still fails if the daemons fell back to
 //! polling (the default poll interval is 5 s). The figure that counts is the release bench
-//! (`cargo bench --bench daemon_latency`, docs/performance.md).
+//! (`cargo bench -p relay-bench --bench daemon_latency`, docs/performance.md).
 //! `MBX_LATENCY_N` sets the number of messages (default 60).
 
-mod daemon_util;
-mod host_util;
+use crate::daemon_util;
+use crate::host_util;
 
 use std::time::Duration;
 

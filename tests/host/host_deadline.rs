@@ -3,7 +3,7 @@
 //! of that re-push must not move the deadline out, or repeated epoch changes would postpone the
 //! "undelivered/unconfirmed" alert for ever.
 
-mod host_util;
+use crate::host_util;
 
 use std::time::Duration;
 

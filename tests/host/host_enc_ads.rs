@@ -7,7 +7,7 @@
 //! sender used: the relay's answer is checked to carry no v1 pair), `MBX_HOST_ENC_ADS=v1` makes it
 //! publish like an agentmbx 0.5.6 host, and `MBX_HOST_ENC_AD_LIFETIME_MS` shortens the ad's life.
 
-mod host_util;
+use crate::host_util;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! prints one line per check, `ok` or `FAIL` with a fix, and exits non-zero when one fails.
 //! Real relay process, real host commands, their text output as a person sees it.
 
-mod host_util;
+use crate::host_util;
 
 use std::process::Command;
 

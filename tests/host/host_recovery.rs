@@ -2,7 +2,7 @@
 //! epoch) after which senders re-push what has no delivery receipt and receivers re-pull from 0,
 //! leaving every message in the inbox exactly once; and the relay's expiry notice.
 
-mod host_util;
+use crate::host_util;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! `host peer rotate` retires the old key, which still verifies receipts, and swaps the key in the
 //! allowlist it publishes.
 
-mod host_util;
+use crate::host_util;
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! `--key`; refused items are quarantined with their reason, never dropped; the sender's own
 //! deadline raises "undelivered/unconfirmed" with no word from the relay.
 
-mod host_util;
+use crate::host_util;
 
 use std::time::Duration;
 

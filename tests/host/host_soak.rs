@@ -5,7 +5,7 @@
 //! N defaults to 500 (about 30-60 s here); `MBX_SOAK_N` changes it. While alpha queues messages,
 //! both hosts sync continuously in other threads, so kills land mid-pass.
 
-mod host_util;
+use crate::host_util;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! Issue 19 item 2 against the real binary: an enrolled key may store its own sender list only
 //! (docs/protocol.md §3 "Sender allowlist"), bounded to 64 KiB canonical, and every refusal answers
 //! the reference's exact text with nothing stored.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

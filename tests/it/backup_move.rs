@@ -4,13 +4,13 @@
 //! directory again. A damaged or truncated file is refused with a clear error and creates
 //! nothing. Real processes, a throwaway PostgreSQL cluster.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
 use common::*;
 use mbx_relay::wire::keys::SigningKey;
-use relay_pgstore::cluster::PgCluster;
+use relay_testkit::cluster::PgCluster;
 use serde_json::{json, Value};
 
 /// A relay with the relay key `seed` on `store` (`--store` value) or a fresh directory.

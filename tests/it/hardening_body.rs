@@ -10,9 +10,8 @@
 //! - A request whose hop fails counts against the public window.
 //! - A body over the cap is answered 413, then drained, so a client still writing reads it; so
 //!   is a hop refused from its headers before its body is read (401, 429), and an unknown path.
-mod common;
-#[path = "hardening_conn.rs"]
-mod conn;
+use crate::common;
+use crate::hardening_conn as conn;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

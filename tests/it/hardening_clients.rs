@@ -4,7 +4,7 @@
 //! rotate have the relay's own window). Every test uses small timeouts through the guard's
 //! flags and bounds its own waiting; bounds are generous (they check that a cut-off happens,
 //! not how fast).
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

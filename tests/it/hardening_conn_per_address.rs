@@ -4,7 +4,7 @@
 //! send half a request head and wait. Without a per-address cap they hold every slot and an
 //! honest client's `/health` is answered 503; with `--max-connections-per-address` (default 64)
 //! the address holds 64, the rest are refused with 429, and other addresses are served.
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};

@@ -10,7 +10,7 @@
 //! The last test needs no root and runs by default with the `failpoints` feature: the relay's
 //! store fsyncs fail while a trigger file exists (`MBX_FAIL_PERSIST_WHILE`), the same
 //! 503-then-recover path end to end through the real `mbx-relay serve`.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! its /48, an IPv4 address inside its /24), so one site spreading its calls over the 65,536
 //! /64s of a /48 (or the 256 addresses of a /24) gets the /48's (/24's) window, not 65,536
 //! (256) times the address window. `--trust-proxy xff` lets the test speak from many addresses.
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -3,7 +3,7 @@
 //! engine's included) are owner-only, and so are relay-tool's backups and restored stores; a
 //! relay key or store directory that other users can reach is refused at start-up with the
 //! `chmod` that fixes it; a backup's temporary file is never written through a planted link.
-mod common;
+use crate::common;
 
 use common::relay_tool as tool;
 
@@ -17,12 +17,13 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// The permissive umask most systems start processes with (inherited by the children).
-fn permissive_umask() {
-    // SAFETY: umask only replaces this process's file-mode creation mask.
-    unsafe {
-        libc::umask(0o022);
-    }
+/// The permissive umask most systems start processes with, given to the relay and relay-tool
+/// children (the test process's own mask is shared by every test of the binary).
+const PERMISSIVE_UMASK: u32 = 0o022;
+
+/// `relay-tool` under [`PERMISSIVE_UMASK`].
+fn tool_022(args: &[&str]) -> std::process::Output {
+    common::relay_tool_umask(args, PERMISSIVE_UMASK)
 }
 
 /// Every entry under `dir` (itself included) as (path, permission bits), links not followed.
@@ -60,10 +61,14 @@ fn mode_of(p: &Path) -> u32 {
 
 #[test]
 fn store_files_backups_and_restored_stores_are_owner_only_under_a_022_umask() {
-    permissive_umask();
     let work = tempfile::tempdir().unwrap();
     let store = work.path().join("store");
-    let mut relay = Relay::launch(RelayOpts::args(GENEROUS).store(&store)).expect("relay starts");
+    let mut relay = Relay::launch(
+        RelayOpts::args(GENEROUS)
+            .store(&store)
+            .umask(PERMISSIVE_UMASK),
+    )
+    .expect("relay starts");
     let (a, b) = (
         Host::enrolled(&relay, "files-a"),
         Host::enrolled(&relay, "files-b"),
@@ -86,11 +91,11 @@ fn store_files_backups_and_restored_stores_are_owner_only_under_a_022_umask() {
 
     // relay-tool under the same umask: the backup and every file of the restored store.
     let backup = work.path().join("store.bak");
-    let out = tool(&["backup", "--store-dir", s(&store), s(&backup)]);
+    let out = tool_022(&["backup", "--store-dir", s(&store), s(&backup)]);
     assert!(out.status.success(), "backup: {out:?}");
     assert_eq!(mode_of(&backup), 0o600);
     let restored = work.path().join("restored");
-    let out = tool(&["restore", "--store-dir", s(&restored), s(&backup)]);
+    let out = tool_022(&["restore", "--store-dir", s(&restored), s(&backup)]);
     assert!(out.status.success(), "restore: {out:?}");
     assert!(modes(&restored).iter().filter(|(p, _)| p.is_file()).count() >= 3);
     assert_eq!(
@@ -104,6 +109,7 @@ fn store_files_backups_and_restored_stores_are_owner_only_under_a_022_umask() {
     let relay = Relay::launch(
         RelayOpts::args(GENEROUS)
             .store(&restored)
+            .umask(PERMISSIVE_UMASK)
             .env("MBX_RELAY_KEY", seed.trim()),
     )
     .expect("restored store serves");

@@ -3,7 +3,7 @@
 //! `MBX_WRITE_FUZZ_SEEDS=1` this also rewrites `fuzz/corpus/` (how the committed seeds were made
 //! without a second, non-fuzzing build of the fuzz crate).
 #[allow(dead_code)]
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 mod mbx_relay_fuzz;
 
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! with the relay key given in `MBX_RELAY_KEY`, then the captured stderr is searched for every
 //! wire body (raw and base64), every sealed body, every request body and every key seed (base64
 //! and hex) the session used. None may appear, not even a 24-character piece of one.
-mod common;
+use crate::common;
 
 use common::*;
 use mbx_relay::wire::keys::{b64, unb64, SigningKey};

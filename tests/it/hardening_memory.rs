@@ -5,11 +5,10 @@
 //!
 //! The default run is scaled down to stay well under a minute; the figures (100,000
 //! challenges, 100,000 addresses, 10,000 hosts) run with `MBX_HARDENING_SCALE=full`:
-//! `MBX_HARDENING_SCALE=full cargo test --release --test hardening_memory -- --nocapture`.
+//! `MBX_HARDENING_SCALE=full cargo test --release --test it hardening_memory:: -- --nocapture`.
 //! The bound and the measured figures are in docs/failure-behaviour.md.
-mod common;
-#[path = "hardening_conn.rs"]
-mod conn;
+use crate::common;
+use crate::hardening_conn as conn;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,9 +4,8 @@
 //!   by the guard (`--public-per-minute`) and by the relay (`--enrol-per-minute`);
 //! - once the address tables (capped at 100,000) are full of live windows, new clients are still
 //!   served, and addresses keep their limits.
-mod common;
-#[path = "hardening_conn.rs"]
-mod conn;
+use crate::common;
+use crate::hardening_conn as conn;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -3,8 +3,8 @@
 //! comments, nothing about items; not cut by the idle timeout; a fifth stream or wait of a key
 //! closes the oldest; shutdown ends every stream at once.
 
-mod common;
-mod live_util;
+use crate::common;
+use crate::live_util;
 
 use std::time::{Duration, Instant};
 

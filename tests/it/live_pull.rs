@@ -5,8 +5,8 @@
 //! epoch rotation is seen as 409 by the next wait; a client that never sends `wait` sees the same
 //! answers as before, plus `x-mbx-wait-max: 60`; a waiter whose client left frees its connection.
 
-mod common;
-mod live_util;
+use crate::common;
+use crate::live_util;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! `systemd-analyze verify` (skipped with a line on stderr where the command is missing); the
 //! backup script makes a verified backup through the running relay's admin socket and keeps the
 //! newest 7.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! under load (the other keeps serving and takes the background-work lease, nothing
 //! acknowledged is lost or doubled); PostgreSQL itself killed mid-load.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use mbx_relay::wire::keys::SigningKey;
-use relay_pgstore::cluster::PgCluster;
+use relay_testkit::cluster::PgCluster;
 use serde_json::{json, Value};
 
 /// A relay serving `url` with the relay key `seed` (every process on one database shares it).

@@ -1,6 +1,6 @@
 //! docs/protocol.md §7: every limit is a flag and an `MBX_RELAY_*` environment variable of
 //! `mbx-relay serve`, and the flag wins over the variable.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! docs/protocol.md §7 defaults that `info` does not show: enrolment calls 30 per address per
 //! minute, pushes 120 per sender per minute, hosts per name 16, open challenges 10,000.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -1,7 +1,7 @@
 //! docs/protocol.md §3 "Encryption-key advertisements" v2 (signed, expiring ads), the merged fetch
 //! answer on both GET paths, `you.enc_ad` in info, rotation and kill -9, against the real binary.
 //! Each test is named after the rule it proves.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -7,7 +7,7 @@
 //! (`MBX_RELAY_TEST_AUTHORITY=proof-stub`), which decides by `proof`: none → allow; `{"account":A}`
 //! → allow inside A; `{"deny":R}` → refuse with reason R; `{"fail":true}` → unavailable;
 //! `{"panic":true}` → panics.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -1,6 +1,6 @@
 //! docs/protocol.md §4 (expiry notices) beyond the basic sweep: one notice per expired target, told
 //! once, notices and receipts expire silently, no notice for a sender that is no longer enrolled.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

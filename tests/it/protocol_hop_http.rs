@@ -1,6 +1,6 @@
 //! docs/protocol.md §2 (signed hops) and the HTTP rules of §3: unknown routes, malformed JSON, body
 //! caps (refused while streaming), `cache-control: no-store` on every answer.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -1,6 +1,6 @@
 //! Hostile and malformed inputs: the relay answers with a clear error (never a 5xx for client
 //! garbage) or closes the connection, and keeps serving afterwards.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

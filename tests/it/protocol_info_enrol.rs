@@ -1,5 +1,5 @@
 //! docs/protocol.md §3 "GET /v2/relay/info" and "Enrolment": black-box checks against the real binary.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

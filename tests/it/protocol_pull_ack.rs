@@ -1,6 +1,6 @@
 //! docs/protocol.md §3 "Pull" and "Ack": paging by count and bytes, limit/after parsing, epochs,
 //! BAD_ACK, against the real binary.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -1,6 +1,6 @@
 //! docs/protocol.md §3 "Push" and §5 (wire checks): every status, rejection reason and its order,
 //! dedup, conflicts, quotas and the accept statement, against the real binary.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

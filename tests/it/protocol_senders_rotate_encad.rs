@@ -1,6 +1,6 @@
 //! docs/protocol.md §3 "Encryption-key advertisements", "Sender allowlist" and "Key rotation",
 //! against the real binary.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -4,7 +4,7 @@
 //!
 //! `publish_and_oversize_texts_are_the_references` holds the enc-key publish (v1 and v2),
 //! sender-list and 413-drain rows, on a relay of their own.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

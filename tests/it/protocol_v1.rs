@@ -1,6 +1,6 @@
 //! docs/protocol.md §3 "Legacy v1 mail" and v1 hops (§2): name routing, ambiguity, stored counts,
 //! 413, bounded pages whose cursor never skips, against the real binary.
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -4,7 +4,7 @@
 //! the epoch; the retention sweep queues a relay-signed expiry notice; rotation moves the queue;
 //! another relay key is refused; SIGTERM shuts down cleanly.
 
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 

@@ -2,7 +2,7 @@
 //! limit of 0 that would switch a protection off, and a `--max-item-bytes` whose base64 form
 //! cannot fit the request body cap, are refused at start-up with an error naming the flag and
 //! exit code 2, before the store is opened (no store directory appears).
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

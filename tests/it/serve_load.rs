@@ -2,14 +2,14 @@
 //! figures; run by hand):
 //!
 //! ```text
-//! cargo test --release -p mbx-relay --test serve_load -- --ignored --nocapture --test-threads 1
+//! cargo test --release -p mbx-relay --test it serve_load:: -- --ignored --nocapture --test-threads 1
 //! ```
 //!
 //! 64 sender threads, each with one keep-alive connection, push pre-signed requests (so the
 //! generator spends its CPU on HTTP, not on signing) to 8 enrolled targets. Every accepted item
 //! is fsync'd by the relay before its answer; the generator counts `accepted` results only.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -4,7 +4,7 @@
 //! adds no label; live enrolments are reported against the cap, with one warning in the relay's
 //! log when they reach 90 % of it and one when they fall back under.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

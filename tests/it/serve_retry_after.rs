@@ -2,7 +2,7 @@
 //! carries `Retry-After` in whole seconds: a rate window the time until it frees (at least 1,
 //! at most the one-minute window, counting down), a cap on things held at once (connections,
 //! body memory) 1 s, store trouble and overload 2 s, the enrolment cap the sweep interval.
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! `serve --store` / `MBX_RELAY_STORE` (issue 17): a directory names the store and takes the
 //! place of `--store-dir`; a `scheme://` value this build has no backend for is refused at
 //! start, by name, before anything is created.
-mod common;
+use crate::common;
 
 use common::*;
 

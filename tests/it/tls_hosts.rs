@@ -1,11 +1,11 @@
-//! The host client and relay-tool over TLS, through the real binaries: two hosts exchange mail
+//! The host client and the load generator over TLS, through the real binaries: two hosts exchange mail
 //! through a TLS relay they reach with `relay set https://... --ca FILE` (and cannot without the
 //! CA), plain http to a non-loopback relay is refused unless `--insecure-http`, and
-//! `relay-tool bench --url https://... --ca FILE` pushes.
+//! `relay-bench --url https://... --ca FILE` pushes.
 
-mod common;
-mod host_util;
-mod tls_util;
+use crate::common;
+use crate::host_util;
+use crate::tls_util;
 
 use std::path::Path;
 
@@ -86,11 +86,10 @@ fn relay_set_refuses_plain_http_to_a_non_loopback_host_unless_insecure_http() {
 }
 
 #[test]
-fn relay_tool_bench_pushes_over_https_with_the_ca() {
+fn relay_bench_pushes_over_https_with_the_ca() {
     let dir = tempfile::tempdir().unwrap();
     let (_relay, url, ca) = tls_relay(dir.path());
     let args = [
-        "bench",
         "--url",
         &url,
         "--senders",
@@ -105,7 +104,7 @@ fn relay_tool_bench_pushes_over_https_with_the_ca() {
     ];
     let mut with_ca = args.to_vec();
     with_ca.extend_from_slice(&["--ca", &ca]);
-    let out = common::relay_tool(&with_ca);
+    let out = common::relay_bench(&with_ca);
     assert!(
         out.status.success(),
         "{}",
@@ -117,6 +116,6 @@ fn relay_tool_bench_pushes_over_https_with_the_ca() {
     assert_eq!(push["requests"], 20, "{report}");
 
     // Without the CA: the certificate is not trusted.
-    let out = common::relay_tool(&args);
+    let out = common::relay_bench(&args);
     assert!(!out.status.success());
 }

@@ -4,8 +4,8 @@
 //! one log line and the old one stays), the handshake under the connection guards, and the
 //! key-file permission rule.
 
-mod common;
-mod tls_util;
+use crate::common;
+use crate::tls_util;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! (verify fails, restore refuses, the store is untouched), refusals while the relay runs, the
 //! relay-key check, and stats/dump agreeing with what was pushed.
 
-mod common;
+use crate::common;
 
 use common::relay_tool as tool;
 

@@ -3,7 +3,7 @@
 //! (admin socket) and offline, and names the first entry that an edit of the store broke
 //! (exit 3); `relay-tool verify FILE` checks the chain a backup carries.
 
-mod common;
+use crate::common;
 
 use common::relay_tool;
 

@@ -1,7 +1,7 @@
 //! `relay-tool hosts` against a real `mbx-relay serve` process: the listing online (admin
 //! socket) and offline (stopped store) agree, its filters, and last seen after a hop and a push.
 
-mod common;
+use crate::common;
 
 use common::relay_tool as tool;
 

@@ -4,11 +4,11 @@
 //! and `revoke --purge` in the database while the relay serves, and the relay following them;
 //! the url's password never printed, not even when the database cannot be reached.
 
-mod common;
+use crate::common;
 
 use common::{envelope_item, relay_tool_env, Host, Relay, RelayOpts, GENEROUS};
 use mbx_relay::wire::keys::SigningKey;
-use relay_pgstore::cluster::PgCluster;
+use relay_testkit::cluster::PgCluster;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 

@@ -5,12 +5,12 @@
 //! kill -9 inside the purge leaving all or nothing, fingerprint prefixes (ambiguous, unknown),
 //! and the offline path (works on a stopped store, refused while a relay holds it).
 
-mod common;
+use crate::common;
 
 use common::{backend_tests, Backend};
 
+use crate::host_util;
 use common::relay_tool_env as tool_env;
-mod host_util;
 
 use std::path::Path;
 

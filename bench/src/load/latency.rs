@@ -1,4 +1,4 @@
-//! `relay-tool bench --latency`: live delivery (docs/protocol.md §8) measured from the outside.
+//! `relay-bench --latency`: live delivery (docs/protocol.md §8) measured from the outside.
 //!
 //! - **Push-to-receive latency**: senders push single-item batches at a fixed offered rate,
 //!   round robin over the targets; every target has one receiver thread. For each item the

@@ -1,4 +1,4 @@
-//! `relay-tool bench`: a load generator for any relay that speaks docs/protocol.md. It enrols its own
+//! `relay-bench`: a load generator for any relay that speaks docs/protocol.md. It enrols its own
 //! hosts, pushes sealed envelopes from N concurrent senders, checks every accept statement
 //! against the relay key, optionally drains the queues as the receivers, and reports rates,
 //! latency percentiles and errors by kind (text, JSON, and an SVG of a senders sweep).
@@ -32,7 +32,7 @@ const MAX_SENDERS: usize = 1024;
 const MAX_TARGETS: usize = 1024;
 const MAX_ITEMS: u64 = 100_000_000;
 
-/// Flags of `relay-tool bench`.
+/// Flags of `relay-bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// The relay's base URL (http://host:port or https://host:port).

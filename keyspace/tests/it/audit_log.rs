@@ -4,7 +4,7 @@
 //! the chain kept from a checkpoint; the schema 3 -> 4 migration chains an old log in one step
 //! (safe to kill) and old backups restore with their log chained.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -324,7 +324,7 @@ fn a_log_chain_migration_killed_before_its_batch_finishes_at_the_next_open() {
     let n = logged_store(dir.path());
     testing::downgrade_to_schema_3(dir.path()).unwrap();
     open_aborted_at(
-        "chain_migrate_child",
+        "audit_log::chain_migrate_child",
         dir.path(),
         "migrate-before-last-batch",
     );

@@ -1,7 +1,7 @@
 //! Backup while writers run, verify, restore (new epoch, ops entry, seq floor), and refusal of
 //! damaged files without touching the restore target.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

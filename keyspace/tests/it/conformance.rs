@@ -1,7 +1,7 @@
 //! The backend conformance suite (`relay_store::conformance`) on the fjall store: every rule a
 //! `RelayStore` must obey, one test each, named after the rule.
 
-mod common;
+use crate::common;
 
 use common::FjallBackend;
 

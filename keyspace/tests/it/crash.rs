@@ -2,7 +2,7 @@
 //! After reopening: every operation the child saw succeed is there, and nothing partial is:
 //! every queued item has its dedup and expiry rows and the usage counters equal a recount.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -118,7 +118,7 @@ fn run_round(dir: &std::path::Path, round: u64, acked: &mut Acked) -> usize {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "crash_child",
+            "crash::crash_child",
             "--nocapture",
             "--ignored",
             "--test-threads=1",

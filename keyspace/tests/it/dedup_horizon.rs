@@ -3,7 +3,7 @@
 //! item is queued, and its prune time moves in the same batch as the ack or sweep. Schema 4
 //! stores (index keyed by acceptance) are migrated, also after a kill mid-way.
 
-mod common;
+use crate::common;
 
 use common::*;
 use relay_keyspace::*;
@@ -372,7 +372,11 @@ fn a_dedup_horizon_migration_killed_after_its_first_batch_finishes_at_the_next_o
         161 * 64
     );
 
-    open_aborted_at("horizon_migrate_child", dir.path(), "migrate-after-batch");
+    open_aborted_at(
+        "dedup_horizon::horizon_migrate_child",
+        dir.path(),
+        "migrate-after-batch",
+    );
     assert_eq!(
         testing::raw_rows(dir.path(), "meta")
             .unwrap()

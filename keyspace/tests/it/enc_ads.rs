@@ -2,7 +2,7 @@
 //! row in `enc_ads`), each write leaves the other alone, the last write wins, a rotation deletes
 //! both, a reopen and a backup/restore keep both, and dump and stats show them.
 
-mod common;
+use crate::common;
 
 use common::*;
 use relay_keyspace::*;

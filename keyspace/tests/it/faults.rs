@@ -8,7 +8,7 @@
 //! `RLIMIT_FSIZE`, so fjall's journal write fails with EFBIG (SIGXFSZ ignored) and poisons the
 //! database; once the limit is raised again the same `Store` serves again.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -360,7 +360,7 @@ fn run_child(name: &str, dir: &Path) {
 #[test]
 fn a_real_write_error_poisons_fjall_and_the_store_serves_again_once_writes_succeed() {
     let dir = tempfile::tempdir().unwrap();
-    run_child("real_write_error_child", dir.path());
+    run_child("faults::real_write_error_child", dir.path());
     // And in this process (no file-size limit): the same data, consistent.
     let store = open_with(dir.path(), TestClock::new(10_000));
     assert!(check_invariants(&store) > 10);
@@ -369,7 +369,7 @@ fn a_real_write_error_poisons_fjall_and_the_store_serves_again_once_writes_succe
 #[test]
 fn closing_a_store_whose_writes_fail_does_not_hang() {
     let dir = tempfile::tempdir().unwrap();
-    run_child("close_while_writes_fail_child", dir.path());
+    run_child("faults::close_while_writes_fail_child", dir.path());
     let store = open_with(dir.path(), TestClock::new(10_000));
     assert_eq!(
         store.ops(1_000).unwrap().len(),

@@ -1,6 +1,6 @@
 //! Last seen, the enrolment listing and idle-enrolment expiry, on a clock-injected store.
 
-mod common;
+use crate::common;
 
 use common::*;
 use relay_keyspace::*;

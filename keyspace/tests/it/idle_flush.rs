@@ -2,7 +2,7 @@
 //! workers (a relay at rest keeps its rows in tables, not in memory); after less it leaves them,
 //! so sporadic traffic does not make tiny tables every idle second.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Failed fsync answers errors and the store keeps serving; the ops log bound; stats; dump.
 
-mod common;
+use crate::common;
 
 use common::*;
 use relay_keyspace::*;

@@ -2,7 +2,7 @@
 //! (newer refused, older migrated keeping the epoch), foreign and damaged files, owner-only
 //! modes of what opening creates.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -54,7 +54,7 @@ fn second_opener_in_other_process_is_refused_with_pid() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "lock_child",
+            "open::lock_child",
             "--nocapture",
             "--ignored",
             "--test-threads=1",
@@ -230,7 +230,7 @@ fn migrate_child() {
 fn a_migration_killed_after_its_first_batch_finishes_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
     let old = schema_1_store(dir.path());
-    open_aborted_at("migrate_child", dir.path(), "migrate-after-batch");
+    open_aborted_at("open::migrate_child", dir.path(), "migrate-after-batch");
     open_migrated(dir.path(), &old).close().unwrap();
 }
 

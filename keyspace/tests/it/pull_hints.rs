@@ -3,7 +3,7 @@
 //! ack (deleted, expired, moved by a rotation, pulled twice, acked in parts), the usage
 //! counters must still equal a full recount.
 
-mod common;
+use crate::common;
 
 use common::*;
 use relay_keyspace::*;

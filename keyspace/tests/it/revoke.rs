@@ -2,7 +2,7 @@
 //! the queue deleted with one notice per envelope in the same batch as its counters, dedup
 //! tombstones kept, an unknown key refused, a full queue purged in one bounded batch.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 
@@ -45,6 +45,7 @@ fn proc_status_kib(field: &str) -> Option<u64> {
 /// 100 senders) is deleted, with its 10,000 notices, in one batch. Prints the time taken.
 #[test]
 fn purging_a_full_queue_is_one_bounded_batch() {
+    let _memory = process_memory();
     let dir = tempfile::tempdir().unwrap();
     let store = open_with(dir.path(), TestClock::new(1_000));
     let t = key(1);

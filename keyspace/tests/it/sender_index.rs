@@ -3,7 +3,7 @@
 //! lists stored), the schema 2 -> 3 migration builds it (in batches, safe to kill), and old
 //! backups restore with it built.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -155,6 +155,7 @@ fn rotate_among(lists: u64) -> RotationCost {
 /// printed, not asserted (they are noisy on a shared machine); rows are asserted.
 #[test]
 fn rotation_reads_the_lists_naming_the_old_key_not_every_list() {
+    let _memory = process_memory();
     let one = rotate_among(1);
     let many = rotate_among(10_000);
     for (n, c) in [(1, &one), (10_000, &many)] {
@@ -223,7 +224,11 @@ fn index_migrate_child() {
 fn a_sender_index_migration_killed_after_its_first_batch_finishes_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
     let rows = schema_2_store(dir.path(), 12);
-    open_aborted_at("index_migrate_child", dir.path(), "migrate-after-batch");
+    open_aborted_at(
+        "sender_index::index_migrate_child",
+        dir.path(),
+        "migrate-after-batch",
+    );
     open_migrated(dir.path(), rows).close().unwrap();
 }
 

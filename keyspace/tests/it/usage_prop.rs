@@ -2,7 +2,7 @@
 //! usage counters equal a full recount and every queued item has its dedup and expiry rows.
 //! (Pulls leave hints that later acks count by instead of the items' records.)
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use relay_pgstore::cluster::PgCluster;
 use relay_pgstore::PgStore;
 use relay_store::{ChallengeIssue, OpenOptions, RelayStore};
+use relay_testkit::cluster::PgCluster;
 
 #[test]
 fn concurrent_issuers_on_two_handles_never_pass_the_challenge_cap() {

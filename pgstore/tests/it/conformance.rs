@@ -5,10 +5,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use relay_pgstore::cluster::PgCluster;
 use relay_pgstore::{PgStore, PG_SCHEMA_VERSION};
 use relay_store::conformance::Backend;
 use relay_store::{Clock, OpenOptions, RelayStore, SharedStore};
+use relay_testkit::cluster::PgCluster;
 
 /// One database on its own cluster.
 struct PgBackend {

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use relay_pgstore::cluster::PgCluster;
 use relay_pgstore::PgStore;
 use relay_store::{
     AckOutcome, ChallengeIssue, EnrolOutcome, EnrolRequest, InsertOutcome, InsertRequest, ItemKind,
     LogVerdict, NewItem, NewTarget, OpenOptions, Quotas, RelayStore,
 };
+use relay_testkit::cluster::PgCluster;
 use sha2::{Digest, Sha256};
 
 fn quotas() -> Quotas {

@@ -9,7 +9,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use relay_pgstore::cluster::{find_bindir, PgCluster};
+use relay_testkit::cluster::{find_bindir, PgCluster};
 
 use super::{Relay, RelayOpts, GENEROUS};
 

@@ -76,6 +76,33 @@ pub fn relay_tool_bin() -> PathBuf {
 /// Run `relay-tool` with `args` and the variables `env` (no terminal, so no progress display;
 /// the store, key and failpoint variables of the test's own environment are not passed on).
 pub fn relay_tool_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    relay_tool_command(args, env)
+        .output()
+        .expect("run relay-tool")
+}
+
+/// [`relay_tool`] with the file-mode creation mask `umask` in the child only.
+pub fn relay_tool_umask(args: &[&str], umask: u32) -> std::process::Output {
+    with_umask(&mut relay_tool_command(args, &[]), umask)
+        .output()
+        .expect("run relay-tool")
+}
+
+/// Sets `umask` in the child `cmd` starts, between fork and exec. The test process's own mask
+/// is process-wide and shared by every test thread of the binary, so it is never changed.
+pub fn with_umask(cmd: &mut Command, umask: u32) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: runs in the forked child before exec; umask is async-signal-safe and cannot fail.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(umask as libc::mode_t);
+            Ok(())
+        })
+    }
+}
+
+/// The `relay-tool` command of [`relay_tool_env`], not yet run.
+fn relay_tool_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let bin = relay_tool_bin();
     assert!(
         bin.exists(),
@@ -90,12 +117,21 @@ pub fn relay_tool_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Outp
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("run relay-tool")
+    cmd
 }
 
 /// [`relay_tool_env`] without extra variables.
 pub fn relay_tool(args: &[&str]) -> std::process::Output {
     relay_tool_env(args, &[])
+}
+
+/// Run the load generator `relay-bench` (relay-bench's binary: `cargo test --workspace` builds
+/// it for that package's own tests) with `args`.
+pub fn relay_bench(args: &[&str]) -> std::process::Output {
+    Command::new(relay_testkit::bins::path("relay-bench"))
+        .args(args)
+        .output()
+        .expect("run relay-bench")
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -178,6 +214,8 @@ pub struct Relay {
     db: Option<String>,
     stderr_path: PathBuf,
     bare: bool,
+    /// The child's umask ([`RelayOpts::umask`]), again at every restart.
+    umask: Option<u32>,
     /// Owns the temporary directory holding the store (unless the caller gave one) and the log.
     _work: tempfile::TempDir,
 }
@@ -198,6 +236,8 @@ pub struct RelayOpts {
     pub backend: Backend,
     /// The PostgreSQL database to use instead of a fresh one ([`Backend::Postgres`] only).
     pub db: Option<String>,
+    /// The child's file-mode creation mask (default: inherited).
+    pub umask: Option<u32>,
 }
 
 impl RelayOpts {
@@ -221,6 +261,11 @@ impl RelayOpts {
     /// Passes neither `--listen` nor `--store-dir`; see [`RelayOpts::bare`].
     pub fn bare(mut self) -> Self {
         self.bare = true;
+        self
+    }
+    /// Starts the relay with this umask (set in the child only, see [`with_umask`]).
+    pub fn umask(mut self, umask: u32) -> Self {
+        self.umask = Some(umask);
         self
     }
     /// Runs the relay on this backend (a fresh database for PostgreSQL unless one is given).
@@ -281,6 +326,7 @@ impl Relay {
             db,
             stderr_path,
             bare: opts.bare,
+            umask: opts.umask,
             _work: work,
         };
         relay.spawn()?;
@@ -311,6 +357,9 @@ impl Relay {
             .stderr(Stdio::from(stderr));
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if let Some(m) = self.umask {
+            with_umask(&mut cmd, m);
         }
         let mut child = cmd.spawn().map_err(|e| format!("spawn {bin}: {e}"))?;
         let stdout = child.stdout.take().expect("piped stdout");
@@ -1410,5 +1459,5 @@ pub fn assert_rejected(result: &Value, reason: &str) {
 
 /// The reference wire vectors (copied into `tests/fixtures/`).
 pub fn wire_vectors() -> Value {
-    serde_json::from_str(include_str!("../fixtures/wire-vectors.json")).expect("vectors parse")
+    serde_json::from_str(include_str!("../../fixtures/wire-vectors.json")).expect("vectors parse")
 }

@@ -11,6 +11,17 @@ pub use relay_keyspace::conformance::support::*;
 use relay_keyspace::conformance::Backend;
 use relay_keyspace::*;
 
+/// Held by the tests that read or reset this process's memory figures (`/proc/self/status`,
+/// `clear_refs`): all tests share one process, and one test's peak reset would spoil the other's
+/// reading. The figures still include the other tests running meanwhile: they are printed, never
+/// asserted.
+pub static PROCESS_MEMORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`PROCESS_MEMORY`], taken even after a test holding it panicked.
+pub fn process_memory() -> std::sync::MutexGuard<'static, ()> {
+    PROCESS_MEMORY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Names the store a migration child process opens (see [`open_child`]).
 const OPEN_CHILD_ENV: &str = "RELAY_KEYSPACE_OPEN_CHILD_DIR";
 
@@ -24,7 +35,8 @@ pub fn open_child() {
     println!("\nMIGRATED");
 }
 
-/// Run this test binary's `child` test (one that calls [`open_child`]) on `dir` with failpoint
+/// Run this test binary's `child` test (its full name, `module::test`; one that calls
+/// [`open_child`]) on `dir` with failpoint
 /// `failpoint` armed, and assert that the open aborted there (SIGABRT, like `kill -9` mid-way)
 /// before it finished.
 pub fn open_aborted_at(child: &str, dir: &Path, failpoint: &str) {
