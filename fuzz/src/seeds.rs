@@ -4,7 +4,7 @@
 //! (v1 and v2), a sender list and queued items.
 //!
 //! Used by `examples/make_seeds.rs` (run from `fuzz/`: `cargo run --example make_seeds`) and by
-//! the workspace test `tests/hardening_fuzz_seeds.rs`, which checks the seeds are what they claim
+//! the workspace test `tests/it/hardening_fuzz_seeds.rs`, which checks the seeds are what they claim
 //! (and rewrites `fuzz/corpus` with `MBX_WRITE_FUZZ_SEEDS=1`). Deterministic names; contents of
 //! signed seeds change per run (fresh keys and timestamps), which does not matter to the fuzzer.
 

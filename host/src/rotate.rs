@@ -457,5 +457,6 @@ fn republish_and_check(
 
 /// fsync a directory so a created or renamed file survives a crash.
 fn sync_dir(dir: &Path) -> Result<(), HostError> {
-    relay_os::durable_dir::sync_dir(dir).map_err(|e| HostError::Store(format!("cannot sync {}: {e}", dir.display())))
+    relay_os::durable_dir::sync_dir(dir)
+        .map_err(|e| HostError::Store(format!("cannot sync {}: {e}", dir.display())))
 }

@@ -1,4 +1,4 @@
-//! How a host (and `relay-tool bench`) reaches a relay safely: https is checked against the
+//! How a host (and `relay-bench`) reaches a relay safely: https is checked against the
 //! bundled Mozilla roots (`webpki-roots`, through ureq's `rustls` feature) or, after
 //! `relay set URL --ca FILE`, against that private CA alone; plain http is refused for anything
 //! but a loopback address unless the user says `--insecure-http`, because pull pages, epochs and

@@ -20,7 +20,7 @@
 //! (`inject_persist_failures_for_tests`, `testing::*`) stay on the concrete `Store`. One process
 //! owns a fjall store (its lock file): leases are always held, challenges stay in the relay's
 //! memory (`shared_challenges` is `None`). The rules every backend obeys are tested once, in
-//! `relay_store::conformance`; `tests/conformance.rs` runs them here.
+//! `relay_store::conformance`; `tests/it/conformance.rs` runs them here.
 //!
 //! CONTRACT (relay log): every mutation that is not mail appends one entry through
 //! `ops::oplog::append(tx, kind, detail)` inside its own operation (same atomic batch). Entries

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use relay_keyspace::{OpenOptions, RelayStore, Store};
-use relay_pgstore::cluster::PgCluster;
 use relay_pgstore::PgStore;
 use relay_store::conformance::support::{big_quotas, enrol, item, key, req};
+use relay_testkit::cluster::PgCluster;
 
 fn mb(path: &std::path::Path) -> f64 {
     std::fs::metadata(path).map_or(0.0, |m| m.len() as f64 / 1e6)

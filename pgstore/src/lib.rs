@@ -15,10 +15,9 @@
 //! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
 //! hosts, stats), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
 //! into an empty database, in one transaction), `lease` (leases, the shared challenge book)), `invariants` (the
-//! bookkeeping recount tests run), `cluster` (a throwaway PostgreSQL for tests).
+//! bookkeeping recount tests run). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
 
 mod backend;
-pub mod cluster;
 mod db;
 mod invariants;
 mod ops;

@@ -4,8 +4,7 @@
 //! lock file), `--torn` keeps a seeded prefix, and SIGTERM writes the files back to BACKING.
 //! Fails (never skips) without /dev/fuse or fusermount3.
 
-#[path = "../../tests/common/powercut.rs"]
-mod mount;
+use relay_testkit::powercut as mount;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use relay_os::private::{require_private_or, Kind};
 use relay_core::rate::{ip_key, AddrKey, RateTable};
+use relay_os::private::{require_private_or, Kind};
 use relay_store::{Clock as _, SystemClock};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).

@@ -8,7 +8,6 @@
 
 mod access;
 mod backup;
-mod bench;
 mod epoch;
 mod fail;
 mod files;
@@ -22,12 +21,6 @@ mod swap;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// mimalloc, as in the relay: `relay-tool bench` runs one thread per sender (64 in the
-/// single-push sweep), and glibc malloc's arenas and consolidation took a fifth of the
-/// generator's CPU there, on the cores the relay under test needs.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 
@@ -176,8 +169,6 @@ else print how many entries verified.",
     /// Generate a relay key (same output as `mbx-relay keygen`).
     #[command(after_help = EXIT_CODES)]
     Keygen,
-    /// Measure a running relay's push and drain throughput (speaks only the wire protocol).
-    Bench(bench::BenchArgs),
     /// One line per enrolment: fingerprint, name, account, enrolled, last seen (day), queue,
     /// enc ad and its age, revoked at (read-only; through the relay while it runs).
     #[command(after_help = EXIT_CODES)]
@@ -244,10 +235,7 @@ impl Command {
     /// True for commands that may create store files or backups (every command that opens a
     /// store may make the engine write).
     fn writes_files(&self) -> bool {
-        !matches!(
-            self,
-            Command::Verify { .. } | Command::Keygen | Command::Bench(_)
-        )
+        !matches!(self, Command::Verify { .. } | Command::Keygen)
     }
 }
 
@@ -316,7 +304,6 @@ fn run(command: Command) -> Result<(), Failure> {
             print!("{}", relay_core::key::keygen_text(&key));
             Ok(())
         }
-        Command::Bench(args) => bench::run(&args),
         Command::Hosts {
             store,
             name,

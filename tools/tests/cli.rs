@@ -2,7 +2,7 @@
 //!
 //! Being an integration test of this package, it also makes `cargo test --workspace` build the
 //! `relay-tool` binary itself (`target/<profile>/relay-tool`), which the root package's
-//! end-to-end tests (`tests/tool_admin.rs`, the host restore drill) run next to `mbx-relay`.
+//! end-to-end tests (`tests/it/tool_admin.rs`, the host restore drill) run next to `mbx-relay`.
 
 use std::process::Command;
 

@@ -1,0 +1,38 @@
+//! The generator's error: a message naming the cause and the exit code it maps to.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The exit codes `--help` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// Bad command line.
+    Usage = 1,
+    /// The relay could not be reached or answered an error, or a file could not be written.
+    Store = 2,
+}
+
+/// A failed run.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: Code,
+    pub(crate) msg: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: Code, msg: impl Into<String>) -> Self {
+        Failure {
+            code,
+            msg: msg.into(),
+        }
+    }
+
+    /// An I/O failure while doing `what` to `path`.
+    pub(crate) fn io(what: &str, path: &Path, e: &std::io::Error) -> Self {
+        Failure::new(Code::Store, format!("{what} {}: {e}", path.display()))
+    }
+
+    pub(crate) fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code as u8)
+    }
+}

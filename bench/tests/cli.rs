@@ -1,0 +1,51 @@
+//! The `relay-bench` command line, through the real binary: bad flags are refused with exit
+//! code 1 and one line naming the flag, before any connection is made. (Being this package's
+//! integration test also makes `cargo test --workspace` build the binary the relay's TLS test
+//! drives.)
+
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relay-bench"))
+        .args(args)
+        .output()
+        .expect("run relay-bench")
+}
+
+#[test]
+fn out_of_range_flags_exit_1_naming_the_flag() {
+    // Port 1 on loopback: nothing listens, so a run that got past the checks would fail with 2.
+    let url = "http://127.0.0.1:1";
+    for (args, flag) in [
+        (&["--senders", "0"][..], "--senders"),
+        (&["--targets", "0"][..], "--targets"),
+        (&["--items", "0"][..], "--items"),
+        (&["--batch", "0"][..], "--batch"),
+        (&["--ca", "ca.pem"][..], "--ca"),
+    ] {
+        let out = bench(&[&["--url", url][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("relay-bench: {flag}")),
+            "{args:?}: {err}"
+        );
+    }
+    let out = bench(&["--url", "ftp://127.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn an_unreachable_relay_exits_2() {
+    let out = bench(&[
+        "--url",
+        "http://127.0.0.1:1",
+        "--items",
+        "1",
+        "--timeout",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("relay-bench: "), "{err}");
+}

@@ -1,0 +1,17 @@
+//! `relay-testkit`: what more than one test or bench binary of the workspace needs, compiled once.
+//! A dev-dependency only; nothing here is part of any crate's supported API.
+//!
+//! - [`cluster`]: a throwaway PostgreSQL cluster (initdb in a temp dir, a free loopback port).
+//! - [`bins`]: where the workspace's binaries of this build are (`target/<profile>/`).
+//! - [`host`]: a relay child process on a fixed port (it comes back at the same URL after a
+//!   crash) and hosts driven through the real `mbx-relay host` command.
+//! - [`daemon`]: a `host run` child process and a proxy that hides long-poll.
+//! - [`files`]: the permission bits of everything under a directory.
+//! - [`powercut`]: a `powercut` mount (a FUSE filesystem whose power a test can cut).
+
+pub mod bins;
+pub mod cluster;
+pub mod daemon;
+pub mod files;
+pub mod host;
+pub mod powercut;
