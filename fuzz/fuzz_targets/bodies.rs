@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libfuzzer_sys::fuzz_target;
+use mbx_relay_fuzz::{fields, text, Fixture};
 use relay_core::enc_ad::EncLookup;
 use relay_core::pull::{PullQuery, PullStart};
 use relay_core::{parse_json, Reply};
@@ -17,7 +18,6 @@ use relay_wire::canonical::canonical_json;
 use relay_wire::keys::{b64, SigningKey};
 use relay_wire::receipt::receipt_item_id;
 use relay_wire::records::{enc_ad_statement, enrol_statement};
-use mbx_relay_fuzz::{fields, text, Fixture};
 use serde_json::{json, Value};
 
 const MODES: u8 = 19;
@@ -87,7 +87,8 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
             let Some(o) = v.as_object_mut() else { return };
             let key = SigningKey::from_seed(&[7u8; 32]);
             let pk = key.public_b64();
-            let Ok(c) = rt.block_on(relay.challenge(&json!({"host": "enrolee", "pubkey": pk}))) else {
+            let Ok(c) = rt.block_on(relay.challenge(&json!({"host": "enrolee", "pubkey": pk})))
+            else {
                 return;
             };
             let challenge = c["challenge"].as_str().unwrap_or_default();
@@ -187,12 +188,13 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
                 wait: None,
             };
             // The page is JSON text written without a value tree: it must parse.
-            rt.block_on(relay.pull_start(&f.caller_b, q)).map(|start| match start {
-                PullStart::Answer(page) => {
-                    serde_json::from_slice::<Value>(&page).expect("a pull page is valid JSON")
-                }
-                PullStart::Wait(_) => unreachable!("a pull without wait= never waits"),
-            })
+            rt.block_on(relay.pull_start(&f.caller_b, q))
+                .map(|start| match start {
+                    PullStart::Answer(page) => {
+                        serde_json::from_slice::<Value>(&page).expect("a pull page is valid JSON")
+                    }
+                    PullStart::Wait(_) => unreachable!("a pull without wait= never waits"),
+                })
         }
         15 => parsed.and_then(|v| rt.block_on(relay.push_v1(&f.caller_a, &v))),
         16 => parsed.and_then(|v| rt.block_on(relay.ack_v1(&f.caller_b, &v))),

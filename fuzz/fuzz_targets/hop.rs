@@ -8,10 +8,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use mbx_relay_fuzz::{fields, now_ms, text, Fixture};
 use relay_core::HopHeaders;
 use relay_wire::hop::{hop_payload, sign_hop, signed_path, ts_fresh, verify_hop};
 use relay_wire::keys::parse_pubkey;
-use mbx_relay_fuzz::{fields, now_ms, text, Fixture};
 
 fuzz_target!(|data: &[u8]| {
     let p = fields(data, 9);

@@ -14,16 +14,14 @@
 
 use libfuzzer_sys::fuzz_target;
 use relay_core::push::check_wire;
+use relay_keyspace::ItemKind;
 use relay_wire::canonical::canonical_json;
 use relay_wire::enc_ad::{check_ad, is_enc_pub, summarize, AdOwner, AdRefusal, MAX_AD_BYTES};
-use relay_wire::envelope::{
-    check_envelope_wire, envelope_recipient_hosts, envelope_shape_error,
-};
+use relay_wire::envelope::{check_envelope_wire, envelope_recipient_hosts, envelope_shape_error};
 use relay_wire::keys::{parse_pubkey, SigningKey};
 use relay_wire::receipt::{check_receipt_wire, receipt_item_id, receipt_record_valid};
 use relay_wire::records::{parse_rotation, parse_sender_list, RecordError};
 use relay_wire::time::{iso_ms, parse_utc_instant};
-use relay_keyspace::ItemKind;
 use serde_json::{json, Value};
 
 fn keys() -> &'static (SigningKey, SigningKey) {
