@@ -266,8 +266,11 @@ fn bodies_cost_nothing_before_a_live_key_and_fresh_ts_and_honest_clients_stay_fa
         let took = h.answered.expect("every failed hop is answered");
         let status = status_of(&h.got);
         assert!(status == 401 || status == 429, "failed hop: {status}");
+        // Held to the 2 s first-byte deadline would be at least 2 s (the keyed ones below are
+        // checked against 1.5 s from the other side); 256 answers from a relay sharing 2 cores
+        // with other tests once took 1.09 s (a fresh-clone CI run), so the bound is that line.
         assert!(
-            took < Duration::from_secs(1),
+            took < Duration::from_millis(1500),
             "answered at once, not held: {took:?}"
         );
     }
