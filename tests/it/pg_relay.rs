@@ -36,6 +36,15 @@ fn pg_relay_with(url: &str, seed: &str, env: &[(&str, &str)]) -> Relay {
     Relay::launch(opts).expect("relay on postgres")
 }
 
+/// Two relay processes with one relay key on one fresh database.
+fn two_relays_on_a_fresh_database() -> (SigningKey, String, Relay, Relay) {
+    let key = SigningKey::generate();
+    let url = fresh_database();
+    let one = pg_relay(&url, &key.seed_b64());
+    let two = pg_relay(&url, &key.seed_b64());
+    (key, url, one, two)
+}
+
 #[test]
 fn two_hosts_exchange_mail_through_a_relay_on_postgres() {
     if !postgres_available("pg_relay") {
@@ -90,12 +99,7 @@ fn two_relay_processes_serve_one_database() {
     if !postgres_available("pg_relay") {
         return;
     }
-    let key = SigningKey::generate();
-    let url = fresh_database();
-    let (one, two) = (
-        pg_relay(&url, &key.seed_b64()),
-        pg_relay(&url, &key.seed_b64()),
-    );
+    let (_, _, one, two) = two_relays_on_a_fresh_database();
     assert_eq!(one.epoch(), two.epoch(), "the epoch is the database's");
 
     // A challenge issued by one process is accepted by the other.
@@ -478,12 +482,7 @@ fn a_revocation_in_the_database_ends_the_keys_live_delivery_on_every_process() {
     if !postgres_available("pg_relay") {
         return;
     }
-    let key = SigningKey::generate();
-    let url = fresh_database();
-    let (one, two) = (
-        pg_relay(&url, &key.seed_b64()),
-        pg_relay(&url, &key.seed_b64()),
-    );
+    let (key, url, one, two) = two_relays_on_a_fresh_database();
     let limit = Duration::from_secs(4);
     let bob = Host::enrolled(&one, "bob");
     let (mut es1, mut pull1) = stream_and_waiting_pull(&one, &bob);

@@ -27,9 +27,7 @@ pub fn require_dir(dir: &Path) -> Result<(), Failure> {
 
 /// fsync a directory so that renames and creations inside it survive a crash.
 pub fn fsync_dir(dir: &Path) -> Result<(), Failure> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Failure::io("cannot fsync directory", dir, &e))
+    relay_os::durable_dir::sync_dir(dir).map_err(|e| Failure::io("cannot fsync directory", dir, &e))
 }
 
 /// The directory holding `path` ("." for a bare file name).
