@@ -8,7 +8,7 @@ use mbx_relay::http::args::ServeArgs;
 
 /// mimalloc, tuned in `mbx_relay::memory` (why: see there).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: mbx_relay::memory::RelayAlloc = mbx_relay::memory::RelayAlloc;
 
 /// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
 #[derive(Debug, Parser)]
