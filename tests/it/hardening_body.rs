@@ -455,14 +455,17 @@ const FLOOD_CLIENTS: usize = 48;
 const FLOOD_RAMP: Duration = Duration::from_secs(1);
 /// How long the flood goes on while they are measured.
 const FLOOD_TIME: Duration = Duration::from_secs(4);
+/// How long the flood may go on after [`FLOOD_TIME`] until at least one body was checked.
+const FLOOD_CHECK_WAIT: Duration = Duration::from_secs(60);
 /// The documented bound on the relay's peak resident memory under the flood: the shared body
 /// budget (256 MiB: at most 32 full bodies in flight, each held once, never an escaped copy)
 /// plus 64 MiB for connection buffers, allocator slack and the rest of the relay. Freed bodies
 /// kept resident for mimalloc's purge delay took the peak to 345-353 MiB; returned at once
 /// (`mbx_relay::memory::RelayAlloc`) it is 271 MiB.
 const FLOOD_RSS_BOUND_MIB: u64 = 320;
-/// The bound on unsigned info's p99 latency under the flood, on an otherwise quiet machine.
-const FLOOD_INFO_P99: Duration = Duration::from_millis(50);
+/// The bound on unsigned info's p99 latency under the flood: seen at 6-15 ms on a quiet machine
+/// and 76 ms at load ~12 (other builds beside the suite); unfixed, seconds (3.3 s).
+const FLOOD_INFO_P99: Duration = Duration::from_millis(250);
 
 /// Unsigned info calls from [`HONEST`] on `conn` every 10 ms for `span`: their latencies
 /// (sorted) and the relay's peak sampled VmRSS.
@@ -558,6 +561,12 @@ fn a_junk_signature_flood_leaves_unsigned_info_fast_and_memory_bounded() {
     // goes on.
     let (ramp, _) = info_latencies(&mut info, pid, FLOOD_RAMP);
     let (latencies, peak_rss) = info_latencies(&mut info, pid, FLOOD_TIME);
+    // Checks run at nice 10: on a loaded machine (load ~12) none had finished by now, so the
+    // flood goes on, bounded, until one has and the memory bound has seen a checked body.
+    let checking = Instant::now();
+    while *refused.lock().unwrap() == 0 && checking.elapsed() < FLOOD_CHECK_WAIT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().expect("flood client");
