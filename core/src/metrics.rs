@@ -1,5 +1,5 @@
 //! In-process metrics of the relay rules for `/metrics`, as prometheus-client metrics: item
-//! outcomes by status and reason, store-write latency as seen by the relay, items per commit
+//! outcomes by status and reason, store-write and pull-read latency as seen by the relay, items per commit
 //! submission, and the health of the last store write. Everything is bounded: rejections are
 //! labelled by [`Reason`]'s fixed text, a closed set. The server registers them
 //! ([`Metrics::register`]) beside its own and encodes the text.
@@ -41,6 +41,8 @@ pub struct Metrics {
     items: Family<ItemLabels, Counter>,
     /// Wall time of each awaited store write (submit to durable answer), seconds.
     pub(crate) store_write: Histogram,
+    /// Wall time of each pull's page read (blocking-thread wait included), seconds.
+    pub(crate) store_read: Histogram,
     /// Items handed to the store in one insert submission (one push request).
     pub(crate) items_per_submit: Histogram,
     last_write_ok_ms: AtomicU64,
@@ -67,6 +69,7 @@ impl Default for Metrics {
         Metrics {
             items,
             store_write: latency_histogram(),
+            store_read: latency_histogram(),
             items_per_submit: Histogram::new(SIZE_BOUNDS),
             last_write_ok_ms: AtomicU64::new(0),
             write_failed: AtomicBool::new(false),
@@ -122,6 +125,11 @@ impl Metrics {
             "store_write_seconds",
             "Time from submitting a write to the store until it is durable (group commit wait + fsync), measured by the relay",
             self.store_write.clone(),
+        );
+        registry.register(
+            "store_read_seconds",
+            "Time of each pull's page read from the store, measured by the relay (waiting for a blocking thread included)",
+            self.store_read.clone(),
         );
         registry.register(
             "items_per_store_submit",

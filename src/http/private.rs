@@ -27,8 +27,11 @@ pub(crate) async fn serve_private(
     guard: GuardConfig,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
+    // Its own caps: a scraper polling fast must not meet the public per-address cap.
+    let cap = PRIVATE_CONNECTIONS.min(guard.max_connections);
     let config = GuardConfig {
-        max_connections: PRIVATE_CONNECTIONS.min(guard.max_connections),
+        max_connections: cap,
+        max_connections_per_address: cap,
         ..guard
     };
     let router = axum::Router::new().fallback(answer).with_state(app);

@@ -20,7 +20,11 @@ fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| {
         l.strip_prefix(series)
             .filter(|v| v.starts_with(' '))
-            .map(|v| v.trim().parse().expect("a number"))
+            .map(|v| {
+                v.trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{l:?}: {e}\n{text}"))
+            })
     })
 }
 
@@ -217,6 +221,7 @@ fn metrics_count_requests_refusals_and_a_push_with_clean_labels() {
     let bob = Host::enrolled(&relay, "bob");
     let res = alice.push_one(&relay, &common::envelope_item(&alice, &[&bob]));
     assert_eq!(res["status"], "accepted", "{res}");
+    assert_eq!(bob.pull(&relay, "").status, 200);
     let stranger = Host::new("stranger");
     assert_eq!(
         stranger.call(&relay, "GET", "/v2/relay/items", b"").status,
@@ -287,6 +292,10 @@ fn metrics_count_requests_refusals_and_a_push_with_clean_labels() {
         1.0
     );
     assert!(must(&text, "mbx_relay_store_write_seconds_count") >= 1.0);
+    assert!(
+        must(&text, "mbx_relay_store_read_seconds_count") >= 1.0,
+        "bob's pull"
+    );
     assert_eq!(must(&text, "mbx_relay_enrolments_live"), 2.0);
     assert_eq!(must(&text, "mbx_relay_body_bytes_in_use"), 0.0);
     assert_eq!(must(&text, "mbx_relay_body_budget_bytes"), 268_435_456.0);
