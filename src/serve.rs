@@ -131,17 +131,28 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
     let reloader = crate::http::tls::spawn_reloader(tls.clone(), stop_rx.clone())
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
+    let bodies = Arc::new(crate::http::body::BodyLimits::new(
+        crate::http::body::BODY_BUDGET,
+        config.guard.body.bytes_per_address,
+        config.guard.body.bytes_per_key,
+        config.guard.body.budget_wait,
+    ));
     let app = Arc::new(App {
         relay: relay.clone(),
         trust_proxy: config.trust_proxy,
-        http_metrics: crate::http::metrics::HttpMetrics::default(),
-        bodies: crate::http::body::BodyLimits::new(
-            crate::http::body::BODY_BUDGET,
-            config.guard.body.bytes_per_address,
-            config.guard.body.bytes_per_key,
-            config.guard.body.budget_wait,
-        ),
+        http_metrics: Arc::new(crate::http::metrics::HttpMetrics::new(
+            &relay,
+            &bodies,
+            tls.clone(),
+        )),
+        bodies,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
+        status: crate::http::status::StatusFacts {
+            backend: config.store.backend_name(),
+            location: config.store.to_string(),
+            guard: config.guard.clone(),
+            tls: tls.clone(),
+        },
     });
     let metrics_at = match &metrics_listener {
         Some(l) => Some(
@@ -152,7 +163,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     };
     let metrics = metrics_listener.map(|l| {
         let guard = config.guard.clone();
-        tokio::spawn(crate::http::metrics::serve_private(
+        tokio::spawn(crate::http::private::serve_private(
             l,
             app.clone(),
             guard,
@@ -173,17 +184,23 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             tracing::info!(%at, "serving /metrics");
             writeln!(out, "metrics listening on {at}").map_err(|e| format!("stdout: {e}"))?;
         }
-        writeln!(out, "listening on {addr}")
-            .and_then(|()| out.flush())
-            .map_err(|e| format!("stdout: {e}"))?;
+        writeln!(
+            out,
+            "listening on {addr}{}",
+            crate::http::tls_cert::startup_note(&tls)
+        )
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("stdout: {e}"))?;
     }
-    tracing::info!(%addr, store = %dir.display(), "serving");
+    tracing::info!(%addr, store = %dir.display(), scheme = if tls.is_some() { "https" } else { "http" }, "serving");
+    let observed = Some(app.http_metrics.clone());
     let served = crate::http::guard::serve(
         listener,
         router(app),
         config.trust_proxy,
         config.guard.clone(),
         tls,
+        observed,
         shutdown,
     )
     .await;

@@ -37,6 +37,14 @@ impl StoreSpec {
         Ok(StoreSpec::Dir(PathBuf::from(s)))
     }
 
+    /// The backend's name for `/status`: `directory` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            StoreSpec::Dir(_) => "directory",
+            StoreSpec::Postgres(_) => "postgres",
+        }
+    }
+
     /// The store directory, for a directory store.
     pub fn dir(&self) -> Option<&Path> {
         match self {

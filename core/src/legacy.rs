@@ -66,12 +66,7 @@ impl Relay {
             match c {
                 Committed::Stored { targets, .. } => {
                     stored += 1;
-                    let counter = if targets.iter().all(|t| t.duplicate) {
-                        &self.metrics.duplicate
-                    } else {
-                        &self.metrics.accepted
-                    };
-                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.metrics.stored(targets.iter().all(|t| t.duplicate));
                 }
                 Committed::Rejected(reason) => {
                     self.metrics.rejected(&reason);

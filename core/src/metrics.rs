@@ -1,76 +1,48 @@
-//! In-process counters for `/metrics`: item outcomes by status and reason, store-write latency
-//! as seen by the relay, items per commit submission, and the health of the last store write.
-//! Everything is bounded: rejections are counted by [`Reason`] label, a closed set.
+//! In-process metrics of the relay rules for `/metrics`, as prometheus-client metrics: item
+//! outcomes by status and reason, store-write and pull-read latency as seen by the relay, items per commit
+//! submission, and the health of the last store write. Everything is bounded: rejections are
+//! labelled by [`Reason`]'s fixed text, a closed set. The server registers them
+//! ([`Metrics::register`]) beside its own and encodes the text.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use super::capacity::CapWatch;
 use super::reason::Reason;
 
-/// A fixed-bucket histogram (Prometheus `_bucket`, `_sum`, `_count`).
-pub(crate) struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    sum_micros: AtomicU64,
-    count: AtomicU64,
-}
-
-impl Histogram {
-    /// A histogram with the given upper bounds (ascending); `+Inf` is implied.
-    pub fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: (0..bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_micros: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
-    }
-
-    /// Record one observation.
-    pub fn observe(&self, v: f64) {
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            if v <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.sum_micros
-            .fetch_add((v * 1e6) as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Append this histogram in Prometheus text format.
-    pub fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{b}\"}} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
-        let n = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {n}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {n}");
-    }
-}
-
-const LATENCY_BOUNDS: &[f64] = &[
+/// Upper bounds of every latency histogram, seconds (written as decimal literals, so the `le`
+/// labels read `0.05`, never float noise).
+pub const LATENCY_BOUNDS: [f64; 13] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
-const SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
+const SIZE_BOUNDS: [f64; 9] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
+
+/// The labels of `mbx_relay_items_total`: outcome and, for a rejection, its fixed reason text.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ItemLabels {
+    status: &'static str,
+    reason: &'static str,
+}
+
+/// A latency histogram with [`LATENCY_BOUNDS`].
+pub fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BOUNDS)
+}
 
 /// The relay's counters.
 pub struct Metrics {
-    pub accepted: AtomicU64,
-    pub duplicate: AtomicU64,
-    /// Keyed by [`Reason::as_wire_str`]: never more entries than reasons.
-    rejected: Mutex<BTreeMap<&'static str, u64>>,
+    /// Keyed by outcome and [`Reason::as_wire_str`]: never more entries than reasons + 2.
+    items: Family<ItemLabels, Counter>,
     /// Wall time of each awaited store write (submit to durable answer), seconds.
     pub(crate) store_write: Histogram,
+    /// Wall time of each pull's page read (blocking-thread wait included), seconds.
+    pub(crate) store_read: Histogram,
     /// Items handed to the store in one insert submission (one push request).
     pub(crate) items_per_submit: Histogram,
     last_write_ok_ms: AtomicU64,
@@ -79,13 +51,25 @@ pub struct Metrics {
     pub(crate) enrolment_cap: CapWatch,
 }
 
+const ACCEPTED: ItemLabels = ItemLabels {
+    status: "accepted",
+    reason: "",
+};
+const DUPLICATE: ItemLabels = ItemLabels {
+    status: "duplicate",
+    reason: "",
+};
+
 impl Default for Metrics {
     fn default() -> Self {
+        let items = Family::default();
+        // Both outcomes are shown from the start, at 0.
+        let _ = items.get_or_create(&ACCEPTED);
+        let _ = items.get_or_create(&DUPLICATE);
         Metrics {
-            accepted: AtomicU64::new(0),
-            duplicate: AtomicU64::new(0),
-            rejected: Mutex::new(BTreeMap::new()),
-            store_write: Histogram::new(LATENCY_BOUNDS),
+            items,
+            store_write: latency_histogram(),
+            store_read: latency_histogram(),
             items_per_submit: Histogram::new(SIZE_BOUNDS),
             last_write_ok_ms: AtomicU64::new(0),
             write_failed: AtomicBool::new(false),
@@ -97,8 +81,17 @@ impl Default for Metrics {
 impl Metrics {
     /// Count a rejected item under its reason's fixed text (free parts never become labels).
     pub fn rejected(&self, reason: &Reason) {
-        let mut m = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
-        *m.entry(reason.as_wire_str()).or_insert(0) += 1;
+        let labels = ItemLabels {
+            status: "rejected",
+            reason: reason.as_wire_str(),
+        };
+        self.items.get_or_create(&labels).inc();
+    }
+
+    /// Count a stored item: a duplicate when every target had it already.
+    pub(crate) fn stored(&self, duplicate: bool) {
+        let labels = if duplicate { &DUPLICATE } else { &ACCEPTED };
+        self.items.get_or_create(labels).inc();
     }
 
     /// A store write succeeded at `now_ms`.
@@ -120,99 +113,114 @@ impl Metrics {
         )
     }
 
-    /// Append the item and store counters in Prometheus text format.
-    pub fn render(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP mbx_relay_items_total Pushed items by outcome and rejection reason.\n# TYPE mbx_relay_items_total counter"
+    /// Register the item and store metrics in `registry` (names without the `mbx_relay_`
+    /// prefix, which the server's registry adds; counters get `_total` from the encoder).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "items",
+            "Pushed items by outcome and rejection reason",
+            self.items.clone(),
         );
-        let _ = writeln!(
-            out,
-            "mbx_relay_items_total{{status=\"accepted\",reason=\"\"}} {}",
-            self.accepted.load(Ordering::Relaxed)
+        registry.register(
+            "store_write_seconds",
+            "Time from submitting a write to the store until it is durable (group commit wait + fsync), measured by the relay",
+            self.store_write.clone(),
         );
-        let _ = writeln!(
-            out,
-            "mbx_relay_items_total{{status=\"duplicate\",reason=\"\"}} {}",
-            self.duplicate.load(Ordering::Relaxed)
+        registry.register(
+            "store_read_seconds",
+            "Time of each pull's page read from the store, measured by the relay (waiting for a blocking thread included)",
+            self.store_read.clone(),
         );
-        let m = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
-        for (reason, n) in m.iter() {
-            let _ = writeln!(
-                out,
-                "mbx_relay_items_total{{status=\"rejected\",reason=\"{}\"}} {n}",
-                escape_label(reason)
-            );
-        }
-        drop(m);
-        self.store_write.render(
-            out,
-            "mbx_relay_store_write_seconds",
-            "Time from submitting a write to the store until it is durable (group commit wait + fsync), measured by the relay.",
-        );
-        self.items_per_submit.render(
-            out,
-            "mbx_relay_items_per_store_submit",
-            "Items submitted to the store together by one push request (the store may group several submissions into one commit).",
+        registry.register(
+            "items_per_store_submit",
+            "Items submitted to the store together by one push request (the store may group several submissions into one commit)",
+            self.items_per_submit.clone(),
         );
     }
 }
 
-/// Append one cumulative histogram given as `(bound, count <= bound)` pairs.
-fn render_buckets(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    buckets: &[(u64, u64)],
-    scale: f64,
+/// One histogram from cumulative `(bound, count <= bound)` pairs, bounds divided by `divisor`
+/// (a power of ten, so `50000 us / 1e6` is exactly the shortest `0.05`).
+struct Buckets<'a> {
+    buckets: &'a [(u64, u64)],
+    divisor: f64,
     sum: f64,
     count: u64,
-) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-    for (b, c) in buckets {
-        let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", *b as f64 * scale);
+}
+
+impl Buckets<'_> {
+    fn encode(&self, encoder: &mut DescriptorEncoder, name: &str, help: &str) -> std::fmt::Result {
+        let mut per_bucket = Vec::with_capacity(self.buckets.len() + 1);
+        let mut below = 0;
+        for &(bound, cumulative) in self.buckets {
+            per_bucket.push((
+                bound as f64 / self.divisor,
+                cumulative.saturating_sub(below),
+            ));
+            below = cumulative;
+        }
+        per_bucket.push((f64::INFINITY, self.count.saturating_sub(below)));
+        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.sum,
+            self.count,
+            &per_bucket,
+            None,
+        )
     }
-    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-    let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
 }
 
-/// Append the store's group-commit figures: operations per commit group and fsync latency.
-pub fn render_commit_stats(out: &mut String, s: &relay_store::CommitStats) {
-    render_buckets(
-        out,
-        "mbx_relay_commit_group_ops",
-        "Operations made durable by one group commit (one fsync).",
-        &s.group_size_buckets,
-        1.0,
-        s.ops as f64,
-        s.groups,
-    );
-    render_buckets(
-        out,
-        "mbx_relay_fsync_seconds",
-        "Duration of each group commit's fsync.",
-        &s.fsync_us_buckets,
-        1e-6,
-        s.fsync_us_sum as f64 / 1e6,
-        s.fsyncs,
-    );
-    let _ = writeln!(
-        out,
-        "# HELP mbx_relay_commit_groups_failed_total Commit groups whose write or fsync failed (answered with errors).\n# TYPE mbx_relay_commit_groups_failed_total counter\nmbx_relay_commit_groups_failed_total {}",
-        s.failed_groups
-    );
-}
-
-/// Escape a Prometheus label value.
-pub fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Encode the store's group-commit figures: operations per commit group, fsync latency and
+/// failed groups (for a [`prometheus_client::collector::Collector`] reading them per scrape).
+///
+/// # Errors
+/// The writer's.
+pub fn encode_commit_stats(
+    encoder: &mut DescriptorEncoder,
+    s: &relay_store::CommitStats,
+) -> std::fmt::Result {
+    Buckets {
+        buckets: &s.group_size_buckets,
+        divisor: 1.0,
+        sum: s.ops as f64,
+        count: s.groups,
+    }
+    .encode(
+        encoder,
+        "commit_group_ops",
+        "Operations made durable by one group commit (one fsync)",
+    )?;
+    Buckets {
+        buckets: &s.fsync_us_buckets,
+        divisor: 1e6,
+        sum: s.fsync_us_sum as f64 / 1e6,
+        count: s.fsyncs,
+    }
+    .encode(
+        encoder,
+        "fsync_seconds",
+        "Duration of each group commit's fsync",
+    )?;
+    let failed = ConstCounter::new(s.failed_groups);
+    failed.encode(encoder.encode_descriptor(
+        "commit_groups_failed",
+        "Commit groups whose write or fsync failed (answered with errors)",
+        None,
+        failed.metric_type(),
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn text(m: &Metrics) -> String {
+        let mut r = Registry::with_prefix("mbx_relay");
+        m.register(&mut r);
+        let mut s = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut s, &r).unwrap();
+        s
+    }
 
     #[test]
     fn histogram_and_reasons_render() {
@@ -220,11 +228,12 @@ mod tests {
         m.store_write.observe(0.003);
         m.rejected(&Reason::Rate);
         m.rejected(&Reason::Rate);
-        let mut s = String::new();
-        m.render(&mut s);
+        let s = text(&m);
         assert!(s.contains("mbx_relay_items_total{status=\"rejected\",reason=\"rate\"} 2"));
+        assert!(s.contains("mbx_relay_items_total{status=\"accepted\",reason=\"\"} 0"));
         assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.005\"} 1"));
         assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.002\"} 0"));
+        assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.05\"} 1"));
         assert!(s.contains("mbx_relay_store_write_seconds_count 1"));
     }
 
@@ -235,7 +244,59 @@ mod tests {
             m.rejected(&Reason::RecipientHostNotEnrolled(format!("made-up-{i}")));
             m.rejected(&Reason::BadEnvelope(format!("why {i}")));
         }
-        let labels: Vec<&str> = m.rejected.lock().unwrap().keys().copied().collect();
-        assert_eq!(labels, ["bad envelope", "recipient host not enrolled"]);
+        let s = text(&m);
+        let labels: Vec<&str> = s
+            .lines()
+            .filter(|l| l.contains("status=\"rejected\""))
+            .collect();
+        assert_eq!(labels.len(), 2, "{s}");
+        assert!(!s.contains("made-up"), "{s}");
+    }
+
+    #[derive(Debug)]
+    struct Commit(relay_store::CommitStats);
+
+    impl prometheus_client::collector::Collector for Commit {
+        fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+            encode_commit_stats(&mut e, &self.0)
+        }
+    }
+
+    #[test]
+    fn commit_stats_have_clean_bounds() {
+        let stats = relay_store::CommitStats {
+            groups: 3,
+            ops: 7,
+            fsyncs: 3,
+            fsync_us_sum: 60_000,
+            fsync_us_buckets: vec![(50_000, 2), (100_000, 3)],
+            group_size_buckets: vec![(1, 1), (5, 3)],
+            ..Default::default()
+        };
+        let mut r = Registry::with_prefix("mbx_relay");
+        r.register_collector(Box::new(Commit(stats)));
+        let mut s = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut s, &r).unwrap();
+        assert!(
+            s.contains("mbx_relay_fsync_seconds_bucket{le=\"0.05\"} 2\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("mbx_relay_fsync_seconds_bucket{le=\"0.1\"} 3\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("mbx_relay_fsync_seconds_bucket{le=\"+Inf\"} 3\n"),
+            "{s}"
+        );
+        assert!(s.contains("mbx_relay_fsync_seconds_sum 0.06\n"), "{s}");
+        assert!(
+            s.contains("mbx_relay_commit_group_ops_bucket{le=\"5\"} 3\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("mbx_relay_commit_groups_failed_total 0\n"),
+            "{s}"
+        );
     }
 }

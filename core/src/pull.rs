@@ -198,9 +198,13 @@ impl Relay {
     ) -> Result<T, RelayError> {
         let store = self.store.clone();
         let max_bytes = self.limits.max_pull_bytes;
-        tokio::task::spawn_blocking(move || store.pull(&target, after, limit, max_bytes).map(then))
-            .await
-            .map_err(|_| RelayError::unavailable("store read was interrupted"))?
+        let t = std::time::Instant::now();
+        let read = tokio::task::spawn_blocking(move || {
+            store.pull(&target, after, limit, max_bytes).map(then)
+        })
+        .await;
+        self.metrics.store_read.observe(t.elapsed().as_secs_f64());
+        read.map_err(|_| RelayError::unavailable("store read was interrupted"))?
             .map_err(RelayError::from)
     }
 

@@ -350,12 +350,7 @@ impl Relay {
         let signed: Vec<&[u8]> = canonicals.iter().map(String::as_bytes).collect();
         let sigs = self.key.sign_many(&signed);
         for ((a, canonical), sig) in accepts.iter().zip(canonicals).zip(sigs) {
-            let counter = if a.all_dup {
-                &self.metrics.duplicate
-            } else {
-                &self.metrics.accepted
-            };
-            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.stored(a.all_dup);
             let accept = parts(a).answer_text(canonical);
             results[a.index] = Some(accepted_text(
                 &accept, &a.item_id, &sig, a.all_dup, &a.targets,

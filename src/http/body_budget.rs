@@ -33,6 +33,8 @@ pub enum Refused {
 /// The shared budget and the shares, with their limits.
 pub struct BodyLimits {
     state: Mutex<State>,
+    /// The shared budget's size.
+    budget: u64,
     address_cap: u64,
     key_cap: u64,
     wait: Duration,
@@ -70,10 +72,21 @@ impl BodyLimits {
                 waiting: Vec::new(),
                 next_id: 0,
             }),
+            budget,
             address_cap,
             key_cap,
             wait,
         }
+    }
+
+    /// The shared budget's size.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Bytes of the shared budget held now (for `/metrics` and `/status`).
+    pub fn in_use(&self) -> u64 {
+        self.budget.saturating_sub(self.lock().free)
     }
 
     /// An empty reservation for a request from `addr` (with a hop naming `key`); it grows as

@@ -70,8 +70,10 @@ use tokio::time::{Instant, Sleep};
 use super::answer::{answer_unread, retry_later};
 use super::client_addr::{client_addr, TrustProxy};
 use super::conn_limit::{AddressSlot, OpenPerAddress};
+use super::metrics::conn::ConnRefusal;
+use super::metrics::{HttpMetrics, RequestRefusal};
 use super::route::Route;
-use super::tls::Tls;
+use super::tls::{HandshakeFailed, Tls};
 use relay_core::config::{default_duration, parse_duration};
 use relay_core::rate::{AddrKey, RateTable};
 use relay_store::{Clock as _, SystemClock};
@@ -311,20 +313,37 @@ struct Shared {
     public_rate: RateTable<AddrKey>,
     /// Set when the listener speaks TLS.
     tls: Option<Arc<Tls>>,
+    /// Where connections, refusals and cut-offs are counted (the public listener's).
+    metrics: Option<Arc<HttpMetrics>>,
+}
+
+impl Shared {
+    fn refused(&self, why: ConnRefusal) {
+        if let Some(m) = &self.metrics {
+            m.conn.refused(why);
+        }
+    }
+
+    fn public_window_hit(&self) {
+        if let Some(m) = &self.metrics {
+            m.refused(RequestRefusal::PublicWindow);
+        }
+    }
 }
 
 /// Serve `router` on `listener` under the guard (over TLS when `tls` is set) until `shutdown`
 /// resolves, then stop accepting, let in-flight requests finish (idle connections close at once)
-/// and return.
+/// and return. Connections and refusals are counted in `metrics` when given.
 ///
 /// # Errors
 /// An invalid [`GuardConfig`].
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: axum::Router,
     trust: TrustProxy,
     config: GuardConfig,
     tls: Option<Arc<Tls>>,
+    metrics: Option<Arc<HttpMetrics>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     config
@@ -337,6 +356,7 @@ pub async fn serve(
         public_rate: RateTable::new(config.public_per_minute, PUBLIC_RATE_CAP),
         config,
         tls,
+        metrics,
     });
     let slots = Arc::new(Semaphore::new(max));
     let per_address = OpenPerAddress::new(shared.config.max_connections_per_address);
@@ -359,11 +379,13 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         // The global slot first: address entries then never outnumber open connections.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
+            shared.refused(ConnRefusal::MaxConnections);
             refuse(stream, peer, &refusals, Refusal::Full, shared.tls.clone());
             continue;
         };
         let Some(address_slot) = per_address.try_open(peer.ip()) else {
             drop(slot);
+            shared.refused(ConnRefusal::MaxConnectionsPerAddress);
             refuse(
                 stream,
                 peer,
@@ -425,8 +447,8 @@ fn refuse(
             match tls {
                 None => write_refusal(stream, answer.as_bytes()).await,
                 Some(tls) => match tls.handshake(stream, peer.ip(), REFUSAL_TIME).await {
-                    Some(stream) => write_refusal(stream, answer.as_bytes()).await,
-                    None => Ok(()),
+                    Ok(stream) => write_refusal(stream, answer.as_bytes()).await,
+                    Err(_) => Ok(()),
                 },
             }
         })
@@ -462,6 +484,7 @@ async fn serve_connection(
     stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config;
+    let _open = shared.metrics.as_ref().map(|m| m.conn.opened());
     let streaming = Streaming::default();
     let io = GuardedIo::new(
         stream,
@@ -487,11 +510,16 @@ async fn serve_tls(
     streaming: Streaming,
     stop: watch::Receiver<bool>,
 ) {
-    if let Some(io) = tls
+    match tls
         .handshake(io, peer.ip(), shared.config.header_timeout)
         .await
     {
-        serve_http(shared, io, peer, streaming, stop).await;
+        Ok(io) => serve_http(shared, io, peer, streaming, stop).await,
+        Err(why) => shared.refused(match why {
+            HandshakeFailed::Window => ConnRefusal::TlsHandshakeWindow,
+            HandshakeFailed::Failed => ConnRefusal::TlsHandshakeFailed,
+            HandshakeFailed::TimedOut => ConnRefusal::TlsHandshakeTimeout,
+        }),
     }
 }
 
@@ -536,6 +564,9 @@ async fn serve_http<S>(
     tokio::select! {
         r = conn.as_mut() => {
             if let Err(e) = r {
+                if e.is_timeout() {
+                    shared.refused(ConnRefusal::HeaderTimeout);
+                }
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         }
@@ -589,6 +620,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
     if counted {
         let addr = client_addr(shared.trust, peer, req.headers());
         if let Err(wait) = shared.public_rate.try_hit_addr(&addr, SystemClock.now_ms()) {
+            shared.public_window_hit();
             return answer_unread(too_many_requests(wait), Body::new(req.into_body()));
         }
     }
@@ -608,6 +640,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
         let hit = || shared.public_rate.try_hit_addr(addr, SystemClock.now_ms());
         if let Some(Err(wait)) = (!counted).then(hit) {
             // The refused hop's body may still be draining: its `connection: close` stays.
+            shared.public_window_hit();
             let mut r = too_many_requests(wait);
             if let Some(close) = resp.headers().get(header::CONNECTION) {
                 r.headers_mut().insert(header::CONNECTION, close.clone());

@@ -16,10 +16,13 @@ use serde_json::{json, Value};
 use super::answer::{
     answer_unread, answer_unread_draining, json_response, json_text_response, retry_later,
 };
-use super::body::{read_capped, BodyError, Refused, BUSY_DRAIN, MAX_BODY, MAX_SMALL_BODY};
+use super::body::{
+    read_capped, BodyError, Refused as BodyRefused, BUSY_DRAIN, MAX_BODY, MAX_SMALL_BODY,
+};
 use super::client_addr::client_addr;
 use super::guard::{HopRefused, Streaming};
 use super::hop_gate::Refusal;
+use super::metrics::RequestRefusal;
 use super::parked;
 use super::retry_after;
 use super::route::Route;
@@ -47,8 +50,40 @@ pub(crate) fn status_code(s: Status) -> StatusCode {
 fn reply_response(r: Reply) -> Response {
     match r {
         Ok(v) => json_response(StatusCode::OK, &v),
-        Err(e) => json_response(status_code(e.status), &e.body),
+        Err(e) => {
+            let r = json_response(status_code(e.status), &e.body);
+            match refusal_of(&e) {
+                Some(why) => marked(r, why),
+                None => r,
+            }
+        }
     }
+}
+
+/// A response marked with why it refused the request, for `mbx_relay_refusals_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused(pub RequestRefusal);
+
+/// `r` marked [`Refused`] for `why` (replacing an earlier mark).
+pub(crate) fn marked(mut r: Response, why: RequestRefusal) -> Response {
+    r.extensions_mut().insert(Refused(why));
+    r
+}
+
+/// The refusal class of a relay error: 401s by their fixed texts, 413 and 429 by status.
+fn refusal_of(e: &RelayError) -> Option<RequestRefusal> {
+    Some(match e.status {
+        Status::Unauthorized => match e.body["error"].as_str() {
+            Some("bad relay hop") => RequestRefusal::BadHop,
+            Some("no pending enrolment challenge" | "bad enrolment signature") => {
+                RequestRefusal::BadEnrolment
+            }
+            _ => RequestRefusal::BadSignature,
+        },
+        Status::TooLarge => RequestRefusal::TooLarge,
+        Status::TooManyRequests => RequestRefusal::TooManyOther,
+        _ => return None,
+    })
 }
 
 /// [`reply_response`] for a relay answer that arrives as finished JSON text.
@@ -68,6 +103,7 @@ pub async fn handle(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> Response {
+    let started = std::time::Instant::now();
     let route = Route::of(req.method(), req.uri().path());
     let header_bytes: usize = req
         .headers()
@@ -93,17 +129,26 @@ pub async fn handle(
     };
     if let Some(later) = parked::take(&mut resp) {
         // A waiting pull: finished when its answer is known.
-        return parked::response(async move { finish(&app, route, later.await) });
+        return parked::response(async move { finish(&app, route, later.await, started) });
     }
-    finish(&app, route, resp)
+    finish(&app, route, resp, started)
 }
 
-/// Count an answer and add the headers every answer carries.
-fn finish(app: &App, route: Option<Route>, mut resp: Response) -> Response {
+/// Count an answer (and its refusal, if it is one) and add the headers every answer carries.
+fn finish(
+    app: &App,
+    route: Option<Route>,
+    mut resp: Response,
+    started: std::time::Instant,
+) -> Response {
     app.http_metrics.count(
         route.map_or("unknown", Route::label),
         resp.status().as_u16(),
+        started.elapsed(),
     );
+    if let Some(Refused(why)) = resp.extensions().get::<Refused>() {
+        app.http_metrics.refused(*why);
+    }
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     retry_after::ensure(&mut resp);
@@ -151,21 +196,28 @@ fn too_many(text: &str, wait: Duration) -> Response {
 /// [`answer_unread`]).
 fn body_refused(e: BodyError, body: Body) -> Response {
     let r = match e {
-        BodyError::TooLarge => too_large(),
-        BodyError::Refused(Refused::AddressBusy) => too_many(
-            "too many request bytes in flight from this address, retry later",
-            retry_after::OVERLOAD,
+        BodyError::TooLarge => marked(too_large(), RequestRefusal::BodyTooLarge),
+        BodyError::Refused(BodyRefused::AddressBusy) => marked(
+            too_many(
+                "too many request bytes in flight from this address, retry later",
+                retry_after::OVERLOAD,
+            ),
+            RequestRefusal::BodyPerAddress,
         ),
-        BodyError::Refused(Refused::KeyBusy) => too_many(
-            "too many request bytes in flight for this key, retry later",
-            retry_after::OVERLOAD,
+        BodyError::Refused(BodyRefused::KeyBusy) => marked(
+            too_many(
+                "too many request bytes in flight for this key, retry later",
+                retry_after::OVERLOAD,
+            ),
+            RequestRefusal::BodyPerKey,
         ),
-        BodyError::Refused(Refused::Busy) => {
+        BodyError::Refused(BodyRefused::Busy) => {
             let r = retry_later(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server busy, retry later",
                 retry_after::OVERLOAD,
             );
+            let r = marked(r, RequestRefusal::BodyBudget);
             return answer_unread_draining(r, body, BUSY_DRAIN);
         }
         BodyError::Aborted => {
@@ -183,9 +235,12 @@ fn body_refused(e: BodyError, body: Body) -> Response {
 fn hop_refused(app: &App, route: Route, addr: String, refusal: Refusal) -> Response {
     let mut r = match refusal {
         Refusal::Store(e) => return reply_response(Err(e)),
-        Refusal::TooManyFailures(wait) => too_many(
-            "too many failed authentications from this address, retry later",
-            wait,
+        Refusal::TooManyFailures(wait) => marked(
+            too_many(
+                "too many failed authentications from this address, retry later",
+                wait,
+            ),
+            RequestRefusal::AuthFailureWindow,
         ),
         Refusal::BadHop if route == Route::Info => reply_response(app.relay.info(None)),
         Refusal::BadHop => reply_response(Err(RelayError::bad_hop())),
@@ -244,7 +299,10 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     let addr = client_addr(app.trust_proxy, peer, &parts.headers);
     if route.enrolment_class() {
         if let Err(limited) = relay.check_address_rate(&addr) {
-            let mut r = reply_response(Err(limited.error));
+            let mut r = marked(
+                reply_response(Err(limited.error)),
+                RequestRefusal::EnrolWindow,
+            );
             retry_after::set(&mut r, limited.wait);
             return answer_unread(r, body);
         }

@@ -14,9 +14,12 @@ pub mod health_probe;
 pub(crate) mod hop_gate;
 pub(crate) mod metrics;
 mod parked;
+pub(crate) mod private;
 pub(crate) mod retry_after;
 pub(crate) mod route;
+pub(crate) mod status;
 pub(crate) mod tls;
+pub(crate) mod tls_cert;
 mod verify;
 
 use std::sync::Arc;
@@ -28,9 +31,11 @@ use relay_core::Relay;
 pub(crate) struct App {
     pub relay: Arc<Relay>,
     pub(crate) trust_proxy: TrustProxy,
-    pub(crate) http_metrics: metrics::HttpMetrics,
+    pub(crate) http_metrics: Arc<metrics::HttpMetrics>,
     /// Memory limits for request bodies being read and handled (shared and per address).
-    pub bodies: body::BodyLimits,
+    pub bodies: Arc<body::BodyLimits>,
+    /// What `/status` reports besides live figures.
+    pub(crate) status: status::StatusFacts,
     /// Failed hop authentications per address, and where signatures are checked.
     pub(crate) hop_gate: hop_gate::HopGate,
 }

@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::tls_cert::{now_unix, CertInfo, ExpiryWatch};
 use relay_core::rate::{ip_key, AddrKey, RateTable};
 use relay_os::private::{require_private_or, Kind};
 use relay_store::{Clock as _, SystemClock};
@@ -137,6 +138,20 @@ pub struct Tls {
     seen: Mutex<Option<Stamp>>,
     /// Handshakes per client address this minute.
     handshakes: RateTable<AddrKey>,
+    /// The leaf certificate of the pair loaded last (none if it does not parse as X.509).
+    cert: RwLock<Option<CertInfo>>,
+    expiry: ExpiryWatch,
+}
+
+/// Why a TLS handshake did not give a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandshakeFailed {
+    /// The address was past its handshake window: closed before the handshake.
+    Window,
+    /// The handshake failed.
+    Failed,
+    /// The handshake did not finish in time.
+    TimedOut,
 }
 
 /// What a `stat` tells about the two files (modification time, length, inode, mode): a change
@@ -150,13 +165,32 @@ impl Tls {
     /// A message naming the file and what is wrong with it.
     pub fn load(files: TlsFiles, handshakes_per_minute: u32) -> Result<Arc<Tls>, String> {
         let seen = stamp(&files);
-        let config = server_config(&files, "refusing to start")?;
-        Ok(Arc::new(Tls {
+        let (config, cert) = server_config(&files, "refusing to start")?;
+        let tls = Arc::new(Tls {
             files,
             acceptor: RwLock::new(TlsAcceptor::from(Arc::new(config))),
             seen: Mutex::new(seen),
             handshakes: RateTable::new(handshakes_per_minute, HANDSHAKE_TABLE_CAP),
-        }))
+            cert: RwLock::new(cert),
+            expiry: ExpiryWatch::default(),
+        });
+        tls.check_expiry(true);
+        Ok(tls)
+    }
+
+    /// The served leaf certificate's subject and expiry.
+    pub fn cert_info(&self) -> Option<CertInfo> {
+        match self.cert.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Warn when the served certificate is close to expiry (`fresh`: just loaded).
+    fn check_expiry(&self, fresh: bool) {
+        if let Some(c) = self.cert_info() {
+            self.expiry.check(&c, now_unix(), fresh);
+        }
     }
 
     /// The acceptor for a new connection (the pair loaded last).
@@ -173,12 +207,17 @@ impl Tls {
     /// Why the new pair was refused (names files, never their bytes).
     pub fn reload(&self) -> Result<(), String> {
         self.remember(stamp(&self.files));
-        let config = server_config(&self.files, "keeping the current certificate")?;
+        let (config, cert) = server_config(&self.files, "keeping the current certificate")?;
         let next = TlsAcceptor::from(Arc::new(config));
         match self.acceptor.write() {
             Ok(mut a) => *a = next,
             Err(poisoned) => *poisoned.into_inner() = next,
         }
+        match self.cert.write() {
+            Ok(mut c) => *c = cert,
+            Err(poisoned) => *poisoned.into_inner() = cert,
+        }
+        self.check_expiry(true);
         Ok(())
     }
 
@@ -196,28 +235,28 @@ impl Tls {
     /// The TLS handshake of one accepted connection from `peer`, cut off after `within` (a
     /// client that never finishes it holds its connection slots no longer than a slow request
     /// head); none at all (the connection closes) past the address's handshake window.
-    pub async fn handshake<IO>(
+    pub(crate) async fn handshake<IO>(
         &self,
         io: IO,
         peer: std::net::IpAddr,
         within: Duration,
-    ) -> Option<TlsStream<IO>>
+    ) -> Result<TlsStream<IO>, HandshakeFailed>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
         if !self.handshakes.hit(&ip_key(peer), SystemClock.now_ms()) {
             tracing::debug!("TLS handshake refused: the address is past its handshake window");
-            return None;
+            return Err(HandshakeFailed::Window);
         }
         match tokio::time::timeout(within, self.acceptor().accept(io)).await {
-            Ok(Ok(stream)) => Some(stream),
+            Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "TLS handshake failed");
-                None
+                Err(HandshakeFailed::Failed)
             }
             Err(_) => {
                 tracing::debug!("TLS handshake not finished in time");
-                None
+                Err(HandshakeFailed::TimedOut)
             }
         }
     }
@@ -234,9 +273,12 @@ fn stamp(files: &TlsFiles) -> Option<Stamp> {
     Some([one(&files.cert)?, one(&files.key)?])
 }
 
-/// A rustls server configuration from the two files; `refusing` ends the message of a key file
-/// others can read (what the relay does about it).
-fn server_config(files: &TlsFiles, refusing: &str) -> Result<ServerConfig, String> {
+/// A rustls server configuration from the two files, and the leaf certificate's facts;
+/// `refusing` ends the message of a key file others can read (what the relay does about it).
+fn server_config(
+    files: &TlsFiles,
+    refusing: &str,
+) -> Result<(ServerConfig, Option<CertInfo>), String> {
     require_private_or(&files.key, Kind::File, "TLS key file", refusing)?;
     let certs = CertificateDer::pem_file_iter(&files.cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
@@ -247,6 +289,7 @@ fn server_config(files: &TlsFiles, refusing: &str) -> Result<ServerConfig, Strin
             files.cert.display()
         ));
     }
+    let leaf = certs.first().and_then(CertInfo::of);
     let key =
         PrivateKeyDer::from_pem_file(&files.key).map_err(|e| pem_problem(&files.key, "key", &e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -263,7 +306,7 @@ fn server_config(files: &TlsFiles, refusing: &str) -> Result<ServerConfig, Strin
             )
         })?;
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-    Ok(config)
+    Ok((config, leaf))
 }
 
 /// Why a PEM file could not be used, without any of its content.
@@ -302,6 +345,9 @@ pub(crate) fn spawn_reloader(
                     if let Some(tls) = tls.as_ref().filter(|t| t.remember(stamp(&t.files))) {
                         // `remember` recorded the new state: a refused pair is logged once.
                         log_reload(tls, "files changed");
+                    }
+                    if let Some(tls) = &tls {
+                        tls.check_expiry(false); // Again once a day while close.
                     }
                 }
             }

@@ -35,6 +35,7 @@ mod hardening_memory;
 mod hardening_rate;
 mod live_events;
 mod live_pull;
+mod observe;
 mod packaging;
 mod pg_relay;
 mod protocol_config;

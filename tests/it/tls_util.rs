@@ -51,6 +51,15 @@ impl Ca {
 
     /// A leaf for `localhost` / 127.0.0.1 with this serial number (1 to 2^63).
     pub fn leaf(&self, serial: u64) -> Leaf {
+        self.leaf_with(serial, |_| {})
+    }
+
+    /// [`Ca::leaf`], valid until the start of `(year, month, day)` UTC.
+    pub fn leaf_until(&self, serial: u64, (y, m, d): (i32, u8, u8)) -> Leaf {
+        self.leaf_with(serial, |p| p.not_after = rcgen::date_time_ymd(y, m, d))
+    }
+
+    fn leaf_with(&self, serial: u64, adjust: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let mut params =
             CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
         let bytes: Vec<u8> = serial
@@ -66,6 +75,7 @@ impl Ca {
         params
             .distinguished_name
             .push(DnType::CommonName, format!("relay {serial}"));
+        adjust(&mut params);
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {

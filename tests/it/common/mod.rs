@@ -256,6 +256,8 @@ pub struct Relay {
     addr: SocketAddr,
     /// The `--metrics-listen` address, when the relay printed `metrics listening on`.
     metrics_addr: Option<SocketAddr>,
+    /// The `listening on ...` line of the last start.
+    listening_line: String,
     args: Vec<String>,
     env: Vec<(String, String)>,
     store: PathBuf,
@@ -369,6 +371,7 @@ impl Relay {
             child: None,
             addr: "127.0.0.1:0".parse().expect("addr"),
             metrics_addr: None,
+            listening_line: String::new(),
             args: opts.args,
             env: opts.env,
             store,
@@ -429,10 +432,14 @@ impl Relay {
                         self.metrics_addr = a.trim().parse().ok();
                     }
                     if let Some(a) = line.trim().strip_prefix("listening on ") {
+                        // The address is the first word (a TLS relay adds its certificate).
                         self.addr = a
-                            .trim()
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or("")
                             .parse()
                             .map_err(|e| format!("bad listening line {line:?}: {e}"))?;
+                        self.listening_line = line.trim().to_owned();
                         self.child = Some(child);
                         return Ok(());
                     }
@@ -467,6 +474,11 @@ impl Relay {
     /// The address the relay listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The `listening on ...` line the relay printed at its last start.
+    pub fn listening_line(&self) -> &str {
+        &self.listening_line
     }
 
     /// The private metrics address (started with `--metrics-listen 127.0.0.1:0`).

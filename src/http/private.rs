@@ -1,0 +1,83 @@
+//! The private listener (`--metrics-listen`): `GET /metrics` (Prometheus text,
+//! [`super::metrics`]) and `GET /status` (JSON, [`super::status`]); anything else is
+//! `404 {"error":"not found"}`. Served under the public listener's guard settings with a small
+//! connection cap.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::guard::GuardConfig;
+use super::{App, TrustProxy};
+
+/// Connections the private listener serves at once (a scraper or two; more wait for 503).
+const PRIVATE_CONNECTIONS: usize = 8;
+
+/// Serve the private listener until `stop` turns true.
+///
+/// # Errors
+/// As [`super::guard::serve`].
+pub(crate) async fn serve_private(
+    listener: TcpListener,
+    app: Arc<App>,
+    guard: GuardConfig,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    // Its own caps: a scraper polling fast must not meet the public per-address cap.
+    let cap = PRIVATE_CONNECTIONS.min(guard.max_connections);
+    let config = GuardConfig {
+        max_connections: cap,
+        max_connections_per_address: cap,
+        ..guard
+    };
+    let router = axum::Router::new().fallback(answer).with_state(app);
+    let stopped = async move {
+        while !*stop.borrow_and_update() {
+            if stop.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    super::guard::serve(
+        listener,
+        router,
+        TrustProxy::Off,
+        config,
+        None,
+        None,
+        stopped,
+    )
+    .await
+}
+
+/// `GET /metrics`, `GET /status`; anything else `404 {"error":"not found"}`.
+async fn answer(State(app): State<Arc<App>>, req: Request) -> Response {
+    let get = req.method() == Method::GET;
+    let (status, content_type, body) = match req.uri().path() {
+        "/metrics" if get => (
+            StatusCode::OK,
+            super::metrics::CONTENT_TYPE,
+            app.http_metrics.render().await,
+        ),
+        "/status" if get => (
+            StatusCode::OK,
+            "application/json",
+            super::status::document(&app).await.to_string(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "application/json",
+            r#"{"error":"not found"}"#.to_owned(),
+        ),
+    };
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
