@@ -90,7 +90,7 @@ pub enum HostCommand {
     Rotate,
     /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
     Doctor,
-    /// Run as a daemon: receive as mail arrives, push as `send` queues (see `host::daemon`).
+    /// Run as a daemon: receive as mail arrives, push as `send` queues.
     Run(super::daemon::RunArgs),
 }
 

@@ -17,11 +17,14 @@ use crate::files::AtomicFile;
 use crate::progress::{self, Counting};
 use crate::show;
 
-/// Run the command; prints the counts and checksum on success.
+/// Run the command; prints the counts and checksum on success (one JSON object with `json`).
+/// An existing FILE is refused (exit 2) unless `force`, before the store is asked for anything.
 ///
 /// # Errors
-/// Store access, I/O on the file, the relay's refusal, or a written file that does not verify.
-pub fn run(target: &access::Target, file: &Path) -> Result<(), Failure> {
+/// FILE exists, store access, I/O on the file, the relay's refusal, or a written file that
+/// does not verify.
+pub fn run(target: &access::Target, file: &Path, force: bool, json: bool) -> Result<(), Failure> {
+    refuse_existing(file, force)?;
     let via = access::relay_or_store(target, &Request::Backup)?;
     let mut out = AtomicFile::create(file)?;
     let bar = progress::bytes("backing up");
@@ -79,9 +82,40 @@ pub fn run(target: &access::Target, file: &Path) -> Result<(), Failure> {
             (checked, how)
         }
     };
-    println!("backup written: {} ({how})", file.display());
-    print!("{}", show::summary(&summary));
+    if json {
+        let mut v = show::summary_json(&summary);
+        v["file"] = file.display().to_string().into();
+        v["how"] = how.into();
+        println!("{v}");
+    } else {
+        println!("backup written: {} ({how})", file.display());
+        print!("{}", show::summary(&summary));
+    }
     Ok(())
+}
+
+/// An existing FILE (or a link there) is kept unless `--force`: a backup named like
+/// yesterday's must not silently replace it.
+fn refuse_existing(file: &Path, force: bool) -> Result<(), Failure> {
+    match std::fs::symlink_metadata(file) {
+        Ok(m) if m.is_dir() => Err(Failure::new(
+            Code::Usage,
+            format!(
+                "{} is a directory; give a file name for the backup",
+                file.display()
+            ),
+        )),
+        Ok(_) if !force => Err(Failure::new(
+            Code::Usage,
+            format!(
+                "{} exists; refusing to overwrite it (give --force to replace it)",
+                file.display()
+            ),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Failure::io("cannot check", file, &e)),
+    }
 }
 
 /// Verify what was just written, and that it is what the writer produced (its checksum), before

@@ -74,7 +74,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
     /// Measure live delivery instead (docs/protocol.md §8): push-to-receive latency for
-    /// long-poll, events-stream and 1 s polling receivers at `--rate` (see `bench/latency.rs`).
+    /// long-poll, events-stream and 1 s polling receivers at `--rate`.
     #[arg(long)]
     pub latency: bool,
     /// With --latency: items pushed per second (single-item pushes from 16 senders).
