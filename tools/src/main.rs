@@ -407,3 +407,15 @@ fn run(command: Command) -> Result<(), Failure> {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// Help on every flag and command of the tree (clap's tree walked, not `--help` parsed).
+    #[test]
+    fn every_flag_and_command_has_help() {
+        let missing = mbx_relay::cli_docs::undocumented(&super::Cli::command());
+        assert!(missing.is_empty(), "without help: {missing:?}");
+    }
+}
