@@ -321,7 +321,7 @@ fn completions_and_the_man_page_are_generated_from_the_command_tree() {
         let out = relay_exits(&["completions", shell], &[]);
         assert_eq!(out.status.code(), Some(0), "{shell}");
         let script = text(&out.stdout);
-        assert!(script.contains("--max-queue-bytes"), "{shell}: {script}");
+        assert!(script.contains("max-queue-bytes"), "{shell}: {script}");
     }
     let out = relay_exits(&["man"], &[]);
     assert_eq!(out.status.code(), Some(0));

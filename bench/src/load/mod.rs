@@ -182,7 +182,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
             "mbx-relay push: batches of {}, {}-byte items, {} targets",
             report.batch, report.item_bytes, report.targets
         );
-        std::fs::write(path, svg::render(&title, &pts))
+        std::fs::write(path, svg::render(&title, &pts, &svg::provenance()))
             .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
     print_report(a, &report, report::text)
