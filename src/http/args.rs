@@ -176,7 +176,8 @@ impl ServeArgs {
 }
 
 /// `msg` (an error naming flags) with, after each flag whose value came from its variable,
-/// ` (from MBX_RELAY_X)`: the operator then looks in the environment file, not the command line.
+/// ` (from MBX_RELAY_X)` (unless the message names that variable already): the operator then
+/// looks in the environment file, not the command line.
 pub fn name_env_source(msg: &str, matches: &clap::ArgMatches) -> String {
     use clap::Args as _;
     let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
@@ -189,7 +190,7 @@ pub fn name_env_source(msg: &str, matches: &clap::ArgMatches) -> String {
             matches.value_source(arg.get_id().as_str()),
             Some(clap::parser::ValueSource::EnvVariable)
         );
-        if from_env {
+        if from_env && !out.contains(&*var.to_string_lossy()) {
             out = mark_flag(&out, &format!("--{long}"), &var.to_string_lossy());
         }
     }

@@ -635,10 +635,10 @@ fn command_line_errors_name_their_cause_and_exit_codes_are_documented() {
     let help = tool_expect(&["--help"], 0);
     for code in [
         "0  success",
-        "1  usage",
-        "2  store",
-        "3  damaged",
-        "4  store in use",
+        "1  failure while working",
+        "2  usage or configuration error",
+        "3  a data check failed",
+        "4  the store is in use",
     ] {
         assert!(help.contains(code), "--help lacks {code:?}:\n{help}");
     }

@@ -50,15 +50,20 @@ pub fn run(target: &access::Target, file: &Path, force: bool, json: bool) -> Res
             )
         }
         Via::Local(store) => {
+            // The store's figures give the size to come (the relay log's entries aside), so
+            // this bar has a total and the time left; the online stream above has neither.
+            bar.finish_and_clear();
+            let records = progress::bytes_of("backing up", estimated_bytes(&store));
+            let hidden = indicatif::ProgressBar::hidden();
             let written = {
                 let mut counting = Counting {
                     inner: &mut out,
-                    bar: &bar,
+                    bar: &hidden,
                     written: 0,
                 };
-                store.backup_to(&mut counting, &mut |_| {})
+                store.backup_to(&mut counting, &mut |n| progress::advance(&records, n))
             };
-            bar.finish_and_clear();
+            records.finish_and_clear();
             let summary = written?;
             out.sync()?;
             let checked = check(&out, &summary.checksum)?;
@@ -116,6 +121,22 @@ fn refuse_existing(file: &Path, force: bool) -> Result<(), Failure> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Failure::io("cannot check", file, &e)),
     }
+}
+
+/// Bytes a backup of `store` will take, from its figures: the queued bytes plus a record's
+/// framing and keys per row (0 when the figures cannot be read: the bar then grows as it goes).
+fn estimated_bytes(store: &relay_store::SharedStore) -> u64 {
+    /// About what one row costs beside its payload (keys, seqs, times, framing, checksum).
+    const PER_RECORD: u64 = 160;
+    store.stats().map_or(0, |s| {
+        let rows = s.live_enrolments
+            + s.revoked_enrolments
+            + s.queued.items
+            + s.dedup_rows
+            + s.enc_ads_v1
+            + s.enc_ads_v2;
+        s.queued.bytes + rows * PER_RECORD
+    })
 }
 
 /// Verify what was just written, and that it is what the writer produced (its checksum), before
