@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use relay_store::{OpenOptions, SystemClock};
 
+use crate::http::tls::Tls;
 use crate::http::{router, App, TrustProxy};
 use crate::store_open::{open_store, StoreSpec};
 use relay_core::{key, startup, Limits};
@@ -103,9 +104,12 @@ impl From<String> for ServeError {
 struct Checked {
     listener: tokio::net::TcpListener,
     metrics_listener: Option<tokio::net::TcpListener>,
-    tls: Option<Arc<crate::http::tls::Tls>>,
-    key: Option<(relay_wire::keys::SigningKey, key::KeySource)>,
+    tls: Option<Arc<Tls>>,
+    key: Option<FoundKey>,
 }
+
+/// A relay key found at start (`MBX_RELAY_KEY` or `relay.key`) and where it came from.
+type FoundKey = (relay_wire::keys::SigningKey, key::KeySource);
 
 /// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
 /// setting error).
@@ -130,15 +134,7 @@ async fn bind(flag: &str, value: &str) -> Result<tokio::net::TcpListener, ServeE
 
 /// The settings start-up reads from files (TLS pair, store directory mode, relay key): all
 /// refused before anything is created.
-fn check_files(
-    config: &ServeConfig,
-) -> Result<
-    (
-        Option<Arc<crate::http::tls::Tls>>,
-        Option<(relay_wire::keys::SigningKey, key::KeySource)>,
-    ),
-    ServeError,
-> {
+fn check_files(config: &ServeConfig) -> Result<(Option<Arc<Tls>>, Option<FoundKey>), ServeError> {
     let tls = config.tls.load().map_err(ServeError::Config)?;
     let dir = &config.store_dir;
     if dir.exists() {

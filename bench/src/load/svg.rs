@@ -216,7 +216,7 @@ fn legend(s: &mut String) {
 pub fn provenance() -> String {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let day: String = relay_wire::time::iso_ms(now_ms).chars().take(10).collect();
     let commit = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
