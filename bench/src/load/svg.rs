@@ -274,7 +274,8 @@ mod tests {
         ];
         let svg = render("a <b> & c", &pts, "measured 2026-12-02, commit abc");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
-        assert_eq!(svg.matches("<circle").count(), 3);
+        // One marker per point (the legend's sample is on its own `<line` row).
+        assert_eq!(svg.lines().filter(|l| l.starts_with("<circle")).count(), 3);
         assert!(svg.contains("a &lt;b&gt; &amp; c"));
         assert!(svg.contains(">64<"));
         assert!(!render("one", &pts[..1], "").contains("NaN"));
