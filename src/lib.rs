@@ -7,8 +7,12 @@
 //! This is the one crate that links HTTP and the storage backends (see ARCHITECTURE.md).
 
 pub mod admin;
+pub mod cli;
+pub mod cli_docs;
+pub mod exit;
 pub mod failpoint;
 pub mod http;
 pub mod memory;
+mod notify;
 pub mod serve;
 pub mod store_open;

@@ -1,46 +1,39 @@
 //! The `mbx-relay` command: `serve` runs the relay, `keygen` prints a new relay key, `health`
-//! probes a running relay, `host ...` runs the host side.
+//! probes a running relay, `host ...` runs the host side, `completions` and `man` print the
+//! shell completions and the man page.
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _};
+use mbx_relay::cli::{Cli, Command};
+use mbx_relay::exit;
 use mbx_relay::http::args::ServeArgs;
 
 /// mimalloc, tuned in `mbx_relay::memory` (why: see there).
 #[global_allocator]
 static GLOBAL: mbx_relay::memory::RelayAlloc = mbx_relay::memory::RelayAlloc;
 
-/// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
-#[derive(Debug, Parser)]
-#[command(name = "mbx-relay", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the relay (HTTP) over its store directory.
-    Serve(Box<ServeArgs>),
-    /// Print a new relay key (base64 seed, for MBX_RELAY_KEY or relay.key) and its fingerprint.
-    Keygen,
-    /// Exit 0 when the relay's `GET /health` answers 200 (container health checks).
-    Health(mbx_relay::http::health_probe::HealthArgs),
-    /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
-    Host(mbx_host::cli::HostArgs),
-}
-
 fn main() -> ExitCode {
     mbx_relay::memory::tune_allocator();
-    let cli = Cli::parse();
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return mbx_relay::cli_docs::usage_error(&Cli::command(), &e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return mbx_relay::cli_docs::usage_error(&Cli::command(), &e),
+    };
     match cli.command {
-        Command::Serve(args) => serve(*args),
+        Command::Serve(args) => {
+            let serve_matches = matches.subcommand_matches("serve");
+            serve(*args, serve_matches)
+        }
         Command::Host(args) => mbx_host::cli::run(args),
         Command::Health(args) => match mbx_relay::http::health_probe::probe(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("mbx-relay: unhealthy: {e}");
-                ExitCode::FAILURE
+                ExitCode::from(exit::FAILURE)
             }
         },
         Command::Keygen => {
@@ -48,16 +41,26 @@ fn main() -> ExitCode {
             print!("{}", relay_core::key::keygen_text(&key));
             ExitCode::SUCCESS
         }
+        Command::Completions(shell) => {
+            mbx_relay::cli_docs::completions(Cli::command(), shell.shell, "mbx-relay")
+        }
+        Command::Man(args) => mbx_relay::cli_docs::man(Cli::command(), &args),
     }
 }
 
-fn serve(args: ServeArgs) -> ExitCode {
+fn serve(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> ExitCode {
     init_logging();
+    let check = args.check;
     let config = args.into_config();
+    // Every error names its MBX_RELAY_* variable when the value came from the environment.
+    let name_source = |e: &str| match matches {
+        Some(m) => mbx_relay::http::args::name_env_source(e, m),
+        None => e.to_string(),
+    };
     if let Err(e) = config.validate() {
-        // A usage error, before anything is opened: clap's exit code for bad flags.
-        eprintln!("mbx-relay: {e}");
-        return ExitCode::from(2);
+        // A configuration error, before anything is opened.
+        eprintln!("mbx-relay: {}", name_source(&e));
+        return ExitCode::from(exit::USAGE);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -67,16 +70,31 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("mbx-relay: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(exit::FAILURE);
         }
     };
+    if check {
+        return match rt.block_on(mbx_relay::serve::check(&config)) {
+            Ok(lines) => {
+                for l in lines {
+                    println!("{l}");
+                }
+                println!("configuration ok");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mbx-relay: {}", name_source(&e.to_string()));
+                ExitCode::from(exit::USAGE)
+            }
+        };
+    }
     mbx_relay::memory::spawn_trimmer(mbx_relay::memory::TRIM_INTERVAL);
     match rt.block_on(mbx_relay::serve::run_serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("mbx-relay: {e}");
-            ExitCode::FAILURE
+            // Once, on stderr (journald keeps it); not also as a log line.
+            eprintln!("mbx-relay: {}", name_source(&e.to_string()));
+            ExitCode::from(e.exit_code())
         }
     }
 }

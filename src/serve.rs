@@ -1,17 +1,20 @@
 //! The `serve` lifecycle: the server's start-up wiring (store, key, admin socket, HTTP).
-//! Startup order: owner-only umask, refuse a store directory others can
-//! reach, open the store (lock), load or create the relay key (refused likewise), pin
-//! it, stale-heartbeat check, heartbeat, bind (and bind `--metrics-listen`, printing
-//! `metrics listening on <addr>`), install the SIGHUP handler (TLS reload, [`crate::http::tls`]),
-//! print `listening on <addr>`, then serve; background tasks sweep and heartbeat. On SIGTERM/SIGINT: stop accepting, finish in-flight requests, stop the
-//! background tasks and the metrics listener, close the store.
-
+//! Startup order, so that a start that fails creates nothing: check every setting, bind
+//! `--listen` and `--metrics-listen`, load the TLS pair, refuse a store directory others can
+//! reach, load the relay key if there is one (refused likewise); only then owner-only umask,
+//! open the store (lock, migrations: `STATUS=` lines to systemd meanwhile), create the relay
+//! key if there was none, pin it, stale-heartbeat check, heartbeat, install the SIGHUP handler
+//! (TLS reload, [`crate::http::tls`]), print `metrics listening on <addr>` and
+//! `listening on <addr>`, tell systemd `READY=1`, then serve; background tasks sweep, heartbeat
+//! and feed the systemd watchdog. On SIGTERM/SIGINT: stop accepting, finish in-flight
+//! requests, stop the background tasks and the metrics listener, close the store.
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use relay_store::{OpenOptions, SystemClock};
 
+use crate::http::tls::Tls;
 use crate::http::{router, App, TrustProxy};
 use crate::store_open::{open_store, StoreSpec};
 use relay_core::{key, startup, Limits};
@@ -62,24 +65,201 @@ impl ServeConfig {
     }
 }
 
-/// Run the relay until a shutdown signal.
+/// Why `serve` did not start or stopped, and so its exit code (one scheme with relay-tool:
+/// 2 for a setting, 1 for a failure while starting or running).
+#[derive(Debug)]
+pub enum ServeError {
+    /// A flag, variable, file or key is wrong: exit 2, and nothing was created.
+    Config(String),
+    /// The relay could not run (a port in use, the store, I/O): exit 1.
+    Runtime(String),
+}
+
+impl ServeError {
+    /// The process exit code ([`crate::exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Config(_) => crate::exit::USAGE,
+            ServeError::Runtime(_) => crate::exit::FAILURE,
+        }
+    }
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Config(m) | ServeError::Runtime(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for ServeError {
+    fn from(m: String) -> Self {
+        ServeError::Runtime(m)
+    }
+}
+
+/// What start-up checked before creating anything: the listeners bound, TLS loaded, the key
+/// found (or to be generated once the store is open).
+struct Checked {
+    listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    tls: Option<Arc<Tls>>,
+    key: Option<FoundKey>,
+}
+
+/// A relay key found at start (`MBX_RELAY_KEY` or `relay.key`) and where it came from.
+type FoundKey = (relay_wire::keys::SigningKey, key::KeySource);
+
+/// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
+/// setting error).
+async fn resolve(flag: &str, value: &str) -> Result<Vec<std::net::SocketAddr>, ServeError> {
+    let bad = |why: String| ServeError::Config(format!("{flag} {value}: {why}"));
+    let addrs: Vec<_> = tokio::net::lookup_host(value)
+        .await
+        .map_err(|e| bad(e.to_string()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(bad("names no address".into()));
+    }
+    Ok(addrs)
+}
+
+async fn bind(flag: &str, value: &str) -> Result<tokio::net::TcpListener, ServeError> {
+    let addrs = resolve(flag, value).await?;
+    tokio::net::TcpListener::bind(&addrs[..])
+        .await
+        .map_err(|e| ServeError::Runtime(format!("cannot listen on {value} ({flag}): {e}")))
+}
+
+/// The settings start-up reads from files (TLS pair, store directory mode, relay key): all
+/// refused before anything is created.
+fn check_files(config: &ServeConfig) -> Result<(Option<Arc<Tls>>, Option<FoundKey>), ServeError> {
+    let tls = config.tls.load().map_err(ServeError::Config)?;
+    let dir = &config.store_dir;
+    if dir.exists() {
+        require_private(dir, Kind::Dir, "store directory").map_err(ServeError::Config)?;
+    }
+    let key = key::load_existing(dir, config.key_env.as_deref()).map_err(ServeError::Config)?;
+    Ok((tls, key))
+}
+
+/// Everything but the store, in the order that creates nothing: settings, listeners, files.
+async fn check_and_bind(config: &ServeConfig) -> Result<Checked, ServeError> {
+    config.validate().map_err(ServeError::Config)?;
+    let listener = bind("--listen", &config.listen).await?;
+    let metrics_listener = match &config.metrics_listen {
+        Some(a) => Some(bind("--metrics-listen", a).await?),
+        None => None,
+    };
+    let (tls, key) = check_files(config)?;
+    Ok(Checked {
+        listener,
+        metrics_listener,
+        tls,
+        key,
+    })
+}
+
+/// `mbx-relay serve --check`: every setting, file and the key as a start checks them, the
+/// addresses resolved (not bound: the relay being checked may hold them), and the store
+/// reached; nothing is created or served. Answers the lines to print.
 ///
 /// # Errors
-/// A message for the operator: store open/lock failure, key refused, bind failure, I/O.
-pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
-    config.validate()?;
-    let tls = config.tls.load()?;
+/// The first problem ([`ServeError::Config`] for settings; a store that cannot be reached is
+/// [`ServeError::Runtime`]).
+pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
+    config.validate().map_err(ServeError::Config)?;
+    let mut lines = vec!["settings: ok".to_string()];
+    for (flag, value) in std::iter::once(("--listen", &config.listen)).chain(
+        config
+            .metrics_listen
+            .iter()
+            .map(|m| ("--metrics-listen", m)),
+    ) {
+        let addrs = resolve(flag, value).await?;
+        lines.push(format!("{flag} {value}: resolves to {}", addrs[0]));
+    }
+    let (tls, key) = check_files(config)?;
+    if tls.is_some() {
+        lines.push("tls: certificate and key load".into());
+    }
+    lines.push(
+        match key.as_ref().map(|(k, s)| (fingerprint(&k.public()), s)) {
+            Some((fp, source)) => format!("relay key: {fp} ({source:?})"),
+            None => "relay key: none yet (generated at the first start)".into(),
+        },
+    );
+    lines.push(check_store(config).await?);
+    Ok(lines)
+}
+
+/// The store is reachable: a directory store's directory (or, not yet there, the nearest
+/// existing parent it would be created in); a database store is opened and closed.
+async fn check_store(config: &ServeConfig) -> Result<String, ServeError> {
+    match &config.store {
+        StoreSpec::Dir(dir) => {
+            if dir.exists() {
+                std::fs::read_dir(dir).map_err(|e| {
+                    format!("cannot read the store directory {}: {e}", dir.display())
+                })?;
+                return Ok(format!("store: {} (exists)", dir.display()));
+            }
+            let parent = dir
+                .ancestors()
+                .skip(1)
+                .map(|p| {
+                    if p.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        p
+                    }
+                })
+                .find(|p| p.exists())
+                .unwrap_or(Path::new("."));
+            if !writable_dir(parent) {
+                return Err(ServeError::Runtime(format!(
+                    "the store directory {} cannot be created: {} is not a writable directory",
+                    dir.display(),
+                    parent.display()
+                )));
+            }
+            Ok(format!(
+                "store: {} (created at the first start)",
+                dir.display()
+            ))
+        }
+        StoreSpec::Postgres(_) => {
+            let spec = config.store.clone();
+            let label = spec.to_string();
+            tokio::task::spawn_blocking(move || {
+                open_store(&spec, OpenOptions::default()).and_then(|s| s.close())
+            })
+            .await
+            .map_err(|e| format!("store open task failed: {e}"))?
+            .map_err(|e| format!("cannot open store {label}: {e}"))?;
+            Ok(format!("store: {label} (reachable)"))
+        }
+    }
+}
+
+/// Run the relay until a shutdown signal. Nothing is created (store directory, relay key)
+/// before every setting is checked and both listeners are bound; `READY=1` goes to systemd
+/// once the relay listens.
+///
+/// # Errors
+/// [`ServeError::Config`]: a setting, file or key refused (nothing created);
+/// [`ServeError::Runtime`]: a port in use, store open/lock failure, I/O.
+pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
+    let Checked {
+        listener,
+        metrics_listener,
+        tls,
+        key: found_key,
+    } = check_and_bind(&config).await?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     relay_os::private::restrict_umask();
     let dir = config.store_dir.clone();
-    if config.store.dir().is_none() && !dir.exists() {
-        // A database store: `--store-dir` still holds the admin socket and relay.key.
-        relay_os::durable_dir::create_dir_all_durable(&dir, 0o700)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    }
-    if dir.exists() {
-        require_private(&dir, Kind::Dir, "store directory")?;
-    }
     let store = {
         let spec = config.store.clone();
         let opts = OpenOptions {
@@ -87,12 +267,23 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             log_retention: config.log_retention,
             ..OpenOptions::default()
         };
-        tokio::task::spawn_blocking(move || open_store(&spec, opts))
-            .await
+        crate::notify::notify("STATUS=opening the store");
+        let ticker = tokio::spawn(opening_status());
+        let opened = tokio::task::spawn_blocking(move || open_store(&spec, opts)).await;
+        ticker.abort();
+        opened
             .map_err(|e| format!("store open task failed: {e}"))?
             .map_err(|e| format!("cannot open store {}: {e}", config.store))?
     };
-    let (relay_key, source) = key::load_or_create(&dir, config.key_env.as_deref())?;
+    if !dir.exists() {
+        // A database store: `--store-dir` still holds the admin socket and relay.key.
+        relay_os::durable_dir::create_dir_all_durable(&dir, 0o700)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let (relay_key, source) = match found_key {
+        Some(found) => found,
+        None => key::load_or_create(&dir, config.key_env.as_deref())?,
+    };
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(
         startup::start(
@@ -105,21 +296,9 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
         .with_authority(relay_core::authority::for_serve()?),
     );
 
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-
-    let metrics_listener = match &config.metrics_listen {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .map_err(|e| format!("cannot listen on {a} for metrics: {e}"))?,
-        ),
-        None => None,
-    };
 
     // Extension point: the admin socket (relay-tool backup/dump while running) starts here, with
     // `store` and `dir` in scope.
@@ -167,7 +346,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
             l,
             app.clone(),
             guard,
-            stop_rx,
+            stop_rx.clone(),
         ))
     });
     let signal = shutdown_signal()?;
@@ -194,6 +373,8 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     }
     tracing::info!(%addr, store = %dir.display(), scheme = if tls.is_some() { "https" } else { "http" }, "serving");
     let observed = Some(app.http_metrics.clone());
+    crate::notify::notify(&format!("READY=1\nSTATUS=serving on {addr}"));
+    let watchdog = crate::notify::spawn_watchdog(stop_rx.clone());
     let served = crate::http::guard::serve(
         listener,
         router(app),
@@ -205,9 +386,13 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     )
     .await;
     tracing::info!("shutting down: in-flight requests finished");
+    crate::notify::notify("STOPPING=1");
     let _ = stop_tx.send(true);
     let _ = background.await;
     let _ = reloader.await;
+    if let Some(w) = watchdog {
+        let _ = w.await;
+    }
     if let Some(m) = metrics {
         let _ = m.await;
     }
@@ -239,4 +424,34 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
             _ = term.recv() => tracing::info!("SIGTERM received"),
         }
     })
+}
+
+/// While the store opens (a schema migration may take minutes): a `STATUS=` line every few
+/// seconds, the start timeout extended, and the watchdog fed, so systemd neither kills a long
+/// migration nor leaves the operator guessing.
+async fn opening_status() {
+    let began = std::time::Instant::now();
+    let every = crate::notify::watchdog_interval().map_or(STATUS_EVERY, |w| w.min(STATUS_EVERY));
+    loop {
+        tokio::time::sleep(every).await;
+        crate::notify::notify(&format!(
+            "STATUS=opening the store ({} s; a schema migration may be running)\n\
+             EXTEND_TIMEOUT_USEC={}\nWATCHDOG=1",
+            began.elapsed().as_secs(),
+            (STATUS_EVERY * 6).as_micros()
+        ));
+    }
+}
+
+/// How often [`opening_status`] reports.
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `path` is a directory this process may create entries in (`access(2)`, W_OK and X_OK).
+fn writable_dir(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    path.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
 }

@@ -245,31 +245,60 @@ impl Limits {
     }
 }
 
-/// Parse a duration: a non-negative integer followed by `ms`, `s`, `m`, `h` or `d`
-/// (a bare integer means seconds).
+/// Parse a duration flag or variable: a plain integer is seconds (as it always was); with a
+/// unit, humantime's syntax (`14d`, `2w`, `90s`, `10m`, `250ms`, `1h 30m`).
 ///
 /// # Errors
-/// A message saying what form is expected.
+/// A message quoting the value and giving examples.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
+    let bad = || format!("bad duration {s:?}: expected e.g. 2w, 14d, 2h, 10m, 90s or 500ms");
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        let n: u64 = t.parse().map_err(|_| bad())?;
+        return n
+            .checked_mul(1_000)
+            .map(Duration::from_millis)
+            .ok_or_else(bad);
+    }
+    let d = humantime::parse_duration(t).map_err(|_| bad())?;
+    // Kept to what a u64 of milliseconds holds (the store's unit for every period).
+    u64::try_from(d.as_millis()).map_err(|_| bad())?;
+    Ok(d)
+}
+
+/// Parse a byte-count flag or variable: a plain integer, or one with a unit: `K`/`KiB`,
+/// `M`/`MiB`, `G`/`GiB` (powers of 1024), `KB`, `MB`, `GB` (powers of 1000), `B`.
+///
+/// # Errors
+/// A message quoting the value and giving examples.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let bad = || format!("bad byte count {s:?}: expected e.g. 524288, 512KiB, 50MiB, 50M or 8MB");
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || format!("bad duration {s:?}: expected e.g. 14d, 2h, 10m, 90s or 500ms");
-    if num.is_empty() || num.len() > 15 {
+    if num.is_empty() || num.len() > 20 {
         return Err(bad());
     }
     let n: u64 = num.parse().map_err(|_| bad())?;
-    let ms_per = match unit {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
+    let per: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "Ki" | "KiB" => 1 << 10,
+        "M" | "Mi" | "MiB" => 1 << 20,
+        "G" | "Gi" | "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
         _ => return Err(bad()),
     };
-    n.checked_mul(ms_per)
-        .map(Duration::from_millis)
-        .ok_or_else(bad)
+    n.checked_mul(per).ok_or_else(bad)
+}
+
+/// [`parse_bytes`] for a `usize` flag.
+///
+/// # Errors
+/// As [`parse_bytes`], or a count this machine cannot address.
+pub fn parse_bytes_usize(s: &str) -> Result<usize, String> {
+    usize::try_from(parse_bytes(s)?).map_err(|_| format!("bad byte count {s:?}: too large"))
 }
 
 #[cfg(test)]
@@ -287,8 +316,31 @@ mod tests {
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
-        for bad in ["", "d", "1w", "-1s", "1.5h", "99999999999999999d"] {
+        assert_eq!(
+            parse_duration("2w").unwrap(),
+            Duration::from_secs(14 * 86_400)
+        );
+        assert_eq!(
+            parse_duration("1h 30m").unwrap(),
+            Duration::from_secs(5_400)
+        );
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5_400));
+        for bad in ["", "d", "-1s", "99999999999999999999d", "5x", "1.5"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn byte_counts_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("524288").unwrap(), 524_288);
+        assert_eq!(parse_bytes("50MiB").unwrap(), 50 << 20);
+        assert_eq!(parse_bytes("50M").unwrap(), 50 << 20);
+        assert_eq!(parse_bytes("8MB").unwrap(), 8_000_000);
+        assert_eq!(parse_bytes("512KiB").unwrap(), 512 << 10);
+        assert_eq!(parse_bytes("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes(" 7 B ").unwrap(), 7);
+        for bad in ["", "MiB", "-1", "1.5M", "5x", "99999999999GiB", "1TiB"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
         }
     }
 

@@ -55,6 +55,7 @@ pub struct HostArgs {
 pub enum HostCommand {
     /// Create the host: its Ed25519 host key and X25519 enc key (files 0600).
     Init {
+        /// The host's name (what peers and the relay's listings show).
         #[arg(long)]
         name: String,
     },
@@ -66,12 +67,16 @@ pub enum HostCommand {
     Peer(PeerCommand),
     /// Queue a message for a pinned peer; the next `sync` seals and pushes it.
     Send {
+        /// The pinned peer's name.
         #[arg(long)]
         to: String,
+        /// The message's subject line.
         #[arg(long)]
         subject: String,
+        /// Read the body from this file (or give --body).
         #[arg(long, conflicts_with = "body", required_unless_present = "body")]
         file: Option<PathBuf>,
+        /// The body as text (or give --file).
         #[arg(long)]
         body: Option<String>,
     },
@@ -90,7 +95,7 @@ pub enum HostCommand {
     Rotate,
     /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
     Doctor,
-    /// Run as a daemon: receive as mail arrives, push as `send` queues (see `host::daemon`).
+    /// Run as a daemon: receive as mail arrives, push as `send` queues.
     Run(super::daemon::RunArgs),
 }
 
@@ -98,7 +103,10 @@ pub enum HostCommand {
 #[derive(Debug, Subcommand)]
 pub enum InboxCommand {
     /// Print one received message with its body.
-    Show { id: String },
+    Show {
+        /// The message's id (as `inbox` lists it).
+        id: String,
+    },
 }
 
 /// `host relay ...`.
@@ -106,6 +114,7 @@ pub enum InboxCommand {
 pub enum RelayCommand {
     /// Use the relay at URL, pinning its key (trust on first use unless --key names its fingerprint).
     Set {
+        /// The relay's base URL (`https://relay.example`).
         url: String,
         /// The relay key's fingerprint (`ab12-cd34-ef56-7890`), from the operator.
         #[arg(long)]
@@ -124,12 +133,20 @@ pub enum RelayCommand {
 #[derive(Debug, Subcommand)]
 pub enum PeerCommand {
     /// Pin a peer host by name and Ed25519 public key (base64).
-    Add { name: String, pubkey: String },
+    Add {
+        /// The name to know the peer by.
+        name: String,
+        /// The peer's Ed25519 host key (base64), as its `init` printed it.
+        pubkey: String,
+    },
     /// The peer rotated its key: pin NEWKEY (or the new key of a rotation record both keys
     /// signed), keep the old key as retired, move waiting rows, republish the allowlist.
     Rotate {
+        /// The pinned peer's name.
         name: String,
+        /// The peer's new host key (base64), or give --record.
         newkey: Option<String>,
+        /// A rotation record file both keys signed (instead of NEWKEY).
         #[arg(long)]
         record: Option<PathBuf>,
     },

@@ -7,86 +7,114 @@ use std::time::Duration;
 use super::TrustProxy;
 use crate::serve::ServeConfig;
 use crate::store_open::StoreSpec;
-use relay_core::config::{defaults as d, parse_duration, Limits};
+use relay_core::config::{defaults as d, parse_bytes, parse_duration, Limits};
 
-/// Flags of `mbx-relay serve`.
+/// The `--help` groups of `serve`'s flags (the guard's and TLS's are theirs).
+const HEAD_WHERE: &str = "Listeners and store";
+const HEAD_ITEMS: &str = "Items and pulls";
+const HEAD_QUOTAS: &str = "Quotas and caps";
+const HEAD_RATES: &str = "Rate limits";
+const HEAD_TIMES: &str = "Periods";
+
+/// Flags of `mbx-relay serve`. Byte counts take `50MiB`, `50M`, `8MB` or a plain integer;
+/// durations `2w`, `14d`, `90s`, `250ms` or a plain integer of seconds.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
+    /// Check the whole configuration (flags, variables, files, TLS pair, relay key, store
+    /// reachable) and exit 0, or 2 naming the first problem; nothing is created or served.
+    #[arg(long)]
+    pub check: bool,
     /// Address to listen on (`127.0.0.1:0` picks a free port).
-    #[arg(long, env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787")]
+    #[arg(long, env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787", help_heading = HEAD_WHERE)]
     pub listen: String,
     /// Private address for `GET /metrics` (e.g. `127.0.0.1:9187`); unset: metrics are not served.
-    #[arg(long, env = "MBX_RELAY_METRICS_LISTEN")]
+    #[arg(long, env = "MBX_RELAY_METRICS_LISTEN", help_heading = HEAD_WHERE)]
     pub(crate) metrics_listen: Option<String>,
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
-    #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data")]
+    #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data", help_heading = HEAD_WHERE)]
     pub store_dir: PathBuf,
-    /// The store backend (default: the directory `--store-dir`). A directory here takes the
-    /// place of `--store-dir` (it then holds relay.key and the admin socket too).
-    #[arg(long, env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse)]
+    /// The store: a directory, or `postgres://user@host:port/db` (default: the directory
+    /// --store-dir). A directory here takes the place of --store-dir (it then holds relay.key
+    /// and the admin socket too).
+    #[arg(long, env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse, help_heading = HEAD_WHERE)]
     pub store: Option<StoreSpec>,
     /// Take the client address from a proxy header: off, xff or cloudflare.
-    #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off")]
+    #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off", help_heading = HEAD_WHERE)]
     pub(crate) trust_proxy: TrustProxy,
-    #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value_t = d::MAX_ITEM_BYTES)]
+    /// Largest item (sealed body) accepted, in bytes.
+    #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value_t = d::MAX_ITEM_BYTES, value_parser = parse_bytes, help_heading = HEAD_ITEMS)]
     pub max_item_bytes: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_BATCH", default_value_t = d::MAX_BATCH)]
+    /// Most items in one push.
+    #[arg(long, env = "MBX_RELAY_MAX_BATCH", default_value_t = d::MAX_BATCH, help_heading = HEAD_ITEMS)]
     pub max_batch: usize,
-    #[arg(long, env = "MBX_RELAY_MAX_TARGETS", default_value_t = d::MAX_TARGETS)]
+    /// Most target hosts of one item.
+    #[arg(long, env = "MBX_RELAY_MAX_TARGETS", default_value_t = d::MAX_TARGETS, help_heading = HEAD_ITEMS)]
     pub max_targets: usize,
-    #[arg(long, env = "MBX_RELAY_PUSHES_PER_MINUTE", default_value_t = d::PUSHES_PER_MINUTE)]
-    pub pushes_per_minute: u32,
-    #[arg(long, env = "MBX_RELAY_MAX_PULL", default_value_t = d::MAX_PULL)]
+    /// Most items one pull returns.
+    #[arg(long, env = "MBX_RELAY_MAX_PULL", default_value_t = d::MAX_PULL, help_heading = HEAD_ITEMS)]
     pub max_pull: usize,
-    #[arg(long, env = "MBX_RELAY_MAX_PULL_BYTES", default_value_t = d::MAX_PULL_BYTES)]
+    /// Most item bytes one pull returns.
+    #[arg(long, env = "MBX_RELAY_MAX_PULL_BYTES", default_value_t = d::MAX_PULL_BYTES, value_parser = parse_bytes, help_heading = HEAD_ITEMS)]
     pub max_pull_bytes: u64,
-    /// Item retention (`14d`, `2h`, `90s`).
-    #[arg(long, env = "MBX_RELAY_RETENTION", default_value = d::RETENTION, value_parser = parse_duration)]
+    /// Item retention: a queued item older than this expires and its sender is told.
+    #[arg(long, env = "MBX_RELAY_RETENTION", default_value = d::RETENTION, value_parser = parse_duration, help_heading = HEAD_ITEMS)]
     pub retention: Duration,
-    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_ITEMS", default_value_t = d::MAX_QUEUE_ITEMS)]
+    /// Pushes per sender host key per minute.
+    #[arg(long, env = "MBX_RELAY_PUSHES_PER_MINUTE", default_value_t = d::PUSHES_PER_MINUTE, help_heading = HEAD_RATES)]
+    pub pushes_per_minute: u32,
+    /// Most items queued for one host.
+    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_ITEMS", default_value_t = d::MAX_QUEUE_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_queue_items: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_BYTES", default_value_t = d::MAX_QUEUE_BYTES)]
+    /// Most bytes queued for one host.
+    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_BYTES", default_value_t = d::MAX_QUEUE_BYTES, value_parser = parse_bytes, help_heading = HEAD_QUOTAS)]
     pub max_queue_bytes: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_SENDER_ITEMS", default_value_t = d::MAX_SENDER_ITEMS)]
+    /// Most items one sender has queued at the relay (all its targets together).
+    #[arg(long, env = "MBX_RELAY_MAX_SENDER_ITEMS", default_value_t = d::MAX_SENDER_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_sender_items: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_SENDER_BYTES", default_value_t = d::MAX_SENDER_BYTES)]
+    /// Most bytes one sender has queued at the relay (all its targets together).
+    #[arg(long, env = "MBX_RELAY_MAX_SENDER_BYTES", default_value_t = d::MAX_SENDER_BYTES, value_parser = parse_bytes, help_heading = HEAD_QUOTAS)]
     pub max_sender_bytes: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_ITEMS", default_value_t = d::MAX_ACCOUNT_ITEMS)]
+    /// Most items queued for one account (all its hosts together).
+    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_ITEMS", default_value_t = d::MAX_ACCOUNT_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_account_items: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_BYTES", default_value_t = d::MAX_ACCOUNT_BYTES)]
+    /// Most bytes queued for one account (all its hosts together).
+    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_BYTES", default_value_t = d::MAX_ACCOUNT_BYTES, value_parser = parse_bytes, help_heading = HEAD_QUOTAS)]
     pub max_account_bytes: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_ENROLMENTS", default_value_t = d::MAX_ENROLMENTS)]
+    /// Most live enrolments; past it, enrolling answers 503 (a warning is logged at 90 %).
+    #[arg(long, env = "MBX_RELAY_MAX_ENROLMENTS", default_value_t = d::MAX_ENROLMENTS, help_heading = HEAD_QUOTAS)]
     pub max_enrolments: u64,
-    #[arg(long, env = "MBX_RELAY_MAX_CHALLENGES", default_value_t = d::MAX_CHALLENGES)]
+    /// Most enrolment challenges outstanding at once.
+    #[arg(long, env = "MBX_RELAY_MAX_CHALLENGES", default_value_t = d::MAX_CHALLENGES, help_heading = HEAD_QUOTAS)]
     pub max_challenges: usize,
     /// Challenge, enrol and rotate calls per client address (IPv6: per /64) per minute.
-    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE", default_value_t = d::ENROL_PER_MINUTE)]
+    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE", default_value_t = d::ENROL_PER_MINUTE, help_heading = HEAD_RATES)]
     pub enrol_per_minute: u32,
     /// Challenge, enrol and rotate calls per IPv4 /24 per minute (all its addresses together).
-    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V4_24", default_value_t = d::ENROL_PER_MINUTE_V4_24)]
+    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V4_24", default_value_t = d::ENROL_PER_MINUTE_V4_24, help_heading = HEAD_RATES)]
     pub enrol_per_minute_v4_24: u32,
     /// Challenge, enrol and rotate calls per IPv6 /48 per minute (all its /64s together).
-    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V6_48", default_value_t = d::ENROL_PER_MINUTE_V6_48)]
+    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V6_48", default_value_t = d::ENROL_PER_MINUTE_V6_48, help_heading = HEAD_RATES)]
     pub enrol_per_minute_v6_48: u32,
-    #[arg(long, env = "MBX_RELAY_MAX_PER_NAME", default_value_t = d::MAX_PER_NAME)]
+    /// Most live enrolments sharing one host name.
+    #[arg(long, env = "MBX_RELAY_MAX_PER_NAME", default_value_t = d::MAX_PER_NAME, help_heading = HEAD_QUOTAS)]
     pub max_per_name: usize,
-    /// How often the retention sweep runs (`10m`).
-    #[arg(long, env = "MBX_RELAY_SWEEP_INTERVAL", default_value = d::SWEEP_INTERVAL, value_parser = parse_duration)]
+    /// How often the retention sweep runs.
+    #[arg(long, env = "MBX_RELAY_SWEEP_INTERVAL", default_value = d::SWEEP_INTERVAL, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub sweep_interval: Duration,
-    /// A stored heartbeat further than this from the clock rotates the epoch at startup (`10m`).
-    #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = d::HEARTBEAT_STALE, value_parser = parse_duration)]
+    /// A stored heartbeat further than this from the clock rotates the epoch at startup.
+    #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = d::HEARTBEAT_STALE, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub heartbeat_stale: Duration,
     /// Delete a live enrolment not seen (no hop by it, no push to it) for this long whose queue
-    /// is empty (`90d`; `0` = never; at least `1d`).
-    #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = d::ENROLMENT_IDLE, value_parser = parse_duration)]
+    /// is empty (`0` = never; at least `1d`).
+    #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = d::ENROLMENT_IDLE, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub enrolment_idle: Duration,
     /// An event stream (`GET /v2/relay/events`) ends cleanly this long after it began and the
-    /// client reconnects (`1h`; more than 0).
-    #[arg(long, env = "MBX_RELAY_MAX_STREAM_LIFETIME", default_value = d::MAX_STREAM_LIFETIME, value_parser = parse_duration)]
+    /// client reconnects (more than 0).
+    #[arg(long, env = "MBX_RELAY_MAX_STREAM_LIFETIME", default_value = d::MAX_STREAM_LIFETIME, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub max_stream_lifetime: Duration,
     /// Relay-log entries older than this are dropped, the chain kept from a checkpoint
-    /// (`400d`; `0`: no age bound). The newest 200,000 entries are the hard cap regardless.
-    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration)]
+    /// (`0`: no age bound). The newest 200,000 entries are the hard cap regardless.
+    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub log_retention: Duration,
     #[command(flatten)]
     pub guard: super::guard::GuardArgs,
@@ -147,6 +175,46 @@ impl ServeArgs {
     }
 }
 
+/// `msg` (an error naming flags) with, after each flag whose value came from its variable,
+/// ` (from MBX_RELAY_X)` (unless the message names that variable already): the operator then
+/// looks in the environment file, not the command line.
+pub fn name_env_source(msg: &str, matches: &clap::ArgMatches) -> String {
+    use clap::Args as _;
+    let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+    let mut out = msg.to_string();
+    for arg in cmd.get_arguments() {
+        let (Some(long), Some(var)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        let from_env = matches!(
+            matches.value_source(arg.get_id().as_str()),
+            Some(clap::parser::ValueSource::EnvVariable)
+        );
+        if from_env && !out.contains(&*var.to_string_lossy()) {
+            out = mark_flag(&out, &format!("--{long}"), &var.to_string_lossy());
+        }
+    }
+    out
+}
+
+/// Put ` (from VAR)` after the first whole-word `flag` in `msg` (not after a longer flag it
+/// begins, e.g. `--enrol-per-minute` in `--enrol-per-minute-v4-24`).
+fn mark_flag(msg: &str, flag: &str, var: &str) -> String {
+    let mut from = 0;
+    while let Some(i) = msg[from..].find(flag).map(|i| i + from) {
+        let end = i + flag.len();
+        let whole = msg[end..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'));
+        if whole {
+            return format!("{} (from {var}){}", &msg[..end], &msg[end..]);
+        }
+        from = end;
+    }
+    msg.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +235,19 @@ mod tests {
         assert_eq!(c.limits, Limits::default());
         assert_eq!(c.guard, super::super::guard::GuardConfig::default());
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn an_error_names_the_variable_after_the_whole_flag_only() {
+        let m = mark_flag(
+            "--enrol-per-minute-v4-24 must be at least --enrol-per-minute",
+            "--enrol-per-minute",
+            "MBX_RELAY_ENROL_PER_MINUTE",
+        );
+        assert_eq!(
+            m,
+            "--enrol-per-minute-v4-24 must be at least --enrol-per-minute (from MBX_RELAY_ENROL_PER_MINUTE)"
+        );
     }
 
     /// The flag's default is the keyspace's default (one source of truth for both).

@@ -184,6 +184,7 @@ impl Default for GuardConfig {
 
 /// Flags for the guard (flattened into `mbx-relay serve`'s flags).
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connections")]
 pub struct GuardArgs {
     /// Most connections served at once; one more is answered 503 and closed.
     #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
@@ -211,21 +212,22 @@ pub struct GuardArgs {
 
 /// Flags for request bodies and failed authentications (part of [`GuardArgs`]).
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Request bodies")]
 pub struct BodyGuardArgs {
     /// Time allowed for the first byte of a request body, from when the relay starts reading it.
     #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = DEFAULT_FIRST_BYTE_TIMEOUT, value_parser = parse_duration)]
     pub body_first_byte_timeout: Duration,
     /// Bytes per second a request body must average after its first byte (a pause of up to
     /// --body-first-byte-timeout allowed); a slower body is cut off with 400.
-    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE)]
+    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE, value_parser = relay_core::config::parse_bytes)]
     pub body_min_rate: u64,
     /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
     /// more is answered 429. At least 8388608 (one full-size body).
-    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_ADDRESS)]
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_ADDRESS, value_parser = relay_core::config::parse_bytes)]
     pub max_body_bytes_per_address: u64,
     /// Request-body bytes held at once for one hop key (whatever the addresses); a body that
     /// needs more is answered 429. At least 8388608 (one full-size body).
-    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_KEY)]
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value_t = super::body::DEFAULT_BODY_BYTES_PER_KEY, value_parser = relay_core::config::parse_bytes)]
     pub max_body_bytes_per_key: u64,
     /// Longest a request body waits for room in the shared 256 MiB body budget; then 503.
     #[arg(long, env = "MBX_RELAY_BODY_BUDGET_WAIT", default_value = DEFAULT_BODY_BUDGET_WAIT, value_parser = parse_duration)]

@@ -56,6 +56,7 @@ const HANDSHAKE_TABLE_CAP: usize = 100_000;
 
 /// Flags for TLS (flattened into `mbx-relay serve`'s flags).
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "TLS")]
 pub struct TlsArgs {
     /// PEM certificate chain (leaf first) to serve HTTPS; needs --tls-key. Reloaded on SIGHUP.
     #[arg(long, env = "MBX_RELAY_TLS_CERT", value_name = "FILE")]

@@ -56,6 +56,7 @@ mod serve_limits;
 mod serve_load;
 mod serve_metrics;
 mod serve_retry_after;
+mod serve_startup;
 mod serve_store_flag;
 mod tls_hosts;
 mod tls_serve;

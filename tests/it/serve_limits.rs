@@ -14,29 +14,13 @@ use serde_json::json;
 /// Run `serve` on a free loopback port over `store` with these extra flags, the
 /// environment's `MBX_RELAY_*` variables removed; the process must end by itself (a refusal).
 fn serve_refused(store: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(relay_bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--store-dir"])
-        .arg(store)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("MBX_RELAY_") {
-            cmd.env_remove(k);
-        }
-    }
-    // A refusal ends at once; a relay that started would block this test (and be a failure).
-    let mut child = cmd.spawn().expect("spawn mbx-relay serve");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("serve {args:?} started instead of refusing its flags");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    let store = store.to_str().expect("utf-8 path");
+    let all = [
+        &["serve", "--listen", "127.0.0.1:0", "--store-dir", store][..],
+        args,
+    ]
+    .concat();
+    relay_exits(&all, &[])
 }
 
 /// Every flag whose 0 would disable a protection (a cap, a rate window, a timeout, a sweep or

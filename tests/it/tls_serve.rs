@@ -238,7 +238,11 @@ fn a_tls_key_file_others_can_read_or_half_a_pair_is_refused_at_start() {
     let e = Relay::launch(RelayOpts::default().env("MBX_RELAY_TLS_KEY", key))
         .err()
         .expect("refused");
-    assert!(e.contains("--tls-key needs --tls-cert"), "{e}");
+    // The value came from the environment: the variable is named beside the flag.
+    assert!(
+        e.contains("--tls-key (from MBX_RELAY_TLS_KEY) needs --tls-cert"),
+        "{e}"
+    );
     // Both through the environment: served.
     let r = Relay::launch(
         RelayOpts::default()

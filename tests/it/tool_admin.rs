@@ -316,7 +316,7 @@ fn damaged_or_truncated_backups_fail_verify_and_restore_leaves_the_store_untouch
     std::fs::write(&newer, with_format_version(&bytes, 99)).unwrap();
     let err = tool_fails(&["verify", s(&newer)], 3);
     assert!(err.contains("newer than this tool"), "{err}");
-    let err = tool_fails(&["verify", s(&work.path().join("absent.bak"))], 2);
+    let err = tool_fails(&["verify", s(&work.path().join("absent.bak"))], 1);
     assert!(err.contains("no such file"), "{err}");
 
     let dump_before = tool_expect(
@@ -381,7 +381,7 @@ fn damaged_or_truncated_backups_fail_verify_and_restore_leaves_the_store_untouch
 
     // A store that no longer opens is what a restore is for: it is replaced (and kept aside).
     std::fs::write(store.join("db").join("version"), b"garbage").unwrap();
-    let err = tool_fails(&["stats", "--store-dir", s(&store)], 2);
+    let err = tool_fails(&["stats", "--store-dir", s(&store)], 1);
     assert!(err.contains("damaged"), "{err}");
     let out = tool(&[
         "restore",
@@ -635,19 +635,19 @@ fn command_line_errors_name_their_cause_and_exit_codes_are_documented() {
     let help = tool_expect(&["--help"], 0);
     for code in [
         "0  success",
-        "1  usage",
-        "2  store",
-        "3  damaged",
-        "4  store in use",
+        "1  failure while working",
+        "2  usage or configuration error",
+        "3  a data check failed",
+        "4  the store is in use",
     ] {
         assert!(help.contains(code), "--help lacks {code:?}:\n{help}");
     }
-    tool_fails(&[], 1);
-    tool_fails(&["frobnicate"], 1);
-    tool_fails(&["backup"], 1);
+    tool_fails(&[], 2);
+    tool_fails(&["frobnicate"], 2);
+    tool_fails(&["backup"], 2);
     let work = tempfile::tempdir().unwrap();
     let missing = work.path().join("nope");
-    let err = tool_fails(&["stats", "--store-dir", s(&missing)], 2);
+    let err = tool_fails(&["stats", "--store-dir", s(&missing)], 1);
     assert!(err.contains("does not exist"), "{err}");
     let err = tool_fails(
         &[
@@ -656,7 +656,7 @@ fn command_line_errors_name_their_cause_and_exit_codes_are_documented() {
             s(&missing),
             s(&work.path().join("x.bak")),
         ],
-        2,
+        1,
     );
     assert!(err.contains("does not exist"), "{err}");
     assert!(!work.path().join("x.bak.tmp").exists());
@@ -668,7 +668,7 @@ fn command_line_errors_name_their_cause_and_exit_codes_are_documented() {
             "--partition",
             "bogus",
         ],
-        1,
+        2,
     );
     assert!(err.contains("unknown partition"), "{err}");
     let key = tool_expect(&["keygen"], 0);

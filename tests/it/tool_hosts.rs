@@ -115,7 +115,7 @@ fn hosts_lists_enrolments_online_and_offline_with_last_seen_after_a_hop_and_a_pu
         "--name",
         "no spaces",
     ]);
-    assert_eq!(bad.status.code(), Some(1), "a bad --name is a usage error");
+    assert_eq!(bad.status.code(), Some(2), "a bad --name is a usage error");
 
     // The readable form: a header, then one line per host.
     let out = tool(&["hosts", "--store-dir", store.to_str().unwrap()]);

@@ -17,11 +17,14 @@ use crate::files::AtomicFile;
 use crate::progress::{self, Counting};
 use crate::show;
 
-/// Run the command; prints the counts and checksum on success.
+/// Run the command; prints the counts and checksum on success (one JSON object with `json`).
+/// An existing FILE is refused (exit 2) unless `force`, before the store is asked for anything.
 ///
 /// # Errors
-/// Store access, I/O on the file, the relay's refusal, or a written file that does not verify.
-pub fn run(target: &access::Target, file: &Path) -> Result<(), Failure> {
+/// FILE exists, store access, I/O on the file, the relay's refusal, or a written file that
+/// does not verify.
+pub fn run(target: &access::Target, file: &Path, force: bool, json: bool) -> Result<(), Failure> {
+    refuse_existing(file, force)?;
     let via = access::relay_or_store(target, &Request::Backup)?;
     let mut out = AtomicFile::create(file)?;
     let bar = progress::bytes("backing up");
@@ -47,15 +50,20 @@ pub fn run(target: &access::Target, file: &Path) -> Result<(), Failure> {
             )
         }
         Via::Local(store) => {
+            // The store's figures give the size to come (the relay log's entries aside), so
+            // this bar has a total and the time left; the online stream above has neither.
+            bar.finish_and_clear();
+            let records = progress::bytes_of("backing up", estimated_bytes(&store));
+            let hidden = indicatif::ProgressBar::hidden();
             let written = {
                 let mut counting = Counting {
                     inner: &mut out,
-                    bar: &bar,
+                    bar: &hidden,
                     written: 0,
                 };
-                store.backup_to(&mut counting, &mut |_| {})
+                store.backup_to(&mut counting, &mut |n| progress::advance(&records, n))
             };
-            bar.finish_and_clear();
+            records.finish_and_clear();
             let summary = written?;
             out.sync()?;
             let checked = check(&out, &summary.checksum)?;
@@ -79,9 +87,56 @@ pub fn run(target: &access::Target, file: &Path) -> Result<(), Failure> {
             (checked, how)
         }
     };
-    println!("backup written: {} ({how})", file.display());
-    print!("{}", show::summary(&summary));
+    if json {
+        let mut v = show::summary_json(&summary);
+        v["file"] = file.display().to_string().into();
+        v["how"] = how.into();
+        println!("{v}");
+    } else {
+        println!("backup written: {} ({how})", file.display());
+        print!("{}", show::summary(&summary));
+    }
     Ok(())
+}
+
+/// An existing FILE (or a link there) is kept unless `--force`: a backup named like
+/// yesterday's must not silently replace it.
+fn refuse_existing(file: &Path, force: bool) -> Result<(), Failure> {
+    match std::fs::symlink_metadata(file) {
+        Ok(m) if m.is_dir() => Err(Failure::new(
+            Code::Usage,
+            format!(
+                "{} is a directory; give a file name for the backup",
+                file.display()
+            ),
+        )),
+        Ok(_) if !force => Err(Failure::new(
+            Code::Usage,
+            format!(
+                "{} exists; refusing to overwrite it (give --force to replace it)",
+                file.display()
+            ),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Failure::io("cannot check", file, &e)),
+    }
+}
+
+/// Bytes a backup of `store` will take, from its figures: the queued bytes plus a record's
+/// framing and keys per row (0 when the figures cannot be read: the bar then grows as it goes).
+fn estimated_bytes(store: &relay_store::SharedStore) -> u64 {
+    /// About what one row costs beside its payload (keys, seqs, times, framing, checksum).
+    const PER_RECORD: u64 = 160;
+    store.stats().map_or(0, |s| {
+        let rows = s.live_enrolments
+            + s.revoked_enrolments
+            + s.queued.items
+            + s.dedup_rows
+            + s.enc_ads_v1
+            + s.enc_ads_v2;
+        s.queued.bytes + rows * PER_RECORD
+    })
 }
 
 /// Verify what was just written, and that it is what the writer produced (its checksum), before

@@ -12,15 +12,22 @@ use crate::fail::Failure;
 /// Why the keyspace records the rotation.
 const REASON: &str = "rotate-epoch by relay-tool";
 
-/// Run the command; prints the old and the new epoch.
+/// Run the command; prints the old and the new epoch (one JSON object with `json`).
 ///
 /// # Errors
 /// `InUse` while a relay holds a directory store; missing directory; store errors.
-pub fn rotate(dir: &Target) -> Result<(), Failure> {
+pub fn rotate(dir: &Target, json: bool) -> Result<(), Failure> {
     let store = access::open_exclusive(dir, "rotate the epoch")?;
     let old = store.meta()?.epoch;
     let new = store.rotate_epoch(REASON).wait()?;
     access::close(store)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "old_epoch": old, "new_epoch": new })
+        );
+        return Ok(());
+    }
     println!("epoch rotated: {old} -> {new} (recorded in the relay log)");
     if dir.shared() {
         println!(

@@ -6,19 +6,20 @@ use std::process::ExitCode;
 use mbx_relay::admin::client::ClientError;
 use relay_store::{BackupError, StoreError};
 
-/// The documented exit codes (also listed in `--help`).
+/// The documented exit codes (`mbx_relay::exit`, the scheme `mbx-relay` shares; listed in
+/// `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
-    /// Bad command line.
-    Usage = 1,
+    /// Bad command line, or a file in the way (backup without --force).
+    Usage = mbx_relay::exit::USAGE as isize,
     /// The store or a file could not be read or written (missing directory, permission denied,
     /// damaged store, schema newer than this tool, relay answered an error).
-    Store = 2,
+    Store = mbx_relay::exit::FAILURE as isize,
     /// A backup file is damaged, truncated, not a backup, of a newer format, or was refused
-    /// (made by another relay key).
-    Backup = 3,
+    /// (made by another relay key); a relay log that does not verify.
+    Backup = mbx_relay::exit::DATA as isize,
     /// A running relay holds the store (restore and rotate-epoch refuse then).
-    InUse = 4,
+    InUse = mbx_relay::exit::IN_USE as isize,
 }
 
 /// A failed command.

@@ -119,7 +119,7 @@ fn verdict_of(reply: mbx_relay::admin::client::Reply) -> Result<LogVerdict, Fail
 /// # Errors
 /// Store access, the relay's refusal, or `Backup` (exit 3) naming the first relay-log entry
 /// that does not match.
-pub fn verify_store(t: &Target) -> Result<(), Failure> {
+pub fn verify_store(t: &Target, json: bool) -> Result<(), Failure> {
     let (v, verdict) = match access::relay_or_store(t, &Request::Stats)? {
         Via::Relay(reply) => {
             let v = json_lines(reply, 1)?
@@ -141,6 +141,18 @@ pub fn verify_store(t: &Target) -> Result<(), Failure> {
         }
     };
     log_outcome(&verdict, &format!("{}: relay log", t.spec), false)?;
+    if json {
+        let out = serde_json::json!({
+            "store": t.spec.to_string(),
+            "ok": true,
+            "schema_version": v["schema_version"],
+            "epoch": v["epoch"],
+            "relay_key_fingerprint": v["relay_key_fingerprint"],
+            "relay_log": log_verdict_json(&verdict),
+        });
+        println!("{out}");
+        return Ok(());
+    }
     println!("store OK: {}", t.spec);
     println!(
         "  schema {}, epoch {}, relay key {}",
@@ -258,7 +270,7 @@ pub fn dump(
 ///
 /// # Errors
 /// `Backup` with the precise reason (damaged at byte offset X, truncated, newer format, ...).
-pub fn verify(file: &std::path::Path) -> Result<(), Failure> {
+pub fn verify(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let bar = progress::step(format!("verifying {}", file.display()));
     let result = verify_backup(file);
     bar.finish_and_clear();
@@ -270,6 +282,13 @@ pub fn verify(file: &std::path::Path) -> Result<(), Failure> {
         &format!("{}: relay log", file.display()),
         false,
     )?;
+    if json {
+        let mut v = show::summary_json(&summary);
+        v["file"] = file.display().to_string().into();
+        v["ok"] = true.into();
+        println!("{v}");
+        return Ok(());
+    }
     println!("backup OK: {}", file.display());
     print!("{}", show::summary(&summary));
     Ok(())

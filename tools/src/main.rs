@@ -24,33 +24,38 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use fail::{Code, Failure};
+use fail::Failure;
 
-const EXIT_CODES: &str = "\
-EXIT CODES:
-  0  success
-  1  usage error: unknown command or option, missing argument, unknown partition name
-  2  store or file error: the store directory does not exist; permission denied (run relay-tool
-     as the relay's user); the store's schema is newer than this tool; the store is damaged;
-     a disk or I/O failure; the running relay answered with an error
-  3  damaged or refused backup: damaged backup at byte offset X (a record or the trailer fails
-     its checksum); truncated backup (ends at byte offset X before its trailer); not an mbx-relay
-     backup (wrong magic); backup format newer than this tool; trailer counts disagree with the
-     records; backup made by another relay key (restore without --accept-other-key); a relay log
-     (of the store with `log --verify`, or inside a backup with `verify`) whose hash chain does
-     not verify: the message names the first entry that does not match
-  4  store in use by pid N: a relay holds the directory store. restore and rotate-epoch need it
-     stopped; backup, dump, stats, log, hosts, verify, revoke and purge go through its admin
-     socket instead (a PostgreSQL store has no such lock)
+/// What each exit code means for relay-tool's commands, after the scheme both binaries share.
+const TOOL_CODES: &str = "\
+  relay-tool, in detail:
+  1  the store directory does not exist; permission denied (run relay-tool as the relay's user);
+     the store's schema is newer than this tool; the store is damaged; the running relay
+     answered with an error
+  2  also: an unknown partition name, a bad --name, a reason over 200 characters, a backup FILE
+     that exists (give --force)
+  3  damaged backup at byte offset X (a record or the trailer fails its checksum); truncated
+     backup; not an mbx-relay backup (wrong magic); backup format newer than this tool; trailer
+     counts disagree with the records; backup made by another relay key (restore without
+     --accept-other-key); a relay log (`log --verify`, or inside a backup with `verify`) whose
+     hash chain does not verify: the message names the first entry that does not match
+  4  store in use by pid N: restore and rotate-epoch need the relay stopped; backup, dump, stats,
+     log, hosts, verify, revoke and purge go through its admin socket instead
 
 STORE: --store-dir DIR (MBX_RELAY_STORE_DIR), or --store DIR|postgres://user@host:port/db
 (MBX_RELAY_STORE), as `mbx-relay serve` takes them; with a PostgreSQL --store, --store-dir is
 the relay's directory holding its admin socket (optional). A url's password is never printed.
 
-Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.";
+Every error is printed on stderr as one line starting with \"relay-tool: \" and naming its cause.
+With --json, a command's result is JSON on stdout (one object, or JSON lines for listings).";
+
+/// The `--help` epilogue of every command: the shared exit codes, then relay-tool's detail.
+fn exit_codes() -> String {
+    format!("{}\n{TOOL_CODES}", mbx_relay::exit::HELP)
+}
 
 #[derive(Parser)]
-#[command(name = "relay-tool", version, about = "Admin tool for mbx-relay stores", after_help = EXIT_CODES)]
+#[command(name = "relay-tool", version, about = "Admin tool for mbx-relay stores", after_help = exit_codes())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -66,13 +71,19 @@ over its admin socket to stream the snapshot (it keeps serving); otherwise the s
 format 5 every backend restores, so a backup moves a relay between fjall and PostgreSQL. \
 The data goes to FILE.tmp, is fsync'd and verified, and only then renamed to FILE. Prints the records \
 per partition and the checksum, and records the backup in the relay log.",
-        after_help = EXIT_CODES
+        after_help = exit_codes()
     )]
     Backup {
         #[command(flatten)]
         store: access::StoreArgs,
-        /// The backup file to write.
+        /// The backup file to write (by convention `*.mbxbak`).
         file: PathBuf,
+        /// Replace FILE if it exists (without it, an existing FILE is refused, exit 2).
+        #[arg(long)]
+        force: bool,
+        /// One JSON object: the file, how it was made, counts and checksum.
+        #[arg(long)]
+        json: bool,
     },
     /// Replace the store with the contents of a backup file (the relay must be stopped).
     #[command(
@@ -84,7 +95,7 @@ key is refused unless --accept-other-key. With --store postgres://URL the target
 database: the whole restore is one transaction there, and a database that already holds a relay is \
 refused (format 5 backups only). After a restore, start the relay: hosts see the new epoch, \
 re-push what was not yet delivered and re-pull, so nothing accepted after the backup is lost.",
-        after_help = EXIT_CODES
+        after_help = exit_codes()
     )]
     Restore {
         /// Where to restore: a store directory (may not exist yet; `--store-dir` or `--store
@@ -99,18 +110,24 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         /// Restore a backup made by another relay key than this store's.
         #[arg(long)]
         accept_other_key: bool,
+        /// One JSON object: the backup's counts, the new epoch, the old store kept.
+        #[arg(long)]
+        json: bool,
     },
     /// Check a backup file offline (magic, format, every checksum and count); without FILE,
     /// check the store (`--store`/`--store-dir`): its schema, relay key and relay-log chain.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_codes())]
     Verify {
         /// The backup file.
         file: Option<PathBuf>,
         #[command(flatten)]
         store: access::StoreArgs,
+        /// One JSON object (the backup's or the store's figures and the relay-log verdict).
+        #[arg(long)]
+        json: bool,
     },
     /// Print the store's records (read-only; through the relay while it runs).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_codes())]
     Dump {
         #[command(flatten)]
         store: access::StoreArgs,
@@ -126,7 +143,7 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         json: bool,
     },
     /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, enc ads, disk size.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_codes())]
     Stats {
         #[command(flatten)]
         store: access::StoreArgs,
@@ -137,10 +154,13 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
     /// Give the store a new epoch (a directory store's relay must be stopped; a PostgreSQL
     /// store is rotated beside its running relays, which take the new epoch); recorded in the
     /// relay log.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_codes())]
     RotateEpoch {
         #[command(flatten)]
         store: access::StoreArgs,
+        /// One JSON object: the old and the new epoch.
+        #[arg(long)]
+        json: bool,
     },
     /// The relay log (enrolments, rotations, backups, restores, epoch rotations, migrations),
     /// newest first; `--verify` recomputes its hash chain.
@@ -151,7 +171,7 @@ Entries older than the relay's --log-retention (400d), and the oldest beyond 200
 the chain then starts from a checkpoint (the last dropped entry's seq and hash). With --verify, \
 recompute the chain from the checkpoint and name the first entry that does not match (exit 3), \
 else print how many entries verified.",
-        after_help = EXIT_CODES
+        after_help = exit_codes()
     )]
     Log {
         #[command(flatten)]
@@ -167,11 +187,15 @@ else print how many entries verified.",
         verify: bool,
     },
     /// Generate a relay key (same output as `mbx-relay keygen`).
-    #[command(after_help = EXIT_CODES)]
-    Keygen,
+    #[command(after_help = exit_codes())]
+    Keygen {
+        /// One JSON object: seed, public key, fingerprint.
+        #[arg(long)]
+        json: bool,
+    },
     /// One line per enrolment: fingerprint, name, account, enrolled, last seen (day), queue,
     /// enc ad and its age, revoked at (read-only; through the relay while it runs).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_codes())]
     Hosts {
         #[command(flatten)]
         store: access::StoreArgs,
@@ -198,7 +222,7 @@ KEY is the base64 host key or a fingerprint (prefix of at least 4 hex digits) th
 enrolment has. Through the running relay's admin socket, else on the stopped store (the notices are \
 signed with MBX_RELAY_KEY or <store-dir>/relay.key). Recorded in the relay log with your uid, the \
 reason and the counts. A purge deletes at most 100,000 items (one batch).",
-        after_help = EXIT_CODES
+        after_help = exit_codes()
     )]
     Revoke {
         #[command(flatten)]
@@ -216,7 +240,7 @@ reason and the counts. A purge deletes at most 100,000 items (one batch).",
         json: bool,
     },
     /// Drop a host's queue without revoking it (each envelope's sender gets an expiry notice).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = exit_codes())]
     Purge {
         #[command(flatten)]
         store: access::StoreArgs,
@@ -229,25 +253,39 @@ reason and the counts. A purge deletes at most 100,000 items (one batch).",
         #[arg(long)]
         json: bool,
     },
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions(mbx_relay::cli_docs::ShellArg),
+    /// Print the man page (roff), or write one page per command into --dir.
+    Man(mbx_relay::cli_docs::DocsArgs),
 }
 
 impl Command {
     /// True for commands that may create store files or backups (every command that opens a
     /// store may make the engine write).
     fn writes_files(&self) -> bool {
-        !matches!(self, Command::Verify { .. } | Command::Keygen)
+        !matches!(
+            self,
+            Command::Verify { .. }
+                | Command::Keygen { .. }
+                | Command::Completions(_)
+                | Command::Man(_)
+        )
     }
 }
 
 fn main() -> ExitCode {
+    use clap::CommandFactory as _;
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { Code::Usage as u8 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(e) => return mbx_relay::cli_docs::usage_error(&Cli::command(), &e),
     };
+    match cli.command {
+        Command::Completions(shell) => {
+            return mbx_relay::cli_docs::completions(Cli::command(), shell.shell, "relay-tool")
+        }
+        Command::Man(args) => return mbx_relay::cli_docs::man(Cli::command(), &args),
+        _ => {}
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
@@ -263,22 +301,35 @@ fn run(command: Command) -> Result<(), Failure> {
         relay_os::private::restrict_umask();
     }
     match command {
-        Command::Backup { store, file } => backup::run(&store.target()?, &file),
+        Command::Backup {
+            store,
+            file,
+            force,
+            json,
+        } => backup::run(&store.target()?, &file, force, json),
         Command::Restore {
             store,
             file,
             discard_old,
             accept_other_key,
+            json,
         } => restore::run(&restore::Args {
             target: &store.target()?,
             file: &file,
             discard_old,
             accept_other_key,
+            json,
         }),
         Command::Verify {
-            file: Some(file), ..
-        } => inspect::verify(&file),
-        Command::Verify { file: None, store } => inspect::verify_store(&store.target()?),
+            file: Some(file),
+            json,
+            ..
+        } => inspect::verify(&file, json),
+        Command::Verify {
+            file: None,
+            store,
+            json,
+        } => inspect::verify_store(&store.target()?, json),
         Command::Dump {
             store,
             partition,
@@ -286,7 +337,7 @@ fn run(command: Command) -> Result<(), Failure> {
             json,
         } => inspect::dump(&store.target()?, partition.as_deref(), with_wire, json),
         Command::Stats { store, json } => inspect::stats(&store.target()?, json),
-        Command::RotateEpoch { store } => epoch::rotate(&store.target()?),
+        Command::RotateEpoch { store, json } => epoch::rotate(&store.target()?, json),
         Command::Log {
             store,
             verify: true,
@@ -299,11 +350,23 @@ fn run(command: Command) -> Result<(), Failure> {
             json,
             verify: false,
         } => inspect::log(&store.target()?, limit, json),
-        Command::Keygen => {
+        Command::Keygen { json } => {
             let key = relay_wire::keys::SigningKey::generate();
-            print!("{}", relay_core::key::keygen_text(&key));
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "seed": key.seed_b64(),
+                        "public": key.public_b64(),
+                        "fingerprint": relay_wire::keys::fingerprint(&key.public()),
+                    })
+                );
+            } else {
+                print!("{}", relay_core::key::keygen_text(&key));
+            }
             Ok(())
         }
+        Command::Completions(_) | Command::Man(_) => Ok(()),
         Command::Hosts {
             store,
             name,
@@ -342,5 +405,17 @@ fn run(command: Command) -> Result<(), Failure> {
             },
             json,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// Help on every flag and command of the tree (clap's tree walked, not `--help` parsed).
+    #[test]
+    fn every_flag_and_command_has_help() {
+        let missing = mbx_relay::cli_docs::undocumented(&super::Cli::command());
+        assert!(missing.is_empty(), "without help: {missing:?}");
     }
 }

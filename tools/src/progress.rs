@@ -24,6 +24,30 @@ pub fn bytes(what: &'static str) -> ProgressBar {
     bar
 }
 
+/// A byte count against a known (estimated) total, with a bar and the time left: a backup of
+/// a store opened here, whose figures give the size before it starts.
+pub fn bytes_of(what: &'static str, total: u64) -> ProgressBar {
+    if !on_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total.max(1)).with_message(what);
+    let style = ProgressStyle::with_template(
+        "{msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, {eta} left)",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Move `bar` to `done`, growing its total when the estimate was short.
+pub fn advance(bar: &ProgressBar, done: u64) {
+    if bar.length().is_some_and(|len| done > len) {
+        bar.set_length(done);
+    }
+    bar.set_position(done);
+}
+
 /// A step without a byte count (verifying, building the restored store), with elapsed time.
 pub fn step(what: String) -> ProgressBar {
     if !on_terminal() {

@@ -27,6 +27,8 @@ pub struct Args<'a> {
     pub file: &'a Path,
     pub discard_old: bool,
     pub accept_other_key: bool,
+    /// One JSON object instead of the text report.
+    pub json: bool,
 }
 
 /// What is at the store path now.
@@ -104,6 +106,16 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     let kept = swap_in(&dir, &tmp, old, &stamp, a.discard_old).map_err(cleanup)?;
     fsync_dir(&parent_of(&dir))?;
 
+    if a.json {
+        let mut v = show::summary_json(&restored);
+        v["file"] = a.file.display().to_string().into();
+        v["store"] = dir.display().to_string().into();
+        v["new_epoch"] = epoch.clone().into();
+        v["old_store_kept"] = kept.as_ref().map(|k| k.display().to_string()).into();
+        v["relay_key_copied"] = copied_key.into();
+        println!("{v}");
+        return Ok(());
+    }
     println!("restored {} into {}", a.file.display(), dir.display());
     print!("{}", show::summary(&restored));
     println!("new epoch       {epoch} (hosts will re-push and re-pull)");
@@ -151,6 +163,14 @@ fn into_database(a: &Args) -> Result<(), Failure> {
             a.target.spec
         ))
     })?;
+    if a.json {
+        let mut v = show::summary_json(&restored);
+        v["file"] = a.file.display().to_string().into();
+        v["store"] = a.target.spec.to_string().into();
+        v["new_epoch"] = epoch.clone().into();
+        println!("{v}");
+        return Ok(());
+    }
     println!("restored {} into {}", a.file.display(), a.target.spec);
     print!("{}", show::summary(&restored));
     println!("new epoch       {epoch} (hosts will re-push and re-pull)");

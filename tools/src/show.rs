@@ -34,6 +34,27 @@ pub fn summary(s: &BackupSummary) -> String {
     out
 }
 
+/// [`summary`] as one JSON object (`--json`).
+pub fn summary_json(s: &BackupSummary) -> serde_json::Value {
+    let counts: serde_json::Map<String, serde_json::Value> = s
+        .counts
+        .iter()
+        .map(|(p, n)| (p.clone(), (*n).into()))
+        .collect();
+    serde_json::json!({
+        "counts": counts,
+        "total": s.counts.iter().map(|(_, n)| n).sum::<u64>(),
+        "checksum": s.checksum,
+        "file_bytes": s.file_bytes,
+        "epoch": s.epoch,
+        "relay_key_fingerprint": s.relay_pubkey.as_ref().map(fingerprint),
+        "created": iso_ms(s.created_ms),
+        "format_version": s.format_version,
+        "schema_version": s.schema_version,
+        "relay_log": mbx_relay::admin::report::log_verdict_json(&s.log),
+    })
+}
+
 /// One line on a relay log's chain.
 pub fn log_line(v: &LogVerdict) -> String {
     match v {

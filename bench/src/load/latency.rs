@@ -216,8 +216,11 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
             "mbx-relay live delivery: {} items/s over {} targets, {}-byte items",
             a.rate, a.targets, report.item_bytes
         );
-        std::fs::write(path, latency_svg::render(&title, &bars))
-            .map_err(|e| Failure::io("cannot write", path, &e))?;
+        std::fs::write(
+            path,
+            latency_svg::render(&title, &bars, &super::svg::provenance()),
+        )
+        .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
     super::print_report(a, &report, text)
 }

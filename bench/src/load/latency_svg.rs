@@ -35,8 +35,9 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The chart as an SVG document.
-pub fn render(title: &str, kinds: &[Bars]) -> String {
+/// The chart as an SVG document; `footer` says when and from what it was measured
+/// (`super::svg::provenance`).
+pub fn render(title: &str, kinds: &[Bars], footer: &str) -> String {
     let group = 3.0 * ROW + GAP;
     let h = TOP + group * kinds.len() as f64 + 50.0;
     let mut s = String::new();
@@ -104,6 +105,13 @@ pub fn render(title: &str, kinds: &[Bars]) -> String {
             );
         }
     }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"10\" fill=\"#666\">{}</text>",
+        W - 8.0,
+        h - 4.0,
+        esc(footer)
+    );
     s.push_str("</svg>\n");
     s
 }
@@ -127,7 +135,9 @@ mod tests {
                 p99: 5.0,
                 max: 50.0,
             }],
+            "measured 2026-12-02, commit abc",
         );
+        assert!(svg.contains("measured 2026-12-02, commit abc"));
         assert!(svg.contains("a &lt; b") && svg.contains("p99 5.00 ms"));
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
     }

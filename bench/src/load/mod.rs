@@ -74,7 +74,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
     /// Measure live delivery instead (docs/protocol.md §8): push-to-receive latency for
-    /// long-poll, events-stream and 1 s polling receivers at `--rate` (see `bench/latency.rs`).
+    /// long-poll, events-stream and 1 s polling receivers at `--rate`.
     #[arg(long)]
     pub latency: bool,
     /// With --latency: items pushed per second (single-item pushes from 16 senders).
@@ -182,7 +182,7 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
             "mbx-relay push: batches of {}, {}-byte items, {} targets",
             report.batch, report.item_bytes, report.targets
         );
-        std::fs::write(path, svg::render(&title, &pts))
+        std::fs::write(path, svg::render(&title, &pts, &svg::provenance()))
             .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
     print_report(a, &report, report::text)

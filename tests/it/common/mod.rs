@@ -69,6 +69,33 @@ pub const GENEROUS: &[&str] = &[
     "1000000",
 ];
 
+/// Run `mbx-relay ARGS` with the environment's `MBX_RELAY_*` variables removed and `env` set;
+/// the process must end by itself within 20 s (a refused start, or `serve --check`): one that
+/// keeps running is killed and fails the test.
+pub fn relay_exits(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(relay_bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("MBX_RELAY_") || k == "NOTIFY_SOCKET" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    let mut child = cmd.spawn().expect("spawn mbx-relay");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("mbx-relay {args:?} kept running instead of exiting");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
 pub fn relay_tool_bin() -> PathBuf {
     Path::new(BIN).with_file_name("relay-tool")
