@@ -30,6 +30,7 @@ mod fingerprint;
 pub mod log;
 pub mod log_text;
 pub mod notice;
+pub mod rules;
 pub mod serde_bytes;
 mod types;
 

@@ -1,0 +1,10 @@
+//! The storage rules, written once as pure functions over plain values: both backends read what
+//! a rule needs, call it, and write what it decided (docs/protocol.md §2-§7 and the CONTRACT in
+//! lib.rs). A backend that states a rule in SQL instead (for atomicity) says so where it does and
+//! names the function and test here that pin the same rule.
+
+pub mod dedup;
+pub mod insert;
+pub mod quota;
+pub mod seq;
+pub mod sweep;
