@@ -4,6 +4,7 @@
 //! names the function and test here that pin the same rule.
 
 pub mod dedup;
+pub mod enrol;
 pub mod insert;
 pub mod quota;
 pub mod seq;
