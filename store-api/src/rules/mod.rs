@@ -5,7 +5,11 @@
 
 pub mod dedup;
 pub mod enrol;
+#[cfg(test)]
+mod fixtures;
 pub mod insert;
+pub mod lists;
 pub mod quota;
+pub mod rotation;
 pub mod seq;
 pub mod sweep;
