@@ -7,6 +7,7 @@ pub mod dedup;
 pub mod enrol;
 #[cfg(test)]
 mod fixtures;
+pub mod idle;
 pub mod insert;
 pub mod lists;
 pub mod quota;
