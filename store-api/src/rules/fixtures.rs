@@ -15,7 +15,13 @@ pub(crate) fn list(target: u8, senders: &[u8], iat_ms: u64) -> SenderList {
 
 /// A live enrolment of `[key; 32]` named "alice", enrolled at `enrolled_at_ms`, with `account`
 /// and an authority of `rank`; revoked at `enrolled_at_ms` when `revoked`.
-pub(crate) fn enrolment(key: u8, account: Option<&str>, rank: u8, enrolled_at_ms: u64, revoked: bool) -> Enrolment {
+pub(crate) fn enrolment(
+    key: u8,
+    account: Option<&str>,
+    rank: u8,
+    enrolled_at_ms: u64,
+    revoked: bool,
+) -> Enrolment {
     Enrolment {
         host_pubkey: [key; 32],
         host_name: "alice".into(),
