@@ -26,6 +26,7 @@ pub mod backup;
 mod commit_stats;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod delegate;
 mod fingerprint;
 pub mod log;
 pub mod log_text;
