@@ -1,28 +1,27 @@
 //! Open enrolment challenges: bounded, expiring, single-use, one per key (docs/protocol.md §3).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
+use relay_store::rules::challenge_book::Book;
 use relay_store::{ChallengeBook, ChallengeIssue, Key32, Pending};
-use subtle::ConstantTimeEq;
-
-struct Open {
-    challenge: String,
-    expires_ms: u64,
-}
 
 /// The open challenges of this process, keyed by host key: the relay's book when its store is
-/// one process's own (`RelayStore::shared_challenges` is `None`).
+/// one process's own (`RelayStore::shared_challenges` is `None`). The rules are relay-store's
+/// ([`Book`]); this is the lock around it.
 #[derive(Default)]
 pub(crate) struct Challenges {
-    inner: Mutex<HashMap<Key32, Open>>,
+    inner: Mutex<Book>,
 }
 
 impl Challenges {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Open challenges held (expired ones included until swept).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.book().len()
     }
 }
 
@@ -35,40 +34,16 @@ impl ChallengeBook for Challenges {
         lifetime_ms: u64,
         max: u64,
     ) -> Pending<ChallengeIssue> {
-        let max = usize::try_from(max).unwrap_or(usize::MAX);
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if !map.contains_key(&key) && map.len() >= max {
-            map.retain(|_, o| o.expires_ms > now_ms);
-            if map.len() >= max {
-                return Pending::ready(Ok(ChallengeIssue::Full));
-            }
-        }
-        map.insert(
-            key,
-            Open {
-                challenge,
-                expires_ms: now_ms.saturating_add(lifetime_ms),
-            },
-        );
-        Pending::ready(Ok(ChallengeIssue::Issued))
+        let issued = self.book().issue(key, challenge, now_ms, lifetime_ms, max);
+        Pending::ready(Ok(issued))
     }
 
     fn pending(&self, key: &Key32, now_ms: u64) -> Pending<Option<String>> {
-        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        Pending::ready(Ok(map
-            .get(key)
-            .filter(|o| o.expires_ms > now_ms)
-            .map(|o| o.challenge.clone())))
+        Pending::ready(Ok(self.book().pending(key, now_ms).map(str::to_string)))
     }
 
     fn consume(&self, key: &Key32, challenge: &str) -> Pending<()> {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let same = map
-            .get(key)
-            .is_some_and(|o| bool::from(o.challenge.as_bytes().ct_eq(challenge.as_bytes())));
-        if same {
-            map.remove(key);
-        }
+        self.book().consume(key, challenge);
         Pending::ready(Ok(()))
     }
 }

@@ -26,10 +26,12 @@ pub mod backup;
 mod commit_stats;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod delegate;
 mod fingerprint;
 pub mod log;
 pub mod log_text;
 pub mod notice;
+pub mod rules;
 pub mod serde_bytes;
 mod types;
 

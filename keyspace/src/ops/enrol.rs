@@ -1,10 +1,10 @@
 //! Enrolments: by key, a case-insensitive name index of live keys, and O(1) live/revoked counters.
 //!
-//! Rules (docs/protocol.md "Enrolment"): re-enrolling is idempotent; a revoked key stays revoked; a
-//! weaker authority never overwrites what a stronger one recorded; a name is unique only inside
-//! a proven account; at most `max_live` live enrolments. A first enrolment and a re-enrolment
-//! that changes anything are recorded in the relay log.
+//! The rules are relay-store's (`rules::enrol`); this file reads the stored row, the live counter
+//! and the same-name rows, and writes what the rule decided. A first enrolment and a
+//! re-enrolment that changes anything are recorded in the relay log.
 
+use crate::api::rules::{self, enrol::Step};
 use crate::api::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Pending, Result};
 use crate::codec::{self, meta_key};
 use crate::parts::Part;
@@ -23,65 +23,30 @@ impl Store {
 }
 
 fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
-    let pk = req.host_pubkey;
-    match reader::enrolment(tx, &pk)? {
-        Some(e) if e.revoked_at_ms.is_some() => Ok(EnrolOutcome::Revoked),
-        Some(e) => {
-            if req.authority_rank < e.authority_rank {
-                return Ok(EnrolOutcome::AlreadyEnrolled);
-            }
-            let updated = Enrolment {
-                host_name: req.host_name,
-                owner_fp: req.owner_fp,
-                account: req.account,
-                authorized_by: req.authorized_by,
-                authority_rank: req.authority_rank,
-                ..e.clone()
-            };
-            if updated == e {
-                return Ok(EnrolOutcome::AlreadyEnrolled);
-            }
-            if name_taken(tx, &updated, req.max_live)? {
-                return Ok(EnrolOutcome::NameTaken);
-            }
-            write(tx, &updated, Some(&e));
-            oplog::append(tx, "re-enrol", &log_text::re_enrolled(&e, &updated))?;
-            Ok(EnrolOutcome::AlreadyEnrolled)
-        }
-        None => {
-            if live_count(tx)? >= req.max_live {
-                return Ok(EnrolOutcome::Capacity);
-            }
-            let e = Enrolment {
-                host_pubkey: pk,
-                host_name: req.host_name,
-                owner_fp: req.owner_fp,
-                account: req.account,
-                authorized_by: req.authorized_by,
-                authority_rank: req.authority_rank,
-                enrolled_at_ms: tx.now_ms,
-                revoked_at_ms: None,
-            };
-            if name_taken(tx, &e, req.max_live)? {
-                return Ok(EnrolOutcome::NameTaken);
-            }
-            write(tx, &e, None);
-            bump(tx, meta_key::LIVE_ENROLMENTS, 1)?;
-            oplog::append(tx, "enrol", &log_text::enrolled(&e))?;
-            Ok(EnrolOutcome::Enrolled)
+    let stored = reader::enrolment(tx, &req.host_pubkey)?;
+    let max_live = req.max_live;
+    let (new, first) = match rules::enrol::decide(stored.as_ref(), req, live_count(tx)?, tx.now_ms)
+    {
+        Step::Answer(outcome) => return Ok(outcome),
+        Step::Write { new, first } => (new, first),
+    };
+    // Without a proven account no name is taken: the index is read only when it can matter.
+    if new.account.is_some() {
+        let limit = rules::enrol::name_rows_limit(max_live);
+        let same_name = reader::live_by_name(tx, &new.host_name, limit)?;
+        if rules::enrol::name_taken(&new, &same_name) {
+            return Ok(EnrolOutcome::NameTaken);
         }
     }
-}
-
-/// Another live key carries `e`'s name inside `e`'s proven account.
-fn name_taken(tx: &Tx<'_>, e: &Enrolment, max_live: u64) -> Result<bool> {
-    let Some(account) = &e.account else {
-        return Ok(false);
-    };
-    let limit = usize::try_from(max_live.saturating_add(1)).unwrap_or(usize::MAX);
-    Ok(reader::live_by_name(tx, &e.host_name, limit)?
-        .iter()
-        .any(|o| o.host_pubkey != e.host_pubkey && o.account.as_deref() == Some(account)))
+    write(tx, &new, stored.as_ref());
+    match &stored {
+        Some(old) => oplog::append(tx, "re-enrol", &log_text::re_enrolled(old, &new))?,
+        None => {
+            bump(tx, meta_key::LIVE_ENROLMENTS, 1)?;
+            oplog::append(tx, "enrol", &log_text::enrolled(&new))?;
+        }
+    }
+    Ok(Step::outcome_after_write(first))
 }
 
 /// Live enrolments (O(1) counter).

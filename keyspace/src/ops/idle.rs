@@ -1,12 +1,13 @@
-//! Idle-enrolment expiry: a live enrolment not seen for the idle period and whose queue is
-//! empty is deleted with its enc ads, its allowlist (through `write_list`, so `sender_index`
+//! Idle-enrolment expiry (the rule is relay-store's `rules::idle::expires`): a live enrolment
+//! not seen for the idle period and whose queue is empty is deleted with its enc ads, its allowlist (through `write_list`, so `sender_index`
 //! stays right) and its last-seen row, freeing its place under the live-enrolment cap.
 //! Revoked rows stay (a revoked key stays revoked). Other targets' lists that name the key keep
 //! it: they are records their targets signed, and the same key (the same holder) may enrol again.
 
 use std::ops::Bound;
 
-use crate::api::{last_seen_ms, log_text, Enrolment, IdleReport, Key32, Pending, Result};
+use crate::api::rules;
+use crate::api::{log_text, Enrolment, IdleReport, Key32, Pending, Result};
 use crate::codec::{self, meta_key, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
@@ -52,7 +53,7 @@ fn expire_idle(
         max + 1,
     )?;
     let mut report = IdleReport::default();
-    let more = rows.len() > max;
+    let more = rules::sweep::more(rows.len(), max);
     let mut last = None;
     for (k, v) in rows.into_iter().take(max) {
         let Some(pk) = codec::enrol_key_parse(&k) else {
@@ -62,14 +63,11 @@ fn expire_idle(
         last = Some(pk);
         let e: Enrolment = codec::dec(&v, "enrolment")?;
         if e.revoked_at_ms.is_some() {
-            continue;
+            continue; // (the rule says so too; this skips two reads)
         }
-        let seen_ms = last_seen_ms(e.enrolled_at_ms, seen::day_of(tx, &pk)?);
-        if now_ms.saturating_sub(seen_ms) < idle_ms {
-            continue;
-        }
+        let day = seen::day_of(tx, &pk)?;
         let queue = reader::usage(tx, &UsageScope::Target(pk))?;
-        if queue.items > 0 || queue.bytes > 0 {
+        if !rules::idle::expires(&e, day, queue, now_ms, idle_ms) {
             continue;
         }
         expire(tx, &e)?;

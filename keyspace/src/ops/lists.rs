@@ -1,8 +1,8 @@
 //! Encryption-key ads and sender allowlists, and the reverse index of the allowlists
-//! (`sender_index`: which targets' lists name a sender) that every list write keeps in step.
+//! (`sender_index`: which targets' lists name a sender) that every list write keeps in step. The
+//! rules (newer wins, the index difference, swapping a key out) are relay-store's `rules::lists`.
 
-use std::collections::BTreeSet;
-
+use crate::api::rules;
 use crate::api::{EncAd, Key32, Pending, Result, SenderList, SenderListOutcome};
 use crate::codec;
 use crate::parts::Part;
@@ -23,10 +23,9 @@ impl Store {
     /// is `NotNewer`: the first list of a given time stays).
     pub fn put_sender_list(&self, list: SenderList) -> Pending<SenderListOutcome> {
         self.submit(move |tx| {
-            if let Some(old) = reader::sender_list(tx, &list.target)? {
-                if old.iat_ms >= list.iat_ms {
-                    return Ok(SenderListOutcome::NotNewer);
-                }
+            let stored = reader::sender_list(tx, &list.target)?;
+            if !rules::lists::accepts(stored.as_ref(), &list) {
+                return Ok(SenderListOutcome::NotNewer);
             }
             write_list(tx, &list.target, Some(&list))?;
             Ok(SenderListOutcome::Stored)
@@ -38,16 +37,12 @@ impl Store {
 /// `sender_index` rows by which it differs from the list stored now. The only way lists are
 /// written, so the index always holds exactly one row per (sender named, target).
 pub(crate) fn write_list(tx: &mut Tx<'_>, target: &Key32, list: Option<&SenderList>) -> Result<()> {
-    let before: BTreeSet<Key32> = reader::sender_list(tx, target)?
-        .map(|l| l.senders.into_iter().collect())
-        .unwrap_or_default();
-    let after: BTreeSet<Key32> = list
-        .map(|l| l.senders.iter().copied().collect())
-        .unwrap_or_default();
-    for gone in before.difference(&after) {
+    let before = reader::sender_list(tx, target)?;
+    let (gone, added) = rules::lists::index_change(before.as_ref(), list);
+    for gone in &gone {
         tx.del(Part::SenderIndex, &codec::sender_index_key(gone, target));
     }
-    for added in after.difference(&before) {
+    for added in &added {
         tx.put(
             Part::SenderIndex,
             &codec::sender_index_key(added, target),
@@ -74,20 +69,14 @@ pub(crate) fn replace_sender(
     let mut changed = 0;
     for target in targets_naming(tx, old, limit)? {
         if target == *old || Some(&target) == new {
-            continue;
+            continue; // the caller's (and not read)
         }
-        let Some(mut list) = reader::sender_list(tx, &target)? else {
+        let Some(list) = reader::sender_list(tx, &target)? else {
             continue;
         };
-        if !list.senders.contains(old) {
-            continue; // the index and the list agree by construction; never add to a list blindly
-        }
-        list.senders.retain(|s| s != old);
-        if let Some(new) = new {
-            if !list.senders.contains(new) {
-                list.senders.push(*new);
-            }
-        }
+        let Some(list) = rules::lists::replace_sender(&list, old, new) else {
+            continue;
+        };
         write_list(tx, &target, Some(&list))?;
         changed += 1;
     }

@@ -116,7 +116,7 @@ pub(crate) fn unlink_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, expires_at_
 /// Allocate the next seq of a target: `max(head + 1, now_ms)`, never reused.
 pub(crate) fn alloc_seq(tx: &mut Tx<'_>, target: &Key32) -> Result<u64> {
     let head = reader::head(tx, target)?;
-    let seq = head.saturating_add(1).max(tx.now_ms);
+    let seq = crate::api::rules::seq::next(head, tx.now_ms);
     tx.put(Part::Seqs, target, codec::enc(&seq));
     Ok(seq)
 }

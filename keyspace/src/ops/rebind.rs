@@ -1,11 +1,12 @@
-//! Key rotation (rebind): the new key takes over the old one's name, authority and queue.
+//! Key rotation (rebind): the new key takes over the old one's name, authority and queue. The
+//! rules (who may rotate, the new enrolment, the winning list, where dedup rows land) are
+//! relay-store's `rules::rotation`; this file moves the rows.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 
-use crate::api::{
-    log_text, DedupRow, Enrolment, Key32, Pending, RebindOutcome, Result, SenderList,
-};
+use crate::api::rules::rotation;
+use crate::api::{log_text, DedupRow, Enrolment, Key32, Pending, RebindOutcome, Result};
 use crate::codec::{self, meta_key, ItemRecord};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
@@ -31,17 +32,19 @@ impl Store {
 }
 
 fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
-    let Some(o) = enrol::live(tx, old)? else {
-        return Ok(RebindOutcome::OldNotEnrolled);
-    };
     let n = reader::enrolment(tx, new)?;
-    if n.as_ref().is_some_and(|n| n.revoked_at_ms.is_some()) {
-        return Ok(RebindOutcome::NewRevoked);
+    let o = match rotation::check(old, new, reader::enrolment(tx, old)?, n.as_ref()) {
+        Ok(o) => o,
+        Err(outcome) => return Ok(outcome),
+    };
+    enrol::write(
+        tx,
+        &rotation::taken_over(&o, new, n.as_ref(), tx.now_ms),
+        n.as_ref(),
+    );
+    if n.is_none() {
+        enrol::bump(tx, meta_key::LIVE_ENROLMENTS, 1)?;
     }
-    if old == new {
-        return Ok(RebindOutcome::Moved { moved: 0 });
-    }
-    take_over_enrolment(tx, &o, new, n.as_ref())?;
     let moved = move_queue(tx, old, new)?;
     move_lists(tx, old, new)?;
     revoke_key(tx, &o)?;
@@ -59,29 +62,6 @@ pub(crate) fn revoke_key(tx: &mut Tx<'_>, e: &Enrolment) -> Result<()> {
     tx.del(Part::EncAds, &e.host_pubkey);
     tx.del(Part::EncAds, &codec::enc_ad_v2_key(&e.host_pubkey)); // the v2 ad goes with the v1 pair
     enrol::revoke(tx, e)
-}
-
-fn take_over_enrolment(
-    tx: &mut Tx<'_>,
-    o: &Enrolment,
-    new: &Key32,
-    n: Option<&Enrolment>,
-) -> Result<()> {
-    let e = Enrolment {
-        host_pubkey: *new,
-        host_name: o.host_name.clone(),
-        owner_fp: o.owner_fp.clone(),
-        account: o.account.clone(),
-        authorized_by: o.authorized_by.clone(),
-        authority_rank: o.authority_rank,
-        enrolled_at_ms: n.map_or(tx.now_ms, |n| n.enrolled_at_ms),
-        revoked_at_ms: None,
-    };
-    enrol::write(tx, &e, n);
-    if n.is_none() {
-        enrol::bump(tx, meta_key::LIVE_ENROLMENTS, 1)?;
-    }
-    Ok(())
 }
 
 /// Move the old queue (in order, after the new key's head) and the old dedup rows.
@@ -137,14 +117,10 @@ fn move_queue(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<u64> {
             continue;
         }
         let new_key = codec::dedup_key(new, &sender, &item_id);
-        match new_seq_of.get(&row.seq) {
-            Some(&seq) => queue::put_dedup(tx, &new_key, &DedupRow { seq, ..row }),
-            // Its item left the old queue before: the horizon restarts now, never earlier than
-            // it would have ended.
-            None => {
-                queue::put_dedup(tx, &new_key, &row);
-                queue::start_dedup_horizon(tx, &new_key);
-            }
+        let (seq, restart) = rotation::moved_dedup(row.seq, new_seq_of.get(&row.seq).copied());
+        queue::put_dedup(tx, &new_key, &DedupRow { seq, ..row });
+        if restart {
+            queue::start_dedup_horizon(tx, &new_key);
         }
     }
     Ok(moved)
@@ -158,13 +134,7 @@ fn move_lists(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<()> {
     let from_old = reader::sender_list(tx, old)?;
     let at_new = reader::sender_list(tx, new)?;
     lists::write_list(tx, old, None)?;
-    let winner = match (from_old, at_new) {
-        (Some(o), Some(n)) if n.iat_ms >= o.iat_ms => Some(n),
-        (Some(o), _) => Some(SenderList { target: *new, ..o }),
-        (None, n) => n,
-    };
-    if let Some(mut list) = winner {
-        list.senders.retain(|s| s != old);
+    if let Some(list) = rotation::moved_list(old, new, from_old, at_new) {
         lists::write_list(tx, new, Some(&list))?;
     }
     Ok(())

@@ -1,9 +1,11 @@
-//! The retention sweep: expire items through the `expiry` index (each deletion in the same
+//! The retention sweep (its decisions are relay-store's `rules::sweep`, the notice rule
+//! `relay_store::notice`): expire items through the `expiry` index (each deletion in the same
 //! operation as the sender's notice), then prune dedup rows whose item left its queue (acked,
 //! expired, purged) before the horizon.
 
 use std::ops::Bound;
 
+use crate::api::rules::{self, sweep::Prune};
 use crate::api::{ExpiredItem, NoticeFn, Pending, Quotas, Result, SweepReport};
 use crate::codec::{self, EXPIRY_DEDUP, EXPIRY_ITEM};
 use crate::parts::Part;
@@ -65,6 +67,7 @@ fn expire(
     report: &mut SweepReport,
 ) -> Result<()> {
     let lo = [EXPIRY_ITEM];
+    // Every row with an expiry time `rules::sweep::due` at now: through now, inclusive.
     let mut hi = vec![EXPIRY_ITEM];
     hi.extend_from_slice(&a.now_ms.to_be_bytes());
     hi.extend_from_slice(&[0xff; 40]);
@@ -75,7 +78,7 @@ fn expire(
         Bound::Included(&hi[..]),
         a.max + 1,
     )?;
-    report.more |= rows.len() > a.max;
+    report.more |= rules::sweep::more(rows.len(), a.max);
     for (k, _) in rows.into_iter().take(a.max) {
         let Some((_, target, seq)) = codec::expiry_item_parse(&k) else {
             tx.del(Part::Expiry, &k);
@@ -127,6 +130,7 @@ pub(crate) fn notify(
 /// only from the item's ack, expiry, purge or deletion on).
 fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Result<()> {
     let lo = [EXPIRY_DEDUP];
+    // The rows `rules::sweep::past_horizon`: gone before the horizon, excluded.
     let mut hi = vec![EXPIRY_DEDUP];
     hi.extend_from_slice(&a.dedup_horizon_ms.to_be_bytes());
     let rows = tx.range(
@@ -135,7 +139,7 @@ fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Resu
         Bound::Excluded(&hi[..]),
         a.max + 1,
     )?;
-    report.more |= rows.len() > a.max;
+    report.more |= rules::sweep::more(rows.len(), a.max);
     for (k, _) in rows.into_iter().take(a.max) {
         tx.del(Part::DedupExpiry, &k);
         let Some((_, dkey)) = codec::expiry_dedup_parse(&k) else {
@@ -148,16 +152,15 @@ fn prune_dedup(tx: &mut Tx<'_>, a: &SweepArgs, report: &mut SweepReport) -> Resu
         let Some((target, _, _)) = codec::dedup_key_parse(dkey) else {
             continue;
         };
-        // IMPORTANT: never drop the dedup row of a queued item (a retry would be re-delivered).
-        // Its index row goes: the item's ack or expiry starts its horizon again.
-        if tx
+        // A queued item's row stays (`rules::sweep::prune`); its index row goes: the item's ack
+        // or expiry starts its horizon again.
+        let queued = tx
             .get(Part::Items, &codec::item_key(&target, row.seq))?
-            .is_some()
-        {
-            continue;
+            .is_some();
+        if rules::sweep::prune(queued) == Prune::Delete {
+            tx.del(Part::Dedup, dkey);
+            report.dedup_pruned += 1;
         }
-        tx.del(Part::Dedup, dkey);
-        report.dedup_pruned += 1;
     }
     Ok(())
 }

@@ -1,10 +1,9 @@
-//! Admin-side operations: idle-enrolment expiry (the rules of keyspace/src/ops/idle.rs), the
+//! Admin-side operations: idle-enrolment expiry (relay-store's `rules::idle`), the
 //! hosts listing and whole-store figures. Reads take one snapshot (REPEATABLE READ).
 
 use deadpool_postgres::Transaction;
-use relay_store::{
-    last_seen_ms, log_text, HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage, DAY_MS,
-};
+use relay_store::rules;
+use relay_store::{log_text, HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage, DAY_MS};
 
 use crate::db::{db_err, key32, u, OpResult};
 use crate::ops::lists::write_list;
@@ -41,22 +40,20 @@ async fn expire_idle(
         )
         .await?;
     let mut report = IdleReport::default();
-    let more = i64::try_from(rows.len()).unwrap_or(i64::MAX) > max;
+    let more = rules::sweep::more(rows.len(), usize::try_from(max).unwrap_or(usize::MAX));
     let mut last = None;
     for r in rows.iter().take(usize::try_from(max).unwrap_or(usize::MAX)) {
         let e = enrol::from_row(r)?;
         report.scanned += 1;
         last = Some(e.host_pubkey);
-        if e.revoked_at_ms.is_some() {
-            continue;
-        }
         let day = r
             .get::<_, Option<i32>>(8)
             .map(|d| u32::try_from(d).unwrap_or(0));
-        if now_ms.saturating_sub(last_seen_ms(e.enrolled_at_ms, day)) < idle_ms {
-            continue;
-        }
-        if r.get::<_, i64>(9) > 0 || r.get::<_, i64>(10) > 0 {
+        let queue = Usage {
+            items: u(r.get(9)),
+            bytes: u(r.get(10)),
+        };
+        if !rules::idle::expires(&e, day, queue, now_ms, idle_ms) {
             continue;
         }
         let pk = e.host_pubkey.as_slice();

@@ -1,10 +1,10 @@
-//! Enrolments: enrol (the keyspace's rules: idempotent, a revoked key stays revoked, a weaker
-//! authority never overwrites a stronger one, a name unique only inside a proven account, at
-//! most `max_live` live), the reads, and last seen. Enrolments serialise on the `meta` row
+//! Enrolments: enrol (relay-store's `rules::enrol`: this file reads the stored row, the live
+//! counter and the same-name rows, and writes what the rule decided), the reads, and last seen. Enrolments serialise on the `meta` row
 //! (its live counter and the relay log), so the cap and the name rule hold across processes.
 
 use deadpool_postgres::Transaction;
 use relay_store::fingerprint;
+use relay_store::rules::{self, enrol::Step};
 use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use tokio_postgres::Row;
 
@@ -87,23 +87,22 @@ pub(crate) async fn bump(t: &Transaction<'_>, live: i64, revoked: i64) -> OpResu
     Ok(())
 }
 
-/// Another live key carries `e`'s name inside `e`'s proven account.
-async fn name_taken(t: &Transaction<'_>, e: &Enrolment) -> OpResult<bool> {
-    let Some(account) = &e.account else {
-        return Ok(false);
-    };
-    let row = t
-        .query_opt(
-            "SELECT 1 FROM enrolments WHERE name_folded = $1 AND revoked_at_ms IS NULL \
-             AND account = $2 AND host_pubkey <> $3 LIMIT 1",
+/// Live enrolments whose name equals `name` case-insensitively, at most `limit` (inside `t`:
+/// the `meta` row lock serialises enrolments, so what is read stays true until `COMMIT`).
+async fn live_by_name(t: &Transaction<'_>, name: &str, limit: usize) -> OpResult<Vec<Enrolment>> {
+    let rows = t
+        .query(
+            &format!(
+                "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
+                 AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
+            ),
             &[
-                &e.host_name.to_lowercase(),
-                account,
-                &e.host_pubkey.as_slice(),
+                &name.to_lowercase(),
+                &i64::try_from(limit).unwrap_or(i64::MAX),
             ],
         )
         .await?;
-    Ok(row.is_some())
+    Ok(rows.iter().map(from_row).collect::<Result<_>>()?)
 }
 
 async fn enrol(
@@ -119,61 +118,32 @@ async fn enrol(
         )
         .await?
         .get(0);
-    let pk = req.host_pubkey;
-    match get(t, &pk, true).await? {
-        Some(e) if e.revoked_at_ms.is_some() => Ok(EnrolOutcome::Revoked),
-        Some(e) => {
-            if req.authority_rank < e.authority_rank {
-                return Ok(EnrolOutcome::AlreadyEnrolled);
-            }
-            let updated = Enrolment {
-                host_name: req.host_name,
-                owner_fp: req.owner_fp,
-                account: req.account,
-                authorized_by: req.authorized_by,
-                authority_rank: req.authority_rank,
-                ..e.clone()
-            };
-            if updated == e {
-                return Ok(EnrolOutcome::AlreadyEnrolled);
-            }
-            if name_taken(t, &updated).await? {
-                return Ok(EnrolOutcome::NameTaken);
-            }
-            write(t, &updated).await?;
-            oplog::append(
-                t,
-                now,
-                keep,
-                "re-enrol",
-                &log_text::re_enrolled(&e, &updated),
-            )
-            .await?;
-            Ok(EnrolOutcome::AlreadyEnrolled)
-        }
-        None => {
-            if u(live_count) >= req.max_live {
-                return Ok(EnrolOutcome::Capacity);
-            }
-            let e = Enrolment {
-                host_pubkey: pk,
-                host_name: req.host_name,
-                owner_fp: req.owner_fp,
-                account: req.account,
-                authorized_by: req.authorized_by,
-                authority_rank: req.authority_rank,
-                enrolled_at_ms: now,
-                revoked_at_ms: None,
-            };
-            if name_taken(t, &e).await? {
-                return Ok(EnrolOutcome::NameTaken);
-            }
-            write(t, &e).await?;
-            bump(t, 1, 0).await?;
-            oplog::append(t, now, keep, "enrol", &log_text::enrolled(&e)).await?;
-            Ok(EnrolOutcome::Enrolled)
+    let stored = get(t, &req.host_pubkey, true).await?;
+    let max_live = req.max_live;
+    let (new, first) = match rules::enrol::decide(stored.as_ref(), req, u(live_count), now) {
+        Step::Answer(outcome) => return Ok(outcome),
+        Step::Write { new, first } => (new, first),
+    };
+    // Without a proven account no name is taken: the rows are read only when they can matter.
+    if new.account.is_some() {
+        let same_name =
+            live_by_name(t, &new.host_name, rules::enrol::name_rows_limit(max_live)).await?;
+        if rules::enrol::name_taken(&new, &same_name) {
+            return Ok(EnrolOutcome::NameTaken);
         }
     }
+    write(t, &new).await?;
+    match &stored {
+        Some(old) => {
+            let detail = log_text::re_enrolled(old, &new);
+            oplog::append(t, now, keep, "re-enrol", &detail).await?;
+        }
+        None => {
+            bump(t, 1, 0).await?;
+            oplog::append(t, now, keep, "enrol", &log_text::enrolled(&new)).await?;
+        }
+    }
+    Ok(Step::outcome_after_write(first))
 }
 
 impl PgStore {

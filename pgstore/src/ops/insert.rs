@@ -13,20 +13,11 @@
 use std::collections::BTreeSet;
 
 use deadpool_postgres::Transaction;
-use relay_store::{InsertOutcome, InsertRequest, Key32, Usage, NEVER_EXPIRES};
+use relay_store::{InsertOutcome, InsertRequest, Key32, Usage};
 
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::insert_plan::{plan, DedupHit, Plan, QueueState, Snapshot};
 use crate::ops::queue::kind_code;
-
-/// When an item accepted at `now` expires ([`NEVER_EXPIRES`] stays never).
-fn expiry(now: u64, retention_ms: u64) -> u64 {
-    if retention_ms == NEVER_EXPIRES {
-        NEVER_EXPIRES
-    } else {
-        now.saturating_add(retention_ms).min(NEVER_EXPIRES - 1)
-    }
-}
 
 fn usage(items: i64, bytes: i64) -> Usage {
     Usage {
@@ -42,7 +33,7 @@ pub(crate) async fn insert_batch(
     now: u64,
 ) -> OpResult<Vec<InsertOutcome>> {
     let snap = read_locked(t, reqs).await?;
-    let plan = plan(reqs, snap, now);
+    let plan = plan(reqs, snap, now)?;
     write(t, reqs, &plan, now).await?;
     Ok(plan.outcomes)
 }
@@ -216,7 +207,10 @@ async fn write(t: &Transaction<'_>, reqs: &[InsertRequest], plan: &Plan, now: u6
         wire.push(tg.wire.as_slice());
         hash.push(tg.wire_hash.as_slice());
         bytes.push(i(tg.wire.len() as u64));
-        expires.push(i(expiry(now, req.retention_ms)));
+        expires.push(i(relay_store::rules::sweep::expires_at(
+            now,
+            req.retention_ms,
+        )));
         account.push(plan.live.get(&tg.target).and_then(|a| a.as_deref()));
     }
     let st = t

@@ -1,11 +1,12 @@
 //! What several relay processes on one database share besides the state: leadership leases
 //! (a row per lease: who holds it until when; no advisory locks, no LISTEN/NOTIFY) and the
-//! enrolment challenge book (one open challenge per key, with its expiry, under a cap).
+//! enrolment challenge book (one open challenge per key, with its expiry, under a cap: the
+//! rules are relay-store's `rules::challenge_book`, applied to the `challenges` rows).
 
 use std::sync::Arc;
 
+use relay_store::rules::challenge_book;
 use relay_store::{ChallengeBook, ChallengeIssue, Key32, Pending};
-use subtle::ConstantTimeEq as _;
 
 use crate::db::i;
 use crate::ops::Answer;
@@ -80,6 +81,8 @@ impl ChallengeBook for PgChallenges {
                             .await?;
                         t.query_one("SELECT id FROM meta WHERE id = 1 FOR UPDATE", &[])
                             .await?;
+                        // Expired rows go first: `NOT challenge_book::is_open` in SQL (a
+                        // count over the table, not a read of every row).
                         t.execute(
                             "DELETE FROM challenges WHERE expires_ms <= $1",
                             &[&i(now_ms)],
@@ -92,7 +95,7 @@ impl ChallengeBook for PgChallenges {
                             )
                             .await?
                             .get(0);
-                        if u64::try_from(others).unwrap_or(u64::MAX) >= max {
+                        if !challenge_book::admits(u64::try_from(others).unwrap_or(u64::MAX), max) {
                             return Ok(ChallengeIssue::Full);
                         }
                         t.execute(
@@ -102,7 +105,7 @@ impl ChallengeBook for PgChallenges {
                             &[
                                 &key.as_slice(),
                                 &challenge,
-                                &i(now_ms.saturating_add(lifetime_ms)),
+                                &i(challenge_book::expires_at(now_ms, lifetime_ms)),
                             ],
                         )
                         .await?;
@@ -119,12 +122,15 @@ impl ChallengeBook for PgChallenges {
             let c = s.inner.db.conn().await?;
             let r = c
                 .query_opt(
-                    "SELECT challenge FROM challenges WHERE host_pubkey = $1 AND expires_ms > $2",
-                    &[&key.as_slice(), &i(now_ms)],
+                    "SELECT challenge, expires_ms FROM challenges WHERE host_pubkey = $1",
+                    &[&key.as_slice()],
                 )
                 .await
                 .map_err(crate::db::db_err)?;
-            Ok(r.map(|r| r.get(0)))
+            Ok(
+                r.filter(|r| challenge_book::is_open(crate::db::u(r.get(1)), now_ms))
+                    .map(|r| r.get(0)),
+            )
         })
     }
 
@@ -144,7 +150,7 @@ impl ChallengeBook for PgChallenges {
                             .await?;
                         let Some(r) = r else { return Ok(()) };
                         let stored: String = r.get(0);
-                        if bool::from(stored.as_bytes().ct_eq(challenge.as_bytes())) {
+                        if challenge_book::same(&stored, &challenge) {
                             t.execute(
                                 "DELETE FROM challenges WHERE host_pubkey = $1",
                                 &[&key.as_slice()],

@@ -1,9 +1,8 @@
 //! Enc ads (v1 pair, v2 signed record) and sender allowlists with their reverse index
-//! (`sender_index`), kept in step by the one list write path.
-
-use std::collections::BTreeSet;
+//! (`sender_index`), kept in step by the one list write path (relay-store's `rules::lists`).
 
 use deadpool_postgres::Transaction;
+use relay_store::rules;
 use relay_store::{EncAd, EncAdV2, EncAds, Key32, Result, SenderList, SenderListOutcome};
 
 use crate::db::{db_err, i, key32, u, OpResult};
@@ -48,21 +47,16 @@ pub(crate) async fn write_list(
     target: &Key32,
     list: Option<&SenderList>,
 ) -> OpResult<()> {
-    let before: BTreeSet<Key32> = get_list(t, target)
-        .await?
-        .map(|l| l.senders.into_iter().collect())
-        .unwrap_or_default();
-    let after: BTreeSet<Key32> = list
-        .map(|l| l.senders.iter().copied().collect())
-        .unwrap_or_default();
-    for gone in before.difference(&after) {
+    let before = get_list(t, target).await?;
+    let (gone, added) = rules::lists::index_change(before.as_ref(), list);
+    for gone in &gone {
         t.execute(
             "DELETE FROM sender_index WHERE sender = $1 AND target = $2",
             &[&gone.as_slice(), &target.as_slice()],
         )
         .await?;
     }
-    for added in after.difference(&before) {
+    for added in &added {
         t.execute(
             "INSERT INTO sender_index (sender, target) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             &[&added.as_slice(), &target.as_slice()],
@@ -209,10 +203,9 @@ impl PgStore {
                 .tx(|t| {
                     let list = list.clone();
                     Box::pin(async move {
-                        if let Some(old) = get_list(t, &list.target).await? {
-                            if old.iat_ms >= list.iat_ms {
-                                return Ok(SenderListOutcome::NotNewer);
-                            }
+                        let stored = get_list(t, &list.target).await?;
+                        if !rules::lists::accepts(stored.as_ref(), &list) {
+                            return Ok(SenderListOutcome::NotNewer);
                         }
                         write_list(t, &list.target, Some(&list)).await?;
                         Ok(SenderListOutcome::Stored)

@@ -7,9 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
+use relay_store::rules::{self, rotation};
 use relay_store::{
     log_text, Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeReport,
-    RevokeRequest, SenderList, MAX_PURGE_ITEMS,
+    RevokeRequest, MAX_PURGE_ITEMS,
 };
 
 use crate::db::{i, key32, u, OpResult};
@@ -32,20 +33,14 @@ async fn replace_sender(t: &Transaction<'_>, old: &Key32, new: Option<&Key32>) -
     for r in &targets {
         let target = key32(r.get::<_, &[u8]>(0), "sender index")?;
         if target == *old || Some(&target) == new {
-            continue;
+            continue; // the caller's (and not read)
         }
-        let Some(mut list) = get_list(t, &target).await? else {
+        let Some(list) = get_list(t, &target).await? else {
             continue;
         };
-        if !list.senders.contains(old) {
+        let Some(list) = rules::lists::replace_sender(&list, old, new) else {
             continue;
-        }
-        list.senders.retain(|s| s != old);
-        if let Some(new) = new {
-            if !list.senders.contains(new) {
-                list.senders.push(*new);
-            }
-        }
+        };
         write_list(t, &target, Some(&list)).await?;
         changed += 1;
     }
@@ -77,26 +72,13 @@ async fn rebind(
     // The meta row first (the log and the counters), as enrolments take it.
     t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
         .await?;
-    let Some(o) = enrol::get(t, old, true)
-        .await?
-        .filter(|e| e.revoked_at_ms.is_none())
-    else {
-        return Ok(RebindOutcome::OldNotEnrolled);
-    };
+    let stored_old = enrol::get(t, old, true).await?;
     let n = enrol::get(t, new, true).await?;
-    if n.as_ref().is_some_and(|n| n.revoked_at_ms.is_some()) {
-        return Ok(RebindOutcome::NewRevoked);
-    }
-    if old == new {
-        return Ok(RebindOutcome::Moved { moved: 0 });
-    }
-    let e = Enrolment {
-        host_pubkey: *new,
-        enrolled_at_ms: n.as_ref().map_or(now, |n| n.enrolled_at_ms),
-        revoked_at_ms: None,
-        ..o.clone()
+    let o = match rotation::check(old, new, stored_old, n.as_ref()) {
+        Ok(o) => o,
+        Err(outcome) => return Ok(outcome),
     };
-    enrol::write(t, &e).await?;
+    enrol::write(t, &rotation::taken_over(&o, new, n.as_ref(), now)).await?;
     if n.is_none() {
         enrol::bump(t, 1, 0).await?;
     }
@@ -105,13 +87,7 @@ async fn rebind(
     let from_old = get_list(t, old).await?;
     let at_new = get_list(t, new).await?;
     write_list(t, old, None).await?;
-    let winner = match (from_old, at_new) {
-        (Some(o), Some(n)) if n.iat_ms >= o.iat_ms => Some(n),
-        (Some(o), _) => Some(SenderList { target: *new, ..o }),
-        (None, n) => n,
-    };
-    if let Some(mut list) = winner {
-        list.senders.retain(|s| s != old);
+    if let Some(list) = rotation::moved_list(old, new, from_old, at_new) {
         write_list(t, new, Some(&list)).await?;
     }
     revoke_enrolment(t, &o, now).await?;
@@ -178,9 +154,9 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
         if held.contains(&(sender_b, item_id.clone())) {
             continue;
         }
-        let s = head.saturating_add(1).max(now);
+        let s = rules::seq::next(head, now);
         head = s;
-        new_seq_of.insert(seq, i(s));
+        new_seq_of.insert(seq, s);
         t.execute(
             "INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
                  accepted_at_ms, expires_at_ms, account) \
@@ -225,10 +201,8 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
         let seq: i64 = r.get(3);
         // A moved item is queued again (no horizon); one that left the old queue before starts
         // its horizon again now, never ending earlier than it would have.
-        let (seq, gone_at) = match new_seq_of.get(&seq) {
-            Some(&moved) => (moved, None),
-            None => (seq, Some(i(now))),
-        };
+        let (seq, restart) = rotation::moved_dedup(u(seq), new_seq_of.get(&seq).copied());
+        let (seq, gone_at) = (i(seq), restart.then_some(i(now)));
         t.execute(
             "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms, gone_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",

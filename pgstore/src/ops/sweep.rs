@@ -1,4 +1,4 @@
-//! The retention sweep (the rules of keyspace/src/ops/sweep.rs): expire items past their time,
+//! The retention sweep (relay-store's `rules::sweep` and `notice`): expire items past their time,
 //! each deletion in the same transaction as its sender's notice (inserted with dedup, quotas and
 //! the enrolment check like any insert; only to the sender), then prune dedup rows whose item
 //! left its queue (acked, expired, purged, deleted) before the horizon. At most `max` items per
@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
+use relay_store::rules::{self, sweep::Prune};
 use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas, SweepReport};
 
 use crate::db::{i, key32, u, OpResult};
@@ -23,6 +24,11 @@ struct SweepArgs {
     quotas: Quotas,
     retention_ms: u64,
     max: i64,
+}
+
+/// Rows one step handles (`max` as a count).
+fn take(max: i64) -> usize {
+    usize::try_from(max).unwrap_or(usize::MAX)
 }
 
 /// The notice builder, callable from the transaction's task (it is `Send`, not `Sync`).
@@ -71,6 +77,8 @@ async fn expire(
     notice: &SharedNotice,
     report: &mut SweepReport,
 ) -> OpResult<()> {
+    // `rules::sweep::due` in SQL (`expires_at_ms <= now`): the index finds the due rows, and the
+    // DELETE below states it again so a row changed since is left alone.
     let due = t
         .query(
             "SELECT target, seq FROM items WHERE expires_at_ms <= $1 \
@@ -78,10 +86,10 @@ async fn expire(
             &[&i(a.now_ms), &(a.max + 1)],
         )
         .await?;
-    report.more |= i64::try_from(due.len()).unwrap_or(i64::MAX) > a.max;
+    report.more |= rules::sweep::more(due.len(), take(a.max));
     let mut due: Vec<(Key32, i64)> = due
         .iter()
-        .take(usize::try_from(a.max).unwrap_or(usize::MAX))
+        .take(take(a.max))
         .map(|r| Ok((key32(r.get::<_, &[u8]>(0), "item target")?, r.get(1))))
         .collect::<relay_store::Result<_>>()?;
     // Queue rows locked in key order, as inserts do.
@@ -147,9 +155,10 @@ pub(crate) async fn notify(
 }
 
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
-    // Rows whose item left its queue before the horizon. IMPORTANT: never the row of a queued
-    // item (a retry would be delivered again); such a row (a rotation re-queued its item) has
-    // its horizon cleared, to start again when the item leaves.
+    // Rows whose item left its queue before the horizon (`rules::sweep::past_horizon` in SQL,
+    // `gone_at_ms < horizon`: the index finds them). What becomes of each is
+    // `rules::sweep::prune`: a queued item's row (a rotation re-queued its item) is kept with its
+    // horizon cleared, to start again when the item leaves.
     let rows = t
         .query(
             "SELECT d.target, d.sender, d.item_id, EXISTS \
@@ -159,13 +168,10 @@ async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport
             &[&i(a.dedup_horizon_ms), &(a.max + 1)],
         )
         .await?;
-    report.more |= i64::try_from(rows.len()).unwrap_or(i64::MAX) > a.max;
-    for r in rows
-        .iter()
-        .take(usize::try_from(a.max).unwrap_or(usize::MAX))
-    {
+    report.more |= rules::sweep::more(rows.len(), take(a.max));
+    for r in rows.iter().take(take(a.max)) {
         let (target, sender, item_id): (&[u8], &[u8], &str) = (r.get(0), r.get(1), r.get(2));
-        if r.get::<_, bool>(3) {
+        if rules::sweep::prune(r.get::<_, bool>(3)) == Prune::Keep {
             t.execute(
                 "UPDATE dedup SET gone_at_ms = NULL \
                  WHERE target = $1 AND sender = $2 AND item_id = $3",
