@@ -39,7 +39,10 @@ fn stored(store: &Path) -> (String, Vec<String>) {
         .map(|e| e["detail"].as_str().unwrap_or_default().to_string())
         .collect();
     rotations.reverse();
-    (stats["epoch"].as_str().expect("epoch").to_string(), rotations)
+    (
+        stats["epoch"].as_str().expect("epoch").to_string(),
+        rotations,
+    )
 }
 
 /// After a cut: the epoch is `old` with `rotations` entries, or a new one whose entry (one more)
@@ -47,9 +50,17 @@ fn stored(store: &Path) -> (String, Vec<String>) {
 fn not_half_applied(store: &Path, old: &str, rotations: &mut usize, after: &str) -> String {
     let (now, log) = stored(store);
     if now == old {
-        assert_eq!(log.len(), *rotations, "a log entry without its epoch {after}");
+        assert_eq!(
+            log.len(),
+            *rotations,
+            "a log entry without its epoch {after}"
+        );
     } else {
-        assert_eq!(log.len(), *rotations + 1, "an epoch without its entry {after}");
+        assert_eq!(
+            log.len(),
+            *rotations + 1,
+            "an epoch without its entry {after}"
+        );
         let newest = log.last().unwrap();
         assert!(
             newest.starts_with(&format!("{old} -> {now}")),
@@ -113,7 +124,9 @@ fn an_epoch_rotation_is_durable_once_reported_and_never_half_applied() {
         stops.push(after);
         epoch = not_half_applied(&store, &epoch, &mut rotations, &format!("{stops:?}"));
     }
-    eprintln!("rotate-epoch ({took:?} a run) killed and cut after {stops:?}: {rotations} rotations");
+    eprintln!(
+        "rotate-epoch ({took:?} a run) killed and cut after {stops:?}: {rotations} rotations"
+    );
 
     // A heartbeat from 1970 is stale: the start rotates; cut right after it answered.
     relay_keyspace::testing::put_raw_row(&store, "meta", b"heartbeat", &[0]).unwrap();
@@ -121,7 +134,11 @@ fn an_epoch_rotation_is_durable_once_reported_and_never_half_applied() {
     let served = relay.epoch();
     assert_ne!(served, epoch, "a stale heartbeat rotates at start-up");
     relay.power_cut(&mut pc);
-    assert_eq!(relay.epoch(), served, "the served epoch was lost in the cut");
+    assert_eq!(
+        relay.epoch(),
+        served,
+        "the served epoch was lost in the cut"
+    );
     let after = b.pull_all(&relay, 0);
     assert_eq!(after.len(), queued.len());
     for (x, y) in after.iter().zip(&queued) {

@@ -85,7 +85,10 @@ fn journal_child() {
     db.persist(PersistMode::SyncAll).unwrap();
     ks.rotate_memtable_and_wait().unwrap();
     ks.major_compact().unwrap();
-    println!("ready {}", journals(dir).into_iter().collect::<Vec<_>>().join(","));
+    println!(
+        "ready {}",
+        journals(dir).into_iter().collect::<Vec<_>>().join(",")
+    );
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -123,14 +126,20 @@ fn a_journal_fjall_deleted_comes_back_at_a_cut_and_recovery_resurrects_nothing()
     );
     // The cut: the unlink was never made durable, the journal is back under its name.
     std::fs::rename(dir.with_extension("kept-0.jnl"), dir.join("0.jnl")).unwrap();
-    eprintln!("journals left by fjall: {left}; after the cut: {:?}", journals(&dir));
+    eprintln!(
+        "journals left by fjall: {left}; after the cut: {:?}",
+        journals(&dir)
+    );
 
     for _ in 0..2 {
         let (db, ks) = open(&dir);
         for i in 0..KEYS {
             let got = ks.get(key(i)).unwrap();
             if DELETED.contains(&i) {
-                assert!(got.is_none(), "deleted key {i} came back from the old journal");
+                assert!(
+                    got.is_none(),
+                    "deleted key {i} came back from the old journal"
+                );
             } else {
                 assert!(
                     got.is_some_and(|v| *v == *value(i)),

@@ -169,8 +169,14 @@ fn a_migration_cut_at_seeded_points_comes_back_old_or_new_and_finishes_once() {
                     migrated = true;
                 }
             } else {
-                assert_eq!(v, from, "neither the old nor the new version after {stops:?}");
-                assert!(!migrated, "a migrated store went back to {v} after {stops:?}");
+                assert_eq!(
+                    v, from,
+                    "neither the old nor the new version after {stops:?}"
+                );
+                assert!(
+                    !migrated,
+                    "a migrated store went back to {v} after {stops:?}"
+                );
             }
         }
         if !migrated {
