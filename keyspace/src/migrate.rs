@@ -626,13 +626,16 @@ pub fn remove_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8]) -> Resu
     b.commit_durable()
 }
 
+/// A partition's raw rows (key, value), in key order (test hooks).
+pub type RawRows = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Test hook: every raw row (key, value) of a partition (by name) of a closed store, in key
 /// order. Not part of the supported API.
 ///
 /// # Errors
 /// `Corrupt` for an unknown partition name; otherwise as [`crate::Store::open`].
 #[doc(hidden)]
-pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<RawRows> {
     let mut all = raw_partitions_for_tests(dir, &[partition])?;
     Ok(all.pop().unwrap_or_default())
 }
@@ -643,10 +646,7 @@ pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<Vec<(Vec<u8>, V
 /// # Errors
 /// As [`raw_rows_for_tests`].
 #[doc(hidden)]
-pub fn raw_partitions_for_tests(
-    dir: &Path,
-    partitions: &[&str],
-) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+pub fn raw_partitions_for_tests(dir: &Path, partitions: &[&str]) -> Result<Vec<RawRows>> {
     let parts: Vec<Part> = partitions
         .iter()
         .map(|name| {
