@@ -34,10 +34,9 @@ pub(crate) fn create(dir: &Path) -> Result<(), HostError> {
         }
         return private(dir, Kind::Dir, "host directory");
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
+    // Each new level's name fsync'd in its parent: a power cut after `init` answered took the
+    // whole host directory (tests/host: the power-cut windows).
+    relay_os::durable_dir::create_dir_all_durable(dir, 0o700)
         .map_err(|e| HostError::Store(format!("cannot create {}: {e}", dir.display())))
 }
 
@@ -69,7 +68,11 @@ pub(crate) fn require(dir: &Path) -> Result<(), HostError> {
 pub(crate) fn create_state(dir: &Path) -> Result<PathBuf, HostError> {
     let state = dir.join(STATE);
     match std::fs::DirBuilder::new().mode(0o700).create(&state) {
-        Ok(()) => Ok(state),
+        // The new name fsync'd in the host directory: fjall fsyncs inside `state`, never its
+        // name, and a power cut took the whole store with it.
+        Ok(()) => relay_os::durable_dir::sync_dir(dir)
+            .map(|()| state)
+            .map_err(|e| HostError::Store(format!("cannot fsync {}: {e}", dir.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(state),
         Err(e) => Err(HostError::Store(format!(
             "cannot create {}: {e}",

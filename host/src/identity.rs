@@ -66,6 +66,9 @@ impl Identity {
         };
         write_secret(&dir.join(HOST_KEY), &id.host.seed_b64())?;
         write_secret(&dir.join(ENC_KEY), &id.enc.secret_b64())?;
+        // Both names durable before `init` answers (each file is fsync'd, not its name).
+        relay_os::durable_dir::sync_dir(dir)
+            .map_err(|e| HostError::Store(format!("cannot fsync {}: {e}", dir.display())))?;
         Ok(id)
     }
 

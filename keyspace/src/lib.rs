@@ -89,6 +89,7 @@ pub mod testing {
     pub use crate::migrate::downgrade_to_schema_3_for_tests as downgrade_to_schema_3;
     pub use crate::migrate::downgrade_to_schema_4_for_tests as downgrade_to_schema_4;
     pub use crate::migrate::put_raw_row_for_tests as put_raw_row;
+    pub use crate::migrate::raw_partitions_for_tests as raw_partitions;
     pub use crate::migrate::raw_rows_for_tests as raw_rows;
     pub use crate::migrate::remove_raw_row_for_tests as remove_raw_row;
     pub use crate::migrate::set_schema_version_for_tests as set_schema_version;

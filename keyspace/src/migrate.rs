@@ -626,24 +626,47 @@ pub fn remove_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8]) -> Resu
     b.commit_durable()
 }
 
+/// A partition's raw rows (key, value), in key order (test hooks).
+pub type RawRows = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Test hook: every raw row (key, value) of a partition (by name) of a closed store, in key
 /// order. Not part of the supported API.
 ///
 /// # Errors
 /// `Corrupt` for an unknown partition name; otherwise as [`crate::Store::open`].
 #[doc(hidden)]
-pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let part = Part::by_name(partition)
-        .ok_or_else(|| StoreError::Corrupt(format!("no partition named {partition:?}")))?;
-    let engine = crate::store::open_engine(dir, false)?;
-    let rows = engine
-        .parts
-        .ks(part)
+pub fn raw_rows_for_tests(dir: &Path, partition: &str) -> Result<RawRows> {
+    let mut all = raw_partitions_for_tests(dir, &[partition])?;
+    Ok(all.pop().unwrap_or_default())
+}
+
+/// Test hook: [`raw_rows_for_tests`] of several partitions, read in one open of the store (a
+/// test comparing whole layouts opens it once). Not part of the supported API.
+///
+/// # Errors
+/// As [`raw_rows_for_tests`].
+#[doc(hidden)]
+pub fn raw_partitions_for_tests(dir: &Path, partitions: &[&str]) -> Result<Vec<RawRows>> {
+    let parts: Vec<Part> = partitions
         .iter()
-        .map(|g| g.into_inner().map(|(k, v)| (k.to_vec(), v.to_vec())))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(crate::engine)?;
-    Ok(rows)
+        .map(|name| {
+            Part::by_name(name)
+                .ok_or_else(|| StoreError::Corrupt(format!("no partition named {name:?}")))
+        })
+        .collect::<Result<_>>()?;
+    let engine = crate::store::open_engine(dir, false)?;
+    parts
+        .into_iter()
+        .map(|part| {
+            engine
+                .parts
+                .ks(part)
+                .iter()
+                .map(|g| g.into_inner().map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(crate::engine)
+        })
+        .collect()
 }
 
 /// Test hook: give a closed store the schema-3 relay log (entries without hashes, no chain

@@ -141,7 +141,7 @@ pub fn with_umask(cmd: &mut Command, umask: u32) -> &mut Command {
 }
 
 /// The `relay-tool` command of [`relay_tool_env`], not yet run.
-fn relay_tool_command(args: &[&str], env: &[(&str, &str)]) -> Command {
+pub fn relay_tool_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let bin = relay_tool_bin();
     assert!(
         bin.exists(),
@@ -412,7 +412,8 @@ impl Relay {
         Ok(relay)
     }
 
-    fn spawn(&mut self) -> Result<(), String> {
+    /// The `serve` command line of this relay (store, arguments, environment, umask).
+    fn command(&self) -> Result<Command, String> {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -440,7 +441,37 @@ impl Relay {
         if let Some(m) = self.umask {
             with_umask(&mut cmd, m);
         }
-        let mut child = cmd.spawn().map_err(|e| format!("spawn {bin}: {e}"))?;
+        Ok(cmd)
+    }
+
+    /// Starts the relay on its store and SIGKILLs it `after` later, listening or not: a crash
+    /// at a chosen moment of its start-up (e.g. inside a schema migration). Returns whether it
+    /// had printed `listening on` by then.
+    pub fn start_killed_after(&mut self, after: Duration) -> bool {
+        assert!(self.child.is_none(), "relay still running");
+        let mut child = self
+            .command()
+            .and_then(|mut c| c.spawn().map_err(|e| e.to_string()))
+            .expect("spawn the relay");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .any(|l| l.starts_with("listening on "))
+        });
+        std::thread::sleep(after);
+        let _ = child.kill();
+        let _ = child.wait();
+        reader.join().unwrap_or(false)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let bin = relay_bin();
+        let mut child = self
+            .command()?
+            .spawn()
+            .map_err(|e| format!("spawn {bin}: {e}"))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel::<String>();
         std::thread::spawn(move || {
