@@ -62,6 +62,9 @@ impl ServeConfig {
     }
 }
 
+/// Longest a shutdown waits for the background work's last writes (last-seen days).
+const BACKGROUND_STOP: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Run the relay until a shutdown signal.
 ///
 /// # Errors
@@ -189,7 +192,17 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), String> {
     .await;
     tracing::info!("shutting down: in-flight requests finished");
     let _ = stop_tx.send(true);
-    let _ = background.await;
+    // Bounded: with the database gone its last writes fail within the store's own deadline,
+    // and a stop must never wait on them longer than this.
+    if tokio::time::timeout(BACKGROUND_STOP, background)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?BACKGROUND_STOP,
+            "background work did not stop in time; closing the store"
+        );
+    }
     let _ = reloader.await;
     if let Some(m) = metrics {
         let _ = m.await;

@@ -98,22 +98,24 @@ impl PgStore {
         &self.inner.label
     }
 
-    /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls).
+    /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls),
+    /// within the operation deadline ([`crate::db::bounded`]).
     pub(crate) fn block<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
-        run_blocking(&self.inner.handle, fut)
+        run_blocking(&self.inner.handle, crate::db::bounded(fut))
     }
 
-    /// Run `fut` on the store's runtime; the answer resolves with its result (writes).
+    /// Run `fut` on the store's runtime; the answer resolves with its result (writes), within
+    /// the operation deadline ([`crate::db::bounded`]).
     pub(crate) fn spawn<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Pending<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.inner.handle.spawn(async move {
-            let _ = tx.send(fut.await);
+            let _ = tx.send(crate::db::bounded(fut).await);
         });
         Pending::from_receiver(rx)
     }

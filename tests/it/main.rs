@@ -36,6 +36,7 @@ mod hardening_rate;
 mod live_events;
 mod live_pull;
 mod packaging;
+mod pg_failover;
 mod pg_relay;
 mod protocol_config;
 mod protocol_defaults;
