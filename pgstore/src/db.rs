@@ -166,8 +166,10 @@ impl Db {
     /// `Engine` when the url is malformed, the server unreachable, or `synchronous_commit` /
     /// `fsync` is off (naming the setting).
     pub(crate) async fn connect(url: &str) -> Result<Db> {
-        let mut cfg = tokio_postgres::Config::from_str(url)
+        let (url, tls) = crate::tls::split_url(url)?;
+        let mut cfg = tokio_postgres::Config::from_str(&url)
             .map_err(|e| StoreError::Engine(format!("bad postgres url: {e}")))?;
+        let connector = crate::tls::connector(&mut cfg, &tls)?;
         // Every session asks for durable commits itself; the check below refuses a server
         // (or role) where it does not hold.
         if cfg.get_options().is_none() {
@@ -183,7 +185,7 @@ impl Db {
             .tcp_user_timeout(TCP_DEAD_AFTER);
         let mgr = Manager::from_config(
             cfg,
-            tokio_postgres::NoTls,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

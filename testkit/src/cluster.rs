@@ -142,7 +142,39 @@ impl PgCluster {
     /// # Errors
     /// As [`PgCluster::start`].
     pub fn start_with(bindir: &Path, settings: &[&str]) -> Result<PgCluster, String> {
+        PgCluster::start_in(bindir, node_dir()?, settings.iter().map(|s| s.to_string()))
+    }
+
+    /// A cluster serving TLS (`ssl=on`) with the PEM certificate chain `cert` and key `key`
+    /// (copied into the node's directory, owner-only, as the server demands).
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`], or the files could not be copied.
+    pub fn start_with_tls(bindir: &Path, cert: &Path, key: &Path) -> Result<PgCluster, String> {
         let dir = node_dir()?;
+        let mut settings = vec!["ssl=on".to_string()];
+        for (from, name, setting) in [
+            (cert, "server.pem", "ssl_cert_file"),
+            (key, "server.key", "ssl_key_file"),
+        ] {
+            let to = dir.path().join(name);
+            std::fs::copy(from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
+            std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| format!("chmod {name}: {e}"))?;
+            if running_as_root() {
+                chown_tree(&to).map_err(|e| format!("chown {name}: {e}"))?;
+            }
+            settings.push(format!("{setting}={}", to.display()));
+        }
+        PgCluster::start_in(bindir, dir, settings.into_iter())
+    }
+
+    /// `initdb` into `dir` and start the server with `settings`.
+    fn start_in(
+        bindir: &Path,
+        dir: tempfile::TempDir,
+        settings: impl Iterator<Item = String>,
+    ) -> Result<PgCluster, String> {
         let data = dir.path().join("data");
         let mut initdb = Command::new(bindir.join("initdb"));
         initdb
@@ -151,7 +183,7 @@ impl PgCluster {
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
             .args(["--locale=C"]);
         run_as_cluster_user(&mut initdb, "initdb")?;
-        let mut cluster = PgCluster::node(bindir, dir, settings.iter().map(|s| s.to_string()))?;
+        let mut cluster = PgCluster::node(bindir, dir, settings)?;
         cluster.launch()?;
         Ok(cluster)
     }
