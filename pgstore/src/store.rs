@@ -113,9 +113,18 @@ impl PgStore {
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Pending<T> {
+        self.spawn_queued(crate::db::bounded(fut))
+    }
+
+    /// [`PgStore::spawn`] without the deadline: for a write that first waits its turn behind
+    /// others and bounds its own database part.
+    pub(crate) fn spawn_queued<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Pending<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.inner.handle.spawn(async move {
-            let _ = tx.send(crate::db::bounded(fut).await);
+            let _ = tx.send(fut.await);
         });
         Pending::from_receiver(rx)
     }

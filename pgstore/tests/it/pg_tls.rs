@@ -148,10 +148,7 @@ fn verified_tls_connects_and_a_wrong_ca_or_host_name_is_refused() {
     )
     .err()
     .expect("a server certificate from another CA must be refused");
-    assert!(
-        err.contains("TLS handshake"),
-        "{err}"
-    );
+    assert!(err.contains("TLS handshake"), "{err}");
     let err = open(
         &pg,
         "127.0.0.1",
@@ -160,10 +157,7 @@ fn verified_tls_connects_and_a_wrong_ca_or_host_name_is_refused() {
     )
     .err()
     .expect("a host name the certificate does not name must be refused under verify-full");
-    assert!(
-        err.contains("TLS handshake"),
-        "{err}"
-    );
+    assert!(err.contains("TLS handshake"), "{err}");
     open(
         &pg,
         "127.0.0.1",
