@@ -65,6 +65,9 @@ impl ServeConfig {
     }
 }
 
+/// Longest a shutdown waits for the background work's last writes (last-seen days).
+const BACKGROUND_STOP: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Why `serve` did not start or stopped, and so its exit code (one scheme with relay-tool:
 /// 2 for a setting, 1 for a failure while starting or running).
 #[derive(Debug)]
@@ -388,7 +391,17 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     tracing::info!("shutting down: in-flight requests finished");
     crate::notify::notify("STOPPING=1");
     let _ = stop_tx.send(true);
-    let _ = background.await;
+    // Bounded: with the database gone its last writes fail within the store's own deadline,
+    // and a stop must never wait on them longer than this.
+    if tokio::time::timeout(BACKGROUND_STOP, background)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?BACKGROUND_STOP,
+            "background work did not stop in time; closing the store"
+        );
+    }
     let _ = reloader.await;
     if let Some(w) = watchdog {
         let _ = w.await;

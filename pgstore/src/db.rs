@@ -1,10 +1,16 @@
 //! The connection pool and the transaction discipline every operation goes through: one
 //! transaction per logical operation, bounded retry on serialization failure (40001) and
-//! deadlock (40P01), and the durability check made at open (`synchronous_commit`, `fsync`).
+//! deadlock (40P01) and on a connection lost before COMMIT (a failover: the next attempt takes
+//! a new connection, which finds the writable node of a multi-host url), the durability check
+//! made at open (`synchronous_commit`, `fsync`), and the deadline of every operation
+//! ([`bounded`]): nothing waits on the database unbounded.
 
+use std::cell::Cell;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::str::FromStr as _;
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
 use relay_store::{Result, StoreError};
@@ -12,8 +18,79 @@ use tokio_postgres::error::SqlState;
 
 /// Connections per relay process (PostgreSQL's default `max_connections` is 100).
 pub(crate) const POOL_SIZE: usize = 16;
-/// Attempts of one operation that hits a serialization failure or a deadlock.
+/// Attempts of one operation that hits a serialization failure, a deadlock or a lost
+/// connection before its COMMIT.
 const MAX_ATTEMPTS: u32 = 8;
+/// Longest one operation (pool wait, connect, statements, COMMIT) may take before it answers
+/// an error (503 to clients); the streams (dump, backup) have none.
+pub(crate) const OP_DEADLINE: Duration = Duration::from_secs(10);
+/// Per host of the url, unless the url sets `connect_timeout`: a lost machine must not hold a
+/// connection attempt long (the next host is tried after it).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// TCP keepalive idle time and user timeout: a peer gone without a FIN (a machine lost, a
+/// partition) ends the connection in about this long instead of the kernel's ~2 hours.
+const TCP_DEAD_AFTER: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// Set while [`bounded`] drops an operation whose deadline passed: every [`Conn`] dropped
+    /// then leaves the pool (it may still have a statement outstanding).
+    static ABANDONING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `op` within [`OP_DEADLINE`]; past it the operation is dropped (its connections leave
+/// the pool and close) and answers `Engine`. A write dropped during its COMMIT may still
+/// commit: its error answer (503) tells the client to retry, and every write's retry is
+/// deduplicated by its key (item ids, ack cursors), so the retry is safe.
+pub(crate) async fn bounded<T>(op: impl Future<Output = Result<T>>) -> Result<T> {
+    let mut op = Box::pin(op);
+    match tokio::time::timeout(OP_DEADLINE, &mut op).await {
+        Ok(r) => r,
+        Err(_) => {
+            ABANDONING.with(|a| a.set(true));
+            drop(op);
+            ABANDONING.with(|a| a.set(false));
+            Err(StoreError::Engine(format!(
+                "postgres: no answer within {OP_DEADLINE:?} (the operation was abandoned; a \
+                 write may or may not have committed)"
+            )))
+        }
+    }
+}
+
+/// A pooled connection. Dropped by an abandoned operation ([`bounded`]) or discarded after a
+/// lost connection, it leaves the pool and closes, so it never serves another operation.
+pub(crate) struct Conn(Option<deadpool_postgres::Object>);
+
+impl Conn {
+    /// Take this connection out of the pool and close it.
+    fn discard(&mut self) {
+        if let Some(o) = self.0.take() {
+            drop(deadpool_postgres::Object::take(o));
+        }
+    }
+}
+
+impl Deref for Conn {
+    type Target = deadpool_postgres::Object;
+    fn deref(&self) -> &Self::Target {
+        // Only `discard` and `drop` empty it, and both consume the use.
+        self.0.as_ref().expect("a live pooled connection")
+    }
+}
+
+impl DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().expect("a live pooled connection")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if ABANDONING.with(Cell::get) {
+            self.discard();
+        }
+    }
+}
 
 /// Map a client error to a store error (the text names the server's reason; no row data).
 pub(crate) fn db_err(e: tokio_postgres::Error) -> StoreError {
@@ -34,7 +111,22 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
 fn retryable(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|c| {
         *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
-    })
+    }) || lost(e)
+}
+
+/// Whether `e` says this connection cannot serve writes any more: closed or broken (no answer
+/// from the server), the server shutting down or restarting, or a node that is no longer the
+/// primary (a read-only transaction). Such a connection is discarded.
+fn lost(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => true,
+        Some(c) => {
+            *c == SqlState::READ_ONLY_SQL_TRANSACTION
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+        }
+    }
 }
 
 /// An error inside an operation: a database error (maybe retryable) or a store error.
@@ -74,18 +166,26 @@ impl Db {
     /// `Engine` when the url is malformed, the server unreachable, or `synchronous_commit` /
     /// `fsync` is off (naming the setting).
     pub(crate) async fn connect(url: &str) -> Result<Db> {
-        let mut cfg = tokio_postgres::Config::from_str(url)
+        let (url, tls) = crate::tls::split_url(url)?;
+        let mut cfg = tokio_postgres::Config::from_str(&url)
             .map_err(|e| StoreError::Engine(format!("bad postgres url: {e}")))?;
+        let connector = crate::tls::connector(&mut cfg, &tls)?;
         // Every session asks for durable commits itself; the check below refuses a server
         // (or role) where it does not hold.
         if cfg.get_options().is_none() {
             cfg.options("-c synchronous_commit=on");
         }
         cfg.application_name("mbx-relay");
-        cfg.connect_timeout(std::time::Duration::from_secs(10));
+        if cfg.get_connect_timeout().is_none() {
+            cfg.connect_timeout(CONNECT_TIMEOUT);
+        }
+        cfg.keepalives(true)
+            .keepalives_idle(TCP_DEAD_AFTER)
+            .keepalives_interval(Duration::from_secs(2))
+            .tcp_user_timeout(TCP_DEAD_AFTER);
         let mgr = Manager::from_config(
             cfg,
-            tokio_postgres::NoTls,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -93,18 +193,19 @@ impl Db {
         let pool = Pool::builder(mgr)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(std::time::Duration::from_secs(30)))
-            .create_timeout(Some(std::time::Duration::from_secs(10)))
+            .wait_timeout(Some(OP_DEADLINE))
+            .create_timeout(Some(OP_DEADLINE))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| StoreError::Engine(format!("postgres pool: {e}")))?;
         let db = Db { pool };
-        db.check_durable().await?;
+        bounded(db.check_durable()).await?;
         Ok(db)
     }
 
     /// Refuse a session whose commits could return before they are durable.
     async fn check_durable(&self) -> Result<()> {
-        let c = self.pool.get().await.map_err(pool_err)?;
+        let c = self.conn().await?;
         for (setting, bad) in [("synchronous_commit", "off"), ("fsync", "off")] {
             let row = c
                 .query_one(&format!("SHOW {setting}"), &[])
@@ -122,9 +223,11 @@ impl Db {
     }
 
     /// Run `body` in one READ COMMITTED transaction (conflicts are settled by the explicit row
-    /// locks the bodies take), committing when it returns `Ok`; a serialization failure or a
-    /// deadlock runs it again, at most [`MAX_ATTEMPTS`] times. The answer exists only after
-    /// `COMMIT` returned.
+    /// locks the bodies take), committing when it returns `Ok`; a serialization failure, a
+    /// deadlock or a connection lost before COMMIT runs it again on a new connection, at most
+    /// [`MAX_ATTEMPTS`] times. The answer exists only after `COMMIT` returned. A connection
+    /// lost during COMMIT leaves the outcome unknown: that is answered as an error (never a
+    /// success), whose retry by the client is deduplicated by the write's key.
     pub(crate) async fn tx<T, F>(&self, mut body: F) -> Result<T>
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
@@ -133,36 +236,63 @@ impl Db {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut c = self.pool.get().await.map_err(pool_err)?;
-            let t = c.transaction().await.map_err(db_err)?;
-            let out = body(&t).await;
-            let res = match out {
-                Ok(v) => t.commit().await.map(|()| v).map_err(OpError::Db),
-                Err(e) => {
-                    let _ = t.rollback().await;
-                    Err(e)
-                }
-            };
-            match res {
+            let mut c = self.conn().await?;
+            let (res, in_commit) = attempt_once(&mut c, &mut body).await;
+            let e = match res {
                 Ok(v) => return Ok(v),
-                Err(OpError::Db(e)) if retryable(&e) && attempt < MAX_ATTEMPTS => {
-                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt) * 2))
-                        .await;
-                }
-                Err(OpError::Db(e)) => return Err(db_err(e)),
                 Err(OpError::Store(e)) => return Err(e),
+                Err(OpError::Db(e)) => e,
+            };
+            if lost(&e) {
+                c.discard();
             }
+            if in_commit && lost(&e) {
+                tracing::warn!(
+                    error = %e,
+                    "postgres: the connection was lost during COMMIT; its outcome is unknown, \
+                     answered as an error so the client retries (deduplicated by its key)"
+                );
+                return Err(db_err(e));
+            }
+            if !retryable(&e) || attempt >= MAX_ATTEMPTS {
+                return Err(db_err(e));
+            }
+            tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
         }
     }
 
     /// A pooled connection for a read outside a write transaction.
-    pub(crate) async fn conn(&self) -> Result<deadpool_postgres::Object> {
-        self.pool.get().await.map_err(pool_err)
+    pub(crate) async fn conn(&self) -> Result<Conn> {
+        self.pool
+            .get()
+            .await
+            .map(|o| Conn(Some(o)))
+            .map_err(pool_err)
     }
 
     /// Close the pool (open connections end as they are returned).
     pub(crate) fn close(&self) {
         self.pool.close();
+    }
+}
+
+/// One attempt of [`Db::tx`] on `c`: the body's result, committed when `Ok`, and whether a
+/// failure came from the COMMIT itself (its outcome then unknown when the connection broke).
+async fn attempt_once<T, F>(c: &mut Conn, body: &mut F) -> (OpResult<T>, bool)
+where
+    F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
+    T: Send,
+{
+    let t = match c.transaction().await {
+        Ok(t) => t,
+        Err(e) => return (Err(OpError::Db(e)), false),
+    };
+    match body(&t).await {
+        Ok(v) => (t.commit().await.map(|()| v).map_err(OpError::Db), true),
+        Err(e) => {
+            let _ = t.rollback().await;
+            (Err(e), false)
+        }
     }
 }
 

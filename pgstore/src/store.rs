@@ -98,16 +98,27 @@ impl PgStore {
         &self.inner.label
     }
 
-    /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls).
+    /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls),
+    /// within the operation deadline ([`crate::db::bounded`]).
     pub(crate) fn block<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
-        run_blocking(&self.inner.handle, fut)
+        run_blocking(&self.inner.handle, crate::db::bounded(fut))
     }
 
-    /// Run `fut` on the store's runtime; the answer resolves with its result (writes).
+    /// Run `fut` on the store's runtime; the answer resolves with its result (writes), within
+    /// the operation deadline ([`crate::db::bounded`]).
     pub(crate) fn spawn<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Pending<T> {
+        self.spawn_queued(crate::db::bounded(fut))
+    }
+
+    /// [`PgStore::spawn`] without the deadline: for a write that first waits its turn behind
+    /// others and bounds its own database part.
+    pub(crate) fn spawn_queued<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Pending<T> {

@@ -443,6 +443,9 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
 
 /// Where a recent durable write proves the store writable, reuse it; else write the heartbeat.
 const HEALTH_FRESH_MS: u64 = 5_000;
+/// Longest `/health` waits for its heartbeat write: a store that hangs (a database with no
+/// writable node) answers 503 well within `mbx-relay health`'s 5 s probe timeout.
+const HEALTH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `GET /health`: 200 only while the store is open and writable.
 async fn health(app: &App) -> Response {
@@ -452,8 +455,18 @@ async fn health(app: &App) -> Response {
     if !failed && now.saturating_sub(last_ok) <= HEALTH_FRESH_MS {
         return json_response(StatusCode::OK, &json!({ "ok": true }));
     }
-    match relay.heartbeat().await {
-        Ok(()) => json_response(StatusCode::OK, &json!({ "ok": true })),
-        Err(e) => json_response(StatusCode::SERVICE_UNAVAILABLE, &e.body),
+    match tokio::time::timeout(HEALTH_DEADLINE, relay.heartbeat()).await {
+        Ok(Ok(())) => json_response(StatusCode::OK, &json!({ "ok": true })),
+        Ok(Err(e)) => json_response(StatusCode::SERVICE_UNAVAILABLE, &e.body),
+        Err(_) => {
+            tracing::warn!(
+                ?HEALTH_DEADLINE,
+                "health: the store did not confirm a write in time"
+            );
+            json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({ "error": relay_core::error::STORE_UNAVAILABLE }),
+            )
+        }
     }
 }

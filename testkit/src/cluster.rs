@@ -18,12 +18,15 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running throwaway cluster.
 pub struct PgCluster {
-    bindir: PathBuf,
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Option<Child>,
+    pub(crate) bindir: PathBuf,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
+    pub(crate) child: Option<Child>,
     /// Databases handed out so far (each test takes a fresh one).
-    next_db: std::sync::atomic::AtomicU32,
+    pub(crate) next_db: std::sync::atomic::AtomicU32,
+    /// Extra `name=value` settings the server starts with (`-c`), e.g. a primary's
+    /// `synchronous_standby_names` (crate::standby).
+    pub(crate) settings: Vec<String>,
 }
 
 /// Where the PostgreSQL server binaries are: `$MBX_PG_BINDIR`, `pg_config --bindir`, the
@@ -53,16 +56,16 @@ pub fn find_bindir() -> Option<PathBuf> {
         .find(|d| d.join("initdb").is_file() && d.join("postgres").is_file())
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn chown_tree(path: &Path) -> std::io::Result<()> {
+pub(crate) fn chown_tree(path: &Path) -> std::io::Result<()> {
     std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY))?;
     if path.is_dir() {
         for e in std::fs::read_dir(path)? {
@@ -72,19 +75,51 @@ fn chown_tree(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// [`find_bindir`], or print a skip line for `test` and answer `None`.
+pub fn bindir_or_skip(test: &str) -> Option<PathBuf> {
+    let found = find_bindir();
+    if found.is_none() {
+        eprintln!(
+            "SKIP {test}: PostgreSQL server binaries not found (set MBX_PG_BINDIR or install \
+             the postgresql package; .ci/run does)"
+        );
+    }
+    found
+}
+
+/// Run `sql` with the `psql` of `bindir` on the database `url`: unaligned, tuples only (`|`
+/// between columns, one row a line), trimmed.
+///
+/// # Errors
+/// psql's stderr, or why it could not run.
+pub fn psql(bindir: &Path, url: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new(bindir.join("psql"))
+        .args([
+            "-X",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            url,
+            "-c",
+            sql,
+        ])
+        .output()
+        .map_err(|e| format!("running psql: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 impl PgCluster {
     /// Start a cluster, or print a skip line and return `None` when the binaries are missing.
     ///
     /// # Panics
     /// When the binaries exist but the cluster cannot start (a test failure, not a skip).
     pub fn start_or_skip(test: &str) -> Option<PgCluster> {
-        let Some(bindir) = find_bindir() else {
-            eprintln!(
-                "SKIP {test}: PostgreSQL server binaries not found (set MBX_PG_BINDIR or install \
-                 the postgresql package; .ci/run does)"
-            );
-            return None;
-        };
+        let bindir = bindir_or_skip(test)?;
         match PgCluster::start(&bindir) {
             Ok(c) => Some(c),
             Err(e) => panic!(
@@ -99,44 +134,79 @@ impl PgCluster {
     /// # Errors
     /// What failed, with the server's log when it did not come up.
     pub fn start(bindir: &Path) -> Result<PgCluster, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("mbx-pg-")
-            .tempdir()
-            .map_err(|e| format!("temp dir: {e}"))?;
-        let data = dir.path().join("data");
-        std::fs::create_dir(dir.path().join("sock")).map_err(|e| format!("socket dir: {e}"))?;
-        if running_as_root() {
-            chown_tree(dir.path()).map_err(|e| format!("chown to nobody: {e}"))?;
+        PgCluster::start_with(bindir, &[])
+    }
+
+    /// [`PgCluster::start`] with extra server settings (`name=value`, passed as `-c`).
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`].
+    pub fn start_with(bindir: &Path, settings: &[&str]) -> Result<PgCluster, String> {
+        PgCluster::start_in(bindir, node_dir()?, settings.iter().map(|s| s.to_string()))
+    }
+
+    /// A cluster serving TLS (`ssl=on`) with the PEM certificate chain `cert` and key `key`
+    /// (copied into the node's directory, owner-only, as the server demands).
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`], or the files could not be copied.
+    pub fn start_with_tls(bindir: &Path, cert: &Path, key: &Path) -> Result<PgCluster, String> {
+        let dir = node_dir()?;
+        let mut settings = vec!["ssl=on".to_string()];
+        for (from, name, setting) in [
+            (cert, "server.pem", "ssl_cert_file"),
+            (key, "server.key", "ssl_key_file"),
+        ] {
+            let to = dir.path().join(name);
+            std::fs::copy(from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
+            std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| format!("chmod {name}: {e}"))?;
+            if running_as_root() {
+                chown_tree(&to).map_err(|e| format!("chown {name}: {e}"))?;
+            }
+            settings.push(format!("{setting}={}", to.display()));
         }
+        PgCluster::start_in(bindir, dir, settings.into_iter())
+    }
+
+    /// `initdb` into `dir` and start the server with `settings`.
+    fn start_in(
+        bindir: &Path,
+        dir: tempfile::TempDir,
+        settings: impl Iterator<Item = String>,
+    ) -> Result<PgCluster, String> {
+        let data = dir.path().join("data");
         let mut initdb = Command::new(bindir.join("initdb"));
         initdb
             .arg("-D")
             .arg(&data)
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
             .args(["--locale=C"]);
-        let out = as_cluster_user(&mut initdb)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running initdb: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let mut cluster = PgCluster {
+        run_as_cluster_user(&mut initdb, "initdb")?;
+        let mut cluster = PgCluster::node(bindir, dir, settings)?;
+        cluster.launch()?;
+        Ok(cluster)
+    }
+
+    /// A stopped node of `bindir`'s binaries on `dir` (its `data` filled already) with a free
+    /// port and these settings.
+    pub(crate) fn node(
+        bindir: &Path,
+        dir: tempfile::TempDir,
+        settings: impl Iterator<Item = String>,
+    ) -> Result<PgCluster, String> {
+        Ok(PgCluster {
             bindir: bindir.to_path_buf(),
             dir,
             port: free_port().map_err(|e| format!("free port: {e}"))?,
             child: None,
             next_db: std::sync::atomic::AtomicU32::new(0),
-        };
-        cluster.launch()?;
-        Ok(cluster)
+            settings: settings.collect(),
+        })
     }
 
     /// Start the server process on the existing data dir and wait until it accepts connections.
-    fn launch(&mut self) -> Result<(), String> {
+    pub(crate) fn launch(&mut self) -> Result<(), String> {
         let data = self.dir.path().join("data");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -158,10 +228,11 @@ impl PgCluster {
                 self.dir.path().join("sock").display()
             ))
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
-            .args(["-c", "max_connections=200", "-c", "shared_buffers=32MB"])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
+            .args(["-c", "max_connections=200", "-c", "shared_buffers=32MB"]);
+        for s in &self.settings {
+            cmd.arg("-c").arg(s);
+        }
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         let child = as_cluster_user(&mut cmd)
             .spawn()
             .map_err(|e| format!("starting postgres: {e}"))?;
@@ -203,6 +274,19 @@ impl PgCluster {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// `-h 127.0.0.1 -p PORT -U postgres`: how the client programs reach this server.
+    pub(crate) fn client_args(&self) -> [String; 6] {
+        [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+        ]
+        .map(String::from)
+    }
+
     /// The TCP port the server listens on (127.0.0.1).
     pub fn port(&self) -> u16 {
         self.port
@@ -228,19 +312,20 @@ impl PgCluster {
     /// # Panics
     /// When `createdb` fails.
     pub fn fresh_db(&self) -> String {
+        self.url_of(&self.fresh_db_name())
+    }
+
+    /// [`PgCluster::fresh_db`], answering the new database's name.
+    ///
+    /// # Panics
+    /// When `createdb` fails.
+    pub fn fresh_db_name(&self) -> String {
         let n = self
             .next_db
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!("relay{n}");
         let out = Command::new(self.bindir.join("createdb"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-            ])
+            .args(self.client_args())
             .arg(&name)
             .output()
             .unwrap_or_else(|e| panic!("running createdb: {e}"));
@@ -249,7 +334,7 @@ impl PgCluster {
             "createdb {name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        self.url_of(&name)
+        name
     }
 
     /// Kill the server with SIGKILL (a crash), without restarting it.
@@ -300,8 +385,38 @@ impl PgCluster {
     }
 }
 
+/// A new node directory (the data dir goes in `data`, the unix socket in `sock`), owned by the
+/// cluster's user.
+pub(crate) fn node_dir() -> Result<tempfile::TempDir, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("mbx-pg-")
+        .tempdir()
+        .map_err(|e| format!("temp dir: {e}"))?;
+    std::fs::create_dir(dir.path().join("sock")).map_err(|e| format!("socket dir: {e}"))?;
+    if running_as_root() {
+        chown_tree(dir.path()).map_err(|e| format!("chown to nobody: {e}"))?;
+    }
+    Ok(dir)
+}
+
+/// Run `cmd` (named `what` in errors) as the cluster's user to its end; `Err` with its
+/// stderr when it failed.
+pub(crate) fn run_as_cluster_user(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = as_cluster_user(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
 /// Run `cmd` as the cluster's user: `nobody` when we are root, else ourselves.
-fn as_cluster_user(cmd: &mut Command) -> &mut Command {
+pub(crate) fn as_cluster_user(cmd: &mut Command) -> &mut Command {
     if running_as_root() {
         cmd.uid(NOBODY).gid(NOBODY).env("HOME", "/tmp");
     }

@@ -2,6 +2,7 @@
 //! A dev-dependency only; nothing here is part of any crate's supported API.
 //!
 //! - [`cluster`]: a throwaway PostgreSQL cluster (initdb in a temp dir, a free loopback port).
+//! - [`standby`]: a primary with a synchronous streaming-replication standby (failover tests).
 //! - [`bins`]: where the workspace's binaries of this build are (`target/<profile>/`).
 //! - [`host`]: a relay child process on a fixed port (it comes back at the same URL after a
 //!   crash) and hosts driven through the real `mbx-relay host` command.
@@ -15,3 +16,4 @@ pub mod daemon;
 pub mod files;
 pub mod host;
 pub mod powercut;
+pub mod standby;

@@ -37,6 +37,7 @@ mod live_events;
 mod live_pull;
 mod observe;
 mod packaging;
+mod pg_failover;
 mod pg_relay;
 mod power_cut_epoch;
 mod power_cut_journal;

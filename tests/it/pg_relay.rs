@@ -192,7 +192,7 @@ fn postgres_killed_mid_load_gives_503_then_serves_again_without_a_relay_restart(
 
 /// One answered push of the kill test: item id, `(target, seq)` per target, status, and
 /// whether it was retried at the survivor.
-type Answered = (String, Vec<(String, u64)>, String, bool);
+pub(crate) type Answered = (String, Vec<(String, u64)>, String, bool);
 
 /// Heartbeat period of the relays in the kill test (`MBX_RELAY_TEST_HEARTBEAT_MS`): the leader
 /// lease lasts three periods unrenewed.
@@ -254,7 +254,7 @@ fn push_until_answered(
 
 /// Pull and ack everything queued for `host` at `relay` until `done` is set and the queue is
 /// empty; every pull and ack must succeed. Returns `(item_id, seq)` in the order received.
-fn drain_while(
+pub(crate) fn drain_while(
     host: &Host,
     relay: SocketAddr,
     epoch: &str,
@@ -343,18 +343,10 @@ fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothi
                         let first = if (i + n) % 2 == 0 { addr_one } else { addr_two };
                         let (r, retried) =
                             push_until_answered(sender, &item, first, addr_two, killed);
-                        let status = r["status"].as_str().unwrap_or("").to_string();
-                        let seqs = r["targets"]
-                            .as_array()
-                            .expect("targets")
-                            .iter()
-                            .map(|t| {
-                                let pk = t["host_pubkey"].as_str().expect("pk").to_string();
-                                (pk, t["seq"].as_u64().expect("seq"))
-                            })
-                            .collect();
-                        let id = item["item_id"].as_str().expect("item_id").to_string();
-                        answered.lock().unwrap().push((id, seqs, status, retried));
+                        answered
+                            .lock()
+                            .unwrap()
+                            .push(answered_of(&item, &r, retried));
                         std::thread::sleep(PUSH_PAUSE);
                     }
                 })
@@ -407,35 +399,56 @@ fn kill9_of_one_of_two_relays_under_load_keeps_the_other_serving_and_loses_nothi
         let ok = status == "accepted" || (*retried && status == "duplicate");
         assert!(ok, "{id}: {status} (retried: {retried})");
     }
-    // Every acknowledged (item, target) reached its target exactly once, with its seq; nothing
-    // else arrived.
     for (host, received) in [(&bob, &received_bob), (&carol, &received_carol)] {
-        let pk = host.pubkey();
-        let mut expected: Vec<(String, u64)> = answered
-            .iter()
-            .flat_map(|(id, seqs, _, _)| {
-                seqs.iter()
-                    .filter(|(t, _)| *t == pk)
-                    .map(move |(_, seq)| (id.clone(), *seq))
-            })
-            .collect();
-        expected.sort_by_key(|(_, seq)| *seq);
-        let mut got = received.clone();
-        got.sort_by_key(|(_, seq)| *seq);
-        assert_eq!(
-            got.len(),
-            expected.len(),
-            "{}: received {} items, {} acknowledged",
-            host.name,
-            got.len(),
-            expected.len()
-        );
-        assert_eq!(
-            got, expected,
-            "{}: exactly the acknowledged items",
-            host.name
-        );
+        assert_exactly_once(host, received, &answered);
     }
+}
+
+/// The record of one answered push of `item`: its id, `(target, seq)` per target from the
+/// push result `r`, the status, and whether it was retried.
+pub(crate) fn answered_of(item: &Value, r: &Value, retried: bool) -> Answered {
+    let seqs = r["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .map(|t| {
+            let pk = t["host_pubkey"].as_str().expect("pk").to_string();
+            (pk, t["seq"].as_u64().expect("seq"))
+        })
+        .collect();
+    let id = item["item_id"].as_str().expect("item_id").to_string();
+    let status = r["status"].as_str().unwrap_or("").to_string();
+    (id, seqs, status, retried)
+}
+
+/// Every acknowledged (item, target) of `answered` reached `host` exactly once, with its seq,
+/// and nothing else arrived: `received` is `host`'s drain ([`drain_while`]).
+pub(crate) fn assert_exactly_once(host: &Host, received: &[(String, u64)], answered: &[Answered]) {
+    let pk = host.pubkey();
+    let mut expected: Vec<(String, u64)> = answered
+        .iter()
+        .flat_map(|(id, seqs, _, _)| {
+            seqs.iter()
+                .filter(|(t, _)| *t == pk)
+                .map(move |(_, seq)| (id.clone(), *seq))
+        })
+        .collect();
+    expected.sort_by_key(|(_, seq)| *seq);
+    let mut got = received.to_vec();
+    got.sort_by_key(|(_, seq)| *seq);
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "{}: received {} items, {} acknowledged",
+        host.name,
+        got.len(),
+        expected.len()
+    );
+    assert_eq!(
+        got, expected,
+        "{}: exactly the acknowledged items",
+        host.name
+    );
 }
 
 /// Open one event stream (first event read) and one waiting pull of `host` at `relay`.

@@ -150,20 +150,20 @@ impl PgStore {
             .lock()
             .ok()
             .and_then(|mut last| last.replace(done_rx));
-        self.spawn(async move {
+        // The deadline runs from this append's turn, not from its submission (a queue of
+        // appends would otherwise time out behind each other).
+        self.spawn_queued(async move {
             if let Some(before) = before {
                 let _ = before.await; // answered or dropped: either way its turn is over
             }
             let _done = done; // signals the next append when this one ends, however it ends
             let now = s.now_ms();
             let keep = s.inner.retention;
-            s.inner
-                .db
-                .tx(|t| {
-                    let (kind, detail) = (kind.clone(), detail.clone());
-                    Box::pin(async move { append(t, now, keep, &kind, &detail).await })
-                })
-                .await
+            crate::db::bounded(s.inner.db.tx(|t| {
+                let (kind, detail) = (kind.clone(), detail.clone());
+                Box::pin(async move { append(t, now, keep, &kind, &detail).await })
+            }))
+            .await
         })
     }
 

@@ -4,3 +4,4 @@
 mod challenge_cap;
 mod conformance;
 mod pg_store;
+mod pg_tls;

@@ -83,29 +83,8 @@ pub fn fresh_database() -> String {
 /// (`|` between columns, one row a line), for assertions on rows the protocol does not show.
 pub fn psql(db_url: &str, sql: &str) -> String {
     let bindir = find_bindir().expect("PostgreSQL binaries");
-    let out = std::process::Command::new(bindir.join("psql"))
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            db_url,
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .trim()
-        .to_string()
+    relay_testkit::cluster::psql(&bindir, db_url, sql)
+        .unwrap_or_else(|e| panic!("psql {sql:?}: {e}"))
 }
 
 /// Makes two tests of each named test body `fn name(backend: Backend)`: `fjall::name` and
