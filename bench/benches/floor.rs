@@ -26,8 +26,9 @@ use relay_core::push::check_wire;
 use relay_keyspace::ItemKind;
 use relay_wire::accept::{sha256, wire_hash_hex, AcceptParts, AcceptTarget};
 use relay_wire::hop::{sign_hop, verify_hop_with};
-use relay_wire::keys::{b64, unb64, verifying_key, SigningKey};
+use relay_wire::keys::{b64, unb64, SigningKey};
 use relay_wire::seal::{seal_envelope, EncSecret};
+use relay_wire::strict_stream::HopKey;
 
 const PATH: &str = "/v2/relay/items";
 
@@ -112,7 +113,7 @@ fn main() {
 
     let ts = now_ms().to_string();
     let hop_sig = sign_hop(&sender, "POST", PATH, &ts, &req.body);
-    let sender_key = verifying_key(&sender.public()).expect("a valid key");
+    let sender_key = HopKey::decode(&sender.public()).expect("a valid key");
     let sender_pub = sender.public();
     let relay_b64 = relay.public_b64();
     let sender_b64 = sender.public_b64();

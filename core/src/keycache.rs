@@ -4,13 +4,13 @@
 //! authenticated call used to pay it again for the same few enrolled keys. The decoded point is
 //! a pure function of the 32 key bytes, so the memo holds no authorisation state: enrolment and
 //! revocation are still read from the store on every call, and the same strict verification
-//! runs either way (`wire::keys::verify_with`). It is process-wide (one set of keys per relay)
+//! runs either way (`wire::strict_stream`, which also keeps the key's small-order check). It is process-wide (one set of keys per relay)
 //! and cleared whole when full, which keeps it bounded without bookkeeping.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use relay_wire::keys::{verifying_key, VerifyingKey};
+use relay_wire::strict_stream::HopKey;
 
 /// Most decoded keys held (about 200 bytes each plus the table).
 const CAPACITY: usize = 4096;
@@ -18,7 +18,7 @@ const CAPACITY: usize = 4096;
 /// Decoded keys by their raw bytes, capped at `cap` entries.
 pub(crate) struct KeyCache {
     cap: usize,
-    map: Mutex<HashMap<[u8; 32], VerifyingKey>>,
+    map: Mutex<HashMap<[u8; 32], HopKey>>,
 }
 
 impl KeyCache {
@@ -32,12 +32,12 @@ impl KeyCache {
 
     /// The decoded key for `pk`, from the memo or decoded now; `None` when `pk` is not a curve
     /// point (never memoised, so junk keys cannot fill the table).
-    pub fn get(&self, pk: &[u8; 32]) -> Option<VerifyingKey> {
+    pub fn get(&self, pk: &[u8; 32]) -> Option<HopKey> {
         if let Some(k) = self.lock().get(pk) {
             return Some(*k);
         }
         // Decode outside the lock: it is the slow part.
-        let key = verifying_key(pk)?;
+        let key = HopKey::decode(pk)?;
         let mut map = self.lock();
         if map.len() >= self.cap {
             map.clear();
@@ -58,7 +58,7 @@ impl KeyCache {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], VerifyingKey>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], HopKey>> {
         // The map stays consistent even if a holder panicked: every write is one insert/clear.
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -73,7 +73,8 @@ pub fn shared() -> &'static KeyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_wire::keys::{verify_with, SigningKey};
+    use relay_wire::hop::{sign_hop, verify_hop_with};
+    use relay_wire::keys::SigningKey;
 
     #[test]
     fn memoises_valid_keys_and_stays_bounded() {
@@ -88,10 +89,24 @@ mod tests {
                 cache.len()
             );
             // the memoised key verifies exactly like a fresh one
-            let sig = k.sign(b"hop");
+            let sig = sign_hop(k, "POST", "/v2/relay/items", "1", "{}");
             let again = cache.get(&k.public()).expect("memoised");
-            assert!(verify_with(&again, b"hop", &sig));
-            assert!(!verify_with(&again, b"hop!", &sig));
+            assert!(verify_hop_with(
+                &again,
+                "POST",
+                "/v2/relay/items",
+                "1",
+                "{}",
+                &sig
+            ));
+            assert!(!verify_hop_with(
+                &again,
+                "POST",
+                "/v2/relay/items",
+                "2",
+                "{}",
+                &sig
+            ));
         }
         assert!(!cache.is_empty());
     }

@@ -5,7 +5,8 @@
 //! exact request body text (`""` for a GET).
 
 use super::canonical::{write_escaped, write_string};
-use super::keys::{verify_stream_with, verifying_key, SigningKey, VerifyingKey};
+use super::keys::SigningKey;
+use super::strict_stream::{verify_stream_with, HopKey};
 
 /// How far a hop's `x-mbx-ts` may be from the relay clock, either way (inclusive).
 pub const HOP_SKEW_MS: i64 = 300_000;
@@ -80,13 +81,13 @@ pub fn verify_hop(
     body: &str,
     sig_b64: &str,
 ) -> bool {
-    verifying_key(pk).is_some_and(|k| verify_hop_with(&k, method, path, ts, body, sig_b64))
+    HopKey::decode(pk).is_some_and(|k| verify_hop_with(&k, method, path, ts, body, sig_b64))
 }
 
 /// [`verify_hop`] with an already decoded key (the relay memoises key decoding). The payload is
 /// hashed as it is escaped: memory stays the body's own, whatever the body holds.
 pub fn verify_hop_with(
-    key: &VerifyingKey,
+    key: &HopKey,
     method: &str,
     path: &str,
     ts: &str,

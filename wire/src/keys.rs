@@ -235,36 +235,6 @@ pub fn verify_with(key: &VerifyingKey, msg: &[u8], sig_b64: &str) -> bool {
         .is_ok()
 }
 
-/// [`verify_with`] over a message that `feed` hands over in pieces (through the `update` it is
-/// given), hashed as it arrives so the message is never assembled. The same strict checks as
-/// `verify_strict`: a canonical `s` (checked by `verify_stream`), and neither the key nor the
-/// signature's `R` of small order (checked here, since the stream verifier skips them).
-pub(crate) fn verify_stream_with(
-    key: &VerifyingKey,
-    sig_b64: &str,
-    feed: impl FnOnce(&mut dyn FnMut(&[u8])),
-) -> bool {
-    let Some(sig_bytes) = unb64(sig_b64) else {
-        return false;
-    };
-    let Ok(sig_arr) = <[u8; 64]>::try_from(sig_bytes.as_slice()) else {
-        return false;
-    };
-    let mut r = [0u8; 32];
-    r.copy_from_slice(&sig_arr[..32]);
-    let r_strict = curve25519_dalek::edwards::CompressedEdwardsY(r)
-        .decompress()
-        .is_some_and(|p| !p.is_small_order());
-    if !r_strict || key.is_weak() {
-        return false;
-    }
-    let Ok(mut verifier) = key.verify_stream(&Signature::from_bytes(&sig_arr)) else {
-        return false;
-    };
-    feed(&mut |piece: &[u8]| verifier.update(piece));
-    verifier.finalize_and_verify().is_ok()
-}
-
 /// [`verify`] over canonical(`v`).
 pub fn verify_canonical(pk: &[u8; 32], v: &Value, sig_b64: &str) -> bool {
     verify(pk, &canonical_bytes(v), sig_b64)
@@ -382,51 +352,6 @@ mod tests {
         ] {
             assert!(!err.to_string().contains(SEED));
         }
-    }
-
-    #[test]
-    fn streamed_verification_is_exactly_the_strict_check() {
-        use rand::{Rng as _, SeedableRng as _};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(19);
-        let key = SigningKey::from_seed(&[7u8; 32]);
-        let decoded = verifying_key(&key.public()).expect("a point");
-        for n in 0..300 {
-            let len = rng.gen_range(0..3 * 8192);
-            let msg: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-            let mut sig = unb64(&key.sign(&msg)).expect("base64");
-            match n % 4 {
-                1 => sig[rng.gen_range(0..64)] ^= 1 << rng.gen_range(0..8),
-                2 => sig[63] |= 0xf0, // s not canonical
-                _ => {}
-            }
-            let sig = b64(&sig);
-            // Hand the message over in random pieces, some longer than a block.
-            let streamed = verify_stream_with(&decoded, &sig, |update| {
-                let mut at = 0;
-                while at < msg.len() {
-                    let step = rng.gen_range(0..=(msg.len() - at).min(2 * 8192));
-                    update(&msg[at..at + step]);
-                    at += step;
-                }
-            });
-            assert_eq!(streamed, verify_with(&decoded, &msg, &sig), "case {n}");
-        }
-        // The identity key with R = identity and s = 0 passes the lax check for any message;
-        // strict verification, streamed or not, refuses it.
-        let mut identity = [0u8; 32];
-        identity[0] = 1;
-        let weak = verifying_key(&identity).expect("the identity is a point");
-        let mut forged = [0u8; 64];
-        forged[0] = 1;
-        let forged_sig = Signature::from_bytes(&forged);
-        assert!(ed25519_dalek::Verifier::verify(&weak, b"m", &forged_sig).is_ok());
-        assert!(!verify_with(&weak, b"m", &b64(&forged)));
-        assert!(!verify_stream_with(&weak, &b64(&forged), |u| u(b"m")));
-        // A small-order R with a sound key is refused before any hashing.
-        let mut small_r = unb64(&key.sign(b"m")).expect("base64");
-        small_r[..32].copy_from_slice(&forged[..32]);
-        assert!(!verify_stream_with(&decoded, &b64(&small_r), |u| u(b"m")));
-        assert!(!verify_stream_with(&decoded, "junk", |u| u(b"m")));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod names;
 pub mod receipt;
 pub mod records;
 pub mod seal;
+pub mod strict_stream;
 /// Shared test inputs (unit tests, and other crates' tests through the `test-util` feature).
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
