@@ -60,8 +60,9 @@ impl RelayAlloc {
     }
 }
 
-// SAFETY: every call forwards to mimalloc with the same arguments; `dealloc` and `realloc`
-// only drop the pages of a block that is being freed first.
+// SAFETY: every call forwards to mimalloc with the same arguments, except that `dealloc` drops
+// the pages of a large block being freed first and `realloc` of a large block is alloc + copy +
+// dealloc (the default `GlobalAlloc::realloc`).
 unsafe impl GlobalAlloc for RelayAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded as is.
@@ -82,8 +83,25 @@ unsafe impl GlobalAlloc for RelayAlloc {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded as is; a moved block's old pages are mimalloc's to purge.
-        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+        if layout.size() < RETURN_AT_FREE {
+            // SAFETY: forwarded as is.
+            return unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
+        }
+        // A large block is moved by hand so that its old pages go back through `dealloc` (a
+        // body read without a declared length grows this way).
+        // SAFETY: `layout.align()` is a valid alignment and the caller guarantees `new_size`
+        // rounded to it does not overflow isize (GlobalAlloc::realloc's contract).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: new_layout has a non-zero size (the caller's contract).
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live, distinct, and at least this long.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
     }
 }
 
@@ -134,5 +152,38 @@ pub fn spawn_trimmer(interval: Duration) {
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the heap trimmer; memory is still bounded, only less of it is returned");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A large block keeps its bytes through growing and shrinking moves, and a small one
+    /// through mimalloc's own realloc; the pages dropped at free are only the freed block's.
+    #[test]
+    fn realloc_keeps_the_bytes_of_large_and_small_blocks() {
+        let a = RelayAlloc;
+        for (size, grown, shrunk) in [(3 << 20, 5 << 20, 2 << 20), (1000, 4 << 20, 100)] {
+            let layout = Layout::from_size_align(size, 16).unwrap();
+            // SAFETY (test): every pointer is used within the layout it was allocated with.
+            unsafe {
+                let p = a.alloc(layout);
+                assert!(!p.is_null());
+                for i in 0..size {
+                    *p.add(i) = (i % 251) as u8;
+                }
+                let neighbour = a.alloc(layout);
+                std::ptr::write_bytes(neighbour, 7, size);
+                let p = a.realloc(p, layout, grown);
+                assert!(!p.is_null());
+                assert!((0..size).all(|i| *p.add(i) == (i % 251) as u8));
+                let p = a.realloc(p, Layout::from_size_align(grown, 16).unwrap(), shrunk);
+                assert!((0..shrunk.min(size)).all(|i| *p.add(i) == (i % 251) as u8));
+                a.dealloc(p, Layout::from_size_align(shrunk, 16).unwrap());
+                assert!((0..size).all(|i| *neighbour.add(i) == 7));
+                a.dealloc(neighbour, layout);
+            }
+        }
     }
 }
