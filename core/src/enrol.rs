@@ -9,6 +9,7 @@ use super::authority::{ask, denied_text, AuthorityRequest, Decision, UNAVAILABLE
 use super::challenge::new_challenge;
 use super::code::ErrorCode;
 use super::config::CHALLENGE_LIFETIME;
+use super::error::{BAD_ENROLMENT_SIGNATURE, NO_PENDING_CHALLENGE};
 use super::{Relay, RelayError, Reply, Status};
 use relay_wire::keys::{fingerprint, parse_pubkey, verify_canonical};
 use relay_wire::names::{is_host_name, is_owner_fp};
@@ -48,8 +49,8 @@ impl From<Refusal<'_>> for RelayError {
                 ErrorCode::BadRequest,
                 "bad enrolment fields",
             ),
-            NoPendingChallenge => RelayError::unauthorized("no pending enrolment challenge"),
-            BadSignature => RelayError::unauthorized("bad enrolment signature"),
+            NoPendingChallenge => RelayError::unauthorized(NO_PENDING_CHALLENGE),
+            BadSignature => RelayError::unauthorized(BAD_ENROLMENT_SIGNATURE),
             Denied(reason) => {
                 RelayError::coded(Status::Forbidden, ErrorCode::Denied, denied_text(reason))
             }

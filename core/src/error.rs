@@ -6,6 +6,24 @@ use serde_json::{json, Value};
 /// The one answer text of a store failure (503): fixed, so no internal detail reaches clients.
 pub const STORE_UNAVAILABLE: &str = "store unavailable, retry later";
 
+/// The answer text of any failed hop check (docs/protocol.md §2).
+const BAD_HOP: &str = "bad relay hop";
+/// The 401 texts of a failed enrolment proof.
+pub(crate) const NO_PENDING_CHALLENGE: &str = "no pending enrolment challenge";
+pub(crate) const BAD_ENROLMENT_SIGNATURE: &str = "bad enrolment signature";
+
+/// Which check a 401 failed, for the refusal metrics (from the texts above, so a changed text
+/// cannot silently move a refusal to another class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// A relay hop's headers or signature.
+    Hop,
+    /// An enrolment's challenge proof.
+    Enrolment,
+    /// Another signature (an envelope, a list, an ad).
+    Signature,
+}
+
 /// The status classes the protocol answers with (no HTTP types here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -51,7 +69,15 @@ impl RelayError {
     }
     /// The answer to any failed hop check (docs/protocol.md §2).
     pub fn bad_hop() -> Self {
-        Self::unauthorized("bad relay hop")
+        Self::unauthorized(BAD_HOP)
+    }
+    /// Which check this 401 failed; `None` for any other status.
+    pub fn auth_failure(&self) -> Option<AuthFailure> {
+        (self.status == Status::Unauthorized).then(|| match self.message() {
+            BAD_HOP => AuthFailure::Hop,
+            NO_PENDING_CHALLENGE | BAD_ENROLMENT_SIGNATURE => AuthFailure::Enrolment,
+            _ => AuthFailure::Signature,
+        })
     }
     /// The per-address enrolment rate window is exhausted.
     pub(crate) fn rate_limited() -> Self {
@@ -103,5 +129,18 @@ mod tests {
         let e = RelayError::from(cause);
         assert_eq!(e.status, Status::Unavailable);
         assert_eq!(e.body, json!({ "error": STORE_UNAVAILABLE }));
+    }
+
+    #[test]
+    fn a_401_is_classed_by_the_check_it_failed_and_no_other_status_is() {
+        assert_eq!(RelayError::bad_hop().auth_failure(), Some(AuthFailure::Hop));
+        for text in [NO_PENDING_CHALLENGE, BAD_ENROLMENT_SIGNATURE] {
+            let e = RelayError::unauthorized(text);
+            assert_eq!(e.auth_failure(), Some(AuthFailure::Enrolment));
+        }
+        let other = RelayError::unauthorized("bad envelope signature");
+        assert_eq!(other.auth_failure(), Some(AuthFailure::Signature));
+        let not_401 = RelayError::new(Status::BadRequest, BAD_HOP);
+        assert_eq!(not_401.auth_failure(), None);
     }
 }

@@ -38,7 +38,7 @@ use std::sync::{Arc, RwLock};
 use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
 
 pub use config::Limits;
-pub use error::{RelayError, Reply, Status};
+pub use error::{AuthFailure, RelayError, Reply, Status};
 pub use hop::{Caller, HopCheck, HopHeaders};
 use relay_wire::keys::SigningKey;
 

@@ -30,7 +30,7 @@ use super::App;
 use relay_core::code::ErrorCode;
 use relay_core::enc_ad::EncLookup;
 use relay_core::pull::{PullQuery, PullStart};
-use relay_core::{parse_json, HopHeaders, RelayError, Reply, Status};
+use relay_core::{parse_json, AuthFailure, HopHeaders, RelayError, Reply, Status};
 use relay_wire::hop::signed_path;
 
 /// The status code of a relay status class.
@@ -70,14 +70,12 @@ pub(crate) fn marked(mut r: Response, why: RequestRefusal) -> Response {
     r
 }
 
-/// The refusal class of a relay error: 401s by their fixed texts, 413 and 429 by status.
+/// The refusal class of a relay error: 401s by the check they failed, 413 and 429 by status.
 fn refusal_of(e: &RelayError) -> Option<RequestRefusal> {
     Some(match e.status {
-        Status::Unauthorized => match e.body["error"].as_str() {
-            Some("bad relay hop") => RequestRefusal::BadHop,
-            Some("no pending enrolment challenge" | "bad enrolment signature") => {
-                RequestRefusal::BadEnrolment
-            }
+        Status::Unauthorized => match e.auth_failure() {
+            Some(AuthFailure::Hop) => RequestRefusal::BadHop,
+            Some(AuthFailure::Enrolment) => RequestRefusal::BadEnrolment,
             _ => RequestRefusal::BadSignature,
         },
         Status::TooLarge => RequestRefusal::TooLarge,
