@@ -339,6 +339,14 @@ pub fn pair(root: &Path, relay: &RelayProc) -> (HostCli, HostCli) {
     (a, b)
 }
 
+/// Two hosts paired on a relay ([`pair`]), each having synced once (enrolled, ads published).
+pub fn paired(root: &Path, relay: &RelayProc) -> (HostCli, HostCli) {
+    let (a, b) = pair(root, relay);
+    a.sync();
+    b.sync();
+    (a, b)
+}
+
 /// Sync both hosts in turns until `done` holds (at most `rounds` rounds); failures are tolerated
 /// (the relay may be down). Returns whether `done` held.
 pub fn sync_until(hosts: &[&HostCli], rounds: usize, mut done: impl FnMut() -> bool) -> bool {

@@ -8,24 +8,15 @@ use crate::host_util;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use daemon_util::{wait_until, Daemon, ReferenceProxy};
-use host_util::{pair, HostCli, RelayProc};
+use host_util::{pair, paired, HostCli, RelayProc};
 use relay_testkit::powercut::Powercut;
 
 fn inbox_ids(h: &HostCli) -> Vec<String> {
     h.inbox_ids()
-}
-
-/// Two hosts paired on a relay, each having synced once (enrolled, ads published).
-fn paired(root: &Path, relay: &RelayProc) -> (HostCli, HostCli) {
-    let (a, b) = pair(root, relay);
-    a.sync();
-    b.sync();
-    (a, b)
 }
 
 #[test]

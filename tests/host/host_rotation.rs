@@ -9,7 +9,7 @@ use crate::host_util;
 
 use std::path::Path;
 
-use host_util::{host_key, pair, relay_client, HostCli, RelayProc};
+use host_util::{host_key, paired, relay_client, HostCli, RelayProc};
 #[cfg(feature = "failpoints")]
 use relay_testkit::powercut::Powercut;
 use relay_wire::keys::SigningKey;
@@ -67,9 +67,7 @@ fn assert_rotated_on_relay(relay: &RelayProc, h: &HostCli, old: &SigningKey, new
 fn a_rotated_host_gets_its_queue_back_republishes_its_enc_ad_and_keeps_the_old_key_retired() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
-    a.sync();
-    b.sync();
+    let (a, b) = paired(tmp.path(), &relay);
     b.send("alpha", "before", "read before the rotation");
     b.sync();
     assert_eq!(a.sync()["received"], 1);
@@ -162,9 +160,7 @@ fn rotation_windows(tmp: &Path, mut pc: Option<&mut Powercut>) {
         std::fs::create_dir_all(&root).unwrap();
         // The test's own directory is made durable by the test (init's are the host's).
         relay_os::durable_dir::sync_dir(base).unwrap();
-        let (a, b) = pair(&root, &relay);
-        a.sync();
-        b.sync();
+        let (a, b) = paired(&root, &relay);
         let id = b.send("alpha", "queued", "crosses the rotation");
         b.sync();
         let old = host_key(&a);
@@ -221,9 +217,7 @@ fn rotation_windows(tmp: &Path, mut pc: Option<&mut Powercut>) {
 fn a_delivery_receipt_is_checked_against_the_peers_pinned_and_retired_keys() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
-    a.sync();
-    b.sync();
+    let (a, b) = paired(tmp.path(), &relay);
     a.send("beta", "hi", "body");
     a.sync();
     assert_eq!(
@@ -250,9 +244,7 @@ fn a_delivery_receipt_is_checked_against_the_peers_pinned_and_retired_keys() {
 fn an_envelope_pushed_before_the_peer_rotated_is_received_under_the_retired_key() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
-    a.sync();
-    b.sync();
+    let (a, b) = paired(tmp.path(), &relay);
     let id = b.send("alpha", "hi", "sent by the old key");
     assert_eq!(b.sync()["relay_accepted"], 1);
     let new_pub = b.ok(&["rotate"])["new_pubkey"]
@@ -281,9 +273,7 @@ fn an_envelope_pushed_before_the_peer_rotated_is_received_under_the_retired_key(
 fn peer_rotate_swaps_the_key_in_the_allowlist_this_host_publishes() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
-    a.sync();
-    b.sync();
+    let (a, b) = paired(tmp.path(), &relay);
     let old_b = b.pubkey();
     let new_b = b.ok(&["rotate"])["new_pubkey"]
         .as_str()
@@ -319,9 +309,7 @@ fn peer_rotate_swaps_the_key_in_the_allowlist_this_host_publishes() {
 fn a_rotation_the_relay_refuses_for_good_is_abandoned_and_the_host_keeps_its_key() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
-    a.sync();
-    b.sync();
+    let (a, _b) = paired(tmp.path(), &relay);
     let out = a.ok(&["rotate"]);
     let current = out["new_pubkey"].as_str().unwrap().to_string();
     // Stage the revoked old key as the next key (as a leftover file would be).
@@ -345,9 +333,7 @@ fn a_rotation_the_relay_refuses_for_good_is_abandoned_and_the_host_keeps_its_key
 fn a_receipt_not_yet_pushed_when_the_host_rotates_is_signed_again_by_the_new_key() {
     let tmp = tempfile::tempdir().unwrap();
     let relay = RelayProc::start(tmp.path(), &[]);
-    let (a, b) = pair(tmp.path(), &relay);
-    a.sync();
-    b.sync();
+    let (a, b) = paired(tmp.path(), &relay);
     a.send("beta", "hi", "body");
     a.sync();
     // Beta receives and checkpoints, and dies before acking and pushing its receipt.
