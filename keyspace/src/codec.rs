@@ -109,6 +109,30 @@ pub(crate) struct ItemView<'a> {
     pub account: Option<&'a str>,
 }
 
+/// A stored [`Enrolment`](crate::api::Enrolment) read in place for a liveness check: the
+/// strings borrow the stored value, so the two checks of every insert (sender, target) allocate
+/// nothing. Same field order and types as `Enrolment` (postcard is positional); a test holds
+/// the two together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(crate) struct EnrolmentView<'a> {
+    /// Decoded only to reach the fields after it (so are the others not `pub`).
+    #[allow(dead_code)]
+    host_pubkey: Key32,
+    #[allow(dead_code)]
+    host_name: &'a str,
+    #[allow(dead_code)]
+    owner_fp: &'a str,
+    #[serde(borrow)]
+    pub account: Option<&'a str>,
+    #[allow(dead_code)]
+    authorized_by: &'a str,
+    #[allow(dead_code)]
+    authority_rank: u8,
+    #[allow(dead_code)]
+    enrolled_at_ms: u64,
+    pub revoked_at_ms: Option<u64>,
+}
+
 /// Encode a value.
 pub(crate) fn enc<T: Serialize>(v: &T) -> Vec<u8> {
     enc_with_capacity(v, 64)
@@ -398,6 +422,50 @@ mod tests {
         assert_eq!(a, b);
         let back: Fast = dec(&b, "test").unwrap();
         assert_eq!(back.wire, wire);
+    }
+
+    /// A stored `Enrolment` reads back field for field as an [`EnrolmentView`], with and
+    /// without an account and a revocation; a truncated record is refused.
+    #[test]
+    fn enrolment_view_reads_enrolments() {
+        for (account, revoked) in [(None, None), (Some("acct:é\"x".to_string()), Some(7u64))] {
+            let e = crate::api::Enrolment {
+                host_pubkey: [4; 32],
+                host_name: "Host-é".into(),
+                owner_fp: "fp".into(),
+                account: account.clone(),
+                authorized_by: "host-key".into(),
+                authority_rank: 3,
+                enrolled_at_ms: 1_700_000_000_000,
+                revoked_at_ms: revoked,
+            };
+            let stored = enc(&e);
+            let v: EnrolmentView = dec(&stored, "enrolment").unwrap();
+            assert_eq!(
+                (v.host_pubkey, v.host_name, v.owner_fp, v.account),
+                (
+                    e.host_pubkey,
+                    e.host_name.as_str(),
+                    e.owner_fp.as_str(),
+                    account.as_deref()
+                )
+            );
+            assert_eq!(
+                (
+                    v.authorized_by,
+                    v.authority_rank,
+                    v.enrolled_at_ms,
+                    v.revoked_at_ms
+                ),
+                (
+                    e.authorized_by.as_str(),
+                    e.authority_rank,
+                    e.enrolled_at_ms,
+                    revoked
+                )
+            );
+            assert!(dec::<EnrolmentView>(&stored[..stored.len() - 1], "enrolment").is_err());
+        }
     }
 
     /// A stored [`ItemRecord`] reads back field for field as an [`ItemView`], with and without

@@ -96,6 +96,18 @@ pub(crate) fn revoke(tx: &mut Tx<'_>, e: &Enrolment) -> Result<()> {
     bump(tx, meta_key::REVOKED_ENROLMENTS, 1)
 }
 
+/// `Some(account)` when `pk` has a live enrolment: [`live`] decoded in place (the insert rule
+/// asks this twice per item).
+pub(crate) fn live_account(r: &impl reader::Reader, pk: &Key32) -> Result<Option<Option<String>>> {
+    let Some(v) = r.get(Part::Enrolments, &codec::enrol_key(pk))? else {
+        return Ok(None);
+    };
+    let e: codec::EnrolmentView<'_> = codec::dec(&v, "enrolment")?;
+    Ok(e.revoked_at_ms
+        .is_none()
+        .then(|| e.account.map(str::to_owned)))
+}
+
 /// The enrolment of `pk` if it is live.
 pub(crate) fn live(r: &impl reader::Reader, pk: &Key32) -> Result<Option<Enrolment>> {
     Ok(reader::enrolment(r, pk)?.filter(|e| e.revoked_at_ms.is_none()))

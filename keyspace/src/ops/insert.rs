@@ -77,7 +77,7 @@ struct Reads<'a, 't>(&'a Tx<'t>);
 
 impl rules::insert::InsertReads for Reads<'_, '_> {
     fn live(&self, key: &Key32) -> Result<Option<Option<String>>> {
-        Ok(enrol::live(self.0, key)?.map(|e| e.account))
+        enrol::live_account(self.0, key)
     }
     fn dedup(&self, target: &Key32, sender: &Key32, item_id: &str) -> Result<Option<DedupRow>> {
         reader::dedup_row(self.0, &codec::dedup_key(target, sender, item_id))

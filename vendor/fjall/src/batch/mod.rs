@@ -7,7 +7,6 @@ pub mod item;
 use crate::{Database, Keyspace, PersistMode};
 use item::Item;
 use lsm_tree::{AbstractTree, UserKey, UserValue, ValueType};
-use std::collections::HashSet;
 
 /// An atomic write batch
 ///
@@ -130,9 +129,9 @@ impl WriteBatch {
             })?;
         }
 
-        // TODO: maybe we can use a stack alloc hashset/vec here, such as smallset
-        #[expect(clippy::mutable_key_type)]
-        let mut keyspaces_with_possible_stall = HashSet::new();
+        // mbx-relay: the few keyspaces of a batch, found by a linear scan (no hash of the
+        // keyspace name and no handle clone per item)
+        let mut keyspaces_with_possible_stall: Vec<Keyspace> = Vec::new();
 
         #[expect(clippy::expect_used)]
         let keyspaces = self
@@ -157,8 +156,10 @@ impl WriteBatch {
 
             batch_size += item_size;
 
-            // IMPORTANT: Clone the handle, because we don't want to keep the keyspaces lock open
-            keyspaces_with_possible_stall.insert(item.keyspace.clone());
+            // IMPORTANT: Keep the handle, because we don't want to keep the keyspaces lock open
+            if !keyspaces_with_possible_stall.contains(&item.keyspace) {
+                keyspaces_with_possible_stall.push(item.keyspace);
+            }
         }
 
         self.db.supervisor.snapshot_tracker.publish(batch_seqno);
