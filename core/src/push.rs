@@ -622,4 +622,43 @@ mod tests {
         );
         assert_eq!(results_text(Vec::new()), b"{\"results\":[]}");
     }
+
+    #[test]
+    fn rejected_texts_equal_the_value_answers() {
+        let reason: Rejection = Reason::BadKind.into();
+        let mut ids: Vec<String> = [
+            "17",
+            "-0",
+            "1.50",
+            "1e5",
+            "18446744073709551616",
+            r#"{"b":1,"a":[true,null],"b":2}"#,
+            "[]",
+            "null",
+            "false",
+            r#""\u0001\"\u00e9\u2028""#,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for s in relay_wire::test_util::adversarial_strings(9, 200) {
+            ids.push(Value::String(s).to_string());
+        }
+        for id in ids {
+            let body = format!(r#"{{"items":[{{"kind":"x"}},{{"item_id":{id}}}]}}"#);
+            let tree: Node<'_> = crate::parse_json_as(body.as_bytes()).unwrap();
+            let v: Value = serde_json::from_str(&body).unwrap();
+            for i in 0..2 {
+                let item = &tree.get("items").and_then(Node::as_array).unwrap()[i];
+                let want = json!({
+                    "item_id": v["items"][i].get("item_id").cloned().unwrap_or(Value::Null),
+                    "status": format!("rejected:{}", reason.wire_text()),
+                    "targets": [],
+                })
+                .to_string();
+                let got = rejected_text(&ItemId::of(body.as_bytes(), i, item), &reason);
+                assert_eq!(got, want, "{id}");
+            }
+        }
+    }
 }
