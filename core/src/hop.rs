@@ -95,7 +95,8 @@ impl Relay {
             }
             live
         };
-        let mut signed = String::with_capacity(hop.method.len() + hop.path.len() + ts.len() + sig.len());
+        let mut signed =
+            String::with_capacity(hop.method.len() + hop.path.len() + ts.len() + sig.len());
         let mut starts = [0; 3];
         for (i, part) in [hop.method, hop.path, ts, sig].into_iter().enumerate() {
             if i > 0 {

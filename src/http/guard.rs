@@ -1,4 +1,4 @@
-//! Protection against slow and hostile clients, in front of the router: the accept loop of
+//! Protection against slow and hostile clients, in front of the handler: the accept loop of
 //! `mbx-relay serve`.
 //!
 //! - **Connection cap**: at most `max_connections` connections are served at once; one more is
@@ -660,7 +660,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
 }
 
 /// The public window's 429, `wait` being the time until the window frees (answered before the
-/// router, so it adds `cache-control` itself).
+/// handler, so it adds `cache-control` itself).
 fn too_many_requests(wait: Duration) -> Response<Body> {
     let mut r = retry_later(
         StatusCode::TOO_MANY_REQUESTS,
