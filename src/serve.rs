@@ -15,7 +15,7 @@ use std::sync::Arc;
 use relay_store::{OpenOptions, SystemClock};
 
 use crate::http::tls::Tls;
-use crate::http::{router, App, TrustProxy};
+use crate::http::{service, App, TrustProxy};
 use crate::store_open::{open_store, StoreSpec};
 use relay_core::{key, startup, Limits};
 use relay_os::private::{require_private, Kind};
@@ -380,7 +380,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let watchdog = crate::notify::spawn_watchdog(stop_rx.clone());
     let served = crate::http::guard::serve(
         listener,
-        router(app),
+        service(app),
         config.trust_proxy,
         config.guard.clone(),
         tls,

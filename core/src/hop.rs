@@ -46,10 +46,10 @@ pub struct Caller {
 #[derive(Debug)]
 pub struct HopCheck {
     candidates: Vec<Enrolment>,
-    method: String,
-    path: String,
-    ts: String,
-    sig: String,
+    /// The signed fields, one copy: method, path, ts and sig back to back.
+    signed: String,
+    /// Where the path, ts and sig start in `signed`.
+    starts: [usize; 3],
 }
 
 impl Relay {
@@ -95,12 +95,19 @@ impl Relay {
             }
             live
         };
+        let mut signed =
+            String::with_capacity(hop.method.len() + hop.path.len() + ts.len() + sig.len());
+        let mut starts = [0; 3];
+        for (i, part) in [hop.method, hop.path, ts, sig].into_iter().enumerate() {
+            if i > 0 {
+                starts[i - 1] = signed.len();
+            }
+            signed.push_str(part);
+        }
         Ok(HopCheck {
             candidates,
-            method: hop.method.to_string(),
-            path: hop.path.to_string(),
-            ts: ts.to_string(),
-            sig: sig.to_string(),
+            signed,
+            starts,
         })
     }
 }
@@ -125,10 +132,13 @@ impl HopCheck {
         let Ok(body) = std::str::from_utf8(body) else {
             return Err(RelayError::bad_hop());
         };
+        let [p, t, g] = self.starts;
+        let s = self.signed.as_str();
+        let (method, path, ts, sig) = (&s[..p], &s[p..t], &s[t..g], &s[g..]);
         let verifies = |pk: &Key32| {
-            keycache::shared().get(pk).is_some_and(|k| {
-                verify_hop_with(&k, &self.method, &self.path, &self.ts, body, &self.sig)
-            })
+            keycache::shared()
+                .get(pk)
+                .is_some_and(|k| verify_hop_with(&k, method, path, ts, body, sig))
         };
         self.candidates
             .into_iter()

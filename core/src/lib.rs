@@ -203,6 +203,14 @@ fn expect_object(
 /// # Errors
 /// 400 `{"error": "malformed JSON: ..."}`.
 pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, RelayError> {
+    parse_json_as(body)
+}
+
+/// [`parse_json`] into any tree `serde_json` reads through `deserialize_any` (a `Value`, or a
+/// borrowed `relay_wire::json_node::Node`): the same parser, so the same error texts.
+pub(crate) fn parse_json_as<'a, T: serde::Deserialize<'a>>(
+    body: &'a [u8],
+) -> Result<T, RelayError> {
     serde_json::from_slice(body)
         .map_err(|e| RelayError::bad_request(format!("malformed JSON: {e}")))
 }

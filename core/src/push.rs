@@ -8,13 +8,14 @@ use std::collections::{HashMap, HashSet};
 use relay_store::{
     InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, QuotaKind, TargetSeq,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::reason::{Reason, Rejection};
 use super::{Caller, Relay, RelayError, Reply};
 use relay_wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use relay_wire::canonical::write_string;
 use relay_wire::envelope::envelope_wire_error;
+use relay_wire::json_node::Node;
 use relay_wire::keys::{b64, parse_pubkey, unb64};
 use relay_wire::receipt::check_receipt_wire;
 
@@ -66,24 +67,29 @@ impl TargetCache {
 }
 
 impl Relay {
-    /// [`Self::push_json`] as a value tree (for callers that inspect the answer; the HTTP
-    /// adapter sends the text).
+    /// [`Self::push_json`] over a value tree, answered as one (for callers that hold a value
+    /// and inspect the answer; the HTTP adapter passes the body's bytes and sends the text).
     ///
     /// # Errors
     /// As [`Self::push_json`].
     pub async fn push(&self, caller: &Caller, body: &Value) -> Reply {
-        let text = self.push_json(caller, body).await?;
+        let bytes = serde_json::to_vec(body)
+            .map_err(|_| RelayError::unavailable("push body is not JSON"))?;
+        let text = self.push_json(caller, &bytes).await?;
         serde_json::from_slice(&text)
             .map_err(|_| RelayError::unavailable("push answer is not JSON"))
     }
 
     /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order, as JSON
     /// text: exactly what serialising the answer as a `serde_json::Value` gives (sorted keys),
-    /// written without the value tree.
+    /// written without the value tree. The body is parsed into a borrowed [`Node`] tree (no
+    /// copy of its strings: the push hot path).
     ///
     /// # Errors
-    /// 400 when `items` is not an array or holds more than `max_batch`; 503 on store failure.
-    pub async fn push_json(&self, caller: &Caller, body: &Value) -> Result<Vec<u8>, RelayError> {
+    /// 400 `malformed JSON: ...` as [`crate::parse_json`]; 400 when `items` is not an array or
+    /// holds more than `max_batch`; 503 on store failure.
+    pub async fn push_json(&self, caller: &Caller, body: &[u8]) -> Result<Vec<u8>, RelayError> {
+        let tree: Node<'_> = crate::parse_json_as(body)?;
         // One text for both, the reference relay's.
         let bad_batch = || {
             RelayError::bad_request(format!(
@@ -91,9 +97,9 @@ impl Relay {
                 self.limits.max_batch
             ))
         };
-        let items = body
+        let items = tree
             .get("items")
-            .and_then(Value::as_array)
+            .and_then(Node::as_array)
             .filter(|items| items.len() <= self.limits.max_batch)
             .ok_or_else(bad_batch)?;
         let rate_ok = self.sender_rate.hit(&caller.key, self.now_ms());
@@ -110,7 +116,7 @@ impl Relay {
             match check {
                 Ok(p) => prepared.push((i, p)),
                 Err(reason) => {
-                    results[i] = Some(rejected_text(item.get("item_id"), &reason));
+                    results[i] = Some(rejected_text(&ItemId::of(body, i, item), &reason));
                     early.push(reason.reason);
                 }
             }
@@ -142,12 +148,12 @@ impl Relay {
             match outcome {
                 Committed::Rejected(reason) => {
                     self.metrics.rejected(&reason);
-                    results[i] = Some(rejected_text(Some(&Value::String(item_id)), &reason.into()));
+                    results[i] = Some(rejected_text(&ItemId::Text(&item_id), &reason.into()));
                 }
                 Committed::OverQuota { which, .. } => {
                     let reason = Reason::Quota(which);
                     self.metrics.rejected(&reason);
-                    results[i] = Some(rejected_text(Some(&Value::String(item_id)), &reason.into()));
+                    results[i] = Some(rejected_text(&ItemId::Text(&item_id), &reason.into()));
                 }
                 Committed::Stored {
                     at_ms,
@@ -165,22 +171,22 @@ impl Relay {
     fn prepare_v2_item(
         &self,
         caller: &Caller,
-        item: &Value,
+        item: &Node<'_>,
         cache: &mut TargetCache,
     ) -> Result<Prepared, Rejection> {
         let item_id = item
             .get("item_id")
-            .and_then(Value::as_str)
+            .and_then(Node::as_str)
             .filter(|s| !s.is_empty() && s.encode_utf16().count() <= MAX_ITEM_ID)
             .ok_or(Reason::BadItemId)?;
-        let kind = match item.get("kind").and_then(Value::as_str) {
+        let kind = match item.get("kind").and_then(Node::as_str) {
             Some("envelope") => ItemKind::Envelope,
             Some("receipt") => ItemKind::Receipt,
             _ => return Err(Reason::BadKind.into()),
         };
         let targets = item
             .get("targets")
-            .and_then(Value::as_array)
+            .and_then(Node::as_array)
             .filter(|t| !t.is_empty() && t.len() <= self.limits.max_targets)
             .ok_or(Reason::BadTargets)?;
         let mut seen = HashSet::with_capacity(targets.len());
@@ -188,7 +194,7 @@ impl Relay {
         for t in targets {
             let target = t
                 .get("host_pubkey")
-                .and_then(Value::as_str)
+                .and_then(Node::as_str)
                 .and_then(parse_pubkey)
                 .ok_or(Reason::TargetNotEnrolled)?;
             self.admit_target(cache, &caller.key, &target)?;
@@ -197,7 +203,7 @@ impl Relay {
             }
             let wire = t
                 .get("wire_b64")
-                .and_then(Value::as_str)
+                .and_then(Node::as_str)
                 .and_then(unb64)
                 .ok_or(Reason::BadWire)?;
             if wire.len() as u64 > self.limits.max_item_bytes {
@@ -449,15 +455,48 @@ fn accepted_text(
     out
 }
 
-/// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`
-/// (`item_id` echoes whatever JSON the item carried, printed by `serde_json`).
-fn rejected_text(item_id: Option<&Value>, reason: &Rejection) -> String {
-    json!({
-        "item_id": item_id.cloned().unwrap_or(Value::Null),
-        "status": format!("rejected:{}", reason.wire_text()),
-        "targets": [],
-    })
-    .to_string()
+/// The `item_id` a rejected result echoes.
+enum ItemId<'a> {
+    /// Missing: `null`.
+    Missing,
+    /// A string, printed as `serde_json` prints it.
+    Text(&'a str),
+    /// Any other JSON: printed as `serde_json` prints the value (re-read from the body, so
+    /// numbers and objects come out exactly as a value tree would print them).
+    Other(String),
+}
+
+impl<'a> ItemId<'a> {
+    /// The `item_id` of item `index` of the push `body` (whose tree `item` is).
+    fn of(body: &[u8], index: usize, item: &'a Node<'_>) -> ItemId<'a> {
+        match item.get("item_id") {
+            None => ItemId::Missing,
+            Some(Node::Text(s)) => ItemId::Text(s),
+            Some(_) => ItemId::Other(
+                serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("items")?.get(index)?.get("item_id").cloned())
+                    .unwrap_or(Value::Null)
+                    .to_string(),
+            ),
+        }
+    }
+}
+
+/// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`,
+/// exactly as `serde_json` prints that object.
+fn rejected_text(item_id: &ItemId<'_>, reason: &Rejection) -> String {
+    let mut out = String::with_capacity(96);
+    out.push_str("{\"item_id\":");
+    match item_id {
+        ItemId::Missing => out.push_str("null"),
+        ItemId::Text(s) => write_string(&mut out, s),
+        ItemId::Other(json) => out.push_str(json),
+    }
+    out.push_str(",\"status\":");
+    write_string(&mut out, &format!("rejected:{}", reason.wire_text()));
+    out.push_str(",\"targets\":[]}");
+    out
 }
 
 /// `{"results":[...]}` from the results' JSON texts, in order (a missing one prints `null`).
@@ -500,6 +539,7 @@ mod tests {
     use crate::object;
     use relay_wire::accept::accept_statement;
     use relay_wire::keys::SigningKey;
+    use serde_json::json;
 
     /// The answer as it was built before (a value tree serialised by `serde_json`).
     fn reference_answer(
@@ -581,5 +621,44 @@ mod tests {
                 .into_bytes()
         );
         assert_eq!(results_text(Vec::new()), b"{\"results\":[]}");
+    }
+
+    #[test]
+    fn rejected_texts_equal_the_value_answers() {
+        let reason: Rejection = Reason::BadKind.into();
+        let mut ids: Vec<String> = [
+            "17",
+            "-0",
+            "1.50",
+            "1e5",
+            "18446744073709551616",
+            r#"{"b":1,"a":[true,null],"b":2}"#,
+            "[]",
+            "null",
+            "false",
+            r#""\u0001\"\u00e9\u2028""#,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for s in relay_wire::test_util::adversarial_strings(9, 200) {
+            ids.push(Value::String(s).to_string());
+        }
+        for id in ids {
+            let body = format!(r#"{{"items":[{{"kind":"x"}},{{"item_id":{id}}}]}}"#);
+            let tree: Node<'_> = crate::parse_json_as(body.as_bytes()).unwrap();
+            let v: Value = serde_json::from_str(&body).unwrap();
+            for i in 0..2 {
+                let item = &tree.get("items").and_then(Node::as_array).unwrap()[i];
+                let want = json!({
+                    "item_id": v["items"][i].get("item_id").cloned().unwrap_or(Value::Null),
+                    "status": format!("rejected:{}", reason.wire_text()),
+                    "targets": [],
+                })
+                .to_string();
+                let got = rejected_text(&ItemId::of(body.as_bytes(), i, item), &reason);
+                assert_eq!(got, want, "{id}");
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! JSON answers built the same way wherever the HTTP layer answers (the handler, and the
-//! guard's refusals given before the router).
+//! guard's refusals given before the handler).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Protection against slow and hostile clients, in front of the router: the accept loop of
+//! Protection against slow and hostile clients, in front of the handler: the accept loop of
 //! `mbx-relay serve`.
 //!
 //! - **Connection cap**: at most `max_connections` connections are served at once; one more is
@@ -58,7 +58,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderValue, Request, Response, StatusCode};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -307,9 +306,18 @@ impl GuardConfig {
     }
 }
 
+/// What answers the requests a listener's guard lets through, called straight from hyper's
+/// service (no router in between: the route table is [`super::route`]).
+pub(crate) enum Service {
+    /// The public listener: [`super::handler::handle`].
+    Relay(Arc<super::App>),
+    /// The private listener (`--metrics-listen`): [`super::private::answer`].
+    Private(Arc<super::App>),
+}
+
 /// State shared by every connection.
 struct Shared {
-    router: axum::Router,
+    service: Service,
     trust: TrustProxy,
     config: GuardConfig,
     public_rate: RateTable<AddrKey>,
@@ -333,7 +341,7 @@ impl Shared {
     }
 }
 
-/// Serve `router` on `listener` under the guard (over TLS when `tls` is set) until `shutdown`
+/// Serve `service` on `listener` under the guard (over TLS when `tls` is set) until `shutdown`
 /// resolves, then stop accepting, let in-flight requests finish (idle connections close at once)
 /// and return. Connections and refusals are counted in `metrics` when given.
 ///
@@ -341,7 +349,7 @@ impl Shared {
 /// An invalid [`GuardConfig`].
 pub(crate) async fn serve(
     listener: TcpListener,
-    router: axum::Router,
+    service: Service,
     trust: TrustProxy,
     config: GuardConfig,
     tls: Option<Arc<Tls>>,
@@ -353,7 +361,7 @@ pub(crate) async fn serve(
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let max = config.max_connections;
     let shared = Arc::new(Shared {
-        router,
+        service,
         trust,
         public_rate: RateTable::new(config.public_per_minute, PUBLIC_RATE_CAP),
         config,
@@ -611,8 +619,8 @@ impl Drop for StreamingHeld {
 #[derive(Debug, Clone)]
 pub(crate) struct HopRefused(pub String);
 
-/// One request: the per-address window for unauthenticated routes, then the router with
-/// `ConnectInfo` and a body with its deadlines; a request whose hop failed is counted after.
+/// One request: the per-address window for unauthenticated routes, then the listener's
+/// [`Service`] with a body with its deadlines; a request whose hop failed is counted after.
 async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let route = Route::of(req.method(), req.uri().path());
     // Enrolment-class routes are counted per address by the relay itself; a signed info call
@@ -631,12 +639,10 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
         first_byte: shared.config.body.first_byte_timeout,
         min_rate: shared.config.body.min_rate,
     };
-    let mut req = req.map(|b| Body::new(TimedBody::new(b, deadline, pace)));
-    req.extensions_mut().insert(ConnectInfo(peer));
-    let mut router = shared.router.clone();
-    let resp = match tower_service::Service::call(&mut router, req).await {
-        Ok(r) => r,
-        Err(never) => match never {},
+    let req = req.map(|b| Body::new(TimedBody::new(b, deadline, pace)));
+    let resp = match &shared.service {
+        Service::Relay(app) => super::handler::handle(app, peer, req).await,
+        Service::Private(app) => super::private::answer(app, req).await,
     };
     if let Some(HopRefused(addr)) = resp.extensions().get::<HopRefused>() {
         let hit = || shared.public_rate.try_hit_addr(addr, SystemClock.now_ms());
@@ -654,7 +660,7 @@ async fn handle(shared: &Shared, peer: SocketAddr, req: Request<Incoming>) -> Re
 }
 
 /// The public window's 429, `wait` being the time until the window frees (answered before the
-/// router, so it adds `cache-control` itself).
+/// handler, so it adds `cache-control` itself).
 fn too_many_requests(wait: Duration) -> Response<Body> {
     let mut r = retry_later(
         StatusCode::TOO_MANY_REQUESTS,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{Query, Request};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -96,11 +96,7 @@ fn text_reply_response(r: Result<Vec<u8>, RelayError>) -> Response {
 pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Entry point for every request.
-pub async fn handle(
-    State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-) -> Response {
+pub(crate) async fn handle(app: &Arc<App>, peer: SocketAddr, req: Request) -> Response {
     let started = std::time::Instant::now();
     let route = Route::of(req.method(), req.uri().path());
     let header_bytes: usize = req
@@ -122,14 +118,15 @@ pub async fn handle(
                 json_response(StatusCode::NOT_FOUND, &json!({ "error": "not found" })),
                 req.into_body(),
             ),
-            Some(r) => dispatch(&app, r, peer, req).await,
+            Some(r) => dispatch(app, r, peer, req).await,
         }
     };
     if let Some(later) = parked::take(&mut resp) {
         // A waiting pull: finished when its answer is known.
+        let app = app.clone();
         return parked::response(async move { finish(&app, route, later.await, started) });
     }
-    finish(&app, route, resp, started)
+    finish(app, route, resp, started)
 }
 
 /// Count an answer (and its refusal, if it is one) and add the headers every answer carries.
@@ -366,12 +363,16 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
         let streaming = parts.extensions.get::<Streaming>();
         return super::events::response(app.relay.clone(), caller.key, streaming);
     }
+    if route == Route::PushV2 {
+        // The body is read as a borrowed tree and the results arrive as finished JSON text
+        // (no value tree: the push hot path).
+        return text_reply_response(relay.push_json(&caller, &bytes).await);
+    }
     let needs_json = matches!(
         route,
         Route::EncKeyPut
             | Route::EncKeyPutV2
             | Route::Senders
-            | Route::PushV2
             | Route::AckV2
             | Route::PushV1
             | Route::AckV1
@@ -405,10 +406,6 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
             }
             Err(e) => text_reply_response(Err(e)),
         };
-    }
-    if route == Route::PushV2 {
-        // The results arrive as finished JSON text (no value tree: the push hot path).
-        return text_reply_response(relay.push_json(&caller, &v).await);
     }
     reply_response(match route {
         Route::EncKeyPut => relay.put_enc_ad(&caller, &v).await,

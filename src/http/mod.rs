@@ -1,4 +1,4 @@
-//! The axum adapter: one handler that routes docs/protocol.md §3, caps bodies while streaming and maps
+//! The HTTP adapter (hyper, with axum's body and response types): one handler that routes docs/protocol.md §3, caps bodies while streaming and maps
 //! relay answers to status codes. The `mbx-relay serve` lifecycle that starts it is `crate::serve`.
 
 mod answer;
@@ -40,9 +40,7 @@ pub(crate) struct App {
     pub(crate) hop_gate: hop_gate::HopGate,
 }
 
-/// The router: every request goes through [`handler::handle`].
-pub(crate) fn router(app: Arc<App>) -> axum::Router {
-    axum::Router::new()
-        .fallback(handler::handle)
-        .with_state(app)
+/// The public listener's service: every request goes through [`handler::handle`].
+pub(crate) fn service(app: Arc<App>) -> guard::Service {
+    guard::Service::Relay(app)
 }

@@ -1,6 +1,6 @@
 //! Answers given later by a small future (long-poll pulls): the handler does its work, then
 //! returns a placeholder response carrying the rest of the answer as a [`Later`]; the accept
-//! loop drops the handler's futures (router, extractors, dispatch: kilobytes each, sized for
+//! loop drops the handler's futures (handler and dispatch: kilobytes each, sized for
 //! the largest route) and awaits only the [`Later`] meanwhile. What stays parked while a pull
 //! waits is then that future and the connection, not the whole request's call chain.
 

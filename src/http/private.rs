@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
@@ -34,7 +34,6 @@ pub(crate) async fn serve_private(
         max_connections_per_address: cap,
         ..guard
     };
-    let router = axum::Router::new().fallback(answer).with_state(app);
     let stopped = async move {
         while !*stop.borrow_and_update() {
             if stop.changed().await.is_err() {
@@ -44,7 +43,7 @@ pub(crate) async fn serve_private(
     };
     super::guard::serve(
         listener,
-        router,
+        super::guard::Service::Private(app),
         TrustProxy::Off,
         config,
         None,
@@ -55,7 +54,7 @@ pub(crate) async fn serve_private(
 }
 
 /// `GET /metrics`, `GET /status`; anything else `404 {"error":"not found"}`.
-async fn answer(State(app): State<Arc<App>>, req: Request) -> Response {
+pub(crate) async fn answer(app: &App, req: Request) -> Response {
     let get = req.method() == Method::GET;
     let (status, content_type, body) = match req.uri().path() {
         "/metrics" if get => (
@@ -66,7 +65,7 @@ async fn answer(State(app): State<Arc<App>>, req: Request) -> Response {
         "/status" if get => (
             StatusCode::OK,
             "application/json",
-            super::status::document(&app).await.to_string(),
+            super::status::document(app).await.to_string(),
         ),
         _ => (
             StatusCode::NOT_FOUND,

@@ -11,12 +11,11 @@
 //! when present (a present `null` is checked and refused). Base64 fields of `enc` must be strict
 //! standard padded base64 of the exact length.
 
+use super::json_node::Node;
 use super::keys::unb64;
 use super::names::{is_local_name, is_ulid};
 use super::time::{parse_date_loose, parse_utc_instant};
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use std::borrow::Cow;
 
 /// Largest plaintext `body`, in UTF-8 bytes, when `enc` is null.
 pub(crate) const MAX_PLAIN_BODY_BYTES: usize = 262_144;
@@ -94,40 +93,18 @@ impl JsonView for Value {
     }
 }
 
-/// A JSON value parsed from wire text, borrowing every string that has no escapes. Parsed by
-/// the same `serde_json` parser as [`Value`] (same grammar, depth limit and number reading);
-/// objects keep their members in order and a lookup takes the last of a repeated key, which
-/// is what `Value` (and `JSON.parse`) keep.
-enum Node<'a> {
-    Null,
-    Bool,
-    Number(f64),
-    Text(Cow<'a, str>),
-    Array(Vec<Node<'a>>),
-    Object(Vec<(Cow<'a, str>, Node<'a>)>),
-}
-
 impl JsonView for Node<'_> {
     fn get_key(&self, key: &str) -> Option<&Self> {
-        match self {
-            Node::Object(members) => members.iter().rev().find(|(k, _)| k == key).map(|m| &m.1),
-            _ => None,
-        }
+        self.get(key)
     }
     fn is_object(&self) -> bool {
         matches!(self, Node::Object(_))
     }
     fn as_text(&self) -> Option<&str> {
-        match self {
-            Node::Text(s) => Some(s),
-            _ => None,
-        }
+        self.as_str()
     }
     fn as_items(&self) -> Option<&[Self]> {
-        match self {
-            Node::Array(items) => Some(items),
-            _ => None,
-        }
+        self.as_array()
     }
     fn as_number(&self) -> Option<f64> {
         match self {
@@ -140,65 +117,6 @@ impl JsonView for Node<'_> {
     }
     fn is_json_bool(&self) -> bool {
         matches!(self, Node::Bool)
-    }
-}
-
-impl<'de> Deserialize<'de> for Node<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(NodeVisitor)
-    }
-}
-
-struct NodeVisitor;
-
-impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node<'de>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
-        Ok(Node::Null)
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Node<'de>, E> {
-        Ok(Node::Bool)
-    }
-    // Numbers read as `Value::as_f64` reads them.
-    fn visit_i64<E>(self, n: i64) -> Result<Node<'de>, E> {
-        Ok(Node::Number(n as f64))
-    }
-    fn visit_u64<E>(self, n: u64) -> Result<Node<'de>, E> {
-        Ok(Node::Number(n as f64))
-    }
-    fn visit_f64<E>(self, n: f64) -> Result<Node<'de>, E> {
-        Ok(Node::Number(n))
-    }
-    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Node<'de>, E> {
-        Ok(Node::Text(Cow::Borrowed(s)))
-    }
-    fn visit_str<E>(self, s: &str) -> Result<Node<'de>, E> {
-        Ok(Node::Text(Cow::Owned(s.to_owned())))
-    }
-    fn visit_string<E>(self, s: String) -> Result<Node<'de>, E> {
-        Ok(Node::Text(Cow::Owned(s)))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Node::Array(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
-        let mut members = Vec::new();
-        while let Some(key) = map.next_key::<Node<'de>>()? {
-            // serde_json object keys are always strings.
-            let Node::Text(key) = key else {
-                return Err(serde::de::Error::custom("object key is not a string"));
-            };
-            members.push((key, map.next_value()?));
-        }
-        Ok(Node::Object(members))
     }
 }
 
@@ -477,10 +395,10 @@ pub fn envelope_wire_error(wire: &[u8], item_id: &str) -> Result<(), String> {
         .and_then(|text| serde_json::from_str(text).ok())
         .ok_or_else(|| NOT_JSON.to_string())?;
     shape(&v).map_err(|why| format!("bad envelope: {why}"))?;
-    if v.get_key("id").and_then(Node::as_text) != Some(item_id) {
+    if v.get("id").and_then(Node::as_str) != Some(item_id) {
         return Err("item id is not the envelope id".to_string());
     }
-    if v.get_key("enc").is_none_or(Node::is_json_null) {
+    if v.get("enc").is_none_or(|e| matches!(e, Node::Null)) {
         return Err("envelope body is not sealed".to_string());
     }
     Ok(())

@@ -112,11 +112,11 @@ pub fn ts_fresh(ts: &str, now_ms: i64) -> bool {
 }
 
 /// The `P` of the hop payload: the path with `?query` for `/v2/` paths (when the query is not
-/// empty), the bare path otherwise.
-pub fn signed_path(path: &str, query: Option<&str>) -> String {
+/// empty), the bare path otherwise (borrowed: no copy for the requests that carry no query).
+pub fn signed_path<'a>(path: &'a str, query: Option<&str>) -> std::borrow::Cow<'a, str> {
     match query {
-        Some(q) if !q.is_empty() && path.starts_with("/v2/") => format!("{path}?{q}"),
-        _ => path.to_string(),
+        Some(q) if !q.is_empty() && path.starts_with("/v2/") => format!("{path}?{q}").into(),
+        _ => path.into(),
     }
 }
 

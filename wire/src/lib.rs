@@ -11,6 +11,7 @@ pub mod canonical;
 pub mod enc_ad;
 pub mod envelope;
 pub mod hop;
+pub mod json_node;
 pub mod keys;
 pub mod names;
 pub mod receipt;

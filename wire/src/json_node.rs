@@ -1,0 +1,106 @@
+//! A borrowed JSON tree: what the relay parses request bodies and wire items into when it only
+//! reads them (no map node, key or string copy per field, as a `serde_json::Value` makes).
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+
+/// A JSON value parsed from text, borrowing every string that has no escapes. Parsed by the
+/// same `serde_json` parser as `Value` (same grammar, depth limit, number reading and error
+/// texts); objects keep their members in order and a lookup takes the last of a repeated key,
+/// which is what `Value` (and `JSON.parse`) keep. Numbers are kept as `Value::as_f64` reads
+/// them: a caller that must echo a number exactly re-reads the text as a `Value`.
+#[derive(Debug)]
+pub enum Node<'a> {
+    Null,
+    Bool,
+    Number(f64),
+    Text(Cow<'a, str>),
+    Array(Vec<Node<'a>>),
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
+}
+
+impl<'a> Node<'a> {
+    /// The member `key` of an object (the last one when a key repeats); `None` for a missing
+    /// key or a non-object.
+    pub fn get(&self, key: &str) -> Option<&Node<'a>> {
+        match self {
+            Node::Object(members) => members.iter().rev().find(|(k, _)| k == key).map(|m| &m.1),
+            _ => None,
+        }
+    }
+
+    /// The text of a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Node::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The items of an array.
+    pub fn as_array(&self) -> Option<&[Node<'a>]> {
+        match self {
+            Node::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Bool)
+    }
+    // Numbers read as `Value::as_f64` reads them.
+    fn visit_i64<E>(self, n: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(n as f64))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(n as f64))
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(n))
+    }
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Node<'de>, E> {
+        Ok(Node::Text(Cow::Borrowed(s)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Text(Cow::Owned(s.to_owned())))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Node<'de>, E> {
+        Ok(Node::Text(Cow::Owned(s)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Node::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
+        let mut members = Vec::new();
+        while let Some(key) = map.next_key::<Node<'de>>()? {
+            // serde_json object keys are always strings.
+            let Node::Text(key) = key else {
+                return Err(serde::de::Error::custom("object key is not a string"));
+            };
+            members.push((key, map.next_value()?));
+        }
+        Ok(Node::Object(members))
+    }
+}
