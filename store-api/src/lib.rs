@@ -28,7 +28,6 @@ mod commit_stats;
 pub mod conformance;
 mod delegate;
 mod fingerprint;
-pub mod log;
 pub mod log_text;
 pub mod notice;
 pub mod rules;
