@@ -5,7 +5,7 @@
 /// revoked) and whose stored day is `stored`: a live key only, and a day never moves back (the
 /// same day is not written again).
 pub fn advances(live: bool, stored: Option<u32>, day: u32) -> bool {
-    live && !stored.is_some_and(|d| d >= day)
+    live && stored.is_none_or(|d| d < day)
 }
 
 #[cfg(test)]
