@@ -241,6 +241,8 @@ async fn revoke_key(
         rev.revoked(changed);
     }
     if let Some((after, through)) = rev.purge_range(q.acked, q.head) {
+        // `seq > after AND seq <= through`: the range as the rule means it, pinned by
+        // `rules::revoke` `a_purge_takes_the_queue_after_the_acked_cursor_through_the_head`.
         let rows = t
             .query(
                 "DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
