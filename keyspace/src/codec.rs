@@ -40,7 +40,7 @@ pub(crate) mod meta_key {
     pub const OPS_HEAD: &[u8] = b"ops_head";
     /// Seq and hash of the last dropped relay-log entry (where the chain starts).
     pub const OPS_CHECKPOINT: &[u8] = b"ops_checkpoint";
-    /// Enrolment entries in the relay log (`relay_store::log::ENROLMENT_KINDS`): derived from
+    /// Enrolment entries in the relay log (`relay_store::rules::log::ENROLMENT_KINDS`): derived from
     /// the `ops` rows, counted at open when absent.
     pub const OPS_ENROL_HELD: &[u8] = b"ops_enrol_held";
 }

@@ -332,7 +332,8 @@ impl<'a> Fill<'a> {
                 )?;
             }
             Record::Op(e) => {
-                self.enrol_entries += u64::from(relay_store::log::is_enrolment_entry(&e.kind));
+                self.enrol_entries +=
+                    u64::from(relay_store::rules::log::is_enrolment_entry(&e.kind));
                 let stored = StoredOp {
                     at_ms: e.at_ms,
                     kind: e.kind,

@@ -15,6 +15,7 @@ use crate::codec::{self, meta_key, LegacyOp, StoredOp};
 use crate::ops::oplog::{self, LogStage};
 use crate::parts::{Part, Parts};
 use crate::reader::{self, Reader, SnapView};
+use relay_store::rules::log::chain_hash;
 
 /// A batch written outside the writer (open, migration, restore). Point reads of the
 /// partitions the relay log reads (`meta`, `ops`) see its own staged writes, so the log's one
@@ -286,7 +287,7 @@ fn chain_legacy_log(b: &mut DirectBatch<'_>) -> Result<u64> {
             );
         }
         let old: LegacyOp = codec::dec(v, "ops")?;
-        let hash = oplog::chain_hash(&prev, seq, old.at_ms, &old.kind, &old.detail);
+        let hash = chain_hash(&prev, seq, old.at_ms, &old.kind, &old.detail);
         let entry = StoredOp {
             at_ms: old.at_ms,
             kind: old.kind,

@@ -135,7 +135,7 @@ UPDATE dedup d SET gone_at_ms = d.accepted_at_ms
 DROP INDEX dedup_age;
 CREATE INDEX dedup_gone ON dedup (gone_at_ms) WHERE gone_at_ms IS NOT NULL;
 ",
-    // 3: the relay log's enrolment entries (`relay_store::log::ENROLMENT_KINDS`) are counted,
+    // 3: the relay log's enrolment entries (`relay_store::rules::log::ENROLMENT_KINDS`) are counted,
     // for their budget within the log's count cap.
     r"
 ALTER TABLE meta ADD COLUMN ops_enrol_held BIGINT NOT NULL DEFAULT 0;

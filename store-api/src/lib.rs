@@ -28,7 +28,6 @@ mod commit_stats;
 pub mod conformance;
 mod delegate;
 mod fingerprint;
-pub mod log;
 pub mod log_text;
 pub mod notice;
 pub mod rules;
@@ -131,7 +130,8 @@ pub trait RelayStore: Send + Sync + 'static {
     // ---- enc ads and sender lists
     /// Store a v1 enc ad (replacing the key's previous one).
     fn put_enc_ad(&self, ad: EncAd) -> Pending<()>;
-    /// Store a v2 enc ad; `false` when an equal or newer one is stored already.
+    /// Store a v2 enc ad whatever its `iat`; `false`, storing nothing, when its key is not live
+    /// at commit time (`rules::enc_ad::stores_v2`).
     fn put_enc_ad_v2(&self, ad: EncAdV2) -> Pending<bool>;
     /// The v1 enc ad of a key.
     ///

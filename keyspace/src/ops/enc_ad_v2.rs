@@ -1,11 +1,12 @@
-//! Storing a v2 (signed, expiring) enc ad: the last valid write wins, the v1 pair is untouched.
+//! Storing a v2 (signed, expiring) enc ad (relay-store's `rules::enc_ad`): the last valid write
+//! wins, the v1 pair is untouched.
 
+use crate::api::rules;
 use crate::api::{EncAdV2, Pending};
 use crate::codec;
 use crate::parts::Part;
+use crate::reader;
 use crate::Store;
-
-use super::enrol;
 
 impl Store {
     /// Store a (verified) v2 enc ad, replacing the previous v2 ad of that key whatever its
@@ -14,7 +15,7 @@ impl Store {
     /// commit time (a rotation revoked it after the caller was authenticated).
     pub fn put_enc_ad_v2(&self, ad: EncAdV2) -> Pending<bool> {
         self.submit(move |tx| {
-            if enrol::live(tx, &ad.host_pubkey)?.is_none() {
+            if !rules::enc_ad::stores_v2(reader::enrolment(tx, &ad.host_pubkey)?.as_ref()) {
                 return Ok(false);
             }
             tx.put(

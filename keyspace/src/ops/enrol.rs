@@ -85,13 +85,9 @@ pub(crate) fn write(tx: &mut Tx<'_>, new: &Enrolment, old: Option<&Enrolment>) {
     );
 }
 
-/// Revoke a live enrolment (counters move with it).
+/// Revoke a live enrolment (`rules::revoke::revoked`; counters move with it).
 pub(crate) fn revoke(tx: &mut Tx<'_>, e: &Enrolment) -> Result<()> {
-    let revoked = Enrolment {
-        revoked_at_ms: Some(tx.now_ms),
-        ..e.clone()
-    };
-    write(tx, &revoked, Some(e));
+    write(tx, &rules::revoke::revoked(e, tx.now_ms), Some(e));
     bump(tx, meta_key::LIVE_ENROLMENTS, -1)?;
     bump(tx, meta_key::REVOKED_ENROLMENTS, 1)
 }

@@ -7,7 +7,7 @@
 use std::ops::Bound;
 
 use crate::api::rules;
-use crate::api::{log_text, Enrolment, IdleReport, Key32, Pending, Result};
+use crate::api::{Enrolment, IdleReport, Key32, Pending, Result};
 use crate::codec::{self, meta_key, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
@@ -52,31 +52,26 @@ fn expire_idle(
         Bound::Excluded(&codec::ENROL_END[..]),
         max + 1,
     )?;
-    let mut report = IdleReport::default();
-    let more = rules::sweep::more(rows.len(), max);
-    let mut last = None;
-    for (k, v) in rows.into_iter().take(max) {
+    let mut scan = rules::idle::Scan::new(max, rows.len());
+    for (k, v) in rows.into_iter().take(scan.take()) {
         let Some(pk) = codec::enrol_key_parse(&k) else {
             continue;
         };
-        report.scanned += 1;
-        last = Some(pk);
         let e: Enrolment = codec::dec(&v, "enrolment")?;
-        if e.revoked_at_ms.is_some() {
-            continue; // (the rule says so too; this skips two reads)
+        // A revoked row never expires (the rule says so too; this skips two reads).
+        let expires = e.revoked_at_ms.is_none() && {
+            let day = seen::day_of(tx, &pk)?;
+            let queue = reader::usage(tx, &UsageScope::Target(pk))?;
+            rules::idle::expires(&e, day, queue, now_ms, idle_ms)
+        };
+        if expires {
+            expire(tx, &e)?;
         }
-        let day = seen::day_of(tx, &pk)?;
-        let queue = reader::usage(tx, &UsageScope::Target(pk))?;
-        if !rules::idle::expires(&e, day, queue, now_ms, idle_ms) {
-            continue;
-        }
-        expire(tx, &e)?;
-        report.expired += 1;
+        scan.row(pk, expires);
     }
-    report.next = if more { last } else { None };
-    if report.expired > 0 {
-        let detail = log_text::idle_expired(report.expired, idle_ms / crate::api::DAY_MS);
-        oplog::append(tx, "expire-idle", &detail)?;
+    let (report, entry) = scan.finish(idle_ms);
+    if let Some(entry) = entry {
+        oplog::append(tx, entry.kind, &entry.detail)?;
     }
     Ok(report)
 }

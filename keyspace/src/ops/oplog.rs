@@ -23,10 +23,6 @@ use crate::reader::{meta_u64, Reader, SnapView};
 use crate::writer::Tx;
 use crate::Store;
 
-/// Most old entries one append drops (bounds its work; each append adds one entry, so a log
-/// over its bounds still shrinks by up to this many per append).
-const MAX_DROP_PER_APPEND: u64 = 64;
-
 /// What appending needs: point reads that see the writes staged so far, and staging.
 pub(crate) trait LogStage: Reader {
     fn stage_put(&mut self, part: Part, key: &[u8], value: Vec<u8>);
@@ -42,8 +38,7 @@ impl LogStage for Tx<'_> {
     }
 }
 
-pub(crate) use relay_store::log::chain_hash;
-use relay_store::log::{drop_for_enrolment_budget, enrolment_entry_fits, is_enrolment_entry};
+use relay_store::rules::log::{self as rule, Admission, Trim};
 
 /// Append an entry inside the current operation (dropping entries beyond the store's bounds).
 pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {
@@ -51,10 +46,8 @@ pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {
     append_at(tx, at_ms, keep, kind, detail)
 }
 
-/// Append an entry dated `at_ms` through any [`LogStage`], then drop what `keep` no longer covers.
-///
-/// An enrolment entry that finds the enrolment budget full while the oldest entry is of another
-/// kind is not appended (`relay_store::log::enrolment_entry_fits`).
+/// Append an entry dated `at_ms` through any [`LogStage`], then drop what `keep` no longer
+/// covers (`relay_store::rules::log`: whether it is appended, its hash, what leaves).
 pub(crate) fn append_at<S: LogStage>(
     s: &mut S,
     at_ms: u64,
@@ -63,13 +56,15 @@ pub(crate) fn append_at<S: LogStage>(
     detail: &str,
 ) -> Result<()> {
     let held_before = meta_u64(s, meta_key::OPS_ENROL_HELD)?.unwrap_or(0);
-    let enrolment = is_enrolment_entry(kind);
-    if enrolment && !enrolment_entry_fits(held_before, keep, oldest_is_enrolment(s)?) {
+    let cp = checkpoint(s)?;
+    let first = cp.map_or(0, |c| c.seq + 1);
+    if rule::admission(kind, held_before, keep) == Admission::IfOldestIsEnrolment
+        && !oldest_is_enrolment(s, first)?
+    {
         return Ok(());
     }
     let n = meta_u64(s, meta_key::OPS_NEXT)?.unwrap_or(0);
-    let prev = head(s)?.unwrap_or([0; 32]);
-    let hash = chain_hash(&prev, n, at_ms, kind, detail);
+    let hash = rule::next_hash(head(s)?, n, at_ms, kind, detail);
     let entry = StoredOp {
         at_ms,
         kind: kind.into(),
@@ -79,19 +74,22 @@ pub(crate) fn append_at<S: LogStage>(
     s.stage_put(Part::Ops, &codec::ops_key(n), codec::enc(&entry));
     s.stage_put(Part::Meta, meta_key::OPS_NEXT, codec::enc(&(n + 1)));
     s.stage_put(Part::Meta, meta_key::OPS_HEAD, codec::enc(&hash));
-    let held = held_before + u64::from(enrolment);
-    let held = drop_old(s, n + 1, at_ms, keep, held)?;
-    if held != held_before {
-        s.stage_put(Part::Meta, meta_key::OPS_ENROL_HELD, codec::enc(&held));
+    let mut trim = Trim::after_append(kind, first, n + 1, at_ms, keep, held_before);
+    drop_old(s, &mut trim, cp)?;
+    if trim.held() != held_before {
+        s.stage_put(
+            Part::Meta,
+            meta_key::OPS_ENROL_HELD,
+            codec::enc(&trim.held()),
+        );
     }
     Ok(())
 }
 
-/// Whether the log's oldest entry is an enrolment entry.
-fn oldest_is_enrolment(r: &impl Reader) -> Result<bool> {
-    let first = checkpoint(r)?.map_or(0, |c| c.seq + 1);
+/// Whether the log's oldest entry (at `first`) is an enrolment entry.
+fn oldest_is_enrolment(r: &impl Reader, first: u64) -> Result<bool> {
     Ok(match r.get(Part::Ops, &codec::ops_key(first))? {
-        Some(v) => is_enrolment_entry(&codec::dec::<StoredOp>(&v, "ops")?.kind),
+        Some(v) => rule::is_enrolment_entry(&codec::dec::<StoredOp>(&v, "ops")?.kind),
         None => false,
     })
 }
@@ -102,60 +100,32 @@ pub(crate) fn count_enrolment_entries(parts: &crate::parts::Parts) -> Result<u64
     let mut n = 0;
     for g in parts.ks(Part::Ops).iter() {
         let (_, v) = g.into_inner().map_err(crate::engine)?;
-        n += u64::from(is_enrolment_entry(&codec::dec::<StoredOp>(&v, "ops")?.kind));
+        n += u64::from(rule::is_enrolment_entry(
+            &codec::dec::<StoredOp>(&v, "ops")?.kind,
+        ));
     }
     Ok(n)
 }
 
-/// Drop the oldest entries while there are more than `keep.max_entries`, they are older than
-/// `keep.max_age_ms` (0: no age bound), or they are enrolment entries over the enrolment budget,
-/// at most [`MAX_DROP_PER_APPEND`], never the newest; the last one dropped becomes the
-/// checkpoint. `held`: the enrolment entries in the log; answers what is left of them.
-fn drop_old<S: LogStage>(
-    s: &mut S,
-    next: u64,
-    now_ms: u64,
-    keep: LogRetention,
-    mut held: u64,
-) -> Result<u64> {
-    let cutoff = match keep.max_age_ms {
-        0 => 0,
-        age => now_ms.saturating_sub(age),
-    };
-    let max_entries = keep.max_entries.max(1);
-    let mut cp = checkpoint(s)?;
-    let mut dropped = 0;
-    while dropped < MAX_DROP_PER_APPEND {
-        let first = cp.map_or(0, |c| c.seq + 1);
-        let count = next.saturating_sub(first);
-        if count <= 1 {
-            break;
-        }
+/// Drop the oldest entries `trim` lets go (the log's checkpoint now `cp`); the last one dropped
+/// becomes the checkpoint.
+fn drop_old<S: LogStage>(s: &mut S, trim: &mut Trim, mut cp: Option<LogCheckpoint>) -> Result<()> {
+    while let Some(seq) = trim.oldest() {
         // A missing oldest entry is left for `log --verify` to report, never papered over.
-        let Some(v) = s.get(Part::Ops, &codec::ops_key(first))? else {
+        let Some(v) = s.get(Part::Ops, &codec::ops_key(seq))? else {
             break;
         };
         let e: StoredOp = codec::dec(&v, "ops")?;
-        if count <= max_entries
-            && e.at_ms >= cutoff
-            && !drop_for_enrolment_budget(held, keep, &e.kind)
-        {
+        if !trim.leaves(e.at_ms, &e.kind) {
             break;
         }
-        if is_enrolment_entry(&e.kind) {
-            held = held.saturating_sub(1);
-        }
-        s.stage_del(Part::Ops, &codec::ops_key(first));
-        cp = Some(LogCheckpoint {
-            seq: first,
-            hash: e.hash,
-        });
-        dropped += 1;
+        s.stage_del(Part::Ops, &codec::ops_key(seq));
+        cp = Some(LogCheckpoint { seq, hash: e.hash });
     }
-    if let (true, Some(c)) = (dropped > 0, cp) {
+    if let (true, Some(c)) = (trim.dropped() > 0, cp) {
         put_checkpoint(s, &c);
     }
-    Ok(held)
+    Ok(())
 }
 
 /// The chain's head hash (None: nothing was ever appended under schema 4).
@@ -183,13 +153,13 @@ pub(crate) fn put_checkpoint<S: LogStage>(s: &mut S, c: &LogCheckpoint) {
 }
 
 /// Recomputes a chain from its checkpoint, fed the `ops` rows in key order: decodes each row
-/// and hands it to the shared check (`relay_store::log::ChainCheck`). Serves the store's
+/// and hands it to the shared check (`relay_store::rules::log::ChainCheck`). Serves the store's
 /// `verify_log` and format-4 backup verification alike.
-pub(crate) struct ChainCheck(relay_store::log::ChainCheck);
+pub(crate) struct ChainCheck(relay_store::rules::log::ChainCheck);
 
 impl ChainCheck {
     pub(crate) fn new(checkpoint: Option<LogCheckpoint>) -> ChainCheck {
-        ChainCheck(relay_store::log::ChainCheck::new(checkpoint))
+        ChainCheck(relay_store::rules::log::ChainCheck::new(checkpoint))
     }
 
     /// Check the next stored row (key, value). False once the chain is broken.

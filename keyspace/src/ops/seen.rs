@@ -2,6 +2,7 @@
 //! key (`enrolments`, `0x02 ++ host key`). The relay batches sightings in memory and writes a
 //! key's day at most once per day; a missing row means "seen at enrolment".
 
+use crate::api::rules;
 use crate::api::{Key32, Pending, Result};
 use crate::codec;
 use crate::parts::Part;
@@ -12,14 +13,15 @@ use crate::Store;
 use super::enrol;
 
 impl Store {
-    /// Record that each key was seen on its day, in one atomic operation. A key that is not
-    /// (or no longer) live, or whose stored day is the same or later, is left alone. Resolves
-    /// to the number of rows written.
+    /// Record that each key was seen on its day, in one atomic operation
+    /// (`rules::seen::advances`: a live key only, never moving a day back). Resolves to the
+    /// number of rows written.
     pub fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Pending<u64> {
         self.submit(move |tx| {
             let mut written = 0;
             for (pk, day) in &seen {
-                if enrol::live(tx, pk)?.is_none() || day_of(tx, pk)?.is_some_and(|d| d >= *day) {
+                let live = enrol::live(tx, pk)?.is_some();
+                if !rules::seen::advances(live, day_of(tx, pk)?, *day) {
                     continue;
                 }
                 put(tx, pk, *day);

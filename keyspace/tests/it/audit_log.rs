@@ -239,7 +239,7 @@ fn age_retention_drops_old_entries_and_verify_passes_from_the_checkpoint() {
 }
 
 /// A flood of first enrolments (each one logged) never holds more than the enrolment budget
-/// (half the cap, `relay_store::log::enrolment_budget`); the oldest go, whatever their age,
+/// (half the cap, `relay_store::rules::log::enrolment_budget`); the oldest go, whatever their age,
 /// and the chain verifies from the checkpoint.
 #[test]
 fn the_count_cap_holds_under_an_enrolment_flood() {

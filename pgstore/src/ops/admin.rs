@@ -3,7 +3,7 @@
 
 use deadpool_postgres::Transaction;
 use relay_store::rules;
-use relay_store::{log_text, HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage, DAY_MS};
+use relay_store::{HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage};
 
 use crate::db::{db_err, key32, u, OpResult};
 use crate::ops::lists::write_list;
@@ -39,13 +39,9 @@ async fn expire_idle(
             &[&after, &(max + 1)],
         )
         .await?;
-    let mut report = IdleReport::default();
-    let more = rules::sweep::more(rows.len(), usize::try_from(max).unwrap_or(usize::MAX));
-    let mut last = None;
-    for r in rows.iter().take(usize::try_from(max).unwrap_or(usize::MAX)) {
+    let mut scan = rules::idle::Scan::new(usize::try_from(max).unwrap_or(usize::MAX), rows.len());
+    for r in rows.iter().take(scan.take()) {
         let e = enrol::from_row(r)?;
-        report.scanned += 1;
-        last = Some(e.host_pubkey);
         let day = r
             .get::<_, Option<i32>>(8)
             .map(|d| u32::try_from(d).unwrap_or(0));
@@ -53,25 +49,24 @@ async fn expire_idle(
             items: u(r.get(9)),
             bytes: u(r.get(10)),
         };
-        if !rules::idle::expires(&e, day, queue, now_ms, idle_ms) {
-            continue;
+        let expires = rules::idle::expires(&e, day, queue, now_ms, idle_ms);
+        if expires {
+            let pk = e.host_pubkey.as_slice();
+            write_list(t, &e.host_pubkey, None).await?;
+            for sql in [
+                "DELETE FROM enc_ads WHERE host_pubkey = $1",
+                "DELETE FROM enc_ads_v2 WHERE host_pubkey = $1",
+                "DELETE FROM enrolments WHERE host_pubkey = $1",
+            ] {
+                t.execute(sql, &[&pk]).await?;
+            }
+            enrol::bump(t, -1, 0).await?;
         }
-        let pk = e.host_pubkey.as_slice();
-        write_list(t, &e.host_pubkey, None).await?;
-        for sql in [
-            "DELETE FROM enc_ads WHERE host_pubkey = $1",
-            "DELETE FROM enc_ads_v2 WHERE host_pubkey = $1",
-            "DELETE FROM enrolments WHERE host_pubkey = $1",
-        ] {
-            t.execute(sql, &[&pk]).await?;
-        }
-        enrol::bump(t, -1, 0).await?;
-        report.expired += 1;
+        scan.row(e.host_pubkey, expires);
     }
-    report.next = if more { last } else { None };
-    if report.expired > 0 {
-        let detail = log_text::idle_expired(report.expired, idle_ms / DAY_MS);
-        oplog::append(t, now_ms, keep, "expire-idle", &detail).await?;
+    let (report, entry) = scan.finish(idle_ms);
+    if let Some(entry) = entry {
+        oplog::append(t, now_ms, keep, entry.kind, &entry.detail).await?;
     }
     Ok(report)
 }

@@ -2,6 +2,8 @@
 //! counter and the same-name rows, and writes what the rule decided), the reads, and last seen. Enrolments serialise on the `meta` row
 //! (its live counter and the relay log), so the cap and the name rule hold across processes.
 
+use std::collections::HashMap;
+
 use deadpool_postgres::Transaction;
 use relay_store::fingerprint;
 use relay_store::rules::{self, enrol::Step};
@@ -41,14 +43,6 @@ pub(crate) async fn get(
     );
     let row = t.query_opt(&sql, &[&pk.as_slice()]).await?;
     Ok(row.as_ref().map(from_row).transpose()?)
-}
-
-/// The enrolment of `pk` if it is live (held with a share lock until the transaction ends, so
-/// a revocation cannot slip in between the check and the write).
-pub(crate) async fn live(t: &Transaction<'_>, pk: &Key32) -> OpResult<Option<Enrolment>> {
-    Ok(get(t, pk, false)
-        .await?
-        .filter(|e| e.revoked_at_ms.is_none()))
 }
 
 /// Write `e` (insert or replace).
@@ -287,9 +281,10 @@ impl PgStore {
         })
     }
 
-    /// Record last-seen days (live keys only, never moving a day back); answers rows written.
+    /// Record last-seen days (`rules::seen::advances`: live keys only, never moving a day
+    /// back); answers rows written.
     pub fn record_seen(&self, mut seen: Vec<(Key32, u32)>) -> Answer<u64> {
-        // Rows updated in key order, as inserts lock them (no lock-order deadlock).
+        // Rows locked and updated in key order, as inserts lock them (no lock-order deadlock).
         seen.sort_unstable();
         let s = self.clone();
         self.spawn(async move {
@@ -297,23 +292,50 @@ impl PgStore {
                 .db
                 .tx(|t| {
                     let seen = seen.clone();
-                    Box::pin(async move {
-                        let mut written = 0;
-                        for (pk, day) in &seen {
-                            let day = i32::try_from(*day).unwrap_or(i32::MAX);
-                            written += t
-                                .execute(
-                                    "UPDATE enrolments SET last_seen_day = $2 \
-                                     WHERE host_pubkey = $1 AND revoked_at_ms IS NULL \
-                                     AND (last_seen_day IS NULL OR last_seen_day < $2)",
-                                    &[&pk.as_slice(), &day],
-                                )
-                                .await?;
-                        }
-                        Ok(written)
-                    })
+                    Box::pin(async move { record_seen(t, &seen).await })
                 })
                 .await
         })
     }
+}
+
+/// Read the enrolment rows of `seen` (sorted by key) at once, locked in key order, and write
+/// each day the rule lets through.
+async fn record_seen(t: &Transaction<'_>, seen: &[(Key32, u32)]) -> OpResult<u64> {
+    let keys: Vec<&[u8]> = seen.iter().map(|(pk, _)| pk.as_slice()).collect();
+    let rows = t
+        .query(
+            "SELECT host_pubkey, revoked_at_ms IS NULL, last_seen_day FROM enrolments \
+             WHERE host_pubkey = ANY($1) ORDER BY host_pubkey FOR UPDATE",
+            &[&keys],
+        )
+        .await?;
+    // Key -> (live, stored day), kept up to date as days are written (a key named twice).
+    let mut stored = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let day = r
+            .get::<_, Option<i32>>(2)
+            .map(|d| u32::try_from(d).unwrap_or(0));
+        stored.insert(
+            key32(r.get::<_, &[u8]>(0), "enrolment key")?,
+            (r.get::<_, bool>(1), day),
+        );
+    }
+    let mut written = 0;
+    for (pk, day) in seen {
+        let Some((live, last)) = stored.get_mut(pk) else {
+            continue; // not enrolled
+        };
+        if !rules::seen::advances(*live, *last, *day) {
+            continue;
+        }
+        t.execute(
+            "UPDATE enrolments SET last_seen_day = $2 WHERE host_pubkey = $1",
+            &[&pk.as_slice(), &i32::try_from(*day).unwrap_or(i32::MAX)],
+        )
+        .await?;
+        *last = Some(*day);
+        written += 1;
+    }
+    Ok(written)
 }

@@ -120,7 +120,8 @@ impl PgStore {
     }
 
     /// Store a (verified) v2 enc ad whatever its `iat`; `false`, storing nothing, when the key
-    /// is not enrolled and live at commit time (the keyspace's rule).
+    /// is not enrolled and live at commit time (`rules::enc_ad::stores_v2`; the enrolment row
+    /// is share-locked until commit, so a revocation cannot slip in before the write).
     pub fn put_enc_ad_v2(&self, ad: EncAdV2) -> Answer<bool> {
         let s = self.clone();
         self.spawn(async move {
@@ -129,7 +130,8 @@ impl PgStore {
                 .tx(|t| {
                     let ad = ad.clone();
                     Box::pin(async move {
-                        if enrol::live(t, &ad.host_pubkey).await?.is_none() {
+                        let owner = enrol::get(t, &ad.host_pubkey, false).await?;
+                        if !rules::enc_ad::stores_v2(owner.as_ref()) {
                             return Ok(false);
                         }
                         t.execute(

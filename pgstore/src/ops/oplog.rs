@@ -1,19 +1,13 @@
-//! The relay log on PostgreSQL: the same hash chain as the keyspace's (its canonical entry
-//! bytes and hash are `relay_store::log::chain_hash`, shared, not copied), the head and the
-//! checkpoint in the `meta` row, bounded by age and count like the keyspace's.
+//! The relay log on PostgreSQL: the same log as the keyspace's (its chain, which appends happen
+//! and its retention are `relay_store::rules::log`, shared, not copied), the head and the
+//! checkpoint in the `meta` row.
 
 use deadpool_postgres::Transaction;
-use relay_store::log::chain_hash as log_chain_hash;
-use relay_store::log::{
-    drop_for_enrolment_budget, enrolment_budget, enrolment_entry_fits, is_enrolment_entry,
-};
+use relay_store::rules::log::{self as rule, Admission, ChainCheck, Trim, MAX_DROP_PER_APPEND};
 use relay_store::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
 
 use crate::db::{db_err, i, key32, u, OpResult};
 use crate::store::PgStore;
-
-/// Most old entries one append drops (as the keyspace's).
-const MAX_DROP_PER_APPEND: i64 = 64;
 
 fn hash32(v: Option<Vec<u8>>, what: &str) -> Result<Option<[u8; 32]>> {
     v.map(|b| key32(&b, what)).transpose()
@@ -36,97 +30,68 @@ pub(crate) async fn append(
         )
         .await?;
     let held_before = u(row.get(4));
-    let enrolment = is_enrolment_entry(kind);
-    if enrolment && held_before >= enrolment_budget(keep) {
-        let first = row.get::<_, Option<i64>>(2).map_or(0, |s| s + 1);
+    let first = row.get::<_, Option<i64>>(2).map_or(0, |s| u(s) + 1);
+    if rule::admission(kind, held_before, keep) == Admission::IfOldestIsEnrolment {
         let oldest = t
-            .query_opt("SELECT kind FROM ops WHERE seq = $1", &[&first])
+            .query_opt("SELECT kind FROM ops WHERE seq = $1", &[&i(first)])
             .await?
-            .is_some_and(|r| is_enrolment_entry(r.get(0)));
-        if !enrolment_entry_fits(held_before, keep, oldest) {
-            return Ok(()); // not logged one by one (relay_store::log::enrolment_entry_fits)
+            .is_some_and(|r| rule::is_enrolment_entry(r.get(0)));
+        if !oldest {
+            return Ok(()); // not logged one by one (relay_store::rules::log::Admission)
         }
     }
-    let next: i64 = row.get(0);
-    let prev = hash32(row.get(1), "meta ops_head")?.unwrap_or([0; 32]);
-    let n = u(next);
-    let hash = log_chain_hash(&prev, n, at_ms, kind, detail);
+    let n = u(row.get(0));
+    let hash = rule::next_hash(hash32(row.get(1), "meta ops_head")?, n, at_ms, kind, detail);
     t.execute(
         "INSERT INTO ops (seq, at_ms, kind, detail, hash) VALUES ($1, $2, $3, $4, $5)",
-        &[&next, &i(at_ms), &kind, &detail, &hash.as_slice()],
+        &[&i(n), &i(at_ms), &kind, &detail, &hash.as_slice()],
     )
     .await?;
     t.execute(
         "UPDATE meta SET ops_next = $1, ops_head = $2 WHERE id = 1",
-        &[&(next + 1), &hash.as_slice()],
+        &[&i(n + 1), &hash.as_slice()],
     )
     .await?;
-    let cp_seq: Option<i64> = row.get(2);
-    let held = held_before + u64::from(enrolment);
-    let held = drop_old(t, next + 1, cp_seq, at_ms, keep, held).await?;
-    if held != held_before {
+    let mut trim = Trim::after_append(kind, first, n + 1, at_ms, keep, held_before);
+    drop_old(t, &mut trim).await?;
+    if trim.held() != held_before {
         t.execute(
             "UPDATE meta SET ops_enrol_held = $1 WHERE id = 1",
-            &[&i(held)],
+            &[&i(trim.held())],
         )
         .await?;
     }
     Ok(())
 }
 
-/// Drop the oldest entries beyond `keep` (never the newest), and enrolment entries over the
-/// enrolment budget while the oldest is one, at most [`MAX_DROP_PER_APPEND`]; the last dropped
-/// becomes the checkpoint. `held`: the enrolment entries in the log; answers what is left.
-async fn drop_old(
-    t: &Transaction<'_>,
-    next: i64,
-    cp_seq: Option<i64>,
-    now_ms: u64,
-    keep: LogRetention,
-    mut held: u64,
-) -> OpResult<u64> {
-    let first = cp_seq.map_or(0, |s| s + 1);
-    let count = next - first;
-    if count <= 1 {
-        return Ok(held);
-    }
-    let cutoff = match keep.max_age_ms {
-        0 => 0,
-        age => now_ms.saturating_sub(age),
+/// Drop the oldest entries `trim` lets go; the last one dropped becomes the checkpoint.
+async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
+    let Some(first) = trim.oldest() else {
+        return Ok(());
     };
-    let max_entries = i(keep.max_entries.max(1));
-    // Entries to drop by count, and then by age among the rest (never the newest).
-    let by_count = (count - max_entries).max(0);
+    // The candidates, oldest first, at most what one append drops (the trim stops before the
+    // newest).
     let rows = t
         .query(
-            "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 AND seq < $2 ORDER BY seq \
-             LIMIT $3",
-            &[&first, &(next - 1), &MAX_DROP_PER_APPEND],
+            "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 ORDER BY seq LIMIT $2",
+            &[&i(first), &i(MAX_DROP_PER_APPEND)],
         )
         .await?;
     let mut last: Option<(i64, Vec<u8>)> = None;
-    for (k, (expect, r)) in (first..).zip(rows.iter()).enumerate() {
+    for r in &rows {
         let seq: i64 = r.get(0);
-        if seq != expect {
+        if trim.oldest() != Some(u(seq)) {
             break; // a gap is left for `verify_log` to report, never papered over
         }
-        let at: i64 = r.get(1);
-        let kind: &str = r.get(3);
-        if i64::try_from(k).unwrap_or(i64::MAX) >= by_count
-            && u(at) >= cutoff
-            && !drop_for_enrolment_budget(held, keep, kind)
-        {
+        if !trim.leaves(u(r.get(1)), r.get(3)) {
             break;
-        }
-        if is_enrolment_entry(kind) {
-            held = held.saturating_sub(1);
         }
         last = Some((seq, r.get(2)));
     }
     if let Some((seq, hash)) = last {
         t.execute(
             "DELETE FROM ops WHERE seq >= $1 AND seq <= $2",
-            &[&first, &seq],
+            &[&i(first), &seq],
         )
         .await?;
         t.execute(
@@ -135,7 +100,7 @@ async fn drop_old(
         )
         .await?;
     }
-    Ok(held)
+    Ok(())
 }
 
 impl PgStore {
@@ -230,66 +195,19 @@ impl PgStore {
                 )
                 .await
                 .map_err(db_err)?;
-            Ok(check_chain(checkpoint, next, head, &rows))
+            let mut check = ChainCheck::new(checkpoint);
+            for r in &rows {
+                let (seq, at_ms, kind, detail): (i64, i64, &str, &str) =
+                    (r.get(0), r.get(1), r.get(2), r.get(3));
+                let ok = match <[u8; 32]>::try_from(r.get::<_, &[u8]>(4)) {
+                    Ok(hash) => check.entry(u(seq), u(at_ms), kind, detail, &hash),
+                    Err(_) => check.fail_next(format!("entry {seq}'s hash is not 32 bytes")),
+                };
+                if !ok {
+                    break;
+                }
+            }
+            Ok(check.finish(Some(next), head))
         })
-    }
-}
-
-/// The chain verdict over rows (seq, at_ms, kind, detail, hash) in seq order.
-fn check_chain(
-    checkpoint: Option<LogCheckpoint>,
-    next: u64,
-    head: Option<[u8; 32]>,
-    rows: &[tokio_postgres::Row],
-) -> LogVerdict {
-    let mut expect = checkpoint.map_or(0, |c| c.seq + 1);
-    let mut prev = checkpoint.map_or([0; 32], |c| c.hash);
-    let mut entries = 0u64;
-    for r in rows {
-        let seq = u(r.get(0));
-        if seq != expect {
-            let why = if seq > expect {
-                format!("entry {expect} is missing (the next stored entry is {seq})")
-            } else {
-                format!("entry {seq} is out of place (entry {expect} was expected)")
-            };
-            return LogVerdict::Broken { seq: expect, why };
-        }
-        let (at_ms, kind, detail): (i64, String, String) = (r.get(1), r.get(2), r.get(3));
-        let stored: &[u8] = r.get(4);
-        let hash = log_chain_hash(&prev, seq, u(at_ms), &kind, &detail);
-        if hash.as_slice() != stored {
-            return LogVerdict::Broken {
-                seq,
-                why: format!(
-                    "entry {seq} ({kind} at {at_ms} ms) does not match its hash: it was edited or \
-                     moved, or the entry before it was removed or changed"
-                ),
-            };
-        }
-        prev = hash;
-        expect = seq + 1;
-        entries += 1;
-    }
-    if expect != next {
-        return LogVerdict::Broken {
-            seq: expect.min(next),
-            why: format!("the log ends at entry {expect} but its head records {next}"),
-        };
-    }
-    let reached = if entries == 0 && checkpoint.is_none() {
-        [0; 32]
-    } else {
-        prev
-    };
-    if head.unwrap_or([0; 32]) != reached {
-        return LogVerdict::Broken {
-            seq: next.saturating_sub(1),
-            why: "the newest entry's hash differs from the head recorded in meta".into(),
-        };
-    }
-    LogVerdict::Intact {
-        entries,
-        checkpoint,
     }
 }

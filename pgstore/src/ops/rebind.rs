@@ -1,5 +1,5 @@
-//! Key rotation (the rules of keyspace/src/ops/rebind.rs) and an admin's revoke/purge
-//! (keyspace/src/ops/revoke.rs): the new key takes the old one's name, account, authority,
+//! Key rotation (relay-store's `rules::rotation`) and an admin's revoke/purge
+//! (`rules::revoke`): the new key takes the old one's name, account, authority,
 //! queue (re-sequenced after the new key's head; dedup rows follow; an item the new key already
 //! holds is dropped), allowlist and place in other lists; the old key is revoked.
 
@@ -7,10 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
-use relay_store::rules::{self, rotation};
+use relay_store::rules::{self, revoke::Revocation, rotation};
 use relay_store::{
-    log_text, Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeReport,
-    RevokeRequest, MAX_PURGE_ITEMS,
+    log_text, Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeRequest,
 };
 
 use crate::db::{i, key32, u, OpResult};
@@ -47,18 +46,15 @@ async fn replace_sender(t: &Transaction<'_>, old: &Key32, new: Option<&Key32>) -
     Ok(changed)
 }
 
-/// Revoke a live key: both enc ads go, the enrolment is marked revoked, counters move.
+/// Revoke a live key: both enc ads go, the enrolment is marked revoked
+/// (`rules::revoke::revoked`), counters move.
 async fn revoke_enrolment(t: &Transaction<'_>, e: &Enrolment, now: u64) -> OpResult<()> {
     let pk = e.host_pubkey.as_slice();
     t.execute("DELETE FROM enc_ads WHERE host_pubkey = $1", &[&pk])
         .await?;
     t.execute("DELETE FROM enc_ads_v2 WHERE host_pubkey = $1", &[&pk])
         .await?;
-    t.execute(
-        "UPDATE enrolments SET revoked_at_ms = $2 WHERE host_pubkey = $1",
-        &[&pk, &i(now)],
-    )
-    .await?;
+    enrol::write(t, &rules::revoke::revoked(e, now)).await?;
     enrol::bump(t, -1, 1).await
 }
 
@@ -230,33 +226,28 @@ async fn revoke_key(
 ) -> OpResult<RevokeOutcome> {
     t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
         .await?;
-    let Some(e) = enrol::get(t, &req.key, true).await? else {
-        return Ok(RevokeOutcome::UnknownKey);
-    };
-    let mut report = RevokeReport {
-        already_revoked: e.revoked_at_ms.is_some(),
-        ..RevokeReport::default()
+    let mut rev = match Revocation::start(req, enrol::get(t, &req.key, true).await?) {
+        Ok(rev) => rev,
+        Err(outcome) => return Ok(outcome),
     };
     let q = lock_queue(t, &req.key).await?;
-    if req.purge && q.usage.items > MAX_PURGE_ITEMS {
-        return Ok(RevokeOutcome::QueueTooLarge {
-            items: q.usage.items,
-        });
+    if let Err(outcome) = rev.check_queue(q.usage.items) {
+        return Ok(outcome);
     }
-    if req.revoke && e.revoked_at_ms.is_none() {
-        report.lists_changed = replace_sender(t, &req.key, None).await?;
+    if let Some(e) = rev.to_revoke().cloned() {
+        let changed = replace_sender(t, &req.key, None).await?;
         write_list(t, &req.key, None).await?;
         revoke_enrolment(t, &e, now).await?;
-        report.revoked = true;
+        rev.revoked(changed);
     }
-    if req.purge {
-        // Up to the head as it is now: a notice for mail the key sent itself is queued behind
-        // it and stays.
+    if let Some((after, through)) = rev.purge_range(q.acked, q.head) {
+        // `seq > after AND seq <= through`: the range as the rule means it, pinned by
+        // `rules::revoke` `a_purge_takes_the_queue_after_the_acked_cursor_through_the_head`.
         let rows = t
             .query(
                 "DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
                  RETURNING seq, kind, item_id, sender, account, bytes, accepted_at_ms, expires_at_ms",
-                &[&req.key.as_slice(), &i(q.acked), &i(q.head)],
+                &[&req.key.as_slice(), &i(after), &i(through)],
             )
             .await?;
         let mut rows: Vec<&tokio_postgres::Row> = rows.iter().collect();
@@ -268,8 +259,6 @@ async fn revoke_key(
             start_dedup_horizon(t, &req.key, &sender, r.get(2), now).await?;
             add_queue_usage(t, &req.key, -1, -bytes).await?;
             add_usage(t, &req.key, &sender, account.as_deref(), -1, -bytes).await?;
-            report.purged_items += 1;
-            report.purged_bytes += u(bytes);
             let gone = ExpiredItem {
                 target: req.key,
                 seq: u(r.get(0)),
@@ -279,14 +268,13 @@ async fn revoke_key(
                 accepted_at_ms: u(r.get(6)),
                 expires_at_ms: u(r.get(7)),
             };
-            if notify(t, &gone, notice, req.quotas, req.retention_ms, now).await? {
-                report.notices += 1;
-            }
+            let noticed = notify(t, &gone, notice, req.quotas, req.retention_ms, now).await?;
+            rev.purged(u(bytes), noticed);
         }
     }
-    let kind = if req.revoke { "revoke" } else { "purge" };
-    oplog::append(t, now, keep, kind, &log_text::revoked(req, &report)).await?;
-    Ok(RevokeOutcome::Done(report))
+    let (entry, outcome) = rev.finish();
+    oplog::append(t, now, keep, entry.kind, &entry.detail).await?;
+    Ok(outcome)
 }
 
 impl PgStore {

@@ -9,7 +9,7 @@ use super::{
     DedupRecord, Header, ItemRow, Record, RecordKind, LOGICAL_FORMAT_VERSION, MAX_RECORD,
     TAG_RECORD, TAG_TRAILER,
 };
-use crate::log::ChainCheck;
+use crate::rules::log::ChainCheck;
 use crate::{
     BackupError, BackupSummary, Key32, LogCheckpoint, LogVerdict, MAX_ITEM_BYTES_ACCEPTED,
 };

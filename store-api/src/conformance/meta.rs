@@ -60,7 +60,7 @@ pub fn the_relay_log_lists_newest_first_and_its_chain_verifies(backend: &dyn Bac
     // Each entry chains to the one before: recomputed from the entries, and by the store.
     let mut prev = [0u8; 32];
     for e in log.iter().rev() {
-        let want = crate::log::chain_hash(&prev, e.seq, e.at_ms, &e.kind, &e.detail);
+        let want = crate::rules::log::chain_hash(&prev, e.seq, e.at_ms, &e.kind, &e.detail);
         assert_eq!(e.hash, want, "entry {} does not chain", e.seq);
         prev = e.hash;
     }
@@ -149,7 +149,7 @@ pub fn enrolment_churn_never_pushes_other_entries_out_of_the_relay_log(backend: 
         max_age_ms: 400 * 24 * 3600 * 1000,
         max_entries: 40,
     };
-    let budget = crate::log::enrolment_budget(keep) as usize;
+    let budget = crate::rules::log::enrolment_budget(keep) as usize;
     assert_eq!(budget, 20);
     let clock = TestClock::new(SystemClock.now_ms());
     let s = backend.open_keeping(clock.clone(), keep);
@@ -183,7 +183,7 @@ pub fn enrolment_churn_never_pushes_other_entries_out_of_the_relay_log(backend: 
     let log = s.ops(1_000).expect("ops");
     let enrolments = log
         .iter()
-        .filter(|e| crate::log::is_enrolment_entry(&e.kind))
+        .filter(|e| crate::rules::log::is_enrolment_entry(&e.kind))
         .count();
     assert!(
         enrolments > 0 && enrolments <= budget,

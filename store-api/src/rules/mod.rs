@@ -5,13 +5,17 @@
 
 pub mod challenge_book;
 pub mod dedup;
+pub mod enc_ad;
 pub mod enrol;
 #[cfg(test)]
 mod fixtures;
 pub mod idle;
 pub mod insert;
 pub mod lists;
+pub mod log;
 pub mod quota;
+pub mod revoke;
 pub mod rotation;
+pub mod seen;
 pub mod seq;
 pub mod sweep;
