@@ -565,3 +565,120 @@ pub fn a_push_commits_only_while_its_sender_is_live(backend: &dyn Backend) {
         Vec::<Key32>::new()
     );
 }
+
+/// Every enrolment row, `max` per call, until the scan reaches the end: (expired, calls).
+fn expire_idle_all(store: &dyn RelayStore, now: u64, idle_ms: u64, max: usize) -> (u64, u64) {
+    let (mut expired, mut calls, mut after) = (0, 0, None);
+    loop {
+        let r = store.expire_idle(now, idle_ms, after, max).wait().unwrap();
+        assert!(r.scanned <= max as u64, "a call looks at most `max` rows");
+        expired += r.expired;
+        calls += 1;
+        after = r.next;
+        if after.is_none() {
+            return (expired, calls);
+        }
+    }
+}
+
+pub fn idle_expiry_takes_only_live_idle_keys_with_empty_queues(backend: &dyn Backend) {
+    const T0: u64 = 1_700_000_000_000;
+    const IDLE: u64 = 90 * DAY_MS;
+    let clock = TestClock::new(T0);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    let (idle, queued, recent, old, new, friend) = (key(1), key(2), key(3), key(4), key(5), key(6));
+    for (pk, name) in [
+        (idle, "idle"),
+        (queued, "queued"),
+        (recent, "recent"),
+        (old, "old"),
+        (friend, "friend"),
+    ] {
+        enrol(store, pk, name);
+    }
+    insert(store, friend, "m1", &[(queued, b"waiting")]);
+    store
+        .put_sender_list(list(idle, &[friend], T0))
+        .wait()
+        .unwrap();
+    store
+        .put_sender_list(list(friend, &[idle], T0))
+        .wait()
+        .unwrap();
+    store.put_enc_ad(v1(idle, "e")).wait().unwrap();
+    put_v2(store, v2(idle, "{}", T0));
+    store.rebind(old, new).wait().unwrap(); // old: revoked, new: seen today
+    clock.advance(IDLE + DAY_MS);
+    let now = clock.now_ms();
+    let today = utc_day(now);
+    store
+        .record_seen(vec![(recent, today), (new, today), (friend, today)])
+        .wait()
+        .unwrap();
+    let live_before = store.live_enrolment_count().unwrap();
+
+    let (expired, calls) = expire_idle_all(store, now, IDLE, 2);
+    assert_eq!(expired, 1, "only `idle` is live, idle and without mail");
+    assert!(
+        calls >= 3,
+        "six enrolment rows, two per call: {calls} calls"
+    );
+    assert_eq!(
+        store.enrolment(&idle).unwrap(),
+        None,
+        "idle, empty queue: gone"
+    );
+    assert!(
+        store.enc_ads(&idle).unwrap().is_empty(),
+        "its v1 and v2 ads went"
+    );
+    assert_eq!(
+        store.sender_list(&idle).unwrap(),
+        None,
+        "its allowlist went"
+    );
+    assert_eq!(
+        store.sender_list(&friend).unwrap().unwrap().senders,
+        vec![idle],
+        "another key's list naming it is kept"
+    );
+    assert!(
+        store.enrolment(&queued).unwrap().is_some(),
+        "queued mail keeps it"
+    );
+    assert!(
+        store.enrolment(&recent).unwrap().is_some(),
+        "a recent hop keeps it"
+    );
+    let o = store.enrolment(&old).unwrap().expect("a revoked row stays");
+    assert!(o.revoked_at_ms.is_some());
+    assert_eq!(store.live_enrolment_count().unwrap(), live_before - 1);
+    let log = store.ops(10).unwrap();
+    assert_eq!(
+        log.iter().filter(|e| e.kind == "expire-idle").count(),
+        1,
+        "one entry for the scan that expired something: {log:?}"
+    );
+    assert!(
+        log[0].detail.starts_with("1 idle enrolments expired"),
+        "{}",
+        log[0].detail
+    );
+    backend.check_invariants(store);
+
+    // A second pass expires nothing and logs nothing; the expired key may enrol again.
+    assert_eq!(expire_idle_all(store, now, IDLE, 1000).0, 0);
+    assert_eq!(
+        store
+            .ops(10)
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == "expire-idle")
+            .count(),
+        1
+    );
+    enrol(store, idle, "idle");
+    assert_eq!(store.live_enrolment_count().unwrap(), live_before);
+    backend.check_invariants(store);
+}

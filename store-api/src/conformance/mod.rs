@@ -74,6 +74,7 @@ macro_rules! conformance_tests {
             keys::a_rotation_deletes_both_ads_of_the_old_key,
             keys::sender_lists_only_move_forward,
             keys::a_push_commits_only_while_its_sender_is_live,
+            keys::idle_expiry_takes_only_live_idle_keys_with_empty_queues,
             meta::meta_epoch_heartbeat_and_the_pinned_relay_key,
             meta::the_relay_log_lists_newest_first_and_its_chain_verifies,
             meta::enrolment_churn_never_pushes_other_entries_out_of_the_relay_log,
