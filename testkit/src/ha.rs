@@ -287,10 +287,13 @@ impl HaCluster {
             .collect()
     }
 
-    /// The index of the node the monitor holds primary (reported and assigned `primary`).
+    /// The index of the node the monitor holds writable (reported and assigned `primary`, or
+    /// `wait_primary`: a primary whose standby is not (yet) there).
     pub fn primary(&self) -> Option<usize> {
         let states = self.states();
-        let p = states.iter().find(|s| s.is("primary"))?;
+        let p = states
+            .iter()
+            .find(|s| s.is("primary") || s.is("wait_primary"))?;
         self.nodes.iter().position(|n| n.port == p.port)
     }
 
