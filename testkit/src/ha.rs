@@ -161,11 +161,12 @@ impl HaCluster {
             self.wait(START_TIMEOUT, &format!("node{} {want}", i + 1), |c| {
                 c.states().iter().any(|s| s.port == c.nodes[i].port && s.is(want))
             })?;
+            self.tune_node(i)?;
         }
         self.wait_synchronous(START_TIMEOUT)
     }
 
-    /// `pg_autoctl create postgres ... --run` for node `i`, its keeper's partition timeout set.
+    /// `pg_autoctl create postgres ... --run` for node `i`.
     fn create_node(&mut self, i: usize) -> Result<(), String> {
         let n = &self.nodes[i];
         let (name, pgdata, port) = (n.name.clone(), n.pgdata.clone(), n.port.to_string());
@@ -179,15 +180,27 @@ impl HaCluster {
             "postgres", "--auth", "trust", "--no-ssl", "--monitor", &monitor, "--run",
         ];
         self.nodes[i].child = Some(self.spawn_logged(&name, &args, &pgdata)?);
-        // The keeper's config exists once it registered: set the partition timeout then.
-        let cfg = self.dir.path().join("config");
-        self.wait(START_TIMEOUT, &format!("{name} to register"), |_| {
-            find_file(&cfg, "pg_autoctl.cfg", &name)
-        })?;
+        Ok(())
+    }
+
+    /// Set node `i`'s keeper partition timeout ([`NETWORK_PARTITION_TIMEOUT_S`]) once it runs
+    /// (its configuration complete); `config set` signals the running keeper to reload.
+    fn tune_node(&self, i: usize) -> Result<(), String> {
         let t = NETWORK_PARTITION_TIMEOUT_S.to_string();
         let mut set = self.autoctl_cmd(&["config", "set", "timeout.network_partition_timeout"]);
-        set.arg(&t).arg("--pgdata").arg(&pgdata);
-        run_as_cluster_user(&mut set, "pg_autoctl config set")
+        set.arg(&t).arg("--pgdata").arg(&self.nodes[i].pgdata);
+        let out = as_cluster_user(&mut set)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_autoctl config set: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "pg_autoctl config set: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 
     /// `pg_autoctl <args>` with this cluster's environment (its config and state under the
@@ -413,21 +426,6 @@ impl HaCluster {
         }
         out
     }
-}
-
-/// Whether a file `file` lies under `dir` on a path naming `part`.
-fn find_file(dir: &Path, file: &str, part: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let p = e.path();
-        if p.is_dir() {
-            find_file(&p, file, part)
-        } else {
-            p.file_name().is_some_and(|n| n == file) && p.to_string_lossy().contains(part)
-        }
-    })
 }
 
 /// The postmaster's pid from `postmaster.pid` (its first line), while the file exists and
