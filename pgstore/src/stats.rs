@@ -51,8 +51,7 @@ impl PoolStats {
 
     /// An operation succeeded: count a reconnect if the pool was degraded.
     pub(crate) fn succeeded(&self) {
-        if self.degraded.load(Ordering::Relaxed) && self.degraded.swap(false, Ordering::Relaxed)
-        {
+        if self.degraded.load(Ordering::Relaxed) && self.degraded.swap(false, Ordering::Relaxed) {
             Self::add(&self.reconnects, 1);
         }
     }

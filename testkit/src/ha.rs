@@ -13,8 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{
-    as_cluster_user, chown_tree, find_bindir, free_port, psql, run_as_cluster_user,
-    running_as_root,
+    as_cluster_user, chown_tree, find_bindir, free_port, psql, run_as_cluster_user, running_as_root,
 };
 
 /// The monitor's health-check timings (`pgautofailover.*`, milliseconds), against the
@@ -93,12 +92,10 @@ impl HaCluster {
     /// When PostgreSQL or `pg_autoctl` is missing (the drills do not skip: `.ci/run` installs
     /// `postgresql-15-auto-failover`), or the cluster does not come up.
     pub fn start() -> HaCluster {
-        let bindir = find_bindir().expect(
-            "PostgreSQL server binaries not found (install postgresql; .ci/run does)",
-        );
-        let autoctl = find_pg_autoctl(&bindir).expect(
-            "pg_autoctl not found: install postgresql-15-auto-failover (.ci/run does)",
-        );
+        let bindir = find_bindir()
+            .expect("PostgreSQL server binaries not found (install postgresql; .ci/run does)");
+        let autoctl = find_pg_autoctl(&bindir)
+            .expect("pg_autoctl not found: install postgresql-15-auto-failover (.ci/run does)");
         let mut c = HaCluster::create(bindir, autoctl).unwrap_or_else(|e| panic!("{e}"));
         if let Err(e) = c.bring_up() {
             panic!("starting the pg_auto_failover cluster: {e}\n{}", c.logs());
@@ -139,10 +136,13 @@ impl HaCluster {
         let m = &self.monitor;
         let (pgdata, port) = (m.pgdata.clone(), m.port.to_string());
         let mut create = self.autoctl_cmd(&["create", "monitor", "--pgport", &port]);
-        create
-            .arg("--pgdata")
-            .arg(&pgdata)
-            .args(["--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl"]);
+        create.arg("--pgdata").arg(&pgdata).args([
+            "--hostname",
+            "127.0.0.1",
+            "--auth",
+            "trust",
+            "--no-ssl",
+        ]);
         run_as_cluster_user(&mut create, "pg_autoctl create monitor")?;
         let mut listen = self.autoctl_cmd(&["config", "set", "postgresql.listen_addresses"]);
         listen.arg("127.0.0.1").arg("--pgdata").arg(&pgdata);
@@ -159,7 +159,9 @@ impl HaCluster {
             self.create_node(i)?;
             let want = if i == 0 { "single" } else { "secondary" };
             self.wait(START_TIMEOUT, &format!("node{} {want}", i + 1), |c| {
-                c.states().iter().any(|s| s.port == c.nodes[i].port && s.is(want))
+                c.states()
+                    .iter()
+                    .any(|s| s.port == c.nodes[i].port && s.is(want))
             })?;
             self.tune_node(i)?;
         }
@@ -175,9 +177,26 @@ impl HaCluster {
             self.monitor.port
         );
         let args = [
-            "create", "postgres", "--pgport", &port, "--name", &name, "--hostname",
-            "127.0.0.1", "--listen", "127.0.0.1", "--username", "postgres", "--dbname",
-            "postgres", "--auth", "trust", "--no-ssl", "--monitor", &monitor, "--run",
+            "create",
+            "postgres",
+            "--pgport",
+            &port,
+            "--name",
+            &name,
+            "--hostname",
+            "127.0.0.1",
+            "--listen",
+            "127.0.0.1",
+            "--username",
+            "postgres",
+            "--dbname",
+            "postgres",
+            "--auth",
+            "trust",
+            "--no-ssl",
+            "--monitor",
+            &monitor,
+            "--run",
         ];
         self.nodes[i].child = Some(self.spawn_logged(&name, &args, &pgdata)?);
         Ok(())
@@ -233,7 +252,9 @@ impl HaCluster {
             .map_err(|e| format!("log: {e}"))?;
         let log2 = log.try_clone().map_err(|e| format!("log: {e}"))?;
         let mut cmd = self.autoctl_cmd(args);
-        cmd.arg("--pgdata").arg(pgdata).stdin(Stdio::null())
+        cmd.arg("--pgdata")
+            .arg(pgdata)
+            .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
             .process_group(0);
@@ -247,7 +268,12 @@ impl HaCluster {
         let mut c = Command::new(self.bindir.join("psql"));
         c.arg("-h")
             .arg(self.dir.path())
-            .args(["-p", &self.monitor.port.to_string(), "-d", "pg_auto_failover"])
+            .args([
+                "-p",
+                &self.monitor.port.to_string(),
+                "-d",
+                "pg_auto_failover",
+            ])
             .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql]);
         let out = as_cluster_user(&mut c)
             .stdin(Stdio::null())
@@ -319,8 +345,8 @@ impl HaCluster {
     pub fn wait_synchronous(&self, limit: Duration) -> Result<(), String> {
         self.wait(limit, "synchronous primary and secondary", |c| {
             let states = c.states();
-            let both = states.iter().any(|s| s.is("primary"))
-                && states.iter().any(|s| s.is("secondary"));
+            let both =
+                states.iter().any(|s| s.is("primary")) && states.iter().any(|s| s.is("secondary"));
             both && c.primary().is_some_and(|p| c.synchronous(p))
         })
     }
@@ -453,8 +479,9 @@ fn kill_group(leader: u32, sig: i32) {
 impl Drop for HaCluster {
     /// SIGTERM to every service (pg_autoctl stops its Postgres), SIGKILL to what is left.
     fn drop(&mut self) {
-        let services: Vec<&mut Service> =
-            std::iter::once(&mut self.monitor).chain(&mut self.nodes).collect();
+        let services: Vec<&mut Service> = std::iter::once(&mut self.monitor)
+            .chain(&mut self.nodes)
+            .collect();
         for s in &services {
             if let Some(c) = s.child.as_ref() {
                 kill_group(c.id(), libc::SIGTERM);

@@ -236,11 +236,16 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
         cluster.kill_machine(old);
         let (a, b) = wait_both_serve(&log, lost);
         let promoted = wait_for(SERVE_AGAIN, || {
-            cluster.primary().filter(|p| *p != old).map(|_| lost.elapsed())
+            cluster
+                .primary()
+                .filter(|p| *p != old)
+                .map(|_| lost.elapsed())
         });
         let states = cluster.states();
         assert!(
-            states.iter().any(|s| s.reported == "wait_primary" || s.reported == "primary"),
+            states
+                .iter()
+                .any(|s| s.reported == "wait_primary" || s.reported == "primary"),
             "a node took over: {states:?}"
         );
         report.push(format!(
@@ -273,7 +278,11 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
         cluster
             .wait_synchronous(RESYNC)
             .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
-        assert_eq!(cluster.primary(), Some(old), "the switchover swapped the roles");
+        assert_eq!(
+            cluster.primary(),
+            Some(old),
+            "the switchover swapped the roles"
+        );
         let gap = longest_gap(&log.lock().unwrap(), from, Instant::now());
         report.push(format!(
             "switchover: pg_autoctl returned after {switched:?}; longest time without a 200 \
@@ -319,6 +328,9 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
             counter(r, "pg_connect_errors"),
             counter(r, "pg_timeouts")
         );
-        assert!(reconnects >= 1.0, "each relay saw the database answer again");
+        assert!(
+            reconnects >= 1.0,
+            "each relay saw the database answer again"
+        );
     }
 }
