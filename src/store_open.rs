@@ -90,6 +90,63 @@ pub fn open_store(spec: &StoreSpec, opts: OpenOptions) -> Result<SharedStore, St
     }
 }
 
+/// One counter a backend keeps about its link to the database: name (after `mbx_relay_`,
+/// without `_total`), help, value.
+pub(crate) type BackendCounter = (&'static str, &'static str, f64);
+
+/// The PostgreSQL pool's counters (relay-pgstore's plain figures, named here so the metrics
+/// layer knows no backend); empty when this process opened no PostgreSQL store.
+pub(crate) fn backend_counters() -> Vec<BackendCounter> {
+    let Some(f) = relay_pgstore::pool_figures() else {
+        return Vec::new();
+    };
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^53
+    let n = |v: u64| v as f64;
+    vec![
+        ("pg_pool_gets", "Connections taken from the PostgreSQL pool", n(f.gets)),
+        (
+            "pg_pool_waits",
+            "Takes from the PostgreSQL pool that found no idle connection and waited",
+            n(f.waits),
+        ),
+        (
+            "pg_pool_get_seconds",
+            "Time spent taking connections from the PostgreSQL pool (waits and connects included)",
+            n(f.get_micros) / 1e6,
+        ),
+        (
+            "pg_connect_errors",
+            "Takes from the PostgreSQL pool that failed: no writable server reachable, or the wait timed out",
+            n(f.connect_errors),
+        ),
+        (
+            "pg_connections_lost",
+            "PostgreSQL connections discarded as lost (closed, broken, shutting down, read-only)",
+            n(f.lost),
+        ),
+        (
+            "pg_reconnects",
+            "Writes that succeeded after connections were lost or failed: the database (a promoted standby, a restarted server) answering again",
+            n(f.reconnects),
+        ),
+        (
+            "pg_reruns",
+            "Operations run again on a new connection after theirs was lost before COMMIT",
+            n(f.reruns),
+        ),
+        (
+            "pg_commit_unknown",
+            "Connections lost during COMMIT (outcome unknown, answered 503 for a deduplicated retry)",
+            n(f.commit_unknown),
+        ),
+        (
+            "pg_timeouts",
+            "PostgreSQL operations abandoned at the 10 s operation deadline (answered 503)",
+            n(f.timeouts),
+        ),
+    ]
+}
+
 /// `host:port/db` of a postgres url (user and password left out).
 fn postgres_label(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);

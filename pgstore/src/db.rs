@@ -16,6 +16,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transacti
 use relay_store::{Result, StoreError};
 use tokio_postgres::error::SqlState;
 
+use crate::stats::{PoolStats, STATS};
+
 /// Connections per relay process (PostgreSQL's default `max_connections` is 100).
 pub(crate) const POOL_SIZE: usize = 16;
 /// Attempts of one operation that hits a serialization failure, a deadlock or a lost
@@ -46,6 +48,8 @@ pub(crate) async fn bounded<T>(op: impl Future<Output = Result<T>>) -> Result<T>
     match tokio::time::timeout(OP_DEADLINE, &mut op).await {
         Ok(r) => r,
         Err(_) => {
+            PoolStats::add(&STATS.timeouts, 1);
+            STATS.degrade();
             ABANDONING.with(|a| a.set(true));
             drop(op);
             ABANDONING.with(|a| a.set(false));
@@ -199,6 +203,7 @@ impl Db {
             .build()
             .map_err(|e| StoreError::Engine(format!("postgres pool: {e}")))?;
         let db = Db { pool };
+        STATS.mark_opened();
         bounded(db.check_durable()).await?;
         Ok(db)
     }
@@ -239,14 +244,20 @@ impl Db {
             let mut c = self.conn().await?;
             let (res, in_commit) = attempt_once(&mut c, &mut body).await;
             let e = match res {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    STATS.succeeded();
+                    return Ok(v);
+                }
                 Err(OpError::Store(e)) => return Err(e),
                 Err(OpError::Db(e)) => e,
             };
             if lost(&e) {
                 c.discard();
+                PoolStats::add(&STATS.lost, 1);
+                STATS.degrade();
             }
             if in_commit && lost(&e) {
+                PoolStats::add(&STATS.commit_unknown, 1);
                 tracing::warn!(
                     error = %e,
                     "postgres: the connection was lost during COMMIT; its outcome is unknown, \
@@ -257,17 +268,28 @@ impl Db {
             if !retryable(&e) || attempt >= MAX_ATTEMPTS {
                 return Err(db_err(e));
             }
+            if lost(&e) {
+                PoolStats::add(&STATS.reruns, 1);
+            }
             tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
         }
     }
 
     /// A pooled connection for a read outside a write transaction.
     pub(crate) async fn conn(&self) -> Result<Conn> {
-        self.pool
-            .get()
-            .await
-            .map(|o| Conn(Some(o)))
-            .map_err(pool_err)
+        let started = std::time::Instant::now();
+        if self.pool.status().available == 0 {
+            PoolStats::add(&STATS.waits, 1);
+        }
+        let got = self.pool.get().await;
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        PoolStats::add(&STATS.gets, 1);
+        PoolStats::add(&STATS.get_micros, micros);
+        if got.is_err() {
+            PoolStats::add(&STATS.connect_errors, 1);
+            STATS.degrade();
+        }
+        got.map(|o| Conn(Some(o))).map_err(pool_err)
     }
 
     /// Close the pool (open connections end as they are returned).

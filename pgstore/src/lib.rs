@@ -10,7 +10,8 @@
 //! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
 //!
 //! Files: `db` (pool, transactions, retry), `schema` (versioned migrations), `store` (handle,
-//! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
+//! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `stats` (the pool's
+//! counters, which the server shows as metrics), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
 //! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `queue`
 //! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
 //! hosts, stats), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
@@ -22,9 +23,11 @@ mod db;
 mod invariants;
 mod ops;
 mod schema;
+mod stats;
 mod store;
 mod tls;
 
 pub use backend::UNIMPLEMENTED;
 pub use schema::PG_SCHEMA_VERSION;
+pub use stats::{pool_figures, PoolFigures};
 pub use store::PgStore;

@@ -3,6 +3,7 @@
 //!
 //! - [`cluster`]: a throwaway PostgreSQL cluster (initdb in a temp dir, a free loopback port).
 //! - [`standby`]: a primary with a synchronous streaming-replication standby (failover tests).
+//! - [`ha`]: a pg_auto_failover monitor with two synchronous data nodes (HA drills).
 //! - [`bins`]: where the workspace's binaries of this build are (`target/<profile>/`).
 //! - [`host`]: a relay child process on a fixed port (it comes back at the same URL after a
 //!   crash) and hosts driven through the real `mbx-relay host` command.
@@ -14,6 +15,7 @@ pub mod bins;
 pub mod cluster;
 pub mod daemon;
 pub mod files;
+pub mod ha;
 pub mod host;
 pub mod powercut;
 pub mod standby;

@@ -38,6 +38,7 @@ mod live_pull;
 mod observe;
 mod packaging;
 mod pg_failover;
+mod pg_ha;
 mod pg_relay;
 mod power_cut_epoch;
 mod power_cut_journal;

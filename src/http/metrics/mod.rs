@@ -1,7 +1,7 @@
 //! `/metrics` in the Prometheus text format (0.0.4), built with prometheus-client: requests by
 //! route pattern and status with latency histograms, refusals by reason, connections open and
 //! refused ([`conn`]), the relay's item and store figures (relay-core's metrics and
-//! [`relay_state`]), `mbx_relay_build_info` and the standard `process_*` metrics ([`process`]).
+//! [`relay_state`]), the PostgreSQL pool's counters ([`store_link`]), `mbx_relay_build_info` and the standard `process_*` metrics ([`process`]).
 //! Every label set is closed: routes are [`super::route::Route`] patterns, never raw paths.
 //! Served only on the private `--metrics-listen` address ([`super::private`]).
 
@@ -9,6 +9,7 @@ pub(crate) mod conn;
 pub(crate) mod process;
 pub(crate) mod relay_state;
 pub(crate) mod store_cache;
+pub(crate) mod store_link;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,6 +156,7 @@ impl HttpMetrics {
             );
             conn.register(ours);
             relay.metrics.register(ours);
+            ours.register_collector(Box::new(store_link::StoreLink));
             ours.register_collector(Box::new(relay_state::RelayState {
                 relay: relay.clone(),
                 bodies: bodies.clone(),

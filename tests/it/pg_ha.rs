@@ -1,0 +1,336 @@
+//! HA drills on a real pg_auto_failover cluster (relay-testkit's `HaCluster`: a monitor and two
+//! synchronous data nodes on loopback), with two relay processes on the multi-host url
+//! (`target_session_attrs=read-write`), four senders and a receiver under load throughout. In
+//! sequence on one cluster: (1) the primary's machine lost (SIGKILL to its postmaster and its
+//! `pg_autoctl`): the monitor promotes the standby and both relays serve again without a
+//! restart; (2) the old primary run again rejoins as a standby and the cluster is synchronous
+//! again; (3) a planned switchover under load. Then every acknowledged item must have reached
+//! the receiver exactly once, and each relay's metrics must show the reconnect it saw.
+
+use crate::common;
+use crate::pg_relay::{answered_of, assert_exactly_once, Answered};
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+use relay_testkit::ha::HaCluster;
+use relay_wire::keys::SigningKey;
+use serde_json::{json, Value};
+
+/// Longest any answer may take: the store's operation deadline (10 s) with margin.
+const ANSWER_BOUND: Duration = Duration::from_secs(14);
+/// Longest from a loss or switchover until both relays serve again: the monitor's 2 s
+/// unhealthy timeout and 4 s demote timeout, the keeper's promotion, and margin for a loaded
+/// 2-core machine.
+const SERVE_AGAIN: Duration = Duration::from_secs(40);
+/// How long the cluster may take to be synchronous again (a rejoin, a switchover).
+const RESYNC: Duration = Duration::from_secs(90);
+/// Load before the first drill and after the last.
+const STEADY: Duration = Duration::from_millis(1_500);
+const SENDERS: usize = 4;
+const PUSH_PAUSE: Duration = Duration::from_millis(20);
+
+/// One push attempt: when it was sent and answered, at which relay, and whether it was a 200.
+#[derive(Clone, Copy)]
+struct Attempt {
+    sent: Instant,
+    answered: Instant,
+    relay: usize,
+    ok: bool,
+}
+
+/// Push `item` until a relay answers 200, starting at relay `first` and switching relay after
+/// each failure (503 or no answer), as a host behind a load balancer retries. Every answer
+/// must come within [`ANSWER_BOUND`] and a refusal must be the store's 503.
+fn push_until_accepted(
+    sender: &Host,
+    relays: [SocketAddr; 2],
+    first: usize,
+    item: &Value,
+    log: &Mutex<Vec<Attempt>>,
+) -> (Value, bool) {
+    let body = json!({ "items": [item] }).to_string();
+    let deadline = Instant::now() + SERVE_AGAIN + RESYNC;
+    for attempt in 0.. {
+        let relay = (first + attempt) % 2;
+        let sent = Instant::now();
+        let r = sender.try_call_at(relays[relay], "POST", "/v2/relay/items", body.as_bytes());
+        let answered = Instant::now();
+        assert!(
+            answered - sent < ANSWER_BOUND,
+            "a push answered after {:?}",
+            answered - sent
+        );
+        let ok = matches!(&r, Ok(r) if r.status == 200);
+        log.lock().unwrap().push(Attempt {
+            sent,
+            answered,
+            relay,
+            ok,
+        });
+        match r {
+            Ok(r) if r.status == 200 => return (r.json()["results"][0].clone(), attempt > 0),
+            Ok(r) => {
+                r.assert_error(503, "store unavailable, retry later");
+                assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+            }
+            // A connection cut while the relay waited on the store: retried like a 503.
+            Err(_) => {}
+        }
+        assert!(Instant::now() < deadline, "the relays did not serve again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unreachable!()
+}
+
+/// Pull and ack everything for `host` until `done` is set and the queue is empty, at either
+/// relay: a failed pull or ack (503 during a failover) is tried again at the other. Returns
+/// `(item_id, seq)` in the order received.
+fn drain_through_failovers(
+    host: &Host,
+    relays: [SocketAddr; 2],
+    epoch: &str,
+    done: &AtomicBool,
+) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    let (mut after, mut acked, mut at) = (0u64, 0u64, 0usize);
+    for _ in 0..200_000 {
+        let finished = done.load(Ordering::SeqCst);
+        let path = format!("/v2/relay/items?after={after}");
+        let page = match host.try_call_at(relays[at], "GET", &path, b"") {
+            Ok(p) if p.status == 200 => p.json(),
+            _ => {
+                at = 1 - at;
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        for i in &items {
+            let seq = i["seq"].as_u64().expect("seq");
+            assert!(seq > after, "seqs rise: {seq} after {after}");
+            got.push((i["item_id"].as_str().expect("item_id").to_string(), seq));
+            after = seq;
+        }
+        if after > acked {
+            let ack = json!({"epoch": epoch, "through": after}).to_string();
+            match host.try_call_at(relays[at], "POST", "/v2/relay/ack", ack.as_bytes()) {
+                Ok(r) if r.status == 200 => acked = after,
+                _ => at = 1 - at,
+            }
+        } else if finished {
+            return got;
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("the drain did not finish");
+}
+
+/// From `from`: how long until a push sent after it was answered 200 by relay `relay`.
+fn served_again(log: &[Attempt], from: Instant, relay: usize) -> Option<Duration> {
+    log.iter()
+        .filter(|a| a.ok && a.relay == relay && a.sent > from)
+        .map(|a| a.answered - from)
+        .min()
+}
+
+/// Wait until both relays answered a push sent after `from` with 200: (relay 0, relay 1).
+fn wait_both_serve(log: &Mutex<Vec<Attempt>>, from: Instant) -> (Duration, Duration) {
+    wait_for(SERVE_AGAIN, || {
+        let log = log.lock().unwrap();
+        Some((served_again(&log, from, 0)?, served_again(&log, from, 1)?))
+    })
+    .unwrap_or_else(|| panic!("both relays did not serve again within {SERVE_AGAIN:?}"))
+}
+
+/// The longest time in `[from, to]` without any 200 push answer: the outage senders saw.
+fn longest_gap(log: &[Attempt], from: Instant, to: Instant) -> Duration {
+    let mut oks: Vec<Instant> = log
+        .iter()
+        .filter(|a| a.ok && a.answered >= from && a.answered <= to)
+        .map(|a| a.answered)
+        .collect();
+    oks.sort();
+    let mut prev = from;
+    let mut gap = Duration::ZERO;
+    for t in oks.into_iter().chain(std::iter::once(to)) {
+        gap = gap.max(t - prev);
+        prev = t;
+    }
+    gap
+}
+
+/// `mbx_relay_<name>_total` from a relay's `/metrics`.
+fn counter(relay: &Relay, name: &str) -> f64 {
+    let text = relay.metrics().text();
+    let line = format!("mbx_relay_{name}_total ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line} in /metrics"))
+}
+
+#[test]
+fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_nothing() {
+    let mut cluster = HaCluster::start();
+    let db = cluster.fresh_db_name();
+    let url = cluster.url_of(&db);
+    let key = SigningKey::generate();
+    let mut args = GENEROUS.to_vec();
+    args.extend(["--metrics-listen", "127.0.0.1:0"]);
+    let launch = || {
+        Relay::launch(
+            Backend::Postgres
+                .opts(&args)
+                .db(&url)
+                .env("MBX_RELAY_KEY", &key.seed_b64()),
+        )
+        .expect("relay on the HA cluster's multi-host url")
+    };
+    let relays = [launch(), launch()];
+    let addrs = [relays[0].addr(), relays[1].addr()];
+    let epoch = relays[0].epoch();
+    let bob = Host::enrolled(&relays[0], "bob");
+    let senders: Vec<Host> = (0..SENDERS)
+        .map(|i| Host::enrolled(&relays[i % 2], &format!("s{i}")))
+        .collect();
+
+    let log: Mutex<Vec<Attempt>> = Mutex::new(Vec::new());
+    let answered: Mutex<Vec<Answered>> = Mutex::new(Vec::new());
+    let (stop, senders_done) = (AtomicBool::new(false), AtomicBool::new(false));
+    let mut received = Vec::new();
+    let mut report = Vec::new();
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| drain_through_failovers(&bob, addrs, &epoch, &senders_done));
+        let pushers: Vec<_> = senders
+            .iter()
+            .enumerate()
+            .map(|(i, sender)| {
+                let (bob, stop, answered, log) = (&bob, &stop, &answered, &log);
+                s.spawn(move || {
+                    for n in 0..100_000usize {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let item = envelope_item(sender, &[bob]);
+                        let (r, retried) =
+                            push_until_accepted(sender, addrs, (i + n) % 2, &item, log);
+                        answered
+                            .lock()
+                            .unwrap()
+                            .push(answered_of(&item, &r, retried));
+                        std::thread::sleep(PUSH_PAUSE);
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(STEADY);
+
+        // (1) The primary's machine lost: the monitor promotes the standby.
+        let old = cluster.primary().expect("a primary");
+        let lost = Instant::now();
+        cluster.kill_machine(old);
+        let (a, b) = wait_both_serve(&log, lost);
+        let promoted = wait_for(SERVE_AGAIN, || {
+            cluster
+                .primary()
+                .filter(|p| *p != old)
+                .map(|_| lost.elapsed())
+        });
+        let states = cluster.states();
+        assert!(
+            states
+                .iter()
+                .any(|s| s.reported == "wait_primary" || s.reported == "primary"),
+            "a node took over: {states:?}"
+        );
+        report.push(format!(
+            "kill -9 of the primary's machine: relay 1 served again after {a:?}, relay 2 after \
+             {b:?}; monitor primary after {promoted:?}"
+        ));
+
+        // (2) The old primary comes back and rejoins as the new primary's standby.
+        let back = Instant::now();
+        cluster.restart_node(old).expect("pg_autoctl run");
+        cluster
+            .wait_synchronous(RESYNC)
+            .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+        let new = cluster.primary().expect("a primary");
+        assert_ne!(new, old, "the old primary rejoined as the standby");
+        assert!(cluster.synchronous(new), "synchronous again");
+        report.push(format!(
+            "old primary rejoined as a synchronous standby after {:?}",
+            back.elapsed()
+        ));
+
+        // (3) A planned switchover under load: the old primary is primary again.
+        std::thread::sleep(Duration::from_millis(500));
+        let from = Instant::now();
+        cluster
+            .switchover()
+            .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+        let switched = from.elapsed();
+        let (a, b) = wait_both_serve(&log, Instant::now());
+        cluster
+            .wait_synchronous(RESYNC)
+            .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+        assert_eq!(
+            cluster.primary(),
+            Some(old),
+            "the switchover swapped the roles"
+        );
+        let gap = longest_gap(&log.lock().unwrap(), from, Instant::now());
+        report.push(format!(
+            "switchover: pg_autoctl returned after {switched:?}; longest time without a 200 \
+             push {gap:?}; then relay 1 served within {a:?}, relay 2 within {b:?}"
+        ));
+
+        std::thread::sleep(STEADY);
+        stop.store(true, Ordering::SeqCst);
+        for p in pushers {
+            p.join().expect("sender thread");
+        }
+        senders_done.store(true, Ordering::SeqCst);
+        received = rx.join().expect("receiver");
+    });
+    for r in &relays {
+        r.assert_alive();
+    }
+    let answered = answered.into_inner().unwrap();
+    let retried = answered.iter().filter(|a| a.3).count();
+    for line in &report {
+        eprintln!("pg_ha: {line}");
+    }
+    eprintln!(
+        "pg_ha: {} pushes acknowledged ({retried} after a retry), {} received",
+        answered.len(),
+        received.len()
+    );
+    for (id, _, status, retried) in &answered {
+        let ok = status == "accepted" || (*retried && status == "duplicate");
+        assert!(ok, "{id}: {status} (retried: {retried})");
+    }
+    assert_exactly_once(&bob, &received, &answered);
+    for r in &relays {
+        let (reconnects, lost, reruns, unknown) = (
+            counter(r, "pg_reconnects"),
+            counter(r, "pg_connections_lost"),
+            counter(r, "pg_reruns"),
+            counter(r, "pg_commit_unknown"),
+        );
+        eprintln!(
+            "pg_ha: relay metrics: reconnects {reconnects}, connections lost {lost}, reruns \
+             {reruns}, commit unknown {unknown}, connect errors {}, timeouts {}",
+            counter(r, "pg_connect_errors"),
+            counter(r, "pg_timeouts")
+        );
+        assert!(
+            reconnects >= 1.0,
+            "each relay saw the database answer again"
+        );
+    }
+}
