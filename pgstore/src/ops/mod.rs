@@ -2,6 +2,7 @@
 //! ([`crate::db::Db::tx`]); reads as one read-only snapshot transaction where they read more
 //! than one row.
 
+pub(crate) mod ack;
 pub(crate) mod admin;
 pub(crate) mod backup;
 pub(crate) mod dump;
@@ -11,6 +12,7 @@ pub(crate) mod insert_plan;
 pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;
+pub(crate) mod pull;
 pub(crate) mod oplog;
 pub(crate) mod queue;
 pub(crate) mod rebind;
