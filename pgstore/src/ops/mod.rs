@@ -1,5 +1,6 @@
 //! The store's operations, one file per group. Writes run as one transaction each
-//! ([`crate::db::Db::tx`]); reads as one read-only snapshot transaction where they read more
+//! ([`crate::db::Db::tx`], or [`crate::db::Db::run`] for push and ack, which pipeline their
+//! statements: [`crate::pipeline`]); reads as one read-only snapshot transaction where they read more
 //! than one row.
 
 pub(crate) mod ack;
