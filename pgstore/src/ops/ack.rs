@@ -31,7 +31,8 @@ const RANGE: &str = "WITH q AS (SELECT head_seq, acked_through FROM queues WHERE
 /// Delete (after $2, through $3] of target $1, start the dedup horizons at $4, move the queue
 /// by ($5, $6), the sender shares ($7-$9) and accounts ($10-$12) by their (negative) deltas: a
 /// row brought to zero is deleted, any other clamped at zero.
-const DELETE: &str = "WITH gone AS (DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
+const DELETE: &str =
+    "WITH gone AS (DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
         RETURNING sender, item_id), \
     mark AS (UPDATE dedup d SET gone_at_ms = $4 FROM gone \
         WHERE d.target = $1 AND d.sender = gone.sender AND d.item_id = gone.item_id), \

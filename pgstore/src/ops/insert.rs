@@ -216,7 +216,10 @@ async fn read_locked(
     let late: Vec<&[u8]> = targets
         .iter()
         .copied()
-        .filter(|k| key32(k, "target").is_ok_and(|k| rows.live.contains_key(&k) && !rows.queues.contains_key(&k)))
+        .filter(|k| {
+            key32(k, "target")
+                .is_ok_and(|k| rows.live.contains_key(&k) && !rows.queues.contains_key(&k))
+        })
         .collect();
     if late.is_empty() {
         reads_into(&mut rows, &first_read)?;
@@ -276,9 +279,14 @@ fn reads_into(rows: &mut Rows, read: &[Row]) -> OpResult<()> {
 async fn lock_late_queues(c: &impl GenericClient, late: &[&[u8]], rows: &mut Rows) -> OpResult<()> {
     c.execute(&c.prepare_cached(LOCK_LATE).await?, &[&late])
         .await?;
-    for r in c.query(&c.prepare_cached(LOCK_LATE_READ).await?, &[&late]).await? {
-        rows.queues
-            .insert(key32(r.get::<_, &[u8]>(0), "queue target")?, queue_state(&r, 1));
+    for r in c
+        .query(&c.prepare_cached(LOCK_LATE_READ).await?, &[&late])
+        .await?
+    {
+        rows.queues.insert(
+            key32(r.get::<_, &[u8]>(0), "queue target")?,
+            queue_state(&r, 1),
+        );
     }
     Ok(())
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use relay_store::{
-    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page,
-    Result, StoreError, Usage,
+    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, Result,
+    StoreError, Usage,
 };
 
 use crate::db::{db_err, i, key32, u, OpResult};
@@ -349,4 +349,3 @@ impl PgStore {
         })
     }
 }
-
