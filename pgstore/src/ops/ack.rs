@@ -125,6 +125,9 @@ async fn read(
     Ok((step, head, freed))
 }
 
+/// Items and bytes deltas, one per usage row.
+type Deltas = (Vec<i64>, Vec<i64>);
+
 /// The delete and every count it moves, in one statement.
 async fn delete(
     c: &deadpool_postgres::Object,
@@ -145,10 +148,8 @@ async fn delete(
             *x = (x.0 + n, x.1 + b);
         }
     }
-    let (ss, (sn, sb)): (Vec<&[u8]>, (Vec<i64>, Vec<i64>)) =
-        senders.into_iter().map(|(k, (n, b))| (k, (n, b))).unzip();
-    let (an, (a_n, ab)): (Vec<&str>, (Vec<i64>, Vec<i64>)) =
-        accounts.into_iter().map(|(k, (n, b))| (k, (n, b))).unzip();
+    let (ss, (sn, sb)): (Vec<_>, Deltas) = senders.into_iter().unzip();
+    let (an, (a_n, ab)): (Vec<_>, Deltas) = accounts.into_iter().unzip();
     c.execute(
         &st[2],
         &[
