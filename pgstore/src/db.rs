@@ -233,16 +233,22 @@ impl Db {
     /// [`MAX_ATTEMPTS`] times. The answer exists only after `COMMIT` returned. A connection
     /// lost during COMMIT leaves the outcome unknown: that is answered as an error (never a
     /// success), whose retry by the client is deduplicated by the write's key.
-    pub(crate) async fn tx<T, F>(&self, mut body: F) -> Result<T>
+    pub(crate) async fn tx<T, F>(&self, body: F) -> Result<T>
     where
         F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
         T: Send,
     {
-        let mut attempt = 0;
+        self.run(InTx(body)).await
+    }
+
+    /// [`Db::tx`]'s retry discipline around any [`Attempt`] (one that sends its own BEGIN and
+    /// COMMIT pipelined with its statements: `crate::pipeline`).
+    pub(crate) async fn run<T: Send>(&self, mut attempt: impl Attempt<T>) -> Result<T> {
+        let mut attempt_no = 0;
         loop {
-            attempt += 1;
+            attempt_no += 1;
             let mut c = self.conn().await?;
-            let (res, in_commit) = attempt_once(&mut c, &mut body).await;
+            let (res, in_commit) = attempt.once(&mut c).await;
             let e = match res {
                 Ok(v) => {
                     STATS.succeeded();
@@ -265,13 +271,13 @@ impl Db {
                 );
                 return Err(db_err(e));
             }
-            if !retryable(&e) || attempt >= MAX_ATTEMPTS {
+            if !retryable(&e) || attempt_no >= MAX_ATTEMPTS {
                 return Err(db_err(e));
             }
             if lost(&e) {
                 PoolStats::add(&STATS.reruns, 1);
             }
-            tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
+            tokio::time::sleep(Duration::from_millis(u64::from(attempt_no) * 2)).await;
         }
     }
 
@@ -295,6 +301,33 @@ impl Db {
     /// Close the pool (open connections end as they are returned).
     pub(crate) fn close(&self) {
         self.pool.close();
+    }
+}
+
+/// One try of an operation on a connection: its result, and whether a failure may have come
+/// after its COMMIT was sent (the outcome then unknown when the connection broke).
+pub(crate) type Tried<'c, T> = Pin<Box<dyn Future<Output = (OpResult<T>, bool)> + Send + 'c>>;
+
+/// An operation [`Db::run`] tries on a connection, again on a new one when that may help.
+pub(crate) trait Attempt<T>: Send {
+    fn once<'c>(&'c mut self, c: &'c mut Conn) -> Tried<'c, T>
+    where
+        T: 'c;
+}
+
+/// A body run inside a deadpool transaction ([`Db::tx`]).
+struct InTx<F>(F);
+
+impl<T, F> Attempt<T> for InTx<F>
+where
+    F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
+    T: Send,
+{
+    fn once<'c>(&'c mut self, c: &'c mut Conn) -> Tried<'c, T>
+    where
+        T: 'c,
+    {
+        Box::pin(attempt_once(c, &mut self.0))
     }
 }
 

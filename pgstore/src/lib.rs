@@ -9,7 +9,8 @@
 //! rows moved in the same transaction as the items they count. Bytes are stored exactly
 //! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
 //!
-//! Files: `db` (pool, transactions, retry), `schema` (versioned migrations), `store` (handle,
+//! Files: `db` (pool, transactions, retry), `pipeline` (a write in two round trips: BEGIN with
+//! its locking reads, its writes with COMMIT), `schema` (versioned migrations), `store` (handle,
 //! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `stats` (the pool's
 //! counters, which the server shows as metrics), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
 //! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `queue`
@@ -22,6 +23,7 @@ mod backend;
 mod db;
 mod invariants;
 mod ops;
+mod pipeline;
 mod schema;
 mod stats;
 mod store;

@@ -1,10 +1,10 @@
 //! Ack (delete a target's items through a seq, start their dedup horizons, record
 //! acked_through) and single-item delete.
 
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use crate::api::rules;
 use crate::api::{AckOutcome, Key32, Pending, Result, StoreError};
 use crate::codec::{self, ItemView};
 use crate::parts::Part;
@@ -38,17 +38,11 @@ impl Store {
 
 fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> Result<AckOutcome> {
     let head = reader::head(tx, target)?;
-    if through > head {
-        return Ok(AckOutcome::BeyondHead { head_seq: head });
-    }
     let old = reader::acked_through(tx, target)?;
-    if through <= old {
-        return Ok(AckOutcome::Acked {
-            acked_through: old,
-            deleted: 0,
-            head_seq: head,
-        });
-    }
+    let old = match rules::ack::decide(head, old, through) {
+        rules::ack::Step::Answer(outcome) => return Ok(outcome),
+        rules::ack::Step::Delete { after, .. } => after,
+    };
     // IMPORTANT: range from the acked cursor, not the queue start: acked items leave
     // tombstones that would make every ack rescan them.
     let lo = codec::item_key(target, old);
@@ -64,10 +58,9 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> R
         usize::MAX,
         |k| !codec::item_key_parse(k).is_some_and(|(_, seq)| hints.contains_key(&seq)),
     )?;
-    let mut deleted = 0;
     // Usage moves once per (sender, account) of the range, not once per item. The rows are
     // read in place: an ack copies no wire bytes, ids or account names.
-    let mut freed: HashMap<(Key32, Option<&str>), (i64, i64)> = HashMap::new();
+    let mut freed = rules::ack::Freed::<(Key32, Option<&str>)>::default();
     for (k, v) in &rows {
         let Some((_, seq)) = codec::item_key_parse(k) else {
             continue;
@@ -99,18 +92,12 @@ fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> R
         queue::unlink_item(tx, target, seq, expires_at_ms);
         // The item is delivered: its dedup row's horizon starts now, in this batch (spec §2).
         queue::start_dedup_horizon(tx, &codec::dedup_key(target, &sender, item_id));
-        let f = freed.entry((sender, account)).or_default();
-        f.0 -= 1;
-        f.1 -= i64::try_from(bytes).unwrap_or(i64::MAX);
-        deleted += 1;
+        freed.add((sender, account), bytes);
     }
-    for ((sender, account), (items, bytes)) in freed {
+    let outcome = freed.outcome(through, head);
+    for ((sender, account), (items, bytes)) in freed.by_scope {
         queue::add_usage(tx, target, &sender, account, items, bytes)?;
     }
     tx.put(Part::Acked, target, codec::enc(&through));
-    Ok(AckOutcome::Acked {
-        acked_through: through,
-        deleted,
-        head_seq: head,
-    })
+    Ok(outcome)
 }

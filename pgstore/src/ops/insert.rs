@@ -1,9 +1,13 @@
-//! Insert a batch of items (a push, or one item) inside one transaction with a fixed number of
-//! statements, whatever the batch's size: lock the rows every item depends on (enrolments
-//! shared, then queue rows and account usage rows for update, each in key order), read the
-//! dedup and sender-share rows once, decide every item in memory ([`insert_plan`]), then write
-//! one multi-row statement per table (`unnest` arrays). Statements are prepared once per
-//! connection (the pool's statement cache).
+//! Insert a batch of items (a push, or one item) in one transaction of five statements, whatever
+//! the batch's size, and two round trips ([`crate::pipeline`]):
+//!
+//! 1. BEGIN, [`LOCK`] (enrolments shared, missing queue rows created, queue rows for update,
+//!    each in key order) and [`READ`] (account usage rows for update, dedup and sender-share
+//!    rows), in one flight. READ's snapshot is taken after LOCK holds its locks, so it sees
+//!    every commit of an earlier holder of those rows.
+//! 2. The decision in memory, by `relay_store::rules::insert` for each item in order
+//!    ([`insert_plan`]), then [`WRITE`] (items, dedup, queues, sender and account usage as
+//!    data-modifying `WITH` parts over `unnest` arrays) and COMMIT in one flight.
 //!
 //! The rules are those of one item at a time: the locks are held from the reads to `COMMIT`,
 //! so what was read stays true (every writer of a target's items, dedup and sender-share rows
@@ -11,13 +15,92 @@
 //! needed.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use deadpool_postgres::Transaction;
-use relay_store::{InsertOutcome, InsertRequest, Key32, Usage};
+use deadpool_postgres::GenericClient;
+use relay_store::rules::insert::rows::{QueueState, Rows};
+use relay_store::{DedupRow, InsertOutcome, InsertRequest, Usage};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
-use crate::db::{i, key32, u, OpResult};
-use crate::ops::insert_plan::{plan, DedupHit, Plan, QueueState, Snapshot};
+use crate::db::{i, key32, u, Attempt, Conn, OpResult, Tried};
+use crate::ops::insert_plan::{plan, Plan};
 use crate::ops::queue::kind_code;
+use crate::pipeline::{begin_with, commit_with, rollback};
+
+/// Lock the enrolments ($1: targets and senders that must be live) shared, create the missing
+/// queue rows of the live targets ($2) and lock the existing ones. A row created here is this
+/// statement's own (locked until COMMIT) and invisible to its own `q` part, so it is returned
+/// by `n`; one created by another transaction after this statement's snapshot is in neither
+/// and is locked afterwards ([`lock_late_queues`]).
+const LOCK: &str = "WITH e AS MATERIALIZED (\
+        SELECT host_pubkey, account FROM enrolments \
+        WHERE host_pubkey = ANY($1::bytea[]) AND revoked_at_ms IS NULL \
+        ORDER BY host_pubkey FOR SHARE), \
+    t AS MATERIALIZED (SELECT host_pubkey FROM e WHERE host_pubkey = ANY($2::bytea[])), \
+    n AS (INSERT INTO queues (target) SELECT host_pubkey FROM t ORDER BY host_pubkey \
+        ON CONFLICT (target) DO NOTHING RETURNING target, head_seq, items, bytes), \
+    q AS MATERIALIZED (SELECT target, head_seq, items, bytes FROM queues \
+        WHERE target IN (SELECT host_pubkey FROM t) ORDER BY target FOR UPDATE OF queues) \
+    SELECT 0::smallint, host_pubkey, account, 0::bigint, 0::bigint, 0::bigint FROM e \
+    UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM n \
+    UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM q";
+
+/// Lock the account usage rows of the live targets ($1), read the dedup rows of ($2, $3, $4)
+/// and the sender-share rows of ($5, $6): all covered by the locks LOCK took.
+const READ: &str = "WITH a AS MATERIALIZED (\
+        SELECT account, items, bytes FROM usage_account WHERE account IN (\
+            SELECT account FROM enrolments \
+            WHERE host_pubkey = ANY($1::bytea[]) AND revoked_at_ms IS NULL) \
+        ORDER BY account FOR UPDATE OF usage_account) \
+    SELECT 0::smallint, d.target, d.sender, d.item_id, d.wire_hash, d.seq, d.accepted_at_ms \
+        FROM unnest($2::bytea[], $3::bytea[], $4::text[]) AS k(target, sender, item_id) \
+        JOIN dedup d ON d.target = k.target AND d.sender = k.sender AND d.item_id = k.item_id \
+    UNION ALL SELECT 1::smallint, s.target, s.sender, NULL::text, NULL::bytea, s.items, s.bytes \
+        FROM unnest($5::bytea[], $6::bytea[]) AS k(target, sender) \
+        JOIN usage_sender s ON s.target = k.target AND s.sender = k.sender \
+    UNION ALL SELECT 2::smallint, NULL::bytea, NULL::bytea, account, NULL::bytea, items, bytes \
+        FROM a";
+
+/// The plan's writes: new items ($1-$11) and their dedup rows, the moved queue rows
+/// ($12-$15), the usage added per sender share ($16-$19) and per account ($20-$22).
+const WRITE: &str = "WITH it AS (\
+        INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
+            accepted_at_ms, expires_at_ms, account) \
+        SELECT target, seq, kind, item_id, sender, wire, wire_hash, bytes, $9, expires, account \
+        FROM unnest($1::bytea[], $2::bigint[], $3::smallint[], $4::text[], $5::bytea[], \
+            $6::bytea[], $7::bytea[], $8::bigint[], $10::bigint[], $11::text[]) \
+            AS v(target, seq, kind, item_id, sender, wire, wire_hash, bytes, expires, account)), \
+    dd AS (\
+        INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
+        SELECT target, sender, item_id, wire_hash, seq, $9 \
+        FROM unnest($1::bytea[], $5::bytea[], $4::text[], $7::bytea[], $2::bigint[]) \
+            AS v(target, sender, item_id, wire_hash, seq)), \
+    qq AS (\
+        UPDATE queues q SET head_seq = v.head, items = v.items, bytes = v.bytes \
+        FROM unnest($12::bytea[], $13::bigint[], $14::bigint[], $15::bigint[]) \
+            AS v(target, head, items, bytes) WHERE q.target = v.target), \
+    us AS (\
+        INSERT INTO usage_sender (target, sender, items, bytes) \
+        SELECT * FROM unnest($16::bytea[], $17::bytea[], $18::bigint[], $19::bigint[]) \
+        ON CONFLICT (target, sender) DO UPDATE \
+        SET items = usage_sender.items + EXCLUDED.items, \
+            bytes = usage_sender.bytes + EXCLUDED.bytes), \
+    ua AS (\
+        INSERT INTO usage_account (account, items, bytes) \
+        SELECT * FROM unnest($20::text[], $21::bigint[], $22::bigint[]) \
+        ON CONFLICT (account) DO UPDATE \
+        SET items = usage_account.items + EXCLUDED.items, \
+            bytes = usage_account.bytes + EXCLUDED.bytes) \
+    SELECT 1";
+
+/// The fallback of a queue row created by another transaction after LOCK's snapshot: create
+/// (when still missing) and lock these targets' rows, in key order.
+const LOCK_LATE: &str = "WITH n AS (INSERT INTO queues (target) \
+        SELECT k FROM unnest($1::bytea[]) AS k ORDER BY k ON CONFLICT (target) DO NOTHING) \
+    SELECT 1";
+const LOCK_LATE_READ: &str = "SELECT target, head_seq, items, bytes FROM queues \
+    WHERE target = ANY($1::bytea[]) ORDER BY target FOR UPDATE";
 
 fn usage(items: i64, bytes: i64) -> Usage {
     Usage {
@@ -26,144 +109,186 @@ fn usage(items: i64, bytes: i64) -> Usage {
     }
 }
 
-/// Insert `reqs` at `now` inside `t`: each item atomic on its own, outcomes in request order.
+/// A push: [`insert_batch`]'s statements in two round trips, rerun as every write.
+pub(crate) struct Push {
+    pub reqs: Arc<Vec<InsertRequest>>,
+    pub now: u64,
+}
+
+impl Attempt<Vec<InsertOutcome>> for Push {
+    fn once<'c>(&'c mut self, c: &'c mut Conn) -> Tried<'c, Vec<InsertOutcome>>
+    where
+        Vec<InsertOutcome>: 'c,
+    {
+        Box::pin(async move {
+            let c: &deadpool_postgres::Object = c;
+            let (reqs, now) = (&self.reqs[..], self.now);
+            let decided = match prepare(c).await {
+                Ok(st) => match begin_with(c, read_locked(c, &st, reqs)).await {
+                    Ok(rows) => plan(reqs, rows, now).map(|p| (st, p)).map_err(Into::into),
+                    Err(e) => Err(e),
+                },
+                Err(e) => return (Err(e.into()), false),
+            };
+            let (st, plan) = match decided {
+                Ok(d) => d,
+                Err(e) => return rollback(c, e).await,
+            };
+            let (r, sent) = commit_with(c, write(c, &st, reqs, &plan, now)).await;
+            (r.map(|()| plan.outcomes), sent)
+        })
+    }
+}
+
+/// Insert `reqs` at `now` inside `t` (a sweep's notice): each item atomic on its own,
+/// outcomes in request order.
 pub(crate) async fn insert_batch(
-    t: &Transaction<'_>,
+    t: &deadpool_postgres::Transaction<'_>,
     reqs: &[InsertRequest],
     now: u64,
 ) -> OpResult<Vec<InsertOutcome>> {
-    let snap = read_locked(t, reqs).await?;
-    let plan = plan(reqs, snap, now)?;
-    write(t, reqs, &plan, now).await?;
+    let st = prepare(t).await?;
+    let rows = read_locked(t, &st, reqs).await?;
+    let plan = plan(reqs, rows, now)?;
+    write(t, &st, reqs, &plan, now).await?;
     Ok(plan.outcomes)
 }
 
-/// Lock and read what the batch's outcomes depend on.
-async fn read_locked(t: &Transaction<'_>, reqs: &[InsertRequest]) -> OpResult<Snapshot> {
-    let mut snap = Snapshot::default();
-    let targets: BTreeSet<Key32> = reqs
+/// The insert's statements: LOCK, READ, WRITE.
+struct Statements([tokio_postgres::Statement; 3]);
+
+async fn prepare(c: &impl GenericClient) -> Result<Statements, tokio_postgres::Error> {
+    Ok(Statements([
+        c.prepare_cached(LOCK).await?,
+        c.prepare_cached(READ).await?,
+        c.prepare_cached(WRITE).await?,
+    ]))
+}
+
+/// Lock and read what the batch's outcomes depend on: LOCK and READ sent together.
+async fn read_locked(
+    c: &impl GenericClient,
+    st: &Statements,
+    reqs: &[InsertRequest],
+) -> OpResult<Rows> {
+    let targets: BTreeSet<&[u8]> = reqs
         .iter()
-        .flat_map(|r| r.item.targets.iter().map(|x| x.target))
+        .flat_map(|r| r.item.targets.iter().map(|x| x.target.as_slice()))
         .collect();
     // The senders that must be live are read (and locked) with the targets.
-    let enrolled: BTreeSet<Key32> = reqs
+    let enrolled: Vec<&[u8]> = reqs
         .iter()
         .filter(|r| r.require_live_sender)
-        .map(|r| r.item.sender)
+        .map(|r| r.item.sender.as_slice())
         .chain(targets.iter().copied())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
         .collect();
-    let keys: Vec<&[u8]> = enrolled.iter().map(|k| k.as_slice()).collect();
-    // A revocation (which locks the enrolment for update) cannot slip in before COMMIT.
-    let st = t
-        .prepare_cached(
-            "SELECT host_pubkey, account FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
-             AND revoked_at_ms IS NULL ORDER BY host_pubkey FOR SHARE",
-        )
-        .await?;
-    for r in t.query(&st, &[&keys]).await? {
-        snap.live
-            .insert(key32(r.get::<_, &[u8]>(0), "enrolment key")?, r.get(1));
-    }
-    // Queue rows of the live targets only (a sender that is no target gets none).
-    let live: Vec<&[u8]> = targets
-        .iter()
-        .filter(|k| snap.live.contains_key(*k))
-        .map(|k| k.as_slice())
-        .collect();
-    if live.is_empty() {
-        return Ok(snap);
-    }
-    let st = t
-        .prepare_cached(
-            "INSERT INTO queues (target) SELECT k FROM unnest($1::bytea[]) AS k ORDER BY k \
-             ON CONFLICT (target) DO NOTHING",
-        )
-        .await?;
-    t.execute(&st, &[&live]).await?;
-    let st = t
-        .prepare_cached(
-            "SELECT target, head_seq, items, bytes FROM queues WHERE target = ANY($1::bytea[]) \
-             ORDER BY target FOR UPDATE",
-        )
-        .await?;
-    for r in t.query(&st, &[&live]).await? {
-        snap.queues.insert(
-            key32(r.get::<_, &[u8]>(0), "queue target")?,
-            QueueState {
-                head: u(r.get(1)),
-                usage: usage(r.get(2), r.get(3)),
-            },
-        );
-    }
-    let accounts: BTreeSet<&str> = targets
-        .iter()
-        .filter_map(|k| snap.live.get(k))
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    if !accounts.is_empty() {
-        let names: Vec<&str> = accounts.into_iter().collect();
-        let st = t
-            .prepare_cached(
-                "SELECT account, items, bytes FROM usage_account WHERE account = ANY($1::text[]) \
-                 ORDER BY account FOR UPDATE",
-            )
-            .await?;
-        for r in t.query(&st, &[&names]).await? {
-            snap.accounts.insert(r.get(0), usage(r.get(1), r.get(2)));
-        }
-    }
-    // Dedup and sender-share rows of the live targets (covered by their queue row locks).
+    let targets: Vec<&[u8]> = targets.into_iter().collect();
     let mut dk: BTreeSet<(&[u8], &[u8], &str)> = BTreeSet::new();
     let mut sk: BTreeSet<(&[u8], &[u8])> = BTreeSet::new();
     for r in reqs {
         for tg in &r.item.targets {
-            if snap.live.contains_key(&tg.target) {
-                dk.insert((&tg.target, &r.item.sender, &r.item.item_id));
-                sk.insert((&tg.target, &r.item.sender));
+            dk.insert((&tg.target, &r.item.sender, &r.item.item_id));
+            sk.insert((&tg.target, &r.item.sender));
+        }
+    }
+    let (dt, ds, di) = unzip3(dk);
+    let (st_, ss): (Vec<&[u8]>, Vec<&[u8]>) = sk.into_iter().unzip();
+    let [lock, read, _] = &st.0;
+    let lock_params: [&(dyn ToSql + Sync); 2] = [&enrolled, &targets];
+    let read_params: [&(dyn ToSql + Sync); 6] = [&targets, &dt, &ds, &di, &st_, &ss];
+    let (locked, first_read) = tokio::join!(biased;
+        c.query(lock, &lock_params),
+        c.query(read, &read_params),
+    );
+    let mut rows = Rows::default();
+    let locked = locked?;
+    let first_read = first_read?;
+    for r in &locked {
+        let key = key32(r.get::<_, &[u8]>(1), "locked key")?;
+        if r.get::<_, i16>(0) == 0 {
+            rows.live.insert(key, r.get(2));
+        } else {
+            rows.queues.insert(key, queue_state(r, 3));
+        }
+    }
+    let late: Vec<&[u8]> = targets
+        .iter()
+        .copied()
+        .filter(|k| {
+            key32(k, "target")
+                .is_ok_and(|k| rows.live.contains_key(&k) && !rows.queues.contains_key(&k))
+        })
+        .collect();
+    if late.is_empty() {
+        reads_into(&mut rows, &first_read)?;
+    } else {
+        lock_late_queues(c, &late, &mut rows).await?;
+        // The rows READ saw may predate those locks: read them again behind them.
+        let again = c.query(read, &read_params).await?;
+        reads_into(&mut rows, &again)?;
+    }
+    Ok(rows)
+}
+
+/// A queue row's head and usage from columns `at`, `at + 1`, `at + 2`.
+fn queue_state(r: &Row, at: usize) -> QueueState {
+    QueueState {
+        head: u(r.get(at)),
+        usage: usage(r.get(at + 1), r.get(at + 2)),
+    }
+}
+
+/// READ's rows: dedup (kind 0), sender share (1), account usage (2).
+fn reads_into(rows: &mut Rows, read: &[Row]) -> OpResult<()> {
+    for r in read {
+        match r.get::<_, i16>(0) {
+            0 => {
+                rows.dedup.insert(
+                    (
+                        key32(r.get::<_, &[u8]>(1), "dedup target")?,
+                        key32(r.get::<_, &[u8]>(2), "dedup sender")?,
+                        r.get(3),
+                    ),
+                    DedupRow {
+                        wire_hash: key32(r.get::<_, &[u8]>(4), "dedup wire hash")?,
+                        seq: u(r.get(5)),
+                        accepted_at_ms: u(r.get(6)),
+                    },
+                );
+            }
+            1 => {
+                rows.senders.insert(
+                    (
+                        key32(r.get::<_, &[u8]>(1), "usage target")?,
+                        key32(r.get::<_, &[u8]>(2), "usage sender")?,
+                    ),
+                    usage(r.get(5), r.get(6)),
+                );
+            }
+            _ => {
+                rows.accounts.insert(r.get(3), usage(r.get(5), r.get(6)));
             }
         }
     }
-    let (dt, ds, di): (Vec<&[u8]>, Vec<&[u8]>, Vec<&str>) = unzip3(dk);
-    let st = t
-        .prepare_cached(
-            "SELECT d.target, d.sender, d.item_id, d.wire_hash, d.seq, d.accepted_at_ms \
-             FROM unnest($1::bytea[], $2::bytea[], $3::text[]) AS k(target, sender, item_id) \
-             JOIN dedup d ON d.target = k.target AND d.sender = k.sender AND d.item_id = k.item_id",
-        )
+    Ok(())
+}
+
+/// Lock the queue rows LOCK could not see (created by another transaction since its snapshot).
+async fn lock_late_queues(c: &impl GenericClient, late: &[&[u8]], rows: &mut Rows) -> OpResult<()> {
+    c.execute(&c.prepare_cached(LOCK_LATE).await?, &[&late])
         .await?;
-    for r in t.query(&st, &[&dt, &ds, &di]).await? {
-        snap.dedup.insert(
-            (
-                key32(r.get::<_, &[u8]>(0), "dedup target")?,
-                key32(r.get::<_, &[u8]>(1), "dedup sender")?,
-                r.get(2),
-            ),
-            DedupHit {
-                wire_hash: key32(r.get::<_, &[u8]>(3), "dedup wire hash")?,
-                seq: u(r.get(4)),
-                accepted_at_ms: u(r.get(5)),
-            },
+    for r in c
+        .query(&c.prepare_cached(LOCK_LATE_READ).await?, &[&late])
+        .await?
+    {
+        rows.queues.insert(
+            key32(r.get::<_, &[u8]>(0), "queue target")?,
+            queue_state(&r, 1),
         );
     }
-    let (st_, ss): (Vec<&[u8]>, Vec<&[u8]>) = sk.into_iter().unzip();
-    let st = t
-        .prepare_cached(
-            "SELECT s.target, s.sender, s.items, s.bytes \
-             FROM unnest($1::bytea[], $2::bytea[]) AS k(target, sender) \
-             JOIN usage_sender s ON s.target = k.target AND s.sender = k.sender",
-        )
-        .await?;
-    for r in t.query(&st, &[&st_, &ss]).await? {
-        snap.senders.insert(
-            (
-                key32(r.get::<_, &[u8]>(0), "usage target")?,
-                key32(r.get::<_, &[u8]>(1), "usage sender")?,
-            ),
-            usage(r.get(2), r.get(3)),
-        );
-    }
-    Ok(snap)
+    Ok(())
 }
 
 fn unzip3<A, B, C>(it: impl IntoIterator<Item = (A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
@@ -176,8 +301,14 @@ fn unzip3<A, B, C>(it: impl IntoIterator<Item = (A, B, C)>) -> (Vec<A>, Vec<B>, 
     (a, b, c)
 }
 
-/// Write the plan: new items and their dedup rows, moved queue rows, added usage.
-async fn write(t: &Transaction<'_>, reqs: &[InsertRequest], plan: &Plan, now: u64) -> OpResult<()> {
+/// Write the plan in one statement (none when nothing is new: the flight is COMMIT alone).
+async fn write(
+    c: &impl GenericClient,
+    st: &Statements,
+    reqs: &[InsertRequest],
+    plan: &Plan,
+    now: u64,
+) -> OpResult<()> {
     if plan.rows.is_empty() {
         return Ok(());
     }
@@ -196,8 +327,8 @@ async fn write(t: &Transaction<'_>, reqs: &[InsertRequest], plan: &Plan, now: u6
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    for row in &plan.rows {
-        let req = &reqs[row.req];
+    for (ri, row) in &plan.rows {
+        let req = &reqs[*ri];
         let tg = &req.item.targets[row.target];
         target.push(tg.target.as_slice());
         seq.push(i(row.seq));
@@ -207,25 +338,26 @@ async fn write(t: &Transaction<'_>, reqs: &[InsertRequest], plan: &Plan, now: u6
         wire.push(tg.wire.as_slice());
         hash.push(tg.wire_hash.as_slice());
         bytes.push(i(tg.wire.len() as u64));
-        expires.push(i(relay_store::rules::sweep::expires_at(
-            now,
-            req.retention_ms,
-        )));
-        account.push(plan.live.get(&tg.target).and_then(|a| a.as_deref()));
+        expires.push(i(row.expires_at_ms));
+        account.push(row.account.as_deref());
     }
-    let st = t
-        .prepare_cached(
-            "INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
-                 accepted_at_ms, expires_at_ms, account) \
-             SELECT target, seq, kind, item_id, sender, wire, wire_hash, bytes, $9, expires, \
-                 account \
-             FROM unnest($1::bytea[], $2::bigint[], $3::smallint[], $4::text[], $5::bytea[], \
-                 $6::bytea[], $7::bytea[], $8::bigint[], $10::bigint[], $11::text[]) \
-                 AS v(target, seq, kind, item_id, sender, wire, wire_hash, bytes, expires, account)",
-        )
-        .await?;
-    t.execute(
-        &st,
+    let (qt, qh, qi, qb) = unzip4(
+        plan.queues
+            .iter()
+            .map(|(k, q)| (k.as_slice(), i(q.head), i(q.usage.items), i(q.usage.bytes))),
+    );
+    let (ut, us, ui, ub) = unzip4(
+        plan.senders
+            .iter()
+            .map(|((tk, sk), d)| (tk.as_slice(), sk.as_slice(), i(d.items), i(d.bytes))),
+    );
+    let (an, (ai, ab)): (Vec<&str>, (Vec<i64>, Vec<i64>)) = plan
+        .accounts
+        .iter()
+        .map(|(a, d)| (a.as_str(), (i(d.items), i(d.bytes))))
+        .unzip();
+    c.execute(
+        &st.0[2],
         &[
             &target,
             &seq,
@@ -238,67 +370,20 @@ async fn write(t: &Transaction<'_>, reqs: &[InsertRequest], plan: &Plan, now: u6
             &i(now),
             &expires,
             &account,
+            &qt,
+            &qh,
+            &qi,
+            &qb,
+            &ut,
+            &us,
+            &ui,
+            &ub,
+            &an,
+            &ai,
+            &ab,
         ],
     )
     .await?;
-    let st = t
-        .prepare_cached(
-            "INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
-             SELECT target, sender, item_id, wire_hash, seq, $6 \
-             FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::bytea[], $5::bigint[]) \
-                 AS v(target, sender, item_id, wire_hash, seq)",
-        )
-        .await?;
-    t.execute(&st, &[&target, &sender, &item_id, &hash, &seq, &i(now)])
-        .await?;
-
-    let (qt, qh, qi, qb) = unzip4(
-        plan.queues
-            .iter()
-            .map(|(k, q)| (k.as_slice(), i(q.head), i(q.usage.items), i(q.usage.bytes))),
-    );
-    let st = t
-        .prepare_cached(
-            "UPDATE queues q SET head_seq = v.head, items = v.items, bytes = v.bytes \
-             FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::bigint[]) \
-                 AS v(target, head, items, bytes) WHERE q.target = v.target",
-        )
-        .await?;
-    t.execute(&st, &[&qt, &qh, &qi, &qb]).await?;
-
-    let (ut, us, ui, ub) = unzip4(
-        plan.senders
-            .iter()
-            .map(|((tk, sk), d)| (tk.as_slice(), sk.as_slice(), i(d.items), i(d.bytes))),
-    );
-    let st = t
-        .prepare_cached(
-            "INSERT INTO usage_sender (target, sender, items, bytes) \
-             SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bigint[], $4::bigint[]) \
-             ON CONFLICT (target, sender) DO UPDATE \
-             SET items = usage_sender.items + EXCLUDED.items, \
-                 bytes = usage_sender.bytes + EXCLUDED.bytes",
-        )
-        .await?;
-    t.execute(&st, &[&ut, &us, &ui, &ub]).await?;
-
-    if !plan.accounts.is_empty() {
-        let (an, (ai, ab)): (Vec<&str>, (Vec<i64>, Vec<i64>)) = plan
-            .accounts
-            .iter()
-            .map(|(a, d)| (a.as_str(), (i(d.items), i(d.bytes))))
-            .unzip();
-        let st = t
-            .prepare_cached(
-                "INSERT INTO usage_account (account, items, bytes) \
-                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
-                 ON CONFLICT (account) DO UPDATE \
-                 SET items = usage_account.items + EXCLUDED.items, \
-                     bytes = usage_account.bytes + EXCLUDED.bytes",
-            )
-            .await?;
-        t.execute(&st, &[&an, &ai, &ab]).await?;
-    }
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! The store's operations, one file per group. Writes run as one transaction each
-//! ([`crate::db::Db::tx`]); reads as one read-only snapshot transaction where they read more
+//! ([`crate::db::Db::tx`], or [`crate::db::Db::run`] for push and ack, which pipeline their
+//! statements: [`crate::pipeline`]); reads as one read-only snapshot transaction where they read more
 //! than one row.
 
+pub(crate) mod ack;
 pub(crate) mod admin;
 pub(crate) mod backup;
 pub(crate) mod dump;
@@ -12,6 +14,7 @@ pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;
 pub(crate) mod oplog;
+pub(crate) mod pull;
 pub(crate) mod queue;
 pub(crate) mod rebind;
 pub(crate) mod restore;

@@ -9,17 +9,18 @@
 //! twice. Sender-share usage rows are covered by their target's lock; account rows are locked
 //! themselves (a deadlock between two accounts' orders is retried by `Db::tx`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use deadpool_postgres::Transaction;
 use relay_store::{
-    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, QueuedItem,
-    Result, StoreError, Usage,
+    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, Result,
+    StoreError, Usage,
 };
 
 use crate::db::{db_err, i, key32, u, OpResult};
-use crate::ops::insert::insert_batch;
+use crate::ops::ack::Ack;
+use crate::ops::insert::Push;
+use crate::ops::pull::pull;
 use crate::ops::Answer;
 use crate::store::PgStore;
 
@@ -172,17 +173,13 @@ impl PgStore {
         self.spawn(async move { s.insert_tx(reqs).await })
     }
 
-    /// The insert transaction (`ops/insert.rs`), retried as every write.
+    /// The insert transaction (`ops/insert.rs`, two round trips), retried as every write.
     async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
-        let now = self.now_ms();
-        let reqs = Arc::new(reqs);
-        self.inner
-            .db
-            .tx(|t| {
-                let reqs = Arc::clone(&reqs);
-                Box::pin(async move { insert_batch(t, &reqs, now).await })
-            })
-            .await
+        let push = Push {
+            reqs: Arc::new(reqs),
+            now: self.now_ms(),
+        };
+        self.inner.db.run(push).await
     }
 
     /// The dedup row of (sender, item_id, target).
@@ -221,66 +218,8 @@ impl PgStore {
         let (s, target) = (self.clone(), *target);
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX - 1);
         self.block(async move {
-            let mut c = s.inner.db.conn().await?;
-            let t = crate::db::snapshot(&mut c).await?;
-            let q = t
-                .query_opt(
-                    &t.prepare_cached("SELECT head_seq, acked_through FROM queues WHERE target = $1").await.map_err(db_err)?,
-                    &[&target.as_slice()],
-                )
-                .await
-                .map_err(db_err)?;
-            let (head_seq, acked_through) = q.map_or((0, 0), |r| (u(r.get(0)), u(r.get(1))));
-            let start = i(after.max(acked_through));
-            // Sizes first, so wire bytes are read only for the items that make the page.
-            let sizes = t
-                .query(
-                    &t.prepare_cached("SELECT bytes FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3").await.map_err(db_err)?,
-                    &[&target.as_slice(), &start, &(limit + 1)],
-                )
-                .await
-                .map_err(db_err)?;
-            let mut take = 0i64;
-            let mut bytes = 0u64;
-            let mut more = false;
-            for r in &sizes {
-                let b = u(r.get(0));
-                if take >= limit || (take > 0 && bytes.saturating_add(b) > max_bytes) {
-                    more = true;
-                    break;
-                }
-                bytes = bytes.saturating_add(b);
-                take += 1;
-            }
-            let rows = t
-                .query(
-                    &t.prepare_cached("SELECT seq, kind, item_id, sender, wire, accepted_at_ms, expires_at_ms \
-                     FROM items WHERE target = $1 AND seq > $2 ORDER BY seq LIMIT $3").await.map_err(db_err)?,
-                    &[&target.as_slice(), &start, &take],
-                )
-                .await
-                .map_err(db_err)?;
-            let items = rows
-                .iter()
-                .map(|r| {
-                    Ok(QueuedItem {
-                        seq: u(r.get(0)),
-                        kind: kind_of(r.get(1))?,
-                        item_id: r.get(2),
-                        sender: key32(r.get::<_, &[u8]>(3), "item sender")?,
-                        wire: r.get(4),
-                        accepted_at_ms: u(r.get(5)),
-                        expires_at_ms: u(r.get(6)),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            t.commit().await.map_err(db_err)?;
-            Ok(Page {
-                items,
-                head_seq,
-                acked_through,
-                more,
-            })
+            let c = s.inner.db.conn().await?;
+            pull(&c, &target, after, limit, max_bytes).await
         })
     }
 
@@ -370,14 +309,13 @@ impl PgStore {
 
     /// Delete the target's items with seq <= through and record acked_through.
     pub fn ack(&self, target: &Key32, through: u64) -> Answer<AckOutcome> {
-        let (s, target) = (self.clone(), *target);
-        self.spawn(async move {
-            let now = s.now_ms();
-            s.inner
-                .db
-                .tx(|t| Box::pin(async move { ack(t, &target, through, now).await }))
-                .await
-        })
+        let s = self.clone();
+        let ack = Ack {
+            target: *target,
+            through,
+            now: s.now_ms(),
+        };
+        self.spawn(async move { s.inner.db.run(ack).await })
     }
 
     /// Delete one queued item (and its usage); false if it was not queued.
@@ -410,61 +348,4 @@ impl PgStore {
                 .await
         })
     }
-}
-
-async fn ack(t: &Transaction<'_>, target: &Key32, through: u64, now: u64) -> OpResult<AckOutcome> {
-    let q = lock_queue(t, target).await?;
-    if through > q.head {
-        return Ok(AckOutcome::BeyondHead { head_seq: q.head });
-    }
-    if through <= q.acked {
-        return Ok(AckOutcome::Acked {
-            acked_through: q.acked,
-            deleted: 0,
-            head_seq: q.head,
-        });
-    }
-    // The deleted items' dedup rows start their horizon in the same statement.
-    let rows = t
-        .query(
-            &t.prepare_cached(
-                "WITH gone AS (DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
-                 RETURNING sender, account, bytes, item_id), \
-             mark AS (UPDATE dedup d SET gone_at_ms = $4 FROM gone \
-                 WHERE d.target = $1 AND d.sender = gone.sender AND d.item_id = gone.item_id) \
-             SELECT sender, account, bytes FROM gone",
-            )
-            .await?,
-            &[&target.as_slice(), &i(q.acked), &i(through), &i(now)],
-        )
-        .await?;
-    // Usage moves once per (sender, account) of the range, not once per item.
-    let mut freed: HashMap<(Vec<u8>, Option<String>), (i64, i64)> = HashMap::new();
-    let mut total = (0i64, 0i64);
-    for r in &rows {
-        let bytes: i64 = r.get(2);
-        let f = freed.entry((r.get(0), r.get(1))).or_default();
-        f.0 -= 1;
-        f.1 -= bytes;
-        total.0 -= 1;
-        total.1 -= bytes;
-    }
-    for ((sender, account), (items, bytes)) in freed {
-        let sender = key32(&sender, "item sender")?;
-        add_usage(t, target, &sender, account.as_deref(), items, bytes).await?;
-    }
-    t.execute(
-        &t.prepare_cached(
-            "UPDATE queues SET acked_through = $2, items = GREATEST(items + $3, 0), \
-             bytes = GREATEST(bytes + $4, 0) WHERE target = $1",
-        )
-        .await?,
-        &[&target.as_slice(), &i(through), &total.0, &total.1],
-    )
-    .await?;
-    Ok(AckOutcome::Acked {
-        acked_through: through,
-        deleted: rows.len() as u64,
-        head_seq: q.head,
-    })
 }

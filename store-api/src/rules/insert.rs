@@ -4,6 +4,8 @@
 //! the reads ([`InsertReads`], from its transaction or a locked snapshot) and, when the outcome
 //! is `Stored`, writes the [`NewRow`]s; a refused item writes nothing.
 
+pub mod rows;
+
 use crate::rules::{dedup, quota, seq, sweep};
 use crate::types::{DedupRow, InsertOutcome, InsertRequest, Key32, Result, TargetSeq, Usage};
 

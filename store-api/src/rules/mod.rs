@@ -3,6 +3,7 @@
 //! lib.rs). A backend that states a rule in SQL instead (for atomicity) says so where it does and
 //! names the function and test here that pin the same rule.
 
+pub mod ack;
 pub mod challenge_book;
 pub mod dedup;
 pub mod enc_ad;

@@ -1,43 +1,8 @@
 //! The insert rule over plain maps: each test is named after the rule it proves.
 
-use std::collections::HashMap;
-
+use super::rows::{QueueState, Rows};
 use super::*;
 use crate::types::{ItemKind, NewItem, NewTarget, QuotaKind, Quotas, NEVER_EXPIRES};
-
-#[derive(Default)]
-struct Rows {
-    live: HashMap<Key32, Option<String>>,
-    dedup: HashMap<(Key32, Key32, String), DedupRow>,
-    queue: HashMap<Key32, Usage>,
-    sender: HashMap<(Key32, Key32), Usage>,
-    account: HashMap<String, Usage>,
-    head: HashMap<Key32, u64>,
-}
-
-impl InsertReads for Rows {
-    fn live(&self, key: &Key32) -> Result<Option<Option<String>>> {
-        Ok(self.live.get(key).cloned())
-    }
-    fn dedup(&self, target: &Key32, sender: &Key32, item_id: &str) -> Result<Option<DedupRow>> {
-        Ok(self
-            .dedup
-            .get(&(*target, *sender, item_id.to_string()))
-            .cloned())
-    }
-    fn usage(&self, scope: Scope<'_>) -> Result<Usage> {
-        Ok(match scope {
-            Scope::Target(t) => self.queue.get(t),
-            Scope::Sender { target, sender } => self.sender.get(&(*target, *sender)),
-            Scope::Account(a) => self.account.get(a),
-        }
-        .copied()
-        .unwrap_or_default())
-    }
-    fn head(&self, target: &Key32) -> Result<u64> {
-        Ok(self.head.get(target).copied().unwrap_or(0))
-    }
-}
 
 const S: Key32 = [9; 32];
 const A: Key32 = [1; 32];
@@ -173,7 +138,13 @@ fn a_conflict_on_one_target_refuses_the_whole_item() {
 #[test]
 fn quota_refuses_the_whole_item_naming_the_target() {
     let mut rows = live(&[A, B], None);
-    rows.queue.insert(B, Usage { items: 3, bytes: 0 });
+    rows.queues.insert(
+        B,
+        QueueState {
+            head: 0,
+            usage: Usage { items: 3, bytes: 0 },
+        },
+    );
     let d = decide(&req(&[(A, 1), (B, 1)], 3), NOW, &rows).unwrap();
     assert_eq!(
         d.outcome,
@@ -227,7 +198,13 @@ fn a_target_named_twice_is_a_duplicate_of_itself() {
 #[test]
 fn seqs_follow_the_head_not_a_clock_behind_it() {
     let mut rows = live(&[A], None);
-    rows.head.insert(A, 5_000);
+    rows.queues.insert(
+        A,
+        QueueState {
+            head: 5_000,
+            usage: Usage::default(),
+        },
+    );
     let d = decide(&req(&[(A, 1)], 10), NOW, &rows).unwrap();
     assert_eq!(d.rows[0].seq, 5_001);
 }
