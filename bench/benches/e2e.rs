@@ -2,15 +2,17 @@
 //! store, and/or on a throwaway PostgreSQL with one or two relay processes sharing one database,
 //! drives each with `relay-bench --json` (the same load generator users run; one generator
 //! per relay process, the load split evenly), and prints the figures of every store side by side:
-//! single-item pushes at 64 senders, batches of 100 × 1 KiB, drain of the queued items, resident
-//! memory and start-up time with them queued, and the CPU per item of the relays and PostgreSQL.
+//! single-item pushes at 64 senders (MBX_BENCH_SINGLE_SENDERS), batches of 100 × 1 KiB, drain
+//! of the queued items, resident memory and start-up time with them queued, and the CPU per
+//! item of the relays and PostgreSQL.
 //!
 //! Run: `cargo build --release -p mbx-relay && cargo bench -p relay-bench --bench e2e`.
 //! Knobs (environment): MBX_BENCH_STORE (`fjall`, the default, `postgres` or `both`),
 //! MBX_BENCH_RELAYS (relay processes on PostgreSQL: `1`, `2` or `1,2`; default 1),
 //! MBX_BENCH_ROUNDS (default 1: the stores take turns each round, the table shows medians),
 //! MBX_BENCH_DRAIN_ITEMS (items queued then drained, default 100000; the target figure is for
-//! 1000000), MBX_BENCH_SINGLE_ITEMS (default 20000), MBX_BENCH_BATCH_SENDERS (default 8),
+//! 1000000), MBX_BENCH_SINGLE_ITEMS (default 20000), MBX_BENCH_SINGLE_SENDERS (default 64),
+//! MBX_BENCH_BATCH_SENDERS (default 8),
 //! MBX_BENCH_TARGETS (default 8), MBX_BENCH_RELAY_BIN / MBX_BENCH_TOOL_BIN (binaries),
 //! MBX_PG_BINDIR (PostgreSQL's binaries, as the tests' cluster finds them).
 
@@ -567,6 +569,7 @@ impl CpuMarks {
 /// Counts of the three phases (env knobs).
 struct Sizes {
     single_items: u64,
+    single_senders: u64,
     drain_items: u64,
     batch_senders: u64,
     targets: String,
@@ -613,7 +616,7 @@ fn measure(kind: Kind, cluster: Option<&PgCluster>, sizes: &Sizes) -> Result<Fig
     let mut single_cpu = (Duration::ZERO, Duration::ZERO);
     let single = run_tools_paused(
         &urls,
-        &|n| phase_args(sizes, 64, sizes.single_items, "1", n),
+        &|n| phase_args(sizes, sizes.single_senders, sizes.single_items, "1", n),
         &mut |_| {
             single_cpu = marks.since(&d)?;
             Ok(())
@@ -681,6 +684,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() -> Result<(), String> {
     let sizes = Sizes {
         single_items: env_u64("MBX_BENCH_SINGLE_ITEMS", 20_000),
+        single_senders: env_u64("MBX_BENCH_SINGLE_SENDERS", 64).max(1),
         drain_items: env_u64("MBX_BENCH_DRAIN_ITEMS", 100_000),
         batch_senders: env_u64("MBX_BENCH_BATCH_SENDERS", 8),
         targets: env_u64("MBX_BENCH_TARGETS", 8).to_string(),
@@ -730,7 +734,10 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
     let queued = thousands(med(0, &|f| f.queued));
     let rows: Vec<(String, Cell)> = vec![
         (
-            "single-item pushes, 64 senders, 1 KiB: items/s (p99 ms)".into(),
+            format!(
+                "single-item pushes, {} senders, 1 KiB: items/s (p99 ms)",
+                sizes.single_senders
+            ),
             Box::new(|k| {
                 format!(
                     "{} ({:.1})",
