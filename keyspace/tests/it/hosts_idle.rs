@@ -36,20 +36,6 @@ fn list(target: Key32, senders: Vec<Key32>) -> SenderList {
     }
 }
 
-fn expire_all(store: &Store, now: u64, max: usize) -> (u64, u64) {
-    let (mut expired, mut calls, mut after) = (0, 0, None);
-    loop {
-        let r = store.expire_idle(now, IDLE_90D, after, max).wait().unwrap();
-        assert!(r.scanned <= max as u64, "a call looks at most `max` rows");
-        expired += r.expired;
-        calls += 1;
-        after = r.next;
-        if after.is_none() {
-            return (expired, calls);
-        }
-    }
-}
-
 #[test]
 fn last_seen_is_written_at_most_once_per_key_per_day() {
     let dir = tempfile::tempdir().unwrap();
@@ -188,7 +174,7 @@ fn idle_expiry_leaves_no_sender_index_row_of_the_expired_key() {
         .record_seen(vec![(friend, utc_day(now))])
         .wait()
         .unwrap();
-    assert_eq!(expire_all(&store, now, 1).0, 1);
+    assert_eq!(expire_idle_all(&store, now, IDLE_90D, 1).0, 1);
     let index: Vec<_> = rows_of(&store, "sender_index");
     assert_eq!(
         index.len(),

@@ -566,21 +566,6 @@ pub fn a_push_commits_only_while_its_sender_is_live(backend: &dyn Backend) {
     );
 }
 
-/// Every enrolment row, `max` per call, until the scan reaches the end: (expired, calls).
-fn expire_idle_all(store: &dyn RelayStore, now: u64, idle_ms: u64, max: usize) -> (u64, u64) {
-    let (mut expired, mut calls, mut after) = (0, 0, None);
-    loop {
-        let r = store.expire_idle(now, idle_ms, after, max).wait().unwrap();
-        assert!(r.scanned <= max as u64, "a call looks at most `max` rows");
-        expired += r.expired;
-        calls += 1;
-        after = r.next;
-        if after.is_none() {
-            return (expired, calls);
-        }
-    }
-}
-
 pub fn idle_expiry_takes_only_live_idle_keys_with_empty_queues(backend: &dyn Backend) {
     const T0: u64 = 1_700_000_000_000;
     const IDLE: u64 = 90 * DAY_MS;

@@ -156,3 +156,18 @@ pub fn stored_seqs(out: &InsertOutcome) -> Vec<TargetSeq> {
         other => panic!("expected Stored, got {other:?}"),
     }
 }
+
+/// Every enrolment row, `max` per call, until the scan reaches the end: (expired, calls).
+pub fn expire_idle_all(store: &dyn RelayStore, now: u64, idle_ms: u64, max: usize) -> (u64, u64) {
+    let (mut expired, mut calls, mut after) = (0, 0, None);
+    loop {
+        let r = store.expire_idle(now, idle_ms, after, max).wait().unwrap();
+        assert!(r.scanned <= max as u64, "a call looks at most `max` rows");
+        expired += r.expired;
+        calls += 1;
+        after = r.next;
+        if after.is_none() {
+            return (expired, calls);
+        }
+    }
+}
