@@ -107,6 +107,10 @@ impl Relay {
         let mut prepared = Vec::with_capacity(items.len());
         let mut cache = TargetCache::default();
         let mut early = Vec::new();
+        // The body as a value tree, read at most once per push (only for a rejected item whose
+        // `item_id` is not a string): one re-read per such item would cost a 200-item body 200
+        // parses.
+        let mut whole = None;
         for (i, item) in items.iter().enumerate() {
             let check = if rate_ok {
                 self.prepare_v2_item(caller, item, &mut cache)
@@ -116,7 +120,10 @@ impl Relay {
             match check {
                 Ok(p) => prepared.push((i, p)),
                 Err(reason) => {
-                    results[i] = Some(rejected_text(&ItemId::of(body, i, item), &reason));
+                    results[i] = Some(rejected_text(
+                        &ItemId::of(body, &mut whole, i, item),
+                        &reason,
+                    ));
                     early.push(reason.reason);
                 }
             }
@@ -467,16 +474,23 @@ enum ItemId<'a> {
 }
 
 impl<'a> ItemId<'a> {
-    /// The `item_id` of item `index` of the push `body` (whose tree `item` is).
-    fn of(body: &[u8], index: usize, item: &'a Node<'_>) -> ItemId<'a> {
+    /// The `item_id` of item `index` of the push `body` (whose tree `item` is); `whole` is
+    /// the body as a value tree, read from `body` the first time one is needed.
+    fn of(
+        body: &[u8],
+        whole: &mut Option<Option<Value>>,
+        index: usize,
+        item: &'a Node<'_>,
+    ) -> ItemId<'a> {
         match item.get("item_id") {
             None => ItemId::Missing,
             Some(Node::Text(s)) => ItemId::Text(s),
             Some(_) => ItemId::Other(
-                serde_json::from_slice::<Value>(body)
-                    .ok()
-                    .and_then(|v| v.get("items")?.get(index)?.get("item_id").cloned())
-                    .unwrap_or(Value::Null)
+                whole
+                    .get_or_insert_with(|| serde_json::from_slice::<Value>(body).ok())
+                    .as_ref()
+                    .and_then(|v| v.get("items")?.get(index)?.get("item_id"))
+                    .unwrap_or(&Value::Null)
                     .to_string(),
             ),
         }
@@ -648,6 +662,7 @@ mod tests {
             let body = format!(r#"{{"items":[{{"kind":"x"}},{{"item_id":{id}}}]}}"#);
             let tree: Node<'_> = crate::parse_json_as(body.as_bytes()).unwrap();
             let v: Value = serde_json::from_str(&body).unwrap();
+            let mut whole = None;
             for i in 0..2 {
                 let item = &tree.get("items").and_then(Node::as_array).unwrap()[i];
                 let want = json!({
@@ -656,7 +671,7 @@ mod tests {
                     "targets": [],
                 })
                 .to_string();
-                let got = rejected_text(&ItemId::of(body.as_bytes(), i, item), &reason);
+                let got = rejected_text(&ItemId::of(body.as_bytes(), &mut whole, i, item), &reason);
                 assert_eq!(got, want, "{id}");
             }
         }
