@@ -144,6 +144,16 @@ pub(crate) fn backend_counters() -> Vec<BackendCounter> {
             "PostgreSQL operations abandoned at the 10 s operation deadline (answered 503)",
             n(f.timeouts),
         ),
+        (
+            "pg_insert_groups",
+            "PostgreSQL insert transactions run for pushes grouped while others committed",
+            n(f.insert_groups),
+        ),
+        (
+            "pg_grouped_pushes",
+            "Pushes answered by those transactions (over pg_insert_groups: the mean group size)",
+            n(f.grouped_pushes),
+        ),
     ]
 }
 

@@ -14,7 +14,8 @@
 //! 1000000), MBX_BENCH_SINGLE_ITEMS (default 20000), MBX_BENCH_SINGLE_SENDERS (default 64),
 //! MBX_BENCH_BATCH_SENDERS (default 8),
 //! MBX_BENCH_TARGETS (default 8), MBX_BENCH_RELAY_BIN / MBX_BENCH_TOOL_BIN (binaries),
-//! MBX_PG_BINDIR (PostgreSQL's binaries, as the tests' cluster finds them).
+//! MBX_PG_BINDIR (PostgreSQL's binaries, as the tests' cluster finds them),
+//! MBX_BENCH_PG_SETTINGS (extra `name=value` server settings, separated by spaces).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -681,6 +682,31 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// With `shared_preload_libraries=pg_stat_statements` in MBX_BENCH_PG_SETTINGS: the statements
+/// that cost PostgreSQL most over the whole run (calls, execution and planning ms, rows).
+fn print_statements(cluster: &PgCluster) -> Result<(), String> {
+    let settings = std::env::var("MBX_BENCH_PG_SETTINGS").unwrap_or_default();
+    if !settings.contains("pg_stat_statements") {
+        return Ok(());
+    }
+    let bindir = relay_testkit::cluster::find_bindir().ok_or("PostgreSQL binaries not found")?;
+    let url = cluster.url();
+    relay_testkit::cluster::psql(
+        &bindir,
+        &url,
+        "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+    )?;
+    let top = relay_testkit::cluster::psql(
+        &bindir,
+        &url,
+        "SELECT calls, round(total_exec_time), round(total_plan_time), rows, \
+         left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements \
+         ORDER BY total_exec_time + total_plan_time DESC LIMIT 15",
+    )?;
+    println!("\nPostgreSQL statements (calls | exec ms | plan ms | rows | query):\n{top}");
+    Ok(())
+}
+
 fn main() -> Result<(), String> {
     let sizes = Sizes {
         single_items: env_u64("MBX_BENCH_SINGLE_ITEMS", 20_000),
@@ -695,7 +721,9 @@ fn main() -> Result<(), String> {
     let cluster = if kinds.iter().any(|k| matches!(k, Kind::Postgres(_))) {
         let bindir = relay_testkit::cluster::find_bindir()
             .ok_or("PostgreSQL server binaries not found (set MBX_PG_BINDIR)")?;
-        Some(PgCluster::start(&bindir)?)
+        let settings = std::env::var("MBX_BENCH_PG_SETTINGS").unwrap_or_default();
+        let settings: Vec<&str> = settings.split_whitespace().collect();
+        Some(PgCluster::start_with(&bindir, &settings)?)
     } else {
         None
     };
@@ -710,6 +738,9 @@ fn main() -> Result<(), String> {
         }
     }
     print_table(&kinds, &all, &sizes, rounds);
+    if let Some(c) = &cluster {
+        print_statements(c)?;
+    }
     Ok(())
 }
 

@@ -9,7 +9,8 @@
 //! rows moved in the same transaction as the items they count. Bytes are stored exactly
 //! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
 //!
-//! Files: `db` (pool, transactions, retry), `pipeline` (a write in two round trips: BEGIN with
+//! Files: `db` (pool, transactions, retry), `combine` (concurrent pushes share one insert
+//! transaction: group commit), `pipeline` (a write in two round trips: BEGIN with
 //! its locking reads, its writes with COMMIT), `schema` (versioned migrations), `store` (handle,
 //! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `stats` (the pool's
 //! counters, which the server shows as metrics), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
@@ -20,6 +21,7 @@
 //! bookkeeping recount tests run). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
 
 mod backend;
+mod combine;
 mod db;
 mod invariants;
 mod ops;

@@ -16,6 +16,8 @@ pub(crate) struct PoolStats {
     pub(crate) reruns: AtomicU64,
     pub(crate) commit_unknown: AtomicU64,
     pub(crate) timeouts: AtomicU64,
+    pub(crate) insert_groups: AtomicU64,
+    pub(crate) grouped_pushes: AtomicU64,
     /// A connection was lost or could not be made since the last operation that succeeded:
     /// the next success is a reconnect (a failover, or the server back after a restart).
     pub(crate) degraded: AtomicBool,
@@ -32,6 +34,8 @@ pub(crate) static STATS: PoolStats = PoolStats {
     reruns: AtomicU64::new(0),
     commit_unknown: AtomicU64::new(0),
     timeouts: AtomicU64::new(0),
+    insert_groups: AtomicU64::new(0),
+    grouped_pushes: AtomicU64::new(0),
     degraded: AtomicBool::new(false),
 };
 
@@ -79,6 +83,10 @@ pub struct PoolFigures {
     pub commit_unknown: u64,
     /// Operations abandoned at the operation deadline (answered as an error, 503).
     pub timeouts: u64,
+    /// Insert transactions run for grouped pushes (`combine`).
+    pub insert_groups: u64,
+    /// Pushes answered by those transactions (over `insert_groups`: the mean group size).
+    pub grouped_pushes: u64,
 }
 
 /// The pool's counters, or `None` when this process opened no PostgreSQL store.
@@ -98,5 +106,7 @@ pub fn pool_figures() -> Option<PoolFigures> {
         reruns: get(&s.reruns),
         commit_unknown: get(&s.commit_unknown),
         timeouts: get(&s.timeouts),
+        insert_groups: get(&s.insert_groups),
+        grouped_pushes: get(&s.grouped_pushes),
     })
 }

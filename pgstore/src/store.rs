@@ -29,6 +29,8 @@ pub(crate) struct Inner {
     /// The last relay-log append submitted through this handle: appends run in the order
     /// they were submitted, as the keyspace's single writer runs them.
     pub(crate) log_order: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// Pushes waiting to share an insert transaction (`combine`).
+    pub(crate) combiner: crate::combine::Combiner,
     handle: Handle,
     rt: Mutex<Option<Runtime>>,
 }
@@ -87,6 +89,7 @@ impl PgStore {
                 retention: opts.log_retention,
                 label: label_of(url),
                 log_order: Mutex::new(None),
+                combiner: Default::default(),
                 handle,
                 rt: Mutex::new(Some(rt)),
             }),

@@ -9,8 +9,6 @@
 //! twice. Sender-share usage rows are covered by their target's lock; account rows are locked
 //! themselves (a deadlock between two accounts' orders is retried by `Db::tx`).
 
-use std::sync::Arc;
-
 use deadpool_postgres::Transaction;
 use relay_store::{
     AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, Result,
@@ -19,7 +17,6 @@ use relay_store::{
 
 use crate::db::{db_err, i, key32, u, OpResult};
 use crate::ops::ack::Ack;
-use crate::ops::insert::Push;
 use crate::ops::pull::pull;
 use crate::ops::Answer;
 use crate::store::PgStore;
@@ -159,27 +156,18 @@ impl PgStore {
     pub fn insert(&self, req: InsertRequest) -> Answer<InsertOutcome> {
         let s = self.clone();
         self.spawn(async move {
-            s.insert_tx(vec![req])
+            s.insert_grouped(vec![req])
                 .await?
                 .pop()
                 .ok_or_else(|| StoreError::Engine("postgres: an insert answered no outcome".into()))
         })
     }
 
-    /// Insert several items, each its own atomic operation, in one transaction: one commit
-    /// for the batch, as the keyspace's one group commit.
+    /// Insert several items, each its own atomic operation, in one transaction (with the other
+    /// pushes waiting then: `combine`): one commit, as the keyspace's one group commit.
     pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Answer<Vec<InsertOutcome>> {
         let s = self.clone();
-        self.spawn(async move { s.insert_tx(reqs).await })
-    }
-
-    /// The insert transaction (`ops/insert.rs`, two round trips), retried as every write.
-    async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
-        let push = Push {
-            reqs: Arc::new(reqs),
-            now: self.now_ms(),
-        };
-        self.inner.db.run(push).await
+        self.spawn(async move { s.insert_grouped(reqs).await })
     }
 
     /// The dedup row of (sender, item_id, target).
