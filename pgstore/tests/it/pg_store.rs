@@ -477,3 +477,75 @@ fn migration_3_counts_the_relay_logs_enrolment_entries() {
     );
     RelayStore::close(&s).unwrap();
 }
+
+#[test]
+fn pushes_arriving_together_share_a_transaction_and_each_gets_its_own_outcome() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let url = pg.fresh_db();
+    let s = open(&url);
+    for k in [1, 2] {
+        s.enrol(enrol_req(k)).wait().unwrap();
+    }
+    let mut big = quotas();
+    big.max_queue_items = 1_000_000;
+    let push = |id: &str, targets: &[u8], wire: &[u8]| {
+        let mut r = item(id, 1, targets, wire);
+        r.quotas = big;
+        s.insert(r)
+    };
+    let before = relay_pgstore::pool_figures().unwrap_or_default();
+    // Every answer is asked for before any is awaited: they queue behind the first groups.
+    let mut pending: Vec<_> = (0..40)
+        .map(|n| push(&format!("g{n}"), &[2], b"w"))
+        .collect();
+    pending.push(push("g0", &[2], b"w"));
+    pending.push(push("g1", &[2], b"other"));
+    pending.push(push("to-nobody", &[9], b"w"));
+    let out: Vec<InsertOutcome> = pending.into_iter().map(|p| p.wait().unwrap()).collect();
+    let after = relay_pgstore::pool_figures().unwrap();
+    let groups = after.insert_groups - before.insert_groups;
+    let pushes = after.grouped_pushes - before.grouped_pushes;
+    assert!(pushes >= 43, "every push went through a group: {pushes}");
+    assert!(
+        groups < pushes,
+        "{pushes} pushes in {groups} transactions: none shared one"
+    );
+
+    let stored = |o: &InsertOutcome| match o {
+        InsertOutcome::Stored { targets, .. } => Some((targets[0].seq, targets[0].duplicate)),
+        _ => None,
+    };
+    // g0 twice: stored once, the other a duplicate of the same seq (whichever ran first).
+    let mut g0 = [stored(&out[0]).unwrap(), stored(&out[40]).unwrap()];
+    g0.sort_by_key(|x| x.1);
+    assert_eq!((g0[0].1, g0[1].1), (false, true));
+    assert_eq!(g0[0].0, g0[1].0);
+    // g1 with other bytes: one of the two is a conflict, the other stored.
+    let g1 = [&out[1], &out[41]];
+    assert_eq!(g1.iter().filter(|o| stored(o).is_some()).count(), 1);
+    assert_eq!(
+        g1.iter()
+            .filter(|o| matches!(o, InsertOutcome::Conflict { .. }))
+            .count(),
+        1
+    );
+    assert_eq!(
+        out[42],
+        InsertOutcome::TargetNotEnrolled { target: [9; 32] }
+    );
+    let mut seqs: Vec<u64> = out[..40].iter().filter_map(stored).map(|x| x.0).collect();
+    let g1_stored = stored(&out[1]).is_some();
+    assert_eq!(seqs.len(), if g1_stored { 40 } else { 39 });
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(
+        seqs.len(),
+        if g1_stored { 40 } else { 39 },
+        "a seq was handed out twice"
+    );
+    let page = s.pull(&[2; 32], 0, 10_000, u64::MAX).unwrap();
+    assert_eq!(page.items.len(), 40, "each item queued once");
+    assert_eq!(s.usage_target(&[2; 32]).unwrap().items, 40);
+}
