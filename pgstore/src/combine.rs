@@ -260,14 +260,7 @@ mod tests {
                 sender: [1; 32],
                 targets: Vec::new(),
             },
-            quotas: relay_store::Quotas {
-                max_queue_items: 1,
-                max_queue_bytes: 1,
-                max_sender_items: 1,
-                max_sender_bytes: 1,
-                max_account_items: 1,
-                max_account_bytes: 1,
-            },
+            quotas: relay_store::Quotas::all(1),
             retention_ms: 1,
             require_live_sender: true,
         }

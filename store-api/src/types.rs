@@ -333,6 +333,21 @@ pub struct Quotas {
     pub max_account_bytes: u64,
 }
 
+impl Quotas {
+    /// Every cap at `n` (tests and fixtures: one figure for all six).
+    #[must_use]
+    pub const fn all(n: u64) -> Quotas {
+        Quotas {
+            max_queue_items: n,
+            max_queue_bytes: n,
+            max_sender_items: n,
+            max_sender_bytes: n,
+            max_account_items: n,
+            max_account_bytes: n,
+        }
+    }
+}
+
 /// Which quota refused an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaKind {
