@@ -118,9 +118,14 @@ impl PgStore {
 
     /// Run groups until the queue is empty.
     async fn run_groups(&self) {
+        let mut slot = Slot {
+            combiner: &self.inner.combiner,
+            ended: false,
+        };
         loop {
-            let group = self.inner.combiner.next_group();
+            let group = slot.combiner.next_group();
             if group.is_empty() {
+                slot.ended = true;
                 return;
             }
             let sizes: Vec<usize> = group.iter().map(|w| w.reqs.len()).collect();
@@ -146,6 +151,24 @@ impl PgStore {
             now: self.now_ms(),
         };
         self.inner.db.run(push).await
+    }
+}
+
+/// A running group task's place in [`State::running`]: given back by `next_group` when the
+/// queue is empty, or here if the task ends otherwise (a panic, the runtime shutting down), so a
+/// lost task never leaves pushes queued with no task to run them.
+struct Slot<'a> {
+    combiner: &'a Combiner,
+    ended: bool,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            if let Ok(mut s) = self.combiner.state.lock() {
+                s.running = s.running.saturating_sub(1);
+            }
+        }
     }
 }
 
@@ -241,6 +264,29 @@ mod tests {
         let _ = c.enqueue(vec![req()]);
         assert_eq!(sizes(c.next_group()), [600]);
         assert_eq!(sizes(c.next_group()), [1]);
+    }
+
+    #[test]
+    fn a_group_task_that_ends_early_gives_its_slot_back() {
+        let c = Combiner::default();
+        assert!(matches!(c.enqueue(vec![req()]), Turn::Wait(_, true)));
+        drop(Slot {
+            combiner: &c,
+            ended: false,
+        });
+        assert!(
+            matches!(c.enqueue(vec![req()]), Turn::Wait(_, true)),
+            "the next push starts a task for what is queued"
+        );
+        drop(Slot {
+            combiner: &c,
+            ended: true,
+        });
+        assert_eq!(
+            c.state.lock().unwrap().running,
+            1,
+            "an ended task gave it back already"
+        );
     }
 
     #[test]
