@@ -52,8 +52,11 @@ struct State {
 
 /// What a push does on arrival.
 enum Turn {
-    /// Wait for a group's answer (a group task is running or was started).
-    Wait(oneshot::Receiver<Result<Vec<InsertOutcome>>>, bool),
+    /// Wait for a group's answer; `start_task`: no free group task is running, start one.
+    Wait {
+        answer: oneshot::Receiver<Result<Vec<InsertOutcome>>>,
+        start_task: bool,
+    },
     /// The queue is full: run alone.
     Alone(Vec<InsertRequest>),
 }
@@ -68,11 +71,14 @@ impl Combiner {
         }
         let (answer, rx) = oneshot::channel();
         s.queue.push_back(Waiting { reqs, answer });
-        let start = s.running < IN_FLIGHT;
-        if start {
+        let start_task = s.running < IN_FLIGHT;
+        if start_task {
             s.running += 1;
         }
-        Turn::Wait(rx, start)
+        Turn::Wait {
+            answer: rx,
+            start_task,
+        }
     }
 
     /// The next group: at least one push, then more while they fit in [`GROUP_ITEMS`]. Empty
@@ -106,12 +112,12 @@ impl PgStore {
     ) -> Result<Vec<InsertOutcome>> {
         match self.inner.combiner.enqueue(reqs) {
             Turn::Alone(reqs) => self.insert_tx(reqs).await,
-            Turn::Wait(rx, start) => {
-                if start {
+            Turn::Wait { answer, start_task } => {
+                if start_task {
                     let s = self.clone();
                     self.spawn_task(async move { s.run_groups().await });
                 }
-                rx.await.unwrap_or(Err(StoreError::Closed))
+                answer.await.unwrap_or(Err(StoreError::Closed))
             }
         }
     }
@@ -250,7 +256,15 @@ mod tests {
             .collect();
         let started: Vec<bool> = waits
             .iter()
-            .map(|t| matches!(t, Turn::Wait(_, true)))
+            .map(|t| {
+                matches!(
+                    t,
+                    Turn::Wait {
+                        start_task: true,
+                        ..
+                    }
+                )
+            })
             .collect();
         assert_eq!(started, [true, true, false, false], "two groups at most");
         let sizes = |g: Vec<Waiting>| g.iter().map(|w| w.reqs.len()).collect::<Vec<_>>();
@@ -269,13 +283,25 @@ mod tests {
     #[test]
     fn a_group_task_that_ends_early_gives_its_slot_back() {
         let c = Combiner::default();
-        assert!(matches!(c.enqueue(vec![req()]), Turn::Wait(_, true)));
+        assert!(matches!(
+            c.enqueue(vec![req()]),
+            Turn::Wait {
+                start_task: true,
+                ..
+            }
+        ));
         drop(Slot {
             combiner: &c,
             ended: false,
         });
         assert!(
-            matches!(c.enqueue(vec![req()]), Turn::Wait(_, true)),
+            matches!(
+                c.enqueue(vec![req()]),
+                Turn::Wait {
+                    start_task: true,
+                    ..
+                }
+            ),
             "the next push starts a task for what is queued"
         );
         drop(Slot {
@@ -293,7 +319,7 @@ mod tests {
     fn a_full_queue_runs_the_push_alone() {
         let c = Combiner::default();
         for _ in 0..MAX_QUEUED {
-            assert!(matches!(c.enqueue(vec![req()]), Turn::Wait(..)));
+            assert!(matches!(c.enqueue(vec![req()]), Turn::Wait { .. }));
         }
         assert!(matches!(c.enqueue(vec![req()]), Turn::Alone(r) if r.len() == 1));
     }
