@@ -152,18 +152,32 @@ fn honest_round(relay: &Relay, from: &Host, to: &Host) -> [(&'static str, u16, D
     ]
 }
 
-/// Honest rounds for `span`; the slowest time of each kind, asserting every answer is 200.
-fn honest_rounds(relay: &Relay, from: &Host, to: &Host, span: Duration) -> [Duration; 3] {
-    let mut worst = [Duration::ZERO; 3];
+/// The honest client's times of one kind over a span of rounds.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    median: Duration,
+    worst: Duration,
+}
+
+/// Honest rounds for `span`, asserting every answer is 200; the median and slowest time of
+/// each kind (health, info, push).
+fn honest_rounds(relay: &Relay, from: &Host, to: &Host, span: Duration) -> [Times; 3] {
+    let mut took: [Vec<Duration>; 3] = Default::default();
     let start = Instant::now();
     while start.elapsed() < span {
-        for (i, (what, status, took)) in honest_round(relay, from, to).into_iter().enumerate() {
+        for (i, (what, status, t)) in honest_round(relay, from, to).into_iter().enumerate() {
             assert_eq!(status, 200, "{what}");
-            worst[i] = worst[i].max(took);
+            took[i].push(t);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    worst
+    took.map(|mut ts| {
+        ts.sort();
+        Times {
+            median: ts[ts.len() / 2],
+            worst: ts[ts.len() - 1],
+        }
+    })
 }
 
 #[test]
@@ -254,12 +268,17 @@ fn bodies_cost_nothing_before_a_live_key_and_fresh_ts_and_honest_clients_stay_fa
         }
         (keyless, keyed)
     });
-    let worst = honest_rounds(&relay, &honest, &target, Duration::from_millis(1500));
+    let during = honest_rounds(&relay, &honest, &target, Duration::from_millis(1500));
     eprintln!(
-        "honest worst (health, info, push): before {baseline:?}, with 512 held connections {worst:?}"
+        "honest times (health, info, push): before {baseline:?}, with 512 held connections {during:?}"
     );
-    for (what, t) in ["health", "info", "push"].iter().zip(worst) {
-        assert!(t < Duration::from_millis(100), "{what} took {t:?}");
+    // Honest requests queued behind the held connections would wait for their 2 s first-byte
+    // deadline; a relay sharing 2 cores with other test binaries can stall one request for a
+    // few hundred ms (a fresh-clone CI run saw one over 100 ms), so the typical time is held to
+    // 100 ms and the slowest to half the deadline.
+    for (what, t) in ["health", "info", "push"].iter().zip(during) {
+        assert!(t.median < Duration::from_millis(100), "{what}: {t:?}");
+        assert!(t.worst < Duration::from_secs(1), "{what}: {t:?}");
     }
     let (keyless, keyed) = watcher.join().expect("watcher");
     for h in &keyless {
