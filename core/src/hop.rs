@@ -58,17 +58,17 @@ impl Relay {
     /// # Errors
     /// 401 `bad relay hop` for a stale timestamp, an unknown or revoked key, a bad signature or an
     /// ambiguous name; 503 when the store cannot be read.
-    pub fn authenticate(&self, hop: &HopHeaders<'_>) -> Result<Caller, RelayError> {
-        self.check_hop_head(hop)?.verify(hop.body)
+    pub async fn authenticate(&self, hop: &HopHeaders<'_>) -> Result<Caller, RelayError> {
+        self.check_hop_head(hop).await?.verify(hop.body)
     }
 
     /// The checks a hop's headers allow (the body is ignored): `ts` fresh, a signature present,
     /// and a key with a live enrolment, or (v1, no key) a name that 1..=`max_per_name` live
-    /// enrolments carry. Reads the store once.
+    /// enrolments carry. Reads the store once (a key's enrolment without blocking the worker).
     ///
     /// # Errors
     /// 401 `bad relay hop` when any of these fails; 503 when the store cannot be read.
-    pub fn check_hop_head(&self, hop: &HopHeaders<'_>) -> Result<HopCheck, RelayError> {
+    pub async fn check_hop_head(&self, hop: &HopHeaders<'_>) -> Result<HopCheck, RelayError> {
         let (Some(ts), Some(sig)) = (hop.ts, hop.sig) else {
             return Err(RelayError::bad_hop());
         };
@@ -77,7 +77,7 @@ impl Relay {
         }
         let candidates = if let Some(key) = hop.key {
             let pk = parse_pubkey(key).ok_or_else(RelayError::bad_hop)?;
-            match self.store.enrolment(&pk)? {
+            match self.store.enrolment_async(&pk).await? {
                 Some(e) if e.revoked_at_ms.is_none() => vec![e],
                 _ => return Err(RelayError::bad_hop()),
             }

@@ -6,7 +6,8 @@
 use std::collections::{HashMap, HashSet};
 
 use relay_store::{
-    InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, QuotaKind, TargetSeq,
+    Admission, InsertOutcome, InsertRequest, ItemKind, Key32, NewItem, NewTarget, QuotaKind,
+    TargetSeq,
 };
 use serde_json::Value;
 
@@ -66,6 +67,20 @@ impl TargetCache {
     }
 }
 
+/// A target's admission of a push from `sender`, from what the store read: `target not
+/// enrolled` (unknown or revoked), then `sender not accepted by target` (a list that does not
+/// name the sender; no list accepts everyone).
+fn admits(a: &Admission, sender: &Key32) -> Result<(), Reason> {
+    match &a.enrolment {
+        Some(e) if e.revoked_at_ms.is_none() => {}
+        _ => return Err(Reason::TargetNotEnrolled),
+    }
+    match &a.senders {
+        Some(list) if !list.senders.contains(sender) => Err(Reason::SenderNotAccepted),
+        _ => Ok(()),
+    }
+}
+
 impl Relay {
     /// [`Self::push_json`] over a value tree, answered as one (for callers that hold a value
     /// and inspect the answer; the HTTP adapter passes the body's bytes and sends the text).
@@ -106,6 +121,9 @@ impl Relay {
         let mut results: Vec<Option<String>> = vec![None; items.len()];
         let mut prepared = Vec::with_capacity(items.len());
         let mut cache = TargetCache::default();
+        if rate_ok {
+            self.read_admissions(&caller.key, items, &mut cache).await;
+        }
         let mut early = Vec::new();
         // The body as a value tree, read at most once per push (only for a rejected item whose
         // `item_id` is not a string): one re-read per such item would cost a 200-item body 200
@@ -231,9 +249,44 @@ impl Relay {
         })
     }
 
-    /// `target not enrolled` (unknown or revoked), then `sender not accepted by target`.
-    /// A store read failure is remembered in `cache` (the request then answers 503) and reads
-    /// as not enrolled here.
+    /// Read the admission of every target named in `items` (up to the cache's bound) in one
+    /// store read, without blocking the worker, into `cache`: the per-item checks then find
+    /// their verdicts there in their own order. A target it cannot parse is left to those
+    /// checks; a failed read is remembered (the request answers 503).
+    pub(crate) async fn read_admissions(
+        &self,
+        sender: &Key32,
+        items: &[Node<'_>],
+        cache: &mut TargetCache,
+    ) {
+        let mut keys = Vec::new();
+        let mut seen = HashSet::new();
+        let named = items
+            .iter()
+            .filter_map(|item| item.get("targets").and_then(Node::as_array))
+            .flatten()
+            .filter_map(|t| t.get("host_pubkey").and_then(Node::as_str));
+        for target in named.filter_map(parse_pubkey) {
+            if seen.len() >= MAX_CACHED_TARGETS {
+                break;
+            }
+            if seen.insert(target) {
+                keys.push(target);
+            }
+        }
+        match self.store.admissions(&keys).await {
+            Ok(read) => {
+                for (target, a) in keys.iter().zip(&read) {
+                    cache.map.insert(*target, admits(a, sender));
+                }
+            }
+            Err(e) => cache.note_failure(e.into()),
+        }
+    }
+
+    /// `target not enrolled` (unknown or revoked), then `sender not accepted by target`, from
+    /// `cache` or else read now. After a failed store read nothing more is read: the request
+    /// answers 503 and the target reads as not enrolled here.
     pub(crate) fn admit_target(
         &self,
         cache: &mut TargetCache,
@@ -243,10 +296,13 @@ impl Relay {
         if let Some(r) = cache.map.get(target) {
             return r.clone();
         }
-        let r = match self.target_admission(sender, target) {
-            Ok(r) => r,
+        if cache.failed.is_some() {
+            return Err(Reason::TargetNotEnrolled);
+        }
+        let r = match self.store.admission(target) {
+            Ok(a) => admits(&a, sender),
             Err(e) => {
-                cache.note_failure(e);
+                cache.note_failure(e.into());
                 return Err(Reason::TargetNotEnrolled);
             }
         };
@@ -254,21 +310,6 @@ impl Relay {
             cache.map.insert(*target, r.clone());
         }
         r
-    }
-
-    fn target_admission(
-        &self,
-        sender: &Key32,
-        target: &Key32,
-    ) -> Result<Result<(), Reason>, RelayError> {
-        let live = matches!(self.store.enrolment(target)?, Some(e) if e.revoked_at_ms.is_none());
-        Ok(if !live {
-            Err(Reason::TargetNotEnrolled)
-        } else if !self.sender_accepted(target, sender)? {
-            Err(Reason::SenderNotAccepted)
-        } else {
-            Ok(())
-        })
     }
 
     /// Submit prepared items together (one store submission, each item atomic) and map outcomes.

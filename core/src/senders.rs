@@ -1,7 +1,7 @@
 //! Sender allowlists (docs/protocol.md §3 "Sender allowlist"): a target's signed list of the sender
 //! keys it accepts; once stored, pushes from other keys are refused.
 
-use relay_store::{Key32, SenderList, SenderListOutcome};
+use relay_store::{SenderList, SenderListOutcome};
 use serde_json::{json, Value};
 
 use super::{Caller, Relay, RelayError, Reply};
@@ -40,20 +40,5 @@ impl Relay {
             SenderListOutcome::Stored => Ok(json!({ "ok": true })),
             SenderListOutcome::NotNewer => Err(RelayError::conflict(NOT_NEWER)),
         }
-    }
-
-    /// Whether `target`'s allowlist (if any) admits `sender`.
-    ///
-    /// # Errors
-    /// 503 store failure.
-    pub(crate) fn sender_accepted(
-        &self,
-        target: &Key32,
-        sender: &Key32,
-    ) -> Result<bool, RelayError> {
-        Ok(match self.store.sender_list(target)? {
-            None => true,
-            Some(list) => list.senders.iter().any(|s| s == sender),
-        })
     }
 }

@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     let opt = |bit: u8, s: &str| -> Option<String> { (flags & bit != 0).then(|| s.to_owned()) };
     let (h, k, t, s) = (opt(2, &host), opt(4, &key), opt(8, &ts), opt(16, &sig));
     // Arbitrary headers: any answer but a panic.
-    let _ = f.relay.authenticate(&HopHeaders {
+    let _ = f.rt.block_on(f.relay.authenticate(&HopHeaders {
         host: h.as_deref(),
         key: k.as_deref(),
         ts: t.as_deref(),
@@ -45,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
         method: &method,
         path: &signed,
         body: body_bytes,
-    });
+    }));
 
     // A correctly signed hop by `alpha` over the fuzzed method, path and body.
     let fresh = now_ms().to_string();
@@ -69,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
         path: &signed,
         body: body.as_bytes(),
     };
-    let caller = f.relay.authenticate(&hop);
+    let caller = f.rt.block_on(f.relay.authenticate(&hop));
     assert!(
         caller.as_ref().is_ok_and(|c| c.key == f.a.public()),
         "a correct hop was refused: {caller:?}"
@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
             ..hop
         };
         assert!(
-            f.relay.authenticate(&bad).is_err(),
+            f.rt.block_on(f.relay.authenticate(&bad)).is_err(),
             "a wrong signature was accepted"
         );
     }

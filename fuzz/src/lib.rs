@@ -102,9 +102,9 @@ impl Fixture {
         for (k, name) in [(&a, "alpha"), (&b, "bravo"), (&r, "rot"), (&s, "lists")] {
             enrol(&rt, &relay, k, name).expect("fixture enrolment");
         }
-        let caller_a = authenticate(&relay, &a, "alpha");
-        let caller_b = authenticate(&relay, &b, "bravo");
-        let caller_s = authenticate(&relay, &s, "lists");
+        let caller_a = authenticate(&rt, &relay, &a, "alpha");
+        let caller_b = authenticate(&rt, &relay, &b, "bravo");
+        let caller_s = authenticate(&rt, &relay, &s, "lists");
         Fixture {
             rt,
             relay,
@@ -143,22 +143,26 @@ pub fn enrol(
 
 /// Authenticate `key` with a correctly signed GET hop (panics if the relay refuses it: the
 /// fixture is broken then).
-pub fn authenticate(relay: &Relay, key: &SigningKey, name: &str) -> Caller {
+pub fn authenticate(
+    rt: &tokio::runtime::Runtime,
+    relay: &Relay,
+    key: &SigningKey,
+    name: &str,
+) -> Caller {
     let ts = now_ms().to_string();
     let path = "/v2/relay/items";
     let sig = sign_hop(key, "GET", path, &ts, "");
     let pk = key.public_b64();
-    relay
-        .authenticate(&HopHeaders {
-            host: Some(name),
-            key: Some(&pk),
-            ts: Some(&ts),
-            sig: Some(&sig),
-            method: "GET",
-            path,
-            body: b"",
-        })
-        .expect("fixture hop authenticates")
+    rt.block_on(relay.authenticate(&HopHeaders {
+        host: Some(name),
+        key: Some(&pk),
+        ts: Some(&ts),
+        sig: Some(&sig),
+        method: "GET",
+        path,
+        body: b"",
+    }))
+    .expect("fixture hop authenticates")
 }
 
 /// Split `data` into at most `n` fields at 0xFF bytes (the last field takes the rest).

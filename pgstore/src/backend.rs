@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use relay_store::{ChallengeBook, CommitStats, Key32, Pending, Result};
+use relay_store::{Admission, ChallengeBook, CommitStats, Enrolment, Key32, Pending, Result};
 
 use crate::ops::lease::PgChallenges;
 use crate::store::PgStore;
@@ -23,6 +23,15 @@ relay_store::delegate_relay_store!(PgStore {
     }
     fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
         PgStore::live_keys(self, keys)
+    }
+    fn enrolment_async(&self, key: &Key32) -> Pending<Option<Enrolment>> {
+        PgStore::enrolment_async(self, key)
+    }
+    fn admission(&self, target: &Key32) -> Result<Admission> {
+        PgStore::admission(self, target)
+    }
+    fn admissions(&self, targets: &[Key32]) -> Pending<Vec<Admission>> {
+        PgStore::admissions(self, targets)
     }
     fn commit_stats(&self) -> CommitStats {
         CommitStats::default()

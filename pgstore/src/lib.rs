@@ -14,7 +14,8 @@
 //! its locking reads, its writes with COMMIT), `schema` (versioned migrations), `store` (handle,
 //! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `stats` (the pool's
 //! counters, which the server shows as metrics), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
-//! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `queue`
+//! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `admission`
+//! (the reads admitting a push, in one statement), `queue`
 //! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
 //! hosts, stats), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
 //! into an empty database, in one transaction), `lease` (leases, the shared challenge book)), `invariants` (the

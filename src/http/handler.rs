@@ -307,7 +307,7 @@ async fn dispatch(app: &App, route: Route, peer: SocketAddr, req: Request) -> Re
     let check = if route.enrolment_class() {
         None
     } else {
-        match app.hop_gate.check_head(relay, &addr, &hop) {
+        match app.hop_gate.check_head(relay, &addr, &hop).await {
             Ok(c) => Some(c),
             Err(refusal) => return answer_unread(hop_refused(app, route, addr, refusal), body),
         }

@@ -47,7 +47,7 @@ impl HopGate {
     ///
     /// # Errors
     /// A [`Refusal`]; a failed check is counted.
-    pub(crate) fn check_head(
+    pub(crate) async fn check_head(
         &self,
         relay: &Relay,
         addr: &str,
@@ -57,7 +57,10 @@ impl HopGate {
         if let Some(wait) = self.failures.wait(&key, SystemClock.now_ms()) {
             return Err(Refusal::TooManyFailures(wait));
         }
-        relay.check_hop_head(hop).map_err(|e| self.refusal(&key, e))
+        relay
+            .check_hop_head(hop)
+            .await
+            .map_err(|e| self.refusal(&key, e))
     }
 
     /// The signature check of `check` over `body`; the body comes back.

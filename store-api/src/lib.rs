@@ -77,6 +77,12 @@ pub trait RelayStore: Send + Sync + 'static {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>>;
+    /// [`RelayStore::enrolment`] for an async caller: a backend whose reads wait on a network
+    /// (PostgreSQL) answers later instead of blocking the caller's worker thread, which every
+    /// signed request would otherwise do once (its hop check).
+    fn enrolment_async(&self, key: &Key32) -> Pending<Option<Enrolment>> {
+        Pending::ready(self.enrolment(key))
+    }
     /// Number of live enrolments.
     ///
     /// # Errors
@@ -150,6 +156,24 @@ pub trait RelayStore: Send + Sync + 'static {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>>;
+    /// What admitting a push to `target` reads ([`Admission`]).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn admission(&self, target: &Key32) -> Result<Admission> {
+        let enrolment = self.enrolment(target)?;
+        let senders = match &enrolment {
+            Some(e) if e.revoked_at_ms.is_none() => self.sender_list(target)?,
+            _ => None,
+        };
+        Ok(Admission { enrolment, senders })
+    }
+    /// [`RelayStore::admission`] of each of `targets`, in order, for an async caller: one read
+    /// for a whole push where a backend can (PostgreSQL: one statement instead of two round
+    /// trips per target, answered without blocking the caller).
+    fn admissions(&self, targets: &[Key32]) -> Pending<Vec<Admission>> {
+        Pending::ready(targets.iter().map(|t| self.admission(t)).collect())
+    }
 
     // ---- mail
     /// Insert one item over all its targets, atomically.

@@ -276,6 +276,15 @@ pub struct SenderList {
     pub sig: String,
 }
 
+/// What admitting a push to one target reads: its enrolment (live or revoked) and its sender
+/// list ([`crate::RelayStore::admissions`]). The list may be left unread (`None`) when the
+/// enrolment is missing or revoked, since the push is refused then whatever it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admission {
+    pub enrolment: Option<Enrolment>,
+    pub senders: Option<SenderList>,
+}
+
 /// How `put_sender_list` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SenderListOutcome {

@@ -31,6 +31,20 @@ pub(crate) fn from_row(r: &Row) -> Result<Enrolment> {
     })
 }
 
+/// The enrolment of `key`, on a pooled connection: read by every signed request (its hop
+/// check), so prepared once per connection.
+async fn read_enrolment(s: PgStore, key: Key32) -> Result<Option<Enrolment>> {
+    let c = s.inner.db.conn().await?;
+    let st = c
+        .prepare_cached(&format!(
+            "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"
+        ))
+        .await
+        .map_err(db_err)?;
+    let row = c.query_opt(&st, &[&key.as_slice()]).await.map_err(db_err)?;
+    row.as_ref().map(from_row).transpose()
+}
+
 /// The enrolment of `pk` inside `t`; `lock`: `FOR UPDATE` (writers), else `FOR SHARE`.
 pub(crate) async fn get(
     t: &Transaction<'_>,
@@ -161,19 +175,12 @@ impl PgStore {
     /// # Errors
     /// `Engine`, `Corrupt`, `Closed`.
     pub fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
-        let (s, key) = (self.clone(), *key);
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            // Read on every push (target admission): prepared once per connection.
-            let st = c
-                .prepare_cached(&format!(
-                    "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"
-                ))
-                .await
-                .map_err(db_err)?;
-            let row = c.query_opt(&st, &[&key.as_slice()]).await.map_err(db_err)?;
-            row.as_ref().map(from_row).transpose()
-        })
+        self.block(read_enrolment(self.clone(), *key))
+    }
+
+    /// [`PgStore::enrolment`] answered later: the caller awaits it instead of blocking.
+    pub fn enrolment_async(&self, key: &Key32) -> Answer<Option<Enrolment>> {
+        self.spawn(read_enrolment(self.clone(), *key))
     }
 
     /// Which of `keys` are live now: one statement for all of them (the relay asks every

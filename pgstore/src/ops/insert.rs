@@ -47,7 +47,10 @@ const LOCK: &str = "WITH e AS MATERIALIZED (\
     UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM q";
 
 /// Lock the account usage rows of the live targets ($1), read the dedup rows of ($2, $3, $4)
-/// and the sender-share rows of ($5, $6): all covered by the locks LOCK took.
+/// and the sender-share rows of ($5, $6): all covered by the locks LOCK took. Each key is
+/// looked up by its primary key (a `LATERAL ... LIMIT 1` the planner cannot turn into a hash
+/// join): a plan that scanned `dedup` whole on every push was chosen while the table was young,
+/// a cost growing with every item ever accepted.
 const READ: &str = "WITH a AS MATERIALIZED (\
         SELECT account, items, bytes FROM usage_account WHERE account IN (\
             SELECT account FROM enrolments \
@@ -55,10 +58,12 @@ const READ: &str = "WITH a AS MATERIALIZED (\
         ORDER BY account FOR UPDATE OF usage_account) \
     SELECT 0::smallint, d.target, d.sender, d.item_id, d.wire_hash, d.seq, d.accepted_at_ms \
         FROM unnest($2::bytea[], $3::bytea[], $4::text[]) AS k(target, sender, item_id) \
-        JOIN dedup d ON d.target = k.target AND d.sender = k.sender AND d.item_id = k.item_id \
+        CROSS JOIN LATERAL (SELECT * FROM dedup WHERE target = k.target \
+            AND sender = k.sender AND item_id = k.item_id LIMIT 1) d \
     UNION ALL SELECT 1::smallint, s.target, s.sender, NULL::text, NULL::bytea, s.items, s.bytes \
         FROM unnest($5::bytea[], $6::bytea[]) AS k(target, sender) \
-        JOIN usage_sender s ON s.target = k.target AND s.sender = k.sender \
+        CROSS JOIN LATERAL (SELECT * FROM usage_sender \
+            WHERE target = k.target AND sender = k.sender LIMIT 1) s \
     UNION ALL SELECT 2::smallint, NULL::bytea, NULL::bytea, account, NULL::bytea, items, bytes \
         FROM a";
 

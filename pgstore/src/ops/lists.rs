@@ -18,17 +18,22 @@ pub(crate) fn unpack(b: &[u8]) -> Result<Vec<Key32>> {
     b.chunks(32).map(|c| key32(c, "sender list")).collect()
 }
 
-fn list_from_row(target: Key32, r: &tokio_postgres::Row) -> Result<SenderList> {
+/// `target`'s list from [`LIST_COLS`] at columns `at..at + 4` of `r`.
+pub(crate) fn list_from_row(
+    target: Key32,
+    r: &tokio_postgres::Row,
+    at: usize,
+) -> Result<SenderList> {
     Ok(SenderList {
         target,
-        senders: unpack(r.get::<_, &[u8]>(0))?,
-        iat_ms: u(r.get(1)),
-        record: r.get(2),
-        sig: r.get(3),
+        senders: unpack(r.get::<_, &[u8]>(at))?,
+        iat_ms: u(r.get(at + 1)),
+        record: r.get(at + 2),
+        sig: r.get(at + 3),
     })
 }
 
-const LIST_COLS: &str = "senders, iat_ms, record, sig";
+pub(crate) const LIST_COLS: &str = "senders, iat_ms, record, sig";
 
 /// `target`'s list inside `t`, locked for update.
 pub(crate) async fn get_list(t: &Transaction<'_>, target: &Key32) -> OpResult<Option<SenderList>> {
@@ -38,7 +43,7 @@ pub(crate) async fn get_list(t: &Transaction<'_>, target: &Key32) -> OpResult<Op
             &[&target.as_slice()],
         )
         .await?;
-    Ok(r.map(|r| list_from_row(*target, &r)).transpose()?)
+    Ok(r.map(|r| list_from_row(*target, &r, 0)).transpose()?)
 }
 
 /// Put (`Some`) or delete (`None`) `target`'s list and move the index rows by which it differs.
@@ -236,7 +241,7 @@ impl PgStore {
                 .query_opt(&st, &[&target.as_slice()])
                 .await
                 .map_err(db_err)?;
-            r.map(|r| list_from_row(target, &r)).transpose()
+            r.map(|r| list_from_row(target, &r, 0)).transpose()
         })
     }
 }

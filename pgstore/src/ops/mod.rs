@@ -5,6 +5,7 @@
 
 pub(crate) mod ack;
 pub(crate) mod admin;
+pub(crate) mod admission;
 pub(crate) mod backup;
 pub(crate) mod dump;
 pub(crate) mod enrol;

@@ -515,6 +515,58 @@ pub fn sender_lists_only_move_forward(backend: &dyn Backend) {
     assert_eq!(store.sender_list(&key(1)).unwrap().unwrap().iat_ms, 11);
 }
 
+/// The reads a push is admitted by agree with the single reads: `admission` (and
+/// `admissions`, for many targets at once, in their order, repeats included) holds each
+/// target's enrolment as `enrolment` reads it and, for a live one, its sender list as
+/// `sender_list` reads it; an unknown key has neither. `enrolment_async` reads as `enrolment`.
+pub fn an_admission_reads_what_the_enrolment_and_sender_list_reads_do(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    let (listed, open, revoked, unknown) = (key(1), key(2), key(3), key(4));
+    for (k, n) in [(listed, "listed"), (open, "open"), (revoked, "revoked")] {
+        enrol(store, k, n);
+    }
+    for target in [listed, revoked] {
+        let list = SenderList {
+            target,
+            senders: vec![key(9), key(10)],
+            iat_ms: 10,
+            record: b"{}".to_vec(),
+            sig: "s".into(),
+        };
+        assert_eq!(
+            store.put_sender_list(list).wait().unwrap(),
+            SenderListOutcome::Stored
+        );
+    }
+    run(store, request(revoked, true, false));
+    let check = |k: Key32, a: &Admission| {
+        let enrolment = store.enrolment(&k).unwrap();
+        let live = matches!(&enrolment, Some(e) if e.revoked_at_ms.is_none());
+        assert_eq!(a.enrolment, enrolment, "enrolment of {k:?}");
+        if live || a.senders.is_some() {
+            assert_eq!(a.senders, store.sender_list(&k).unwrap(), "list of {k:?}");
+        }
+        assert_eq!(store.enrolment_async(&k).wait().unwrap(), enrolment);
+    };
+    for k in [listed, open, revoked, unknown] {
+        check(k, &store.admission(&k).unwrap());
+    }
+    let listed_one = store.admission(&listed).unwrap();
+    assert_eq!(
+        listed_one.senders.map(|l| l.senders),
+        Some(vec![key(9), key(10)])
+    );
+    assert_eq!(store.admission(&unknown).unwrap(), Admission::default());
+    let keys = [listed, unknown, open, revoked, listed];
+    let all = store.admissions(&keys).wait().unwrap();
+    assert_eq!(all.len(), keys.len());
+    for (k, a) in keys.iter().zip(&all) {
+        check(*k, a);
+    }
+    assert!(store.admissions(&[]).wait().unwrap().is_empty());
+}
+
 /// A host's push (`require_live_sender`) whose sender was revoked, rotated away or never
 /// enrolled is refused at the commit and stores nothing, also inside a batch with the same
 /// sender; the relay's own notices (not required) and live senders are unaffected; and

@@ -73,6 +73,7 @@ macro_rules! conformance_tests {
             keys::a_v2_ad_of_a_key_not_live_at_commit_time_is_not_stored,
             keys::a_rotation_deletes_both_ads_of_the_old_key,
             keys::sender_lists_only_move_forward,
+            keys::an_admission_reads_what_the_enrolment_and_sender_list_reads_do,
             keys::a_push_commits_only_while_its_sender_is_live,
             keys::idle_expiry_takes_only_live_idle_keys_with_empty_queues,
             meta::meta_epoch_heartbeat_and_the_pinned_relay_key,
