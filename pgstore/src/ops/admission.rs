@@ -10,9 +10,6 @@ use crate::ops::lists::{list_from_row, LIST_COLS};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
-/// Columns of one enrolment row before the sender list's in [`admissions`]' rows.
-const ENROLMENT_COLS: usize = 8;
-
 impl PgStore {
     /// `target`'s enrolment and sender list, from one snapshot.
     ///
@@ -71,17 +68,17 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
             targets.len()
         )));
     }
+    // The sender list's columns follow the enrolment's.
+    let list_at = COLS.split(',').count();
     targets
         .iter()
         .zip(&rows)
         .map(|(t, r)| {
             let enrolled = r.get::<_, Option<&[u8]>>(0).is_some();
-            let listed = r.get::<_, Option<&[u8]>>(ENROLMENT_COLS).is_some();
+            let listed = r.get::<_, Option<&[u8]>>(list_at).is_some();
             Ok(Admission {
                 enrolment: enrolled.then(|| enrol::from_row(r)).transpose()?,
-                senders: listed
-                    .then(|| list_from_row(*t, r, ENROLMENT_COLS))
-                    .transpose()?,
+                senders: listed.then(|| list_from_row(*t, r, list_at)).transpose()?,
             })
         })
         .collect()
