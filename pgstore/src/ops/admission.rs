@@ -43,11 +43,17 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
     } else {
         "unnest($1::bytea[]) WITH ORDINALITY AS k(target, n)"
     };
-    // Both tables are keyed by the target, so every key gives exactly one row.
+    // Both tables are keyed by the target, so every key gives exactly one row; each looked up
+    // by its primary key (`LATERAL ... LIMIT 1`: a young table's plan was a hash join over a
+    // sequential scan of both).
     let st = c
         .prepare_cached(&format!(
-            "SELECT {}, {} FROM {keys} LEFT JOIN enrolments e ON e.host_pubkey = k.target \
-             LEFT JOIN sender_lists l ON l.target = k.target ORDER BY k.n",
+            "SELECT {}, {} FROM {keys} \
+             LEFT JOIN LATERAL (SELECT * FROM enrolments WHERE host_pubkey = k.target LIMIT 1) e \
+                 ON true \
+             LEFT JOIN LATERAL (SELECT * FROM sender_lists WHERE target = k.target LIMIT 1) l \
+                 ON true \
+             ORDER BY k.n",
             qualified("e", COLS),
             qualified("l", LIST_COLS)
         ))
