@@ -1,7 +1,8 @@
 //! The `PgStore` handle: opening (url, durability check, migrations), its own small runtime on
-//! which every database call runs, and the bridge from that runtime to callers: writes resolve
-//! through a oneshot once `COMMIT` returned; reads block the caller (inside a multi-thread
-//! tokio runtime through `block_in_place`, so the caller's other tasks keep running).
+//! which every database call runs, and the bridge from that runtime to callers: writes, and the
+//! reads of every request (enrolment, admission), resolve through a oneshot the caller awaits;
+//! other reads block the caller (inside a multi-thread tokio runtime through `block_in_place`,
+//! so the caller's other tasks keep running).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -114,8 +115,8 @@ impl PgStore {
         run_blocking(&self.inner.handle, crate::db::bounded(fut))
     }
 
-    /// Run `fut` on the store's runtime; the answer resolves with its result (writes), within
-    /// the operation deadline ([`crate::db::bounded`]).
+    /// Run `fut` on the store's runtime; the answer resolves with its result (writes, and reads
+    /// an async caller awaits), within the operation deadline ([`crate::db::bounded`]).
     pub(crate) fn spawn<T: Send + 'static>(
         &self,
         fut: impl Future<Output = Result<T>> + Send + 'static,
