@@ -298,6 +298,18 @@ impl Db {
         got.map(|o| Conn(Some(o))).map_err(pool_err)
     }
 
+    /// Run `sql` on a pooled connection, prepared once per connection: the reads outside a
+    /// write transaction that requests make again and again.
+    pub(crate) async fn query_cached(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        let c = self.conn().await?;
+        let st = c.prepare_cached(sql).await.map_err(db_err)?;
+        c.query(&st, params).await.map_err(db_err)
+    }
+
     /// Close the pool (open connections end as they are returned).
     pub(crate) fn close(&self) {
         self.pool.close();

@@ -4,7 +4,6 @@
 
 use relay_store::{Admission, Key32, Result, StoreError};
 
-use crate::db::db_err;
 use crate::ops::enrol::{self, COLS};
 use crate::ops::lists::{list_from_row, LIST_COLS};
 use crate::ops::Answer;
@@ -35,7 +34,6 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
     if targets.is_empty() {
         return Ok(Vec::new());
     }
-    let c = s.inner.db.conn().await?;
     // One key (a single push) as a scalar: PostgreSQL keeps a generic plan of that, where an
     // array's custom plan was made again on every call (114 us of its CPU per push).
     let keys = if targets.len() == 1 {
@@ -46,27 +44,24 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
     // Both tables are keyed by the target, so every key gives exactly one row; each looked up
     // by its primary key (`LATERAL ... LIMIT 1`: a young table's plan was a hash join over a
     // sequential scan of both).
-    let st = c
-        .prepare_cached(&format!(
-            "SELECT {}, {} FROM {keys} \
-             LEFT JOIN LATERAL (SELECT * FROM enrolments WHERE host_pubkey = k.target LIMIT 1) e \
-                 ON true \
-             LEFT JOIN LATERAL (SELECT * FROM sender_lists WHERE target = k.target LIMIT 1) l \
-                 ON true \
-             ORDER BY k.n",
-            qualified("e", COLS),
-            qualified("l", LIST_COLS)
-        ))
-        .await
-        .map_err(db_err)?;
+    let sql = format!(
+        "SELECT {}, {} FROM {keys} \
+         LEFT JOIN LATERAL (SELECT * FROM enrolments WHERE host_pubkey = k.target LIMIT 1) e \
+             ON true \
+         LEFT JOIN LATERAL (SELECT * FROM sender_lists WHERE target = k.target LIMIT 1) l \
+             ON true \
+         ORDER BY k.n",
+        qualified("e", COLS),
+        qualified("l", LIST_COLS)
+    );
+    let db = &s.inner.db;
     let rows = match &targets[..] {
-        [one] => c.query(&st, &[&one.as_slice()]).await,
+        [one] => db.query_cached(&sql, &[&one.as_slice()]).await?,
         many => {
             let keys: Vec<&[u8]> = many.iter().map(|k| k.as_slice()).collect();
-            c.query(&st, &[&keys]).await
+            db.query_cached(&sql, &[&keys]).await?
         }
-    }
-    .map_err(db_err)?;
+    };
     if rows.len() != targets.len() {
         return Err(StoreError::Corrupt(format!(
             "admission read: {} rows for {} targets",

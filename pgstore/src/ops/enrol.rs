@@ -31,18 +31,11 @@ pub(crate) fn from_row(r: &Row) -> Result<Enrolment> {
     })
 }
 
-/// The enrolment of `key`, on a pooled connection: read by every signed request (its hop
-/// check), so prepared once per connection.
+/// The enrolment of `key`: read by every signed request (its hop check).
 async fn read_enrolment(s: PgStore, key: Key32) -> Result<Option<Enrolment>> {
-    let c = s.inner.db.conn().await?;
-    let st = c
-        .prepare_cached(&format!(
-            "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1"
-        ))
-        .await
-        .map_err(db_err)?;
-    let row = c.query_opt(&st, &[&key.as_slice()]).await.map_err(db_err)?;
-    row.as_ref().map(from_row).transpose()
+    let sql = format!("SELECT {COLS} FROM enrolments WHERE host_pubkey = $1");
+    let rows = s.inner.db.query_cached(&sql, &[&key.as_slice()]).await?;
+    rows.first().map(from_row).transpose()
 }
 
 /// The enrolment of `pk` inside `t`; `lock`: `FOR UPDATE` (writers), else `FOR SHARE`.
@@ -194,16 +187,10 @@ impl PgStore {
         }
         let (s, keys) = (self.clone(), keys.to_vec());
         self.block(async move {
-            let c = s.inner.db.conn().await?;
             let list: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-            let st = c
-                .prepare_cached(
-                    "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
-                     AND revoked_at_ms IS NULL",
-                )
-                .await
-                .map_err(db_err)?;
-            let rows = c.query(&st, &[&list]).await.map_err(db_err)?;
+            let sql = "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
+                       AND revoked_at_ms IS NULL";
+            let rows = s.inner.db.query_cached(sql, &[&list]).await?;
             rows.iter()
                 .map(|r| key32(r.get::<_, &[u8]>(0), "enrolment key"))
                 .collect()

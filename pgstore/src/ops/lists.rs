@@ -229,19 +229,11 @@ impl PgStore {
     pub fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>> {
         let (s, target) = (self.clone(), *target);
         self.block(async move {
-            let c = s.inner.db.conn().await?;
-            // Read on every push (sender admission): prepared once per connection.
-            let st = c
-                .prepare_cached(&format!(
-                    "SELECT {LIST_COLS} FROM sender_lists WHERE target = $1"
-                ))
-                .await
-                .map_err(db_err)?;
-            let r = c
-                .query_opt(&st, &[&target.as_slice()])
-                .await
-                .map_err(db_err)?;
-            r.map(|r| list_from_row(target, &r, 0)).transpose()
+            let sql = format!("SELECT {LIST_COLS} FROM sender_lists WHERE target = $1");
+            let rows = s.inner.db.query_cached(&sql, &[&target.as_slice()]).await?;
+            rows.first()
+                .map(|r| list_from_row(target, r, 0))
+                .transpose()
         })
     }
 }
