@@ -718,3 +718,75 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod admission_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Limits;
+    use relay_keyspace::{EnrolRequest, OpenOptions, Store};
+    use relay_store::SystemClock;
+    use relay_wire::keys::SigningKey;
+
+    fn enrol(relay: &Relay, pk: Key32, name: &str) -> relay_store::Enrolment {
+        relay
+            .store()
+            .enrol(EnrolRequest {
+                host_pubkey: pk,
+                host_name: name.into(),
+                owner_fp: String::new(),
+                account: None,
+                authorized_by: "host-key".into(),
+                authority_rank: 0,
+                max_live: 100,
+            })
+            .wait()
+            .unwrap();
+        relay.store().enrolment(&pk).unwrap().unwrap()
+    }
+
+    /// The admission read runs before the per-item checks: when it fails the push answers
+    /// 503 (retry), never a verdict read from a store it could not read.
+    #[test]
+    fn a_push_whose_admission_read_fails_answers_503_not_a_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = Arc::new(Store::open(dir.path(), OpenOptions::default()).unwrap());
+        let relay = rt
+            .block_on(crate::startup::start(
+                store,
+                SigningKey::generate(),
+                Limits::default(),
+                Arc::new(SystemClock),
+            ))
+            .unwrap();
+        let (sender, target) = ([1u8; 32], SigningKey::generate().public());
+        let caller = Caller {
+            key: sender,
+            enrolment: enrol(&relay, sender, "sender"),
+        };
+        enrol(&relay, target, "target");
+        // An admitted target and a wire that fails its check: a verdict for the item.
+        let body = format!(
+            r#"{{"items":[{{"item_id":"i1","kind":"envelope","targets":[{{"host_pubkey":"{}","wire_b64":"AAAA"}}]}}]}}"#,
+            b64(&target)
+        );
+        let answer = rt
+            .block_on(relay.push_json(&caller, body.as_bytes()))
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&answer).contains(r#""status":"rejected:bad wire""#),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        relay.store().close().unwrap();
+        let err = rt
+            .block_on(relay.push_json(&caller, body.as_bytes()))
+            .expect_err("the admission read failed");
+        assert_eq!(err.status, crate::Status::Unavailable, "{:?}", err.body);
+    }
+}
