@@ -36,7 +36,7 @@ pub struct ServeConfig {
     /// The content of `MBX_RELAY_KEY`, if set (never logged).
     pub(crate) key_env: Option<String>,
     /// Connection cap, timeouts and the public-route rate limit (`crate::http::guard`).
-    pub guard: crate::http::guard::GuardConfig,
+    pub guard: crate::http::conn::GuardConfig,
     /// Age (and the keyspace's count cap) beyond which relay-log entries are dropped.
     pub log_retention: relay_store::LogRetention,
     /// `--tls-cert` / `--tls-key` (both or neither; checked at start).
@@ -369,7 +369,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         writeln!(
             out,
             "listening on {addr}{}",
-            crate::http::tls_cert::startup_note(&tls)
+            crate::http::tls::startup_note(&tls)
         )
         .and_then(|()| out.flush())
         .map_err(|e| format!("stdout: {e}"))?;
@@ -378,10 +378,9 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let observed = Some(app.http_metrics.clone());
     crate::notify::notify(&format!("READY=1\nSTATUS=serving on {addr}"));
     let watchdog = crate::notify::spawn_watchdog(stop_rx.clone());
-    let served = crate::http::guard::serve(
+    let served = crate::http::conn::serve(
         listener,
-        service(app),
-        config.trust_proxy,
+        service(app, config.guard.public_per_minute),
         config.guard.clone(),
         tls,
         observed,

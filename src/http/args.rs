@@ -117,7 +117,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub log_retention: Duration,
     #[command(flatten)]
-    pub guard: super::guard::GuardArgs,
+    pub guard: super::conn::GuardArgs,
     #[command(flatten)]
     pub tls: super::tls::TlsArgs,
 }
@@ -233,7 +233,7 @@ mod tests {
     fn every_flag_defaults_to_the_default_config() {
         let c = defaults();
         assert_eq!(c.limits, Limits::default());
-        assert_eq!(c.guard, super::super::guard::GuardConfig::default());
+        assert_eq!(c.guard, super::super::conn::GuardConfig::default());
         assert!(c.validate().is_ok());
     }
 

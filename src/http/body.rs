@@ -104,7 +104,7 @@ pub(crate) async fn read_capped(
     body: &mut Body,
     cap: usize,
     declared: Option<u64>,
-    reservation: &mut Reservation<'_>,
+    reservation: &mut Reservation,
 ) -> Result<Vec<u8>, BodyError> {
     let cap64 = cap as u64;
     if declared.is_some_and(|n| n > cap64) || body.size_hint().lower() > cap64 {
@@ -189,7 +189,7 @@ mod tests {
 
     #[tokio::test]
     async fn caps_are_inclusive_and_enforced() {
-        let limits = BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG);
+        let limits = std::sync::Arc::new(BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG));
         let mut r = limits.reservation("x", None);
         let ok = read_capped(&mut Body::from(vec![b'x'; 10]), 10, None, &mut r)
             .await
@@ -226,7 +226,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_declared_body_holds_what_it_has_sent_not_its_length() {
-        let limits = BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG);
+        let limits = std::sync::Arc::new(BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG));
         let mut body = Body::new(Pieces([axum::body::Bytes::from_static(b"{")].into(), true));
         let mut r = limits.reservation("192.0.2.1", None);
         let declared = Some(MAX_BODY as u64);
@@ -246,7 +246,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_reserves_as_it_arrives_and_never_past_its_share() {
-        let limits = BodyLimits::new(1 << 30, 200 * 1024, u64::MAX, LONG);
+        let limits = std::sync::Arc::new(BodyLimits::new(1 << 30, 200 * 1024, u64::MAX, LONG));
         let piece = axum::body::Bytes::from(vec![1u8; 100 * 1024]);
         let mut body = Body::new(Pieces([piece.clone(), piece.clone()].into(), false));
         let mut r = limits.reservation("192.0.2.1", None);

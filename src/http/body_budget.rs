@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use relay_store::Key32;
@@ -91,9 +91,9 @@ impl BodyLimits {
 
     /// An empty reservation for a request from `addr` (with a hop naming `key`); it grows as
     /// the body arrives and gives everything back when dropped.
-    pub fn reservation(&self, addr: &str, key: Option<Key32>) -> Reservation<'_> {
+    pub fn reservation(self: &Arc<Self>, addr: &str, key: Option<Key32>) -> Reservation {
         Reservation {
-            limits: self,
+            limits: self.clone(),
             addr: address_key(addr),
             key,
             bytes: 0,
@@ -192,22 +192,22 @@ fn uncount<K: Hash + Eq>(m: &mut HashMap<K, u64>, k: &K, bytes: u64) {
 
 /// Body memory held for one request: `bytes` of its address's share, of its key's share and of
 /// the shared budget.
-pub struct Reservation<'a> {
-    limits: &'a BodyLimits,
+pub struct Reservation {
+    limits: Arc<BodyLimits>,
     addr: AddrKey,
     key: Option<Key32>,
     bytes: u64,
 }
 
 /// A wait for room in progress; dropping it (the request ended) settles it.
-struct Wait<'a, 'b> {
-    reservation: &'b mut Reservation<'a>,
+struct Wait<'a> {
+    reservation: &'a mut Reservation,
     id: u64,
     extra: u64,
     settled: bool,
 }
 
-impl Reservation<'_> {
+impl Reservation {
     /// Bytes held now.
     pub fn held(&self) -> u64 {
         self.bytes
@@ -224,10 +224,10 @@ impl Reservation<'_> {
             return Ok(());
         }
         let extra = total - self.bytes;
-        let limits = self.limits;
+        let limits = self.limits.clone();
         let (id, granted) = {
             let mut s = limits.lock();
-            s.take_shares(limits, &self.addr, self.key.as_ref(), extra)?;
+            s.take_shares(&limits, &self.addr, self.key.as_ref(), extra)?;
             if self.bytes > 0 {
                 if s.free < extra {
                     s.give_back_shares(&self.addr, self.key.as_ref(), extra);
@@ -267,7 +267,7 @@ impl Reservation<'_> {
     }
 }
 
-impl Wait<'_, '_> {
+impl Wait<'_> {
     /// Stop waiting: true when it was still waiting (its shares given back), false when it had
     /// been granted meanwhile.
     fn withdraw(&mut self) -> bool {
@@ -284,7 +284,7 @@ impl Wait<'_, '_> {
     }
 }
 
-impl Drop for Wait<'_, '_> {
+impl Drop for Wait<'_> {
     fn drop(&mut self) {
         if self.settled || self.withdraw() {
             return;
@@ -298,7 +298,7 @@ impl Drop for Wait<'_, '_> {
     }
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Reservation {
     fn drop(&mut self) {
         if self.bytes == 0 {
             return;
@@ -318,7 +318,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_for_room_is_bounded_and_leaves_nothing_behind() {
-        let limits = BodyLimits::new(4096, u64::MAX, u64::MAX, Duration::from_millis(100));
+        let limits = Arc::new(BodyLimits::new(
+            4096,
+            u64::MAX,
+            u64::MAX,
+            Duration::from_millis(100),
+        ));
         let mut first = limits.reservation("192.0.2.1", None);
         first.grow_to(3000).await.unwrap();
         let mut second = limits.reservation("192.0.2.2", None);
@@ -396,7 +401,7 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_wait_gives_back_its_share_and_what_it_was_granted() {
         use std::future::Future as _;
-        let limits = BodyLimits::new(1000, u64::MAX, u64::MAX, LONG);
+        let limits = Arc::new(BodyLimits::new(1000, u64::MAX, u64::MAX, LONG));
         let mut holder = limits.reservation("192.0.2.1", None);
         holder.grow_to(1000).await.unwrap();
         // Abandoned while waiting.
@@ -421,7 +426,7 @@ mod tests {
 
     #[tokio::test]
     async fn shares_per_address_and_per_key_are_refused_at_once() {
-        let limits = BodyLimits::new(1 << 30, 10_000, 15_000, LONG);
+        let limits = Arc::new(BodyLimits::new(1 << 30, 10_000, 15_000, LONG));
         let key = [7u8; 32];
         let mut a = limits.reservation("192.0.2.1", Some(key));
         a.grow_to(6_000).await.unwrap();

@@ -22,8 +22,8 @@ use relay_store::Key32;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::answer::{json_response, retry_later};
-use super::guard::{Streaming, StreamingHeld};
+use super::answer::{json_response, retry_later, status_code};
+use super::conn::{Streaming, StreamingHeld};
 use relay_core::wake::{Refused, Ticket};
 use relay_core::Relay;
 
@@ -72,12 +72,12 @@ pub(super) fn response(
     };
     // A revocation between the hop check and the registration ended nobody: look again.
     if let Err(e) = relay.ensure_live(&target) {
-        return json_response(super::handler::status_code(e.status), &e.body);
+        return json_response(status_code(e.status), &e.body);
     }
     // Read after registering: a push durable from now on raises the ticket's head.
     let head = match relay.head_seq(&target) {
         Ok(h) => h,
-        Err(e) => return json_response(super::handler::status_code(e.status), &e.body),
+        Err(e) => return json_response(status_code(e.status), &e.body),
     };
     let stream = Events {
         ends_at: Instant::now() + relay.limits().max_stream_lifetime,

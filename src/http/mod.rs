@@ -1,19 +1,23 @@
-//! The HTTP adapter (hyper, with axum's body and response types): one handler that routes docs/protocol.md §3, caps bodies while streaming and maps
-//! relay answers to status codes. The `mbx-relay serve` lifecycle that starts it is `crate::serve`.
+//! The HTTP adapter (hyper, with axum's body and response types), in three layers: the
+//! connection layer ([`conn`]: accept loop, connection caps, timeouts, paced bodies) serves a
+//! [`conn::Service`]; the public service is the pipeline ([`pipeline`]: route table, admission,
+//! endpoint, answer), the private one `/metrics` and `/status` ([`private`]). The `mbx-relay
+//! serve` lifecycle that starts them is `crate::serve`.
 
+mod admit;
 mod answer;
 pub mod args;
 pub mod body;
 mod body_budget;
 pub(crate) mod client_addr;
-mod conn_limit;
+pub mod conn;
+mod endpoints;
 mod events;
-pub mod guard;
-pub(crate) mod handler;
 pub mod health_probe;
 pub(crate) mod hop_gate;
 pub(crate) mod metrics;
 mod parked;
+pub(crate) mod pipeline;
 pub(crate) mod private;
 pub(crate) mod retry_after;
 pub(crate) mod route;
@@ -40,7 +44,7 @@ pub(crate) struct App {
     pub(crate) hop_gate: hop_gate::HopGate,
 }
 
-/// The public listener's service: every request goes through [`handler::handle`].
-pub(crate) fn service(app: Arc<App>) -> guard::Service {
-    guard::Service::Relay(app)
+/// The public listener's service: every request goes through the pipeline.
+pub(crate) fn service(app: Arc<App>, public_per_minute: u32) -> Arc<pipeline::Public> {
+    pipeline::Public::new(app, public_per_minute)
 }

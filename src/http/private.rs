@@ -11,8 +11,10 @@ use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::guard::GuardConfig;
-use super::{App, TrustProxy};
+use std::net::SocketAddr;
+
+use super::conn::{Answer, GuardConfig, Service};
+use super::App;
 
 /// Connections the private listener serves at once (a scraper or two; more wait for 503).
 const PRIVATE_CONNECTIONS: usize = 8;
@@ -20,7 +22,7 @@ const PRIVATE_CONNECTIONS: usize = 8;
 /// Serve the private listener until `stop` turns true.
 ///
 /// # Errors
-/// As [`super::guard::serve`].
+/// As [`super::conn::serve`].
 pub(crate) async fn serve_private(
     listener: TcpListener,
     app: Arc<App>,
@@ -41,10 +43,9 @@ pub(crate) async fn serve_private(
             }
         }
     };
-    super::guard::serve(
+    super::conn::serve(
         listener,
-        super::guard::Service::Private(app),
-        TrustProxy::Off,
+        Arc::new(Private(app)),
         config,
         None,
         None,
@@ -53,8 +54,17 @@ pub(crate) async fn serve_private(
     .await
 }
 
+/// The private listener's service.
+struct Private(Arc<App>);
+
+impl Service for Private {
+    fn call(self: Arc<Self>, _peer: SocketAddr, req: Request) -> Answer {
+        Box::pin(async move { answer(&self.0, req).await })
+    }
+}
+
 /// `GET /metrics`, `GET /status`; anything else `404 {"error":"not found"}`.
-pub(crate) async fn answer(app: &App, req: Request) -> Response {
+async fn answer(app: &App, req: Request) -> Response {
     let get = req.method() == Method::GET;
     let (status, content_type, body) = match req.uri().path() {
         "/metrics" if get => (

@@ -1,91 +1,135 @@
-//! The route table of docs/protocol.md §3, the live-delivery extension's events stream, plus
-//! `/health`. Anything else — another path or another
-//! method, `/metrics` included (it is served on `--metrics-listen` only) — is
+//! The route table: one row per endpoint of docs/protocol.md §3 (plus the live-delivery
+//! extension's events stream and `/health`), saying everything the pipeline
+//! ([`super::pipeline`]) needs to admit a request before its handler runs: method and path
+//! (one text, also the `/metrics` label), who may call it and with what handler, its body cap,
+//! whether its body is JSON, and the headers every answer carries. Anything else — another path
+//! or another method, `/metrics` included (it is served on `--metrics-listen` only) — is
 //! `404 {"error":"not found"}`.
+//!
+//! Adding an endpoint is a row here plus its handler in [`super::endpoints`] (ARCHITECTURE.md,
+//! "How to add an endpoint").
 
 use axum::http::Method;
 
-/// Every route the relay answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Route {
-    Info,
-    Challenge,
-    Enrol,
-    EncKeyPut,
-    EncKeyPutV2,
-    EncKeyGetV1,
-    EncKeyGetV2,
-    Senders,
-    Rotate,
-    PushV2,
-    PullV2,
-    AckV2,
-    PushV1,
-    PullV1,
-    AckV1,
-    /// `GET /v2/relay/events` (mbx-relay extension: live delivery).
-    Events,
-    Health,
+use super::body::{MAX_BODY, MAX_SMALL_BODY};
+use super::conn::Answer;
+use super::endpoints as e;
+use super::pipeline::Call;
+use relay_core::Caller;
+
+/// A handler: the admitted call in, the answer out.
+pub(crate) type Handler<W> = fn(Call<W>) -> Answer;
+
+/// Who may call a route, and its handler for each kind of caller.
+#[derive(Clone, Copy)]
+pub(crate) enum Access {
+    /// Anyone, no hop, the body never read (`/health`); counted in the address's public window.
+    Open(Handler<()>),
+    /// Anyone, no hop, a small body read; counted in the address's `--enrol-per-minute` window
+    /// by the relay (challenge, enrol, rotate).
+    Enrolment(Handler<()>),
+    /// A hop-signed caller only: the hop's headers checked before any body memory is held, its
+    /// signature over the body after.
+    Signed(Handler<Caller>),
+    /// Signed (the first handler) or not (the second, also for a hop that fails): info. Unsigned
+    /// calls count in the public window.
+    SignedOrOpen(Handler<Caller>, Handler<()>),
 }
+
+/// One endpoint.
+pub(crate) struct Route {
+    /// `METHOD /path`: what the route matches, and its `/metrics` label.
+    pub(crate) label: &'static str,
+    pub(crate) access: Access,
+    /// Largest body accepted (413 past it, from the declared length or the bytes received).
+    pub(crate) body_cap: usize,
+    /// The body is parsed as JSON before the handler (a parse error answers 400).
+    pub(crate) json: bool,
+    /// Headers added to every answer of this route, refusals included.
+    pub(crate) headers: &'static [(&'static str, &'static str)],
+}
+
+/// The header naming the longest `wait` a pull may ask for (mbx-relay extension).
+pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
+/// Its value: [`relay_core::wake::MAX_WAIT_SECS`] as text.
+const WAIT_MAX: &str = "60";
+const _: () = assert!(
+    relay_core::wake::MAX_WAIT_SECS == 60,
+    "WAIT_MAX is its text"
+);
+
+/// A row with the defaults most rows share: a full-size body, not parsed, no extra headers.
+const fn row(label: &'static str, access: Access) -> Route {
+    Route {
+        label,
+        access,
+        body_cap: MAX_BODY,
+        json: false,
+        headers: &[],
+    }
+}
+
+/// A signed route whose JSON body is parsed before its handler.
+const fn json(label: &'static str, handler: Handler<Caller>) -> Route {
+    Route {
+        json: true,
+        ..row(label, Access::Signed(handler))
+    }
+}
+
+/// An enrolment-class route: a small JSON body, no hop.
+const fn enrolment(label: &'static str, handler: Handler<()>) -> Route {
+    Route {
+        body_cap: MAX_SMALL_BODY,
+        json: true,
+        ..row(label, Access::Enrolment(handler))
+    }
+}
+
+/// Every route the relay answers.
+pub(crate) static ROUTES: [Route; 17] = [
+    Route {
+        body_cap: MAX_SMALL_BODY,
+        ..row("GET /health", Access::Open(e::health))
+    },
+    Route {
+        body_cap: MAX_SMALL_BODY,
+        ..row(
+            "GET /v2/relay/info",
+            Access::SignedOrOpen(e::info_signed, e::info_open),
+        )
+    },
+    enrolment("POST /v1/relay/challenge", e::challenge),
+    enrolment("POST /v1/relay/enrol", e::enrol),
+    enrolment("POST /v2/relay/rotate", e::rotate),
+    json("POST /v1/relay/enc-key", e::put_enc_ad_v1),
+    json("POST /v2/relay/enc-key", e::put_enc_ad_v2),
+    row("GET /v1/relay/enc-key", Access::Signed(e::get_enc_ad_v1)),
+    row("GET /v2/relay/enc-key", Access::Signed(e::get_enc_ad_v2)),
+    json("POST /v2/relay/senders", e::put_sender_list),
+    row("POST /v2/relay/items", Access::Signed(e::push)),
+    Route {
+        headers: &[(WAIT_MAX_HEADER, WAIT_MAX)],
+        ..row("GET /v2/relay/items", Access::Signed(e::pull))
+    },
+    json("POST /v2/relay/ack", e::ack),
+    json("POST /v1/relay/messages", e::push_v1),
+    row("GET /v1/relay/messages", Access::Signed(e::pull_v1)),
+    json("POST /v1/relay/ack", e::ack_v1),
+    row("GET /v2/relay/events", Access::Signed(e::events)),
+];
 
 impl Route {
     /// The route for a method and path, if any.
-    pub fn of(method: &Method, path: &str) -> Option<Route> {
-        let get = method == Method::GET;
-        let post = method == Method::POST;
-        Some(match (path, get, post) {
-            ("/v2/relay/info", true, _) => Route::Info,
-            ("/v1/relay/challenge", _, true) => Route::Challenge,
-            ("/v1/relay/enrol", _, true) => Route::Enrol,
-            ("/v1/relay/enc-key", _, true) => Route::EncKeyPut,
-            ("/v1/relay/enc-key", true, _) => Route::EncKeyGetV1,
-            ("/v2/relay/enc-key", true, _) => Route::EncKeyGetV2,
-            ("/v2/relay/enc-key", _, true) => Route::EncKeyPutV2,
-            ("/v2/relay/senders", _, true) => Route::Senders,
-            ("/v2/relay/rotate", _, true) => Route::Rotate,
-            ("/v2/relay/items", _, true) => Route::PushV2,
-            ("/v2/relay/items", true, _) => Route::PullV2,
-            ("/v2/relay/ack", _, true) => Route::AckV2,
-            ("/v1/relay/messages", _, true) => Route::PushV1,
-            ("/v1/relay/messages", true, _) => Route::PullV1,
-            ("/v1/relay/ack", _, true) => Route::AckV1,
-            ("/v2/relay/events", true, _) => Route::Events,
-            ("/health", true, _) => Route::Health,
-            _ => return None,
-        })
+    pub(crate) fn find(method: &Method, path: &str) -> Option<&'static Route> {
+        ROUTES
+            .iter()
+            .find(|r| r.label.split_once(' ') == Some((method.as_str(), path)))
     }
 
-    /// The label used in `/metrics`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Route::Info => "GET /v2/relay/info",
-            Route::Challenge => "POST /v1/relay/challenge",
-            Route::Enrol => "POST /v1/relay/enrol",
-            Route::EncKeyPut => "POST /v1/relay/enc-key",
-            Route::EncKeyPutV2 => "POST /v2/relay/enc-key",
-            Route::EncKeyGetV1 => "GET /v1/relay/enc-key",
-            Route::EncKeyGetV2 => "GET /v2/relay/enc-key",
-            Route::Senders => "POST /v2/relay/senders",
-            Route::Rotate => "POST /v2/relay/rotate",
-            Route::PushV2 => "POST /v2/relay/items",
-            Route::PullV2 => "GET /v2/relay/items",
-            Route::AckV2 => "POST /v2/relay/ack",
-            Route::PushV1 => "POST /v1/relay/messages",
-            Route::PullV1 => "GET /v1/relay/messages",
-            Route::AckV1 => "POST /v1/relay/ack",
-            Route::Events => "GET /v2/relay/events",
-            Route::Health => "GET /health",
-        }
-    }
-
-    /// Challenge, enrol and rotate take small bodies and count against the per-address window.
-    pub(crate) fn enrolment_class(self) -> bool {
-        matches!(self, Route::Challenge | Route::Enrol | Route::Rotate)
-    }
-
-    /// Routes that need no signed hop.
-    pub fn public(self) -> bool {
-        self.enrolment_class() || matches!(self, Route::Info | Route::Health)
+    /// Whether the relay counts this route's calls in the `--enrol-per-minute` window.
+    pub(crate) fn enrolment_class(&self) -> bool {
+        matches!(self.access, Access::Enrolment(_))
     }
 }
 
@@ -93,23 +137,40 @@ impl Route {
 mod tests {
     use super::*;
 
+    fn label(method: Method, path: &str) -> Option<&'static str> {
+        Route::find(&method, path).map(|r| r.label)
+    }
+
     #[test]
     fn routes_by_method_and_path() {
         assert_eq!(
-            Route::of(&Method::GET, "/v2/relay/items"),
-            Some(Route::PullV2)
+            label(Method::GET, "/v2/relay/items"),
+            Some("GET /v2/relay/items")
         );
         assert_eq!(
-            Route::of(&Method::POST, "/v2/relay/items"),
-            Some(Route::PushV2)
+            label(Method::POST, "/v2/relay/items"),
+            Some("POST /v2/relay/items")
         );
-        assert_eq!(Route::of(&Method::DELETE, "/v2/relay/items"), None);
-        assert_eq!(Route::of(&Method::GET, "/v2/relay/items/"), None);
-        assert_eq!(Route::of(&Method::GET, "/nope"), None);
+        assert_eq!(label(Method::DELETE, "/v2/relay/items"), None);
+        assert_eq!(label(Method::GET, "/v2/relay/items/"), None);
+        assert_eq!(label(Method::GET, "/nope"), None);
         assert_eq!(
-            Route::of(&Method::GET, "/metrics"),
+            label(Method::GET, "/metrics"),
             None,
             "private listener only"
         );
+    }
+
+    #[test]
+    fn each_method_and_path_has_one_row() {
+        let mut labels: Vec<_> = ROUTES.iter().map(|r| r.label).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), ROUTES.len());
+        for r in &ROUTES {
+            let (m, p) = r.label.split_once(' ').unwrap();
+            assert!(m == "GET" || m == "POST", "{}", r.label);
+            assert!(p.starts_with('/'), "{}", r.label);
+        }
     }
 }

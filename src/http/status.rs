@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::guard::GuardConfig;
+use super::conn::GuardConfig;
 use super::metrics::process::ProcessFacts;
 use super::metrics::{COMMIT, VERSION};
 use super::tls::Tls;

@@ -320,6 +320,21 @@ fn pem_problem(path: &Path, what: &str, e: &pem::Error) -> String {
     format!("cannot read the TLS {what} file {}: {why}", path.display())
 }
 
+/// What follows `listening on ADDR` at start-up: for a TLS listener
+/// ` (https, certificate "SUBJECT", expires NOT_AFTER)`, else nothing (the address stays the
+/// line's first word, for scripts that read it).
+pub(crate) fn startup_note(tls: &Option<Arc<Tls>>) -> String {
+    match tls.as_ref().map(|t| t.cert_info()) {
+        None => String::new(),
+        Some(None) => " (https)".to_owned(),
+        Some(Some(c)) => format!(
+            " (https, certificate \"{}\", expires {})",
+            c.subject,
+            c.not_after_text()
+        ),
+    }
+}
+
 /// Install the SIGHUP handler now (so a SIGHUP right after `listening on` cannot kill the relay)
 /// and run the reloads until `stop`: on SIGHUP, and when the files change (checked every
 /// [`WATCH_EVERY`]). Without TLS a SIGHUP is logged and ignored.

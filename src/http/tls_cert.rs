@@ -46,21 +46,6 @@ impl CertInfo {
     }
 }
 
-/// What follows `listening on ADDR` at start-up: for a TLS listener
-/// ` (https, certificate "SUBJECT", expires NOT_AFTER)`, else nothing (the address stays the
-/// line's first word, for scripts that read it).
-pub(crate) fn startup_note(tls: &Option<std::sync::Arc<super::tls::Tls>>) -> String {
-    match tls.as_ref().map(|t| t.cert_info()) {
-        None => String::new(),
-        Some(None) => " (https)".to_owned(),
-        Some(Some(c)) => format!(
-            " (https, certificate \"{}\", expires {})",
-            c.subject,
-            c.not_after_text()
-        ),
-    }
-}
-
 /// Seconds since the Unix epoch now.
 pub(crate) fn now_unix() -> i64 {
     std::time::SystemTime::now()

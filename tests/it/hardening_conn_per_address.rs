@@ -194,7 +194,7 @@ fn one_address_cannot_take_every_connection_slot() {
 fn without_the_per_address_cap_one_address_takes_every_slot() {
     let d = Dialer::new();
     let mut args = PATIENT.to_vec();
-    let cap = mbx_relay::http::guard::GuardConfig::default()
+    let cap = mbx_relay::http::conn::GuardConfig::default()
         .max_connections
         .to_string();
     args.extend(["--max-connections-per-address", &cap]);

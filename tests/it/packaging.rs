@@ -169,7 +169,7 @@ fn the_relay_unit_allows_a_descriptor_per_connection_and_the_store() {
         .expect("LimitNOFILE")
         .parse()
         .expect("a number");
-    let cap = mbx_relay::http::guard::GuardConfig::default().max_connections;
+    let cap = mbx_relay::http::conn::GuardConfig::default().max_connections;
     assert!(
         nofile >= cap + 1024,
         "LimitNOFILE {nofile}: the connection cap {cap} plus room for the store's files"
