@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 
 use crate::cli_docs::DocsArgs;
 use crate::exit;
-use crate::http::args::ServeArgs;
+use crate::serve::args::ServeArgs;
 
 /// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
 #[derive(Debug, Parser)]
@@ -31,7 +31,7 @@ pub enum Command {
     Keygen,
     /// Exit 0 when the relay's `GET /health` answers 200 (container health checks).
     #[command(after_help = exit::HELP)]
-    Health(crate::http::health_probe::HealthArgs),
+    Health(crate::health_probe::HealthArgs),
     /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
     Host(mbx_host::cli::HostArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use mbx_relay::cli::{Cli, Command};
 use mbx_relay::exit;
-use mbx_relay::http::args::ServeArgs;
+use mbx_relay::serve::args::ServeArgs;
 
 /// mimalloc, tuned in `mbx_relay::memory` (why: see there).
 #[global_allocator]
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
             serve(*args, serve_matches)
         }
         Command::Host(args) => mbx_host::cli::run(args),
-        Command::Health(args) => match mbx_relay::http::health_probe::probe(&args) {
+        Command::Health(args) => match mbx_relay::health_probe::probe(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("mbx-relay: unhealthy: {e}");
@@ -54,7 +54,7 @@ fn serve(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> ExitCode {
     let config = args.into_config();
     // Every error names its MBX_RELAY_* variable when the value came from the environment.
     let name_source = |e: &str| match matches {
-        Some(m) => mbx_relay::http::args::name_env_source(e, m),
+        Some(m) => mbx_relay::serve::args::name_env_source(e, m),
         None => e.to_string(),
     };
     if let Err(e) = config.validate() {

@@ -2,7 +2,6 @@
 //! relay answers to status codes. The `mbx-relay serve` lifecycle that starts it is `crate::serve`.
 
 mod answer;
-pub mod args;
 pub mod body;
 mod body_budget;
 pub(crate) mod client_addr;
@@ -10,7 +9,6 @@ mod conn_limit;
 mod events;
 pub mod guard;
 pub(crate) mod handler;
-pub mod health_probe;
 pub(crate) mod hop_gate;
 pub(crate) mod metrics;
 mod parked;

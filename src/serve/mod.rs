@@ -8,6 +8,9 @@
 //! `listening on <addr>`, tell systemd `READY=1`, then serve; background tasks sweep, heartbeat
 //! and feed the systemd watchdog. On SIGTERM/SIGINT: stop accepting, finish in-flight
 //! requests, stop the background tasks and the metrics listener, close the store.
+pub mod args;
+mod store_link;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -326,6 +329,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             &relay,
             &bodies,
             tls.clone(),
+            Box::new(store_link::StoreLink),
         )),
         bodies,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::TrustProxy;
-use crate::serve::ServeConfig;
+use super::ServeConfig;
+use crate::http::TrustProxy;
 use crate::store_open::StoreSpec;
 use relay_core::config::{defaults as d, parse_bytes, parse_duration, Limits};
 
@@ -117,9 +117,9 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, help_heading = HEAD_TIMES)]
     pub log_retention: Duration,
     #[command(flatten)]
-    pub guard: super::guard::GuardArgs,
+    pub guard: crate::http::guard::GuardArgs,
     #[command(flatten)]
-    pub tls: super::tls::TlsArgs,
+    pub tls: crate::http::tls::TlsArgs,
 }
 
 /// `--log-retention`'s default: the keyspace's [`relay_store::DEFAULT_LOG_RETENTION_MS`]
@@ -233,7 +233,7 @@ mod tests {
     fn every_flag_defaults_to_the_default_config() {
         let c = defaults();
         assert_eq!(c.limits, Limits::default());
-        assert_eq!(c.guard, super::super::guard::GuardConfig::default());
+        assert_eq!(c.guard, crate::http::guard::GuardConfig::default());
         assert!(c.validate().is_ok());
     }
 
