@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 
 use crate::cli_docs::DocsArgs;
 use crate::exit;
-use crate::http::args::ServeArgs;
+use crate::serve::args::ServeArgs;
 
 /// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
 #[derive(Debug, Parser)]
@@ -22,20 +22,46 @@ pub enum Command {
     ///
     /// Byte counts take `50MiB`, `50M` (powers of 1024), `8MB` (of 1000) or a plain number of
     /// bytes; durations `2w`, `14d`, `90s`, `250ms`, `1h 30m` or a plain number of seconds.
-    /// Every flag has an MBX_RELAY_* variable (the flag wins). `--check` validates the whole
-    /// configuration without serving.
+    /// Every flag has an MBX_RELAY_* variable (the flag wins); an MBX_RELAY_* variable that
+    /// names no flag is refused. `--check` validates the whole configuration without serving.
+    /// Logs go to stderr, filtered by RUST_LOG (default `info`); `GET /metrics` and `GET /status`
+    /// (the running settings, JSON) are served on --metrics-listen.
     #[command(after_help = exit::HELP)]
     Serve(Box<ServeArgs>),
     /// Print a new relay key (base64 seed, for MBX_RELAY_KEY or relay.key) and its fingerprint.
     #[command(after_help = exit::HELP)]
-    Keygen,
+    Keygen(KeygenArgs),
     /// Exit 0 when the relay's `GET /health` answers 200 (container health checks).
     #[command(after_help = exit::HELP)]
-    Health(crate::http::health_probe::HealthArgs),
+    Health(crate::health_probe::HealthArgs),
     /// Host-side commands (sender outbox, receiver checkpoint, quarantine).
     Host(mbx_host::cli::HostArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions(crate::cli_docs::ShellArg),
     /// Print the man page (roff), or write one page per command into --dir.
     Man(DocsArgs),
+}
+
+/// Flags of `keygen` (`mbx-relay keygen` and `relay-tool keygen` alike).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeygenArgs {
+    /// One JSON object: seed, public key, fingerprint.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A new relay key as `keygen` prints it: `seed:`, `fingerprint:`, `public:` lines, or one JSON
+/// object with those fields (both binaries print this).
+pub fn keygen_output(args: &KeygenArgs) -> String {
+    let key = relay_wire::keys::SigningKey::generate();
+    if args.json {
+        let v = serde_json::json!({
+            "seed": key.seed_b64(),
+            "public": key.public_b64(),
+            "fingerprint": relay_wire::keys::fingerprint(&key.public()),
+        });
+        format!("{v}\n")
+    } else {
+        relay_core::key::keygen_text(&key)
+    }
 }

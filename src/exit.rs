@@ -14,6 +14,27 @@ pub const DATA: u8 = 3;
 /// The store is in use by a running relay (relay-tool commands that need it stopped).
 pub const IN_USE: u8 = 4;
 
+/// The one shape of a failure under `--json` (mbx-relay, relay-tool and `mbx-relay host` alike):
+/// `{"error":"<the stderr line's message>","exit_code":N}` as one line on stdout, beside the
+/// usual line on stderr, so a script reading stdout always gets JSON.
+pub fn json_error(msg: &str, code: u8) -> String {
+    serde_json::json!({ "error": msg, "exit_code": code }).to_string()
+}
+
+/// Let a closed stdout end the command quietly, as it ends `cat` or `grep`: killed by SIGPIPE
+/// (the shell reports 141), no panic, no backtrace, no exit 101 (`relay-tool stats | jq` with
+/// a `jq` that failed). Rust ignores SIGPIPE, so without this a write to the closed pipe panics
+/// in `println!`. Only for commands that print and exit: the relay (`serve`) and the host
+/// daemon keep ignoring it, so a peer that hangs up on one of their sockets is an error there,
+/// never a kill; the admin-socket client sends with `MSG_NOSIGNAL` for the same reason.
+pub fn quiet_broken_pipe() {
+    // SAFETY: sets SIGPIPE's disposition to its default; called at the start of `main`, before
+    // any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// The `EXIT CODES` section of both binaries' `--help` (after_help).
 pub const HELP: &str = "\
 EXIT CODES (mbx-relay and relay-tool):

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod cli_docs;
 pub mod exit;
 pub mod failpoint;
+pub mod health_probe;
 pub mod http;
 pub mod memory;
 mod notify;

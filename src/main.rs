@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use mbx_relay::cli::{Cli, Command};
 use mbx_relay::exit;
-use mbx_relay::http::args::ServeArgs;
+use mbx_relay::serve::args::ServeArgs;
 
 /// mimalloc, tuned in `mbx_relay::memory` (why: see there).
 #[global_allocator]
@@ -23,22 +23,31 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return mbx_relay::cli_docs::usage_error(&Cli::command(), &e),
     };
+    // Commands that print and exit end quietly on a closed stdout; the relay and the host
+    // daemon serve sockets and keep SIGPIPE ignored.
+    let serves = match &cli.command {
+        Command::Serve(_) => true,
+        Command::Host(h) => matches!(h.command, mbx_host::cli::HostCommand::Run(_)),
+        _ => false,
+    };
+    if !serves {
+        exit::quiet_broken_pipe();
+    }
     match cli.command {
         Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve");
             serve(*args, serve_matches)
         }
         Command::Host(args) => mbx_host::cli::run(args),
-        Command::Health(args) => match mbx_relay::http::health_probe::probe(&args) {
+        Command::Health(args) => match mbx_relay::health_probe::probe(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("mbx-relay: unhealthy: {e}");
-                ExitCode::from(exit::FAILURE)
+                eprintln!("mbx-relay: {e}");
+                ExitCode::from(e.exit_code())
             }
         },
-        Command::Keygen => {
-            let key = relay_wire::keys::SigningKey::generate();
-            print!("{}", relay_core::key::keygen_text(&key));
+        Command::Keygen(args) => {
+            print!("{}", mbx_relay::cli::keygen_output(&args));
             ExitCode::SUCCESS
         }
         Command::Completions(shell) => {
@@ -54,10 +63,12 @@ fn serve(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> ExitCode {
     let config = args.into_config();
     // Every error names its MBX_RELAY_* variable when the value came from the environment.
     let name_source = |e: &str| match matches {
-        Some(m) => mbx_relay::http::args::name_env_source(e, m),
+        Some(m) => mbx_relay::serve::args::name_env_source(e, m),
         None => e.to_string(),
     };
-    if let Err(e) = config.validate() {
+    let checked = mbx_relay::serve::args::refuse_unknown_vars(std::env::vars_os().map(|(k, _)| k))
+        .and_then(|()| config.validate());
+    if let Err(e) = checked {
         // A configuration error, before anything is opened.
         eprintln!("mbx-relay: {}", name_source(&e));
         return ExitCode::from(exit::USAGE);
@@ -84,7 +95,7 @@ fn serve(args: ServeArgs, matches: Option<&clap::ArgMatches>) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("mbx-relay: {}", name_source(&e.to_string()));
-                ExitCode::from(exit::USAGE)
+                ExitCode::from(e.exit_code())
             }
         };
     }

@@ -17,8 +17,9 @@ pub enum StoreSpec {
 }
 
 impl StoreSpec {
-    /// Parse a `--store` value: a directory path. A URL (`scheme://`) names a backend this
-    /// build does not have, and is refused rather than taken for a directory name.
+    /// Parse a `--store` value: a directory path or a `postgres://` url. Another URL
+    /// (`scheme://`) names a backend this build does not have, and is refused (saying what is
+    /// taken) rather than taken for a directory name.
     ///
     /// # Errors
     /// A message naming the value's scheme, or an empty value.
@@ -31,7 +32,8 @@ impl StoreSpec {
                 return Ok(StoreSpec::Postgres(s.to_string()));
             }
             return Err(format!(
-                "--store: {scheme}:// stores are not supported by this build; give a store directory"
+                "--store: {scheme}:// stores are not supported; give a store directory or a \
+                 postgres://user@host:port/db url"
             ));
         }
         Ok(StoreSpec::Dir(PathBuf::from(s)))
@@ -218,6 +220,7 @@ mod tests {
         );
         let e = StoreSpec::parse("mysql://relay@db/relay").unwrap_err();
         assert!(e.contains("mysql://"), "{e}");
+        assert!(e.contains("postgres://"), "says what works: {e}");
         let pg = StoreSpec::parse("postgres://relay:secret@db:5432/relay").unwrap();
         assert_eq!(
             pg.to_string(),

@@ -3,13 +3,15 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-/// The exit codes `--help` lists.
+/// The exit codes `--help` lists: the scheme `mbx-relay` and `relay-tool` share
+/// (`mbx_relay::exit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Code {
     /// Bad command line.
-    Usage = 1,
-    /// The relay could not be reached or answered an error, or a file could not be written.
-    Store = 2,
+    Usage = mbx_relay::exit::USAGE as isize,
+    /// The relay could not be reached or answered an error, a request of the run failed, or a
+    /// file could not be written.
+    Store = mbx_relay::exit::FAILURE as isize,
 }
 
 /// A failed run.

@@ -17,11 +17,13 @@ use fail::Code;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The exit codes, as `mbx-relay` and `relay-tool` number them (`mbx_relay::exit`).
 const EXIT_CODES: &str = "\
-EXIT CODES:
-  0  success
-  1  usage error: unknown option, missing argument, a value out of range
-  2  the relay could not be reached or answered an error, or a file could not be written";
+EXIT CODES (as mbx-relay and relay-tool):
+  0  success: every request of the run succeeded
+  1  the relay could not be reached or answered an error, a request of the run failed (the
+     report is printed first, with the errors by kind), or a file could not be written
+  2  usage error: unknown option, missing argument, a value out of range";
 
 #[derive(Parser)]
 #[command(

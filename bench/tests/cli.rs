@@ -1,5 +1,6 @@
 //! The `relay-bench` command line, through the real binary: bad flags are refused with exit
-//! code 1 and one line naming the flag, before any connection is made. (Being this package's
+//! code 2 (the usage code of mbx-relay and relay-tool) and one line naming the flag, before any
+//! connection is made; an unreachable relay is a failure, exit 1. (Being this package's
 //! integration test also makes `cargo test --workspace` build the binary the relay's TLS test
 //! drives.)
 
@@ -13,8 +14,8 @@ fn bench(args: &[&str]) -> Output {
 }
 
 #[test]
-fn out_of_range_flags_exit_1_naming_the_flag() {
-    // Port 1 on loopback: nothing listens, so a run that got past the checks would fail with 2.
+fn out_of_range_flags_exit_2_naming_the_flag() {
+    // Port 1 on loopback: nothing listens, so a run that got past the checks would fail with 1.
     let url = "http://127.0.0.1:1";
     for (args, flag) in [
         (&["--senders", "0"][..], "--senders"),
@@ -25,18 +26,20 @@ fn out_of_range_flags_exit_1_naming_the_flag() {
     ] {
         let out = bench(&[&["--url", url][..], args].concat());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(
             err.starts_with(&format!("relay-bench: {flag}")),
             "{args:?}: {err}"
         );
     }
     let out = bench(&["--url", "ftp://127.0.0.1:1"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
+    let out = bench(&["--url", url, "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
-fn an_unreachable_relay_exits_2() {
+fn an_unreachable_relay_exits_1() {
     let out = bench(&[
         "--url",
         "http://127.0.0.1:1",
@@ -46,6 +49,6 @@ fn an_unreachable_relay_exits_2() {
         "2",
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("relay-bench: "), "{err}");
 }

@@ -176,15 +176,17 @@ pub fn run(args: HostArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            if args.json {
-                println!("{}", json!({"error": e.to_string()}));
-            }
-            eprintln!("mbx-relay host: {e}");
-            ExitCode::from(if matches!(e, HostError::Usage(_)) {
+            let code: u8 = if matches!(e, HostError::Usage(_)) {
                 2
             } else {
                 1
-            })
+            };
+            if args.json {
+                // The JSON error shape of all three binaries (`mbx_relay::exit::json_error`).
+                println!("{}", json!({"error": e.to_string(), "exit_code": code}));
+            }
+            eprintln!("mbx-relay host: {e}");
+            ExitCode::from(code)
         }
     }
 }

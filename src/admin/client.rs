@@ -1,6 +1,6 @@
 //! The client side of the admin socket (blocking, for `relay-tool`).
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -43,7 +43,7 @@ impl std::error::Error for ClientError {}
 /// Permission denied on the socket, a refusal by the relay (`Refused`), or a broken answer.
 pub fn request(store_dir: &Path, request: &Request) -> Result<Option<Reply>, ClientError> {
     let path = store_dir.join(SOCKET_NAME);
-    let mut stream = match UnixStream::connect(&path) {
+    let stream = match UnixStream::connect(&path) {
         Ok(s) => s,
         Err(e)
             if matches!(
@@ -71,9 +71,7 @@ pub fn request(store_dir: &Path, request: &Request) -> Result<Option<Reply>, Cli
         .set_write_timeout(Some(READ_TIMEOUT))
         .map_err(io_err("configuring"))?;
     let line = format!("{}\n", request.to_line());
-    stream
-        .write_all(line.as_bytes())
-        .map_err(io_err("writing to"))?;
+    send_all(&stream, line.as_bytes()).map_err(io_err("writing to"))?;
     let mut reader = BufReader::with_capacity(256 * 1024, stream);
     let status = read_line(&mut reader).map_err(io_err("reading from"))?;
     match status.as_str() {
@@ -90,6 +88,36 @@ pub fn request(store_dir: &Path, request: &Request) -> Result<Option<Reply>, Cli
             ))),
         },
     }
+}
+
+/// Write all of `bytes` to `stream` with `MSG_NOSIGNAL`: a relay that closed the socket is an
+/// error here, never a SIGPIPE (relay-tool lets SIGPIPE end it quietly when its stdout closes,
+/// [`crate::exit::quiet_broken_pipe`]).
+fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe `bytes`, alive for the call; the fd is open
+        // while `stream` is borrowed.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        match usize::try_from(n) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n.min(bytes.len())..],
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A relay's streamed answer: read the data with [`Read`], then call [`Reply::finish`].

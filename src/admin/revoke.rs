@@ -74,24 +74,44 @@ pub fn run(
     }
 }
 
+/// A whole base64 host key, if `target` is one.
+fn whole_key(target: &str) -> Option<Key32> {
+    unb64(target).and_then(|b| Key32::try_from(b.as_slice()).ok())
+}
+
+/// `target` has the shape of a KEY argument: a whole base64 host key or a fingerprint prefix of
+/// [`MIN_PREFIX_DIGITS`] to 16 hex digits (relay-tool refuses anything else as a usage error,
+/// before it asks the relay or opens the store).
+///
+/// # Errors
+/// Names the value and the shapes it may take.
+pub fn check_target(target: &str) -> Result<(), String> {
+    if whole_key(target).is_some() {
+        return Ok(());
+    }
+    let digits = target.chars().filter(|c| *c != '-').count();
+    if !target.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        || !(MIN_PREFIX_DIGITS..=16).contains(&digits)
+    {
+        let shown: String = target.chars().take(64).collect();
+        return Err(format!(
+            "{shown:?} is neither a host key (base64) nor a fingerprint of {MIN_PREFIX_DIGITS} to 16 hex digits"
+        ));
+    }
+    Ok(())
+}
+
 /// The key a target names: a whole base64 host key, or a fingerprint prefix that exactly one
 /// enrolment (live or revoked) has.
 ///
 /// # Errors
 /// Not a key or fingerprint; no enrolment with that fingerprint; several (listed).
 pub fn resolve(store: &dyn RelayStore, target: &str) -> Result<Key32, String> {
-    if let Some(key) = unb64(target).and_then(|b| Key32::try_from(b.as_slice()).ok()) {
+    if let Some(key) = whole_key(target) {
         return Ok(key);
     }
-    let digits = target.chars().filter(|c| *c != '-').count();
+    check_target(target)?;
     let shown: String = target.chars().take(64).collect();
-    if !target.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
-        || !(MIN_PREFIX_DIGITS..=16).contains(&digits)
-    {
-        return Err(format!(
-            "{shown:?} is neither a host key (base64) nor a fingerprint of {MIN_PREFIX_DIGITS} to 16 hex digits"
-        ));
-    }
     let found = store
         .enrolments_by_fingerprint(target, MAX_CANDIDATES + 1)
         .map_err(|e| e.to_string())?;

@@ -6,14 +6,12 @@
 
 mod admit;
 mod answer;
-pub mod args;
 pub mod body;
 mod body_budget;
 pub(crate) mod client_addr;
 pub mod conn;
 mod endpoints;
 mod events;
-pub mod health_probe;
 pub(crate) mod hop_gate;
 pub(crate) mod metrics;
 mod parked;

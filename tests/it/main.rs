@@ -67,6 +67,7 @@ mod tls_hosts;
 mod tls_serve;
 mod tool_admin;
 mod tool_audit_log;
+mod tool_cli;
 mod tool_hosts;
 mod tool_pg;
 mod tool_revoke;

@@ -332,3 +332,112 @@ fn completions_and_the_man_page_are_generated_from_the_command_tree() {
     let page = std::fs::read_to_string(dir.path().join("mbx-relay-serve.1")).expect("serve page");
     assert!(page.contains("max\\-queue\\-bytes"), "{page}");
 }
+
+/// Issue 39 item 1: a restored store started without its relay key is refused (exit 2, the
+/// store's key named) and no `relay.key` is written into it, so a later start with the key
+/// works; `--check` says the same instead of `configuration ok`; another key is refused with
+/// exit 2; a store a running relay holds exits 4.
+#[test]
+fn a_store_started_without_its_key_is_refused_and_no_key_is_written() {
+    let work = tempfile::tempdir().unwrap();
+    let relay = Relay::start(&[]);
+    let seed = std::fs::read_to_string(relay.store_dir().join("relay.key")).unwrap();
+    let seed = seed.trim().to_string();
+    let fp = relay_wire::keys::fingerprint(
+        &relay_wire::keys::SigningKey::from_key_file(&seed)
+            .unwrap()
+            .public(),
+    );
+    let out = serve(relay.store_dir(), &["--listen", "127.0.0.1:0"], &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("in use"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let backup = work.path().join("relay.mbxbak");
+    let out = relay_tool(&["backup", "--store-dir", s(relay.store_dir()), s(&backup)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(relay);
+    let restored = work.path().join("restored");
+    let out = relay_tool(&["restore", "--store-dir", s(&restored), s(&backup)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let key_file = restored.join("relay.key");
+    assert!(!key_file.exists(), "the restore brought no key");
+
+    for args in [&["--check"][..], &[]] {
+        let all = [args, &["--listen", "127.0.0.1:0"]].concat();
+        let out = serve(&restored, &all, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&fp), "names the store's key: {err}");
+        assert!(err.contains("MBX_RELAY_KEY"), "{err}");
+        assert!(!text(&out.stdout).contains("configuration ok"));
+        assert!(!key_file.exists(), "{args:?} wrote a relay key");
+    }
+    let other = relay_wire::keys::SigningKey::generate().seed_b64();
+    let out = serve(
+        &restored,
+        &["--listen", "127.0.0.1:0"],
+        &[("MBX_RELAY_KEY", &other)],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("relay key refused"));
+    assert!(!key_file.exists());
+
+    let out = serve(
+        &restored,
+        &["--check", "--listen", "127.0.0.1:0"],
+        &[("MBX_RELAY_KEY", &seed)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "relay key: {fp} (from MBX_RELAY_KEY), the store's own"
+        )),
+        "{said}"
+    );
+}
+
+/// Issue 39 item 2: an `MBX_RELAY_*` variable that names no setting is refused by `serve` and
+/// by `--check` (exit 2, nothing created), with the name it was probably meant to be.
+#[test]
+fn a_misspelt_variable_is_refused_with_the_name_meant() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    for args in [&["--check"][..], &[]] {
+        let all = [args, &["--listen", "127.0.0.1:0"]].concat();
+        let out = serve(
+            &store,
+            &all,
+            &[
+                ("MBX_RELAY_LISTN", "127.0.0.1:0"),
+                ("MBX_RELAY_MAX_QUEUE_ITEM", "5"),
+            ],
+        );
+        assert_failed_cleanly(
+            &out,
+            &store,
+            2,
+            "MBX_RELAY_LISTN (did you mean MBX_RELAY_LISTEN?)",
+        );
+        assert!(
+            text(&out.stderr)
+                .contains("MBX_RELAY_MAX_QUEUE_ITEM (did you mean MBX_RELAY_MAX_QUEUE_ITEMS?)"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    // A --store-dir that is a file is said so (no chmod advice).
+    let file = work.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let out = serve(&file, &["--check", "--listen", "127.0.0.1:0"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("not a directory") && !err.contains("chmod"),
+        "{err}"
+    );
+}

@@ -234,3 +234,29 @@ fn relay_bench_pushes_over_https_with_the_ca() {
     let out = common::relay_bench(&args);
     assert!(!out.status.success());
 }
+
+/// Issue 39 item 3: `mbx-relay health` checks a TLS relay on a private CA with `--ca`, and
+/// without it says in words why the certificate was refused (no rustls debug text).
+#[test]
+fn health_checks_a_tls_relay_with_its_ca_and_says_why_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_relay, url, ca) = tls_relay(dir.path());
+    let health = format!("{url}/health");
+    let out = common::relay_exits(&["health", "--url", &health, "--ca", &ca], &[]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+
+    let out = common::relay_exits(&["health", "--url", &health], &[]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not signed by a trusted CA"), "{err}");
+    assert!(err.contains("--ca"), "{err}");
+    assert!(!err.contains("UnknownIssuer"), "{err}");
+
+    // --ca on plain http is a usage error.
+    let out = common::relay_exits(
+        &["health", "--url", "http://127.0.0.1:1/health", "--ca", &ca],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+}

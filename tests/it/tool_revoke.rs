@@ -434,7 +434,10 @@ fn an_ambiguous_fingerprint_is_refused_with_the_candidates_and_an_unknown_one_cl
         err.contains(&format!("no enrolled key has fingerprint {unknown}")),
         "{err}"
     );
-    let (_, err) = tool_exit(&["revoke", "--store-dir", s(dir), "zz"], 1);
+    // A KEY that is neither a key nor a fingerprint is a usage error (exit 2), like `revoke 1`.
+    let (_, err) = tool_exit(&["revoke", "--store-dir", s(dir), "zz"], 2);
+    assert!(err.contains("neither a host key"), "{err}");
+    let (_, err) = tool_exit(&["revoke", "--store-dir", s(dir), "1"], 2);
     assert!(err.contains("neither a host key"), "{err}");
     let (_, err) = tool_exit(
         &[

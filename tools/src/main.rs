@@ -188,11 +188,7 @@ else print how many entries verified.",
     },
     /// Generate a relay key (same output as `mbx-relay keygen`).
     #[command(after_help = exit_codes())]
-    Keygen {
-        /// One JSON object: seed, public key, fingerprint.
-        #[arg(long)]
-        json: bool,
-    },
+    Keygen(mbx_relay::cli::KeygenArgs),
     /// One line per enrolment: fingerprint, name, account, enrolled, last seen (day), queue,
     /// enc ad and its age, revoked at (read-only; through the relay while it runs).
     #[command(after_help = exit_codes())]
@@ -260,6 +256,24 @@ reason and the counts. A purge deletes at most 100,000 items (one batch).",
 }
 
 impl Command {
+    /// `--json` was given: a failure is printed as JSON on stdout too.
+    fn json(&self) -> bool {
+        match self {
+            Command::Backup { json, .. }
+            | Command::Restore { json, .. }
+            | Command::Verify { json, .. }
+            | Command::Dump { json, .. }
+            | Command::Stats { json, .. }
+            | Command::RotateEpoch { json, .. }
+            | Command::Log { json, .. }
+            | Command::Hosts { json, .. }
+            | Command::Revoke { json, .. }
+            | Command::Purge { json, .. } => *json,
+            Command::Keygen(args) => args.json,
+            Command::Completions(_) | Command::Man(_) => false,
+        }
+    }
+
     /// True for commands that may create store files or backups (every command that opens a
     /// store may make the engine write).
     fn writes_files(&self) -> bool {
@@ -275,6 +289,8 @@ impl Command {
 
 fn main() -> ExitCode {
     use clap::CommandFactory as _;
+    // A closed stdout (`relay-tool stats | jq` with a jq that failed) ends the command quietly.
+    mbx_relay::exit::quiet_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return mbx_relay::cli_docs::usage_error(&Cli::command(), &e),
@@ -286,9 +302,13 @@ fn main() -> ExitCode {
         Command::Man(args) => return mbx_relay::cli_docs::man(Cli::command(), &args),
         _ => {}
     }
+    let json = cli.command.json();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
+            if json {
+                println!("{}", mbx_relay::exit::json_error(&f.msg, f.code as u8));
+            }
             eprintln!("relay-tool: {}", f.msg);
             f.exit_code()
         }
@@ -350,20 +370,8 @@ fn run(command: Command) -> Result<(), Failure> {
             json,
             verify: false,
         } => inspect::log(&store.target()?, limit, json),
-        Command::Keygen { json } => {
-            let key = relay_wire::keys::SigningKey::generate();
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "seed": key.seed_b64(),
-                        "public": key.public_b64(),
-                        "fingerprint": relay_wire::keys::fingerprint(&key.public()),
-                    })
-                );
-            } else {
-                print!("{}", relay_core::key::keygen_text(&key));
-            }
+        Command::Keygen(args) => {
+            print!("{}", mbx_relay::cli::keygen_output(&args));
             Ok(())
         }
         Command::Completions(_) | Command::Man(_) => Ok(()),

@@ -22,10 +22,12 @@ use crate::fail::{Code, Failure};
 /// Run the command; prints one line (or the JSON object) saying what was done.
 ///
 /// # Errors
-/// Usage (a reason over [`MAX_REASON_CHARS`]); the relay's refusal or the offline one (unknown
+/// Usage (KEY neither a key nor a fingerprint of 4 to 16 hex digits, a reason over
+/// [`MAX_REASON_CHARS`]); the relay's refusal or the offline one (unknown
 /// key, prefix matching several keys, queue over the purge bound) as `Store`; `InUse` while a
 /// relay holds the store and its socket does not answer.
 pub fn run(t: &Target, action: &Action, json: bool) -> Result<(), Failure> {
+    revoke::check_target(&action.target).map_err(|why| Failure::new(Code::Usage, why))?;
     if action.reason.chars().count() > MAX_REASON_CHARS {
         return Err(Failure::new(
             Code::Usage,

@@ -222,7 +222,8 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         )
         .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
-    super::print_report(a, &report, text)
+    super::print_report(a, &report, text)?;
+    super::failed_requests(report.runs.iter().flat_map(|r| r.errors.values()).sum())
 }
 
 /// The `--kinds` spelling of a receiver kind.

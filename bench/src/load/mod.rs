@@ -161,8 +161,8 @@ fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
 /// Run the bench and print its report (and the SVG when asked).
 ///
 /// # Errors
-/// Usage errors, an unreachable relay or a refused enrolment; per-item failures are reported,
-/// not returned.
+/// Usage errors, an unreachable relay or a refused enrolment; a run where any request failed
+/// (after printing the report: the errors by kind are in it).
 pub fn run(a: &BenchArgs) -> Result<(), Failure> {
     if a.latency {
         return latency::run(a);
@@ -185,7 +185,29 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
         std::fs::write(path, svg::render(&title, &pts, &svg::provenance()))
             .map_err(|e| Failure::io("cannot write", path, &e))?;
     }
-    print_report(a, &report, report::text)
+    print_report(a, &report, report::text)?;
+    let failed: u64 = report
+        .points
+        .iter()
+        .flat_map(|p| std::iter::once(&p.push).chain(p.drain.as_ref()))
+        .flat_map(|phase| phase.errors.values())
+        .sum();
+    failed_requests(failed)
+}
+
+/// A run whose requests did not all succeed fails (exit 1), so a script or CI job never takes
+/// a run with errors for a measurement.
+///
+/// # Errors
+/// `failed` is not 0.
+pub(super) fn failed_requests(failed: u64) -> Result<(), Failure> {
+    if failed == 0 {
+        return Ok(());
+    }
+    Err(relay_err(format!(
+        "{failed} request{} failed (the report lists them by kind)",
+        if failed == 1 { "" } else { "s" }
+    )))
 }
 
 /// Print a report on stdout: JSON with `--json`, else its text.

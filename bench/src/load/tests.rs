@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use mbx_relay::http::args::ServeArgs;
+use mbx_relay::serve::args::ServeArgs;
 
 use super::{measure, BenchArgs};
 

@@ -1,7 +1,7 @@
 //! `/metrics` in the Prometheus text format (0.0.4), built with prometheus-client: requests by
 //! route pattern and status with latency histograms, refusals by reason, connections open and
 //! refused ([`conn`]), the relay's item and store figures (relay-core's metrics and
-//! [`relay_state`]), the PostgreSQL pool's counters ([`store_link`]), `mbx_relay_build_info` and the standard `process_*` metrics ([`process`]).
+//! [`relay_state`]), the store backend's own counters (a collector the caller hands in: the PostgreSQL pool's), `mbx_relay_build_info` and the standard `process_*` metrics ([`process`]).
 //! Every label set is closed: routes are [`super::route::Route`] patterns, never raw paths.
 //! Served only on the private `--metrics-listen` address ([`super::private`]).
 
@@ -9,7 +9,6 @@ pub(crate) mod conn;
 pub(crate) mod process;
 pub(crate) mod relay_state;
 pub(crate) mod store_cache;
-pub(crate) mod store_link;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,8 +117,14 @@ pub(crate) struct HttpMetrics {
 }
 
 impl HttpMetrics {
-    /// The metrics of a relay, its body budget and its TLS side (if any).
-    pub(crate) fn new(relay: &Arc<Relay>, bodies: &Arc<BodyLimits>, tls: Option<Arc<Tls>>) -> Self {
+    /// The metrics of a relay, its body budget, its TLS side (if any) and the store backend's own
+    /// counters (`backend`, registered under `mbx_relay_`: the HTTP layer knows no backend).
+    pub(crate) fn new(
+        relay: &Arc<Relay>,
+        bodies: &Arc<BodyLimits>,
+        tls: Option<Arc<Tls>>,
+        backend: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(process::ProcessCollector));
         let requests = Family::<RequestLabels, Counter>::default();
@@ -156,7 +161,7 @@ impl HttpMetrics {
             );
             conn.register(ours);
             relay.metrics.register(ours);
-            ours.register_collector(Box::new(store_link::StoreLink));
+            ours.register_collector(backend);
             ours.register_collector(Box::new(relay_state::RelayState {
                 relay: relay.clone(),
                 bodies: bodies.clone(),

@@ -2,12 +2,17 @@
 //! Startup order, so that a start that fails creates nothing: check every setting, bind
 //! `--listen` and `--metrics-listen`, load the TLS pair, refuse a store directory others can
 //! reach, load the relay key if there is one (refused likewise); only then owner-only umask,
-//! open the store (lock, migrations: `STATUS=` lines to systemd meanwhile), create the relay
-//! key if there was none, pin it, stale-heartbeat check, heartbeat, install the SIGHUP handler
+//! open the store (lock, migrations: `STATUS=` lines to systemd meanwhile), refuse a key the
+//! store does not pin or no key for a store that pins one ([`store_key`]: a failed start never
+//! writes a key), create the relay key if there was none, pin it, stale-heartbeat check, heartbeat, install the SIGHUP handler
 //! (TLS reload, [`crate::http::tls`]), print `metrics listening on <addr>` and
 //! `listening on <addr>`, tell systemd `READY=1`, then serve; background tasks sweep, heartbeat
 //! and feed the systemd watchdog. On SIGTERM/SIGINT: stop accepting, finish in-flight
 //! requests, stop the background tasks and the metrics listener, close the store.
+pub mod args;
+mod store_key;
+mod store_link;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use crate::store_open::{open_store, StoreSpec};
 use relay_core::{key, startup, Limits};
 use relay_os::private::{require_private, Kind};
 use relay_wire::keys::fingerprint;
+use store_key::{FoundKey, KeyPlan};
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -69,13 +75,26 @@ impl ServeConfig {
 const BACKGROUND_STOP: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why `serve` did not start or stopped, and so its exit code (one scheme with relay-tool:
-/// 2 for a setting, 1 for a failure while starting or running).
+/// 2 for a setting, 1 for a failure while starting or running, 4 for a store in use).
 #[derive(Debug)]
 pub enum ServeError {
     /// A flag, variable, file or key is wrong: exit 2, and nothing was created.
     Config(String),
     /// The relay could not run (a port in use, the store, I/O): exit 1.
     Runtime(String),
+    /// Another process (a running relay, relay-tool) holds the store's lock: exit 4.
+    InUse(String),
+}
+
+impl ServeError {
+    /// A store open failure: a held lock is [`ServeError::InUse`], anything else a failure.
+    fn store_open(label: &str, e: &relay_store::StoreError) -> Self {
+        let msg = format!("cannot open store {label}: {e}");
+        match e {
+            relay_store::StoreError::Locked { .. } => ServeError::InUse(msg),
+            _ => ServeError::Runtime(msg),
+        }
+    }
 }
 
 impl ServeError {
@@ -84,6 +103,7 @@ impl ServeError {
         match self {
             ServeError::Config(_) => crate::exit::USAGE,
             ServeError::Runtime(_) => crate::exit::FAILURE,
+            ServeError::InUse(_) => crate::exit::IN_USE,
         }
     }
 }
@@ -91,7 +111,7 @@ impl ServeError {
 impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ServeError::Config(m) | ServeError::Runtime(m) => f.write_str(m),
+            ServeError::Config(m) | ServeError::Runtime(m) | ServeError::InUse(m) => f.write_str(m),
         }
     }
 }
@@ -110,9 +130,6 @@ struct Checked {
     tls: Option<Arc<Tls>>,
     key: Option<FoundKey>,
 }
-
-/// A relay key found at start (`MBX_RELAY_KEY` or `relay.key`) and where it came from.
-type FoundKey = (relay_wire::keys::SigningKey, key::KeySource);
 
 /// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
 /// setting error).
@@ -141,6 +158,12 @@ fn check_files(config: &ServeConfig) -> Result<(Option<Arc<Tls>>, Option<FoundKe
     let tls = config.tls.load().map_err(ServeError::Config)?;
     let dir = &config.store_dir;
     if dir.exists() {
+        if !dir.is_dir() {
+            return Err(ServeError::Config(format!(
+                "--store-dir {}: not a directory (give the store's directory, or a new path)",
+                dir.display()
+            )));
+        }
         require_private(dir, Kind::Dir, "store directory").map_err(ServeError::Config)?;
     }
     let key = key::load_existing(dir, config.key_env.as_deref()).map_err(ServeError::Config)?;
@@ -187,26 +210,81 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
     if tls.is_some() {
         lines.push("tls: certificate and key load".into());
     }
-    lines.push(
-        match key.as_ref().map(|(k, s)| (fingerprint(&k.public()), s)) {
-            Some((fp, source)) => format!("relay key: {fp} ({source:?})"),
-            None => "relay key: none yet (generated at the first start)".into(),
-        },
-    );
-    lines.push(check_store(config).await?);
+    let key_line = match &key {
+        Some((k, source)) => format!(
+            "relay key: {} (from {})",
+            fingerprint(&k.public()),
+            store_key::source_name(*source, &config.store_dir)
+        ),
+        None => "relay key: none yet (generated at the first start)".into(),
+    };
+    let (store_line, pinned) = check_store(config).await?;
+    lines.push(match pinned {
+        Pinned::Known(pk) => {
+            match store_key::decide(pk.as_ref(), key, &config.store_dir)
+                .map_err(ServeError::Config)?
+            {
+                KeyPlan::Use(_) if pk.is_some() => format!("{key_line}, the store's own"),
+                KeyPlan::Use(_) | KeyPlan::Generate => key_line,
+            }
+        }
+        Pinned::InUse => format!("{key_line} (not compared: the store is in use)"),
+        Pinned::NotYet => key_line,
+    });
+    lines.push(store_line);
     Ok(lines)
 }
 
+/// What `--check` learnt of the relay key a store pins.
+enum Pinned {
+    /// The store was opened: its pin (none on a store never started).
+    Known(Option<relay_store::Key32>),
+    /// A running relay (or relay-tool) holds the store: its pin is not read.
+    InUse,
+    /// No store yet (created at the first start).
+    NotYet,
+}
+
+/// Open the store `spec` names (no directory created), read the key it pins and close it.
+async fn pinned_key(spec: &StoreSpec) -> Result<Pinned, ServeError> {
+    let spec = spec.clone();
+    let label = spec.to_string();
+    let opened = tokio::task::spawn_blocking(move || {
+        let opts = OpenOptions {
+            create: false,
+            ..OpenOptions::default()
+        };
+        let store = open_store(&spec, opts)?;
+        let meta = store.meta();
+        store.close()?;
+        meta.map(|m| m.relay_pubkey)
+    })
+    .await
+    .map_err(|e| format!("store open task failed: {e}"))?;
+    match opened {
+        Ok(pk) => Ok(Pinned::Known(pk)),
+        Err(relay_store::StoreError::Locked { .. }) => Ok(Pinned::InUse),
+        Err(relay_store::StoreError::Missing(_)) => Ok(Pinned::NotYet),
+        Err(e) => Err(ServeError::store_open(&label, &e)),
+    }
+}
+
 /// The store is reachable: a directory store's directory (or, not yet there, the nearest
-/// existing parent it would be created in); a database store is opened and closed.
-async fn check_store(config: &ServeConfig) -> Result<String, ServeError> {
+/// existing parent it would be created in); an existing store is opened (not created) and
+/// closed, for the relay key it pins.
+async fn check_store(config: &ServeConfig) -> Result<(String, Pinned), ServeError> {
     match &config.store {
         StoreSpec::Dir(dir) => {
             if dir.exists() {
                 std::fs::read_dir(dir).map_err(|e| {
                     format!("cannot read the store directory {}: {e}", dir.display())
                 })?;
-                return Ok(format!("store: {} (exists)", dir.display()));
+                let pinned = pinned_key(&config.store).await?;
+                let note = match pinned {
+                    Pinned::InUse => "exists, in use by a running relay",
+                    Pinned::Known(_) | Pinned::NotYet => "exists",
+                };
+                return Ok((format!("store: {} ({note})", dir.display()), pinned));
             }
             let parent = dir
                 .ancestors()
@@ -227,21 +305,14 @@ async fn check_store(config: &ServeConfig) -> Result<String, ServeError> {
                     parent.display()
                 )));
             }
-            Ok(format!(
-                "store: {} (created at the first start)",
-                dir.display()
+            Ok((
+                format!("store: {} (created at the first start)", dir.display()),
+                Pinned::NotYet,
             ))
         }
         StoreSpec::Postgres(_) => {
-            let spec = config.store.clone();
-            let label = spec.to_string();
-            tokio::task::spawn_blocking(move || {
-                open_store(&spec, OpenOptions::default()).and_then(|s| s.close())
-            })
-            .await
-            .map_err(|e| format!("store open task failed: {e}"))?
-            .map_err(|e| format!("cannot open store {label}: {e}"))?;
-            Ok(format!("store: {label} (reachable)"))
+            let pinned = pinned_key(&config.store).await?;
+            Ok((format!("store: {} (reachable)", config.store), pinned))
         }
     }
 }
@@ -276,16 +347,30 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         ticker.abort();
         opened
             .map_err(|e| format!("store open task failed: {e}"))?
-            .map_err(|e| format!("cannot open store {}: {e}", config.store))?
+            .map_err(|e| ServeError::store_open(&config.store.to_string(), &e))?
+    };
+    // The store's pin decides before any key is written; a refusal closes the store first.
+    let plan = match store.meta() {
+        Ok(meta) => store_key::decide(meta.relay_pubkey.as_ref(), found_key, &dir)
+            .map_err(ServeError::Config),
+        Err(e) => Err(ServeError::Runtime(format!("cannot read store meta: {e}"))),
+    };
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(e) => {
+            let closing = store.clone();
+            let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+            return Err(e);
+        }
     };
     if !dir.exists() {
         // A database store: `--store-dir` still holds the admin socket and relay.key.
         relay_os::durable_dir::create_dir_all_durable(&dir, 0o700)
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    let (relay_key, source) = match found_key {
-        Some(found) => found,
-        None => key::load_or_create(&dir, config.key_env.as_deref())?,
+    let (relay_key, source) = match plan {
+        KeyPlan::Use(found) => found,
+        KeyPlan::Generate => key::load_or_create(&dir, config.key_env.as_deref())?,
     };
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(
@@ -326,6 +411,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             &relay,
             &bodies,
             tls.clone(),
+            Box::new(store_link::StoreLink),
         )),
         bodies,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),

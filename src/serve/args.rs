@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::TrustProxy;
-use crate::serve::ServeConfig;
+use super::ServeConfig;
+use crate::http::TrustProxy;
 use crate::store_open::StoreSpec;
 use relay_core::config::{defaults as d, parse_bytes, parse_duration, Limits};
 
@@ -42,7 +42,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off", help_heading = HEAD_WHERE)]
     pub(crate) trust_proxy: TrustProxy,
     /// Largest item (sealed body) accepted, in bytes.
-    #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value_t = d::MAX_ITEM_BYTES, value_parser = parse_bytes, help_heading = HEAD_ITEMS)]
+    #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value = "512KiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_ITEMS)]
     pub max_item_bytes: u64,
     /// Most items in one push.
     #[arg(long, env = "MBX_RELAY_MAX_BATCH", default_value_t = d::MAX_BATCH, help_heading = HEAD_ITEMS)]
@@ -54,10 +54,10 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_MAX_PULL", default_value_t = d::MAX_PULL, help_heading = HEAD_ITEMS)]
     pub max_pull: usize,
     /// Most item bytes one pull returns.
-    #[arg(long, env = "MBX_RELAY_MAX_PULL_BYTES", default_value_t = d::MAX_PULL_BYTES, value_parser = parse_bytes, help_heading = HEAD_ITEMS)]
+    #[arg(long, env = "MBX_RELAY_MAX_PULL_BYTES", default_value = "8MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_ITEMS)]
     pub max_pull_bytes: u64,
     /// Item retention: a queued item older than this expires and its sender is told.
-    #[arg(long, env = "MBX_RELAY_RETENTION", default_value = d::RETENTION, value_parser = parse_duration, help_heading = HEAD_ITEMS)]
+    #[arg(long, env = "MBX_RELAY_RETENTION", default_value = d::RETENTION, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_ITEMS)]
     pub retention: Duration,
     /// Pushes per sender host key per minute.
     #[arg(long, env = "MBX_RELAY_PUSHES_PER_MINUTE", default_value_t = d::PUSHES_PER_MINUTE, help_heading = HEAD_RATES)]
@@ -66,19 +66,19 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_MAX_QUEUE_ITEMS", default_value_t = d::MAX_QUEUE_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_queue_items: u64,
     /// Most bytes queued for one host.
-    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_BYTES", default_value_t = d::MAX_QUEUE_BYTES, value_parser = parse_bytes, help_heading = HEAD_QUOTAS)]
+    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_BYTES", default_value = "50MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_QUOTAS)]
     pub max_queue_bytes: u64,
     /// Most items one sender has queued at the relay (all its targets together).
     #[arg(long, env = "MBX_RELAY_MAX_SENDER_ITEMS", default_value_t = d::MAX_SENDER_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_sender_items: u64,
     /// Most bytes one sender has queued at the relay (all its targets together).
-    #[arg(long, env = "MBX_RELAY_MAX_SENDER_BYTES", default_value_t = d::MAX_SENDER_BYTES, value_parser = parse_bytes, help_heading = HEAD_QUOTAS)]
+    #[arg(long, env = "MBX_RELAY_MAX_SENDER_BYTES", default_value = "20MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_QUOTAS)]
     pub max_sender_bytes: u64,
     /// Most items queued for one account (all its hosts together).
     #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_ITEMS", default_value_t = d::MAX_ACCOUNT_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_account_items: u64,
     /// Most bytes queued for one account (all its hosts together).
-    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_BYTES", default_value_t = d::MAX_ACCOUNT_BYTES, value_parser = parse_bytes, help_heading = HEAD_QUOTAS)]
+    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_BYTES", default_value = "50MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_QUOTAS)]
     pub max_account_bytes: u64,
     /// Most live enrolments; past it, enrolling answers 503 (a warning is logged at 90 %).
     #[arg(long, env = "MBX_RELAY_MAX_ENROLMENTS", default_value_t = d::MAX_ENROLMENTS, help_heading = HEAD_QUOTAS)]
@@ -99,27 +99,27 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_MAX_PER_NAME", default_value_t = d::MAX_PER_NAME, help_heading = HEAD_QUOTAS)]
     pub max_per_name: usize,
     /// How often the retention sweep runs.
-    #[arg(long, env = "MBX_RELAY_SWEEP_INTERVAL", default_value = d::SWEEP_INTERVAL, value_parser = parse_duration, help_heading = HEAD_TIMES)]
+    #[arg(long, env = "MBX_RELAY_SWEEP_INTERVAL", default_value = d::SWEEP_INTERVAL, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub sweep_interval: Duration,
     /// A stored heartbeat further than this from the clock rotates the epoch at startup.
-    #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = d::HEARTBEAT_STALE, value_parser = parse_duration, help_heading = HEAD_TIMES)]
+    #[arg(long, env = "MBX_RELAY_HEARTBEAT_STALE", default_value = d::HEARTBEAT_STALE, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub heartbeat_stale: Duration,
     /// Delete a live enrolment not seen (no hop by it, no push to it) for this long whose queue
     /// is empty (`0` = never; at least `1d`).
-    #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = d::ENROLMENT_IDLE, value_parser = parse_duration, help_heading = HEAD_TIMES)]
+    #[arg(long, env = "MBX_RELAY_ENROLMENT_IDLE", default_value = d::ENROLMENT_IDLE, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub enrolment_idle: Duration,
     /// An event stream (`GET /v2/relay/events`) ends cleanly this long after it began and the
     /// client reconnects (more than 0).
-    #[arg(long, env = "MBX_RELAY_MAX_STREAM_LIFETIME", default_value = d::MAX_STREAM_LIFETIME, value_parser = parse_duration, help_heading = HEAD_TIMES)]
+    #[arg(long, env = "MBX_RELAY_MAX_STREAM_LIFETIME", default_value = d::MAX_STREAM_LIFETIME, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub max_stream_lifetime: Duration,
     /// Relay-log entries older than this are dropped, the chain kept from a checkpoint
     /// (`0`: no age bound). The newest 200,000 entries are the hard cap regardless.
-    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, help_heading = HEAD_TIMES)]
+    #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub log_retention: Duration,
     #[command(flatten)]
-    pub guard: super::conn::GuardArgs,
+    pub guard: crate::http::conn::GuardArgs,
     #[command(flatten)]
-    pub tls: super::tls::TlsArgs,
+    pub tls: crate::http::tls::TlsArgs,
 }
 
 /// `--log-retention`'s default: the keyspace's [`relay_store::DEFAULT_LOG_RETENTION_MS`]
@@ -173,6 +173,80 @@ impl ServeArgs {
             },
         }
     }
+}
+
+/// The `MBX_RELAY_*` variables that are not `serve` flags and are still ours: the relay key, the
+/// build's commit (`build.rs`) and the binary path `packaging/install-cli-docs` takes.
+const OTHER_VARS: &[&str] = &[
+    relay_core::key::KEY_ENV,
+    "MBX_RELAY_COMMIT",
+    "MBX_RELAY_BIN",
+];
+/// Test hooks (`MBX_RELAY_TEST_*`) read by test builds and the test harness.
+const TEST_VARS: &str = "MBX_RELAY_TEST_";
+
+/// Refuse an `MBX_RELAY_*` variable among `names` that names no setting (a misspelling in the
+/// environment file would otherwise be ignored silently), with the nearest known name.
+///
+/// # Errors
+/// One line naming every unknown variable, each with its did-you-mean when one is close.
+pub fn refuse_unknown_vars(
+    names: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<(), String> {
+    use clap::Args as _;
+    let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+    let known: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_env().map(|v| v.to_string_lossy().into_owned()))
+        .chain(OTHER_VARS.iter().map(|v| (*v).to_string()))
+        .collect();
+    let mut unknown: Vec<String> = names
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| n.starts_with("MBX_RELAY_") && !n.starts_with(TEST_VARS))
+        .filter(|n| !known.contains(n))
+        .map(|n| match nearest(&n, &known) {
+            Some(k) => format!("{n} (did you mean {k}?)"),
+            None => n,
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort();
+    Err(format!(
+        "unknown variable{} {}: no setting has this name; correct or remove it (`mbx-relay serve \
+         --help` lists every MBX_RELAY_* variable)",
+        if unknown.len() == 1 { "" } else { "s" },
+        unknown.join(", ")
+    ))
+}
+
+/// The known name closest to `name` by edit distance, if it is close (a typo, not another word).
+fn nearest<'a>(name: &str, known: &'a [String]) -> Option<&'a str> {
+    let most = (name.len() / 4).max(2);
+    known
+        .iter()
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.as_str())
+}
+
+/// Levenshtein distance over bytes (variable names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = (diag + usize::from(ca != *cb)).min(up + 1).min(row[j] + 1);
+            diag = up;
+        }
+    }
+    row[b.len()]
 }
 
 /// `msg` (an error naming flags) with, after each flag whose value came from its variable,
@@ -233,7 +307,7 @@ mod tests {
     fn every_flag_defaults_to_the_default_config() {
         let c = defaults();
         assert_eq!(c.limits, Limits::default());
-        assert_eq!(c.guard, super::super::conn::GuardConfig::default());
+        assert_eq!(c.guard, crate::http::conn::GuardConfig::default());
         assert!(c.validate().is_ok());
     }
 
@@ -248,6 +322,36 @@ mod tests {
             m,
             "--enrol-per-minute-v4-24 must be at least --enrol-per-minute (from MBX_RELAY_ENROL_PER_MINUTE)"
         );
+    }
+
+    #[test]
+    fn an_unknown_variable_is_refused_with_the_nearest_name_and_known_ones_pass() {
+        let vars = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let e = refuse_unknown_vars(vars(&[
+            "MBX_RELAY_LISTN",
+            "MBX_RELAY_MAX_QUEUE_ITEM",
+            "PATH",
+        ]))
+        .unwrap_err();
+        assert!(
+            e.contains("MBX_RELAY_LISTN (did you mean MBX_RELAY_LISTEN?)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("MBX_RELAY_MAX_QUEUE_ITEM (did you mean MBX_RELAY_MAX_QUEUE_ITEMS?)"),
+            "{e}"
+        );
+        let far = refuse_unknown_vars(vars(&["MBX_RELAY_SOMETHING_ELSE_ENTIRELY"])).unwrap_err();
+        assert!(!far.contains("did you mean"), "{far}");
+        refuse_unknown_vars(vars(&[
+            "MBX_RELAY_LISTEN",
+            "MBX_RELAY_KEY",
+            "MBX_RELAY_TLS_CERT",
+            "MBX_RELAY_MAX_CONNECTIONS",
+            "MBX_RELAY_TEST_HEARTBEAT_MS",
+            "MBX_RELAYED",
+        ]))
+        .unwrap();
     }
 
     /// The flag's default is the keyspace's default (one source of truth for both).

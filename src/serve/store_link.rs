@@ -1,7 +1,7 @@
 //! The store backend's counters about its link to the database (the PostgreSQL pool: waits,
 //! connect errors, lost connections, reconnects after a failover, reruns, commit-unknown 503s,
 //! timeouts), read at each scrape from [`crate::store_open::backend_counters`]; nothing on a
-//! fjall store.
+//! fjall store. `serve` hands this collector to the metrics layer, which knows no backend.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _};
