@@ -182,7 +182,12 @@ impl Relay {
     pub async fn pull_v1(&self, caller: &Caller, after: Option<&str>) -> Reply {
         let after = Self::parse_after(after)?;
         let page = self
-            .read_page(caller.key, after, self.limits.max_pull)
+            .read_page(
+                caller.key,
+                after,
+                self.limits.max_pull,
+                self.limits.max_pull_bytes,
+            )
             .await?;
         let cursor = page.items.last().map_or(after, |i| i.seq);
         let mut names: HashMap<Key32, String> = HashMap::new();

@@ -27,6 +27,8 @@ pub struct PullWait {
     target: relay_store::Key32,
     after: u64,
     limit: usize,
+    /// The page's byte bound (see [`PullQuery::max_bytes`]).
+    max_bytes: u64,
     /// The epoch the answer carries (checked when the pull started).
     epoch: String,
     /// The `epoch` the pull asked for, checked again after an epoch change.
@@ -41,6 +43,9 @@ pub struct PullQuery<'a> {
     pub epoch: Option<&'a str>,
     /// Seconds to hold the request while the queue is empty (mbx-relay extension).
     pub wait: Option<&'a str>,
+    /// A smaller page byte bound than `--max-pull-bytes` (the HTTP layer's memory account may
+    /// have room for less); a page still holds at least one item.
+    pub max_bytes: Option<u64>,
 }
 
 impl Relay {
@@ -92,6 +97,9 @@ impl Relay {
         let after = Self::parse_after(q.after)?;
         let wait = parse_wait(q.wait)?;
         let limit = pull_limit(q.limit, self.limits.max_pull);
+        let max_bytes = q.max_bytes.map_or(self.limits.max_pull_bytes, |b| {
+            b.min(self.limits.max_pull_bytes)
+        });
         // Registered before the first read, so a push that becomes durable after it wakes us.
         let ticket = match wait {
             Some(w) => self.wake.register(caller.key).ok().map(|t| (t, w)),
@@ -99,14 +107,14 @@ impl Relay {
         };
         let Some((ticket, wait)) = ticket else {
             let text = self
-                .read_page_then(caller.key, after, limit, move |page| {
+                .read_page_then(caller.key, after, limit, max_bytes, move |page| {
                     page_json(&epoch, after, &page)
                 })
                 .await?;
             return Ok(PullStart::Answer(text));
         };
         let deadline = tokio::time::Instant::now() + wait;
-        let page = self.read_page(caller.key, after, limit).await?;
+        let page = self.read_page(caller.key, after, limit, max_bytes).await?;
         if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(PullStart::Answer(page_json(&epoch, after, &page)));
         }
@@ -118,6 +126,7 @@ impl Relay {
             target: caller.key,
             after,
             limit,
+            max_bytes,
             epoch,
             asked_epoch: q.epoch.map(str::to_owned),
         }))
@@ -135,6 +144,7 @@ impl Relay {
             target,
             after,
             limit,
+            max_bytes,
             mut epoch,
             asked_epoch,
         } = w;
@@ -150,12 +160,12 @@ impl Relay {
                 Some(w) if w.epoch() => epoch = self.pull_epoch(asked_epoch.as_deref())?,
                 // Evicted by a newer wait of this key, or shutdown: answer the page now.
                 Some(w) if w.ending() => {
-                    let page = self.read_page(target, after, limit).await?;
+                    let page = self.read_page(target, after, limit, max_bytes).await?;
                     return Ok(page_json(&epoch, after, &page));
                 }
                 _ => {}
             }
-            let page = self.read_page(target, after, limit).await?;
+            let page = self.read_page(target, after, limit, max_bytes).await?;
             if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(page_json(&epoch, after, &page));
             }
@@ -178,14 +188,17 @@ impl Relay {
         Ok(self.store.cursor(target)?.head_seq)
     }
 
-    /// Read one bounded page off the async workers (a page may be megabytes).
+    /// Read one page of at most `limit` items and about `max_bytes` off the async workers (a
+    /// page may be megabytes).
     pub(crate) async fn read_page(
         &self,
         target: relay_store::Key32,
         after: u64,
         limit: usize,
+        max_bytes: u64,
     ) -> Result<relay_store::Page, RelayError> {
-        self.read_page_then(target, after, limit, |page| page).await
+        self.read_page_then(target, after, limit, max_bytes, |page| page)
+            .await
     }
 
     /// Read one bounded page and turn it into `T` with `then`, both on a blocking thread.
@@ -194,10 +207,10 @@ impl Relay {
         target: relay_store::Key32,
         after: u64,
         limit: usize,
+        max_bytes: u64,
         then: impl FnOnce(relay_store::Page) -> T + Send + 'static,
     ) -> Result<T, RelayError> {
         let store = self.store.clone();
-        let max_bytes = self.limits.max_pull_bytes;
         let t = std::time::Instant::now();
         let read = tokio::task::spawn_blocking(move || {
             store.pull(&target, after, limit, max_bytes).map(then)

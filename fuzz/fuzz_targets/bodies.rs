@@ -186,6 +186,7 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
                 epoch: present(2).then_some(epoch.as_str()),
                 // No wait: a held pull would stall the fuzzer; waiting is tested end to end.
                 wait: None,
+                max_bytes: None,
             };
             // The page is JSON text written without a value tree: it must parse.
             rt.block_on(relay.pull_start(&f.caller_b, q))

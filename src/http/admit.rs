@@ -2,10 +2,12 @@
 //! declared length, the enrolment window, the hop's headers (a caller without a live key and a
 //! fresh ts costs a header parse and one store read, before any body memory is held), the body
 //! read under its memory reservation ([`super::body`]), the hop's signature over it
-//! ([`super::hop_gate`]), and the JSON parse for rows that want one. What it admits is the
-//! verified caller (or none, for open routes), the bytes and the memory they hold; what it
-//! refuses is answered here, with the client address when a signed hop failed (the pipeline
-//! counts it in the public window).
+//! ([`super::hop_gate`]), then the key's share charged (only now that the key proved itself),
+//! the parse cost charged before any parse ([`super::parse_cost`]), and the JSON parse for rows
+//! that want one (large bodies off the async workers). Every byte held is in one memory account
+//! ([`super::account`]). What it admits is the verified caller (or none, for open routes), the
+//! bytes and the memory they hold; what it refuses is answered here, with the client address
+//! when a signed hop failed (the pipeline counts it in the public window).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,20 +20,19 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::answer::{
-    answer_unread, answer_unread_draining, json_response, marked, reply_response, retry_later,
+    answer_unread, answer_unread_draining, json_response, marked, memory_refused, reply_response,
+    retry_later,
 };
-use super::body::{read_capped, BodyError, Refused as BodyRefused, Reservation, BUSY_DRAIN};
+use super::body::{read_capped, BodyError, Held, Refused as BodyRefused, BUSY_DRAIN};
 use super::client_addr::client_addr;
 use super::hop_gate::Refusal;
 use super::metrics::RequestRefusal;
+use super::parse_cost::tree_cost;
 use super::pipeline::Call;
 use super::route::{Access, Route};
 use super::{retry_after, App};
 use relay_core::{parse_json, Caller, HopHeaders, RelayError};
 use relay_wire::hop::signed_path;
-
-/// The memory an admitted request holds until it is dropped.
-pub(crate) type Held = Reservation;
 
 /// A request let through to its handler.
 pub(crate) struct Admitted {
@@ -98,7 +99,7 @@ pub(crate) async fn admit(
     if unsigned {
         return Ok(Admitted {
             caller: None,
-            held: app.bodies.reservation(&addr, None),
+            held: app.memory.reservation(&addr),
             parts,
             body: Vec::new(),
             json: Value::Null,
@@ -129,8 +130,8 @@ pub(crate) async fn admit(
             }
         }
     };
-    let key = check.as_ref().and_then(|c| c.share_key());
-    let mut held = app.bodies.reservation(&addr, key);
+    // Counted against the address only: the key is charged once it proved itself (below).
+    let mut held = app.memory.reservation(&addr);
     let bytes = match read_capped(&mut body, cap, declared, &mut held).await {
         Ok(b) => b,
         Err(e) => {
@@ -161,14 +162,29 @@ pub(crate) async fn admit(
             (Err(refusal), _) => return Err(hop_refused(app, route, parts, &addr, refusal).await),
         },
     };
+    if let Some(c) = &caller {
+        if let Err(r) = held.prove(c.key) {
+            return Err(body_refused(r.into(), body).into());
+        }
+    }
+    // What parsing the body will hold, charged before any parse (here, or in the relay for a
+    // push, whose tree borrows its strings from the body; a JSON row's tree copies them).
+    if !bytes.is_empty() {
+        let copies = if route.json { bytes.len() as u64 } else { 0 };
+        let cost = tree_cost(&bytes).saturating_add(copies);
+        if let Err(r) = held.grow_to(held.held().saturating_add(cost)).await {
+            return Err(body_refused(r.into(), body).into());
+        }
+    }
     let json = if route.json {
-        match parse_json(&bytes) {
-            Ok(v) => v,
-            Err(e) => return Err(reply_response(Err(e)).into()),
+        match parse(bytes).await {
+            (Ok(v), b) => (v, b),
+            (Err(e), _) => return Err(reply_response(Err(e)).into()),
         }
     } else {
-        Value::Null
+        (Value::Null, bytes)
     };
+    let (json, bytes) = json;
     Ok(Admitted {
         caller,
         parts,
@@ -176,6 +192,24 @@ pub(crate) async fn admit(
         json,
         held,
     })
+}
+
+/// Bodies up to this size are parsed on the async worker that read them; larger ones on a
+/// blocking thread, so a parse never stalls the workers that answer everyone else.
+const INLINE_PARSE_MAX: usize = 64 * 1024;
+
+/// `bytes` parsed as JSON (off the async workers when large); the bytes come back.
+async fn parse(bytes: Vec<u8>) -> (Result<Value, RelayError>, Vec<u8>) {
+    if bytes.len() <= INLINE_PARSE_MAX {
+        return (parse_json(&bytes), bytes);
+    }
+    match tokio::task::spawn_blocking(move || (parse_json(&bytes), bytes)).await {
+        Ok(r) => r,
+        Err(_) => (
+            Err(RelayError::unavailable("request parse was interrupted")),
+            Vec::new(),
+        ),
+    }
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
@@ -201,31 +235,11 @@ fn too_large() -> Response {
 fn body_refused(e: BodyError, body: Body) -> Response {
     let r = match e {
         BodyError::TooLarge => marked(too_large(), RequestRefusal::BodyTooLarge),
-        BodyError::Refused(BodyRefused::AddressBusy) => marked(
-            retry_later(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too many request bytes in flight from this address, retry later",
-                retry_after::OVERLOAD,
-            ),
-            RequestRefusal::BodyPerAddress,
-        ),
-        BodyError::Refused(BodyRefused::KeyBusy) => marked(
-            retry_later(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too many request bytes in flight for this key, retry later",
-                retry_after::OVERLOAD,
-            ),
-            RequestRefusal::BodyPerKey,
-        ),
         BodyError::Refused(BodyRefused::Busy) => {
-            let r = retry_later(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server busy, retry later",
-                retry_after::OVERLOAD,
-            );
-            let r = marked(r, RequestRefusal::BodyBudget);
+            let r = memory_refused(BodyRefused::Busy);
             return answer_unread_draining(r, body, BUSY_DRAIN);
         }
+        BodyError::Refused(r) => memory_refused(r),
         BodyError::Aborted => {
             return json_response(
                 StatusCode::BAD_REQUEST,
@@ -261,7 +275,7 @@ async fn hop_refused(
                 open(Call {
                     app: app.clone(),
                     who: (),
-                    held: app.bodies.reservation(addr, None),
+                    held: app.memory.reservation(addr),
                     parts,
                     body: Vec::new(),
                     json: Value::Null,

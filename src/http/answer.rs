@@ -8,6 +8,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::account::Refused as MemoryRefused;
 use super::body::{drain, Drain, FULL_DRAIN};
 use super::metrics::RequestRefusal;
 use relay_core::{AuthFailure, RelayError, Reply, Status};
@@ -111,4 +112,27 @@ pub(crate) fn answer_unread_draining(mut r: Response, body: Body, bounds: Drain)
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
+}
+
+/// The answer when the memory account has no room for a request: 429 for its address's or
+/// key's share, 503 for the shared budget; marked with why.
+pub(crate) fn memory_refused(r: MemoryRefused) -> Response {
+    let (status, text, why) = match r {
+        MemoryRefused::AddressBusy => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many request bytes in flight from this address, retry later",
+            RequestRefusal::BodyPerAddress,
+        ),
+        MemoryRefused::KeyBusy => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many request bytes in flight for this key, retry later",
+            RequestRefusal::BodyPerKey,
+        ),
+        MemoryRefused::Busy => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server busy, retry later",
+            RequestRefusal::BodyBudget,
+        ),
+    };
+    marked(retry_later(status, text, super::retry_after::OVERLOAD), why)
 }

@@ -9,12 +9,17 @@ use std::time::Duration;
 
 use axum::body::{Body, HttpBody as _};
 
-pub use super::body_budget::{BodyLimits, Refused, Reservation};
+pub use super::account::{Held, MemoryAccount, Refused};
 
 /// The general request body cap (docs/protocol.md §3): 8 MiB.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies (and the bodies of info, health and metrics).
 pub(crate) const MAX_SMALL_BODY: usize = 8_192;
+/// The cap for bodies holding one record (an ack, an enc-key ad, a sender list): a real one is
+/// under 1 KiB (a list of 1,024 keys about 47 KB, its canonical form at most 65,536 bytes), so
+/// 1 MiB leaves room for the extra fields, whitespace and escapes a host may send while bounding
+/// what a parse of one can cost to an eighth of a full body's.
+pub(crate) const MAX_RECORD_BODY: usize = 1024 * 1024;
 
 /// Room in a push body for everything but one target's `wire_b64`: the JSON around it, a
 /// 300-unit item id escaped as `\uXXXX` (1,800 bytes), kind and host key, with margin.
@@ -38,8 +43,10 @@ pub const DEFAULT_BODY_BYTES_PER_KEY: u64 = 4 * MAX_BODY as u64;
 /// a full 8 MiB body in one go kept every other connection on it waiting (for tens of ms).
 const YIELD_EVERY: usize = 64 * 1024;
 
-/// A body's reservation grows in multiples of this many bytes, and by at least half of what it
-/// holds each time (so a large body is copied a bounded number of times as its buffer grows).
+/// A body holds what it has received rounded up to a multiple of this many bytes: never more
+/// than this ahead of its bytes, so a client that stalls holds what it sent, not what it
+/// declared. (A declared body's buffer takes its length of address space at once, so its copies
+/// do not grow with the steps.)
 const RESERVE_STEP: u64 = 64 * 1024;
 
 /// Most bytes read and discarded after an early answer (docs/protocol.md §3: 64 MiB or 10 s).
@@ -83,13 +90,10 @@ impl From<Refused> for BodyError {
     }
 }
 
-/// What a body that has `len` bytes so far should hold, holding `held`, with at most `limit`
-/// bytes to come in all: `len` rounded up to a step and at least half again `held`.
-fn reserve_target(len: u64, held: u64, limit: u64) -> u64 {
-    len.max(held + held / 2)
-        .next_multiple_of(RESERVE_STEP)
-        .min(limit)
-        .max(len)
+/// What a body that has `len` bytes so far should hold, with at most `limit` bytes to come in
+/// all: `len` rounded up to a step.
+fn reserve_target(len: u64, limit: u64) -> u64 {
+    len.next_multiple_of(RESERVE_STEP).min(limit).max(len)
 }
 
 /// Read `body` into memory, refusing more than `cap` bytes, holding in `reservation` only what
@@ -104,7 +108,7 @@ pub(crate) async fn read_capped(
     body: &mut Body,
     cap: usize,
     declared: Option<u64>,
-    reservation: &mut Reservation,
+    reservation: &mut Held,
 ) -> Result<Vec<u8>, BodyError> {
     let cap64 = cap as u64;
     if declared.is_some_and(|n| n > cap64) || body.size_hint().lower() > cap64 {
@@ -124,7 +128,7 @@ pub(crate) async fn read_capped(
                         return Err(BodyError::TooLarge);
                     }
                     if len > reservation.held() {
-                        let target = reserve_target(len, reservation.held(), limit);
+                        let target = reserve_target(len, limit);
                         let partial = reservation.held() > 0;
                         let held = match reservation.grow_to(target).await {
                             // A step past a share or the room left (refused without a wait):
@@ -189,8 +193,8 @@ mod tests {
 
     #[tokio::test]
     async fn caps_are_inclusive_and_enforced() {
-        let limits = std::sync::Arc::new(BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG));
-        let mut r = limits.reservation("x", None);
+        let limits = std::sync::Arc::new(MemoryAccount::new(1 << 30, u64::MAX, u64::MAX, LONG));
+        let mut r = limits.reservation("x");
         let ok = read_capped(&mut Body::from(vec![b'x'; 10]), 10, None, &mut r)
             .await
             .unwrap();
@@ -226,9 +230,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_declared_body_holds_what_it_has_sent_not_its_length() {
-        let limits = std::sync::Arc::new(BodyLimits::new(1 << 30, u64::MAX, u64::MAX, LONG));
+        let limits = std::sync::Arc::new(MemoryAccount::new(1 << 30, u64::MAX, u64::MAX, LONG));
         let mut body = Body::new(Pieces([axum::body::Bytes::from_static(b"{")].into(), true));
-        let mut r = limits.reservation("192.0.2.1", None);
+        let mut r = limits.reservation("192.0.2.1");
         let declared = Some(MAX_BODY as u64);
         let stalled = tokio::time::timeout(
             Duration::from_millis(30),
@@ -238,7 +242,7 @@ mod tests {
         assert!(stalled.is_err());
         assert_eq!(r.held(), RESERVE_STEP, "one step for one byte, not 8 MiB");
         // A small declared body holds its length.
-        let mut r = limits.reservation("192.0.2.1", None);
+        let mut r = limits.reservation("192.0.2.1");
         let got = read_capped(&mut Body::from(vec![1u8; 300]), MAX_BODY, Some(300), &mut r).await;
         assert_eq!(got.map(|b| b.len()), Ok(300));
         assert_eq!(r.held(), 300);
@@ -246,16 +250,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_reserves_as_it_arrives_and_never_past_its_share() {
-        let limits = std::sync::Arc::new(BodyLimits::new(1 << 30, 200 * 1024, u64::MAX, LONG));
+        let limits = std::sync::Arc::new(MemoryAccount::new(1 << 30, 200 * 1024, u64::MAX, LONG));
         let piece = axum::body::Bytes::from(vec![1u8; 100 * 1024]);
         let mut body = Body::new(Pieces([piece.clone(), piece.clone()].into(), false));
-        let mut r = limits.reservation("192.0.2.1", None);
+        let mut r = limits.reservation("192.0.2.1");
         let got = read_capped(&mut body, MAX_BODY, None, &mut r).await;
         assert_eq!(got.map(|b| b.len()), Ok(200 * 1024));
         assert_eq!(r.held(), 200 * 1024, "in steps, never past the share");
         drop(r);
         let mut body = Body::new(Pieces([piece.clone(), piece.clone(), piece].into(), false));
-        let mut r = limits.reservation("192.0.2.1", None);
+        let mut r = limits.reservation("192.0.2.1");
         let got = read_capped(&mut body, MAX_BODY, None, &mut r).await;
         // The whole 200 KiB share held after the second piece; the third needs more.
         assert_eq!(got, Err(BodyError::Refused(Refused::AddressBusy)));
@@ -263,14 +267,14 @@ mod tests {
     }
 
     #[test]
-    fn steps_grow_by_half_and_stop_at_the_limit() {
-        assert_eq!(reserve_target(1, 0, 8 << 20), RESERVE_STEP);
-        assert_eq!(
-            reserve_target(70_000, RESERVE_STEP, 8 << 20),
-            2 * RESERVE_STEP
-        );
-        assert_eq!(reserve_target(5 << 20, 4 << 20, 8 << 20), 6 << 20);
-        assert_eq!(reserve_target(7 << 20, 6 << 20, 8 << 20), 8 << 20);
-        assert_eq!(reserve_target(10, 0, 10), 10);
+    fn a_body_holds_at_most_one_step_ahead_of_its_bytes() {
+        assert_eq!(reserve_target(1, 8 << 20), RESERVE_STEP);
+        assert_eq!(reserve_target(70_000, 8 << 20), 2 * RESERVE_STEP);
+        // 5,952 KiB and more sent: still what was sent plus under a step, never the declared 8 MiB.
+        let sent = 5_952 * 1024 + 1;
+        let t = reserve_target(sent, 8 << 20);
+        assert!(t >= sent && t - sent < RESERVE_STEP, "{t}");
+        assert_eq!(reserve_target(7 << 20, 8 << 20), 7 << 20);
+        assert_eq!(reserve_target(10, 10), 10);
     }
 }

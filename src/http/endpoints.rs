@@ -6,10 +6,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
-use super::answer::{json_response, reply_response, text_reply_response};
+use super::account::{Held, Refused as MemoryRefused};
+use super::answer::{json_response, memory_refused, reply_response, text_reply_response};
 use super::conn::{Answer, Streaming};
 use super::pipeline::Call;
-use super::{parked, retry_after};
+use super::{held_body, parked, retry_after};
 use relay_core::code::ErrorCode;
 use relay_core::enc_ad::EncLookup;
 use relay_core::pull::{PullQuery, PullStart};
@@ -128,37 +129,110 @@ pub(crate) fn push(c: Call<Caller>) -> Answer {
 
 /// `GET /v2/relay/items`: the page arrives as finished JSON text (no value tree: the drain hot
 /// path); a pull with `wait` that finds nothing parks until a push or its timeout.
+///
+/// A page's memory is in the account from before it is read until its last byte is written
+/// ([`held_body`]): the largest page bound whose charge ([`page_charge`]) fits the caller's
+/// shares and the budget now is the page's byte bound (halving down to one item's size), so a
+/// key or address that holds many unread pages gets smaller pages, then 429, never gigabytes.
+/// A parked pull holds nothing while it waits; its page is charged when it is answered.
 pub(crate) fn pull(c: Call<Caller>) -> Answer {
     let q = c.query();
     // A pull may wait up to a minute: hold nothing of the request meanwhile (its head, body
-    // and body reservation are a waiter's largest cost).
-    let Call {
-        app,
-        who,
-        parts,
-        body,
-        held,
-        ..
-    } = c;
-    drop((parts, body, held));
+    // and their memory are a waiter's largest cost); the page is held for the key alone.
+    let Call { app, who, .. } = c;
     Box::pin(async move {
+        let relay = &app.relay;
+        let mut held = app.memory.for_key(who.key);
+        let max_bytes = match reserve_page(relay.limits(), &mut held).await {
+            Ok(b) => b,
+            Err(r) => return memory_refused(r),
+        };
         let pq = PullQuery {
             after: q.get("after").map(String::as_str),
             limit: q.get("limit").map(String::as_str),
             epoch: q.get("epoch").map(String::as_str),
             wait: q.get("wait").map(String::as_str),
+            max_bytes: Some(max_bytes),
         };
-        let relay = &app.relay;
         match relay.pull_start(&who, pq).await {
-            Ok(PullStart::Answer(text)) => text_reply_response(Ok(text)),
+            Ok(PullStart::Answer(text)) => page_response(text, held),
             Ok(PullStart::Wait(w)) => {
+                held.shrink_to(0);
                 // Parked as a small future: the request's own futures end here.
                 let relay = relay.clone();
-                parked::response(async move { text_reply_response(relay.pull_wait(w).await) })
+                parked::response(async move {
+                    match relay.pull_wait(w).await {
+                        Ok(text) => page_response(text, held),
+                        Err(e) => text_reply_response(Err(e)),
+                    }
+                })
             }
             Err(e) => text_reply_response(Err(e)),
         }
     })
+}
+
+/// Bytes charged per item of a page besides its wire bytes: the JSON around it, its seq, kind,
+/// sender key and an item id escaped at worst.
+const PAGE_ITEM_TEXT: u64 = 2 * 1024;
+
+/// What building a page of at most `raw` wire bytes holds at its peak: the page read from the
+/// store and its JSON text (base64: 4/3) side by side, plus [`PAGE_ITEM_TEXT`] per item.
+fn page_charge(limits: &relay_core::Limits, raw: u64) -> u64 {
+    let items = limits.max_pull as u64;
+    raw.saturating_mul(7) / 3 + items.saturating_mul(PAGE_ITEM_TEXT)
+}
+
+/// Charge `held` for the largest page bound that fits now (`--max-pull-bytes`, halved down to
+/// one item's `--max-item-bytes`, as a page always holds at least one item). When not even that
+/// fits, wait: for room in the shared budget as a request body does (fairly), or for the key's
+/// other pages to be written (a key's concurrent pulls take turns), within
+/// `--body-budget-wait`. The bound.
+///
+/// # Errors
+/// No room came in time: why.
+async fn reserve_page(limits: &relay_core::Limits, held: &mut Held) -> Result<u64, MemoryRefused> {
+    let least = limits.max_item_bytes.max(1);
+    let give_up = tokio::time::Instant::now() + held.wait();
+    loop {
+        let mut raw = limits.max_pull_bytes.max(least);
+        let refused = loop {
+            match held.grow_now(page_charge(limits, raw)) {
+                Ok(()) => return Ok(raw),
+                Err(e) if raw <= least => break e,
+                Err(_) => raw = (raw / 2).max(least),
+            }
+        };
+        if refused == MemoryRefused::Busy {
+            return held
+                .grow_to(page_charge(limits, least))
+                .await
+                .map(|()| least);
+        }
+        if tokio::time::Instant::now() >= give_up {
+            return Err(refused);
+        }
+        tokio::time::sleep(KEY_TURN).await;
+    }
+}
+
+/// How often a pull whose key's share is full looks again.
+const KEY_TURN: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A page's answer holding its text's bytes until written; when the text outgrew the charge
+/// and no room is left, the shared budget is not asked to wait: the page goes out counted as
+/// charged.
+fn page_response(text: Vec<u8>, mut held: Held) -> Response {
+    let len = text.len() as u64;
+    if len <= held.held() {
+        held.shrink_to(len);
+    } else if let Err(r) = held.grow_now(len) {
+        if held.held() == 0 {
+            // A woken pull whose page finds no room: its shares or the budget are full.
+            return memory_refused(r);
+        }
+    }
+    held_body::holding(text_reply_response(Ok(text)), held)
 }
 
 /// `POST /v2/relay/ack`.

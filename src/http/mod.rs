@@ -4,17 +4,19 @@
 //! endpoint, answer), the private one `/metrics` and `/status` ([`private`]). The `mbx-relay
 //! serve` lifecycle that starts them is `crate::serve`.
 
+pub(crate) mod account;
 mod admit;
 mod answer;
 pub mod body;
-mod body_budget;
 pub(crate) mod client_addr;
 pub mod conn;
 mod endpoints;
 mod events;
+mod held_body;
 pub(crate) mod hop_gate;
 pub(crate) mod metrics;
 mod parked;
+mod parse_cost;
 pub(crate) mod pipeline;
 pub(crate) mod private;
 pub(crate) mod retry_after;
@@ -34,8 +36,9 @@ pub(crate) struct App {
     pub relay: Arc<Relay>,
     pub(crate) trust_proxy: TrustProxy,
     pub(crate) http_metrics: Arc<metrics::HttpMetrics>,
-    /// Memory limits for request bodies being read and handled (shared and per address).
-    pub bodies: Arc<body::BodyLimits>,
+    /// The one account of the memory requests hold (bodies, parse trees, response pages),
+    /// shared, per address before a hop is proven, per key after ([`account`]).
+    pub memory: Arc<account::MemoryAccount>,
     /// What `/status` reports besides live figures.
     pub(crate) status: status::StatusFacts,
     /// Failed hop authentications per address, and where signatures are checked.

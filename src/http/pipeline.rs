@@ -23,7 +23,8 @@ use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::admit::{admit, Admitted, Held, Rejected};
+use super::account::Held;
+use super::admit::{admit, Admitted, Rejected};
 use super::answer::{answer_unread, json_response, retry_later, Refused};
 use super::client_addr::client_addr;
 use super::conn::{Answer, Service, MAX_HEADER_BYTES};

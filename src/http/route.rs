@@ -11,7 +11,7 @@
 
 use axum::http::Method;
 
-use super::body::{MAX_BODY, MAX_SMALL_BODY};
+use super::body::{MAX_BODY, MAX_RECORD_BODY, MAX_SMALL_BODY};
 use super::conn::Answer;
 use super::endpoints as e;
 use super::pipeline::Call;
@@ -69,10 +69,11 @@ const fn row(label: &'static str, access: Access) -> Route {
     }
 }
 
-/// A signed route whose JSON body is parsed before its handler.
-const fn json(label: &'static str, handler: Handler<Caller>) -> Route {
+/// A signed route whose JSON body (at most `body_cap` bytes) is parsed before its handler.
+const fn json(label: &'static str, body_cap: usize, handler: Handler<Caller>) -> Route {
     Route {
         json: true,
+        body_cap,
         ..row(label, Access::Signed(handler))
     }
 }
@@ -102,20 +103,24 @@ pub(crate) static ROUTES: [Route; 17] = [
     enrolment("POST /v1/relay/challenge", e::challenge),
     enrolment("POST /v1/relay/enrol", e::enrol),
     enrolment("POST /v2/relay/rotate", e::rotate),
-    json("POST /v1/relay/enc-key", e::put_enc_ad_v1),
-    json("POST /v2/relay/enc-key", e::put_enc_ad_v2),
+    json("POST /v1/relay/enc-key", MAX_RECORD_BODY, e::put_enc_ad_v1),
+    json("POST /v2/relay/enc-key", MAX_RECORD_BODY, e::put_enc_ad_v2),
     row("GET /v1/relay/enc-key", Access::Signed(e::get_enc_ad_v1)),
     row("GET /v2/relay/enc-key", Access::Signed(e::get_enc_ad_v2)),
-    json("POST /v2/relay/senders", e::put_sender_list),
+    json(
+        "POST /v2/relay/senders",
+        MAX_RECORD_BODY,
+        e::put_sender_list,
+    ),
     row("POST /v2/relay/items", Access::Signed(e::push)),
     Route {
         headers: &[(WAIT_MAX_HEADER, WAIT_MAX)],
         ..row("GET /v2/relay/items", Access::Signed(e::pull))
     },
-    json("POST /v2/relay/ack", e::ack),
-    json("POST /v1/relay/messages", e::push_v1),
+    json("POST /v2/relay/ack", MAX_RECORD_BODY, e::ack),
+    json("POST /v1/relay/messages", MAX_BODY, e::push_v1),
     row("GET /v1/relay/messages", Access::Signed(e::pull_v1)),
-    json("POST /v1/relay/ack", e::ack_v1),
+    json("POST /v1/relay/ack", MAX_RECORD_BODY, e::ack_v1),
     row("GET /v2/relay/events", Access::Signed(e::events)),
 ];
 

@@ -68,8 +68,8 @@ pub(crate) async fn document(app: &App) -> Value {
             "refused": refused,
         },
         "waiters": relay.wake().waiters(),
-        "body_bytes_in_use": app.bodies.in_use(),
-        "body_budget_bytes": app.bodies.budget(),
+        "body_bytes_in_use": app.memory.in_use(),
+        "body_budget_bytes": app.memory.budget(),
         "store": {
             "backend": facts.backend,
             "location": facts.location,

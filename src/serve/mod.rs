@@ -398,7 +398,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
     let reloader = crate::http::tls::spawn_reloader(tls.clone(), stop_rx.clone())
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
-    let bodies = Arc::new(crate::http::body::BodyLimits::new(
+    let memory = Arc::new(crate::http::body::MemoryAccount::new(
         crate::http::body::BODY_BUDGET,
         config.guard.body.bytes_per_address,
         config.guard.body.bytes_per_key,
@@ -409,11 +409,11 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         trust_proxy: config.trust_proxy,
         http_metrics: Arc::new(crate::http::metrics::HttpMetrics::new(
             &relay,
-            &bodies,
+            &memory,
             tls.clone(),
             Box::new(store_link::StoreLink),
         )),
-        bodies,
+        memory,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
         status: crate::http::status::StatusFacts {
             backend: config.store.backend_name(),

@@ -124,8 +124,9 @@ pub struct BodyGuardArgs {
     /// Time allowed for the first byte of a request body, from when the relay starts reading it.
     #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = DEFAULT_FIRST_BYTE_TIMEOUT, value_parser = parse_duration)]
     pub body_first_byte_timeout: Duration,
-    /// Bytes per second a request body must average after its first byte (a pause of up to
-    /// --body-first-byte-timeout allowed); a slower body is cut off with 400.
+    /// Bytes per second a request body must keep up after its first byte, over every window as
+    /// long as --body-first-byte-timeout (bytes sent early buy no time later); a slower body is
+    /// cut off with 400.
     #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE, value_parser = relay_core::config::parse_bytes)]
     pub body_min_rate: u64,
     /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs

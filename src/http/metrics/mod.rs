@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use super::body_budget::BodyLimits;
+use super::account::MemoryAccount;
 use super::tls::Tls;
 use relay_core::Relay;
 
@@ -121,7 +121,7 @@ impl HttpMetrics {
     /// counters (`backend`, registered under `mbx_relay_`: the HTTP layer knows no backend).
     pub(crate) fn new(
         relay: &Arc<Relay>,
-        bodies: &Arc<BodyLimits>,
+        bodies: &Arc<MemoryAccount>,
         tls: Option<Arc<Tls>>,
         backend: Box<dyn prometheus_client::collector::Collector>,
     ) -> Self {

@@ -10,14 +10,14 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _};
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::store_cache::StoreCache;
-use crate::http::body_budget::BodyLimits;
+use crate::http::account::MemoryAccount;
 use crate::http::tls::Tls;
 use relay_core::Relay;
 
 /// Everything the collector reads.
 pub(crate) struct RelayState {
     pub relay: Arc<Relay>,
-    pub bodies: Arc<BodyLimits>,
+    pub bodies: Arc<MemoryAccount>,
     pub store: Arc<StoreCache>,
     pub tls: Option<Arc<Tls>>,
 }

@@ -1,13 +1,21 @@
-//! The memory held by request bodies being read: a budget shared by all requests, a share per
-//! client address (IPv4 address, IPv6 /64) and a share per hop key, all counted in bytes
-//! actually held. A request past its address's or key's share is refused at once (a flood from
-//! one address or key gets answers, not a queue). A body's first piece that finds no room in the
-//! shared budget waits for it at most `wait`, and room that frees goes first to the waiting
-//! address holding the least (ties: the earliest), so many requests from a few addresses cannot
-//! keep one from another address waiting behind them. A body already holding part of the budget
-//! never waits (bodies holding parts could all wait for each other): it grows into the room left
-//! once the waiting requests had theirs (freed room goes to them first), else it is refused at
-//! once.
+//! The one account of the memory requests hold: request bodies as they arrive, the parse work a
+//! body will cost, and response pages until they are written. One budget is shared by all
+//! requests (its total is documented in docs/failure-behaviour.md); inside it, shares:
+//!
+//! - **per client address** (IPv4 address, IPv6 /64), from the first byte: everything a request
+//!   holds counts against its address;
+//! - **per hop key, only once the key proved itself**: a request's bytes count against the key's
+//!   share from the moment its signature verified ([`Held::prove`]), never before, so nothing a
+//!   client sends under a key it cannot sign for can make that key's own requests be refused.
+//!
+//! All counted in bytes actually held. A request past its address's or key's share is refused at
+//! once (a flood from one address or key gets answers, not a queue). A request's first piece
+//! that finds no room in the shared budget waits for it at most `wait`, and room that frees goes
+//! first to the waiting address holding the least (ties: the earliest), so many requests from a
+//! few addresses cannot keep one from another address waiting behind them. A request already
+//! holding part of the budget never waits (holders could all wait for each other): it grows into
+//! the room left once the waiting requests had theirs (freed room goes to them first), else it is
+//! refused at once.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -31,7 +39,7 @@ pub enum Refused {
 }
 
 /// The shared budget and the shares, with their limits.
-pub struct BodyLimits {
+pub struct MemoryAccount {
     state: Mutex<State>,
     /// The shared budget's size.
     budget: u64,
@@ -55,16 +63,16 @@ struct State {
 
 struct Waiter {
     id: u64,
-    addr: AddrKey,
+    addr: Option<AddrKey>,
     bytes: u64,
     granted: oneshot::Sender<()>,
 }
 
-impl BodyLimits {
+impl MemoryAccount {
     /// A shared budget of `budget` bytes; at most `address_cap` bytes per address and `key_cap`
     /// per key; a request waits at most `wait` for room in the budget.
     pub fn new(budget: u64, address_cap: u64, key_cap: u64, wait: Duration) -> Self {
-        BodyLimits {
+        MemoryAccount {
             state: Mutex::new(State {
                 free: budget,
                 by_address: HashMap::new(),
@@ -89,13 +97,26 @@ impl BodyLimits {
         self.budget.saturating_sub(self.lock().free)
     }
 
-    /// An empty reservation for a request from `addr` (with a hop naming `key`); it grows as
-    /// the body arrives and gives everything back when dropped.
-    pub fn reservation(self: &Arc<Self>, addr: &str, key: Option<Key32>) -> Reservation {
-        Reservation {
+    /// Nothing held yet for a request from `addr`; it grows as the request takes memory, counts
+    /// against a key once the key proved itself ([`Held::prove`]), and gives everything back
+    /// when dropped.
+    pub fn reservation(self: &Arc<Self>, addr: &str) -> Held {
+        Held {
             limits: self.clone(),
-            addr: address_key(addr),
-            key,
+            addr: Some(address_key(addr)),
+            key: None,
+            bytes: 0,
+        }
+    }
+
+    /// Nothing held yet for a response to `key`, which proved itself: counted against the key's
+    /// share and the shared budget, not an address (a response is the key's, whoever's
+    /// connection it goes out on: hosts sharing an address do not share this).
+    pub fn for_key(self: &Arc<Self>, key: Key32) -> Held {
+        Held {
+            limits: self.clone(),
+            addr: None,
+            key: Some(key),
             bytes: 0,
         }
     }
@@ -117,13 +138,15 @@ impl State {
     /// Count `extra` share bytes for `addr` and `key`, unless either share would pass its cap.
     fn take_shares(
         &mut self,
-        limits: &BodyLimits,
-        addr: &AddrKey,
+        limits: &MemoryAccount,
+        addr: Option<&AddrKey>,
         key: Option<&Key32>,
         extra: u64,
     ) -> Result<(), Refused> {
-        if held(&self.by_address, addr).saturating_add(extra) > limits.address_cap {
-            return Err(Refused::AddressBusy);
+        if let Some(a) = addr {
+            if held(&self.by_address, a).saturating_add(extra) > limits.address_cap {
+                return Err(Refused::AddressBusy);
+            }
         }
         if let Some(k) = key {
             if held(&self.by_key, k).saturating_add(extra) > limits.key_cap {
@@ -131,13 +154,17 @@ impl State {
             }
             *self.by_key.entry(*k).or_insert(0) += extra;
         }
-        *self.by_address.entry(addr.clone()).or_insert(0) += extra;
+        if let Some(a) = addr {
+            *self.by_address.entry(a.clone()).or_insert(0) += extra;
+        }
         Ok(())
     }
 
     /// Uncount `bytes` share bytes of `addr` and `key`; empty entries go.
-    fn give_back_shares(&mut self, addr: &AddrKey, key: Option<&Key32>, bytes: u64) {
-        uncount(&mut self.by_address, addr, bytes);
+    fn give_back_shares(&mut self, addr: Option<&AddrKey>, key: Option<&Key32>, bytes: u64) {
+        if let Some(a) = addr {
+            uncount(&mut self.by_address, a, bytes);
+        }
         if let Some(k) = key {
             uncount(&mut self.by_key, k, bytes);
         }
@@ -152,7 +179,10 @@ impl State {
                 .waiting
                 .iter()
                 .enumerate()
-                .min_by_key(|(_, w)| (held(&self.by_address, &w.addr), w.id))
+                .min_by_key(|(_, w)| {
+                    let by_address = w.addr.as_ref().map_or(0, |a| held(&self.by_address, a));
+                    (by_address, w.id)
+                })
                 .map(|(i, w)| (i, w.bytes));
             let Some((i, bytes)) = next else { return };
             if bytes > self.free {
@@ -190,27 +220,93 @@ fn uncount<K: Hash + Eq>(m: &mut HashMap<K, u64>, k: &K, bytes: u64) {
     }
 }
 
-/// Body memory held for one request: `bytes` of its address's share, of its key's share and of
-/// the shared budget.
-pub struct Reservation {
-    limits: Arc<BodyLimits>,
-    addr: AddrKey,
+/// Memory held for one request: `bytes` of the shared budget, of its address's share and, once
+/// its key proved itself, of that key's share.
+pub struct Held {
+    limits: Arc<MemoryAccount>,
+    /// The client address (none for a response held for its key alone).
+    addr: Option<AddrKey>,
     key: Option<Key32>,
     bytes: u64,
 }
 
 /// A wait for room in progress; dropping it (the request ended) settles it.
 struct Wait<'a> {
-    reservation: &'a mut Reservation,
+    reservation: &'a mut Held,
     id: u64,
     extra: u64,
     settled: bool,
 }
 
-impl Reservation {
+impl Held {
     /// Bytes held now.
     pub fn held(&self) -> u64 {
         self.bytes
+    }
+
+    /// The longest a request waits for room in the shared budget.
+    pub fn wait(&self) -> Duration {
+        self.limits.wait
+    }
+
+    /// The request's hop verified as `key`: what it holds counts against the key's share from
+    /// now on (and all it takes later).
+    ///
+    /// # Errors
+    /// [`Refused::KeyBusy`] when the key's share has no room for it; nothing changes then.
+    pub fn prove(&mut self, key: Key32) -> Result<(), Refused> {
+        if self.key.is_some() {
+            return Ok(());
+        }
+        let mut s = self.limits.lock();
+        let counted = held(&s.by_key, &key);
+        if counted.saturating_add(self.bytes) > self.limits.key_cap {
+            return Err(Refused::KeyBusy);
+        }
+        if self.bytes > 0 {
+            *s.by_key.entry(key).or_insert(0) += self.bytes;
+        }
+        drop(s);
+        self.key = Some(key);
+        Ok(())
+    }
+
+    /// Hold `total` bytes without waiting: the shares as [`Held::grow_to`], and only room of the
+    /// shared budget that is free now (for a response that is already built, where waiting
+    /// would hold its memory longer).
+    ///
+    /// # Errors
+    /// See [`Refused`]; nothing more is held then.
+    pub fn grow_now(&mut self, total: u64) -> Result<(), Refused> {
+        if total <= self.bytes {
+            return Ok(());
+        }
+        let extra = total - self.bytes;
+        let limits = self.limits.clone();
+        let mut s = limits.lock();
+        s.take_shares(&limits, self.addr.as_ref(), self.key.as_ref(), extra)?;
+        if s.free < extra || !s.waiting.is_empty() {
+            s.give_back_shares(self.addr.as_ref(), self.key.as_ref(), extra);
+            return Err(Refused::Busy);
+        }
+        s.free -= extra;
+        self.bytes = total;
+        Ok(())
+    }
+
+    /// Hold only `total` bytes (no more than now): the rest goes back to the shares and the
+    /// budget, and to whoever waits for room.
+    pub fn shrink_to(&mut self, total: u64) {
+        if total >= self.bytes {
+            return;
+        }
+        let back = self.bytes - total;
+        let mut s = self.limits.lock();
+        s.free += back;
+        s.give_back_shares(self.addr.as_ref(), self.key.as_ref(), back);
+        s.grant();
+        drop(s);
+        self.bytes = total;
     }
 
     /// Hold `total` bytes: the address's and key's shares first (refused at once past them),
@@ -227,10 +323,10 @@ impl Reservation {
         let limits = self.limits.clone();
         let (id, granted) = {
             let mut s = limits.lock();
-            s.take_shares(&limits, &self.addr, self.key.as_ref(), extra)?;
+            s.take_shares(&limits, self.addr.as_ref(), self.key.as_ref(), extra)?;
             if self.bytes > 0 {
                 if s.free < extra {
-                    s.give_back_shares(&self.addr, self.key.as_ref(), extra);
+                    s.give_back_shares(self.addr.as_ref(), self.key.as_ref(), extra);
                     return Err(Refused::Busy);
                 }
                 s.free -= extra;
@@ -276,7 +372,7 @@ impl Wait<'_> {
         if !s.withdraw(self.id) {
             return false;
         }
-        s.give_back_shares(&r.addr, r.key.as_ref(), self.extra);
+        s.give_back_shares(r.addr.as_ref(), r.key.as_ref(), self.extra);
         self.settled = true;
         // This waiter may have been the one the others waited behind.
         s.grant();
@@ -293,19 +389,19 @@ impl Drop for Wait<'_> {
         let r = &*self.reservation;
         let mut s = r.limits.lock();
         s.free += self.extra;
-        s.give_back_shares(&r.addr, r.key.as_ref(), self.extra);
+        s.give_back_shares(r.addr.as_ref(), r.key.as_ref(), self.extra);
         s.grant();
     }
 }
 
-impl Drop for Reservation {
+impl Drop for Held {
     fn drop(&mut self) {
         if self.bytes == 0 {
             return;
         }
         let mut s = self.limits.lock();
         s.free += self.bytes;
-        s.give_back_shares(&self.addr, self.key.as_ref(), self.bytes);
+        s.give_back_shares(self.addr.as_ref(), self.key.as_ref(), self.bytes);
         s.grant();
     }
 }
@@ -318,15 +414,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_for_room_is_bounded_and_leaves_nothing_behind() {
-        let limits = Arc::new(BodyLimits::new(
+        let limits = Arc::new(MemoryAccount::new(
             4096,
             u64::MAX,
             u64::MAX,
             Duration::from_millis(100),
         ));
-        let mut first = limits.reservation("192.0.2.1", None);
+        let mut first = limits.reservation("192.0.2.1");
         first.grow_to(3000).await.unwrap();
-        let mut second = limits.reservation("192.0.2.2", None);
+        let mut second = limits.reservation("192.0.2.2");
         let t = std::time::Instant::now();
         assert_eq!(second.grow_to(2000).await, Err(Refused::Busy));
         assert!(t.elapsed() >= Duration::from_millis(100));
@@ -345,12 +441,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_holding_part_never_waits() {
-        let limits = std::sync::Arc::new(BodyLimits::new(2000, u64::MAX, u64::MAX, LONG));
-        let mut a = limits.reservation("192.0.2.1", None);
+        let limits = std::sync::Arc::new(MemoryAccount::new(2000, u64::MAX, u64::MAX, LONG));
+        let mut a = limits.reservation("192.0.2.1");
         a.grow_to(1500).await.unwrap();
         let l = limits.clone();
         let b = tokio::spawn(async move {
-            let mut b = l.reservation("192.0.2.2", None);
+            let mut b = l.reservation("192.0.2.2");
             b.grow_to(1000).await.map(|()| b.held())
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -366,8 +462,8 @@ mod tests {
 
     #[tokio::test]
     async fn freed_room_goes_to_the_waiting_address_holding_the_least() {
-        let limits = std::sync::Arc::new(BodyLimits::new(4000, u64::MAX, u64::MAX, LONG));
-        let mut holder = limits.reservation("192.0.2.1", None);
+        let limits = std::sync::Arc::new(MemoryAccount::new(4000, u64::MAX, u64::MAX, LONG));
+        let mut holder = limits.reservation("192.0.2.1");
         holder.grow_to(4000).await.unwrap();
         // Ten requests of a busy address wait first, then one of a quiet address.
         let mut tasks = Vec::new();
@@ -375,7 +471,7 @@ mod tests {
             let limits = limits.clone();
             let addr = if i < 10 { "192.0.2.9" } else { "192.0.2.7" };
             tasks.push(tokio::spawn(async move {
-                let mut r = limits.reservation(addr, None);
+                let mut r = limits.reservation(addr);
                 r.grow_to(1000).await.unwrap();
                 tokio::time::sleep(LONG).await;
                 drop(r);
@@ -389,7 +485,9 @@ mod tests {
         assert_eq!(s.free, 0);
         assert_eq!(s.waiting.len(), 7);
         assert!(
-            s.waiting.iter().all(|w| w.addr == address_key("192.0.2.9")),
+            s.waiting
+                .iter()
+                .all(|w| w.addr == Some(address_key("192.0.2.9"))),
             "the quiet address was served"
         );
         drop(s);
@@ -401,11 +499,11 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_wait_gives_back_its_share_and_what_it_was_granted() {
         use std::future::Future as _;
-        let limits = Arc::new(BodyLimits::new(1000, u64::MAX, u64::MAX, LONG));
-        let mut holder = limits.reservation("192.0.2.1", None);
+        let limits = Arc::new(MemoryAccount::new(1000, u64::MAX, u64::MAX, LONG));
+        let mut holder = limits.reservation("192.0.2.1");
         holder.grow_to(1000).await.unwrap();
         // Abandoned while waiting.
-        let mut waiter = limits.reservation("192.0.2.2", None);
+        let mut waiter = limits.reservation("192.0.2.2");
         let blocked = tokio::time::timeout(Duration::from_millis(30), waiter.grow_to(500)).await;
         assert!(blocked.is_err(), "waits while the budget is held");
         assert_eq!(limits.holders(), (1, 0));
@@ -424,29 +522,87 @@ mod tests {
         assert_eq!((s.free, s.waiting.len()), (1000, 0));
     }
 
+    /// A reservation of `addr` whose hop proved itself as `key`.
+    fn proven(limits: &Arc<MemoryAccount>, addr: &str, key: Key32) -> Held {
+        let mut h = limits.reservation(addr);
+        h.prove(key).unwrap();
+        h
+    }
+
     #[tokio::test]
     async fn shares_per_address_and_per_key_are_refused_at_once() {
-        let limits = Arc::new(BodyLimits::new(1 << 30, 10_000, 15_000, LONG));
+        let limits = Arc::new(MemoryAccount::new(1 << 30, 10_000, 15_000, LONG));
         let key = [7u8; 32];
-        let mut a = limits.reservation("192.0.2.1", Some(key));
+        let mut a = proven(&limits, "192.0.2.1", key);
         a.grow_to(6_000).await.unwrap();
-        let mut b = limits.reservation("192.0.2.1:4000", Some(key));
+        let mut b = proven(&limits, "192.0.2.1:4000", key);
         assert_eq!(b.grow_to(5_000).await, Err(Refused::AddressBusy));
         b.grow_to(4_000).await.unwrap();
         // Another address, the same key: the key's share is what is left.
-        let mut c = limits.reservation("192.0.2.2", Some(key));
+        let mut c = proven(&limits, "192.0.2.2", key);
         assert_eq!(c.grow_to(6_000).await, Err(Refused::KeyBusy));
         c.grow_to(5_000).await.unwrap();
-        let mut other = limits.reservation("192.0.2.2", Some([8u8; 32]));
+        let mut other = proven(&limits, "192.0.2.2", [8u8; 32]);
         other.grow_to(5_000).await.unwrap();
         // IPv6 by /64.
-        let mut v6 = limits.reservation("2001:db8::1", None);
+        let mut v6 = limits.reservation("2001:db8::1");
         v6.grow_to(10_000).await.unwrap();
-        let mut v6b = limits.reservation("2001:db8::2", None);
+        let mut v6b = limits.reservation("2001:db8::2");
         assert_eq!(v6b.grow_to(1).await, Err(Refused::AddressBusy));
         assert_eq!(limits.holders(), (3, 2));
         drop((a, b, c, other, v6, v6b));
         assert_eq!(limits.holders(), (0, 0), "the tables empty");
         assert_eq!(limits.lock().free, 1 << 30);
+    }
+
+    #[tokio::test]
+    async fn a_key_is_charged_only_after_it_proved_itself() {
+        let limits = Arc::new(MemoryAccount::new(1 << 30, 100_000, 15_000, LONG));
+        let victim = [9u8; 32];
+        // Unproven bodies naming the victim's key (a keyless client can only do this): counted
+        // against their address, never against the key.
+        let mut junk = Vec::new();
+        for i in 0..4 {
+            let mut h = limits.reservation(&format!("198.51.100.{i}"));
+            h.grow_to(14_000).await.unwrap();
+            junk.push(h);
+        }
+        assert_eq!(limits.holders(), (4, 0), "no key is charged before a proof");
+        // The victim's own request proves itself and is served in full.
+        let mut own = limits.reservation("192.0.2.1");
+        own.grow_to(14_000).await.unwrap();
+        own.prove(victim).unwrap();
+        assert_eq!(limits.holders(), (5, 1));
+        // Once proven, the key's share counts: a second proven request past it is refused, and
+        // the refusal changes nothing.
+        let mut second = limits.reservation("192.0.2.2");
+        second.grow_to(2_000).await.unwrap();
+        assert_eq!(second.prove(victim), Err(Refused::KeyBusy));
+        assert_eq!(second.held(), 2_000);
+        drop(own);
+        second.prove(victim).unwrap();
+        assert_eq!(own_share(&limits, &victim), 2_000);
+        drop((junk, second));
+        assert_eq!(limits.holders(), (0, 0));
+    }
+
+    fn own_share(limits: &MemoryAccount, key: &Key32) -> u64 {
+        held(&limits.lock().by_key, key)
+    }
+
+    #[tokio::test]
+    async fn a_response_is_held_without_waiting_and_gives_back_what_it_no_longer_needs() {
+        let limits = Arc::new(MemoryAccount::new(10_000, u64::MAX, u64::MAX, LONG));
+        let mut page = proven(&limits, "192.0.2.1", [1u8; 32]);
+        page.grow_now(8_000).unwrap();
+        let mut other = limits.reservation("192.0.2.2");
+        assert_eq!(other.grow_now(3_000), Err(Refused::Busy), "no wait");
+        assert_eq!(other.held(), 0);
+        page.shrink_to(5_000);
+        other.grow_now(3_000).unwrap();
+        assert_eq!(limits.lock().free, 2_000);
+        drop((page, other));
+        assert_eq!(limits.lock().free, 10_000);
+        assert_eq!(limits.holders(), (0, 0));
     }
 }
