@@ -52,3 +52,20 @@ fn an_unreachable_relay_exits_1() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("relay-bench: "), "{err}");
 }
+
+#[test]
+fn a_json_failure_prints_the_error_and_exit_code_as_json() {
+    let out = bench(&[
+        "--url",
+        "http://127.0.0.1:1",
+        "--items",
+        "1",
+        "--timeout",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert!(v["error"].is_string(), "{v}");
+}
