@@ -25,7 +25,7 @@ use crate::store_open::{open_store, StoreSpec};
 use relay_core::{key, startup, Limits};
 use relay_os::private::{require_private, Kind};
 use relay_wire::keys::fingerprint;
-use store_key::{FoundKey, KeyPlan};
+use store_key::FoundKey;
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -224,8 +224,8 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
             match store_key::decide(pk.as_ref(), key, &config.store_dir)
                 .map_err(ServeError::Config)?
             {
-                KeyPlan::Use(_) if pk.is_some() => format!("{key_line}, the store's own"),
-                KeyPlan::Use(_) | KeyPlan::Generate => key_line,
+                Some(_) if pk.is_some() => format!("{key_line}, the store's own"),
+                Some(_) | None => key_line,
             }
         }
         Pinned::InUse => format!("{key_line} (not compared: the store is in use)"),
@@ -369,8 +369,8 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     let (relay_key, source) = match plan {
-        KeyPlan::Use(found) => found,
-        KeyPlan::Generate => key::load_or_create(&dir, config.key_env.as_deref())?,
+        Some(found) => found,
+        None => key::load_or_create(&dir, config.key_env.as_deref())?,
     };
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(

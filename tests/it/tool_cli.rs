@@ -18,8 +18,16 @@ fn text(b: &[u8]) -> String {
 
 /// Run `cmd` with its stdout a pipe whose reading end is already closed (a `jq` that failed).
 fn into_closed_pipe(mut cmd: Command) -> Output {
-    let (reader, writer) = std::io::pipe().expect("pipe");
-    drop(reader);
+    use std::os::fd::FromRawFd as _;
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors of `fds`, which this function then owns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: both descriptors are fresh and owned here: the reading end is closed at once,
+    // the writing end moves into the child's stdout.
+    let writer = unsafe {
+        libc::close(fds[0]);
+        std::os::fd::OwnedFd::from_raw_fd(fds[1])
+    };
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
