@@ -245,13 +245,15 @@ enum Pinned {
     NotYet,
 }
 
-/// Open the store `spec` names (no directory created), read the key it pins and close it.
+/// Open the store `spec` names, read the key it pins and close it. A directory store is never
+/// created here; a database is opened as `--check` always opened it (set up when empty, as the
+/// relay's first start would), so a new, empty database still checks.
 async fn pinned_key(spec: &StoreSpec) -> Result<Pinned, ServeError> {
     let spec = spec.clone();
     let label = spec.to_string();
     let opened = tokio::task::spawn_blocking(move || {
         let opts = OpenOptions {
-            create: false,
+            create: matches!(spec, StoreSpec::Postgres(_)),
             ..OpenOptions::default()
         };
         let store = open_store(&spec, opts)?;
