@@ -7,9 +7,18 @@ use crate::cli_docs::DocsArgs;
 use crate::exit;
 use crate::serve::args::ServeArgs;
 
+/// `--version` of mbx-relay and relay-tool: the package version and the commit built from
+/// (`build.rs`: git, else `MBX_RELAY_COMMIT`, else `unknown`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MBX_RELAY_COMMIT"),
+    ")"
+);
+
 /// Durable, untrusted store-and-forward relay for end-to-end-encrypted host-to-host mail.
 #[derive(Debug, Parser)]
-#[command(name = "mbx-relay", version, about, after_help = exit::HELP)]
+#[command(name = "mbx-relay", version = VERSION, about, after_help = exit::HELP)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

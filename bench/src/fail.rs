@@ -19,6 +19,9 @@ pub(crate) enum Code {
 pub(crate) struct Failure {
     pub(crate) code: Code,
     pub(crate) msg: String,
+    /// The report was printed before this failure (requests of the run failed): with `--json`
+    /// stdout already holds the one JSON document, so no error object follows it.
+    pub(crate) reported: bool,
 }
 
 impl Failure {
@@ -26,6 +29,7 @@ impl Failure {
         Failure {
             code,
             msg: msg.into(),
+            reported: false,
         }
     }
 

@@ -49,6 +49,10 @@ fn main() -> ExitCode {
     match load::run(&cli.args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
+            // The JSON error shape of mbx-relay and relay-tool, unless the report is out.
+            if cli.args.json && !f.reported {
+                println!("{}", mbx_relay::exit::json_error(&f.msg, f.code as u8));
+            }
             eprintln!("relay-bench: {}", f.msg);
             f.exit_code()
         }

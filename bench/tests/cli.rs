@@ -38,17 +38,29 @@ fn out_of_range_flags_exit_2_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-#[test]
-fn an_unreachable_relay_exits_1() {
-    let out = bench(&[
+/// A run against loopback port 1 (nothing listens there) with `extra` flags.
+fn unreachable(extra: &[&str]) -> Output {
+    let base = [
         "--url",
         "http://127.0.0.1:1",
         "--items",
         "1",
         "--timeout",
         "2",
-    ]);
+    ];
+    bench(&[&base[..], extra].concat())
+}
+
+#[test]
+fn an_unreachable_relay_exits_1() {
+    let out = unreachable(&[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("relay-bench: "), "{err}");
+    // With --json the failure is also the shared JSON object on stdout.
+    let out = unreachable(&["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert!(v["error"].is_string(), "{v}");
 }

@@ -354,6 +354,20 @@ mod tests {
         .unwrap();
     }
 
+    /// Every variable the shipped environment file names is one `serve` takes (so uncommenting
+    /// a line there is never refused as unknown).
+    #[test]
+    fn every_variable_of_the_shipped_environment_file_is_known() {
+        let text = include_str!("../../packaging/mbx-relay.env");
+        let names: Vec<std::ffi::OsString> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("MBX_RELAY_"))
+            .map(std::ffi::OsString::from)
+            .collect();
+        assert!(names.len() > 10, "{names:?}");
+        refuse_unknown_vars(names).unwrap();
+    }
+
     /// The flag's default is the keyspace's default (one source of truth for both).
     #[test]
     fn log_retention_default_is_the_keyspace_default() {

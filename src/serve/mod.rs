@@ -25,7 +25,7 @@ use crate::store_open::{open_store, StoreSpec};
 use relay_core::{key, startup, Limits};
 use relay_os::private::{require_private, Kind};
 use relay_wire::keys::fingerprint;
-use store_key::{FoundKey, KeyPlan};
+use store_key::FoundKey;
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -224,8 +224,8 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
             match store_key::decide(pk.as_ref(), key, &config.store_dir)
                 .map_err(ServeError::Config)?
             {
-                KeyPlan::Use(_) if pk.is_some() => format!("{key_line}, the store's own"),
-                KeyPlan::Use(_) | KeyPlan::Generate => key_line,
+                Some(_) if pk.is_some() => format!("{key_line}, the store's own"),
+                Some(_) | None => key_line,
             }
         }
         Pinned::InUse => format!("{key_line} (not compared: the store is in use)"),
@@ -245,13 +245,15 @@ enum Pinned {
     NotYet,
 }
 
-/// Open the store `spec` names (no directory created), read the key it pins and close it.
+/// Open the store `spec` names, read the key it pins and close it. A directory store is never
+/// created here; a database is opened as `--check` always opened it (set up when empty, as the
+/// relay's first start would), so a new, empty database still checks.
 async fn pinned_key(spec: &StoreSpec) -> Result<Pinned, ServeError> {
     let spec = spec.clone();
     let label = spec.to_string();
     let opened = tokio::task::spawn_blocking(move || {
         let opts = OpenOptions {
-            create: false,
+            create: matches!(spec, StoreSpec::Postgres(_)),
             ..OpenOptions::default()
         };
         let store = open_store(&spec, opts)?;
@@ -369,8 +371,8 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     let (relay_key, source) = match plan {
-        KeyPlan::Use(found) => found,
-        KeyPlan::Generate => key::load_or_create(&dir, config.key_env.as_deref())?,
+        Some(found) => found,
+        None => key::load_or_create(&dir, config.key_env.as_deref())?,
     };
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(

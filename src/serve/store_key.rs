@@ -13,15 +13,9 @@ use relay_wire::keys::{fingerprint, SigningKey};
 /// A relay key found at start (`MBX_RELAY_KEY` or `relay.key`) and where it came from.
 pub(crate) type FoundKey = (SigningKey, KeySource);
 
-/// What start-up does about the relay key once the store's pin is known.
-pub(crate) enum KeyPlan {
-    /// The key found matches the store (or the store pins none yet).
-    Use(FoundKey),
-    /// No key anywhere and a store that pins none: a first start, generate one.
-    Generate,
-}
-
-/// The plan for `found` over a store that pins `pinned`.
+/// The key to start with over a store that pins `pinned`: `found` when it matches the store (or
+/// the store pins none yet); `None` when there is no key anywhere and the store pins none (a
+/// first start: generate one).
 ///
 /// # Errors
 /// The store pins a key and none was given, or another one was: a message naming the store's
@@ -30,10 +24,10 @@ pub(crate) fn decide(
     pinned: Option<&Key32>,
     found: Option<FoundKey>,
     dir: &Path,
-) -> Result<KeyPlan, String> {
+) -> Result<Option<FoundKey>, String> {
     match (pinned, found) {
-        (None, None) => Ok(KeyPlan::Generate),
-        (None, Some(found)) => Ok(KeyPlan::Use(found)),
+        (None, None) => Ok(None),
+        (None, Some(found)) => Ok(Some(found)),
         (Some(pk), None) => Err(format!(
             "the store belongs to relay key {}, and neither {KEY_ENV} nor {} holds a key: set \
              {KEY_ENV} to that key (a restored store needs the old relay's key), or put its \
@@ -49,7 +43,7 @@ pub(crate) fn decide(
             source_name(source, dir),
             fingerprint(&key.public())
         )),
-        (Some(_), Some(found)) => Ok(KeyPlan::Use(found)),
+        (Some(_), Some(found)) => Ok(Some(found)),
     }
 }
 
@@ -81,8 +75,8 @@ mod tests {
         assert!(wrong.contains("MBX_RELAY_KEY holds key"), "{wrong}");
         assert!(matches!(
             decide(Some(&pk), Some((owner, KeySource::File)), dir),
-            Ok(KeyPlan::Use(_))
+            Ok(Some(_))
         ));
-        assert!(matches!(decide(None, None, dir), Ok(KeyPlan::Generate)));
+        assert!(matches!(decide(None, None, dir), Ok(None)));
     }
 }

@@ -441,3 +441,34 @@ fn a_misspelt_variable_is_refused_with_the_name_meant() {
         "{err}"
     );
 }
+
+/// `--check` on a PostgreSQL store: a new, empty database checks (reachable, as before); once a
+/// relay pinned its key there, a relay directory without that key is refused (exit 2, the
+/// store's key named) and no key is written.
+#[test]
+fn serve_check_on_a_database_reaches_a_new_one_and_refuses_a_missing_key() {
+    if !postgres_available("serve_check_on_a_database") {
+        return;
+    }
+    let db = fresh_database();
+    let work = tempfile::tempdir().unwrap();
+    let fresh = work.path().join("fresh");
+    let check = ["--check", "--listen", "127.0.0.1:0", "--store", &db];
+    let out = serve(&fresh, &check, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("(reachable)"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let relay = Relay::launch(RelayOpts::args(&[]).on(Backend::Postgres).db(&db))
+        .expect("relay on the database");
+    drop(relay);
+    let other_dir = work.path().join("other");
+    let out = serve(&other_dir, &check, &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the store belongs to relay key"), "{err}");
+    assert!(!other_dir.join("relay.key").exists());
+}

@@ -18,8 +18,16 @@ fn text(b: &[u8]) -> String {
 
 /// Run `cmd` with its stdout a pipe whose reading end is already closed (a `jq` that failed).
 fn into_closed_pipe(mut cmd: Command) -> Output {
-    let (reader, writer) = std::io::pipe().expect("pipe");
-    drop(reader);
+    use std::os::fd::FromRawFd as _;
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors of `fds`, which this function then owns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: both descriptors are fresh and owned here: the reading end is closed at once,
+    // the writing end moves into the child's stdout.
+    let writer = unsafe {
+        libc::close(fds[0]);
+        std::os::fd::OwnedFd::from_raw_fd(fds[1])
+    };
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
@@ -137,4 +145,47 @@ fn relay_bench_fails_when_a_request_failed() {
         errors.as_object().is_some_and(|e| !e.is_empty()),
         "{report}"
     );
+}
+
+/// Issue 39 item 8: `relay-tool backup -` streams the backup to stdout (online through the
+/// running relay, and offline), the summary on stderr; no file named `-` is written, and what
+/// came out verifies.
+#[test]
+fn backup_dash_streams_to_stdout_and_the_stream_verifies() {
+    let work = tempfile::tempdir().unwrap();
+    let mut relay = Relay::start(&[]);
+    let dir = relay.store_dir().to_str().unwrap().to_string();
+    for (n, how) in ["online", "offline"].into_iter().enumerate() {
+        if how == "offline" {
+            relay.terminate(std::time::Duration::from_secs(30));
+        }
+        let out = relay_tool_command(&["backup", "--store-dir", &dir, "-"], &[])
+            .current_dir(work.path())
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{how}: {err}");
+        assert!(err.contains("backup written to stdout"), "{how}: {err}");
+        assert!(
+            !work.path().join("-").exists(),
+            "{how}: a file named - was written"
+        );
+        let file = work.path().join(format!("streamed-{n}.mbxbak"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        let out = relay_tool(&["verify", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{how}: {}", text(&out.stderr));
+    }
+}
+
+/// Issue 39 item 10: `--version` names the commit the binary was built from.
+#[test]
+fn version_names_the_commit() {
+    for out in [
+        Command::new(relay_bin()).arg("--version").output().unwrap(),
+        relay_tool(&["--version"]),
+    ] {
+        let said = text(&out.stdout);
+        assert!(out.status.success(), "{said}");
+        assert!(said.contains("(commit "), "{said}");
+    }
 }

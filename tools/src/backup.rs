@@ -2,7 +2,8 @@
 //! `relay_store::backup`, which every backend restores), online (through the running relay) or
 //! with the store opened here (a directory store: offline; a PostgreSQL store: beside its
 //! relays, one REPEATABLE READ snapshot). The file appears under its name only once it is
-//! complete, fsync'd and verified.
+//! complete, fsync'd and verified. FILE `-` streams the backup to stdout instead (a pipe into
+//! compression or object storage), its summary on stderr.
 
 use std::path::Path;
 
@@ -24,6 +25,9 @@ use crate::show;
 /// FILE exists, store access, I/O on the file, the relay's refusal, or a written file that
 /// does not verify.
 pub fn run(target: &access::Target, file: &Path, force: bool, json: bool) -> Result<(), Failure> {
+    if file == Path::new("-") {
+        return to_stdout(target, json);
+    }
     refuse_existing(file, force)?;
     let via = access::relay_or_store(target, &Request::Backup)?;
     let mut out = AtomicFile::create(file)?;
@@ -95,6 +99,65 @@ pub fn run(target: &access::Target, file: &Path, force: bool, json: bool) -> Res
     } else {
         println!("backup written: {} ({how})", file.display());
         print!("{}", show::summary(&summary));
+    }
+    Ok(())
+}
+
+/// `backup -`: the stream on stdout, the summary (or with `json` its JSON object) on stderr. No
+/// file is left to verify here: the stream carries its checksums, and `relay-tool verify`
+/// checks the stored copy. A terminal is refused (a backup is binary).
+fn to_stdout(target: &access::Target, json: bool) -> Result<(), Failure> {
+    use std::io::{IsTerminal as _, Write as _};
+    if std::io::stdout().is_terminal() {
+        return Err(Failure::new(
+            Code::Usage,
+            "backup -: stdout is a terminal; pipe it (`| zstd > relay.mbxbak.zst`) or give a FILE",
+        ));
+    }
+    let via = access::relay_or_store(target, &Request::Backup)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let write_err =
+        |e: std::io::Error| Failure::new(Code::Store, format!("writing the backup to stdout: {e}"));
+    let (mut v, how) = match via {
+        Via::Relay(mut reply) => {
+            std::io::copy(&mut reply, &mut out).map_err(write_err)?;
+            out.flush().map_err(write_err)?;
+            let done = reply
+                .finish()
+                .map_err(|e| Failure::from(e).context("the relay could not finish the backup"))?;
+            (
+                done,
+                "online, through the running relay (recorded in its relay log)",
+            )
+        }
+        Via::Local(store) => {
+            let summary = store.backup_to(&mut out, &mut |_| {})?;
+            out.flush().map_err(write_err)?;
+            let detail = if target.shared() {
+                "backup by relay-tool to stdout"
+            } else {
+                "offline backup by relay-tool to stdout"
+            };
+            let detail = backup_log_detail(&summary, detail);
+            store.log_op("backup", &detail).wait().map_err(|e| {
+                Failure::from(e).context("backup written, but recording it in the relay log failed")
+            })?;
+            access::close(store)?;
+            (
+                show::summary_json(&summary),
+                "with the store opened here (recorded in the relay log)",
+            )
+        }
+    };
+    if json {
+        v["file"] = "-".into();
+        v["how"] = how.into();
+        eprintln!("{v}");
+    } else {
+        eprintln!(
+            "backup written to stdout ({how}), checksum {}",
+            v["checksum"].as_str().unwrap_or("-")
+        );
     }
     Ok(())
 }

@@ -55,7 +55,7 @@ fn exit_codes() -> String {
 }
 
 #[derive(Parser)]
-#[command(name = "relay-tool", version, about = "Admin tool for mbx-relay stores", after_help = exit_codes())]
+#[command(name = "relay-tool", version = mbx_relay::cli::VERSION, about = "Admin tool for mbx-relay stores", after_help = exit_codes())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,7 +76,8 @@ per partition and the checksum, and records the backup in the relay log.",
     Backup {
         #[command(flatten)]
         store: access::StoreArgs,
-        /// The backup file to write (by convention `*.mbxbak`).
+        /// The backup file to write (by convention `*.mbxbak`); `-` streams it to stdout (the
+        /// summary then goes to stderr).
         file: PathBuf,
         /// Replace FILE if it exists (without it, an existing FILE is refused, exit 2).
         #[arg(long)]

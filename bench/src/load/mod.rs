@@ -204,10 +204,12 @@ pub(super) fn failed_requests(failed: u64) -> Result<(), Failure> {
     if failed == 0 {
         return Ok(());
     }
-    Err(relay_err(format!(
+    let mut f = relay_err(format!(
         "{failed} request{} failed (the report lists them by kind)",
         if failed == 1 { "" } else { "s" }
-    )))
+    ));
+    f.reported = true;
+    Err(f)
 }
 
 /// Print a report on stdout: JSON with `--json`, else its text.
