@@ -122,18 +122,21 @@ fn percent_decode(v: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether every host of `cfg` is this machine (loopback address, `localhost`, a unix socket).
+/// Whether every host of `cfg` is this machine (loopback address, `localhost`, a unix socket),
+/// and every `hostaddr` (the address actually dialled, whatever the host name says) is loopback.
 fn all_loopback(cfg: &tokio_postgres::Config) -> bool {
-    cfg.get_hosts().iter().all(|h| match h {
-        Host::Tcp(name) => {
-            name == "localhost"
-                || name
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        }
-        Host::Unix(_) => true,
-    })
+    let addrs_loopback = cfg.get_hostaddrs().iter().all(|ip| ip.is_loopback());
+    addrs_loopback
+        && cfg.get_hosts().iter().all(|h| match h {
+            Host::Tcp(name) => {
+                name == "localhost"
+                    || name
+                        .trim_matches(|c| c == '[' || c == ']')
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }
+            Host::Unix(_) => true,
+        })
 }
 
 /// The connector for `params` on `cfg`, and `cfg`'s `ssl_mode` set to match.
@@ -401,6 +404,28 @@ mod tests {
         connector(&mut remote, &params).unwrap();
         assert_eq!(remote.get_ssl_mode(), SslMode::Require);
         let mut local: tokio_postgres::Config = "postgres://u@127.0.0.1,[::1]/x".parse().unwrap();
+        connector(&mut local, &params).unwrap();
+        assert_eq!(local.get_ssl_mode(), SslMode::Prefer);
+    }
+
+    #[test]
+    fn a_remote_hostaddr_behind_a_local_name_is_verified() {
+        let params = TlsParams {
+            mode: None,
+            root: None,
+        };
+        let mut cfg: tokio_postgres::Config = "host=localhost hostaddr=203.0.113.5 user=u dbname=x"
+            .parse()
+            .unwrap();
+        connector(&mut cfg, &params).unwrap();
+        assert_eq!(
+            cfg.get_ssl_mode(),
+            SslMode::Require,
+            "verify-full, not prefer"
+        );
+        let mut local: tokio_postgres::Config = "host=localhost hostaddr=127.0.0.1 user=u dbname=x"
+            .parse()
+            .unwrap();
         connector(&mut local, &params).unwrap();
         assert_eq!(local.get_ssl_mode(), SslMode::Prefer);
     }

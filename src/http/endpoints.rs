@@ -232,7 +232,7 @@ fn page_response(text: Vec<u8>, mut held: Held) -> Response {
             return memory_refused(r);
         }
     }
-    held_body::holding(text_reply_response(Ok(text)), held)
+    held_body::json_holding(text, held)
 }
 
 /// `POST /v2/relay/ack`.

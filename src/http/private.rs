@@ -29,11 +29,12 @@ pub(crate) async fn serve_private(
     guard: GuardConfig,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    // Its own caps: a scraper polling fast must not meet the public per-address cap.
+    // Its own caps: a scraper polling fast must not meet the public per-address cap, and one
+    // address holding unfinished heads must not take every slot from the scraper (half each).
     let cap = PRIVATE_CONNECTIONS.min(guard.max_connections);
     let config = GuardConfig {
         max_connections: cap,
-        max_connections_per_address: cap,
+        max_connections_per_address: (cap / 2).max(1),
         ..guard
     };
     let stopped = async move {

@@ -23,6 +23,7 @@ mod daemon_util {
 
 mod attack_senders;
 mod backup_move;
+mod hardening_account;
 mod hardening_body;
 mod hardening_clients;
 mod hardening_conn_per_address;
