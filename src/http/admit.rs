@@ -275,7 +275,7 @@ async fn hop_refused(
                 open(Call {
                     app: app.clone(),
                     who: (),
-                    held: app.memory.reservation(addr),
+                    _held: app.memory.reservation(addr),
                     parts,
                     body: Vec::new(),
                     json: Value::Null,

@@ -48,8 +48,9 @@ pub(crate) struct Call<W> {
     pub(crate) body: Vec<u8>,
     /// The body parsed, for rows that say `json` (else `null`).
     pub(crate) json: Value,
-    /// The memory the request holds; a handler that waits long drops it first.
-    pub(crate) held: Held,
+    /// The memory the request holds, counted until the call ends (a handler that waits long
+    /// drops it first).
+    pub(crate) _held: Held,
 }
 
 impl<W> Call<W> {
@@ -199,7 +200,7 @@ fn call(app: &Arc<App>, route: &Route, a: Admitted) -> Answer {
             parts,
             body,
             json,
-            held,
+            _held: held,
         }),
         (Access::Open(h) | Access::Enrolment(h) | Access::SignedOrOpen(_, h), _) => h(Call {
             app,
@@ -207,7 +208,7 @@ fn call(app: &Arc<App>, route: &Route, a: Admitted) -> Answer {
             parts,
             body,
             json,
-            held,
+            _held: held,
         }),
         // Admission never lets a signed route through without its caller.
         (Access::Signed(_), None) => Box::pin(async {
