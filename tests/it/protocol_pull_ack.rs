@@ -190,18 +190,36 @@ fn fractional_limit_is_floored_and_non_numeric_after_is_0(backend: Backend) {
     };
     assert_eq!(page("?limit=1.9").0, pushed[..1].to_vec());
     assert_eq!(page("?limit=2.5").0, pushed[..2].to_vec());
-    assert_eq!(page("?limit=0.5").0, pushed[..3].to_vec(), "0 means max_pull");
+    assert_eq!(
+        page("?limit=0.5").0,
+        pushed[..3].to_vec(),
+        "0 means max_pull"
+    );
     assert_eq!(page("?limit=1e1").0, pushed[..3].to_vec());
-    for q in ["?after=abc", "?after=-1", "?after=", "?after=12abc", "?after=-0.5"] {
+    for q in [
+        "?after=abc",
+        "?after=-1",
+        "?after=",
+        "?after=12abc",
+        "?after=-0.5",
+    ] {
         let (got, p) = page(q);
         assert_eq!(got, pushed[..3].to_vec(), "{q}");
         assert_eq!(p["more"], json!(true), "{q}");
     }
     let (got, _) = page(&format!("?after={}.5", pushed[1]));
-    assert_eq!(got, pushed[2..5].to_vec(), "after=<seq>.5 starts at the next seq");
+    assert_eq!(
+        got,
+        pushed[2..5].to_vec(),
+        "after=<seq>.5 starts at the next seq"
+    );
     let (got, p) = page(&format!("?after={}.5", pushed[4]));
     assert!(got.is_empty());
-    assert_eq!(p["last_seq"], json!(pushed[4]), "an empty page's last_seq is after, floored");
+    assert_eq!(
+        p["last_seq"],
+        json!(pushed[4]),
+        "an empty page's last_seq is after, floored"
+    );
     let (got, _) = page(&format!("?after={}e0&limit=1", pushed[0]));
     assert_eq!(got, pushed[1..2].to_vec());
 }
@@ -277,9 +295,7 @@ fn bad_ack_through_is_400_bad_ack(backend: Backend) {
     let (relay, _s, a, pushed) = queued(backend, &[], 2, None);
     let epoch = relay.epoch();
     let head = pushed[1];
-    let bad_ack = |text: &str, head_seq: u64| {
-        json!({"error": text, "code": "BAD_ACK", "epoch": epoch, "head_seq": head_seq})
-    };
+    let bad_ack = |text: &str, head_seq: u64| json!({"error": text, "code": "BAD_ACK", "epoch": epoch, "head_seq": head_seq});
     let beyond = "ack beyond the last allocated seq: treat as an epoch change";
     let not_a_seq = "ack through is not a non-negative integer";
     for (through, text) in [

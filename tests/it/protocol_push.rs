@@ -452,7 +452,12 @@ fn bad_item_id_kind_and_targets(backend: Backend) {
 fn rejected_items_echo_only_a_string_item_id(backend: Backend) {
     let w = world(backend, &[]);
     let good = envelope_item(&w.s, &[&w.a]);
-    let mut items = vec![Value::Null, json!(5), json!("an item"), json!([good.clone()])];
+    let mut items = vec![
+        Value::Null,
+        json!(5),
+        json!("an item"),
+        json!([good.clone()]),
+    ];
     for id in [
         json!(12),
         Value::Null,

@@ -491,7 +491,10 @@ fn rotation_errors(backend: Backend) {
         rec["new_enc_pub"] = json!("not read by the relay");
         rec["iat"] = json!("not read either");
     });
-    assert_eq!(relay.post_json("/v2/relay/rotate", &loose).ok(), json!({"moved": 0}));
+    assert_eq!(
+        relay.post_json("/v2/relay/rotate", &loose).ok(),
+        json!({"moved": 0})
+    );
     // The old key is revoked now: rotating it again is not enrolled.
     refused(
         &rotation("re-a", &a.key, &Host::new("re-a").key, None, None),

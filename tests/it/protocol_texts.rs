@@ -466,12 +466,18 @@ fn quoted_texts_are_the_references(backend: Backend) {
         // Rotation (each refusal as the reference words it).
         row(
             "rotation: no rotation",
-            Expect::Body(404, json!({"error": "the rotated key is not enrolled here"})),
+            Expect::Body(
+                404,
+                json!({"error": "the rotated key is not enrolled here"}),
+            ),
             || relay.post_json("/v2/relay/rotate", &json!({})),
         ),
         row(
             "rotation: old key unknown",
-            Expect::Body(404, json!({"error": "the rotated key is not enrolled here"})),
+            Expect::Body(
+                404,
+                json!({"error": "the rotated key is not enrolled here"}),
+            ),
             || {
                 let (old, new) = (Host::new("rx"), Host::new("rx"));
                 relay.post_json(

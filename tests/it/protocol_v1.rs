@@ -431,7 +431,11 @@ fn v1_envelope_is_stored_as_sent_so_a_v2_push_of_its_bytes_is_a_duplicate(backen
     let a = Host::enrolled(&relay, "as-a");
     let env = env_to(&s, &["x@as-a"]);
     let sent = js_order_text(&env);
-    assert_ne!(sent, canonical_json(&env), "the test needs a non-canonical order");
+    assert_ne!(
+        sent,
+        canonical_json(&env),
+        "the test needs a non-canonical order"
+    );
     // White space in the body is not part of the envelope as `JSON.parse` read it.
     let body = format!("{{ \"envelopes\" : [ {sent} ]\n}}");
     let r = s.call_v1(&relay, "POST", "/v1/relay/messages", body.as_bytes());
@@ -447,7 +451,10 @@ fn v1_envelope_is_stored_as_sent_so_a_v2_push_of_its_bytes_is_a_duplicate(backen
         &item("envelope", id, &[(a.pubkey(), sent.clone().into_bytes())]),
     );
     assert_eq!(r["status"], json!("duplicate"), "{r}");
-    assert_eq!(r["targets"], json!([{"host_pubkey": a.pubkey(), "seq": seq}]));
+    assert_eq!(
+        r["targets"],
+        json!([{"host_pubkey": a.pubkey(), "seq": seq}])
+    );
     assert_eq!(
         r["accept"]["targets"][0]["wire_hash"],
         json!(sha256_hex(sent.as_bytes()))
