@@ -20,6 +20,8 @@ pub enum ErrorCode {
     Denied,
     /// An ack whose `through` is not an integer between 0 and the head.
     BadAck,
+    /// An ack for another epoch than the current one (0.5.7+ hosts decide by it).
+    Epoch,
 }
 
 impl ErrorCode {
@@ -32,6 +34,7 @@ impl ErrorCode {
             ErrorCode::Full => "FULL",
             ErrorCode::Denied => "DENIED",
             ErrorCode::BadAck => "BAD_ACK",
+            ErrorCode::Epoch => "EPOCH",
         }
     }
 }
@@ -64,6 +67,7 @@ mod tests {
             (ErrorCode::Full, "FULL"),
             (ErrorCode::Denied, "DENIED"),
             (ErrorCode::BadAck, "BAD_ACK"),
+            (ErrorCode::Epoch, "EPOCH"),
         ];
         for (c, w) in all {
             assert_eq!(c.wire(), w);

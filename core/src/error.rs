@@ -79,11 +79,11 @@ impl RelayError {
             _ => AuthFailure::Signature,
         })
     }
-    /// The per-address enrolment rate window is exhausted.
+    /// The per-address enrolment rate window is exhausted (the reference relay's text).
     pub(crate) fn rate_limited() -> Self {
         Self::new(
             Status::TooManyRequests,
-            "rate limit exceeded, retry in a minute",
+            "too many enrolment calls; retry in a minute",
         )
     }
     /// A store failure: the fixed [`STORE_UNAVAILABLE`] text (the cause goes to the log only).

@@ -8,12 +8,14 @@ use relay_store::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
+use super::pull::floor_seq;
 use super::push::{Committed, Prepared, TargetCache};
 use super::reason::{Reason, Rejection};
 use super::{expect_object, object, Caller, Relay, RelayError, Reply, Status};
 use relay_wire::accept::sha256;
-use relay_wire::canonical::canonical_bytes;
 use relay_wire::envelope::{envelope_recipient_hosts, envelope_shape_error};
+use relay_wire::js_value::{stringify_parsed, to_number};
+use relay_wire::json_node::Node;
 use relay_wire::keys::b64;
 
 impl Relay {
@@ -23,13 +25,19 @@ impl Relay {
     ///
     /// Error texts are the reference relay's (older hosts match on them).
     ///
+    /// Each envelope is stored as sent: the text `JSON.stringify` gives for it after
+    /// `JSON.parse` of the body (the sender's key order, never canonicalised), so a v2 push of
+    /// the bytes a JavaScript v1 host sent is a duplicate of it.
+    ///
     /// # Errors
-    /// 400 `bad batch` when `envelopes` is not an array; 413 as above (also `batch over limit N`
-    /// and `push rate exceeded (N/min)`); 503 store failure.
-    pub async fn push_v1(&self, caller: &Caller, body: &Value) -> Reply {
-        let envelopes = body
+    /// 400 `malformed JSON: ...` as [`crate::parse_json`]; 400 `bad batch` when `envelopes` is
+    /// not an array; 413 as above (also `batch over limit N` and `push rate exceeded (N/min)`);
+    /// 503 store failure.
+    pub async fn push_v1(&self, caller: &Caller, body: &[u8]) -> Reply {
+        let tree: Node<'_> = crate::parse_json_as(body)?;
+        let envelopes = tree
             .get("envelopes")
-            .and_then(Value::as_array)
+            .and_then(Node::as_array)
             .ok_or_else(|| RelayError::bad_request("bad batch"))?;
         if envelopes.len() > self.limits.max_batch {
             return Err(nothing_stored(
@@ -92,10 +100,16 @@ impl Relay {
     fn prepare_v1(
         &self,
         caller: &Caller,
-        env: &Value,
+        sent: &Node<'_>,
         cache: &mut TargetCache,
         names: &mut HashMap<Key32, String>,
     ) -> Result<Prepared, Rejection> {
+        // The stored bytes, and the value every check reads (parsed back from those bytes, so
+        // the checks see exactly what is stored).
+        let wire = stringify_parsed(sent).into_bytes();
+        let env: Value = serde_json::from_slice(&wire)
+            .map_err(|_| Reason::BadEnvelope("not an object".into()))?;
+        let env = &env;
         if let Some(why) = envelope_shape_error(env) {
             return Err(Reason::BadEnvelope(why).into());
         }
@@ -103,7 +117,6 @@ impl Relay {
             .get("id")
             .and_then(Value::as_str)
             .ok_or_else(|| Reason::BadEnvelope("bad id".into()))?;
-        let wire = canonical_bytes(env);
         if wire.len() as u64 > self.limits.max_item_bytes {
             return Err(Reason::EnvelopeOverSizeLimit.into());
         }
@@ -178,9 +191,9 @@ impl Relay {
     /// envelopes only; the cursor is the last seq read, so it never skips an unread envelope.
     ///
     /// # Errors
-    /// 400 bad `after`; 503 store failure.
+    /// 503 store failure.
     pub async fn pull_v1(&self, caller: &Caller, after: Option<&str>) -> Reply {
-        let after = Self::parse_after(after)?;
+        let after = Self::parse_after(after);
         let page = self
             .read_page(
                 caller.key,
@@ -218,16 +231,15 @@ impl Relay {
         ]))
     }
 
-    /// `POST /v1/relay/ack {"cursor"}` → `{"ok":true}`; a cursor past the head acks the head.
+    /// `POST /v1/relay/ack {"cursor"}` → `{"ok":true}`, as the reference reads the cursor:
+    /// `Number(cursor)` floored, clamped to 0..=head (missing, not a number or negative is 0
+    /// and deletes nothing; past the head acks the head).
     ///
     /// # Errors
-    /// 400 when `cursor` is not a non-negative integer; 503 store failure.
+    /// 400 when the body is not an object; 503 store failure.
     pub async fn ack_v1(&self, caller: &Caller, body: &Value) -> Reply {
         let obj = expect_object(body)?;
-        let cursor = obj
-            .get("cursor")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| RelayError::bad_request("bad cursor"))?;
+        let cursor = floor_seq(obj.get("cursor").map_or(0.0, to_number));
         let head = self.store.cursor(&caller.key)?.head_seq;
         self.write(self.store.ack(&caller.key, cursor.min(head)))
             .await?;

@@ -9,8 +9,18 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::code::ErrorCode;
 use super::wake::{Ticket, MAX_WAIT_SECS};
 use super::{Caller, Relay, RelayError, Reply, Status};
+use relay_wire::js_value::string_to_number;
+
+/// The reference relay's answer text for a pull or an ack of another epoch.
+const EPOCH_CHANGED: &str = "relay epoch changed: pull again from 0";
+/// The reference relay's text for an ack above the head (hosts treat it as an epoch change).
+const ACK_BEYOND_HEAD: &str = "ack beyond the last allocated seq: treat as an epoch change";
+/// mbx-relay's own text for a `through` that is not a non-negative integer (the reference
+/// floors it; we delete nothing on a malformed ack).
+const ACK_NOT_A_SEQ: &str = "ack through is not a non-negative integer";
 
 /// How a pull goes on after [`Relay::pull_start`].
 pub enum PullStart {
@@ -49,31 +59,30 @@ pub struct PullQuery<'a> {
 }
 
 impl Relay {
-    /// `after`: missing or empty means 0; otherwise a non-negative integer.
-    ///
-    /// # Errors
-    /// 400 for anything else.
-    pub(crate) fn parse_after(raw: Option<&str>) -> Result<u64, RelayError> {
-        match raw {
-            None | Some("") => Ok(0),
-            Some(s) => s
-                .parse::<u64>()
-                .map_err(|_| RelayError::bad_request("bad after")),
-        }
+    /// `after` as the reference relay reads it: `Number(raw)` floored (`12.5` starts after
+    /// 12, so at the next seq); missing, not a number or negative is 0.
+    pub(crate) fn parse_after(raw: Option<&str>) -> u64 {
+        raw.map_or(0, |s| floor_seq(string_to_number(s)))
     }
 
-    /// 409 `{"error","epoch":CURRENT}` unless `given` is the current epoch.
-    fn check_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
+    /// The current epoch when `given` is it; else `Err` with the current one.
+    fn epoch_is(&self, given: Option<&str>) -> Result<String, String> {
         // Another process on a shared store may have moved the epoch on (`epoch_watch`).
         self.recheck_epoch(given);
         let current = self.epoch();
         match given {
             Some(e) if e == current => Ok(current),
-            _ => Err(RelayError {
-                status: Status::Conflict,
-                body: json!({ "error": "epoch mismatch", "epoch": current }),
-            }),
+            _ => Err(current),
         }
+    }
+
+    /// 409 `{"error":"relay epoch changed: pull again from 0","epoch":CURRENT}` unless `given`
+    /// is the current epoch (the pull's answer: no `code`, as the reference sends it).
+    fn check_epoch(&self, given: Option<&str>) -> Result<String, RelayError> {
+        self.epoch_is(given).map_err(|current| RelayError {
+            status: Status::Conflict,
+            body: json!({ "error": EPOCH_CHANGED, "epoch": current }),
+        })
     }
 
     /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue, up to its wait: the
@@ -85,7 +94,7 @@ impl Relay {
     /// shutdown; past the relay's waiter cap it is given at once.
     ///
     /// # Errors
-    /// 400 bad `after` or `wait`; 409 wrong epoch (also after an epoch change while waiting);
+    /// 400 bad `wait`; 409 wrong epoch (also after an epoch change while waiting);
     /// 401 `bad relay hop` when the key lost its live enrolment before the wait began;
     /// 503 store failure.
     pub async fn pull_start(
@@ -94,7 +103,7 @@ impl Relay {
         q: PullQuery<'_>,
     ) -> Result<PullStart, RelayError> {
         let epoch = self.pull_epoch(q.epoch)?;
-        let after = Self::parse_after(q.after)?;
+        let after = Self::parse_after(q.after);
         let wait = parse_wait(q.wait)?;
         let limit = pull_limit(q.limit, self.limits.max_pull);
         let max_bytes = q.max_bytes.map_or(self.limits.max_pull_bytes, |b| {
@@ -224,22 +233,42 @@ impl Relay {
     /// `POST /v2/relay/ack {"epoch","through"}`.
     ///
     /// # Errors
-    /// 409 wrong epoch; 400 `BAD_ACK` when `through` is not a non-negative integer or is above
-    /// the head; 503 store failure.
+    /// 409 `EPOCH` (with `epoch` and `head_seq`) for a missing or wrong epoch; 400 `BAD_ACK`
+    /// when `through` is not a non-negative integer or is above the head; 503 store failure.
     pub async fn ack(&self, caller: &Caller, body: &Value) -> Reply {
         let obj = super::expect_object(body)?;
-        let epoch = self.check_epoch(obj.get("epoch").and_then(Value::as_str))?;
-        let bad_ack = |head_seq: u64| RelayError {
-            status: Status::BadRequest,
-            body: json!({
-                "error": "ack through is not an integer between 0 and head_seq",
-                "code": super::code::ErrorCode::BadAck.wire(),
-                "epoch": epoch,
-                "head_seq": head_seq,
-            }),
+        let answer =
+            |status, code: ErrorCode, text: &str, epoch: String, head_seq: u64| RelayError {
+                status,
+                body: json!({
+                    "error": text,
+                    "code": code.wire(),
+                    "epoch": epoch,
+                    "head_seq": head_seq,
+                }),
+            };
+        let epoch = match self.epoch_is(obj.get("epoch").and_then(Value::as_str)) {
+            Ok(e) => e,
+            Err(current) => {
+                let head_seq = self.store.cursor(&caller.key)?.head_seq;
+                return Err(answer(
+                    Status::Conflict,
+                    ErrorCode::Epoch,
+                    EPOCH_CHANGED,
+                    current,
+                    head_seq,
+                ));
+            }
         };
         let Some(through) = obj.get("through").and_then(Value::as_u64) else {
-            return Err(bad_ack(self.store.cursor(&caller.key)?.head_seq));
+            let head_seq = self.store.cursor(&caller.key)?.head_seq;
+            return Err(answer(
+                Status::BadRequest,
+                ErrorCode::BadAck,
+                ACK_NOT_A_SEQ,
+                epoch,
+                head_seq,
+            ));
         };
         let outcome = self.write(self.store.ack(&caller.key, through)).await?;
         relay_os::failpoint::hit("relay-ack-after-commit");
@@ -251,7 +280,13 @@ impl Relay {
             } => Ok(
                 json!({ "acked_through": acked_through, "deleted": deleted, "head_seq": head_seq }),
             ),
-            AckOutcome::BeyondHead { head_seq } => Err(bad_ack(head_seq)),
+            AckOutcome::BeyondHead { head_seq } => Err(answer(
+                Status::BadRequest,
+                ErrorCode::BadAck,
+                ACK_BEYOND_HEAD,
+                epoch,
+                head_seq,
+            )),
         }
     }
 }
@@ -351,12 +386,30 @@ pub(crate) fn parse_wait(raw: Option<&str>) -> Result<Option<Duration>, RelayErr
     Ok((secs > 0).then(|| Duration::from_secs(secs)))
 }
 
-/// `limit`: missing, zero or non-numeric means `max`; another is clamped to 1..=max.
+/// `limit` as the reference relay reads it: `Number(raw)` floored; missing, zero or not a
+/// number means `max`; another is clamped to 1..=max (`1.9` is 1, `-3` is 1).
 pub(crate) fn pull_limit(raw: Option<&str>, max: usize) -> usize {
-    match raw.map(str::trim).and_then(|s| s.parse::<i128>().ok()) {
-        None | Some(0) => max,
-        Some(n) if n < 1 => 1,
-        Some(n) => usize::try_from(n).unwrap_or(max).min(max),
+    let n = raw.map_or(f64::NAN, string_to_number).floor();
+    if n.is_nan() || n == 0.0 {
+        max
+    } else if n < 1.0 {
+        1
+    } else if n >= max as f64 {
+        max
+    } else {
+        // 1 <= n < max: a whole number that fits.
+        n as usize
+    }
+}
+
+/// A seq or cursor read as JavaScript's `Math.max(0, Math.floor(x) || 0)`: NaN and negatives
+/// are 0; beyond `u64::MAX` (Infinity included) is `u64::MAX`, past any seq.
+pub(crate) fn floor_seq(x: f64) -> u64 {
+    if x.is_nan() || x <= 0.0 {
+        0
+    } else {
+        // `as` saturates at u64::MAX.
+        x.floor() as u64
     }
 }
 
@@ -443,22 +496,50 @@ mod tests {
         }
     }
 
+    /// `Number(limit)` floored, as the reference: missing, 0 or not a number is the maximum.
     #[test]
-    fn limit_parsing() {
-        assert_eq!(pull_limit(None, 500), 500);
-        assert_eq!(pull_limit(Some("0"), 500), 500);
-        assert_eq!(pull_limit(Some("abc"), 500), 500);
-        assert_eq!(pull_limit(Some("-3"), 500), 1);
-        assert_eq!(pull_limit(Some("7"), 500), 7);
-        assert_eq!(pull_limit(Some("100000"), 500), 500);
+    fn limit_is_read_as_the_reference_reads_it() {
+        let cases = [
+            (None, 500),
+            (Some("0"), 500),
+            (Some(""), 500),
+            (Some("abc"), 500),
+            (Some("0.9"), 500),
+            (Some("-3"), 1),
+            (Some("-0.5"), 1),
+            (Some("-Infinity"), 1),
+            (Some("7"), 7),
+            (Some("1.9"), 1),
+            (Some("7.99"), 7),
+            (Some(" 7 "), 7),
+            (Some("1e2"), 100),
+            (Some("0x10"), 16),
+            (Some("100000"), 500),
+            (Some("Infinity"), 500),
+            (Some("499.5"), 499),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(pull_limit(raw, 500), want, "{raw:?}");
+        }
     }
 
+    /// `Number(after)` floored, as the reference: not a number or negative is 0.
     #[test]
-    fn after_parsing() {
-        assert_eq!(Relay::parse_after(None).unwrap(), 0);
-        assert_eq!(Relay::parse_after(Some("")).unwrap(), 0);
-        assert_eq!(Relay::parse_after(Some("42")).unwrap(), 42);
-        assert!(Relay::parse_after(Some("-1")).is_err());
-        assert!(Relay::parse_after(Some("x")).is_err());
+    fn after_is_read_as_the_reference_reads_it() {
+        let cases = [
+            (None, 0),
+            (Some(""), 0),
+            (Some("42"), 42),
+            (Some("42.5"), 42),
+            (Some("-1"), 0),
+            (Some("x"), 0),
+            (Some("12abc"), 0),
+            (Some("1e3"), 1000),
+            (Some("Infinity"), u64::MAX),
+            (Some("1795963620919.999"), 1_795_963_620_919),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(Relay::parse_after(raw), want, "{raw:?}");
+        }
     }
 }

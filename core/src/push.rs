@@ -125,10 +125,6 @@ impl Relay {
             self.read_admissions(&caller.key, items, &mut cache).await;
         }
         let mut early = Vec::new();
-        // The body as a value tree, read at most once per push (only for a rejected item whose
-        // `item_id` is not a string): one re-read per such item would cost a 200-item body 200
-        // parses.
-        let mut whole = None;
         for (i, item) in items.iter().enumerate() {
             let check = if rate_ok {
                 self.prepare_v2_item(caller, item, &mut cache)
@@ -138,10 +134,7 @@ impl Relay {
             match check {
                 Ok(p) => prepared.push((i, p)),
                 Err(reason) => {
-                    results[i] = Some(rejected_text(
-                        &ItemId::of(body, &mut whole, i, item),
-                        &reason,
-                    ));
+                    results[i] = Some(rejected_text(echoed_item_id(item), &reason));
                     early.push(reason.reason);
                 }
             }
@@ -173,12 +166,12 @@ impl Relay {
             match outcome {
                 Committed::Rejected(reason) => {
                     self.metrics.rejected(&reason);
-                    results[i] = Some(rejected_text(&ItemId::Text(&item_id), &reason.into()));
+                    results[i] = Some(rejected_text(&item_id, &reason.into()));
                 }
                 Committed::OverQuota { which, .. } => {
                     let reason = Reason::Quota(which);
                     self.metrics.rejected(&reason);
-                    results[i] = Some(rejected_text(&ItemId::Text(&item_id), &reason.into()));
+                    results[i] = Some(rejected_text(&item_id, &reason.into()));
                 }
                 Committed::Stored {
                     at_ms,
@@ -503,51 +496,19 @@ fn accepted_text(
     out
 }
 
-/// The `item_id` a rejected result echoes.
-enum ItemId<'a> {
-    /// Missing: `null`.
-    Missing,
-    /// A string, printed as `serde_json` prints it.
-    Text(&'a str),
-    /// Any other JSON: printed as `serde_json` prints the value (re-read from the body, so
-    /// numbers and objects come out exactly as a value tree would print them).
-    Other(String),
-}
-
-impl<'a> ItemId<'a> {
-    /// The `item_id` of item `index` of the push `body` (whose tree `item` is); `whole` is
-    /// the body as a value tree, read from `body` the first time one is needed.
-    fn of(
-        body: &[u8],
-        whole: &mut Option<Option<Value>>,
-        index: usize,
-        item: &'a Node<'_>,
-    ) -> ItemId<'a> {
-        match item.get("item_id") {
-            None => ItemId::Missing,
-            Some(Node::Text(s)) => ItemId::Text(s),
-            Some(_) => ItemId::Other(
-                whole
-                    .get_or_insert_with(|| serde_json::from_slice::<Value>(body).ok())
-                    .as_ref()
-                    .and_then(|v| v.get("items")?.get(index)?.get("item_id"))
-                    .unwrap_or(&Value::Null)
-                    .to_string(),
-            ),
-        }
-    }
+/// The `item_id` a rejected result echoes: the item's `item_id` when it is a string, else `""`
+/// (a `null` or non-object item, a missing or non-string `item_id`), as the reference relay
+/// answers; never an echo of another value.
+fn echoed_item_id<'a>(item: &'a Node<'_>) -> &'a str {
+    item.get("item_id").and_then(Node::as_str).unwrap_or("")
 }
 
 /// A rejected result's JSON text: `{"item_id","status":"rejected:<reason>","targets":[]}`,
 /// exactly as `serde_json` prints that object.
-fn rejected_text(item_id: &ItemId<'_>, reason: &Rejection) -> String {
+fn rejected_text(item_id: &str, reason: &Rejection) -> String {
     let mut out = String::with_capacity(96);
     out.push_str("{\"item_id\":");
-    match item_id {
-        ItemId::Missing => out.push_str("null"),
-        ItemId::Text(s) => write_string(&mut out, s),
-        ItemId::Other(json) => out.push_str(json),
-    }
+    write_string(&mut out, item_id);
     out.push_str(",\"status\":");
     write_string(&mut out, &format!("rejected:{}", reason.wire_text()));
     out.push_str(",\"targets\":[]}");
@@ -678,43 +639,48 @@ mod tests {
         assert_eq!(results_text(Vec::new()), b"{\"results\":[]}");
     }
 
+    /// The text is what serialising the object as a value gives; the echoed id is the item's
+    /// string `item_id`, else `""` (a null or non-object item, a missing or other `item_id`).
     #[test]
     fn rejected_texts_equal_the_value_answers() {
         let reason: Rejection = Reason::BadKind.into();
-        let mut ids: Vec<String> = [
-            "17",
-            "-0",
-            "1.50",
-            "1e5",
-            "18446744073709551616",
-            r#"{"b":1,"a":[true,null],"b":2}"#,
-            "[]",
+        let mut items: Vec<(String, Value)> = [
+            r#"{"item_id":17}"#,
+            r#"{"item_id":-0}"#,
+            r#"{"item_id":1.50}"#,
+            r#"{"item_id":{"b":1,"a":[true,null]}}"#,
+            r#"{"item_id":[]}"#,
+            r#"{"item_id":null}"#,
+            r#"{"item_id":false}"#,
+            r#"{"kind":"x"}"#,
             "null",
-            "false",
-            r#""\u0001\"\u00e9\u2028""#,
+            "5",
+            r#""x""#,
+            "[]",
         ]
         .iter()
-        .map(|s| (*s).to_owned())
+        .map(|s| ((*s).to_owned(), json!("")))
         .collect();
+        items.push((
+            r#"{"item_id":"\u0001\"\u00e9\u2028"}"#.into(),
+            json!("\u{1}\"é\u{2028}"),
+        ));
         for s in relay_wire::test_util::adversarial_strings(9, 200) {
-            ids.push(Value::String(s).to_string());
+            items.push((json!({ "item_id": s }).to_string(), json!(s)));
         }
-        for id in ids {
-            let body = format!(r#"{{"items":[{{"kind":"x"}},{{"item_id":{id}}}]}}"#);
-            let tree: Node<'_> = crate::parse_json_as(body.as_bytes()).unwrap();
-            let v: Value = serde_json::from_str(&body).unwrap();
-            let mut whole = None;
-            for i in 0..2 {
-                let item = &tree.get("items").and_then(Node::as_array).unwrap()[i];
-                let want = json!({
-                    "item_id": v["items"][i].get("item_id").cloned().unwrap_or(Value::Null),
-                    "status": format!("rejected:{}", reason.wire_text()),
-                    "targets": [],
-                })
-                .to_string();
-                let got = rejected_text(&ItemId::of(body.as_bytes(), &mut whole, i, item), &reason);
-                assert_eq!(got, want, "{id}");
-            }
+        for (text, want_id) in items {
+            let item: Node<'_> = crate::parse_json_as(text.as_bytes()).unwrap();
+            let want = json!({
+                "item_id": want_id,
+                "status": format!("rejected:{}", reason.wire_text()),
+                "targets": [],
+            })
+            .to_string();
+            assert_eq!(
+                rejected_text(echoed_item_id(&item), &reason),
+                want,
+                "{text}"
+            );
         }
     }
 }

@@ -4,35 +4,44 @@
 use relay_store::RebindOutcome;
 use serde_json::{json, Value};
 
-use super::{expect_object, Relay, RelayError, Reply};
+use super::{Relay, RelayError, Reply};
 use relay_wire::keys::fingerprint;
-use relay_wire::records::parse_rotation;
+use relay_wire::records::{check_rotation, rotation_old_pub};
+
+/// The reference relay's refusal texts (older hosts match on them); the 400 texts are
+/// `relay_wire::records::RotationRefusal::text`.
+const NOT_ENROLLED: &str = "the rotated key is not enrolled here";
+const NEW_KEY_REVOKED: &str = "the new key was revoked here";
 
 impl Relay {
-    /// `POST /v2/relay/rotate {"rotation":{"rec","old_sig","new_sig"}}` → `{"moved": N}`.
+    /// `POST /v2/relay/rotate {"rotation":{"rec","old_sig","new_sig"}}` → `{"moved": N}`. The
+    /// reference relay's order: the old key (`rec.old_pub`) must be enrolled and live, then the
+    /// record is checked against it ([`check_rotation`]), then the new key must not be revoked.
     ///
     /// # Errors
-    /// 400 bad rotation; 404 old key not enrolled; 409 new key revoked here; 503 store failure.
+    /// 404 no `rotation`, or its old key unknown or revoked; 400 a refused record (its text);
+    /// 409 the new key was revoked here; 503 store failure.
     pub async fn rotate(&self, body: &Value) -> Reply {
-        expect_object(body)?;
-        let rot = parse_rotation(body)
-            .map_err(|e| RelayError::bad_request(format!("bad rotation: {e}")))?;
-        let old = self
-            .store
-            .enrolment(&rot.old_pub)?
-            .filter(|e| e.revoked_at_ms.is_none())
-            .ok_or_else(|| RelayError::not_found("old key not enrolled"))?;
-        if !old.host_name.eq_ignore_ascii_case(&rot.host) {
-            return Err(RelayError::bad_request(
-                "bad rotation: host is not the old key's name",
-            ));
+        if body.is_null() {
+            return Err(RelayError::bad_request("body must be a JSON object"));
         }
+        let rotation = body.get("rotation");
+        let live_old = match rotation_old_pub(rotation) {
+            Some(k) => self.store.enrolment(&k)?,
+            None => None,
+        }
+        .filter(|e| e.revoked_at_ms.is_none());
+        let (Some(rotation), Some(old)) = (rotation, live_old) else {
+            return Err(RelayError::not_found(NOT_ENROLLED));
+        };
+        let rot = check_rotation(rotation, &old.host_pubkey, &old.host_name)
+            .map_err(|why| RelayError::bad_request(why.text()))?;
         if self
             .store
             .enrolment(&rot.new_pub)?
             .is_some_and(|e| e.revoked_at_ms.is_some())
         {
-            return Err(RelayError::conflict("new key is revoked"));
+            return Err(RelayError::conflict(NEW_KEY_REVOKED));
         }
         match self
             .write(self.store.rebind(rot.old_pub, rot.new_pub))
@@ -52,8 +61,8 @@ impl Relay {
                 self.watch_enrolments();
                 Ok(json!({ "moved": moved }))
             }
-            RebindOutcome::OldNotEnrolled => Err(RelayError::not_found("old key not enrolled")),
-            RebindOutcome::NewRevoked => Err(RelayError::conflict("new key is revoked")),
+            RebindOutcome::OldNotEnrolled => Err(RelayError::not_found(NOT_ENROLLED)),
+            RebindOutcome::NewRevoked => Err(RelayError::conflict(NEW_KEY_REVOKED)),
         }
     }
 }

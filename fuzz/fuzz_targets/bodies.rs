@@ -197,7 +197,7 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
                     PullStart::Wait(_) => unreachable!("a pull without wait= never waits"),
                 })
         }
-        15 => parsed.and_then(|v| rt.block_on(relay.push_v1(&f.caller_a, &v))),
+        15 => rt.block_on(relay.push_v1(&f.caller_a, body)),
         16 => parsed.and_then(|v| rt.block_on(relay.ack_v1(&f.caller_b, &v))),
         17 => {
             let after = text(body);

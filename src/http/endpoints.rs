@@ -242,7 +242,7 @@ pub(crate) fn ack(c: Call<Caller>) -> Answer {
 
 /// `POST /v1/relay/messages`.
 pub(crate) fn push_v1(c: Call<Caller>) -> Answer {
-    Box::pin(async move { reply_response(c.app.relay.push_v1(&c.who, &c.json).await) })
+    Box::pin(async move { reply_response(c.app.relay.push_v1(&c.who, &c.body).await) })
 }
 
 /// `GET /v1/relay/messages?after=`.

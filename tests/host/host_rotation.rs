@@ -317,7 +317,7 @@ fn a_rotation_the_relay_refuses_for_good_is_abandoned_and_the_host_keeps_its_key
     std::fs::copy(&retired, a.dir.join("host.key.new")).unwrap();
     let e = a.run(&["rotate"]).unwrap_err();
     assert!(
-        e.contains("new key is revoked") && e.contains("abandoned"),
+        e.contains("the new key was revoked here") && e.contains("abandoned"),
         "{e}"
     );
     assert_eq!(a.pubkey(), current, "the host keeps its key");

@@ -152,6 +152,9 @@ fn page_stops_at_the_byte_budget_but_holds_at_least_one_item(backend: Backend) {
     assert_eq!(b.pull_all(&relay, 0).len(), 2);
 }
 
+/// The reference's text for a pull or an ack of another epoch.
+const EPOCH_CHANGED: &str = "relay epoch changed: pull again from 0";
+
 fn pull_epoch_must_be_current(backend: Backend) {
     let (relay, _s, a, pushed) = queued(backend, &[], 2, None);
     let epoch = relay.epoch();
@@ -159,13 +162,66 @@ fn pull_epoch_must_be_current(backend: Backend) {
         .pull(&relay, &format!("?after=0&limit=10&epoch={epoch}"))
         .ok();
     assert_eq!(seqs(p["items"].as_array().unwrap()), pushed);
+    // A stale epoch and an empty `epoch=` answer the same 409, without a `code`.
     let wrong = "2cdde67d-cd82-4ea8-b716-a09865c0adeb";
-    let r = a.pull(&relay, &format!("?after=0&limit=10&epoch={wrong}"));
-    assert_eq!(r.status, 409, "{}", r.text());
-    let v = r.json();
-    assert_keys(&v, &["error", "epoch"]);
-    assert!(!v["error"].as_str().unwrap().is_empty());
-    assert_eq!(v["epoch"], json!(epoch));
+    for q in [
+        format!("?after=0&limit=10&epoch={wrong}"),
+        "?after=0&epoch=".to_string(),
+        "?epoch".to_string(),
+    ] {
+        let r = a.pull(&relay, &q);
+        assert_eq!(r.status, 409, "{q}: {}", r.text());
+        assert_eq!(
+            r.json(),
+            json!({"error": EPOCH_CHANGED, "epoch": epoch}),
+            "{q}"
+        );
+    }
+}
+
+/// A fractional `limit` is floored; `after` that is not a number is 0, a fractional one is
+/// compared as a number (floored: `<seq>.5` starts at the next seq), as the reference reads
+/// them (`Number(x)`).
+fn fractional_limit_is_floored_and_non_numeric_after_is_0(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &["--max-pull", "3"], 5, None);
+    let page = |q: &str| {
+        let p = a.pull(&relay, q).ok();
+        (seqs(p["items"].as_array().unwrap()), p)
+    };
+    assert_eq!(page("?limit=1.9").0, pushed[..1].to_vec());
+    assert_eq!(page("?limit=2.5").0, pushed[..2].to_vec());
+    assert_eq!(
+        page("?limit=0.5").0,
+        pushed[..3].to_vec(),
+        "0 means max_pull"
+    );
+    assert_eq!(page("?limit=1e1").0, pushed[..3].to_vec());
+    for q in [
+        "?after=abc",
+        "?after=-1",
+        "?after=",
+        "?after=12abc",
+        "?after=-0.5",
+    ] {
+        let (got, p) = page(q);
+        assert_eq!(got, pushed[..3].to_vec(), "{q}");
+        assert_eq!(p["more"], json!(true), "{q}");
+    }
+    let (got, _) = page(&format!("?after={}.5", pushed[1]));
+    assert_eq!(
+        got,
+        pushed[2..5].to_vec(),
+        "after=<seq>.5 starts at the next seq"
+    );
+    let (got, p) = page(&format!("?after={}.5", pushed[4]));
+    assert!(got.is_empty());
+    assert_eq!(
+        p["last_seq"],
+        json!(pushed[4]),
+        "an empty page's last_seq is after, floored"
+    );
+    let (got, _) = page(&format!("?after={}e0&limit=1", pushed[0]));
+    assert_eq!(got, pushed[1..2].to_vec());
 }
 
 fn ack_deletes_through_and_reports(backend: Backend) {
@@ -207,50 +263,64 @@ fn ack_only_touches_the_callers_queue(backend: Backend) {
     assert_eq!(seqs(&b.pull_all(&relay, 0)), vec![seq_b]);
 }
 
-fn ack_with_wrong_epoch_is_409(backend: Backend) {
-    let (relay, _s, a, pushed) = queued(backend, &[], 1, None);
+/// A missing or wrong epoch: 409 with the reference's text, `code` `EPOCH` (0.5.7+ hosts
+/// decide by it), the current epoch and the caller's head; nothing is deleted.
+fn ack_with_a_missing_or_wrong_epoch_is_409_epoch_with_the_head(backend: Backend) {
+    let (relay, _s, a, pushed) = queued(backend, &[], 2, None);
     let epoch = relay.epoch();
-    let r = a.ack(
-        &relay,
-        "2cdde67d-cd82-4ea8-b716-a09865c0adeb",
-        json!(pushed[0]),
-    );
-    assert_eq!(r.status, 409, "{}", r.text());
-    let v = r.json();
-    assert_keys(&v, &["error", "epoch"]);
-    assert_eq!(v["epoch"], json!(epoch));
-    assert_eq!(a.pull_all(&relay, 0).len(), 1, "nothing deleted");
+    let want = json!({
+        "error": EPOCH_CHANGED,
+        "code": "EPOCH",
+        "epoch": epoch,
+        "head_seq": pushed[1],
+    });
+    for body in [
+        json!({"epoch": "2cdde67d-cd82-4ea8-b716-a09865c0adeb", "through": pushed[0]}),
+        json!({"through": pushed[0]}),
+        json!({"epoch": "", "through": pushed[0]}),
+        json!({"epoch": null, "through": pushed[0]}),
+        json!({"epoch": 5, "through": pushed[0]}),
+    ] {
+        let r = a.post_json(&relay, "/v2/relay/ack", &body);
+        assert_eq!(r.status, 409, "{body}: {}", r.text());
+        assert_eq!(r.json(), want, "{body}");
+    }
+    assert_eq!(a.pull_all(&relay, 0).len(), 2, "nothing deleted");
 }
 
+/// Above the head: the reference's text (hosts treat it as an epoch change). Not a
+/// non-negative integer: mbx-relay's own text (stricter: the reference floors it). Both 400
+/// `BAD_ACK` with the epoch and head, deleting nothing.
 fn bad_ack_through_is_400_bad_ack(backend: Backend) {
     let (relay, _s, a, pushed) = queued(backend, &[], 2, None);
     let epoch = relay.epoch();
     let head = pushed[1];
-    for through in [
-        json!("5"),
-        json!(1.5),
-        json!(-1),
-        json!(head + 1),
-        json!(null),
-        json!(true),
-        json!([1]),
-        json!(u64::MAX),
+    let bad_ack = |text: &str, head_seq: u64| json!({"error": text, "code": "BAD_ACK", "epoch": epoch, "head_seq": head_seq});
+    let beyond = "ack beyond the last allocated seq: treat as an epoch change";
+    let not_a_seq = "ack through is not a non-negative integer";
+    for (through, text) in [
+        (json!("5"), not_a_seq),
+        (json!(1.5), not_a_seq),
+        (json!(-1), not_a_seq),
+        (json!(null), not_a_seq),
+        (json!(true), not_a_seq),
+        (json!([1]), not_a_seq),
+        (json!(head + 1), beyond),
+        (json!(u64::MAX), beyond),
     ] {
         let r = a.ack(&relay, &epoch, through.clone());
         assert_eq!(r.status, 400, "through {through}: {}", r.text());
-        let v = r.json();
-        assert_keys(&v, &["error", "code", "epoch", "head_seq"]);
-        assert!(!v["error"].as_str().unwrap().is_empty());
-        assert_eq!(v["code"], json!("BAD_ACK"), "through {through}");
-        assert_eq!(v["epoch"], json!(epoch));
-        assert_eq!(v["head_seq"], json!(head));
+        assert_eq!(r.json(), bad_ack(text, head), "through {through}");
     }
+    let r = a.post_json(&relay, "/v2/relay/ack", &json!({ "epoch": epoch }));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json(), bad_ack(not_a_seq, head));
     assert_eq!(a.pull_all(&relay, 0).len(), 2, "nothing deleted");
     // For a host with nothing allocated, anything above 0 is beyond the head.
     let fresh = Host::enrolled(&relay, "fresh");
-    let v = fresh.ack(&relay, &epoch, json!(1)).json();
-    assert_eq!(v["code"], json!("BAD_ACK"));
-    assert_eq!(v["head_seq"], json!(0));
+    let r = fresh.ack(&relay, &epoch, json!(1));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json(), bad_ack(beyond, 0));
     // 0 is fine.
     let r = fresh.ack(&relay, &epoch, json!(0)).ok();
     assert_eq!(r, json!({"acked_through": 0, "deleted": 0, "head_seq": 0}));
@@ -279,9 +349,10 @@ backend_tests! {
     default_max_pull_is_500,
     page_stops_at_the_byte_budget_but_holds_at_least_one_item,
     pull_epoch_must_be_current,
+    fractional_limit_is_floored_and_non_numeric_after_is_0,
     ack_deletes_through_and_reports,
     ack_only_touches_the_callers_queue,
-    ack_with_wrong_epoch_is_409,
+    ack_with_a_missing_or_wrong_epoch_is_409_epoch_with_the_head,
     bad_ack_through_is_400_bad_ack,
     pull_and_ack_need_a_hop,
 }

@@ -446,6 +446,49 @@ fn bad_item_id_kind_and_targets(backend: Backend) {
     assert!(queue_ids(&w.relay, &w.a).is_empty());
 }
 
+/// A rejected item whose `item_id` is not a string (missing, null, a number, an object, an
+/// array, a boolean), or an item that is not an object at all (null included), is answered
+/// with `"item_id":""`, never an echo of the value; a string id is echoed as sent.
+fn rejected_items_echo_only_a_string_item_id(backend: Backend) {
+    let w = world(backend, &[]);
+    let good = envelope_item(&w.s, &[&w.a]);
+    let mut items = vec![
+        Value::Null,
+        json!(5),
+        json!("an item"),
+        json!([good.clone()]),
+    ];
+    for id in [
+        json!(12),
+        Value::Null,
+        json!({"a": 1}),
+        json!(["x"]),
+        json!(true),
+    ] {
+        let mut it = good.clone();
+        it["item_id"] = id;
+        items.push(it);
+    }
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("item_id");
+    items.push(missing);
+    let results = w.s.push_results(&w.relay, &items);
+    for (it, r) in items.iter().zip(&results) {
+        assert_eq!(
+            r,
+            &json!({"item_id": "", "status": "rejected:bad item id", "targets": []}),
+            "item {it}"
+        );
+    }
+    let mut it = good.clone();
+    it["kind"] = json!("nope");
+    assert_eq!(
+        w.s.push_one(&w.relay, &it),
+        json!({"item_id": good["item_id"], "status": "rejected:bad kind", "targets": []})
+    );
+    assert!(queue_ids(&w.relay, &w.a).is_empty());
+}
+
 fn max_targets_is_inclusive(backend: Backend) {
     let relay = backend.start_generous(&["--max-targets", "3"]);
     let s = Host::enrolled(&relay, "s");
@@ -874,6 +917,7 @@ backend_tests! {
     envelope_wire_checks,
     envelope_external_since_and_source,
     bad_item_id_kind_and_targets,
+    rejected_items_echo_only_a_string_item_id,
     max_targets_is_inclusive,
     per_target_checks_and_their_order,
     revoked_target_is_not_enrolled,

@@ -267,6 +267,15 @@ fn sender_list_malformed_is_400_and_bad_signature_401(backend: Backend) {
         t.post_json(&relay, "/v2/relay/senders", b)
             .assert_some_error(400);
     }
+    // No `sig`, or one that is not a string: not signed by the target (401, not 400).
+    for sig in [None, Some(Value::Null), Some(json!(5)), Some(json!({}))] {
+        let mut body = json!({ "list": good["list"] });
+        if let Some(sig) = sig {
+            body["sig"] = sig;
+        }
+        t.post_json(&relay, "/v2/relay/senders", &body)
+            .assert_error(401, "sender list is not signed by the target");
+    }
     // Signed by another key, or over other content.
     let mut forged = good.clone();
     forged["sig"] = json!(SigningKey::generate().sign(canonical_json(&good["list"]).as_bytes()));
@@ -377,67 +386,128 @@ fn rotation_to_an_unenrolled_key_enrols_it(backend: Backend) {
     assert_eq!(new.info(&relay)["you"]["host"], json!("r2-host"));
 }
 
+/// Each refusal with the reference's exact text, in its order: the old key first (404, also
+/// for a body with no `rotation` at all), then the record against it (400), then the new key
+/// (409). A refusal changes nothing.
 fn rotation_errors(backend: Backend) {
     let relay = backend.start_generous(&[]);
     let a = Host::enrolled(&relay, "re-a");
     let n = Host::new("re-a");
-    // 404: old key not enrolled.
+    let refused = |body: &Value, status: u16, text: &str| {
+        let r = relay.post_json("/v2/relay/rotate", body);
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        assert_eq!(r.json(), json!({ "error": text }), "{body}");
+    };
+    let not_enrolled = "the rotated key is not enrolled here";
     let stranger = Host::new("re-z");
-    relay
-        .post_json(
-            "/v2/relay/rotate",
-            &rotation("re-z", &stranger.key, &n.key, None, None),
-        )
-        .assert_some_error(404);
-    // 400: bad rotations.
-    let other = SigningKey::generate();
-    let bad = vec![
-        rotation("re-a", &a.key, &n.key, Some(&other), None),
-        rotation("re-a", &a.key, &n.key, None, Some(&other)),
-        rotation("re-a", &a.key, &a.key, None, None),
-        rotation("re-other-name", &a.key, &n.key, None, None),
+    for body in [
+        rotation("re-z", &stranger.key, &n.key, None, None),
+        json!({}),
+        json!({"rotation": "x"}),
+        json!({"rotation": null}),
+        json!({"rotation": {"old_sig": "a", "new_sig": "b"}}),
+        json!([]),
         {
+            // An old_pub that is not a key is not enrolled either.
             let mut b = rotation("re-a", &a.key, &n.key, None, None);
-            b["rotation"]["rec"]["type"] = json!("rotation");
-            let rec = b["rotation"]["rec"].clone();
-            rotation_from_rec(&rec, &a.key, &n.key)
-        },
-        {
-            let mut b = rotation("re-a", &a.key, &n.key, None, None);
-            b["rotation"]["rec"]["new_pub"] = json!("short");
-            let rec = b["rotation"]["rec"].clone();
-            rotation_from_rec(&rec, &a.key, &n.key)
-        },
-        {
-            let mut b = rotation("re-a", &a.key, &n.key, None, None);
-            b["rotation"].as_object_mut().unwrap().remove("new_sig");
+            b["rotation"]["rec"]["old_pub"] = json!("short");
             b
         },
-        json!({"rotation": "x"}),
-        json!({}),
-        json!([]),
-    ];
-    for b in &bad {
-        relay
-            .post_json("/v2/relay/rotate", b)
-            .assert_some_error(400);
+    ] {
+        refused(&body, 404, not_enrolled);
     }
-    // Nothing happened: a is still live and can rotate properly.
+    let signed_after = |edit: &dyn Fn(&mut Value)| {
+        let mut b = rotation("re-a", &a.key, &n.key, None, None);
+        edit(&mut b["rotation"]["rec"]);
+        let rec = b["rotation"]["rec"].clone();
+        rotation_from_rec(&rec, &a.key, &n.key)
+    };
+    let other = SigningKey::generate();
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            signed_after(&|rec| {
+                rec.as_object_mut().unwrap().remove("new_enc_pub");
+            }),
+            "not a rotation record",
+        ),
+        (
+            signed_after(&|rec| rec["type"] = json!("rotation")),
+            "not a rotation record",
+        ),
+        (
+            signed_after(&|rec| rec["v"] = json!(2)),
+            "not a rotation record",
+        ),
+        (
+            signed_after(&|rec| rec["iat"] = json!(5)),
+            "not a rotation record",
+        ),
+        (
+            {
+                let mut b = rotation("re-a", &a.key, &n.key, None, None);
+                b["rotation"].as_object_mut().unwrap().remove("new_sig");
+                b
+            },
+            "not a rotation record",
+        ),
+        (
+            rotation("re-a", &a.key, &a.key, None, None),
+            "rotation keeps the same host key",
+        ),
+        (
+            rotation("re-a", &a.key, &n.key, Some(&other), None),
+            "rotation is not signed by the pinned host key",
+        ),
+        (
+            rotation("re-a", &a.key, &n.key, None, Some(&other)),
+            "rotation is not signed by the new host key",
+        ),
+        (
+            signed_after(&|rec| rec["new_pub"] = json!("short")),
+            "rotation is not signed by the new host key",
+        ),
+        (
+            rotation("re-other-name", &a.key, &n.key, None, None),
+            "rotation names another host",
+        ),
+        // The name is the enrolled one exactly (the reference compares with `!==`).
+        (
+            rotation("RE-A", &a.key, &n.key, None, None),
+            "rotation names another host",
+        ),
+        // The signatures are checked before the name.
+        (
+            rotation("re-other-name", &a.key, &n.key, Some(&other), None),
+            "rotation is not signed by the pinned host key",
+        ),
+    ];
+    for (body, text) in &cases {
+        refused(body, 400, text);
+    }
+    // Nothing happened: a is still live and can rotate properly; only the types of
+    // `new_enc_pub` and `iat` are checked, as the reference does.
     assert_eq!(a.info(&relay)["you"]["host"], json!("re-a"));
-    relay
-        .post_json(
-            "/v2/relay/rotate",
-            &rotation("re-a", &a.key, &n.key, None, None),
-        )
-        .ok();
-    // 409: the new key is revoked here (rotating another host back onto a's old key).
+    let loose = signed_after(&|rec| {
+        rec["new_enc_pub"] = json!("not read by the relay");
+        rec["iat"] = json!("not read either");
+    });
+    assert_eq!(
+        relay.post_json("/v2/relay/rotate", &loose).ok(),
+        json!({"moved": 0})
+    );
+    // The old key is revoked now: rotating it again is not enrolled.
+    refused(
+        &rotation("re-a", &a.key, &Host::new("re-a").key, None, None),
+        404,
+        not_enrolled,
+    );
+    // 409: the new key is revoked here (rotating another host onto a's old key).
     let m = Host::enrolled(&relay, "re-m");
-    relay
-        .post_json(
-            "/v2/relay/rotate",
-            &rotation("re-m", &m.key, &a.key, None, None),
-        )
-        .assert_some_error(409);
+    refused(
+        &rotation("re-m", &m.key, &a.key, None, None),
+        409,
+        "the new key was revoked here",
+    );
     assert_eq!(m.info(&relay)["you"]["host"], json!("re-m"));
 }
 

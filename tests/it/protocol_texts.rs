@@ -13,6 +13,9 @@ use relay_wire::canonical::canonical_json;
 use relay_wire::keys::{b64, SigningKey};
 use serde_json::{json, Value};
 
+/// The reference's text for a pull or an ack of another epoch.
+const EPOCH_CHANGED: &str = "relay epoch changed: pull again from 0";
+
 /// What a row expects back.
 enum Expect {
     /// Exactly this status and JSON body.
@@ -311,6 +314,8 @@ fn quoted_texts_are_the_references(backend: Backend) {
         "1000",
     ]);
     let solo = Host::enrolled(&small, "solo");
+    // A relay that takes two enrolment calls a minute per address.
+    let one_call = backend.start(&["--enrol-per-minute", "2"]);
     // A relay whose enrolment authority decides by `proof` (feature `failpoints`).
     let stub = Relay::launch(
         backend
@@ -458,6 +463,126 @@ fn quoted_texts_are_the_references(backend: Backend) {
                 old.try_enrol(&relay, "")
             },
         ),
+        // Rotation (each refusal as the reference words it).
+        row(
+            "rotation: no rotation",
+            Expect::Body(
+                404,
+                json!({"error": "the rotated key is not enrolled here"}),
+            ),
+            || relay.post_json("/v2/relay/rotate", &json!({})),
+        ),
+        row(
+            "rotation: old key unknown",
+            Expect::Body(
+                404,
+                json!({"error": "the rotated key is not enrolled here"}),
+            ),
+            || {
+                let (old, new) = (Host::new("rx"), Host::new("rx"));
+                relay.post_json(
+                    "/v2/relay/rotate",
+                    &rotation("rx", &old.key, &new.key, None, None),
+                )
+            },
+        ),
+        row(
+            "rotation: not a rotation record",
+            Expect::Body(400, json!({"error": "not a rotation record"})),
+            || {
+                let (old, new) = (Host::enrolled(&relay, "r1"), Host::new("r1"));
+                let mut body = rotation("r1", &old.key, &new.key, None, None);
+                let rec = body["rotation"]["rec"].as_object_mut().unwrap();
+                rec.remove("new_enc_pub");
+                let rec = Value::Object(rec.clone());
+                body = rotation_from_rec(&rec, &old.key, &new.key);
+                relay.post_json("/v2/relay/rotate", &body)
+            },
+        ),
+        row(
+            "rotation: same key",
+            Expect::Body(400, json!({"error": "rotation keeps the same host key"})),
+            || {
+                let old = Host::enrolled(&relay, "r2");
+                relay.post_json(
+                    "/v2/relay/rotate",
+                    &rotation("r2", &old.key, &old.key, None, None),
+                )
+            },
+        ),
+        row(
+            "rotation: old signature",
+            Expect::Body(
+                400,
+                json!({"error": "rotation is not signed by the pinned host key"}),
+            ),
+            || {
+                let (old, new) = (Host::enrolled(&relay, "r3"), Host::new("r3"));
+                let forger = SigningKey::generate();
+                relay.post_json(
+                    "/v2/relay/rotate",
+                    &rotation("r3", &old.key, &new.key, Some(&forger), None),
+                )
+            },
+        ),
+        row(
+            "rotation: new signature",
+            Expect::Body(
+                400,
+                json!({"error": "rotation is not signed by the new host key"}),
+            ),
+            || {
+                let (old, new) = (Host::enrolled(&relay, "r4"), Host::new("r4"));
+                let forger = SigningKey::generate();
+                relay.post_json(
+                    "/v2/relay/rotate",
+                    &rotation("r4", &old.key, &new.key, None, Some(&forger)),
+                )
+            },
+        ),
+        row(
+            "rotation: another host",
+            Expect::Body(400, json!({"error": "rotation names another host"})),
+            || {
+                let (old, new) = (Host::enrolled(&relay, "r5"), Host::new("r5"));
+                relay.post_json(
+                    "/v2/relay/rotate",
+                    &rotation("r5-other", &old.key, &new.key, None, None),
+                )
+            },
+        ),
+        row(
+            "rotation: new key revoked",
+            Expect::Body(409, json!({"error": "the new key was revoked here"})),
+            || {
+                let (old, new) = (Host::enrolled(&relay, "r6"), Host::new("r6"));
+                relay
+                    .post_json(
+                        "/v2/relay/rotate",
+                        &rotation("r6", &old.key, &new.key, None, None),
+                    )
+                    .ok();
+                let m = Host::enrolled(&relay, "r7");
+                relay.post_json(
+                    "/v2/relay/rotate",
+                    &rotation("r7", &m.key, &old.key, None, None),
+                )
+            },
+        ),
+        row(
+            "enrolment calls over the window",
+            Expect::Body(
+                429,
+                json!({"error": "too many enrolment calls; retry in a minute"}),
+            ),
+            || {
+                let h = Host::new("rate");
+                for _ in 0..2 {
+                    h.challenge(&one_call).ok();
+                }
+                h.challenge(&one_call)
+            },
+        ),
         row(
             "denied without a reason",
             Expect::Body(
@@ -529,15 +654,42 @@ fn quoted_texts_are_the_references(backend: Backend) {
         // Pull and ack.
         row(
             "pull with another epoch",
-            Expect::Fields(409, &["error", "epoch"], json!({ "epoch": epoch })),
+            Expect::Body(409, json!({"error": EPOCH_CHANGED, "epoch": epoch})),
             || a.pull(&relay, "?epoch=not-the-epoch"),
+        ),
+        row(
+            "pull with an empty epoch",
+            Expect::Body(409, json!({"error": EPOCH_CHANGED, "epoch": epoch})),
+            || a.pull(&relay, "?after=0&epoch="),
+        ),
+        row(
+            "ack with another epoch",
+            Expect::Fields(
+                409,
+                &["error", "code", "epoch", "head_seq"],
+                json!({"error": EPOCH_CHANGED, "code": "EPOCH", "epoch": epoch}),
+            ),
+            || a.ack(&relay, "not-the-epoch", json!(0)),
+        ),
+        row(
+            "ack without an epoch",
+            Expect::Fields(
+                409,
+                &["error", "code", "epoch", "head_seq"],
+                json!({"error": EPOCH_CHANGED, "code": "EPOCH", "epoch": epoch}),
+            ),
+            || a.post_json(&relay, "/v2/relay/ack", &json!({"through": 0})),
         ),
         row(
             "ack past the head",
             Expect::Fields(
                 400,
                 &["error", "code", "epoch", "head_seq"],
-                json!({"code": "BAD_ACK", "epoch": epoch}),
+                json!({
+                    "error": "ack beyond the last allocated seq: treat as an epoch change",
+                    "code": "BAD_ACK",
+                    "epoch": epoch,
+                }),
             ),
             || a.ack(&relay, &epoch, json!(u64::MAX >> 12)),
         ),
@@ -546,7 +698,12 @@ fn quoted_texts_are_the_references(backend: Backend) {
             Expect::Fields(
                 400,
                 &["error", "code", "epoch", "head_seq"],
-                json!({"code": "BAD_ACK", "epoch": epoch, "head_seq": 0}),
+                json!({
+                    "error": "ack through is not a non-negative integer",
+                    "code": "BAD_ACK",
+                    "epoch": epoch,
+                    "head_seq": 0,
+                }),
             ),
             || a.ack(&relay, &epoch, json!(1.5)),
         ),
@@ -1037,6 +1194,17 @@ fn publish_and_oversize_texts_are_the_references(backend: Backend) {
             || {
                 let mut body = a.sender_list(&[b.pubkey()], now);
                 body["sig"] = json!(b.key.sign(b"something else"));
+                a.post_json(&relay, "/v2/relay/senders", &body)
+            },
+        ),
+        row(
+            "sender list: no sig",
+            Expect::Body(
+                401,
+                json!({"error": "sender list is not signed by the target"}),
+            ),
+            || {
+                let body = json!({ "list": a.sender_list(&[b.pubkey()], now)["list"] });
                 a.post_json(&relay, "/v2/relay/senders", &body)
             },
         ),

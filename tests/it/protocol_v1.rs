@@ -5,6 +5,8 @@ use crate::common;
 use common::{backend_tests, Backend};
 
 use common::*;
+use relay_wire::canonical::canonical_json;
+use relay_wire::keys::unb64;
 use serde_json::{json, Value};
 
 /// A sealed envelope object from `from` to these `name@host` recipients, with a fresh ULID.
@@ -407,6 +409,107 @@ fn v1_external_since_and_source_are_checked(backend: Backend) {
     assert_eq!(a.pull_all(&relay, 0).len(), 1);
 }
 
+/// `env` as a JavaScript sender's `JSON.stringify` may list it: its keys in an order of their
+/// own (here reverse sorted, so not canonical), nested values compact.
+fn js_order_text(env: &Value) -> String {
+    let members: Vec<String> = env
+        .as_object()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|(k, v)| format!("{}:{v}", Value::String(k.clone())))
+        .collect();
+    format!("{{{}}}", members.join(","))
+}
+
+/// A v1 envelope is stored as sent (`JSON.stringify` of the parsed object: the sender's key
+/// order, no white space; never re-canonicalised), so a v2 push of the very bytes a v1 host
+/// sent is a `duplicate` at the v1 seq.
+fn v1_envelope_is_stored_as_sent_so_a_v2_push_of_its_bytes_is_a_duplicate(backend: Backend) {
+    let relay = backend.start_generous(&[]);
+    let s = Host::enrolled(&relay, "as-s");
+    let a = Host::enrolled(&relay, "as-a");
+    let env = env_to(&s, &["x@as-a"]);
+    let sent = js_order_text(&env);
+    assert_ne!(
+        sent,
+        canonical_json(&env),
+        "the test needs a non-canonical order"
+    );
+    // White space in the body is not part of the envelope as `JSON.parse` read it.
+    let body = format!("{{ \"envelopes\" : [ {sent} ]\n}}");
+    let r = s.call_v1(&relay, "POST", "/v1/relay/messages", body.as_bytes());
+    assert_eq!(r.ok(), json!({"stored": 1}));
+    let got = a.pull_all(&relay, 0);
+    assert_eq!(got.len(), 1);
+    let wire = unb64(got[0]["wire_b64"].as_str().unwrap()).unwrap();
+    assert_eq!(String::from_utf8(wire).unwrap(), sent, "stored as sent");
+    let seq = got[0]["seq"].clone();
+    let id = env["id"].as_str().unwrap();
+    let r = s.push_one(
+        &relay,
+        &item("envelope", id, &[(a.pubkey(), sent.clone().into_bytes())]),
+    );
+    assert_eq!(r["status"], json!("duplicate"), "{r}");
+    assert_eq!(
+        r["targets"],
+        json!([{"host_pubkey": a.pubkey(), "seq": seq}])
+    );
+    assert_eq!(
+        r["accept"]["targets"][0]["wire_hash"],
+        json!(sha256_hex(sent.as_bytes()))
+    );
+    assert_eq!(a.pull_all(&relay, 0).len(), 1, "no second copy");
+    // The v1 pull serves the same envelope.
+    assert_eq!(v1_pull(&relay, &a, 0)["items"][0]["envelope"], env);
+}
+
+/// `POST /v1/relay/ack {"cursor"}` reads the cursor as the reference does (`Number(cursor)`,
+/// floored, clamped to 0..=head_seq): one that is not a number answers `{"ok":true}` and
+/// deletes nothing; one beyond head_seq acks the head.
+fn v1_ack_cursor_is_read_as_a_number_and_clamped_to_the_head(backend: Backend) {
+    let relay = backend.start_generous(&[]);
+    let s = Host::enrolled(&relay, "ac-s");
+    let a = Host::enrolled(&relay, "ac-a");
+    let envs: Vec<Value> = (0..3).map(|_| env_to(&s, &["x@ac-a"])).collect();
+    assert_eq!(v1_push(&relay, &s, &envs).ok(), json!({"stored": 3}));
+    let seqs: Vec<u64> = a
+        .pull_all(&relay, 0)
+        .iter()
+        .map(|i| i["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 3);
+    let ack = |body: Value| {
+        let r = a.call_v1(&relay, "POST", "/v1/relay/ack", body.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{body}: {}", r.text());
+        assert_eq!(r.json(), json!({"ok": true}), "{body}");
+    };
+    let left = || a.pull_all(&relay, 0).len();
+    for body in [
+        json!({"cursor": "abc"}),
+        json!({}),
+        json!({"cursor": null}),
+        json!({"cursor": {}}),
+        json!({"cursor": [1, 2]}),
+        json!({"cursor": -5}),
+        json!({"cursor": "-1"}),
+        json!({"cursor": false}),
+    ] {
+        ack(body.clone());
+        assert_eq!(left(), 3, "{body} deleted something");
+    }
+    // A fractional cursor is floored; a numeric string is a number.
+    ack(json!({"cursor": seqs[0] as f64 + 0.5}));
+    assert_eq!(left(), 2);
+    ack(json!({ "cursor": seqs[1].to_string() }));
+    assert_eq!(left(), 1);
+    // Beyond head_seq: clamped to it (everything goes; the head stays).
+    ack(json!({ "cursor": seqs[2] + 1_000_000 }));
+    assert_eq!(left(), 0);
+    assert_eq!(a.info(&relay)["you"]["head_seq"], json!(seqs[2]));
+    assert_eq!(a.info(&relay)["you"]["acked_through"], json!(seqs[2]));
+}
+
 backend_tests! {
     v1_push_pull_ack_round_trip,
     v1_push_dedups_by_sender_envelope_and_target,
@@ -414,6 +517,8 @@ backend_tests! {
     v1_page_is_bounded_and_cursor_never_skips,
     v1_dedup_is_by_envelope_id_so_a_resealed_retry_counts_as_stored,
     v1_external_since_and_source_are_checked,
+    v1_envelope_is_stored_as_sent_so_a_v2_push_of_its_bytes_is_a_duplicate,
+    v1_ack_cursor_is_read_as_a_number_and_clamped_to_the_head,
     ;
     postgres ignored:
     v1_unknown_host_and_too_large_are_errors,

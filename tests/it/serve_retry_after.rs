@@ -63,7 +63,7 @@ fn the_enrolment_window_answers_the_seconds_until_it_frees() {
     let relay = Relay::start(&["--enrol-per-minute", "1"]);
     assert_eq!(Host::new("w-a").challenge(&relay).status, 200);
     let r = Host::new("w-b").challenge(&relay);
-    r.assert_error(429, "rate limit exceeded, retry in a minute");
+    r.assert_error(429, "too many enrolment calls; retry in a minute");
     assert_window_wait(&r);
 }
 

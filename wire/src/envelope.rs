@@ -116,7 +116,7 @@ impl JsonView for Node<'_> {
         matches!(self, Node::Null)
     }
     fn is_json_bool(&self) -> bool {
-        matches!(self, Node::Bool)
+        matches!(self, Node::Bool(_))
     }
 }
 

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 #[derive(Debug)]
 pub enum Node<'a> {
     Null,
-    Bool,
+    Bool(bool),
     Number(f64),
     Text(Cow<'a, str>),
     Array(Vec<Node<'a>>),
@@ -63,8 +63,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
     fn visit_unit<E>(self) -> Result<Node<'de>, E> {
         Ok(Node::Null)
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Node<'de>, E> {
-        Ok(Node::Bool)
+    fn visit_bool<E>(self, b: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Bool(b))
     }
     // Numbers read as `Value::as_f64` reads them.
     fn visit_i64<E>(self, n: i64) -> Result<Node<'de>, E> {

@@ -11,6 +11,7 @@ pub mod canonical;
 pub mod enc_ad;
 pub mod envelope;
 pub mod hop;
+pub mod js_value;
 pub mod json_node;
 pub mod keys;
 pub mod names;

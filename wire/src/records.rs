@@ -6,7 +6,7 @@
 //! Error texts name the failed field, never key material.
 
 use super::canonical::{canonical_bytes, canonical_json};
-use super::keys::{parse_pubkey, verify, verify_canonical, SigningKey};
+use super::keys::{parse_pubkey, verify, SigningKey};
 use super::names::is_host_name;
 use super::time::{iso_ms, parse_iso_strict};
 use serde_json::{json, Map, Value};
@@ -104,7 +104,7 @@ fn iat_field(o: &Map<String, Value>, what: &str) -> Result<u64, RecordError> {
 /// than [`MAX_SENDERS`] keys or any invalid key is Malformed), `host_pubkey` is `caller`
 /// (Malformed: a host stores only its own list), canonical(list) at most
 /// [`MAX_SENDER_LIST_BYTES`] (Malformed), `iat` no more than [`MAX_IAT_AHEAD_MS`] past `now_ms`
-/// (FutureIat), signature (BadSignature). Returns the record (senders without repeats, in
+/// (FutureIat), signature (BadSignature; also a `sig` that is missing or not a string). Returns the record (senders without repeats, in
 /// first-seen order) and its signature.
 pub fn parse_sender_list(
     body: &Value,
@@ -114,10 +114,9 @@ pub fn parse_sender_list(
     let outer = object(Some(body), "body")?;
     let list_value = outer.get("list");
     let list = object(list_value, "list")?;
-    let sig = outer
-        .get("sig")
-        .and_then(Value::as_str)
-        .ok_or_else(|| malformed("sig is not a string"))?;
+    // Missing or not a string: a signature that does not verify (401), as the reference reads
+    // `String(sig ?? "")`; checked last, like any signature.
+    let sig = outer.get("sig").and_then(Value::as_str);
     expect_header(list, "relay-senders", "list")?;
     let host_pubkey = key_field(list, "host_pubkey", "list")?;
     let entries = list
@@ -153,6 +152,7 @@ pub fn parse_sender_list(
     if iat_ms > now_ms.saturating_add(MAX_IAT_AHEAD_MS) {
         return Err(RecordError::FutureIat);
     }
+    let sig = sig.ok_or(RecordError::BadSignature)?;
     if !verify(&host_pubkey, canonical.as_bytes(), sig) {
         return Err(RecordError::BadSignature);
     }
@@ -180,43 +180,141 @@ pub struct Rotation {
     pub iat: String,
 }
 
+/// Why the relay refuses the rotation record of an enrolled key (docs/protocol.md §3 "Key
+/// rotation"), in the order [`check_rotation`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotationRefusal {
+    /// A `rec` field, `old_sig` or `new_sig` missing or of the wrong type.
+    NotARecord,
+    /// `rec.old_pub` is not the key being rotated away from.
+    OtherOldKey,
+    /// `rec.new_pub` is `rec.old_pub`.
+    SameKey,
+    /// `old_sig` does not verify.
+    NotSignedByOld,
+    /// `new_sig` does not verify (or `rec.new_pub` is not a key).
+    NotSignedByNew,
+    /// `rec.host` is not the old key's name.
+    OtherHost,
+}
+
+impl RotationRefusal {
+    /// The reference relay's text (older hosts match on it).
+    pub const fn text(self) -> &'static str {
+        match self {
+            RotationRefusal::NotARecord => "not a rotation record",
+            RotationRefusal::OtherOldKey => "rotation does not start from the pinned host key",
+            RotationRefusal::SameKey => "rotation keeps the same host key",
+            RotationRefusal::NotSignedByOld => "rotation is not signed by the pinned host key",
+            RotationRefusal::NotSignedByNew => "rotation is not signed by the new host key",
+            RotationRefusal::OtherHost => "rotation names another host",
+        }
+    }
+}
+
+/// `rotation.rec.old_pub` when it is a key: the enrolment a rotation is checked against.
+pub fn rotation_old_pub(rotation: Option<&Value>) -> Option<[u8; 32]> {
+    rotation?
+        .get("rec")?
+        .get("old_pub")?
+        .as_str()
+        .and_then(parse_pubkey)
+}
+
+/// Checks `rotation` (`{"rec":{"v":1,"type":"host-rotation","host","old_pub","new_pub",
+/// "new_enc_pub","iat"},"old_sig","new_sig"}`) against the key it rotates away from (`pinned`)
+/// and that key's name, in the reference relay's order: every field present with its type
+/// (only that: `new_enc_pub` and `iat` are not read further), `rec.old_pub` is `pinned`, the
+/// keys differ, `old_sig` then `new_sig` over canonical(rec), `rec.host` is exactly `name`.
+///
+/// # Errors
+/// The first [`RotationRefusal`] met.
+pub fn check_rotation(
+    rotation: &Value,
+    pinned: &[u8; 32],
+    name: &str,
+) -> Result<Rotation, RotationRefusal> {
+    let rec_value = rotation.get("rec").ok_or(RotationRefusal::NotARecord)?;
+    fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+        v.get(key).and_then(Value::as_str)
+    }
+    let fields = (
+        rec_value.get("v").and_then(Value::as_f64) == Some(1.0),
+        text(rec_value, "type") == Some("host-rotation"),
+        text(rec_value, "host"),
+        text(rec_value, "iat"),
+        text(rec_value, "old_pub"),
+        text(rec_value, "new_pub"),
+        text(rec_value, "new_enc_pub"),
+        text(rotation, "old_sig"),
+        text(rotation, "new_sig"),
+    );
+    let (
+        true,
+        true,
+        Some(host),
+        Some(iat),
+        Some(old_pub),
+        Some(new_pub),
+        Some(enc),
+        Some(old_sig),
+        Some(new_sig),
+    ) = fields
+    else {
+        return Err(RotationRefusal::NotARecord);
+    };
+    if parse_pubkey(old_pub).as_ref() != Some(pinned) {
+        return Err(RotationRefusal::OtherOldKey);
+    }
+    if new_pub == old_pub {
+        return Err(RotationRefusal::SameKey);
+    }
+    let payload = canonical_bytes(rec_value);
+    if !verify(pinned, &payload, old_sig) {
+        return Err(RotationRefusal::NotSignedByOld);
+    }
+    let new_key = parse_pubkey(new_pub)
+        .filter(|k| verify(k, &payload, new_sig))
+        .ok_or(RotationRefusal::NotSignedByNew)?;
+    if host != name {
+        return Err(RotationRefusal::OtherHost);
+    }
+    Ok(Rotation {
+        host: host.to_string(),
+        old_pub: *pinned,
+        new_pub: new_key,
+        new_enc_pub: enc.to_string(),
+        iat: iat.to_string(),
+    })
+}
+
 /// Parses and verifies `{"rotation":{"rec":{"v":1,"type":"host-rotation","host","old_pub",
-/// "new_pub","new_enc_pub","iat"},"old_sig","new_sig"}}`: both signatures over canonical(rec),
-/// by the old and by the new key; the keys valid and different; `host` a host name.
+/// "new_pub","new_enc_pub","iat"},"old_sig","new_sig"}}` as a host reads a peer's record,
+/// stricter than the relay: `host` a host name, `new_enc_pub` a key and `iat` a date, then
+/// [`check_rotation`] against the record's own old key and name.
 pub fn parse_rotation(body: &Value) -> Result<Rotation, RecordError> {
     let outer = object(Some(body), "body")?;
-    let rotation = object(outer.get("rotation"), "rotation")?;
-    let rec_value = rotation
-        .get("rec")
-        .ok_or_else(|| malformed("rotation.rec is not an object"))?;
-    let rec = object(Some(rec_value), "rotation.rec")?;
-    let old_sig = string(rotation, "old_sig", "rotation")?;
-    let new_sig = string(rotation, "new_sig", "rotation")?;
+    let rotation_value = outer
+        .get("rotation")
+        .ok_or_else(|| malformed("rotation is not an object"))?;
+    let rotation = object(Some(rotation_value), "rotation")?;
+    let rec = object(rotation.get("rec"), "rotation.rec")?;
+    string(rotation, "old_sig", "rotation")?;
+    string(rotation, "new_sig", "rotation")?;
     expect_header(rec, "host-rotation", "rec")?;
     let host = string(rec, "host", "rec")?;
     if !is_host_name(host) {
         return Err(malformed("rec.host is not a host name"));
     }
     let old_pub = key_field(rec, "old_pub", "rec")?;
-    let new_pub = key_field(rec, "new_pub", "rec")?;
+    key_field(rec, "new_pub", "rec")?;
     key_field(rec, "new_enc_pub", "rec")?;
-    let new_enc_pub = string(rec, "new_enc_pub", "rec")?;
     iat_field(rec, "rec")?;
-    let iat = string(rec, "iat", "rec")?;
-    if old_pub == new_pub {
-        return Err(malformed("rec.new_pub equals rec.old_pub"));
-    }
-    if !verify_canonical(&old_pub, rec_value, old_sig)
-        || !verify_canonical(&new_pub, rec_value, new_sig)
-    {
-        return Err(RecordError::BadSignature);
-    }
-    Ok(Rotation {
-        host: host.to_string(),
-        old_pub,
-        new_pub,
-        new_enc_pub: new_enc_pub.to_string(),
-        iat: iat.to_string(),
+    check_rotation(rotation_value, &old_pub, host).map_err(|r| match r {
+        RotationRefusal::NotSignedByOld | RotationRefusal::NotSignedByNew => {
+            RecordError::BadSignature
+        }
+        other => malformed(other.text()),
     })
 }
 
@@ -253,7 +351,7 @@ pub fn expiry_notice_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::b64;
+    use crate::keys::{b64, verify_canonical};
 
     const NOW: u64 = 1_795_960_800_000; // 2026-11-29T14:00:00.000Z
 
@@ -303,9 +401,16 @@ mod tests {
         let malformed = |e: RecordError| matches!(e, RecordError::Malformed(_));
         assert!(malformed(sender_err(&json!([]))));
         assert!(malformed(sender_err(&json!({"sig": "x"}))));
-        assert!(malformed(sender_err(
-            &json!({"list": list_with(json!([s]), iat)})
-        )));
+        // A missing or non-string `sig` is a signature that does not verify, checked last.
+        assert_eq!(
+            sender_err(&json!({"list": list_with(json!([s]), iat)})),
+            RecordError::BadSignature
+        );
+        let mut body = signed(list_with(json!([s]), iat));
+        body["sig"] = json!(5);
+        assert_eq!(sender_err(&body), RecordError::BadSignature);
+        let unsigned_future = json!({"list": list_with(json!([s]), "2026-11-29T14:05:00.001Z")});
+        assert_eq!(sender_err(&unsigned_future), RecordError::FutureIat);
         let mut l = list_with(json!([s]), iat);
         l["v"] = json!(2);
         assert!(malformed(sender_err(&signed(l))));
@@ -443,6 +548,98 @@ mod tests {
         let mut b = rotation(&old, &new);
         b["rotation"]["rec"]["host"] = json!("desk");
         assert_eq!(parse_rotation(&b), Err(RecordError::BadSignature));
+    }
+
+    /// The relay's order: shape (strings only), old key, same key, old signature, new
+    /// signature, name; each with the reference's text.
+    #[test]
+    fn check_rotation_refuses_in_the_reference_order() {
+        let (old, new) = (
+            SigningKey::from_seed(&[1u8; 32]),
+            SigningKey::from_seed(&[2u8; 32]),
+        );
+        let check = |b: &Value, name: &str| check_rotation(&b["rotation"], &old.public(), name);
+        let ok = check(&rotation(&old, &new), "laptop").expect("valid rotation");
+        assert_eq!((ok.old_pub, ok.new_pub), (old.public(), new.public()));
+        // Only the types are checked: any string is a `new_enc_pub` or an `iat` here.
+        let mut b = rotation(&old, &new);
+        b["rotation"]["rec"]["new_enc_pub"] = json!("short");
+        b["rotation"]["rec"]["iat"] = json!("yesterday");
+        assert!(check(&resign(b, &old, &new), "laptop").is_ok());
+        use RotationRefusal::*;
+        for field in [
+            "v",
+            "type",
+            "host",
+            "iat",
+            "old_pub",
+            "new_pub",
+            "new_enc_pub",
+        ] {
+            let mut b = rotation(&old, &new);
+            b["rotation"]["rec"].as_object_mut().unwrap().remove(field);
+            assert_eq!(
+                check(&resign(b, &old, &new), "laptop"),
+                Err(NotARecord),
+                "{field}"
+            );
+        }
+        for sig in ["old_sig", "new_sig"] {
+            let mut b = rotation(&old, &new);
+            b["rotation"][sig] = json!(5);
+            assert_eq!(check(&b, "laptop"), Err(NotARecord), "{sig}");
+        }
+        assert_eq!(check(&json!({"rotation": {}}), "laptop"), Err(NotARecord));
+        let other = SigningKey::from_seed(&[3u8; 32]);
+        assert_eq!(check(&rotation(&other, &new), "laptop"), Err(OtherOldKey));
+        assert_eq!(check(&rotation(&old, &old), "laptop"), Err(SameKey));
+        let mut b = rotation(&old, &new);
+        b["rotation"]["old_sig"] = b["rotation"]["new_sig"].clone();
+        assert_eq!(check(&b, "laptop"), Err(NotSignedByOld));
+        let mut b = rotation(&old, &new);
+        b["rotation"]["new_sig"] = b["rotation"]["old_sig"].clone();
+        assert_eq!(check(&b, "laptop"), Err(NotSignedByNew));
+        let mut b = rotation(&old, &new);
+        b["rotation"]["rec"]["new_pub"] = json!("short");
+        assert_eq!(check(&resign(b, &old, &new), "laptop"), Err(NotSignedByNew));
+        // The name is compared exactly, after both signatures.
+        assert_eq!(check(&rotation(&old, &new), "Laptop"), Err(OtherHost));
+        let mut b = rotation(&old, &new);
+        b["rotation"]["new_sig"] = b["rotation"]["old_sig"].clone();
+        assert_eq!(check(&b, "desk"), Err(NotSignedByNew));
+        assert_eq!(
+            rotation_old_pub(Some(&rotation(&old, &new)["rotation"])),
+            Some(old.public())
+        );
+        assert_eq!(rotation_old_pub(None), None);
+        assert_eq!(
+            rotation_old_pub(Some(&json!({"rec": {"old_pub": 1}}))),
+            None
+        );
+    }
+
+    #[test]
+    fn rotation_refusal_texts_are_the_references() {
+        let texts = [
+            (RotationRefusal::NotARecord, "not a rotation record"),
+            (
+                RotationRefusal::OtherOldKey,
+                "rotation does not start from the pinned host key",
+            ),
+            (RotationRefusal::SameKey, "rotation keeps the same host key"),
+            (
+                RotationRefusal::NotSignedByOld,
+                "rotation is not signed by the pinned host key",
+            ),
+            (
+                RotationRefusal::NotSignedByNew,
+                "rotation is not signed by the new host key",
+            ),
+            (RotationRefusal::OtherHost, "rotation names another host"),
+        ];
+        for (r, t) in texts {
+            assert_eq!(r.text(), t);
+        }
     }
 
     #[test]
