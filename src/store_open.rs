@@ -156,6 +156,16 @@ pub(crate) fn backend_counters() -> Vec<BackendCounter> {
             "Pushes answered by those transactions (over pg_insert_groups: the mean group size)",
             n(f.grouped_pushes),
         ),
+        (
+            "pg_listen_lost",
+            "PostgreSQL connections listening for other relay processes' changes that ended or could not be made",
+            n(f.listen_lost),
+        ),
+        (
+            "pg_watch_dropped",
+            "Other relay processes' notifications dropped while this one lagged (its one-second poll covers them)",
+            n(f.watch_dropped),
+        ),
     ]
 }
 

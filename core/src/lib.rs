@@ -20,6 +20,7 @@ pub mod key;
 pub(crate) mod keycache;
 pub(crate) mod legacy;
 pub mod metrics;
+pub mod peers;
 pub mod pull;
 pub mod push;
 pub mod rate;
@@ -83,6 +84,8 @@ pub struct Relay {
     idle_cursor: std::sync::Mutex<Option<Key32>>,
     /// Long-poll pulls and event streams waiting for their queue to grow.
     wake: Arc<wake::Wake>,
+    /// This process as its store row describes it (`peers`).
+    this: peers::ThisProcess,
 }
 
 impl Relay {
@@ -99,6 +102,7 @@ impl Relay {
         let shared = store.shared_challenges();
         let shared_store = shared.is_some();
         let challenges = shared.unwrap_or_else(|| Arc::new(challenge::Challenges::default()));
+        let started_ms = clock.now_ms();
         Relay {
             store,
             key: Arc::new(key),
@@ -117,6 +121,7 @@ impl Relay {
             seen: seen::Seen::default(),
             idle_cursor: std::sync::Mutex::new(None),
             wake: Arc::default(),
+            this: peers::ThisProcess::new(started_ms),
         }
     }
 

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -98,6 +99,8 @@ struct Inner<K> {
 /// because of it.
 pub struct RateTable<K> {
     limit: u32,
+    /// Processes sharing `limit` (`set_share`): this one enforces `limit / share`.
+    share: AtomicU32,
     cap: usize,
     inner: Mutex<Inner<K>>,
 }
@@ -107,6 +110,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
     pub fn new(limit: u32, cap: usize) -> Self {
         RateTable {
             limit,
+            share: AtomicU32::new(1),
             cap: cap.max(1),
             inner: Mutex::new(Inner {
                 windows: HashMap::new(),
@@ -114,6 +118,18 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
                 evictions: 0,
             }),
         }
+    }
+
+    /// Enforce `1 / processes` of the limit from now on (at least one hit per window): the
+    /// processes on one store together admit at most the limit (`crate::peers`).
+    pub fn set_share(&self, processes: u32) {
+        self.share.store(processes.max(1), Ordering::Relaxed);
+    }
+
+    /// The limit this process enforces: its share of the configured one, at least 1 (when
+    /// the configured one is).
+    fn limit(&self) -> u32 {
+        (self.limit / self.share.load(Ordering::Relaxed).max(1)).max(self.limit.min(1))
     }
 
     /// Count one hit for `key` at `now_ms`; false when the key is over its limit this minute.
@@ -128,7 +144,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
     /// The wait when the key is over its limit this minute (nothing counted).
     pub fn try_hit(&self, key: &K, now_ms: u64) -> Result<(), Duration> {
         let mut inner = self.lock();
-        if inner.prepare(key, now_ms, self.limit, self.cap) {
+        if inner.prepare(key, now_ms, self.limit(), self.cap) {
             inner.count(key);
             Ok(())
         } else {
@@ -149,7 +165,7 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
         inner
             .windows
             .get(key)
-            .is_some_and(|w| !expired(w.start, now_ms) && w.count >= self.limit)
+            .is_some_and(|w| !expired(w.start, now_ms) && w.count >= self.limit())
             .then(|| inner.frees_in(key, now_ms))
     }
 
@@ -222,6 +238,13 @@ impl NestedWindows {
         }
     }
 
+    /// Each level enforces `1 / processes` of its limit ([`RateTable::set_share`]).
+    pub fn set_share(&self, processes: u32) {
+        for t in [&self.address, &self.v4_24, &self.v6_48] {
+            t.set_share(processes);
+        }
+    }
+
     /// Count one hit for a client address in all its windows; false (counted nowhere) when one
     /// of them is full this minute. A non-IP address has only its own window.
     #[cfg(test)]
@@ -268,7 +291,7 @@ fn hit_all<K: Hash + Eq + Clone>(
     let mut wait: Option<Duration> = None;
     for (g, (t, key)) in guards.iter_mut().zip(windows) {
         // Every window is made current (even after a refusal) so each table's order stays sound.
-        if !g.prepare(key, now_ms, t.limit, t.cap) {
+        if !g.prepare(key, now_ms, t.limit(), t.cap) {
             wait = wait.max(Some(g.frees_in(key, now_ms)));
         }
     }
@@ -405,6 +428,35 @@ mod tests {
     }
 
     /// A refusal says when the window frees (for `Retry-After`), never more than a window.
+    #[test]
+    fn each_of_n_processes_enforces_its_share_of_the_limit() {
+        let t = RateTable::new(10, 100);
+        t.set_share(3);
+        assert_eq!((0..10).filter(|_| t.hit(&1, 0)).count(), 3, "10 / 3 processes");
+        t.set_share(1);
+        assert!(t.hit(&1, 0), "the whole limit once alone again");
+        let tiny = RateTable::new(2, 100);
+        tiny.set_share(5);
+        assert_eq!(
+            (0..5).filter(|_| tiny.hit(&1, 0)).count(),
+            1,
+            "never below one per window"
+        );
+        let nested = NestedWindows::new(
+            NestedLimits {
+                address: 4,
+                v4_24: 8,
+                v6_48: 8,
+            },
+            100,
+        );
+        nested.set_share(2);
+        assert_eq!(
+            (0..4).filter(|_| nested.hit_addr("10.0.0.1", 0)).count(),
+            2
+        );
+    }
+
     #[test]
     fn a_refused_hit_says_how_long_until_the_window_frees() {
         let t = RateTable::new(1, 10);

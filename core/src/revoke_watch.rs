@@ -43,7 +43,21 @@ impl Relay {
     /// # Errors
     /// The store's read error (nothing is ended then; the next round retries).
     pub(crate) fn end_waiters_of_dead_keys(&self) -> Result<usize, RelayError> {
-        let keys = self.wake.keys(usize::MAX);
+        self.end_dead(self.wake.keys(usize::MAX))
+    }
+
+    /// [`Relay::end_waiters_of_dead_keys`] for those of `keys` with waiters here (another
+    /// process said they may have lost their enrolment: `super::peers`).
+    ///
+    /// # Errors
+    /// The store's read error.
+    pub(crate) fn end_waiters_of_dead_keys_among(&self, keys: &[Key32]) -> Result<usize, RelayError> {
+        let waiting: std::collections::HashSet<Key32> =
+            self.wake.keys(usize::MAX).into_iter().collect();
+        self.end_dead(keys.iter().filter(|k| waiting.contains(*k)).copied().collect())
+    }
+
+    fn end_dead(&self, keys: Vec<Key32>) -> Result<usize, RelayError> {
         if keys.is_empty() {
             return Ok(0);
         }

@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
-use relay_store::{Admission, ChallengeBook, CommitStats, Enrolment, Key32, Pending, Result};
+use relay_store::{
+    Admission, ChallengeBook, CommitStats, Enrolment, Key32, Pending, ProcessRow, Result,
+    StoreEvents,
+};
 
 use crate::ops::lease::PgChallenges;
 use crate::store::PgStore;
@@ -20,6 +23,21 @@ relay_store::delegate_relay_store!(PgStore {
     }
     fn shared_challenges(&self) -> Option<Arc<dyn ChallengeBook>> {
         Some(PgChallenges::shared(self))
+    }
+    fn watch(&self) -> Option<StoreEvents> {
+        Some(self.start_watch())
+    }
+    fn beat_process(&self, row: ProcessRow) -> Pending<()> {
+        PgStore::beat_process(self, row)
+    }
+    fn leave_process(&self, id: &str) -> Pending<()> {
+        PgStore::leave_process(self, id)
+    }
+    fn processes(&self) -> Result<Vec<ProcessRow>> {
+        PgStore::processes(self)
+    }
+    fn queue_heads(&self, keys: &[Key32]) -> Result<Vec<(Key32, u64)>> {
+        PgStore::queue_heads(self, keys)
     }
     fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
         PgStore::live_keys(self, keys)

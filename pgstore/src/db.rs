@@ -161,6 +161,9 @@ pub(crate) type Body<'a, T> = Pin<Box<dyn Future<Output = OpResult<T>> + Send + 
 #[derive(Clone)]
 pub(crate) struct Db {
     pool: Pool,
+    /// How each pooled connection connects: also for the connection that listens for other
+    /// processes' changes (`crate::watch`), which lives outside the pool.
+    session: std::sync::Arc<(tokio_postgres::Config, crate::tls::MakeRustls)>,
 }
 
 impl Db {
@@ -187,6 +190,7 @@ impl Db {
             .keepalives_idle(TCP_DEAD_AFTER)
             .keepalives_interval(Duration::from_secs(2))
             .tcp_user_timeout(TCP_DEAD_AFTER);
+        let session = std::sync::Arc::new((cfg.clone(), connector.clone()));
         let mgr = Manager::from_config(
             cfg,
             connector,
@@ -202,7 +206,7 @@ impl Db {
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| StoreError::Engine(format!("postgres pool: {e}")))?;
-        let db = Db { pool };
+        let db = Db { pool, session };
         STATS.mark_opened();
         bounded(db.check_durable()).await?;
         Ok(db)
@@ -308,6 +312,21 @@ impl Db {
         let c = self.conn().await?;
         let st = c.prepare_cached(sql).await.map_err(db_err)?;
         c.query(&st, params).await.map_err(db_err)
+    }
+
+    /// A connection of its own, outside the pool, set up as the pooled ones are: the caller
+    /// drives its `Connection` (`crate::watch` listens on it).
+    ///
+    /// # Errors
+    /// `Engine` when no host of the url answers.
+    pub(crate) async fn dedicated(
+        &self,
+    ) -> Result<(
+        tokio_postgres::Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, crate::tls::RustlsStream>,
+    )> {
+        let (cfg, tls) = &*self.session;
+        cfg.connect(tls.clone()).await.map_err(db_err)
     }
 
     /// Close the pool (open connections end as they are returned).

@@ -17,9 +17,10 @@
 //! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `admission`
 //! (the reads admitting a push, in one statement), `queue`
 //! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
-//! hosts, stats), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
+//! hosts, stats), `process` (the process rows, the queue heads of the one-second poll), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
 //! into an empty database, in one transaction), `lease` (leases, the shared challenge book)), `invariants` (the
-//! bookkeeping recount tests run). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
+//! bookkeeping recount tests run), `watch` (LISTEN/NOTIFY between the relay processes on one
+//! database: cross-process wake). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
 
 mod backend;
 mod combine;
@@ -31,6 +32,7 @@ mod schema;
 mod stats;
 mod store;
 mod tls;
+mod watch;
 
 pub use backend::UNIMPLEMENTED;
 pub use schema::PG_SCHEMA_VERSION;

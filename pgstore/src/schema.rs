@@ -141,6 +141,16 @@ CREATE INDEX dedup_gone ON dedup (gone_at_ms) WHERE gone_at_ms IS NOT NULL;
 ALTER TABLE meta ADD COLUMN ops_enrol_held BIGINT NOT NULL DEFAULT 0;
 UPDATE meta SET ops_enrol_held = (SELECT count(*) FROM ops WHERE kind IN ('enrol', 're-enrol'));
 ",
+    // 4: a row per relay process serving the store (`ops/process.rs`), renewed while it runs.
+    r"
+CREATE TABLE processes (
+    id TEXT PRIMARY KEY,
+    address TEXT NOT NULL,
+    version TEXT NOT NULL,
+    started_ms BIGINT NOT NULL,
+    heartbeat_ms BIGINT NOT NULL
+);
+",
 ];
 
 /// The schema version this binary writes.

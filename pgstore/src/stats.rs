@@ -18,6 +18,8 @@ pub(crate) struct PoolStats {
     pub(crate) timeouts: AtomicU64,
     pub(crate) insert_groups: AtomicU64,
     pub(crate) grouped_pushes: AtomicU64,
+    pub(crate) listen_lost: AtomicU64,
+    pub(crate) watch_dropped: AtomicU64,
     /// A connection was lost or could not be made since the last operation that succeeded:
     /// the next success is a reconnect (a failover, or the server back after a restart).
     pub(crate) degraded: AtomicBool,
@@ -36,6 +38,8 @@ pub(crate) static STATS: PoolStats = PoolStats {
     timeouts: AtomicU64::new(0),
     insert_groups: AtomicU64::new(0),
     grouped_pushes: AtomicU64::new(0),
+    listen_lost: AtomicU64::new(0),
+    watch_dropped: AtomicU64::new(0),
     degraded: AtomicBool::new(false),
 };
 
@@ -87,6 +91,11 @@ pub struct PoolFigures {
     pub insert_groups: u64,
     /// Pushes answered by those transactions (over `insert_groups`: the mean group size).
     pub grouped_pushes: u64,
+    /// Listening connections (`watch`) that ended or could not be made.
+    pub listen_lost: u64,
+    /// Other processes' notifications dropped because the relay had not taken the earlier
+    /// ones (its one-second poll finds what they said).
+    pub watch_dropped: u64,
 }
 
 /// The pool's counters, or `None` when this process opened no PostgreSQL store.
@@ -108,5 +117,7 @@ pub fn pool_figures() -> Option<PoolFigures> {
         timeouts: get(&s.timeouts),
         insert_groups: get(&s.insert_groups),
         grouped_pushes: get(&s.grouped_pushes),
+        listen_lost: get(&s.listen_lost),
+        watch_dropped: get(&s.watch_dropped),
     })
 }

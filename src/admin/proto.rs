@@ -45,6 +45,8 @@ pub enum Request {
     LogVerify,
     /// Revoke and/or purge one key (`revoke`: revoke, purge if `purge`; `purge`: purge only).
     Revoke(crate::admin::revoke::Action),
+    /// The relay processes serving the store ([`relay_store::ProcessRow`]), as JSON lines.
+    Processes,
 }
 
 impl Request {
@@ -53,6 +55,7 @@ impl Request {
         match self {
             Request::Backup => "backup".to_string(),
             Request::Stats => "stats".to_string(),
+            Request::Processes => "processes".to_string(),
             Request::Log { limit } => format!("log {limit}"),
             Request::Dump {
                 partition,
@@ -102,6 +105,7 @@ impl Request {
         match verb {
             "backup" if rest.is_empty() => Ok(Request::Backup),
             "stats" if rest.is_empty() => Ok(Request::Stats),
+            "processes" if rest.is_empty() => Ok(Request::Processes),
             "log" => match rest.as_slice() {
                 [] => Ok(Request::Log {
                     limit: MAX_LOG_LIMIT,
@@ -116,9 +120,9 @@ impl Request {
             "hosts" => super::hosts::HostsQuery::parse(&rest).map(Request::Hosts),
             "log-verify" if rest.is_empty() => Ok(Request::LogVerify),
             "revoke" | "purge" => parse_revoke(verb == "revoke", &rest),
-            "backup" | "stats" | "log-verify" => Err(format!("{verb} takes no arguments")),
+            "backup" | "stats" | "log-verify" | "processes" => Err(format!("{verb} takes no arguments")),
             _ => Err(
-                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke or purge)"
+                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke, purge or processes)"
                     .to_string(),
             ),
         }
@@ -239,6 +243,7 @@ mod tests {
         let all = [
             Request::Backup,
             Request::Stats,
+            Request::Processes,
             Request::Log { limit: 7 },
             Request::Dump {
                 partition: None,

@@ -139,3 +139,16 @@ pub fn backup_log_detail(s: &BackupSummary, how: &str) -> String {
         s.epoch
     )
 }
+
+/// One relay process's row (`relay-tool status`, the admin socket's `processes`): the row, and
+/// `stale` when it was not renewed within [`relay_store::PROCESS_STALE_MS`] of `now_ms`.
+pub fn process_json(row: &relay_store::ProcessRow, now_ms: u64) -> Value {
+    json!({
+        "id": row.id,
+        "address": row.address,
+        "version": row.version,
+        "started_ms": row.started_ms,
+        "heartbeat_ms": row.heartbeat_ms,
+        "stale": row.stale(now_ms),
+    })
+}

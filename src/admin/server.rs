@@ -284,6 +284,14 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
             write_line(out, &v)?;
             Ok(json!({}))
         }
+        Request::Processes => {
+            let now = SystemClock.now_ms();
+            let rows = store.processes().map_err(|e| e.to_string())?;
+            for row in &rows {
+                write_line(out, &super::report::process_json(row, now))?;
+            }
+            Ok(json!({ "processes": rows.len() }))
+        }
         Request::Log { limit } => {
             let ops = store.ops(*limit).map_err(|e| e.to_string())?;
             for op in &ops {

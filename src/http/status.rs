@@ -68,6 +68,7 @@ pub(crate) async fn document(app: &App) -> Value {
             "refused": refused,
         },
         "waiters": relay.wake().waiters(),
+        "processes": relay.processes(),
         "body_bytes_in_use": app.memory.in_use(),
         "body_budget_bytes": app.memory.budget(),
         "store": {

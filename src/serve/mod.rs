@@ -389,6 +389,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    relay.set_address(addr.to_string());
 
     // Extension point: the admin socket (relay-tool backup/dump while running) starts here, with
     // `store` and `dir` in scope.

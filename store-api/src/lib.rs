@@ -32,12 +32,14 @@ pub mod log_text;
 pub mod notice;
 pub mod rules;
 pub mod serde_bytes;
+mod shared;
 mod types;
 
 use std::io::Write;
 
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
 pub use fingerprint::fingerprint;
+pub use shared::*;
 pub use types::*;
 
 /// Every operation the relay, the admin socket and relay-tool perform on their state.
@@ -63,6 +65,31 @@ pub trait RelayStore: Send + Sync + 'static {
     /// The challenge book shared by every process on this store, or `None` for a backend one
     /// process owns (the relay then keeps challenges in its memory).
     fn shared_challenges(&self) -> Option<std::sync::Arc<dyn ChallengeBook>>;
+    /// The changes other processes on this store commit ([`StoreEvent`]), delivered within
+    /// milliseconds, or `None` for a backend one process owns (or one that cannot push them:
+    /// the relay then finds them by its one-second poll alone). Called once, by the relay.
+    fn watch(&self) -> Option<StoreEvents> {
+        None
+    }
+    /// Write or renew this process's row ([`ProcessRow`]), dropping rows stale for
+    /// [`PROCESS_FORGET_MS`]. A backend one process owns keeps none.
+    fn beat_process(&self, row: ProcessRow) -> Pending<()> {
+        let _ = row;
+        Pending::ready(Ok(()))
+    }
+    /// Remove this process's row (a clean stop).
+    fn leave_process(&self, id: &str) -> Pending<()> {
+        let _ = id;
+        Pending::ready(Ok(()))
+    }
+    /// The process rows, stale ones included, at most [`MAX_PROCESSES`], oldest start first
+    /// (empty for a backend one process owns).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn processes(&self) -> Result<Vec<ProcessRow>> {
+        Ok(Vec::new())
+    }
 
     // ---- enrolments
     /// Record an enrolment (see [`EnrolOutcome`]).
@@ -191,6 +218,17 @@ pub trait RelayStore: Send + Sync + 'static {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page>;
+    /// The head seq of each of `keys` that has a queue, in any order: the relay's
+    /// one-second poll for the keys with waiters on a shared store (the safety net of
+    /// [`RelayStore::watch`]). One read per key unless a backend has better.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn queue_heads(&self, keys: &[Key32]) -> Result<Vec<(Key32, u64)>> {
+        keys.iter()
+            .map(|k| Ok((*k, self.cursor(k)?.head_seq)))
+            .collect()
+    }
     /// Head and acked-through of a target.
     ///
     /// # Errors

@@ -41,6 +41,7 @@ mod packaging;
 mod pg_failover;
 mod pg_ha;
 mod pg_relay;
+mod pg_scale;
 mod power_cut_epoch;
 mod power_cut_journal;
 mod power_cut_migrate;

@@ -1,4 +1,4 @@
-//! Read-only commands: `stats`, `log`, `dump`, `verify` of a store (through the running relay or
+//! Read-only commands: `stats`, `status`, `log`, `dump`, `verify` of a store (through the running relay or
 //! the store opened here, same output either way) and `verify` of a backup file (offline).
 
 use std::cell::Cell;
@@ -6,7 +6,9 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::rc::Rc;
 
 use mbx_relay::admin::proto::{check_partition, Request, MAX_LOG_LIMIT};
-use mbx_relay::admin::report::{log_verdict_from_json, log_verdict_json, op_json, stats_json};
+use mbx_relay::admin::report::{
+    log_verdict_from_json, log_verdict_json, op_json, process_json, stats_json,
+};
 use mbx_relay::store_open::verify_backup_file as verify_backup;
 use relay_store::{Clock, DumpOptions, LogVerdict, SystemClock};
 use relay_wire::time::iso_ms;
@@ -42,6 +44,46 @@ pub fn stats(dir: &Target, json: bool) -> Result<(), Failure> {
         println!("{v}");
     } else {
         print!("{}", stats_text(&v));
+    }
+    Ok(())
+}
+
+/// `relay-tool status`: the relay processes serving the store, stale ones flagged.
+///
+/// # Errors
+/// Store access or the relay's refusal.
+pub fn status(dir: &Target, json: bool) -> Result<(), Failure> {
+    let rows = match access::relay_or_store(dir, &Request::Processes)? {
+        Via::Relay(reply) => json_lines(reply, relay_store::MAX_PROCESSES)?,
+        Via::Local(store) => {
+            let rows = store.processes()?;
+            access::close(store)?;
+            let now = SystemClock.now_ms();
+            rows.iter().map(|r| process_json(r, now)).collect()
+        }
+    };
+    let mut out = io::stdout().lock();
+    if rows.is_empty() && !json {
+        let _ = writeln!(out, "no process rows (a directory store is served by one process)");
+    }
+    for r in &rows {
+        let line = if json {
+            r.to_string()
+        } else {
+            let ms = |k: &str| iso_ms(r[k].as_u64().unwrap_or(0));
+            format!(
+                "{}  {}  version {}  started {}  heartbeat {}{}",
+                r["id"].as_str().unwrap_or("?"),
+                r["address"].as_str().unwrap_or("?"),
+                r["version"].as_str().unwrap_or("?"),
+                ms("started_ms"),
+                ms("heartbeat_ms"),
+                if r["stale"] == Value::Bool(true) { "  STALE" } else { "" },
+            )
+        };
+        if writeln!(out, "{line}").is_err() {
+            break; // stdout closed
+        }
     }
     Ok(())
 }

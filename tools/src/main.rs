@@ -143,6 +143,17 @@ re-push what was not yet delivered and re-pull, so nothing accepted after the ba
         #[arg(long)]
         json: bool,
     },
+    /// The relay processes serving the store (a PostgreSQL store: every process on the
+    /// database, with its address, version, start and last heartbeat; `stale` once it missed
+    /// three heartbeats). A directory store keeps no rows: it has one process.
+    #[command(after_help = exit_codes())]
+    Status {
+        #[command(flatten)]
+        store: access::StoreArgs,
+        /// JSON lines, one per process.
+        #[arg(long)]
+        json: bool,
+    },
     /// Whole-store figures: epoch, keys, enrolments, queues, dedup rows, enc ads, disk size.
     #[command(after_help = exit_codes())]
     Stats {
@@ -357,6 +368,7 @@ fn run(command: Command) -> Result<(), Failure> {
             with_wire,
             json,
         } => inspect::dump(&store.target()?, partition.as_deref(), with_wire, json),
+        Command::Status { store, json } => inspect::status(&store.target()?, json),
         Command::Stats { store, json } => inspect::stats(&store.target()?, json),
         Command::RotateEpoch { store, json } => epoch::rotate(&store.target()?, json),
         Command::Log {

@@ -68,7 +68,9 @@ const READ: &str = "WITH a AS MATERIALIZED (\
         FROM a";
 
 /// The plan's writes: new items ($1-$11) and their dedup rows, the moved queue rows
-/// ($12-$15), the usage added per sender share ($16-$19) and per account ($20-$22).
+/// ($12-$15), the usage added per sender share ($16-$19) and per account ($20-$22); then the
+/// other relay processes are told which queues grew (`crate::watch`: channel $23, payloads
+/// $24), delivered only if this transaction commits.
 const WRITE: &str = "WITH it AS (\
         INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
             accepted_at_ms, expires_at_ms, account) \
@@ -97,7 +99,7 @@ const WRITE: &str = "WITH it AS (\
         ON CONFLICT (account) DO UPDATE \
         SET items = usage_account.items + EXCLUDED.items, \
             bytes = usage_account.bytes + EXCLUDED.bytes) \
-    SELECT 1";
+    SELECT pg_notify($23, p) FROM unnest($24::text[]) AS p";
 
 /// The fallback of a queue row created by another transaction after LOCK's snapshot: create
 /// (when still missing) and lock these targets' rows, in key order.
@@ -361,6 +363,7 @@ async fn write(
         .iter()
         .map(|(a, d)| (a.as_str(), (i(d.items), i(d.bytes))))
         .unzip();
+    let woken = crate::watch::queued_payloads(plan.queues.iter().map(|(k, q)| (k, q.head)));
     c.execute(
         &st.0[2],
         &[
@@ -386,6 +389,8 @@ async fn write(
             &an,
             &ai,
             &ab,
+            &crate::watch::CHANNEL,
+            &woken,
         ],
     )
     .await?;

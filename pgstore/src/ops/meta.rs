@@ -90,6 +90,7 @@ impl PgStore {
                             .await?;
                         let detail = format!("{old} -> {epoch}: {reason}");
                         oplog::append(t, now, keep, "epoch-rotate", &detail).await?;
+                        crate::watch::notify(t, crate::watch::epoch_payload()).await?;
                         Ok(epoch)
                     })
                 })

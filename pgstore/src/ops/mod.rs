@@ -15,6 +15,7 @@ pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;
 pub(crate) mod oplog;
+pub(crate) mod process;
 pub(crate) mod pull;
 pub(crate) mod queue;
 pub(crate) mod rebind;

@@ -47,9 +47,11 @@ async fn replace_sender(t: &Transaction<'_>, old: &Key32, new: Option<&Key32>) -
 }
 
 /// Revoke a live key: both enc ads go, the enrolment is marked revoked
-/// (`rules::revoke::revoked`), counters move.
+/// (`rules::revoke::revoked`), counters move; the other relay processes are told at commit
+/// (`crate::watch`), to end the key's waiters.
 async fn revoke_enrolment(t: &Transaction<'_>, e: &Enrolment, now: u64) -> OpResult<()> {
     let pk = e.host_pubkey.as_slice();
+    crate::watch::notify(t, crate::watch::keys_payloads([&e.host_pubkey])).await?;
     t.execute("DELETE FROM enc_ads WHERE host_pubkey = $1", &[&pk])
         .await?;
     t.execute("DELETE FROM enc_ads_v2 WHERE host_pubkey = $1", &[&pk])
