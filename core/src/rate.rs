@@ -432,7 +432,11 @@ mod tests {
     fn each_of_n_processes_enforces_its_share_of_the_limit() {
         let t = RateTable::new(10, 100);
         t.set_share(3);
-        assert_eq!((0..10).filter(|_| t.hit(&1, 0)).count(), 3, "10 / 3 processes");
+        assert_eq!(
+            (0..10).filter(|_| t.hit(&1, 0)).count(),
+            3,
+            "10 / 3 processes"
+        );
         t.set_share(1);
         assert!(t.hit(&1, 0), "the whole limit once alone again");
         let tiny = RateTable::new(2, 100);
@@ -451,10 +455,7 @@ mod tests {
             100,
         );
         nested.set_share(2);
-        assert_eq!(
-            (0..4).filter(|_| nested.hit_addr("10.0.0.1", 0)).count(),
-            2
-        );
+        assert_eq!((0..4).filter(|_| nested.hit_addr("10.0.0.1", 0)).count(), 2);
     }
 
     #[test]

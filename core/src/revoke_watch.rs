@@ -51,10 +51,18 @@ impl Relay {
     ///
     /// # Errors
     /// The store's read error.
-    pub(crate) fn end_waiters_of_dead_keys_among(&self, keys: &[Key32]) -> Result<usize, RelayError> {
+    pub(crate) fn end_waiters_of_dead_keys_among(
+        &self,
+        keys: &[Key32],
+    ) -> Result<usize, RelayError> {
         let waiting: std::collections::HashSet<Key32> =
             self.wake.keys(usize::MAX).into_iter().collect();
-        self.end_dead(keys.iter().filter(|k| waiting.contains(*k)).copied().collect())
+        self.end_dead(
+            keys.iter()
+                .filter(|k| waiting.contains(*k))
+                .copied()
+                .collect(),
+        )
     }
 
     fn end_dead(&self, keys: Vec<Key32>) -> Result<usize, RelayError> {

@@ -74,8 +74,13 @@ fn payloads(kind: char, entries: impl IntoIterator<Item = String>) -> Vec<String
 }
 
 /// The payloads telling that items up to these seqs are queued for these targets.
-pub(crate) fn queued_payloads<'a>(heads: impl IntoIterator<Item = (&'a Key32, u64)>) -> Vec<String> {
-    payloads('q', heads.into_iter().map(|(k, s)| format!("{}:{s}", hex(k))))
+pub(crate) fn queued_payloads<'a>(
+    heads: impl IntoIterator<Item = (&'a Key32, u64)>,
+) -> Vec<String> {
+    payloads(
+        'q',
+        heads.into_iter().map(|(k, s)| format!("{}:{s}", hex(k))),
+    )
 }
 
 /// The payloads telling that these keys may have lost their live enrolment.
@@ -153,8 +158,7 @@ impl PgStore {
 
     /// One listening connection, until it ends: `LISTEN`, `Resumed`, then every notification.
     async fn listen_once(&self, tx: &mpsc::Sender<StoreEvent>) -> relay_store::Result<()> {
-        let (client, mut conn) =
-            crate::db::bounded(self.inner.db.dedicated()).await?;
+        let (client, mut conn) = crate::db::bounded(self.inner.db.dedicated()).await?;
         let listen_sql = format!("LISTEN {CHANNEL}");
         let mut listen = Box::pin(client.batch_execute(&listen_sql));
         let mut listening = false;
@@ -171,10 +175,7 @@ impl PgStore {
                     Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
                         if let Some(ev) = parse(n.payload()) {
                             if tx.try_send(ev).is_err() {
-                                crate::stats::PoolStats::add(
-                                    &crate::stats::STATS.watch_dropped,
-                                    1,
-                                );
+                                crate::stats::PoolStats::add(&crate::stats::STATS.watch_dropped, 1);
                             }
                         }
                     }

@@ -64,7 +64,10 @@ pub fn status(dir: &Target, json: bool) -> Result<(), Failure> {
     };
     let mut out = io::stdout().lock();
     if rows.is_empty() && !json {
-        let _ = writeln!(out, "no process rows (a directory store is served by one process)");
+        let _ = writeln!(
+            out,
+            "no process rows (a directory store is served by one process)"
+        );
     }
     for r in &rows {
         let line = if json {
@@ -78,7 +81,11 @@ pub fn status(dir: &Target, json: bool) -> Result<(), Failure> {
                 r["version"].as_str().unwrap_or("?"),
                 ms("started_ms"),
                 ms("heartbeat_ms"),
-                if r["stale"] == Value::Bool(true) { "  STALE" } else { "" },
+                if r["stale"] == Value::Bool(true) {
+                    "  STALE"
+                } else {
+                    ""
+                },
             )
         };
         if writeln!(out, "{line}").is_err() {
