@@ -219,7 +219,7 @@ fn status_lists_every_process_and_flags_a_stopped_one() {
     if !postgres_available("pg_scale") {
         return;
     }
-    let (_, _, one, mut two) = two_relays(GENEROUS);
+    let (url, _, one, mut two) = two_relays(GENEROUS);
     let listed = |r: &Relay| {
         wait_for(Duration::from_secs(10), || {
             let s = status(r);
@@ -259,6 +259,31 @@ fn status_lists_every_process_and_flags_a_stopped_one() {
         "the killed process is flagged stale: {}",
         status(&one)
     );
+    // relay-tool reads the same rows from the database.
+    let out = relay_tool(&["status", "--store", &url, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let stale_of = |addr: String| {
+        rows.iter()
+            .find(|r| r["address"] == json!(addr))
+            .map(|r| r["stale"].clone())
+    };
+    assert_eq!(
+        stale_of(one.addr().to_string()),
+        Some(json!(false)),
+        "{rows:?}"
+    );
+    assert_eq!(stale_of(gone), Some(json!(true)), "{rows:?}");
+    let text = relay_tool(&["status", "--store", &url]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("STALE"));
 }
 
 /// `--pushes-per-minute 10` on each of two processes: a sender spreading its pushes over

@@ -276,6 +276,7 @@ impl Command {
             | Command::Verify { json, .. }
             | Command::Dump { json, .. }
             | Command::Stats { json, .. }
+            | Command::Status { json, .. }
             | Command::RotateEpoch { json, .. }
             | Command::Log { json, .. }
             | Command::Hosts { json, .. }
