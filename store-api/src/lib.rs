@@ -20,7 +20,10 @@
 //! Several processes on one database (a shared backend) also need [`RelayStore::try_lease`]
 //! (who runs the sweep and the heartbeat) and [`RelayStore::shared_challenges`] (a challenge
 //! issued by one process is taken by another). A single-process backend answers `true` and
-//! `None`: the relay then keeps its challenges in memory, as it always did.
+//! `None`: the relay then keeps its challenges in memory, as it always did. They may also
+//! offer [`RelayStore::watch`] (what other processes committed, within milliseconds),
+//! [`RelayStore::queue_heads`] (its safety net) and the process rows
+//! ([`RelayStore::beat_process`], [`RelayStore::processes`]), whose defaults do nothing.
 
 pub mod backup;
 mod commit_stats;
