@@ -11,6 +11,7 @@
 //! - **A row per process** ([`relay_store::ProcessRow`]), renewed every
 //!   [`relay_store::PROCESS_BEAT`]: `/status` and `relay-tool status` list them
 //!   ([`Relay::processes`]), a row not renewed is flagged stale.
+//! - **A `process` label** on every metric of the process ([`Relay::metric_labels`]).
 //! - **One rate limit for the relay.** The processes with a fresh row share each per-minute
 //!   limit: each enforces its share ([`crate::rate::RateTable::set_share`]).
 
@@ -64,6 +65,22 @@ impl Relay {
     /// This process's id in the store (its rows, leases, metrics' `process` label).
     pub fn process_id(&self) -> &str {
         &self.lease_holder
+    }
+
+    /// The labels every metric of this process carries: `process` (its id) on a shared store,
+    /// so the series of N processes stay apart and operators sum them; none on a store one
+    /// process owns (a label that changed at every restart would only split its series).
+    pub fn metric_labels(
+        &self,
+    ) -> Vec<(
+        std::borrow::Cow<'static, str>,
+        std::borrow::Cow<'static, str>,
+    )> {
+        if self.store_is_shared() {
+            vec![("process".into(), self.lease_holder.clone().into())]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Where this process listens, for its row (`serve` sets it once bound).

@@ -167,9 +167,12 @@ fn longest_gap(log: &[Attempt], from: Instant, to: Instant) -> Duration {
 /// `mbx_relay_<name>_total` from a relay's `/metrics`.
 fn counter(relay: &Relay, name: &str) -> f64 {
     let text = relay.metrics().text();
-    let line = format!("mbx_relay_{name}_total ");
+    // Its only series (labelled with the relay's `process` on a shared store).
+    let line = format!("mbx_relay_{name}_total");
     text.lines()
-        .find_map(|l| l.strip_prefix(&line))
+        .filter_map(|l| l.strip_prefix(&line))
+        .find(|rest| rest.starts_with([' ', '{']))
+        .and_then(|rest| rest.rsplit(' ').next())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {line} in /metrics"))
 }

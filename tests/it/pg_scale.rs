@@ -198,11 +198,25 @@ fn a_killed_listening_connection_loses_no_wake_beyond_the_poll() {
     let worst = summary("held pull after the listeners reconnected", took);
     assert!(worst < Duration::from_secs(1), "{worst:?}");
     let m = two.metrics().text();
+    let lost = format!(
+        "mbx_relay_pg_listen_lost_total{{process=\"{}\"}} ",
+        process_id(&two)
+    );
     assert!(
         m.lines()
-            .any(|l| l.starts_with("mbx_relay_pg_listen_lost_total ") && !l.ends_with(" 0")),
-        "the lost listener is counted"
+            .any(|l| l.starts_with(&lost) && !l.ends_with(" 0")),
+        "the lost listener is counted, labelled with its process: {m}"
     );
+}
+
+/// The id of the process answering `/status` (its `this` row).
+fn process_id(relay: &Relay) -> String {
+    status(relay)["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["this"] == json!(true)))
+        .and_then(|p| p["id"].as_str())
+        .expect("the answering process is listed")
+        .to_string()
 }
 
 /// `GET /status` on the private listener.

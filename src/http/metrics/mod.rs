@@ -125,7 +125,7 @@ impl HttpMetrics {
         tls: Option<Arc<Tls>>,
         backend: Box<dyn prometheus_client::collector::Collector>,
     ) -> Self {
-        let mut registry = Registry::default();
+        let mut registry = Registry::with_labels(relay.metric_labels().into_iter());
         registry.register_collector(Box::new(process::ProcessCollector));
         let requests = Family::<RequestLabels, Counter>::default();
         let request_seconds = Family::<RouteLabel, Histogram>::new_with_constructor(
