@@ -3,5 +3,6 @@
 
 mod challenge_cap;
 mod conformance;
+mod pg_deadline;
 mod pg_store;
 mod pg_tls;
