@@ -160,8 +160,9 @@ fn serve(
         if sig != libc::SIGUSR1 {
             break;
         }
-        let cached = {
+        let (cached, unsynced) = {
             let mut fs = fs.lock();
+            let unsynced = fs.unsynced();
             let cached = fs.cut();
             eprintln!(
                 "powercut: power cut {} (seed {seed}{}): {} inodes durable",
@@ -169,14 +170,19 @@ fn serve(
                 if torn { ", torn" } else { "" },
                 fs.written.nodes.len()
             );
-            cached
+            (cached, unsynced)
         };
         // Outside the lock: the kernel may call back into the filesystem while invalidating.
         for ino in cached {
             let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
         }
-        // Tells a waiting test that the cut is complete.
-        say(&format!("powercut: cut {}", fs.lock().cuts));
+        // Tells a waiting test that the cut is complete, and what it dropped.
+        say(&format!(
+            "powercut: cut {}: {} bytes in {} files not synced",
+            fs.lock().cuts,
+            unsynced.1,
+            unsynced.0
+        ));
     }
     session
         .umount_and_join()

@@ -334,6 +334,17 @@ impl Fs {
             .retain(|ino, _| live.contains(ino) || written.contains_key(ino));
     }
 
+    /// Files with data written since their last sync, and how many bytes of it: what a cut now
+    /// would drop (`--torn` keeps part of it). Drills report it to show their cuts bite.
+    pub(crate) fn unsynced(&self) -> (usize, u64) {
+        let bytes = self
+            .dirty
+            .values()
+            .map(|(f, t)| t.saturating_sub(*f) as u64)
+            .sum();
+        (self.dirty.len(), bytes)
+    }
+
     /// Cuts the power: the written state becomes the durable one (with `--torn`, each file keeps
     /// a random part of what was written over its durable data). Returns the inodes the kernel
     /// may cache (to invalidate).
@@ -434,7 +445,9 @@ mod tests {
             d.extend_from_slice(b" and lost");
         }
         fs.mark(a, 6, 15);
+        assert_eq!(fs.unsynced(), (1, 9));
         fs.fail_sync(a);
+        assert_eq!(fs.unsynced(), (0, 0));
         match &fs.written.nodes[&a].body {
             Body::File(d) => assert_eq!(d, b"synced"),
             _ => panic!("a is a file"),

@@ -42,6 +42,7 @@ mod pg_failover;
 mod pg_ha;
 mod pg_relay;
 mod power_cut_epoch;
+mod power_cut_faults;
 mod power_cut_journal;
 mod power_cut_migrate;
 mod protocol_config;
