@@ -147,6 +147,16 @@ pub(crate) fn backend_counters() -> Vec<BackendCounter> {
             n(f.timeouts),
         ),
         (
+            "pg_cancels",
+            "Cancel requests sent for the backends of PostgreSQL operations abandoned at their deadline",
+            n(f.cancels),
+        ),
+        (
+            "pg_fenced",
+            "New PostgreSQL connections refused: the node was not the current primary of the newest timeline",
+            n(f.fenced),
+        ),
+        (
             "pg_insert_groups",
             "PostgreSQL insert transactions run for pushes grouped while others committed",
             n(f.insert_groups),

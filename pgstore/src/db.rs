@@ -2,8 +2,10 @@
 //! transaction per logical operation, bounded retry on serialization failure (40001) and
 //! deadlock (40P01) and on a connection lost before COMMIT (a failover: the next attempt takes
 //! a new connection, which finds the writable node of a multi-host url), the durability check
-//! made at open (`synchronous_commit`, `fsync`), and the deadline of every operation
-//! ([`bounded`]): nothing waits on the database unbounded.
+//! made at open (`synchronous_commit`, `fsync`), the fence every new connection passes
+//! (`crate::fence`: only the current primary of the newest timeline), and the deadline of
+//! every operation ([`bounded`]): nothing waits on the database unbounded, and an operation
+//! given up at its deadline is cancelled on the server too.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -12,11 +14,15 @@ use std::pin::Pin;
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Transaction,
+};
 use relay_store::{Result, StoreError};
 use tokio_postgres::error::SqlState;
 
+use crate::fence::Fence;
 use crate::stats::{PoolStats, STATS};
+use crate::tls::MakeRustls;
 
 /// Connections per relay process (PostgreSQL's default `max_connections` is 100).
 pub(crate) const POOL_SIZE: usize = 16;
@@ -32,6 +38,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// TCP keepalive idle time and user timeout: a peer gone without a FIN (a machine lost, a
 /// partition) ends the connection in about this long instead of the kernel's ~2 hours.
 const TCP_DEAD_AFTER: Duration = Duration::from_secs(10);
+/// Longest a cancel request (a new connection to the node) may take.
+const CANCEL_DEADLINE: Duration = Duration::from_secs(5);
 
 thread_local! {
     /// Set while [`bounded`] drops an operation whose deadline passed: every [`Conn`] dropped
@@ -40,7 +48,8 @@ thread_local! {
 }
 
 /// Run `op` within [`OP_DEADLINE`]; past it the operation is dropped (its connections leave
-/// the pool and close) and answers `Engine`. A write dropped during its COMMIT may still
+/// the pool and close, each with a cancel request for what its backend still runs: a COMMIT
+/// waiting for a synchronous standby ignores a closed socket) and answers `Engine`. A write dropped during its COMMIT may still
 /// commit: its error answer (503) tells the client to retry, and every write's retry is
 /// deduplicated by its key (item ids, ack cursors), so the retry is safe.
 pub(crate) async fn bounded<T>(op: impl Future<Output = Result<T>>) -> Result<T> {
@@ -63,7 +72,7 @@ pub(crate) async fn bounded<T>(op: impl Future<Output = Result<T>>) -> Result<T>
 
 /// A pooled connection. Dropped by an abandoned operation ([`bounded`]) or discarded after a
 /// lost connection, it leaves the pool and closes, so it never serves another operation.
-pub(crate) struct Conn(Option<deadpool_postgres::Object>);
+pub(crate) struct Conn(Option<deadpool_postgres::Object>, MakeRustls);
 
 impl Conn {
     /// Take this connection out of the pool and close it.
@@ -71,6 +80,19 @@ impl Conn {
         if let Some(o) = self.0.take() {
             drop(deadpool_postgres::Object::take(o));
         }
+    }
+
+    /// Ask the server to cancel what this connection's backend runs (bounded, in the
+    /// background), then close it: the backend of an abandoned operation ends with it.
+    fn cancel_and_discard(&mut self) {
+        if let (Some(o), Ok(rt)) = (self.0.as_ref(), tokio::runtime::Handle::try_current()) {
+            let (token, tls) = (o.cancel_token(), self.1.clone());
+            PoolStats::add(&STATS.cancels, 1);
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(CANCEL_DEADLINE, token.cancel_query(tls)).await;
+            });
+        }
+        self.discard();
     }
 }
 
@@ -91,7 +113,7 @@ impl DerefMut for Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         if ABANDONING.with(Cell::get) {
-            self.discard();
+            self.cancel_and_discard();
         }
     }
 }
@@ -107,6 +129,10 @@ pub(crate) fn db_err(e: tokio_postgres::Error) -> StoreError {
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => db_err(e),
+        deadpool_postgres::PoolError::PostCreateHook(HookError::Message(why)) => {
+            StoreError::Engine(format!("postgres: refusing the node: {why}"))
+        }
+        deadpool_postgres::PoolError::PostCreateHook(HookError::Backend(e)) => db_err(e),
         other => StoreError::Engine(format!("postgres pool: {other}")),
     }
 }
@@ -164,6 +190,8 @@ pub(crate) struct Db {
     /// How each pooled connection connects: also for the connection that listens for other
     /// processes' changes (`crate::watch`), which lives outside the pool.
     session: std::sync::Arc<(tokio_postgres::Config, crate::tls::MakeRustls)>,
+    /// The connector, again for cancel requests.
+    tls: MakeRustls,
 }
 
 impl Db {
@@ -191,6 +219,7 @@ impl Db {
             .keepalives_interval(Duration::from_secs(2))
             .tcp_user_timeout(TCP_DEAD_AFTER);
         let session = std::sync::Arc::new((cfg.clone(), connector.clone()));
+        let tls = connector.clone();
         let mgr = Manager::from_config(
             cfg,
             connector,
@@ -204,9 +233,10 @@ impl Db {
             .wait_timeout(Some(OP_DEADLINE))
             .create_timeout(Some(OP_DEADLINE))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .post_create(fenced(Fence::default()))
             .build()
             .map_err(|e| StoreError::Engine(format!("postgres pool: {e}")))?;
-        let db = Db { pool, session };
+        let db = Db { pool, session, tls };
         STATS.mark_opened();
         bounded(db.check_durable()).await?;
         Ok(db)
@@ -299,7 +329,8 @@ impl Db {
             PoolStats::add(&STATS.connect_errors, 1);
             STATS.degrade();
         }
-        got.map(|o| Conn(Some(o))).map_err(pool_err)
+        got.map(|o| Conn(Some(o), self.tls.clone()))
+            .map_err(pool_err)
     }
 
     /// Run `sql` on a pooled connection, prepared once per connection: the reads outside a
@@ -333,6 +364,15 @@ impl Db {
     pub(crate) fn close(&self) {
         self.pool.close();
     }
+}
+
+/// The pool's hook on each new connection: `fence` admits the node or the connection is
+/// dropped (the pool answers an error: 503 to clients).
+fn fenced(fence: Fence) -> Hook {
+    Hook::async_fn(move |client, _| {
+        let fence = fence.clone();
+        Box::pin(async move { fence.admit(client).await.map_err(HookError::message) })
+    })
 }
 
 /// One try of an operation on a connection: its result, and whether a failure may have come

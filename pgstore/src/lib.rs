@@ -9,7 +9,8 @@
 //! rows moved in the same transaction as the items they count. Bytes are stored exactly
 //! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
 //!
-//! Files: `db` (pool, transactions, retry), `combine` (concurrent pushes share one insert
+//! Files: `db` (pool, transactions, retry, deadlines), `fence` (only the current primary of the
+//! newest timeline is used), `combine` (concurrent pushes share one insert
 //! transaction: group commit), `pipeline` (a write in two round trips: BEGIN with
 //! its locking reads, its writes with COMMIT), `schema` (versioned migrations), `store` (handle,
 //! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `stats` (the pool's
@@ -25,6 +26,7 @@
 mod backend;
 mod combine;
 mod db;
+mod fence;
 mod invariants;
 mod ops;
 mod pipeline;

@@ -16,6 +16,8 @@ pub(crate) struct PoolStats {
     pub(crate) reruns: AtomicU64,
     pub(crate) commit_unknown: AtomicU64,
     pub(crate) timeouts: AtomicU64,
+    pub(crate) cancels: AtomicU64,
+    pub(crate) fenced: AtomicU64,
     pub(crate) insert_groups: AtomicU64,
     pub(crate) grouped_pushes: AtomicU64,
     pub(crate) listen_lost: AtomicU64,
@@ -36,6 +38,8 @@ pub(crate) static STATS: PoolStats = PoolStats {
     reruns: AtomicU64::new(0),
     commit_unknown: AtomicU64::new(0),
     timeouts: AtomicU64::new(0),
+    cancels: AtomicU64::new(0),
+    fenced: AtomicU64::new(0),
     insert_groups: AtomicU64::new(0),
     grouped_pushes: AtomicU64::new(0),
     listen_lost: AtomicU64::new(0),
@@ -87,6 +91,11 @@ pub struct PoolFigures {
     pub commit_unknown: u64,
     /// Operations abandoned at the operation deadline (answered as an error, 503).
     pub timeouts: u64,
+    /// Cancel requests sent for the backends of abandoned operations.
+    pub cancels: u64,
+    /// New connections refused because the node was not the current primary of the newest
+    /// timeline (`fence`).
+    pub fenced: u64,
     /// Insert transactions run for grouped pushes (`combine`).
     pub insert_groups: u64,
     /// Pushes answered by those transactions (over `insert_groups`: the mean group size).
@@ -115,6 +124,8 @@ pub fn pool_figures() -> Option<PoolFigures> {
         reruns: get(&s.reruns),
         commit_unknown: get(&s.commit_unknown),
         timeouts: get(&s.timeouts),
+        cancels: get(&s.cancels),
+        fenced: get(&s.fenced),
         insert_groups: get(&s.insert_groups),
         grouped_pushes: get(&s.grouped_pushes),
         listen_lost: get(&s.listen_lost),

@@ -1,6 +1,9 @@
 //! The FUSE face of [`Fs`]: each kernel request reads or changes the written state; fsync and
 //! fsyncdir move it into the durable state. Every reply carries zero entry and attribute TTLs and
-//! every open asks for direct I/O, so after a power cut the kernel caches nothing stale.
+//! every open asks for direct I/O, so after a power cut the kernel caches nothing stale. A handle
+//! opened before a cut writes, truncates and syncs nothing (EIO): its process would not have
+//! outlived the power. The injected faults (`crate::faults`) act here: the fsync delay (taken
+//! without the lock, on one of several session threads), EIO on fsync and reads, ENOSPC.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -13,11 +16,13 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::state::{Body, Fs, Node, MAX_BYTES, ROOT};
+use crate::state::{Body, Fs, Node, ROOT};
 
 /// Nothing is cached by the kernel: a cut changes any inode at any time.
 const TTL: Duration = Duration::ZERO;
 const BLOCK: u64 = 4096;
+/// Session threads: a delayed fsync holds one while the others serve.
+const THREADS: usize = 4;
 
 /// The filesystem shared by the FUSE session and the signal thread (which cuts the power).
 #[derive(Clone)]
@@ -101,19 +106,23 @@ impl Powercut {
     fn do_setattr(
         &self,
         ino: u64,
+        fh: Option<FileHandle>,
         mode: Option<u32>,
         size: Option<u64>,
         mtime: Option<TimeOrNow>,
     ) -> R<FileAttr> {
         let mut fs = self.lock();
-        let total = fs.written.bytes();
+        if let Some(fh) = fh {
+            current(&fs, fh)?;
+        }
+        let (total, cap) = (fs.written.bytes(), fs.cap());
         let mut resized = None;
         let n = fs.written.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         if let Some(size) = size {
             let Body::File(d) = &mut n.body else {
                 return Err(Errno::EISDIR);
             };
-            if size > d.len() as u64 && total + (size - d.len() as u64) > MAX_BYTES {
+            if size > d.len() as u64 && total + (size - d.len() as u64) > cap {
                 return Err(Errno::ENOSPC);
             }
             let old = d.len();
@@ -137,9 +146,10 @@ impl Powercut {
         self.attr_of(&fs, ino)
     }
 
-    fn do_write(&self, ino: u64, offset: u64, data: &[u8], append: bool) -> R<u32> {
+    fn do_write(&self, ino: u64, fh: FileHandle, offset: u64, data: &[u8], append: bool) -> R<u32> {
         let mut fs = self.lock();
-        let total = fs.written.bytes();
+        current(&fs, fh)?;
+        let (total, cap) = (fs.written.bytes(), fs.cap());
         let n = fs.written.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         let Body::File(d) = &mut n.body else {
             return Err(Errno::EISDIR);
@@ -147,7 +157,7 @@ impl Powercut {
         let at = if append { d.len() } else { offset as usize };
         let end = at + data.len();
         if end > d.len() {
-            if total + (end - d.len()) as u64 > MAX_BYTES {
+            if total + (end - d.len()) as u64 > cap {
                 return Err(Errno::ENOSPC);
             }
             d.resize(end, 0);
@@ -158,7 +168,7 @@ impl Powercut {
         Ok(data.len() as u32)
     }
 
-    fn do_fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
+    fn do_fallocate(&self, ino: u64, fh: FileHandle, offset: u64, length: u64, mode: i32) -> R<()> {
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return Err(Errno::from_i32(libc::EOPNOTSUPP));
         }
@@ -167,13 +177,14 @@ impl Powercut {
         }
         let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
         let mut fs = self.lock();
-        let total = fs.written.bytes();
+        current(&fs, fh)?;
+        let (total, cap) = (fs.written.bytes(), fs.cap());
         let n = fs.written.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         let Body::File(d) = &mut n.body else {
             return Err(Errno::EISDIR);
         };
         if end > d.len() as u64 {
-            if total + end - d.len() as u64 > MAX_BYTES {
+            if total + end - d.len() as u64 > cap {
                 return Err(Errno::ENOSPC);
             }
             let old = d.len();
@@ -181,6 +192,41 @@ impl Powercut {
             fs.mark(ino, old, end as usize);
         }
         Ok(())
+    }
+
+    /// fsync of a file through `fh`: after the fault delay, refused for a handle from before a
+    /// cut (one during the delay included), failed with EIO while that fault is set (the
+    /// unsynced data dropped), else the file's data made durable.
+    fn do_fsync(&self, ino: u64, fh: FileHandle, datasync: bool) -> R<()> {
+        self.delay_sync();
+        let mut fs = self.lock();
+        current(&fs, fh)?;
+        if fs.faults.take_fsync_eio() {
+            fs.fail_sync(ino);
+            return Err(Errno::EIO);
+        }
+        fs.sync_file(ino, !datasync);
+        Ok(())
+    }
+
+    /// fsync of a directory: after the fault delay, unless the power was cut meanwhile.
+    fn do_fsyncdir(&self, ino: u64) -> R<()> {
+        let cuts = self.lock().cuts;
+        self.delay_sync();
+        let mut fs = self.lock();
+        if fs.cuts != cuts {
+            return Err(Errno::EIO);
+        }
+        fs.sync_dir(ino);
+        Ok(())
+    }
+
+    /// The fsync delay fault, waited out without the lock.
+    fn delay_sync(&self) {
+        let delay = self.lock().faults.fsync_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
     }
 
     fn do_unlink(&self, parent: u64, name: &OsStr, want_dir: bool) -> R<()> {
@@ -267,6 +313,23 @@ impl Powercut {
     }
 }
 
+/// Whether the read-EIO fault covers this read of `ino`.
+fn read_fault(fs: &Fs, ino: u64, offset: u64, size: u32) -> bool {
+    fs.faults.read_eio.is_some()
+        && fs
+            .name_of(ino)
+            .is_some_and(|n| fs.faults.read_fails(n, offset, u64::from(size)))
+}
+
+/// A handle opened before the last power cut is refused (EIO).
+fn current(fs: &Fs, fh: FileHandle) -> R<()> {
+    if fh.0 == fs.cuts {
+        Ok(())
+    } else {
+        Err(Errno::EIO)
+    }
+}
+
 /// Whether a name holding `body` may go (unlink, rmdir, or replaced by a rename of a directory
 /// when `dir`, else of a file): as rmdir(2) and unlink(2) answer.
 fn removable(body: &Body, dir: bool) -> R<()> {
@@ -344,14 +407,14 @@ impl Filesystem for Powercut {
         _atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.do_setattr(ino.0, mode, size, mtime) {
+        match self.do_setattr(ino.0, fh, mode, size, mtime) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
         }
@@ -447,7 +510,7 @@ impl Filesystem for Powercut {
             Some(_) if flags & libc::O_EXCL != 0 => Err(Errno::EEXIST),
             Some(ino) => {
                 let size = (flags & libc::O_TRUNC != 0).then_some(0);
-                self.do_setattr(ino, None, size, None)
+                self.do_setattr(ino, None, None, size, None)
             }
             None => self.make(parent.0, name, Body::File(Vec::new()), mode, umask),
         };
@@ -473,6 +536,9 @@ impl Filesystem for Powercut {
     ) {
         let fs = self.lock();
         match fs.written.nodes.get(&ino.0).map(|n| &n.body) {
+            Some(Body::File(_)) if read_fault(&fs, ino.0, offset, size) => {
+                reply.error(Errno::EIO);
+            }
             Some(Body::File(d)) => {
                 let from = (offset as usize).min(d.len());
                 let to = from.saturating_add(size as usize).min(d.len());
@@ -488,7 +554,7 @@ impl Filesystem for Powercut {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
@@ -496,7 +562,7 @@ impl Filesystem for Powercut {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.do_write(ino.0, offset, data, flags.0 & libc::O_APPEND != 0) {
+        match self.do_write(ino.0, fh, offset, data, flags.0 & libc::O_APPEND != 0) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -538,12 +604,11 @@ impl Filesystem for Powercut {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.lock().sync_file(ino.0, !datasync);
-        reply.ok();
+        empty(reply, self.do_fsync(ino.0, fh, datasync));
     }
 
     fn readdir(
@@ -591,13 +656,12 @@ impl Filesystem for Powercut {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.lock().sync_dir(ino.0);
-        reply.ok();
+        empty(reply, self.do_fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let fs = self.lock();
-        let blocks = MAX_BYTES / BLOCK;
+        let blocks = fs.cap() / BLOCK;
         let free = blocks.saturating_sub(fs.written.bytes().div_ceil(BLOCK));
         let files = fs.written.nodes.len() as u64;
         reply.statfs(
@@ -620,19 +684,20 @@ impl Filesystem for Powercut {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.do_fallocate(ino.0, offset, length, mode));
+        empty(reply, self.do_fallocate(ino.0, fh, offset, length, mode));
     }
 }
 
 /// Mount options: a named filesystem whose permissions the kernel checks.
 pub(crate) fn config() -> fuser::Config {
     let mut c = fuser::Config::default();
+    c.n_threads = Some(THREADS);
     c.mount_options = vec![
         fuser::MountOption::FSName("powercut".into()),
         fuser::MountOption::Subtype("powercut".into()),

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::time::SystemTime;
 
+use crate::faults::Faults;
+
 /// The root directory's inode number (FUSE's).
 pub(crate) const ROOT: u64 = 1;
 /// Size of a page for `--torn` (a tear never splits a sector of 512 bytes).
@@ -178,6 +180,8 @@ pub(crate) struct Fs {
     torn: Option<Rng>,
     /// Power cuts so far (handles opened before a cut are stale).
     pub(crate) cuts: u64,
+    /// The faults injected now (`crate::faults`).
+    pub(crate) faults: Faults,
 }
 
 impl Fs {
@@ -194,7 +198,41 @@ impl Fs {
             next_ino,
             torn,
             cuts: 0,
+            faults: Faults::default(),
         }
+    }
+
+    /// Most bytes of file data the written state may hold now: [`MAX_BYTES`], or less while an
+    /// ENOSPC fault is set.
+    pub(crate) fn cap(&self) -> u64 {
+        self.faults
+            .enospc_at
+            .map_or(MAX_BYTES, |b| b.min(MAX_BYTES))
+    }
+
+    /// An fsync of file `ino` failed (EIO): its data written since the last sync is dropped,
+    /// as Linux drops the pages whose writeback failed (later reads and fsyncs see only what
+    /// the disk holds).
+    pub(crate) fn fail_sync(&mut self, ino: u64) {
+        self.dirty.remove(&ino);
+        let durable = match self.durable.nodes.get(&ino).map(|n| &n.body) {
+            Some(Body::File(d)) => d.clone(),
+            _ => Vec::new(),
+        };
+        if let Some(Body::File(w)) = self.written.nodes.get_mut(&ino).map(|n| &mut n.body) {
+            *w = durable;
+        }
+    }
+
+    /// One name of `ino` in the written state (for faults set by name).
+    pub(crate) fn name_of(&self, ino: u64) -> Option<&OsStr> {
+        self.written.nodes.values().find_map(|n| match &n.body {
+            Body::Dir(e) => e
+                .iter()
+                .find(|(_, child)| **child == ino)
+                .map(|(name, _)| name.as_os_str()),
+            _ => None,
+        })
     }
 
     pub(crate) fn alloc_ino(&mut self) -> u64 {
@@ -296,6 +334,17 @@ impl Fs {
             .retain(|ino, _| live.contains(ino) || written.contains_key(ino));
     }
 
+    /// Files with data written since their last sync, and how many bytes of it: what a cut now
+    /// would drop (`--torn` keeps part of it). Drills report it to show their cuts bite.
+    pub(crate) fn unsynced(&self) -> (usize, u64) {
+        let bytes = self
+            .dirty
+            .values()
+            .map(|(f, t)| t.saturating_sub(*f) as u64)
+            .sum();
+        (self.dirty.len(), bytes)
+    }
+
     /// Cuts the power: the written state becomes the durable one (with `--torn`, each file keeps
     /// a random part of what was written over its durable data). Returns the inodes the kernel
     /// may cache (to invalidate).
@@ -384,6 +433,37 @@ mod tests {
             !fs.durable.nodes.contains_key(&b),
             "unreachable inode collected"
         );
+    }
+
+    #[test]
+    fn a_failed_fsync_drops_the_unsynced_data_and_keeps_the_synced() {
+        let mut fs = Fs::new(Table::with_root(0o755), None);
+        let a = file(&mut fs, ROOT, "a", b"synced");
+        fs.sync_file(a, true);
+        fs.sync_dir(ROOT);
+        if let Body::File(d) = &mut fs.written.nodes.get_mut(&a).unwrap().body {
+            d.extend_from_slice(b" and lost");
+        }
+        fs.mark(a, 6, 15);
+        assert_eq!(fs.unsynced(), (1, 9));
+        fs.fail_sync(a);
+        assert_eq!(fs.unsynced(), (0, 0));
+        match &fs.written.nodes[&a].body {
+            Body::File(d) => assert_eq!(d, b"synced"),
+            _ => panic!("a is a file"),
+        }
+        let b = file(&mut fs, ROOT, "b", b"never synced");
+        fs.fail_sync(b);
+        assert!(matches!(&fs.written.nodes[&b].body, Body::File(d) if d.is_empty()));
+        assert_eq!(fs.name_of(b), Some(OsStr::new("b")));
+    }
+
+    #[test]
+    fn an_enospc_fault_lowers_the_cap() {
+        let mut fs = Fs::new(Table::with_root(0o755), None);
+        assert_eq!(fs.cap(), MAX_BYTES);
+        fs.faults.enospc_at = Some(1000);
+        assert_eq!(fs.cap(), 1000);
     }
 
     #[test]

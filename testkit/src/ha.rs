@@ -414,6 +414,31 @@ impl HaCluster {
         }
     }
 
+    /// Kill node `i`'s postmaster alone (SIGKILL), not its machine: its `pg_autoctl` keeper
+    /// lives on and starts PostgreSQL again, which runs read-write as it was until the monitor
+    /// has it demoted. Returns whether a postmaster was found.
+    pub fn kill_postmaster(&self, i: usize) -> bool {
+        let Some(pid) = postmaster_pid(&self.nodes[i].pgdata) else {
+            return false;
+        };
+        // SAFETY: kill has no memory preconditions; a stale pid just fails.
+        unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+    }
+
+    /// The timeline node `i` is on (a primary's WAL insert timeline, a standby's replayed
+    /// one), or `None` when it does not answer.
+    pub fn timeline(&self, i: usize) -> Option<u32> {
+        self.node_sql(
+            i,
+            "SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM \
+             pg_control_checkpoint()) ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), \
+             1, 8))::bit(32)::int END",
+        )
+        .ok()?
+        .parse()
+        .ok()
+    }
+
     /// Run node `i`'s `pg_autoctl` again on its data dir (after [`HaCluster::kill_machine`]): the
     /// monitor drives it back as a standby of the current primary.
     ///

@@ -1,6 +1,7 @@
 //! A `powercut` mount for tests (the relay's durability tests and powercut's own): mounts a fresh
 //! backing directory on a fresh mount point, cuts the power on demand (SIGUSR1, then waits for
-//! powercut to say the cut is complete) and unmounts on drop.
+//! powercut to say the cut is complete), injects disk faults on demand (its `--faults` control
+//! file, then SIGUSR2) and unmounts on drop.
 //!
 //! Self-contained (no other `common` item), so powercut's own test includes it by path.
 #![allow(dead_code)]
@@ -37,6 +38,7 @@ pub struct Powercut {
     mnt: PathBuf,
     backing: PathBuf,
     stderr: PathBuf,
+    faults: PathBuf,
     cuts: u64,
     _dir: tempfile::TempDir,
 }
@@ -55,10 +57,14 @@ impl Powercut {
         std::fs::create_dir(&backing).expect("backing dir");
         std::fs::create_dir(&mnt).expect("mount point");
         let stderr = dir.path().join("powercut.stderr");
+        let faults = dir.path().join("faults");
+        std::fs::write(&faults, "").expect("faults file");
         let mut child = Command::new(bin)
             .arg("mount")
             .arg(&backing)
             .arg(&mnt)
+            .arg("--faults")
+            .arg(&faults)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -80,6 +86,7 @@ impl Powercut {
             mnt,
             backing,
             stderr,
+            faults,
             cuts: 0,
             _dir: dir,
         };
@@ -97,9 +104,9 @@ impl Powercut {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
-    fn expect_line(&mut self, prefix: &str) {
+    fn expect_line(&mut self, prefix: &str) -> String {
         match self.lines.recv_timeout(WAIT) {
-            Ok(line) if line.starts_with(prefix) => {}
+            Ok(line) if line.starts_with(prefix) => line,
             other => panic!(
                 "powercut: expected {prefix:?}, got {other:?}; stderr:\n{}",
                 self.stderr_log()
@@ -115,12 +122,25 @@ impl Powercut {
         }
     }
 
-    /// Cuts the power: on return the mount shows only what was durable.
-    pub fn cut(&mut self) {
+    /// Cuts the power: on return the mount shows only what was durable. Returns how many
+    /// bytes written were not synced when it came (dropped, or with `--torn` partly kept).
+    pub fn cut(&mut self) -> u64 {
         self.signal(libc::SIGUSR1);
         self.cuts += 1;
-        let want = format!("powercut: cut {}", self.cuts);
-        self.expect_line(&want);
+        let want = format!("powercut: cut {}:", self.cuts);
+        let line = self.expect_line(&want);
+        line.strip_prefix(&want)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("powercut: no byte count in {line:?}"))
+    }
+
+    /// Injects the disk faults `spec` names (powercut's control-file lines, e.g. `fsync-eio
+    /// all`; empty: none) and waits until powercut has loaded them.
+    pub fn set_faults(&mut self, spec: &str) {
+        std::fs::write(&self.faults, spec).expect("write the faults file");
+        self.signal(libc::SIGUSR2);
+        self.expect_line("powercut: faults ");
     }
 
     /// Unmounts cleanly (SIGTERM) and returns the backing directory, which then holds the files.

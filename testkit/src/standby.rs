@@ -140,16 +140,17 @@ impl PgCluster {
         }
     }
 
-    /// Set (`Some`) or reset (`None`) `synchronous_standby_names` with `ALTER SYSTEM` and
-    /// reload: commits waiting for a standby go on at once when it is reset.
+    /// Set (`Some`) or lift (`None`: set to `''`) `synchronous_standby_names` with `ALTER
+    /// SYSTEM` and reload: commits waiting for a standby go on at once when it is lifted. Set,
+    /// not `RESET`: a reset leaves a value from `postgresql.conf` in force.
     ///
     /// # Errors
     /// psql's stderr.
     pub fn set_sync_standbys(&self, names: Option<&str>) -> Result<(), String> {
-        let set = match names {
-            Some(n) => format!("ALTER SYSTEM SET synchronous_standby_names = '{n}'"),
-            None => "ALTER SYSTEM RESET synchronous_standby_names".to_string(),
-        };
+        let set = format!(
+            "ALTER SYSTEM SET synchronous_standby_names = '{}'",
+            names.unwrap_or("")
+        );
         self.sql(&set)?;
         self.sql("SELECT pg_reload_conf()").map(|_| ())
     }

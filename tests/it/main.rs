@@ -43,6 +43,7 @@ mod pg_ha;
 mod pg_relay;
 mod pg_scale;
 mod power_cut_epoch;
+mod power_cut_faults;
 mod power_cut_journal;
 mod power_cut_migrate;
 mod protocol_config;

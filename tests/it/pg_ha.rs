@@ -1,11 +1,19 @@
 //! HA drills on a real pg_auto_failover cluster (relay-testkit's `HaCluster`: a monitor and two
 //! synchronous data nodes on loopback), with two relay processes on the multi-host url
-//! (`target_session_attrs=read-write`), four senders and a receiver under load throughout. In
-//! sequence on one cluster: (1) the primary's machine lost (SIGKILL to its postmaster and its
-//! `pg_autoctl`): the monitor promotes the standby and both relays serve again without a
-//! restart; (2) the old primary run again rejoins as a standby and the cluster is synchronous
-//! again; (3) a planned switchover under load. Then every acknowledged item must have reached
-//! the receiver exactly once, and each relay's metrics must show the reconnect it saw.
+//! (`target_session_attrs=read-write`), four senders and a receiver under load throughout.
+//!
+//! The machine drill, in sequence on one cluster: (1) the primary's machine lost (SIGKILL to
+//! its postmaster and its `pg_autoctl`): the monitor promotes the standby and both relays serve
+//! again without a restart; (2) the old primary run again rejoins as a standby and the cluster
+//! is synchronous again; (3) a planned switchover under load.
+//!
+//! The postmaster drill: three times, the primary's postmaster alone SIGKILLed; its keeper
+//! starts PostgreSQL again, read-write on its old timeline until the monitor has it demoted,
+//! while the standby may be promoted meanwhile. The relays must never serve or build on what
+//! only that old node holds (`relay-pgstore`'s fence).
+//!
+//! After each: every acknowledged item reached the receiver exactly once, and the receiver's
+//! acked cursor never moved back (no page's `head_seq` below it, no ack answered below it).
 
 use crate::common;
 use crate::pg_relay::{answered_of, assert_exactly_once, Answered};
@@ -87,8 +95,9 @@ fn push_until_accepted(
 }
 
 /// Pull and ack everything for `host` until `done` is set and the queue is empty, at either
-/// relay: a failed pull or ack (503 during a failover) is tried again at the other. Returns
-/// `(item_id, seq)` in the order received.
+/// relay: a failed pull or ack (503 during a failover) is tried again at the other. No cursor
+/// may move back: a page's `head_seq` and an ack's `acked_through` are never below what this
+/// receiver acked. Returns `(item_id, seq)` in the order received.
 fn drain_through_failovers(
     host: &Host,
     relays: [SocketAddr; 2],
@@ -108,6 +117,11 @@ fn drain_through_failovers(
                 continue;
             }
         };
+        let head = page["head_seq"].as_u64().expect("head_seq");
+        assert!(
+            head >= acked,
+            "relay {at} answered head_seq {head} below the acked cursor {acked}"
+        );
         let items = page["items"].as_array().cloned().unwrap_or_default();
         for i in &items {
             let seq = i["seq"].as_u64().expect("seq");
@@ -118,7 +132,14 @@ fn drain_through_failovers(
         if after > acked {
             let ack = json!({"epoch": epoch, "through": after}).to_string();
             match host.try_call_at(relays[at], "POST", "/v2/relay/ack", ack.as_bytes()) {
-                Ok(r) if r.status == 200 => acked = after,
+                Ok(r) if r.status == 200 => {
+                    let through = r.json()["acked_through"].as_u64().expect("acked_through");
+                    assert!(
+                        through >= after,
+                        "relay {at} acked through {through}, below {after} just acked"
+                    );
+                    acked = after;
+                }
                 _ => at = 1 - at,
             }
         } else if finished {
@@ -177,9 +198,21 @@ fn counter(relay: &Relay, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {line} in /metrics"))
 }
 
-#[test]
-fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_nothing() {
-    let mut cluster = HaCluster::start();
+/// What a drill under load left: the acknowledged pushes, what the receiver got, and the
+/// relays (alive, for their metrics).
+struct Outcome {
+    answered: Vec<Answered>,
+    received: Vec<(String, u64)>,
+    relays: [Relay; 2],
+}
+
+/// Two relays on `cluster`'s multi-host url, [`SENDERS`] senders pushing to one receiver that
+/// drains at either relay, and `drills` run while they do; then every acknowledged item must
+/// have reached the receiver exactly once.
+fn under_load(
+    cluster: &mut HaCluster,
+    drills: impl FnOnce(&mut HaCluster, &Mutex<Vec<Attempt>>, &mut Vec<String>),
+) -> Outcome {
     let db = cluster.fresh_db_name();
     let url = cluster.url_of(&db);
     let key = SigningKey::generate();
@@ -232,12 +265,67 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
             })
             .collect();
         std::thread::sleep(STEADY);
+        drills(cluster, &log, &mut report);
+        std::thread::sleep(STEADY);
+        stop.store(true, Ordering::SeqCst);
+        for p in pushers {
+            p.join().expect("sender thread");
+        }
+        senders_done.store(true, Ordering::SeqCst);
+        received = rx.join().expect("receiver");
+    });
+    for r in &relays {
+        r.assert_alive();
+    }
+    let answered = answered.into_inner().unwrap();
+    let retried = answered.iter().filter(|a| a.3).count();
+    for line in &report {
+        eprintln!("pg_ha: {line}");
+    }
+    eprintln!(
+        "pg_ha: {} pushes acknowledged ({retried} after a retry), {} received",
+        answered.len(),
+        received.len()
+    );
+    for (id, _, status, retried) in &answered {
+        let ok = status == "accepted" || (*retried && status == "duplicate");
+        assert!(ok, "{id}: {status} (retried: {retried})");
+    }
+    assert_exactly_once(&bob, &received, &answered);
+    Outcome {
+        answered,
+        received,
+        relays,
+    }
+}
 
+/// Each relay's store counters, printed.
+fn print_metrics(relays: &[Relay; 2]) {
+    for r in relays {
+        eprintln!(
+            "pg_ha: relay metrics: reconnects {}, connections lost {}, reruns {}, commit unknown \
+             {}, connect errors {}, timeouts {}, cancels {}, fenced {}",
+            counter(r, "pg_reconnects"),
+            counter(r, "pg_connections_lost"),
+            counter(r, "pg_reruns"),
+            counter(r, "pg_commit_unknown"),
+            counter(r, "pg_connect_errors"),
+            counter(r, "pg_timeouts"),
+            counter(r, "pg_cancels"),
+            counter(r, "pg_fenced")
+        );
+    }
+}
+
+#[test]
+fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_nothing() {
+    let mut cluster = HaCluster::start();
+    let outcome = under_load(&mut cluster, |cluster, log, report| {
         // (1) The primary's machine lost: the monitor promotes the standby.
         let old = cluster.primary().expect("a primary");
         let lost = Instant::now();
         cluster.kill_machine(old);
-        let (a, b) = wait_both_serve(&log, lost);
+        let (a, b) = wait_both_serve(log, lost);
         let promoted = wait_for(SERVE_AGAIN, || {
             cluster
                 .primary()
@@ -277,7 +365,7 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
             .switchover()
             .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
         let switched = from.elapsed();
-        let (a, b) = wait_both_serve(&log, Instant::now());
+        let (a, b) = wait_both_serve(log, Instant::now());
         cluster
             .wait_synchronous(RESYNC)
             .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
@@ -291,49 +379,49 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
             "switchover: pg_autoctl returned after {switched:?}; longest time without a 200 \
              push {gap:?}; then relay 1 served within {a:?}, relay 2 within {b:?}"
         ));
-
-        std::thread::sleep(STEADY);
-        stop.store(true, Ordering::SeqCst);
-        for p in pushers {
-            p.join().expect("sender thread");
-        }
-        senders_done.store(true, Ordering::SeqCst);
-        received = rx.join().expect("receiver");
     });
-    for r in &relays {
-        r.assert_alive();
-    }
-    let answered = answered.into_inner().unwrap();
-    let retried = answered.iter().filter(|a| a.3).count();
-    for line in &report {
-        eprintln!("pg_ha: {line}");
-    }
-    eprintln!(
-        "pg_ha: {} pushes acknowledged ({retried} after a retry), {} received",
-        answered.len(),
-        received.len()
-    );
-    for (id, _, status, retried) in &answered {
-        let ok = status == "accepted" || (*retried && status == "duplicate");
-        assert!(ok, "{id}: {status} (retried: {retried})");
-    }
-    assert_exactly_once(&bob, &received, &answered);
-    for r in &relays {
-        let (reconnects, lost, reruns, unknown) = (
-            counter(r, "pg_reconnects"),
-            counter(r, "pg_connections_lost"),
-            counter(r, "pg_reruns"),
-            counter(r, "pg_commit_unknown"),
-        );
-        eprintln!(
-            "pg_ha: relay metrics: reconnects {reconnects}, connections lost {lost}, reruns \
-             {reruns}, commit unknown {unknown}, connect errors {}, timeouts {}",
-            counter(r, "pg_connect_errors"),
-            counter(r, "pg_timeouts")
-        );
+    print_metrics(&outcome.relays);
+    for r in &outcome.relays {
         assert!(
-            reconnects >= 1.0,
+            counter(r, "pg_reconnects") >= 1.0,
             "each relay saw the database answer again"
         );
     }
+}
+
+/// Postmaster kills in the postmaster drill, one after another on one cluster.
+const POSTMASTER_KILLS: usize = 3;
+
+#[test]
+fn a_killed_postmaster_restarted_by_its_keeper_never_serves_stale_state_or_doubles_an_item() {
+    let mut cluster = HaCluster::start();
+    let outcome = under_load(&mut cluster, |cluster, log, report| {
+        for round in 1..=POSTMASTER_KILLS {
+            let old = cluster.primary().expect("a primary");
+            let timeline = cluster.timeline(old);
+            let killed = Instant::now();
+            assert!(cluster.kill_postmaster(old), "the primary's postmaster");
+            let (a, b) = wait_both_serve(log, killed);
+            cluster
+                .wait_synchronous(RESYNC)
+                .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+            let new = cluster.primary().expect("a primary");
+            report.push(format!(
+                "postmaster kill {round}: node {} (timeline {timeline:?}) -> primary node {} \
+                 (timeline {:?}){}; relay 1 served again after {a:?}, relay 2 after {b:?}; \
+                 synchronous again after {:?}",
+                old + 1,
+                new + 1,
+                cluster.timeline(new),
+                if new == old { "" } else { ", promoted" },
+                killed.elapsed()
+            ));
+            std::thread::sleep(STEADY);
+        }
+    });
+    print_metrics(&outcome.relays);
+    assert!(
+        !outcome.answered.is_empty() && !outcome.received.is_empty(),
+        "the load ran"
+    );
 }

@@ -3,5 +3,7 @@
 
 mod challenge_cap;
 mod conformance;
+mod pg_deadline;
+mod pg_fence;
 mod pg_store;
 mod pg_tls;

@@ -22,7 +22,7 @@ fn quotas() -> Quotas {
     }
 }
 
-fn enrol_req(k: u8) -> EnrolRequest {
+pub(crate) fn enrol_req(k: u8) -> EnrolRequest {
     EnrolRequest {
         host_pubkey: [k; 32],
         host_name: format!("host{k}"),
@@ -34,7 +34,7 @@ fn enrol_req(k: u8) -> EnrolRequest {
     }
 }
 
-fn item(id: &str, sender: u8, targets: &[u8], wire: &[u8]) -> InsertRequest {
+pub(crate) fn item(id: &str, sender: u8, targets: &[u8], wire: &[u8]) -> InsertRequest {
     InsertRequest {
         item: NewItem {
             kind: ItemKind::Envelope,

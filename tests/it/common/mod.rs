@@ -617,11 +617,23 @@ impl Relay {
     }
 
     /// A power cut under a running relay: SIGKILL, then `pc` forgets everything not durable,
-    /// then the relay starts again on the same store (which must be on `pc`).
-    pub fn power_cut(&mut self, pc: &mut powercut::Powercut) {
+    /// then the relay starts again on the same store (which must be on `pc`). Returns the bytes
+    /// written but not synced when the power went (see [`powercut::Powercut::cut`]).
+    pub fn power_cut(&mut self, pc: &mut powercut::Powercut) -> u64 {
         self.kill9();
-        pc.cut();
+        let unsynced = pc.cut();
         self.spawn().expect("relay restarts after a power cut");
+        unsynced
+    }
+
+    /// [`Relay::power_cut`] in the other order: the power goes while the relay runs (its
+    /// fsyncs in flight fail, its open handles write nothing more), then SIGKILL and a restart.
+    /// A kill first lets every fsync already sent complete (the kernel waits for the answer).
+    pub fn power_cut_while_running(&mut self, pc: &mut powercut::Powercut) -> u64 {
+        let unsynced = pc.cut();
+        self.kill9();
+        self.spawn().expect("relay restarts after a power cut");
+        unsynced
     }
 
     /// Starts the relay again after [`Relay::kill9`] or [`Relay::terminate`].

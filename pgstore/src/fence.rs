@@ -1,0 +1,135 @@
+//! Fencing: the store takes a connection only to the current primary of the newest timeline,
+//! checked when the pool makes it (a failover or a restart ends every older connection). A
+//! node is refused, for reads as for writes, when it is a standby; when its timeline is older
+//! than the newest this store has seen (an old primary restarted beside a promoted standby);
+//! or when it requires a synchronous standby and none has received its whole WAL (an old
+//! primary the keeper restarted after its standby left to be promoted: what it recovered from
+//! its own WAL may never have reached the standby, and must not be served or built on).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::stats::{PoolStats, STATS};
+
+/// How long a new connection waits for a synchronous standby to hold the node's WAL up to
+/// the moment it connected: a healthy standby does within milliseconds.
+const STANDBY_CATCH_UP: Duration = Duration::from_secs(2);
+/// Pause between two looks at `pg_stat_replication` while waiting.
+const POLL: Duration = Duration::from_millis(25);
+/// At most one refusal logged per this long (a failover refuses every attempt for a while).
+const LOG_EVERY: Duration = Duration::from_secs(2);
+
+/// What the node says about itself, in one round trip. The timeline is the one the primary
+/// writes WAL on now (the first eight hex digits of its current WAL file's name).
+const SELF_SQL: &str = "SELECT pg_is_in_recovery(), \
+     CASE WHEN NOT pg_is_in_recovery() THEN \
+       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END, \
+     current_setting('synchronous_standby_names') <> '', \
+     CASE WHEN NOT pg_is_in_recovery() THEN pg_current_wal_flush_lsn()::text END";
+
+/// Standbys the node streams to: how many, how many it hides the state of (a role without
+/// `pg_read_all_stats`), and whether a synchronous one has flushed WAL up to `$1`.
+const STANDBY_SQL: &str = "SELECT count(*), count(*) FILTER (WHERE sync_state IS NULL), \
+     coalesce(bool_or(sync_state IN ('sync', 'quorum') AND flush_lsn >= $1::text::pg_lsn), false) \
+     FROM pg_stat_replication";
+
+/// The newest timeline this store has connected to; shared by the pool's connection hook.
+#[derive(Clone, Default)]
+pub(crate) struct Fence(Arc<State>);
+
+#[derive(Default)]
+struct State {
+    newest_timeline: AtomicU32,
+    /// Milliseconds since `epoch` of the last refusal logged, plus one (0: none yet).
+    last_logged: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl Fence {
+    /// Check the node `client` is connected to; `Err` says why it is refused.
+    pub(crate) async fn admit(&self, client: &tokio_postgres::Client) -> Result<(), String> {
+        let verdict = self.check(client).await;
+        if let Err(why) = &verdict {
+            PoolStats::add(&STATS.fenced, 1);
+            self.log_refusal(why);
+        }
+        verdict
+    }
+
+    async fn check(&self, client: &tokio_postgres::Client) -> Result<(), String> {
+        let row = client
+            .query_one(SELF_SQL, &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        let standby: bool = row.get(0);
+        if standby {
+            return Err("the node is a standby (in recovery), not the primary".into());
+        }
+        let timeline = row
+            .get::<_, Option<i64>>(1)
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or("the node did not name its timeline")?;
+        let newest = self.0.newest_timeline.load(Ordering::SeqCst);
+        if timeline < newest {
+            return Err(format!(
+                "the node is on timeline {timeline}, older than timeline {newest} seen before (a \
+                 primary that was replaced)"
+            ));
+        }
+        let wants_standby: bool = row.get(2);
+        if wants_standby {
+            let flushed: String = row.get::<_, Option<String>>(3).unwrap_or_default();
+            self.standby_holds(client, &flushed).await?;
+        }
+        self.0.newest_timeline.fetch_max(timeline, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Wait (bounded) until a synchronous standby has flushed the node's WAL up to `flushed`.
+    /// A role that may not see the standbys' state cannot tell: admitted (docs/scale-out.md
+    /// asks for `pg_monitor`).
+    async fn standby_holds(
+        &self,
+        client: &tokio_postgres::Client,
+        flushed: &str,
+    ) -> Result<(), String> {
+        let until = Instant::now() + STANDBY_CATCH_UP;
+        loop {
+            let row = client
+                .query_one(STANDBY_SQL, &[&flushed])
+                .await
+                .map_err(|e| e.to_string())?;
+            let (streams, hidden, holds): (i64, i64, bool) = (row.get(0), row.get(1), row.get(2));
+            if holds || (streams > 0 && hidden == streams) {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "the node requires a synchronous standby and none of its {streams} \
+                     streaming standbys holds its WAL up to {flushed} (an old primary whose \
+                     standby left, or one waiting for a standby it does not have)"
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn log_refusal(&self, why: &str) {
+        let epoch = *self.0.epoch.get_or_init(Instant::now);
+        let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let last = self.0.last_logged.load(Ordering::Relaxed);
+        let every = u64::try_from(LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if last != 0 && now.saturating_sub(last) < every {
+            return;
+        }
+        if self
+            .0
+            .last_logged
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::warn!(reason = %why, "postgres: refusing a node that is not the current primary");
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The fence against a real old primary: a store on a primary/standby url (`PgPair`) sees the
+//! standby promoted (timeline 2) and writes there; then the old primary runs again, read-write
+//! on timeline 1 without the new write, first in the url, and the store's connections to the
+//! promoted node are cut. Every read and write through the store is then refused, never
+//! answered from the old node (which would show the queue without the new item); once the old
+//! node is gone again the store serves the promoted node's state.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relay_pgstore::PgStore;
+use relay_store::{EnrolOutcome, InsertOutcome, InsertRequest, OpenOptions, Quotas, RelayStore};
+use relay_testkit::standby::PgPair;
+
+use crate::pg_store::{enrol_req, item};
+
+/// How long the store may take to serve again after a node change.
+const SERVE_AGAIN: Duration = Duration::from_secs(30);
+/// How long the reads and writes are tried while the old primary is first in the url.
+const WHILE_STALE: Duration = Duration::from_secs(3);
+
+fn push(id: &str) -> InsertRequest {
+    let mut r = item(id, 1, &[2], b"bytes");
+    r.quotas = Quotas::all(1_000_000);
+    r
+}
+
+/// The item ids queued for host 2, or the store's error.
+fn queued(store: &dyn RelayStore) -> Result<Vec<String>, String> {
+    store
+        .pull(&[2; 32], 0, 100, 1 << 20)
+        .map(|p| p.items.into_iter().map(|i| i.item_id).collect())
+        .map_err(|e| e.to_string())
+}
+
+/// Retry `f` until it answers `Ok` within [`SERVE_AGAIN`].
+fn until_ok<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let until = Instant::now() + SERVE_AGAIN;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() > until => panic!("{what}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+#[test]
+fn an_old_primary_run_again_on_an_older_timeline_is_refused_for_reads_and_writes() {
+    let Some(mut pair) = PgPair::start_or_skip("pg_fence") else {
+        return;
+    };
+    let url = pair.url_of(&pair.primary.fresh_db_name());
+    let store: Arc<dyn RelayStore> =
+        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the postgres store"));
+    for k in [1, 2] {
+        assert_eq!(
+            store.enrol(enrol_req(k)).wait().unwrap(),
+            EnrolOutcome::Enrolled
+        );
+    }
+    let stored = |r: Result<InsertOutcome, relay_store::StoreError>| match r {
+        Ok(InsertOutcome::Stored { .. }) => Ok(()),
+        other => Err(format!("{other:?}")),
+    };
+    stored(store.insert(push("before")).wait()).expect("stored on timeline 1");
+
+    // The primary lost, the standby promoted (timeline 2) and writable alone.
+    pair.primary.stop_immediate();
+    pair.standby.promote().expect("promote");
+    pair.standby
+        .set_sync_standbys(None)
+        .expect("no standby required");
+    until_ok("a write on the promoted node", || {
+        stored(store.insert(push("after")).wait())
+    });
+
+    // The old primary back, read-write on timeline 1 without "after", first in the url; the
+    // store's connections to the promoted node cut.
+    pair.primary.restart().expect("the old primary runs again");
+    pair.primary
+        .set_sync_standbys(None)
+        .expect("no standby required");
+    pair.standby.restart().expect("the promoted node restarts");
+    let from = Instant::now();
+    let (mut refusals, mut answers) = (Vec::new(), 0);
+    while from.elapsed() < WHILE_STALE {
+        match queued(store.as_ref()) {
+            Ok(ids) => {
+                assert_eq!(ids, ["before", "after"], "a read served stale state");
+                answers += 1;
+            }
+            Err(e) => refusals.push(e),
+        }
+        let w = store.insert(push("during")).wait();
+        assert!(
+            !matches!(w, Ok(InsertOutcome::Stored { .. })),
+            "a write was stored on the old primary"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "pg_fence: {} reads refused, {answers} answered (by the promoted node) in {WHILE_STALE:?}; \
+         first refusal: {:?}",
+        refusals.len(),
+        refusals.first()
+    );
+    assert!(
+        refusals
+            .iter()
+            .any(|e| e.contains("timeline 1, older than timeline 2")),
+        "the old primary was refused for its timeline: {refusals:?}"
+    );
+
+    // The old node gone again: the promoted node's state.
+    pair.primary.stop_immediate();
+    let ids = until_ok("a read on the promoted node", || queued(store.as_ref()));
+    assert_eq!(ids, ["before", "after"]);
+}
