@@ -45,6 +45,7 @@ mod pg_scale;
 mod power_cut_epoch;
 mod power_cut_faults;
 mod power_cut_journal;
+#[cfg(feature = "failpoints")]
 mod power_cut_migrate;
 mod protocol_config;
 mod protocol_defaults;
