@@ -41,6 +41,15 @@ use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
 pub use config::Limits;
 pub use error::{AuthFailure, RelayError, Reply, Status};
 pub use hop::{Caller, HopCheck, HopHeaders};
+/// The key every layer names a host by (a hop's key, a queue's target), and the largest item the
+/// store accepts: re-exported so the HTTP layer sees the relay, never the store.
+pub use relay_store::{Key32, MAX_ITEM_BYTES_ACCEPTED};
+
+/// Milliseconds since the Unix epoch by the system clock: the clock every rate window of the
+/// relay reads (so its callers need not name the store's clock).
+pub fn now_ms() -> u64 {
+    relay_store::Clock::now_ms(&relay_store::SystemClock)
+}
 use relay_wire::keys::SigningKey;
 
 /// Most sender keys whose push windows are tracked at once (rate table cap).

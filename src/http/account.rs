@@ -22,7 +22,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use relay_store::Key32;
+use relay_core::Key32;
 use tokio::sync::oneshot;
 
 use relay_core::rate::{address_key, AddrKey};

@@ -30,7 +30,7 @@ pub(crate) const PUSH_ENVELOPE_ALLOWANCE: usize = 4_096;
 /// would promise items no request could carry.
 pub const MAX_ITEM_BYTES_IN_BODY: u64 = ((MAX_BODY - PUSH_ENVELOPE_ALLOWANCE) / 4 * 3) as u64;
 // The store's backup reader refuses items above this same bound (one number, two crates).
-const _: () = assert!(MAX_ITEM_BYTES_IN_BODY == relay_store::MAX_ITEM_BYTES_ACCEPTED);
+const _: () = assert!(MAX_ITEM_BYTES_IN_BODY == relay_core::MAX_ITEM_BYTES_ACCEPTED);
 
 /// Total request-body memory held at once (bytes); requests beyond it wait for room.
 pub(crate) const BODY_BUDGET: u64 = 256 * 1024 * 1024;

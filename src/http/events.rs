@@ -18,7 +18,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use hyper::body::Frame;
-use relay_store::Key32;
+use relay_core::Key32;
 use serde_json::json;
 use tokio::time::Instant;
 

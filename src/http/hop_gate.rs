@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use relay_store::{Clock as _, SystemClock};
-
 use super::verify::Verifier;
 use relay_core::rate::{address_key, AddrKey, RateTable};
 use relay_core::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
@@ -54,7 +52,7 @@ impl HopGate {
         hop: &HopHeaders<'_>,
     ) -> Result<HopCheck, Refusal> {
         let key = address_key(addr);
-        if let Some(wait) = self.failures.wait(&key, SystemClock.now_ms()) {
+        if let Some(wait) = self.failures.wait(&key, relay_core::now_ms()) {
             return Err(Refusal::TooManyFailures(wait));
         }
         relay
@@ -82,7 +80,7 @@ impl HopGate {
     pub fn count_failure(&self, addr: &str) {
         let _ = self
             .failures
-            .try_hit(&address_key(addr), SystemClock.now_ms());
+            .try_hit(&address_key(addr), relay_core::now_ms());
     }
 
     /// Count a failed hop; the failure that uses up the window is already answered 429.
@@ -90,7 +88,7 @@ impl HopGate {
         if e.status != Status::Unauthorized {
             return Refusal::Store(e);
         }
-        match self.failures.try_hit(key, SystemClock.now_ms()) {
+        match self.failures.try_hit(key, relay_core::now_ms()) {
             Ok(()) => Refusal::BadHop,
             Err(wait) => Refusal::TooManyFailures(wait),
         }

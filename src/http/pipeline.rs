@@ -32,7 +32,6 @@ use super::metrics::RequestRefusal;
 use super::route::{Access, Route};
 use super::{parked, retry_after, App};
 use relay_core::rate::{AddrKey, RateTable};
-use relay_store::{Clock as _, SystemClock};
 
 /// Most client addresses whose public-route windows are tracked at once.
 pub(crate) const PUBLIC_RATE_CAP: usize = 100_000;
@@ -104,14 +103,14 @@ impl Public {
         };
         if counted {
             let addr = client_addr(self.app.trust_proxy, peer, req.headers());
-            if let Err(wait) = self.public_rate.try_hit_addr(&addr, SystemClock.now_ms()) {
+            if let Err(wait) = self.public_rate.try_hit_addr(&addr, relay_core::now_ms()) {
                 self.public_window_hit();
                 return answer_unread(too_many_requests(wait), req.into_body());
             }
         }
         let (resp, failed_hop) = answer(&self.app, route, peer, req).await;
         if let Some(addr) = failed_hop.filter(|_| !counted) {
-            if let Err(wait) = self.public_rate.try_hit_addr(&addr, SystemClock.now_ms()) {
+            if let Err(wait) = self.public_rate.try_hit_addr(&addr, relay_core::now_ms()) {
                 // The refused hop's body may still be draining: its `connection: close` stays.
                 self.public_window_hit();
                 let mut r = too_many_requests(wait);

@@ -29,7 +29,6 @@ use tokio_rustls::TlsAcceptor;
 use super::tls_cert::{now_unix, CertInfo, ExpiryWatch};
 use relay_core::rate::{ip_key, AddrKey, RateTable};
 use relay_os::private::{require_private_or, Kind};
-use relay_store::{Clock as _, SystemClock};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).
 pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(30);
@@ -245,7 +244,7 @@ impl Tls {
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
-        if !self.handshakes.hit(&ip_key(peer), SystemClock.now_ms()) {
+        if !self.handshakes.hit(&ip_key(peer), relay_core::now_ms()) {
             tracing::debug!("TLS handshake refused: the address is past its handshake window");
             return Err(HandshakeFailed::Window);
         }

@@ -10,7 +10,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use relay_store::{Clock as _, SystemClock};
 
 /// Least time between two warnings about refusals at the connection cap.
 pub(crate) const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -110,7 +109,7 @@ impl ConnMetrics {
             })
             .inc();
         if why == ConnRefusal::MaxConnections {
-            self.warn_at_cap(SystemClock.now_ms());
+            self.warn_at_cap(relay_core::now_ms());
         }
     }
 
