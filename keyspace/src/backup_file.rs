@@ -1,4 +1,4 @@
-//! The backup file: one consistent snapshot in one file, checkable offline. [`Store::backup_to`]
+//! The backup file: one consistent snapshot in one file, checkable offline. `RelayStore::backup_to`
 //! writes the logical format 5 (`relay_store::backup`, records every backend reads; the rows
 //! are read in `logical`); this file verifies and restores every format, and holds the raw
 //! formats 1-4 of earlier releases: the keyspace's partition rows as they were stored, which
@@ -47,7 +47,7 @@ pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// store of its schema, which is migrated before the restore is logged (building what the
 /// format lacked, the log's chain included).
 /// Format 5 is the logical, backend-neutral stream of `relay_store::backup`, which
-/// [`Store::backup_to`] writes; this file still reads and restores formats 1-4 (raw partition
+/// `RelayStore::backup_to` writes; this file still reads and restores formats 1-4 (raw partition
 /// rows) and writes format 4 only through the test hook [`backup_closed_store_for_tests`].
 pub const BACKUP_FORMAT_VERSION: u32 = relay_store::backup::LOGICAL_FORMAT_VERSION;
 
@@ -107,30 +107,12 @@ fn len32(n: usize, what: &str) -> Result<u32, BackupError> {
     })
 }
 
-impl Store {
-    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running),
-    /// in the logical format 5 every backend reads (`relay_store::backup`). `progress` gets the
-    /// bytes written so far. Records nothing itself (callers log the backup).
-    ///
-    /// # Errors
-    /// `Io` when `out` fails, `Store` when the store is closed or damaged.
-    pub fn backup_to(
-        &self,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<BackupSummary, BackupError> {
-        let v = self.view()?;
-        let created_ms = self.inner.clock.now_ms();
-        crate::logical::write(&v, created_ms, out, progress)
-    }
-}
-
 /// Test hook: write a backup file claiming `format` of a closed store as it is, without the
 /// migration an open would run (to make backups as older relays wrote them). Not part of the
 /// supported API.
 ///
 /// # Errors
-/// As [`Store::backup_to`].
+/// As `RelayStore::backup_to`.
 #[doc(hidden)]
 pub fn backup_closed_store_for_tests(
     dir: &Path,
@@ -524,4 +506,4 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
     Ok(epoch)
 }
 
-use crate::api::Clock as _;
+use crate::api::{Clock as _, RelayStore as _};

@@ -15,8 +15,9 @@
 //! `relay_store::RelayStore` (crate `relay-store`, re-exported here whole, so `relay_keyspace::X`
 //! paths keep compiling). The relay, the admin socket and relay-tool program against that trait,
 //! not against [`Store`]; only `mbx-relay`'s `store_open` (and test code) opens a [`Store`].
-//! `interface.rs` implements the trait by delegation to the inherent methods below. A new
-//! operation is added to the trait first (every backend), then here; test-only hooks
+//! `interface.rs` implements the trait, each method a call of its operation (`ops/` for
+//! writes, `reader`/`read` and friends for reads). A new operation is added to the trait first
+//! (every backend), then there; test-only hooks
 //! (`inject_persist_failures_for_tests`, `testing::*`) stay on the concrete `Store`. One process
 //! owns a fjall store (its lock file): leases are always held, challenges stay in the relay's
 //! memory (`shared_challenges` is `None`). The rules every backend obeys are tested once, in
@@ -26,10 +27,10 @@
 //! `ops::oplog::append(tx, kind, detail)` inside its own operation (same atomic batch). Entries
 //! are hash-chained (`oplog` defines the canonical bytes); the log is bounded by
 //! [`OpenOptions::log_retention`] (age and count), dropping the oldest and recording the last
-//! dropped entry as the checkpoint; [`Store::verify_log`] and backup verification recompute it.
+//! dropped entry as the checkpoint; `RelayStore::verify_log` and backup verification recompute it.
 //!
 //! CONTRACT (dedup horizon, spec §2, §7): a dedup row is kept for the horizon (the relay passes
-//! `now − (retention + 7 days)` to [`Store::sweep`]) AFTER its item left the queue. A queued
+//! `now − (retention + 7 days)` to `RelayStore::sweep`) AFTER its item left the queue. A queued
 //! item's dedup row has no `dedup_expiry` row and is never pruned; every operation that takes an
 //! item out for good (ack, expiry sweep, purge, `delete_item`) writes its prune-index row
 //! (`d ++ now ++ dedup key`, `ops::queue::start_dedup_horizon`) in the same batch. A rotation moves

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use fjall::Database;
 
 use crate::api::{Clock, OpenOptions, Pending, Result, StoreError};
-use crate::commit_stats::{CommitCounters, CommitStats};
+use crate::commit_stats::CommitCounters;
 use crate::lock::StoreLock;
 use crate::parts::Parts;
 use crate::pulled::PulledHints;
@@ -31,7 +31,7 @@ const CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// The engine directory inside a store directory.
 pub(crate) const DB_DIR: &str = "db";
 
-/// An open relay store. Cheap to clone; the last clone's drop (or [`Store::close`]) stops the
+/// An open relay store. Cheap to clone; the last clone's drop (or `RelayStore::close`) stops the
 /// writer and releases the lock.
 #[derive(Clone)]
 pub struct Store {
@@ -46,9 +46,9 @@ pub(crate) struct Inner {
     pub(crate) view: ViewSlot,
     lock: Mutex<Option<StoreLock>>,
     fail_persists: Arc<AtomicU32>,
-    counters: Arc<CommitCounters>,
+    pub(crate) counters: Arc<CommitCounters>,
     /// The writer's recovery after a failed write (read errors meanwhile, reopen count).
-    recovery: Arc<recover::Shared>,
+    pub(crate) recovery: Arc<recover::Shared>,
     /// What pulls learnt of the items they returned, for the acks that follow.
     pub(crate) pulled: Arc<PulledHints>,
 }
@@ -226,28 +226,9 @@ impl Store {
         })
     }
 
-    /// Group-commit counters: operations per fsync and fsync latency.
-    pub fn commit_stats(&self) -> CommitStats {
-        self.inner.counters.snapshot()
-    }
-
-    /// Flush, stop the writer, release the lock. Operations already submitted finish first.
-    ///
-    /// # Errors
-    /// `Engine` when the final flush fails.
-    pub fn close(self) -> Result<()> {
-        self.inner.shutdown()
-    }
-
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
-    }
-
-    /// How often the writer reopened the database after a failed write (fjall refuses writes
-    /// after one until reopened; the store does it in-process, without a restart).
-    pub fn reopen_count(&self) -> u64 {
-        self.inner.recovery.reopens.load(Ordering::Relaxed)
     }
 
     /// Test hook: report the next `n` commit groups' fsync as failed (their batch is committed
@@ -290,7 +271,8 @@ impl Store {
 }
 
 impl Inner {
-    fn shutdown(&self) -> Result<()> {
+    /// Flush, stop the writer, release the lock (`RelayStore::close`, and the last drop).
+    pub(crate) fn shutdown(&self) -> Result<()> {
         // Dropping the last sender ends the writer after it answered what is queued.
         if let Ok(mut s) = self.sender.lock() {
             s.take();

@@ -16,12 +16,11 @@ use std::ops::Bound;
 
 use fjall::Readable;
 
-use crate::api::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Pending, Result};
+use crate::api::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
 use crate::codec::{self, meta_key, StoredOp};
 use crate::parts::Part;
 use crate::reader::{meta_u64, Reader, SnapView};
 use crate::writer::Tx;
-use crate::Store;
 
 /// What appending needs: point reads that see the writes staged so far, and staging.
 pub(crate) trait LogStage: Reader {
@@ -219,29 +218,4 @@ pub(crate) fn newest(v: &SnapView, limit: usize) -> Result<Vec<OpEntry>> {
         });
     }
     Ok(out)
-}
-
-impl Store {
-    /// Append to the relay log (the store's [`LogRetention`] bounds it).
-    pub fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
-        let (kind, detail) = (kind.to_string(), detail.to_string());
-        self.submit(move |tx| append(tx, &kind, &detail))
-    }
-
-    /// The relay log, newest first, at most `limit` entries.
-    ///
-    /// # Errors
-    /// `Closed`, `Corrupt`, `Engine`.
-    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
-        newest(&*self.view()?, limit)
-    }
-
-    /// Recompute the relay log's hash chain from its checkpoint over the durable snapshot and
-    /// name the first entry that does not match.
-    ///
-    /// # Errors
-    /// `Closed`, `Corrupt` (meta's log records do not decode), `Engine`.
-    pub fn verify_log(&self) -> Result<LogVerdict> {
-        verify(&*self.view()?)
-    }
 }
