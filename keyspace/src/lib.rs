@@ -78,8 +78,10 @@ pub use backup_file::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACK
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
 
+pub use parts::PARTITIONS;
 pub use relay_store::*;
-pub use store::Store;
+pub use store::{EngineOptions, Store};
+pub use writer::WRITER_IDLE;
 
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]

@@ -11,6 +11,14 @@ use std::thread::JoinHandle;
 use fjall::Database;
 
 use crate::api::{Clock, OpenOptions, Pending, Result, StoreError};
+
+/// What only a fjall store is opened with, beside the shared [`OpenOptions`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineOptions {
+    /// Called on the writer thread every [`crate::WRITER_IDLE`] while it has nothing to do
+    /// (the relay gives the allocator's free pages back there); `None`: nothing.
+    pub on_writer_idle: Option<fn()>,
+}
 use crate::commit_stats::CommitCounters;
 use crate::lock::StoreLock;
 use crate::parts::Parts;
@@ -183,6 +191,14 @@ impl Store {
     /// # Errors
     /// `Locked` (names the holding pid), `Missing`, `SchemaTooNew`, `Corrupt`, `Io`, `Engine`.
     pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
+        Store::open_with(dir, opts, EngineOptions::default())
+    }
+
+    /// [`Store::open`] with the fjall-only [`EngineOptions`].
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with(dir: &Path, opts: OpenOptions, engine: EngineOptions) -> Result<Store> {
         let Engine { lock, parts } = open_engine(dir, opts.create)?;
         crate::migrate::prepare(&parts, opts.clock.now_ms(), opts.log_retention)?;
         let view: ViewSlot = Arc::new(RwLock::new(Some(Arc::new(SnapView {
@@ -196,7 +212,7 @@ impl Store {
             Arc::clone(&view),
             Arc::clone(&opts.clock),
             dir.to_path_buf(),
-            opts.on_writer_idle,
+            engine.on_writer_idle,
             opts.log_retention,
         );
         let recovery = w.recovery_state();

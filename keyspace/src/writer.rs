@@ -27,11 +27,14 @@ use std::sync::{Arc, RwLock};
 
 use fjall::{PersistMode, Slice};
 
-use crate::api::{Clock, LogRetention, Result, StoreError, WRITER_IDLE};
+use crate::api::{Clock, LogRetention, Result, StoreError};
 use crate::commit_stats::CommitCounters;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView};
 use crate::recover::{self, Recovery};
+
+/// How long the writer waits for work before it counts as idle.
+pub const WRITER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Most jobs answered by one fsync.
 pub(crate) const MAX_GROUP: usize = 1024;
@@ -284,7 +287,7 @@ pub(crate) struct Writer {
     recovery: Recovery,
     /// Group sizes and fsync latencies, read by `Store::commit_stats`.
     pub counters: Arc<CommitCounters>,
-    /// Runs when the writer goes idle ([`crate::OpenOptions::on_writer_idle`]).
+    /// Runs when the writer goes idle ([`crate::EngineOptions::on_writer_idle`]).
     on_idle: Option<fn()>,
     /// Bytes of keys and values committed since the memtables were last flushed at idle.
     unflushed: u64,
