@@ -10,12 +10,12 @@ use base64::Engine as _;
 use fjall::Readable;
 use serde_json::{json, Value};
 
-use crate::api::{
-    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
-};
 use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, StoredOp, UsageScope};
 use crate::parts::Part;
 use crate::reader::SnapView;
+use relay_store::{
+    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
+};
 
 /// Write every partition as JSON lines (one object per record) from one snapshot.
 /// Returns the record count per partition written.
@@ -36,7 +36,7 @@ pub(crate) fn dump(
     for p in parts {
         let mut n = 0u64;
         for g in v.snap.iter(v.parts.ks(p)) {
-            let (k, val) = g.into_inner().map_err(crate::engine)?;
+            let (k, val) = g.into_inner().map_err(crate::engine_error)?;
             let line = json!({
                 "partition": p.name(),
                 "key": key_json(p, &k),

@@ -3,11 +3,11 @@
 
 use fjall::Readable;
 
-use crate::api::{Enrolment, HostFilter, HostRow, Result};
 use crate::codec::{self, UsageScope};
 use crate::ops::seen;
 use crate::parts::Part;
 use crate::reader::{self, SnapView};
+use relay_store::{Enrolment, HostFilter, HostRow, Result};
 
 /// Hand every enrolment that passes `filter` to `each`, in host-key order, from one
 /// snapshot. Returns how many were handed on.
@@ -22,7 +22,7 @@ pub(crate) fn hosts(
     let mut listed = 0;
     let range = [0u8]..codec::ENROL_END;
     for g in v.snap.range(v.parts.ks(Part::Enrolments), range) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let Some(pk) = codec::enrol_key_parse(&k) else {
             continue;
         };

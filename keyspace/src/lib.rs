@@ -37,8 +37,8 @@
 //! queued items' rows unindexed and restarts gone items' horizons at the rotation. Schema 4
 //! stores are migrated at open (gone items count from the migration).
 //!
-//! Files: `api` (the interface crate's types, under their old path), `interface` (`RelayStore`
-//! for `Store`), `store` (open/close/submit), `writer` (group commit), `reader` and
+//! Files: `interface` (`RelayStore`
+//! for `Store`), `engine` (the lock and the fjall database of a directory), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
 //! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
@@ -50,15 +50,11 @@
 //! a missing row means "seen at enrolment". Rotation moves it; `expire_idle` (`ops/idle`)
 //! deletes live enrolments idle that long with an empty queue, in bounded atomic batches.
 
-/// The interface crate's types under their old path, so the files of this crate keep their
-/// `crate::api::` imports.
-mod api {
-    pub use relay_store::*;
-}
 mod backup_file;
 mod codec;
 mod commit_stats;
 mod dump;
+mod engine;
 mod hosts;
 mod interface;
 mod lock;
@@ -100,6 +96,6 @@ pub mod testing {
 
 /// An engine failure as a store error (includes a failed fsync: the operation is NOT durable).
 /// The interface crate knows no fjall, so fjall results convert through this.
-pub(crate) fn engine(e: fjall::Error) -> StoreError {
+pub(crate) fn engine_error(e: fjall::Error) -> StoreError {
     StoreError::Engine(e.to_string())
 }

@@ -9,7 +9,7 @@ use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
 };
 
-use crate::api::Result;
+use relay_store::Result;
 
 /// Memtable of `items` (wire bytes).
 const ITEMS_MEMTABLE: u64 = 8 * 1024 * 1024;
@@ -125,7 +125,7 @@ impl Parts {
                                 .separation_threshold(512),
                         ))
                 })
-                .map_err(crate::engine)?
+                .map_err(crate::engine_error)?
             } else {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.
                 db.keyspace(p.name(), || {
@@ -148,7 +148,7 @@ impl Parts {
                         _ => opts,
                     }
                 })
-                .map_err(crate::engine)?
+                .map_err(crate::engine_error)?
             };
             ks.push(handle);
         }

@@ -4,11 +4,11 @@
 
 use std::ops::Bound;
 
-use crate::api::{Cursor, Enrolment, Key32, Page, QueuedItem, Result};
 use crate::codec::{self, fingerprint, ItemView};
 use crate::parts::Part;
 use crate::pulled::ItemHint;
 use fjall::Readable;
+use relay_store::{Cursor, Enrolment, Key32, Page, QueuedItem, Result};
 
 use crate::reader::{self, Reader as _, SnapView};
 
@@ -91,7 +91,7 @@ pub(crate) fn pull(
         Bound::Included(hi.as_slice()),
     );
     for g in v.snap.range::<&[u8], _>(v.parts.ks(Part::Items), bounds) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let Some((_, seq)) = codec::item_key_parse(&k) else {
             continue;
         };

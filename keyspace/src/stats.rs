@@ -4,11 +4,11 @@ use std::ops::Bound;
 
 use fjall::Readable;
 
-use crate::api::{Key32, Result, Stats, Usage};
 use crate::codec::{self, meta_key, EncAdKey, UsageScope, EXPIRY_ITEM};
 use crate::ops::enrol;
 use crate::parts::Part;
 use crate::reader::{self, meta_u64, Reader, SnapView};
+use relay_store::{Key32, Result, Stats, Usage};
 
 /// Targets listed in `top_targets`.
 const TOP: usize = 10;
@@ -22,7 +22,7 @@ pub(crate) fn stats(v: &SnapView) -> Result<Stats> {
     let mut targets: Vec<(Key32, Usage)> = Vec::new();
     // Per-target usage rows sort first (tag 0x00); stop at the first other row.
     for g in v.snap.prefix(v.parts.ks(Part::Usage), [0u8]) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let Some(UsageScope::Target(t)) = codec::usage_key_parse(&k) else {
             continue;
         };
@@ -37,7 +37,7 @@ pub(crate) fn stats(v: &SnapView) -> Result<Stats> {
     let dedup_rows = v.snap.iter(v.parts.ks(Part::Dedup)).count() as u64;
     let (mut enc_ads_v1, mut enc_ads_v2) = (0u64, 0u64);
     for g in v.snap.iter(v.parts.ks(Part::EncAds)) {
-        match codec::enc_ad_key_parse(&g.key().map_err(crate::engine)?) {
+        match codec::enc_ad_key_parse(&g.key().map_err(crate::engine_error)?) {
             Some(EncAdKey::V1(_)) => enc_ads_v1 += 1,
             Some(EncAdKey::V2(_)) => enc_ads_v2 += 1,
             None => {}

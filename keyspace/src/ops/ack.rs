@@ -3,13 +3,13 @@
 
 use std::ops::Bound;
 
-use crate::api::rules;
-use crate::api::{AckOutcome, Key32, Result, StoreError};
 use crate::codec::{self, ItemView};
 use crate::parts::Part;
 use crate::pulled::PulledHints;
 use crate::reader;
 use crate::writer::Tx;
+use relay_store::rules;
+use relay_store::{AckOutcome, Key32, Result, StoreError};
 
 use super::queue;
 

@@ -1,12 +1,12 @@
 //! Storing a v2 (signed, expiring) enc ad (relay-store's `rules::enc_ad`): the last valid write
 //! wins, the v1 pair is untouched.
 
-use crate::api::rules;
-use crate::api::{EncAdV2, Result};
 use crate::codec;
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
+use relay_store::rules;
+use relay_store::{EncAdV2, Result};
 
 /// Store a (verified) v2 enc ad, replacing the previous v2 ad of that key whatever its
 /// `iat` (senders guard against rollback themselves). The key's v1 pair is left alone.

@@ -4,12 +4,12 @@
 //! and the same-name rows, and writes what the rule decided. A first enrolment and a
 //! re-enrolment that changes anything are recorded in the relay log.
 
-use crate::api::rules::{self, enrol::Step};
-use crate::api::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use crate::codec::{self, meta_key};
 use crate::parts::Part;
 use crate::reader::{self, meta_u64};
 use crate::writer::Tx;
+use relay_store::rules::{self, enrol::Step};
+use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 
 use super::oplog;
 

@@ -6,12 +6,12 @@
 
 use std::ops::Bound;
 
-use crate::api::rules;
-use crate::api::{Enrolment, IdleReport, Key32, Result};
 use crate::codec::{self, meta_key, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
+use relay_store::rules;
+use relay_store::{Enrolment, IdleReport, Key32, Result};
 
 use super::{enrol, lists, oplog, seen};
 

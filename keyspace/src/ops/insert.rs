@@ -2,12 +2,12 @@
 //! dedup, quotas, seq, expiry, all or nothing); this file answers its reads from the writer's
 //! transaction and writes the rows it decided (item, expiry row, usage, seq head, dedup row).
 
-use crate::api::rules::{self, insert::Scope};
-use crate::api::{DedupRow, InsertOutcome, InsertRequest, Key32, Result, Usage};
 use crate::codec::{self, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
+use relay_store::rules::{self, insert::Scope};
+use relay_store::{DedupRow, InsertOutcome, InsertRequest, Key32, Result, Usage};
 
 use super::{enrol, queue};
 

@@ -2,12 +2,12 @@
 //! (`sender_index`: which targets' lists name a sender) that every list write keeps in step. The
 //! rules (newer wins, the index difference, swapping a key out) are relay-store's `rules::lists`.
 
-use crate::api::rules;
-use crate::api::{EncAd, Key32, Result, SenderList, SenderListOutcome};
 use crate::codec;
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
+use relay_store::rules;
+use relay_store::{EncAd, Key32, Result, SenderList, SenderListOutcome};
 
 /// Store a (verified) enc ad, replacing the previous one of that key.
 pub(crate) fn put_enc_ad(tx: &mut Tx<'_>, ad: &EncAd) {

@@ -1,11 +1,11 @@
 //! Meta writes: relay key pinning, epoch rotation, heartbeat.
 
-use crate::api::{Key32, Result, StoreError};
 use crate::codec::{self, fingerprint, meta_key};
 use crate::migrate::new_epoch;
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
+use relay_store::{Key32, Result, StoreError};
 
 /// Record the relay public key on first use; refuse a different one (`RelayKeyMismatch`).
 pub(crate) fn pin_relay_pubkey(tx: &mut Tx<'_>, pk: &Key32) -> Result<()> {

@@ -5,12 +5,12 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 
-use crate::api::rules::rotation;
-use crate::api::{log_text, DedupRow, Enrolment, Key32, RebindOutcome, Result};
 use crate::codec::{self, meta_key, ItemRecord};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
+use relay_store::rules::rotation;
+use relay_store::{log_text, DedupRow, Enrolment, Key32, RebindOutcome, Result};
 
 use super::{enrol, lists, oplog, queue, seen};
 
@@ -43,7 +43,7 @@ pub(crate) fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<Rebind
     revoke_key(tx, &o)?;
     // Last seen moves with the key: the rotation is a sighting of the new key.
     seen::del(tx, old);
-    seen::put(tx, new, crate::api::utc_day(tx.now_ms));
+    seen::put(tx, new, relay_store::utc_day(tx.now_ms));
     oplog::append(tx, "rotate-key", &log_text::rotated(old, new, moved))?;
     Ok(RebindOutcome::Moved { moved })
 }

@@ -5,12 +5,12 @@
 
 use std::ops::Bound;
 
-use crate::api::rules::revoke::Revocation;
-use crate::api::{ExpiredItem, NoticeFn, Result, RevokeOutcome, RevokeRequest};
 use crate::codec::{self, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
+use relay_store::rules::revoke::Revocation;
+use relay_store::{ExpiredItem, NoticeFn, Result, RevokeOutcome, RevokeRequest};
 
 use super::{lists, oplog, queue, rebind, sweep};
 

@@ -2,12 +2,12 @@
 //! key (`enrolments`, `0x02 ++ host key`). The relay batches sightings in memory and writes a
 //! key's day at most once per day; a missing row means "seen at enrolment".
 
-use crate::api::rules;
-use crate::api::{Key32, Result};
 use crate::codec;
 use crate::parts::Part;
 use crate::reader::Reader;
 use crate::writer::Tx;
+use relay_store::rules;
+use relay_store::{Key32, Result};
 
 use super::enrol;
 

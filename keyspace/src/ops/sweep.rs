@@ -5,12 +5,12 @@
 
 use std::ops::Bound;
 
-use crate::api::rules::{self, sweep::Prune};
-use crate::api::{ExpiredItem, NoticeFn, Quotas, Result, SweepReport};
 use crate::codec::{self, EXPIRY_DEDUP, EXPIRY_ITEM};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
+use relay_store::rules::{self, sweep::Prune};
+use relay_store::{ExpiredItem, NoticeFn, Quotas, Result, SweepReport};
 
 use super::{insert, queue};
 
@@ -96,11 +96,11 @@ pub(crate) fn notify(
     now_ms: u64,
 ) -> Result<bool> {
     // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
-    let Some(req) = crate::api::notice::notice_request(gone, notice, quotas, retention_ms, now_ms)
+    let Some(req) = relay_store::notice::notice_request(gone, notice, quotas, retention_ms, now_ms)
     else {
         return Ok(false);
     };
-    Ok(crate::api::notice::notice_queued(&insert::insert_one(
+    Ok(relay_store::notice::notice_queued(&insert::insert_one(
         tx, req,
     )?))
 }
