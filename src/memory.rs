@@ -7,7 +7,7 @@
 //! What keeps memory low: mimalloc keeps a thread's free pages in that thread until the thread
 //! allocates or collects again, so an idle worker would hold what it used at its peak. Every
 //! long-lived thread of the relay collects: tokio workers when they park, the store writer while
-//! it waits for work ([`relay_store::OpenOptions::on_writer_idle`]), and a trimmer thread
+//! it waits for work ([`relay_keyspace::EngineOptions::on_writer_idle`]), and a trimmer thread
 //! purges the process-wide arenas. Arena memory is committed on demand and purged 100 ms after
 //! it is freed, and transparent huge pages are off (crate feature `no_thp`): with 2 MiB pages a
 //! few live blocks kept whole huge pages resident. Measured at 150,000 queued: 107 → 49 MiB

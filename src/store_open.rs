@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use relay_keyspace::EngineOptions;
 use relay_store::{BackupError, BackupSummary, OpenOptions, SharedStore, StoreError};
 
 /// Which backend and where, from `serve --store` / `MBX_RELAY_STORE`.
@@ -73,9 +74,22 @@ impl std::fmt::Display for StoreSpec {
 /// # Errors
 /// The backend's open error (`Locked`, `Missing`, `SchemaTooNew`, `Corrupt`, ...).
 pub fn open_store(spec: &StoreSpec, opts: OpenOptions) -> Result<SharedStore, StoreError> {
+    open_store_with(spec, opts, EngineOptions::default())
+}
+
+/// [`open_store`] with what only a directory (fjall) store is opened with; a PostgreSQL
+/// store ignores `engine`.
+///
+/// # Errors
+/// As [`open_store`].
+pub fn open_store_with(
+    spec: &StoreSpec,
+    opts: OpenOptions,
+    engine: EngineOptions,
+) -> Result<SharedStore, StoreError> {
     match spec {
         StoreSpec::Dir(dir) => {
-            let store = relay_keyspace::Store::open(dir, opts)?;
+            let store = relay_keyspace::Store::open_with(dir, opts, engine)?;
             crate::failpoint::watch_persist_failures(&store);
             Ok(Arc::new(store))
         }

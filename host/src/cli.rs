@@ -19,138 +19,22 @@
 //! (as an agentmbx 0.5.6 host) or `v2`; `MBX_HOST_ENC_AD_LIFETIME_MS` the v2 ad's lifetime
 //! (30 days, at most 90).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
+pub use super::args::{HostArgs, HostCommand, InboxCommand, PeerCommand, RelayCommand};
 use super::client::{Endpoint, RelayClient};
 use super::explain;
 use super::identity::Identity;
-use super::message::{draft_envelope, owner_address, ulid};
-use super::store::{HostStore, ItemKind, OutRow, Peer, RelayConfig, RowState};
+use super::mailbox::{inbox, inbox_show, message_body, quarantine, queue_message, status, Out};
+use super::store::{HostStore, Peer, RelayConfig};
 use super::sync::{Session, SyncOptions};
 use super::trust;
 use super::{now_ms, HostError};
 use relay_wire::keys::{fingerprint, parse_pubkey};
 use relay_wire::names::is_host_name;
-use relay_wire::time::iso_ms;
-
-/// Arguments of `mbx-relay host`.
-#[derive(Debug, Args)]
-pub struct HostArgs {
-    /// The host's own store directory (keys, relay config, peers, outbox, inbox).
-    #[arg(long, env = "MBX_HOST_DIR")]
-    pub dir: PathBuf,
-    /// Print machine-readable JSON instead of text.
-    #[arg(long, global = true)]
-    pub json: bool,
-    #[command(subcommand)]
-    pub command: HostCommand,
-}
-
-/// One host command.
-#[derive(Debug, Subcommand)]
-pub enum HostCommand {
-    /// Create the host: its Ed25519 host key and X25519 enc key (files 0600).
-    Init {
-        /// The host's name (what peers and the relay's listings show).
-        #[arg(long)]
-        name: String,
-    },
-    /// Relay configuration.
-    #[command(subcommand)]
-    Relay(RelayCommand),
-    /// Pinned peers.
-    #[command(subcommand)]
-    Peer(PeerCommand),
-    /// Queue a message for a pinned peer; the next `sync` seals and pushes it.
-    Send {
-        /// The pinned peer's name.
-        #[arg(long)]
-        to: String,
-        /// The message's subject line.
-        #[arg(long)]
-        subject: String,
-        /// Read the body from this file (or give --body).
-        #[arg(long, conflicts_with = "body", required_unless_present = "body")]
-        file: Option<PathBuf>,
-        /// The body as text (or give --file).
-        #[arg(long)]
-        body: Option<String>,
-    },
-    /// One pass: enrol if needed, publish enc ad and allowlist, push, pull, receive, ack, receipts.
-    Sync,
-    /// Received messages (`inbox show ID`: one message with its body).
-    Inbox {
-        #[command(subcommand)]
-        show: Option<InboxCommand>,
-    },
-    /// Items the receiver refused, with their reasons.
-    Quarantine,
-    /// Outbox, relay-accepted rows and deadlines, received_through, epoch, alerts.
-    Status,
-    /// Rotate this host's key (or finish an interrupted rotation); the old key is kept as retired.
-    Rotate,
-    /// Check relay, keys, enrolment, enc ad, allowlist and clock; one line per check with a fix.
-    Doctor,
-    /// Run as a daemon: receive as mail arrives, push as `send` queues.
-    Run(super::daemon::RunArgs),
-}
-
-/// `host inbox ...`.
-#[derive(Debug, Subcommand)]
-pub enum InboxCommand {
-    /// Print one received message with its body.
-    Show {
-        /// The message's id (as `inbox` lists it).
-        id: String,
-    },
-}
-
-/// `host relay ...`.
-#[derive(Debug, Subcommand)]
-pub enum RelayCommand {
-    /// Use the relay at URL, pinning its key (trust on first use unless --key names its fingerprint).
-    Set {
-        /// The relay's base URL (`https://relay.example`).
-        url: String,
-        /// The relay key's fingerprint (`ab12-cd34-ef56-7890`), from the operator.
-        #[arg(long)]
-        key: Option<String>,
-        /// Trust only this CA (PEM) for the https relay (kept for later syncs).
-        #[arg(long, value_name = "FILE")]
-        ca: Option<PathBuf>,
-        /// Allow plain http to a non-loopback relay (pages and heads are unsigned: only on a
-        /// trusted network path).
-        #[arg(long)]
-        insecure_http: bool,
-    },
-}
-
-/// `host peer ...`.
-#[derive(Debug, Subcommand)]
-pub enum PeerCommand {
-    /// Pin a peer host by name and Ed25519 public key (base64).
-    Add {
-        /// The name to know the peer by.
-        name: String,
-        /// The peer's Ed25519 host key (base64), as its `init` printed it.
-        pubkey: String,
-    },
-    /// The peer rotated its key: pin NEWKEY (or the new key of a rotation record both keys
-    /// signed), keep the old key as retired, move waiting rows, republish the allowlist.
-    Rotate {
-        /// The pinned peer's name.
-        name: String,
-        /// The peer's new host key (base64), or give --record.
-        newkey: Option<String>,
-        /// A rotation record file both keys signed (instead of NEWKEY).
-        #[arg(long)]
-        record: Option<PathBuf>,
-    },
-}
 
 /// Run one host command; the exit code is 0 on success, 1 on a failure, 2 on bad usage.
 pub fn run(args: HostArgs) -> ExitCode {
@@ -190,8 +74,6 @@ pub fn run(args: HostArgs) -> ExitCode {
         }
     }
 }
-
-pub(crate) type Out = Result<(Value, String), HostError>;
 
 fn dispatch(a: &HostArgs) -> Out {
     let dir = a.dir.as_path();
@@ -399,65 +281,6 @@ fn send(dir: &Path, to: &str, subject: &str, file: Option<&Path>, body: Option<&
     queue_message(&mut HostStore::open(dir)?, to, subject, &body, |_, _| {})
 }
 
-/// The body of `send`: the file's text or `--body`.
-pub(crate) fn message_body(file: Option<&Path>, body: Option<&str>) -> Result<String, HostError> {
-    match (file, body) {
-        (Some(f), _) => std::fs::read_to_string(f)
-            .map_err(|e| HostError::Usage(format!("cannot read {}: {e}", f.display()))),
-        (None, Some(b)) => Ok(b.to_string()),
-        (None, None) => Err(HostError::Usage("give --file or --body".into())),
-    }
-}
-
-/// Queue a message for a pinned peer as a draft row, durably (`send`, or the daemon for it).
-///
-/// `seal` may seal the row before its one commit (the daemon does, so `send` costs one commit and
-/// the push needs none before it); a row it leaves a draft is sealed by the next pass.
-pub(crate) fn queue_message(
-    store: &mut HostStore,
-    to: &str,
-    subject: &str,
-    body: &str,
-    seal: impl FnOnce(&mut HostStore, &mut OutRow),
-) -> Out {
-    let me = store.name()?.ok_or_else(|| {
-        HostError::Usage(format!(
-            "host not initialised; run `{}`",
-            store.command("init --name NAME")
-        ))
-    })?;
-    let peer = store.peer(to)?.ok_or_else(|| {
-        HostError::Usage(format!(
-            "{to} is not a pinned peer; run `{}`",
-            store.command(&format!("peer add {to} PUBKEY"))
-        ))
-    })?;
-    let now = now_ms();
-    let id = ulid(now);
-    let draft = draft_envelope(&id, &me, &peer.name, subject, body, now)?;
-    let mut row = OutRow::draft_envelope(0, id.clone(), &peer, subject, draft.to_string(), now);
-    seal(store, &mut row);
-    let mut b = store.batch();
-    row.id = b.new_row_id();
-    b.put_row(&row)?;
-    b.commit()?;
-    // Before the first seal for this peer the enc key to seal for is still to come (its ad).
-    let ad_seen = store.peer_ad(&peer.pubkey)?.is_some();
-    let next = match row.state {
-        RowState::Draft if !ad_seen => format!(
-            "the next sync seals and pushes it once {0}'s enc-key ad is on the relay ({0} \
-             publishes it with its first sync; until then `status` says the message waits)",
-            peer.name
-        ),
-        RowState::Draft => "the next sync seals and pushes it".to_string(),
-        _ => "sealed; the next sync pushes it".to_string(),
-    };
-    Ok((
-        json!({"id": id, "to": owner_address(&peer.name)}),
-        format!("queued {id} for {}; {next}", peer.name),
-    ))
-}
-
 fn sync(dir: &Path) -> Out {
     let rotated = super::rotate::finish_pending(dir)?;
     let id = Identity::load(dir)?;
@@ -490,189 +313,4 @@ fn sync(dir: &Path) -> Out {
         v["rotation_finished"] = rot;
     }
     Ok((v, text))
-}
-
-pub(crate) fn inbox(store: &HostStore) -> Out {
-    let rows = store.inbox()?;
-    let mut text = format!("{} message(s)", rows.len());
-    let v: Vec<Value> = rows
-        .iter()
-        .map(|m| {
-            text.push_str(&format!("\n{}  {}  {}  {}", m.id, m.from, m.ts, m.subject));
-            json!({"id": m.id, "from": m.from, "subject": m.subject, "body": m.body, "ts": m.ts,
-                   "relay_seq": m.relay_seq, "received_at": iso_ms(m.received_at)})
-        })
-        .collect();
-    Ok((json!({"messages": v}), text))
-}
-
-pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
-    let m = store.inbox_get(id)?.ok_or_else(|| {
-        HostError::Usage(format!(
-            "no received message {id}; see `{}`",
-            store.command("inbox")
-        ))
-    })?;
-    let text = format!(
-        "id: {}\nfrom: {}\ndate: {}\nsubject: {}\nrelay seq: {}, received {}\n\n{}",
-        m.id,
-        m.from,
-        m.ts,
-        m.subject,
-        m.relay_seq,
-        iso_ms(m.received_at),
-        m.body
-    );
-    let v = json!({"id": m.id, "from": m.from, "subject": m.subject, "body": m.body, "ts": m.ts,
-                   "relay_seq": m.relay_seq, "received_at": iso_ms(m.received_at)});
-    Ok((v, text))
-}
-
-pub(crate) fn quarantine(store: &HostStore) -> Out {
-    let rows = store.quarantine()?;
-    let mut text = format!("{} quarantined item(s)", rows.len());
-    let v: Vec<Value> = rows
-        .iter()
-        .map(|q| {
-            text.push_str(&format!("\nseq {} {} {} from {}: {}", q.seq, q.kind, q.item_id, q.sender, q.reason));
-            json!({"relay": q.relay, "epoch": q.epoch, "seq": q.seq, "item_id": q.item_id, "kind": q.kind,
-                   "sender": q.sender, "reason": q.reason, "bytes": q.wire.len(), "at": iso_ms(q.at)})
-        })
-        .collect();
-    Ok((json!({"items": v}), text))
-}
-
-fn row_json(r: &OutRow) -> Value {
-    json!({
-        "id": r.id, "kind": r.kind.wire_name(), "item_id": r.item_id, "to": r.target_name,
-        "subject": r.subject, "state": r.state.name(), "attempts": r.attempts,
-        "next_at": iso_ms(r.next_at), "last_error": r.last_error,
-        "seq": r.acceptance.as_ref().map(|a| a.seq), "epoch": r.acceptance.as_ref().map(|a| a.epoch.clone()),
-        "deadline": r.deadline.map(iso_ms), "note": r.note, "why": explain::why(r, now_ms()),
-    })
-}
-
-pub(crate) fn status(dir: &Path, store: &HostStore) -> Out {
-    let id = Identity::load(dir)?;
-    let name = store.name()?.unwrap_or_default();
-    let relay = store.relay()?;
-    let rows = store.rows()?;
-    let mut counts = serde_json::Map::new();
-    for state in [
-        RowState::Draft,
-        RowState::Pending,
-        RowState::RelayAccepted,
-        RowState::Done,
-        RowState::Unconfirmed,
-        RowState::Expired,
-    ] {
-        for kind in [ItemKind::Envelope, ItemKind::Receipt] {
-            let n = rows
-                .iter()
-                .filter(|r| r.state == state && r.kind == kind)
-                .count();
-            counts.insert(format!("{}_{}", kind.wire_name(), state.name()), json!(n));
-        }
-    }
-    let active: Vec<Value> = rows
-        .iter()
-        .filter(|r| r.state.active())
-        .take(1_000)
-        .map(row_json)
-        .collect();
-    let alerts: Vec<Value> = store
-        .alerts()?
-        .iter()
-        .map(|a| json!({"at": iso_ms(a.at), "kind": a.kind, "text": a.text}))
-        .collect();
-    let (cp, relay_v) = match &relay {
-        Some(r) => {
-            let cp = store.checkpoint(&r.url, &r.relay_pubkey)?;
-            let fp = parse_pubkey(&r.relay_pubkey)
-                .map(|k| fingerprint(&k))
-                .unwrap_or_default();
-            let offered = r
-                .offered_key
-                .as_deref()
-                .and_then(parse_pubkey)
-                .map(|k| fingerprint(&k));
-            (
-                cp,
-                json!({"url": r.url, "fingerprint": fp, "epoch": r.epoch, "offered_key": offered,
-                        "retention_ms": r.retention_ms}),
-            )
-        }
-        None => (Default::default(), Value::Null),
-    };
-    let enc_ad = store.published_ad()?;
-    let mut peer_ads = serde_json::Map::new();
-    for p in store.peers()? {
-        if let Some(ad) = store.peer_ad(&p.pubkey)? {
-            peer_ads.insert(
-                p.name,
-                json!({"iat": iso_ms(ad.iat_ms), "exp": iso_ms(ad.exp_ms), "enc_pub": ad.enc_pub}),
-            );
-        }
-    }
-    let v = json!({
-        "name": name, "pubkey": id.host.public_b64(), "fingerprint": fingerprint(&id.host.public()),
-        "relay": relay_v, "received_through": cp.received_through, "acked_through": cp.acked_through,
-        "outbox": counts, "active": active, "alerts": alerts, "inbox": store.inbox()?.len(),
-        "quarantine": store.quarantine()?.len(),
-        "enc_ad": enc_ad.as_ref().map(|a| json!({"iat": iso_ms(a.iat_ms), "exp": iso_ms(a.exp_ms), "enc_pub": a.enc_pub})),
-        "peer_enc_ads": peer_ads,
-    });
-    let mut text = format!(
-        "host {name} ({})\nrelay {}\nreceived_through {} acked_through {}\n",
-        fingerprint(&id.host.public()),
-        relay.as_ref().map_or("not set".to_string(), |r| format!(
-            "{} epoch {}{}",
-            r.url,
-            r.epoch.as_deref().unwrap_or("unknown"),
-            if r.offered_key.is_some() {
-                " (KEY CHANGED: relay use stopped)"
-            } else {
-                ""
-            }
-        )),
-        cp.received_through,
-        cp.acked_through
-    );
-    match &enc_ad {
-        Some(a) => text.push_str(&format!(
-            "v2 enc-key ad published {} (expires {})\n",
-            iso_ms(a.iat_ms),
-            iso_ms(a.exp_ms)
-        )),
-        None => text.push_str("v2 enc-key ad not published\n"),
-    }
-    for (k, n) in &counts {
-        if n.as_u64() != Some(0) {
-            text.push_str(&format!("{k}: {n}\n"));
-        }
-    }
-    for r in rows.iter().filter(|r| r.state.active()).take(50) {
-        let mut line = format!("  {} {} to {}", r.item_id, r.state.name(), r.target_name);
-        if let Some(a) = &r.acceptance {
-            line.push_str(&format!(" seq {}", a.seq));
-        }
-        if let Some(d) = r.deadline {
-            line.push_str(&format!(" deadline {}", iso_ms(d)));
-        }
-        if let Some(w) = explain::why(r, now_ms()) {
-            line.push_str(&format!(": {w}"));
-        }
-        text.push_str(&line);
-        text.push('\n');
-    }
-    for a in store.alerts()? {
-        text.push_str(&format!("ALERT {} {}: {}\n", iso_ms(a.at), a.kind, a.text));
-    }
-    let (keys, key_lines) = super::rotate::status(store)?;
-    key_lines
-        .iter()
-        .for_each(|l| text.push_str(&format!("{l}\n")));
-    let mut v = v;
-    v["keys"] = keys;
-    Ok((v, text.trim_end().to_string()))
 }

@@ -18,25 +18,17 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Args;
 use serde_json::json;
 
-use super::cli::{inbox, inbox_show, quarantine, queue_message, status, Out};
+use super::args::RunArgs;
 use super::identity::Identity;
 use super::local::{self, Reply, Request};
+use super::mailbox::{inbox, inbox_show, quarantine, queue_message, status, Out};
 use super::store::{HostStore, OutRow, RowState};
 use super::sync::{Agents, Session, SyncOptions};
 use super::trace;
 use super::watch::{reconnect_delay, watch, Shared, WatchOptions};
 use super::{now_ms, HostError};
-
-/// Arguments of `host run`.
-#[derive(Debug, Clone, Args)]
-pub struct RunArgs {
-    /// Seconds between pulls when the relay does not hold pulls (no `x-mbx-wait-max` header).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub(crate) poll_secs: u64,
-}
 
 /// A full pass at least this often, even when nothing happens (deadlines, enc-ad renewal).
 pub(crate) const IDLE_PASS: Duration = Duration::from_secs(60);

@@ -6,10 +6,13 @@
 use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _};
 use std::path::{Path, PathBuf};
 
-use super::identity::{ENC_KEY, HOST_KEY};
 use super::HostError;
 use relay_os::private::{require_private_or, Kind};
 
+/// The host key file in the host directory (`identity`).
+pub(crate) const HOST_KEY: &str = "host.key";
+/// The enc key file in the host directory (`identity`).
+pub(crate) const ENC_KEY: &str = "enc.key";
 /// The store engine's directory inside the host directory.
 pub(crate) const STATE: &str = "state";
 /// A relay's key file: a directory holding one is a relay's store, not a host.

@@ -5,14 +5,10 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 
+use super::hostdir::{ENC_KEY, HOST_KEY};
 use super::HostError;
 use relay_wire::keys::SigningKey;
 use relay_wire::seal::EncSecret;
-
-/// The host key file in the store directory.
-pub(crate) const HOST_KEY: &str = "host.key";
-/// The enc key file in the store directory.
-pub(crate) const ENC_KEY: &str = "enc.key";
 
 /// The host's two keys.
 #[derive(Debug)]

@@ -5,7 +5,8 @@
 //! Modules: [`identity`] (key files), [`store`] (durable state), [`client`] (signed HTTP to the
 //! relay), [`message`] (envelopes and receipts this host builds), [`enc_ad`] (the v2 enc-key ad:
 //! ours and the check of a peer's), [`enrol`] (enrolment and publication), [`sender`] (push and accept checks), [`receiver`] (pull, receive, checkpoint, ack),
-//! [`sync`] (one pass), [`cli`] (commands), [`hostdir`] (the `--dir` directory: made by `init`,
+//! [`sync`] (one pass), [`cli`] (commands; their flags in `args`, the answers a daemon shares in
+//! `mailbox`), [`hostdir`] (the `--dir` directory: made by `init`,
 //! required owner-only by the rest), [`rotate`] (own key rotation), [`retired`] (peers'
 //! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
 //! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
@@ -14,6 +15,7 @@
 //! Layering: `mbx-host` builds on `relay-wire` and `relay-os` only; it never links the server
 //! (`mbx-relay`), the relay's rules (`relay-core`) or the relay's store crates (Cargo.toml).
 
+pub(crate) mod args;
 pub mod cli;
 pub mod client;
 pub(crate) mod daemon;
@@ -24,6 +26,7 @@ pub(crate) mod explain;
 pub(crate) mod hostdir;
 pub(crate) mod identity;
 pub mod local;
+pub(crate) mod mailbox;
 pub mod message;
 pub(crate) mod receiver;
 pub(crate) mod retired;

@@ -15,7 +15,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::cli::{message_body, HostCommand, InboxCommand, Out};
+use super::args::{HostCommand, InboxCommand};
+use super::mailbox::{message_body, Out};
 use super::HostError;
 use relay_os::private::{bind_private_socket, remove_stale_socket};
 

@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 
 use super::client::RelayClient;
 use super::enc_ad::RelayView;
-use super::identity::{read_secret, write_secret, Identity, HOST_KEY};
+use super::hostdir::HOST_KEY;
+use super::identity::{read_secret, write_secret, Identity};
 use super::store::{Checkpoint, HostStore, ItemKind, OutRow, RowState};
 use super::sync::{Session, SyncOptions};
 use super::{now_ms, HostError};

@@ -6,6 +6,7 @@
 //! `cargo build --release -p relay-keyspace --example insert_workload`, then
 //! `valgrind --tool=callgrind target/release/examples/insert_workload single|batch|drain N DIR`.
 
+use relay_keyspace::RelayStore;
 use std::error::Error;
 
 use relay_keyspace::{

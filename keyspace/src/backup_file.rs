@@ -1,4 +1,4 @@
-//! The backup file: one consistent snapshot in one file, checkable offline. [`Store::backup_to`]
+//! The backup file: one consistent snapshot in one file, checkable offline. `RelayStore::backup_to`
 //! writes the logical format 5 (`relay_store::backup`, records every backend reads; the rows
 //! are read in `logical`); this file verifies and restores every format, and holds the raw
 //! formats 1-4 of earlier releases: the keyspace's partition rows as they were stored, which
@@ -23,17 +23,17 @@ use fjall::Readable;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::api::{
-    BackupError, BackupSummary, Key32, LogRetention, LogVerdict, StoreError, SCHEMA_VERSION,
-};
 use crate::codec::{self, meta_key};
+use crate::engine::open_engine;
 use crate::migrate::{new_epoch, DirectBatch};
 use crate::ops::oplog::{self, ChainCheck};
 use crate::parts::Part;
 use crate::reader;
-use crate::store::open_engine;
 use crate::Store;
 use relay_store::backup::{damaged, CheckedRead};
+use relay_store::{
+    BackupError, BackupSummary, Key32, LogRetention, LogVerdict, StoreError, SCHEMA_VERSION,
+};
 
 /// The file's first bytes.
 pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
@@ -47,7 +47,7 @@ pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// store of its schema, which is migrated before the restore is logged (building what the
 /// format lacked, the log's chain included).
 /// Format 5 is the logical, backend-neutral stream of `relay_store::backup`, which
-/// [`Store::backup_to`] writes; this file still reads and restores formats 1-4 (raw partition
+/// `RelayStore::backup_to` writes; this file still reads and restores formats 1-4 (raw partition
 /// rows) and writes format 4 only through the test hook [`backup_closed_store_for_tests`].
 pub const BACKUP_FORMAT_VERSION: u32 = relay_store::backup::LOGICAL_FORMAT_VERSION;
 
@@ -107,30 +107,12 @@ fn len32(n: usize, what: &str) -> Result<u32, BackupError> {
     })
 }
 
-impl Store {
-    /// Stream one consistent snapshot as a backup file to `out` (online: writers keep running),
-    /// in the logical format 5 every backend reads (`relay_store::backup`). `progress` gets the
-    /// bytes written so far. Records nothing itself (callers log the backup).
-    ///
-    /// # Errors
-    /// `Io` when `out` fails, `Store` when the store is closed or damaged.
-    pub fn backup_to(
-        &self,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<BackupSummary, BackupError> {
-        let v = self.view()?;
-        let created_ms = self.inner.clock.now_ms();
-        crate::logical::write(&v, created_ms, out, progress)
-    }
-}
-
 /// Test hook: write a backup file claiming `format` of a closed store as it is, without the
 /// migration an open would run (to make backups as older relays wrote them). Not part of the
 /// supported API.
 ///
 /// # Errors
-/// As [`Store::backup_to`].
+/// As `RelayStore::backup_to`.
 #[doc(hidden)]
 pub fn backup_closed_store_for_tests(
     dir: &Path,
@@ -142,7 +124,7 @@ pub fn backup_closed_store_for_tests(
         snap: engine.parts.db.snapshot(),
         parts: std::sync::Arc::clone(&engine.parts),
     };
-    let now = crate::api::SystemClock.now_ms();
+    let now = relay_store::SystemClock.now_ms();
     write_backup(&v, format, now, out, &mut |_| {})
 }
 
@@ -188,7 +170,7 @@ fn write_backup(
     for p in Part::ALL {
         let mut n = 0u64;
         for g in v.snap.iter(v.parts.ks(p)) {
-            let (k, val) = g.into_inner().map_err(crate::engine)?;
+            let (k, val) = g.into_inner().map_err(crate::engine_error)?;
             frame.clear();
             frame.push(TAG_RECORD);
             frame.push(p.id());
@@ -383,7 +365,7 @@ impl LogChain {
     fn checker(&mut self) -> &mut ChainCheck {
         let cp = self.checkpoint.as_deref().map(|v| {
             codec::dec::<(u64, [u8; 32])>(v, "meta ops_checkpoint")
-                .map(|(seq, hash)| crate::api::LogCheckpoint { seq, hash })
+                .map(|(seq, hash)| relay_store::LogCheckpoint { seq, hash })
         });
         let cp = match cp.transpose() {
             Ok(cp) => cp,
@@ -491,12 +473,12 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
             .db
             .snapshot()
             .get(parts.ks(Part::Meta), meta_key::SCHEMA_VERSION)
-            .map_err(crate::engine)?
+            .map_err(crate::engine_error)?
             .is_none()
         {
             return Err(StoreError::Corrupt("backup holds no schema version".into()).into());
         }
-        let now = crate::api::SystemClock.now_ms();
+        let now = relay_store::SystemClock.now_ms();
         // relay-tool's offline writers bound the log as `mbx-relay serve` does by default.
         let keep = LogRetention::default();
         // An older schema becomes the current one first (its log chained), so the restore
@@ -515,7 +497,7 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
     // Open once through the normal path: checks everything else.
     let store = Store::open(
         new_dir,
-        crate::api::OpenOptions {
+        relay_store::OpenOptions {
             create: false,
             ..Default::default()
         },
@@ -524,4 +506,4 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
     Ok(epoch)
 }
 
-use crate::api::Clock as _;
+use relay_store::{Clock as _, RelayStore as _};

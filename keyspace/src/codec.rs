@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{ItemKind, Key32, Result, StoreError};
+use relay_store::{ItemKind, Key32, Result, StoreError};
 
 /// Meta keys.
 pub(crate) mod meta_key {
@@ -109,7 +109,7 @@ pub(crate) struct ItemView<'a> {
     pub account: Option<&'a str>,
 }
 
-/// A stored [`Enrolment`](crate::api::Enrolment) read in place for a liveness check: the
+/// A stored [`Enrolment`](relay_store::Enrolment) read in place for a liveness check: the
 /// strings borrow the stored value, so the two checks of every insert (sender, target) allocate
 /// nothing. Same field order and types as `Enrolment` (postcard is positional); a test holds
 /// the two together.
@@ -429,7 +429,7 @@ mod tests {
     #[test]
     fn enrolment_view_reads_enrolments() {
         for (account, revoked) in [(None, None), (Some("acct:é\"x".to_string()), Some(7u64))] {
-            let e = crate::api::Enrolment {
+            let e = relay_store::Enrolment {
                 host_pubkey: [4; 32],
                 host_name: "Host-é".into(),
                 owner_fp: "fp".into(),

@@ -10,49 +10,50 @@ use base64::Engine as _;
 use fjall::Readable;
 use serde_json::{json, Value};
 
-use crate::api::{
-    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
-};
 use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, StoredOp, UsageScope};
 use crate::parts::Part;
-use crate::Store;
+use crate::reader::SnapView;
+use relay_store::{
+    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
+};
 
-impl Store {
-    /// Write every partition as JSON lines (one object per record) from one snapshot.
-    /// Returns the record count per partition written.
-    ///
-    /// # Errors
-    /// `Corrupt` for an unknown partition name or a damaged record, `Io` when `out` fails.
-    pub fn dump(&self, out: &mut dyn Write, opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
-        let parts: Vec<Part> = match &opts.partition {
-            Some(name) => vec![Part::by_name(name)
-                .ok_or_else(|| StoreError::Corrupt(format!("no partition named {name:?}")))?],
-            None => Part::ALL.to_vec(),
-        };
-        let v = self.view()?;
-        let mut counts = Vec::new();
-        for p in parts {
-            let mut n = 0u64;
-            for g in v.snap.iter(v.parts.ks(p)) {
-                let (k, val) = g.into_inner().map_err(crate::engine)?;
-                let line = json!({
-                    "partition": p.name(),
-                    "key": key_json(p, &k),
-                    "value": value_json(p, &k, &val, opts.with_wire)?,
-                });
-                let mut s = line.to_string();
-                s.push('\n');
-                out.write_all(s.as_bytes())
-                    .map_err(|source| StoreError::Io {
-                        context: "writing the dump".into(),
-                        source,
-                    })?;
-                n += 1;
-            }
-            counts.push((p.name().to_string(), n));
+/// Write every partition as JSON lines (one object per record) from one snapshot.
+/// Returns the record count per partition written.
+///
+/// # Errors
+/// `Corrupt` for an unknown partition name or a damaged record, `Io` when `out` fails.
+pub(crate) fn dump(
+    v: &SnapView,
+    out: &mut dyn Write,
+    opts: &DumpOptions,
+) -> Result<Vec<(String, u64)>> {
+    let parts: Vec<Part> = match &opts.partition {
+        Some(name) => vec![Part::by_name(name)
+            .ok_or_else(|| StoreError::Corrupt(format!("no partition named {name:?}")))?],
+        None => Part::ALL.to_vec(),
+    };
+    let mut counts = Vec::new();
+    for p in parts {
+        let mut n = 0u64;
+        for g in v.snap.iter(v.parts.ks(p)) {
+            let (k, val) = g.into_inner().map_err(crate::engine_error)?;
+            let line = json!({
+                "partition": p.name(),
+                "key": key_json(p, &k),
+                "value": value_json(p, &k, &val, opts.with_wire)?,
+            });
+            let mut s = line.to_string();
+            s.push('\n');
+            out.write_all(s.as_bytes())
+                .map_err(|source| StoreError::Io {
+                    context: "writing the dump".into(),
+                    source,
+                })?;
+            n += 1;
         }
-        Ok(counts)
+        counts.push((p.name().to_string(), n));
     }
+    Ok(counts)
 }
 
 fn raw(k: &[u8]) -> Value {

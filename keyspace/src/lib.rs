@@ -15,8 +15,9 @@
 //! `relay_store::RelayStore` (crate `relay-store`, re-exported here whole, so `relay_keyspace::X`
 //! paths keep compiling). The relay, the admin socket and relay-tool program against that trait,
 //! not against [`Store`]; only `mbx-relay`'s `store_open` (and test code) opens a [`Store`].
-//! `interface.rs` implements the trait by delegation to the inherent methods below. A new
-//! operation is added to the trait first (every backend), then here; test-only hooks
+//! `interface.rs` implements the trait, each method a call of its operation (`ops/` for
+//! writes, `reader`/`read` and friends for reads). A new operation is added to the trait first
+//! (every backend), then there; test-only hooks
 //! (`inject_persist_failures_for_tests`, `testing::*`) stay on the concrete `Store`. One process
 //! owns a fjall store (its lock file): leases are always held, challenges stay in the relay's
 //! memory (`shared_challenges` is `None`). The rules every backend obeys are tested once, in
@@ -26,18 +27,18 @@
 //! `ops::oplog::append(tx, kind, detail)` inside its own operation (same atomic batch). Entries
 //! are hash-chained (`oplog` defines the canonical bytes); the log is bounded by
 //! [`OpenOptions::log_retention`] (age and count), dropping the oldest and recording the last
-//! dropped entry as the checkpoint; [`Store::verify_log`] and backup verification recompute it.
+//! dropped entry as the checkpoint; `RelayStore::verify_log` and backup verification recompute it.
 //!
 //! CONTRACT (dedup horizon, spec §2, §7): a dedup row is kept for the horizon (the relay passes
-//! `now − (retention + 7 days)` to [`Store::sweep`]) AFTER its item left the queue. A queued
+//! `now − (retention + 7 days)` to `RelayStore::sweep`) AFTER its item left the queue. A queued
 //! item's dedup row has no `dedup_expiry` row and is never pruned; every operation that takes an
 //! item out for good (ack, expiry sweep, purge, `delete_item`) writes its prune-index row
 //! (`d ++ now ++ dedup key`, `ops::queue::start_dedup_horizon`) in the same batch. A rotation moves
 //! queued items' rows unindexed and restarts gone items' horizons at the rotation. Schema 4
 //! stores are migrated at open (gone items count from the migration).
 //!
-//! Files: `api` (the interface crate's types, under their old path), `interface` (`RelayStore`
-//! for `Store`), `store` (open/close/submit), `writer` (group commit), `reader` and
+//! Files: `interface` (`RelayStore`
+//! for `Store`), `engine` (the lock and the fjall database of a directory), `store` (open/close/submit), `writer` (group commit), `reader` and
 //! `read` (durable reads), `pulled` (what pulls leave for acks), `ops/` (one file per write
 //! operation; `ops/revoke` is an admin's revocation and purge of one key, in one batch),
 //! `codec` (keys and values), `parts` (partitions), `lock` (the store lock),
@@ -49,15 +50,11 @@
 //! a missing row means "seen at enrolment". Rotation moves it; `expire_idle` (`ops/idle`)
 //! deletes live enrolments idle that long with an empty queue, in bounded atomic batches.
 
-/// The interface crate's types under their old path, so the files of this crate keep their
-/// `crate::api::` imports.
-mod api {
-    pub use relay_store::*;
-}
 mod backup_file;
 mod codec;
 mod commit_stats;
 mod dump;
+mod engine;
 mod hosts;
 mod interface;
 mod lock;
@@ -77,8 +74,10 @@ pub use backup_file::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACK
 pub use codec::fingerprint;
 pub use commit_stats::{CommitStats, FSYNC_US_BOUNDS, GROUP_SIZE_BOUNDS};
 
+pub use parts::PARTITIONS;
 pub use relay_store::*;
-pub use store::Store;
+pub use store::{EngineOptions, Store};
+pub use writer::WRITER_IDLE;
 
 /// Hooks for tests (not a supported API).
 #[doc(hidden)]
@@ -97,6 +96,6 @@ pub mod testing {
 
 /// An engine failure as a store error (includes a failed fsync: the operation is NOT durable).
 /// The interface crate knows no fjall, so fjall results convert through this.
-pub(crate) fn engine(e: fjall::Error) -> StoreError {
+pub(crate) fn engine_error(e: fjall::Error) -> StoreError {
     StoreError::Engine(e.to_string())
 }

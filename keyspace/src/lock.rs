@@ -10,7 +10,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::api::{Result, StoreError};
+use relay_store::{Result, StoreError};
 
 /// The lock file's name inside the store directory.
 pub(crate) const LOCK_FILE: &str = "relay.lock";

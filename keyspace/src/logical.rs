@@ -12,11 +12,11 @@ use relay_store::backup::{
     MetaRecord, QueueRecord, Record,
 };
 
-use crate::api::{BackupError, BackupSummary, Key32, StoreError, Usage, SCHEMA_VERSION};
 use crate::codec::{self, meta_key, EncAdKey, ItemRecord, StoredOp, UsageScope};
 use crate::migrate::DirectBatch;
 use crate::parts::{Part, Parts};
 use crate::reader::{self, meta_u64, Reader, SnapView};
+use relay_store::{BackupError, BackupSummary, Key32, StoreError, Usage, SCHEMA_VERSION};
 
 /// Rows per restore batch.
 const RESTORE_CHUNK: usize = 4_096;
@@ -73,7 +73,7 @@ pub(crate) fn write(
     };
     let (lo, hi) = codec::enrol_rows();
     for g in v.snap.range(v.parts.ks(Part::Enrolments), lo..hi) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let pk = codec::enrol_key_parse(&k).ok_or_else(|| corrupt("enrolment"))?;
         let last_seen_day = v
             .get(Part::Enrolments, &codec::seen_key(&pk))?
@@ -90,7 +90,7 @@ pub(crate) fn write(
     // v1 ads first, then v2 (kinds come in order).
     for want_v2 in [false, true] {
         for g in v.snap.iter(v.parts.ks(Part::EncAds)) {
-            let (k, val) = g.into_inner().map_err(crate::engine)?;
+            let (k, val) = g.into_inner().map_err(crate::engine_error)?;
             match (codec::enc_ad_key_parse(&k), want_v2) {
                 (Some(EncAdKey::V1(_)), false) => {
                     put(&mut w, Record::EncAd(codec::dec(&val, "enc_ads")?))?;
@@ -104,14 +104,14 @@ pub(crate) fn write(
         }
     }
     for g in v.snap.iter(v.parts.ks(Part::SenderLists)) {
-        let (_, val) = g.into_inner().map_err(crate::engine)?;
+        let (_, val) = g.into_inner().map_err(crate::engine_error)?;
         put(
             &mut w,
             Record::SenderList(codec::dec(&val, "sender_lists")?),
         )?;
     }
     for g in v.snap.iter(v.parts.ks(Part::Seqs)) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let target: Key32 = k[..].try_into().map_err(|_| corrupt("seqs"))?;
         put(
             &mut w,
@@ -123,7 +123,7 @@ pub(crate) fn write(
         )?;
     }
     for g in v.snap.iter(v.parts.ks(Part::Items)) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let (target, seq) = codec::item_key_parse(&k).ok_or_else(|| corrupt("items"))?;
         let r: ItemRecord = codec::dec(&val, "items")?;
         put(
@@ -143,7 +143,7 @@ pub(crate) fn write(
         )?;
     }
     for g in v.snap.iter(v.parts.ks(Part::Dedup)) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let (target, sender, item_id) =
             codec::dedup_key_parse(&k).ok_or_else(|| corrupt("dedup"))?;
         put(
@@ -157,7 +157,7 @@ pub(crate) fn write(
         )?;
     }
     for g in v.snap.iter(v.parts.ks(Part::DedupExpiry)) {
-        let (k, _) = g.into_inner().map_err(crate::engine)?;
+        let (k, _) = g.into_inner().map_err(crate::engine_error)?;
         let (gone_at_ms, dkey) =
             codec::expiry_dedup_parse(&k).ok_or_else(|| corrupt("dedup_expiry"))?;
         let (target, sender, item_id) =
@@ -173,12 +173,12 @@ pub(crate) fn write(
         )?;
     }
     for g in v.snap.iter(v.parts.ks(Part::Ops)) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let seq = codec::ops_key_parse(&k).ok_or_else(|| corrupt("ops"))?;
         let e: StoredOp = codec::dec(&val, "ops")?;
         put(
             &mut w,
-            Record::Op(crate::api::OpEntry {
+            Record::Op(relay_store::OpEntry {
                 seq,
                 at_ms: e.at_ms,
                 kind: e.kind,

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use fjall::{PersistMode, Readable, Slice};
 
-use crate::api::{
-    DedupRow, Key32, LogCheckpoint, LogRetention, Result, SenderList, StoreError, SCHEMA_VERSION,
-};
 use crate::codec::{self, meta_key, LegacyOp, StoredOp};
 use crate::ops::oplog::{self, LogStage};
 use crate::parts::{Part, Parts};
 use crate::reader::{self, Reader, SnapView};
 use relay_store::rules::log::chain_hash;
+use relay_store::{
+    DedupRow, Key32, LogCheckpoint, LogRetention, Result, SenderList, StoreError, SCHEMA_VERSION,
+};
 
 /// A batch written outside the writer (open, migration, restore). Point reads of the
 /// partitions the relay log reads (`meta`, `ops`) see its own staged writes, so the log's one
@@ -69,17 +69,17 @@ impl<'a> DirectBatch<'a> {
 
     /// Commit without fsync (a later `commit_durable` or persist makes it durable).
     pub(crate) fn commit(self) -> Result<()> {
-        self.batch.commit().map_err(crate::engine)?;
+        self.batch.commit().map_err(crate::engine_error)?;
         Ok(())
     }
 
     /// Commit and fsync.
     pub(crate) fn commit_durable(self) -> Result<()> {
-        self.batch.commit().map_err(crate::engine)?;
+        self.batch.commit().map_err(crate::engine_error)?;
         self.parts
             .db
             .persist(PersistMode::SyncAll)
-            .map_err(crate::engine)?;
+            .map_err(crate::engine_error)?;
         Ok(())
     }
 }
@@ -89,7 +89,7 @@ impl Reader for DirectBatch<'_> {
         if let Some(v) = self.staged.get(&(part, key.to_vec())) {
             return Ok(v.as_ref().map(|v| Slice::from(v.as_slice())));
         }
-        self.parts.ks(part).get(key).map_err(crate::engine)
+        self.parts.ks(part).get(key).map_err(crate::engine_error)
     }
 
     /// Not needed by the log (point reads only): reads the committed rows.
@@ -104,7 +104,7 @@ impl Reader for DirectBatch<'_> {
             .ks(part)
             .range::<&[u8], _>((lo, hi))
             .take(limit)
-            .map(|g| g.into_inner().map_err(crate::engine))
+            .map(|g| g.into_inner().map_err(crate::engine_error))
             .collect()
     }
 }
@@ -131,7 +131,7 @@ pub(crate) fn prepare(parts: &Arc<Parts>, now_ms: u64, keep: LogRetention) -> Re
     let has_epoch = view
         .snap
         .get(parts.ks(Part::Meta), meta_key::EPOCH)
-        .map_err(crate::engine)?
+        .map_err(crate::engine_error)?
         .is_some();
     drop(view);
     match found {
@@ -165,7 +165,7 @@ fn count_enrolment_entries(parts: &Parts) -> Result<()> {
     if parts
         .ks(Part::Meta)
         .get(meta_key::OPS_ENROL_HELD)
-        .map_err(crate::engine)?
+        .map_err(crate::engine_error)?
         .is_some()
     {
         return Ok(());
@@ -261,7 +261,7 @@ fn chain_legacy_log(b: &mut DirectBatch<'_>) -> Result<u64> {
         .take(LEGACY_LOG_MAX + 1)
         .map(|g| g.into_inner())
         .collect::<std::result::Result<_, _>>()
-        .map_err(crate::engine)?;
+        .map_err(crate::engine_error)?;
     if rows.len() > LEGACY_LOG_MAX {
         return Err(StoreError::Corrupt(format!(
             "the relay log holds more than the {LEGACY_LOG_MAX} entries a schema-3 store keeps"
@@ -360,7 +360,7 @@ fn build_sender_index(parts: &Parts) -> Result<u64> {
             .ks(Part::SenderLists)
             .range::<&[u8], _>((start.as_ref().map(Vec::as_slice), Bound::Unbounded))
         {
-            let (k, v) = g.into_inner().map_err(crate::engine)?;
+            let (k, v) = g.into_inner().map_err(crate::engine_error)?;
             let list: SenderList = codec::dec(&v, "sender list")?;
             let target: Key32 = k.as_ref().try_into().map_err(|_| {
                 StoreError::Corrupt("a sender list is keyed by something not a host key".into())
@@ -465,7 +465,7 @@ fn queued_seqs(parts: &Parts, r: &DirectBatch<'_>, target: &Key32) -> Result<Has
         .ks(Part::Items)
         .range::<&[u8], _>((Bound::Excluded(&lo[..]), Bound::Included(&hi[..])))
     {
-        if let Some((_, seq)) = codec::item_key_parse(&g.key().map_err(crate::engine)?) {
+        if let Some((_, seq)) = codec::item_key_parse(&g.key().map_err(crate::engine_error)?) {
             seqs.insert(seq);
         }
     }
@@ -513,7 +513,7 @@ fn next_chunk(
         .take(MIGRATE_CHUNK)
         .map(|g| g.into_inner())
         .collect::<std::result::Result<_, _>>()
-        .map_err(crate::engine)?;
+        .map_err(crate::engine_error)?;
     if let Some((last, _)) = rows.last() {
         *start = Bound::Excluded(last.to_vec());
     }
@@ -532,7 +532,7 @@ fn clear(parts: &Parts, part: Part) -> Result<u64> {
             .take(MIGRATE_CHUNK)
             .map(|g| g.key())
             .collect::<std::result::Result<_, _>>()
-            .map_err(crate::engine)?;
+            .map_err(crate::engine_error)?;
         let Some(last) = keys.last() else {
             break;
         };
@@ -555,7 +555,7 @@ fn clear(parts: &Parts, part: Part) -> Result<u64> {
 /// As [`crate::Store::open`].
 #[doc(hidden)]
 pub fn downgrade_to_schema_2_for_tests(dir: &Path) -> Result<u64> {
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     accepted_at_dedup_index(&engine.parts)?;
     let removed = clear(&engine.parts, Part::SenderIndex)?;
     let mut b = DirectBatch::new(&engine.parts);
@@ -573,7 +573,7 @@ pub fn downgrade_to_schema_2_for_tests(dir: &Path) -> Result<u64> {
 /// As [`crate::Store::open`].
 #[doc(hidden)]
 pub fn downgrade_to_schema_1_for_tests(dir: &Path) -> Result<u64> {
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     accepted_at_dedup_index(&engine.parts)?;
     clear(&engine.parts, Part::SenderIndex)?;
     let moved = move_dedup_index(&engine.parts, Part::DedupExpiry, Part::Expiry)?;
@@ -593,7 +593,7 @@ pub fn downgrade_to_schema_1_for_tests(dir: &Path) -> Result<u64> {
 pub fn put_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8], value: &[u8]) -> Result<()> {
     let part = Part::by_name(partition)
         .ok_or_else(|| StoreError::Corrupt(format!("no partition named {partition:?}")))?;
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     let mut b = DirectBatch::new(&engine.parts);
     b.put(part, key, value.to_vec());
     b.commit_durable()
@@ -606,7 +606,7 @@ pub fn put_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8], value: &[u
 /// As [`crate::Store::open`].
 #[doc(hidden)]
 pub fn set_schema_version_for_tests(dir: &Path, version: u32) -> Result<()> {
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     let mut b = DirectBatch::new(&engine.parts);
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&version));
     b.commit_durable()
@@ -621,7 +621,7 @@ pub fn set_schema_version_for_tests(dir: &Path, version: u32) -> Result<()> {
 pub fn remove_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8]) -> Result<()> {
     let part = Part::by_name(partition)
         .ok_or_else(|| StoreError::Corrupt(format!("no partition named {partition:?}")))?;
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     let mut b = DirectBatch::new(&engine.parts);
     b.remove(part, key);
     b.commit_durable()
@@ -655,7 +655,7 @@ pub fn raw_partitions_for_tests(dir: &Path, partitions: &[&str]) -> Result<Vec<R
                 .ok_or_else(|| StoreError::Corrupt(format!("no partition named {name:?}")))
         })
         .collect::<Result<_>>()?;
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     parts
         .into_iter()
         .map(|part| {
@@ -665,7 +665,7 @@ pub fn raw_partitions_for_tests(dir: &Path, partitions: &[&str]) -> Result<Vec<R
                 .iter()
                 .map(|g| g.into_inner().map(|(k, v)| (k.to_vec(), v.to_vec())))
                 .collect::<std::result::Result<_, _>>()
-                .map_err(crate::engine)
+                .map_err(crate::engine_error)
         })
         .collect()
 }
@@ -677,7 +677,7 @@ pub fn raw_partitions_for_tests(dir: &Path, partitions: &[&str]) -> Result<Vec<R
 /// As [`crate::Store::open`].
 #[doc(hidden)]
 pub fn downgrade_to_schema_3_for_tests(dir: &Path) -> Result<u64> {
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     accepted_at_dedup_index(&engine.parts)?;
     let mut b = DirectBatch::new(&engine.parts);
     let n = unchain_log(&mut b)?;
@@ -694,7 +694,7 @@ pub fn downgrade_to_schema_3_for_tests(dir: &Path) -> Result<u64> {
 /// As [`crate::Store::open`].
 #[doc(hidden)]
 pub fn downgrade_to_schema_4_for_tests(dir: &Path) -> Result<u64> {
-    let engine = crate::store::open_engine(dir, false)?;
+    let engine = crate::engine::open_engine(dir, false)?;
     let n = accepted_at_dedup_index(&engine.parts)?;
     let mut b = DirectBatch::new(&engine.parts);
     b.put(Part::Meta, meta_key::SCHEMA_VERSION, codec::enc(&4u32));
@@ -710,7 +710,7 @@ fn unchain_log(b: &mut DirectBatch<'_>) -> Result<u64> {
         .iter()
         .map(|g| g.into_inner())
         .collect::<std::result::Result<_, _>>()
-        .map_err(crate::engine)?;
+        .map_err(crate::engine_error)?;
     for (k, v) in &rows {
         let e: StoredOp = codec::dec(v, "ops")?;
         let old = LegacyOp {

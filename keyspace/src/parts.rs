@@ -9,7 +9,7 @@ use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode,
 };
 
-use crate::api::{Result, PARTITIONS};
+use relay_store::Result;
 
 /// Memtable of `items` (wire bytes).
 const ITEMS_MEMTABLE: u64 = 8 * 1024 * 1024;
@@ -27,6 +27,23 @@ const L0_TABLES_BEFORE_COMPACTION: u8 = 12;
 fn few_l0_merges() -> Arc<Leveled> {
     Arc::new(Leveled::default().with_l0_threshold(L0_TABLES_BEFORE_COMPACTION))
 }
+
+/// The partition names, in backup/dump order.
+pub const PARTITIONS: [&str; 13] = [
+    "meta",
+    "enrolments",
+    "enc_ads",
+    "sender_lists",
+    "items",
+    "dedup",
+    "seqs",
+    "acked",
+    "usage",
+    "expiry",
+    "ops",
+    "dedup_expiry",
+    "sender_index",
+];
 
 /// A partition, numbered in [`PARTITIONS`] order (the backup file's partition id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -108,7 +125,7 @@ impl Parts {
                                 .separation_threshold(512),
                         ))
                 })
-                .map_err(crate::engine)?
+                .map_err(crate::engine_error)?
             } else {
                 // Small rows never fill a default (64 MiB) memtable, which would pin journals.
                 db.keyspace(p.name(), || {
@@ -131,7 +148,7 @@ impl Parts {
                         _ => opts,
                     }
                 })
-                .map_err(crate::engine)?
+                .map_err(crate::engine_error)?
             };
             ks.push(handle);
         }

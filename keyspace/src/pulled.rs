@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use crate::api::Key32;
+use relay_store::Key32;
 
 /// Most hints held at once (about 150 bytes each). Receivers pull at most `max_pull` (500)
 /// items a page, so this covers 64 receivers with a page each in flight.

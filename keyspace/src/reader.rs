@@ -6,9 +6,12 @@ use std::sync::Arc;
 
 use fjall::{Readable, Slice, Snapshot};
 
-use crate::api::{DedupRow, EncAd, EncAdV2, EncAds, Enrolment, Key32, Result, SenderList, Usage};
 use crate::codec::{self, meta_key, ItemRecord, UsageScope};
 use crate::parts::{Part, Parts};
+use relay_store::{DedupRow, EncAd, EncAdV2, EncAds, Enrolment, Key32, Result, SenderList, Usage};
+
+/// The published durable read view (None once the store is closed).
+pub(crate) type ViewSlot = std::sync::Arc<std::sync::RwLock<Option<std::sync::Arc<SnapView>>>>;
 
 /// A key-value view: point reads and bounded ordered range reads.
 pub(crate) trait Reader {
@@ -44,7 +47,7 @@ impl Reader for SnapView {
     fn get(&self, part: Part, key: &[u8]) -> Result<Option<Slice>> {
         self.snap
             .get(self.parts.ks(part), key)
-            .map_err(crate::engine)
+            .map_err(crate::engine_error)
     }
 
     fn range(
@@ -59,7 +62,7 @@ impl Reader for SnapView {
             return Ok(out);
         }
         for g in self.snap.range::<&[u8], _>(self.parts.ks(part), (lo, hi)) {
-            out.push(g.into_inner().map_err(crate::engine)?);
+            out.push(g.into_inner().map_err(crate::engine_error)?);
             if out.len() >= limit {
                 break;
             }
@@ -85,7 +88,7 @@ pub(crate) fn meta_u64(r: &impl Reader, key: &[u8]) -> Result<Option<u64>> {
 pub(crate) fn epoch(r: &impl Reader) -> Result<String> {
     match r.get(Part::Meta, meta_key::EPOCH)? {
         Some(v) => codec::dec(&v, "meta epoch"),
-        None => Err(crate::api::StoreError::Corrupt("meta has no epoch".into())),
+        None => Err(relay_store::StoreError::Corrupt("meta has no epoch".into())),
     }
 }
 
@@ -101,8 +104,8 @@ pub(crate) fn schema_version(r: &impl Reader) -> Result<Option<u32>> {
         .transpose()
 }
 
-pub(crate) fn meta(r: &impl Reader) -> Result<crate::api::Meta> {
-    Ok(crate::api::Meta {
+pub(crate) fn meta(r: &impl Reader) -> Result<relay_store::Meta> {
+    Ok(relay_store::Meta {
         epoch: epoch(r)?,
         relay_pubkey: relay_pubkey(r)?,
         schema_version: schema_version(r)?.unwrap_or(0),

@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 use fjall::PersistMode;
 
 use crate::parts::Parts;
-use crate::reader::SnapView;
-use crate::writer::ViewSlot;
+use crate::reader::{SnapView, ViewSlot};
 
 /// Bytes written and fsync'd as a free-space check before the old database is dropped.
 const PROBE_BYTES: u64 = 1024 * 1024;
@@ -164,8 +163,8 @@ impl Recovery {
         if parts.is_some() {
             release(parts, view, &self.shared)?;
         }
-        drop_cached_pages(&self.dir.join(crate::store::DB_DIR));
-        let fresh = crate::store::open_parts(&self.dir, false)
+        drop_cached_pages(&self.dir.join(crate::engine::DB_DIR));
+        let fresh = crate::engine::open_parts(&self.dir, false)
             .map_err(|e| format!("cannot reopen the database: {e}"))?;
         // What recovery replayed may have been in the page cache only: make it durable
         // before any of it is served.

@@ -1,37 +1,31 @@
 //! The `Store` handle: opening (lock, engine, schema), submitting writes, the durable read view,
 //! and closing.
 
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use fjall::Database;
+use relay_store::{Clock, OpenOptions, Pending, Result, StoreError};
 
-use crate::api::{Clock, OpenOptions, Pending, Result, StoreError};
-use crate::commit_stats::{CommitCounters, CommitStats};
+/// What only a fjall store is opened with, beside the shared [`OpenOptions`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineOptions {
+    /// Called on the writer thread every [`crate::WRITER_IDLE`] while it has nothing to do
+    /// (the relay gives the allocator's free pages back there); `None`: nothing.
+    pub on_writer_idle: Option<fn()>,
+}
+use crate::commit_stats::CommitCounters;
+use crate::engine::{open_engine, Engine};
 use crate::lock::StoreLock;
-use crate::parts::Parts;
 use crate::pulled::PulledHints;
 use crate::reader::SnapView;
+use crate::reader::ViewSlot;
 use crate::recover;
-use crate::writer::{self, Job, Tx, ViewSlot, Writer};
+use crate::writer::{self, Job, Tx, Writer};
 
-/// fjall's smallest journal cap (below it fjall panics).
-const JOURNAL_CAP: u64 = 64 * 1024 * 1024;
-/// Block cache. 8 MiB keeps a relay with 1,000,000 items queued under 64 MiB resident; the
-/// point reads the push path depends on (dedup misses) stay fast because the dedup partition's
-/// filters are pinned outside the cache (`parts.rs`). Measured at 1M queued (docs/performance.md):
-/// 16 MiB gave 75–79 MiB resident, 8 MiB alone 55–59 MiB but 25% fewer batched pushes a second,
-/// 8 MiB with pinned dedup filters 58 MiB at the 16 MiB throughput within noise.
-const CACHE_BYTES: u64 = 8 * 1024 * 1024;
-
-/// The engine directory inside a store directory.
-pub(crate) const DB_DIR: &str = "db";
-
-/// An open relay store. Cheap to clone; the last clone's drop (or [`Store::close`]) stops the
+/// An open relay store. Cheap to clone; the last clone's drop (or `RelayStore::close`) stops the
 /// writer and releases the lock.
 #[derive(Clone)]
 pub struct Store {
@@ -46,134 +40,11 @@ pub(crate) struct Inner {
     pub(crate) view: ViewSlot,
     lock: Mutex<Option<StoreLock>>,
     fail_persists: Arc<AtomicU32>,
-    counters: Arc<CommitCounters>,
+    pub(crate) counters: Arc<CommitCounters>,
     /// The writer's recovery after a failed write (read errors meanwhile, reopen count).
-    recovery: Arc<recover::Shared>,
+    pub(crate) recovery: Arc<recover::Shared>,
     /// What pulls learnt of the items they returned, for the acks that follow.
     pub(crate) pulled: Arc<PulledHints>,
-}
-
-/// A locked, opened engine (no writer yet): used by `open`, restore and test hooks.
-pub(crate) struct Engine {
-    pub lock: StoreLock,
-    pub parts: Arc<Parts>,
-}
-
-/// Take the lock of `dir` and open its engine.
-///
-/// # Errors
-/// `Missing`, `Locked`, `Corrupt` (foreign or damaged files), `Io`, `Engine`.
-pub(crate) fn open_engine(dir: &Path, create: bool) -> Result<Engine> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(StoreError::Corrupt(format!(
-                "{} is not a directory",
-                dir.display()
-            )))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if !create {
-                return Err(StoreError::Missing(dir.to_path_buf()));
-            }
-            // Owner-only: the store holds every queued item and the relay key. Its name is
-            // fsync'd in its parent: a power cut must not take a store that answered writes.
-            relay_os::durable_dir::create_dir_all_durable(dir, 0o700).map_err(|source| {
-                StoreError::Io {
-                    context: format!("creating store directory {}", dir.display()),
-                    source,
-                }
-            })?;
-        }
-        Err(source) => {
-            return Err(StoreError::Io {
-                context: format!("reading {}", dir.display()),
-                source,
-            })
-        }
-    }
-    let lock = StoreLock::acquire(dir)?;
-    let parts = open_parts(dir, create)?;
-    // fjall fsyncs inside `db/` but not the name `db/` in the store directory (nor the lock
-    // file's): once per open, so a first write's durability does not depend on a later sync.
-    relay_os::durable_dir::sync_dir(dir).map_err(|source| StoreError::Io {
-        context: format!("fsync of store directory {}", dir.display()),
-        source,
-    })?;
-    Ok(Engine { lock, parts })
-}
-
-/// Open the engine under `dir/db` and its partitions, with the store lock already held: used by
-/// [`open_engine`] and by the writer when it reopens the database after a failed write.
-///
-/// # Errors
-/// `Missing`, `Corrupt` (foreign or damaged files, or fjall refused to open), `Io`, `Engine`.
-pub(crate) fn open_parts(dir: &Path, create: bool) -> Result<Arc<Parts>> {
-    let db_dir = dir.join(DB_DIR);
-    check_engine_dir(&db_dir, create)?;
-    let opened = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        // IMPORTANT: manual persistence: the writer fsyncs once per group (group commit).
-        // A small journal cap and cache bound memory and what a restart must replay
-        // (docs/performance.md measured 253 -> 111 MiB RSS at 100k queued).
-        Database::builder(&db_dir)
-            .manual_journal_persist(true)
-            .max_journaling_size(JOURNAL_CAP)
-            .cache_size(CACHE_BYTES)
-            .open()
-    }));
-    let db = match opened {
-        Ok(Ok(db)) => db,
-        Ok(Err(e)) => {
-            return Err(StoreError::Corrupt(format!(
-                "cannot open the database in {}: {e}",
-                db_dir.display()
-            )))
-        }
-        Err(_) => {
-            return Err(StoreError::Corrupt(format!(
-                "the database in {} is damaged (the engine gave up reading it)",
-                db_dir.display()
-            )))
-        }
-    };
-    Ok(Arc::new(Parts::open(db)?))
-}
-
-/// Refuse a `db` that is a file, or a non-empty directory that is not an fjall database.
-fn check_engine_dir(db_dir: &Path, create: bool) -> Result<()> {
-    match std::fs::metadata(db_dir) {
-        Ok(m) if !m.is_dir() => Err(StoreError::Corrupt(format!(
-            "{} is not a directory",
-            db_dir.display()
-        ))),
-        Ok(_) => {
-            let marker = db_dir.join("version");
-            let empty = std::fs::read_dir(db_dir)
-                .map(|mut d| d.next().is_none())
-                .map_err(|source| StoreError::Io {
-                    context: format!("reading {}", db_dir.display()),
-                    source,
-                })?;
-            if !empty && !marker.exists() {
-                return Err(StoreError::Corrupt(format!(
-                    "{} holds files that are not an mbx-relay database",
-                    db_dir.display()
-                )));
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if create {
-                Ok(())
-            } else {
-                Err(StoreError::Missing(db_dir.to_path_buf()))
-            }
-        }
-        Err(source) => Err(StoreError::Io {
-            context: format!("reading {}", db_dir.display()),
-            source,
-        }),
-    }
 }
 
 impl Store {
@@ -183,6 +54,14 @@ impl Store {
     /// # Errors
     /// `Locked` (names the holding pid), `Missing`, `SchemaTooNew`, `Corrupt`, `Io`, `Engine`.
     pub fn open(dir: &Path, opts: OpenOptions) -> Result<Store> {
+        Store::open_with(dir, opts, EngineOptions::default())
+    }
+
+    /// [`Store::open`] with the fjall-only [`EngineOptions`].
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with(dir: &Path, opts: OpenOptions, engine: EngineOptions) -> Result<Store> {
         let Engine { lock, parts } = open_engine(dir, opts.create)?;
         crate::migrate::prepare(&parts, opts.clock.now_ms(), opts.log_retention)?;
         let view: ViewSlot = Arc::new(RwLock::new(Some(Arc::new(SnapView {
@@ -196,7 +75,7 @@ impl Store {
             Arc::clone(&view),
             Arc::clone(&opts.clock),
             dir.to_path_buf(),
-            opts.on_writer_idle,
+            engine.on_writer_idle,
             opts.log_retention,
         );
         let recovery = w.recovery_state();
@@ -226,28 +105,9 @@ impl Store {
         })
     }
 
-    /// Group-commit counters: operations per fsync and fsync latency.
-    pub fn commit_stats(&self) -> CommitStats {
-        self.inner.counters.snapshot()
-    }
-
-    /// Flush, stop the writer, release the lock. Operations already submitted finish first.
-    ///
-    /// # Errors
-    /// `Engine` when the final flush fails.
-    pub fn close(self) -> Result<()> {
-        self.inner.shutdown()
-    }
-
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
-    }
-
-    /// How often the writer reopened the database after a failed write (fjall refuses writes
-    /// after one until reopened; the store does it in-process, without a restart).
-    pub fn reopen_count(&self) -> u64 {
-        self.inner.recovery.reopens.load(Ordering::Relaxed)
     }
 
     /// Test hook: report the next `n` commit groups' fsync as failed (their batch is committed
@@ -290,7 +150,8 @@ impl Store {
 }
 
 impl Inner {
-    fn shutdown(&self) -> Result<()> {
+    /// Flush, stop the writer, release the lock (`RelayStore::close`, and the last drop).
+    pub(crate) fn shutdown(&self) -> Result<()> {
         // Dropping the last sender ends the writer after it answered what is queued.
         if let Ok(mut s) = self.sender.lock() {
             s.take();

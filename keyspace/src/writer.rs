@@ -23,15 +23,19 @@ use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use fjall::{PersistMode, Slice};
 
-use crate::api::{Clock, LogRetention, Result, StoreError, WRITER_IDLE};
 use crate::commit_stats::CommitCounters;
+use crate::ops::oplog::{LogStage, LogTx};
 use crate::parts::{Part, Parts};
-use crate::reader::{Reader, SnapView};
+use crate::reader::{Reader, SnapView, ViewSlot};
 use crate::recover::{self, Recovery};
+use relay_store::{Clock, LogRetention, Result, StoreError};
+
+/// How long the writer waits for work before it counts as idle.
+pub const WRITER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Most jobs answered by one fsync.
 pub(crate) const MAX_GROUP: usize = 1024;
@@ -50,9 +54,6 @@ pub(crate) type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
 /// A job: runs on the writer thread against the group's view and returns its reply. `None`:
 /// the group cannot run (the store is recovering from a failed write); the job only answers.
 pub(crate) type Job = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> Reply + Send>;
-
-/// The published durable read view (None once the store is closed).
-pub(crate) type ViewSlot = Arc<RwLock<Option<Arc<SnapView>>>>;
 
 /// Partitions whose point reads the writer caches across groups. Safe because the writer is
 /// the only one who writes them; the cache is refreshed from each committed group and
@@ -140,7 +141,7 @@ impl Reader for Tx<'_> {
                 return Ok(v.clone());
             }
         }
-        self.parts.ks(part).get(key).map_err(crate::engine)
+        self.parts.ks(part).get(key).map_err(crate::engine_error)
     }
 
     fn range(
@@ -183,7 +184,8 @@ impl Tx<'_> {
                 Some(g) => {
                     scanned.set(scanned.get() + 1);
                     Ok(Some(
-                        g.into_inner_if(|k| want_value(k)).map_err(crate::engine)?,
+                        g.into_inner_if(|k| want_value(k))
+                            .map_err(crate::engine_error)?,
                     ))
                 }
                 None => Ok(None),
@@ -284,7 +286,7 @@ pub(crate) struct Writer {
     recovery: Recovery,
     /// Group sizes and fsync latencies, read by `Store::commit_stats`.
     pub counters: Arc<CommitCounters>,
-    /// Runs when the writer goes idle ([`crate::OpenOptions::on_writer_idle`]).
+    /// Runs when the writer goes idle ([`crate::EngineOptions::on_writer_idle`]).
     on_idle: Option<fn()>,
     /// Bytes of keys and values committed since the memtables were last flushed at idle.
     unflushed: u64,
@@ -478,5 +480,23 @@ impl Writer {
         self.counters
             .fsync(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
         Ok(bytes)
+    }
+}
+
+impl LogStage for Tx<'_> {
+    fn stage_put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
+        self.put(part, key, value);
+    }
+    fn stage_del(&mut self, part: Part, key: &[u8]) {
+        self.del(part, key);
+    }
+}
+
+impl LogTx for Tx<'_> {
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+    fn log_retention(&self) -> LogRetention {
+        self.log_retention
     }
 }

@@ -1,25 +1,45 @@
-//! `impl RelayStore for PgStore`: the trait calls the store's operations (`ops/`) of the same
-//! names (`relay_store::delegate_relay_store!`, the one list of them). An operation this backend
-//! did not implement would answer a clear error, never a wrong answer, and be named in
+//! `impl RelayStore for PgStore`, the one place this backend states the trait's methods: each
+//! calls its operation in `ops/` (one file per group). An operation this backend did not
+//! implement would answer a clear error, never a wrong answer, and be named in
 //! [`UNIMPLEMENTED`] (empty now: backup was the last).
 
+use std::io::Write;
 use std::sync::Arc;
 
 use relay_store::{
-    Admission, ChallengeBook, CommitStats, Enrolment, Key32, Pending, ProcessRow, Result,
-    StoreEvents,
+    AckOutcome, Admission, BackupError, BackupSummary, ChallengeBook, CommitStats, Cursor,
+    DedupRow, DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome, EnrolRequest, Enrolment,
+    HostFilter, HostRow, IdleReport, InsertOutcome, InsertRequest, Key32, LogVerdict, Meta,
+    NoticeFn, OpEntry, Page, Pending, ProcessRow, Quotas, RebindOutcome, RelayStore, Result,
+    RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome, Stats, StoreEvents, SweepReport,
+    Usage,
 };
 
 use crate::ops::lease::PgChallenges;
+use crate::ops::{
+    admin, admission, backup, dump, enrol, lease, lists, meta, oplog, process, queue, rebind, sweep,
+};
 use crate::store::PgStore;
 
 /// The operations this backend does not implement yet; `serve --store postgres://` names them
 /// at start when there are any.
 pub const UNIMPLEMENTED: &[&str] = &[];
 
-relay_store::delegate_relay_store!(PgStore {
+impl RelayStore for PgStore {
+    fn meta(&self) -> Result<Meta> {
+        meta::meta(self)
+    }
+    fn pin_relay_pubkey(&self, pk: Key32) -> Pending<()> {
+        meta::pin_relay_pubkey(self, pk)
+    }
+    fn rotate_epoch(&self, reason: &str) -> Pending<String> {
+        meta::rotate_epoch(self, reason)
+    }
+    fn heartbeat(&self, now_ms: u64) -> Pending<()> {
+        meta::heartbeat(self, now_ms)
+    }
     fn try_lease(&self, name: &str, holder: &str, ttl_ms: u64) -> Pending<bool> {
-        PgStore::try_lease(self, name, holder, ttl_ms)
+        lease::try_lease(self, name, holder, ttl_ms)
     }
     fn shared_challenges(&self) -> Option<Arc<dyn ChallengeBook>> {
         Some(PgChallenges::shared(self))
@@ -28,28 +48,157 @@ relay_store::delegate_relay_store!(PgStore {
         Some(self.start_watch())
     }
     fn beat_process(&self, row: ProcessRow) -> Pending<()> {
-        PgStore::beat_process(self, row)
+        process::beat_process(self, row)
     }
     fn leave_process(&self, id: &str) -> Pending<()> {
-        PgStore::leave_process(self, id)
+        process::leave_process(self, id)
     }
     fn processes(&self) -> Result<Vec<ProcessRow>> {
-        PgStore::processes(self)
+        process::processes(self)
     }
     fn queue_heads(&self, keys: &[Key32]) -> Result<Vec<(Key32, u64)>> {
-        PgStore::queue_heads(self, keys)
+        process::queue_heads(self, keys)
     }
-    fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
-        PgStore::live_keys(self, keys)
+    fn enrol(&self, req: EnrolRequest) -> Pending<EnrolOutcome> {
+        enrol::enrol(self, req)
+    }
+    fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
+        enrol::enrolment(self, key)
+    }
+    fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        enrol::live_enrolments_by_name(self, name, limit)
     }
     fn enrolment_async(&self, key: &Key32) -> Pending<Option<Enrolment>> {
-        PgStore::enrolment_async(self, key)
+        enrol::enrolment_async(self, key)
+    }
+    fn live_enrolment_count(&self) -> Result<u64> {
+        enrol::live_enrolment_count(self)
+    }
+    fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        enrol::enrolments_by_fingerprint(self, prefix, limit)
+    }
+    fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
+        enrol::live_keys(self, keys)
+    }
+    fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Pending<u64> {
+        enrol::record_seen(self, seen)
+    }
+    fn expire_idle(
+        &self,
+        now_ms: u64,
+        idle_ms: u64,
+        after: Option<Key32>,
+        max: usize,
+    ) -> Pending<IdleReport> {
+        admin::expire_idle(self, now_ms, idle_ms, after, max)
+    }
+    fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome> {
+        rebind::rebind(self, old, new)
+    }
+    fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Pending<RevokeOutcome> {
+        rebind::revoke_key(self, req, notice)
+    }
+    fn hosts(
+        &self,
+        filter: &HostFilter,
+        each: &mut dyn FnMut(&HostRow) -> Result<()>,
+    ) -> Result<u64> {
+        admin::hosts(self, filter, each)
+    }
+    fn put_enc_ad(&self, ad: EncAd) -> Pending<()> {
+        lists::put_enc_ad(self, ad)
+    }
+    fn put_enc_ad_v2(&self, ad: EncAdV2) -> Pending<bool> {
+        lists::put_enc_ad_v2(self, ad)
+    }
+    fn enc_ad(&self, key: &Key32) -> Result<Option<EncAd>> {
+        lists::enc_ad(self, key)
+    }
+    fn enc_ads(&self, key: &Key32) -> Result<EncAds> {
+        lists::enc_ads(self, key)
+    }
+    fn put_sender_list(&self, list: SenderList) -> Pending<SenderListOutcome> {
+        lists::put_sender_list(self, list)
+    }
+    fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>> {
+        lists::sender_list(self, target)
     }
     fn admission(&self, target: &Key32) -> Result<Admission> {
-        PgStore::admission(self, target)
+        admission::admission(self, target)
     }
     fn admissions(&self, targets: &[Key32]) -> Pending<Vec<Admission>> {
-        PgStore::admissions(self, targets)
+        admission::admissions(self, targets)
+    }
+    fn insert(&self, req: InsertRequest) -> Pending<InsertOutcome> {
+        queue::insert(self, req)
+    }
+    fn insert_many(&self, reqs: Vec<InsertRequest>) -> Pending<Vec<InsertOutcome>> {
+        queue::insert_many(self, reqs)
+    }
+    fn dedup(&self, sender: &Key32, item_id: &str, target: &Key32) -> Result<Option<DedupRow>> {
+        queue::dedup(self, sender, item_id, target)
+    }
+    fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
+        queue::pull(self, target, after, limit, max_bytes)
+    }
+    fn cursor(&self, target: &Key32) -> Result<Cursor> {
+        queue::cursor(self, target)
+    }
+    fn usage_target(&self, target: &Key32) -> Result<Usage> {
+        queue::usage_target(self, target)
+    }
+    fn usage_sender(&self, sender: &Key32, target: &Key32) -> Result<Usage> {
+        queue::usage_sender(self, sender, target)
+    }
+    fn usage_account(&self, account: &str) -> Result<Usage> {
+        queue::usage_account(self, account)
+    }
+    fn ack(&self, target: &Key32, through: u64) -> Pending<AckOutcome> {
+        queue::ack(self, target, through)
+    }
+    fn delete_item(&self, target: &Key32, seq: u64) -> Pending<bool> {
+        queue::delete_item(self, target, seq)
+    }
+    fn sweep(
+        &self,
+        now_ms: u64,
+        dedup_horizon_ms: u64,
+        quotas: Quotas,
+        retention_ms: u64,
+        max: usize,
+        notice: NoticeFn,
+    ) -> Pending<SweepReport> {
+        sweep::sweep(
+            self,
+            now_ms,
+            dedup_horizon_ms,
+            quotas,
+            retention_ms,
+            max,
+            notice,
+        )
+    }
+    fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
+        oplog::log_op(self, kind, detail)
+    }
+    fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
+        oplog::ops(self, limit)
+    }
+    fn verify_log(&self) -> Result<LogVerdict> {
+        oplog::verify_log(self)
+    }
+    fn stats(&self) -> Result<Stats> {
+        admin::stats(self)
+    }
+    fn dump(&self, out: &mut dyn Write, opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
+        dump::dump(self, out, opts)
+    }
+    fn backup_to(
+        &self,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<BackupSummary, BackupError> {
+        backup::backup_to(self, out, progress)
     }
     fn commit_stats(&self) -> CommitStats {
         CommitStats::default()
@@ -61,4 +210,4 @@ relay_store::delegate_relay_store!(PgStore {
         self.inner.shutdown();
         Ok(())
     }
-});
+}

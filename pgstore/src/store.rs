@@ -19,7 +19,7 @@ use crate::db::Db;
 /// stays multi-thread, so `block_in_place` hands the worker on.
 const RUNTIME_THREADS: usize = 1;
 
-/// A relay store on PostgreSQL. Cheap to clone; [`PgStore::close`] or the last drop stops it.
+/// A relay store on PostgreSQL. Cheap to clone; `RelayStore::close` or the last drop stops it.
 #[derive(Clone)]
 pub struct PgStore {
     pub(crate) inner: Arc<Inner>,

@@ -12,7 +12,7 @@
 //!
 //! The final line exists because a stream cut short must never pass for a complete one.
 
-use relay_store::PARTITIONS;
+use relay_keyspace::PARTITIONS;
 
 /// The socket's file name inside the store directory.
 pub(crate) const SOCKET_NAME: &str = "admin.sock";

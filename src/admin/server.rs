@@ -343,6 +343,7 @@ fn write_line(out: &mut dyn Write, v: &Value) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use relay_store::RelayStore;
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
 

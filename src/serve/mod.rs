@@ -21,7 +21,7 @@ use relay_store::{OpenOptions, SystemClock};
 
 use crate::http::tls::Tls;
 use crate::http::{service, App, TrustProxy};
-use crate::store_open::{open_store, StoreSpec};
+use crate::store_open::{open_store, open_store_with, StoreSpec};
 use relay_core::{key, startup, Limits};
 use relay_os::private::{require_private, Kind};
 use relay_wire::keys::fingerprint;
@@ -339,13 +339,16 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let store = {
         let spec = config.store.clone();
         let opts = OpenOptions {
-            on_writer_idle: Some(crate::memory::collect_idle_thread),
             log_retention: config.log_retention,
             ..OpenOptions::default()
         };
+        let engine = relay_keyspace::EngineOptions {
+            on_writer_idle: Some(crate::memory::collect_idle_thread),
+        };
         crate::notify::notify("STATUS=opening the store");
         let ticker = tokio::spawn(opening_status());
-        let opened = tokio::task::spawn_blocking(move || open_store(&spec, opts)).await;
+        let opened =
+            tokio::task::spawn_blocking(move || open_store_with(&spec, opts, engine)).await;
         ticker.abort();
         opened
             .map_err(|e| format!("store open task failed: {e}"))?

@@ -29,7 +29,6 @@ pub mod backup;
 mod commit_stats;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod delegate;
 mod fingerprint;
 pub mod log_text;
 pub mod notice;

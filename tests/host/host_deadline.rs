@@ -4,6 +4,7 @@
 //! "undelivered/unconfirmed" alert for ever.
 
 use crate::host_util;
+use relay_keyspace::RelayStore;
 
 use std::time::Duration;
 

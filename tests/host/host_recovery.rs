@@ -3,6 +3,7 @@
 //! leaving every message in the inbox exactly once; and the relay's expiry notice.
 
 use crate::host_util;
+use relay_keyspace::RelayStore;
 
 use std::path::Path;
 use std::process::Command;

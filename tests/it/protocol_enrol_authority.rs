@@ -8,6 +8,7 @@
 //! → allow inside A; `{"deny":R}` → refuse with reason R; `{"fail":true}` → unavailable;
 //! `{"panic":true}` → panics.
 use crate::common;
+use relay_keyspace::RelayStore;
 
 use common::{backend_tests, Backend};
 

@@ -2,41 +2,35 @@
 //! acked_through) and single-item delete.
 
 use std::ops::Bound;
-use std::sync::Arc;
 
-use crate::api::rules;
-use crate::api::{AckOutcome, Key32, Pending, Result, StoreError};
 use crate::codec::{self, ItemView};
 use crate::parts::Part;
 use crate::pulled::PulledHints;
 use crate::reader;
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules;
+use relay_store::{AckOutcome, Key32, Result, StoreError};
 
 use super::queue;
 
-impl Store {
-    /// Delete the target's items with seq <= through and record acked_through.
-    pub fn ack(&self, target: &Key32, through: u64) -> Pending<AckOutcome> {
-        let target = *target;
-        let pulled = Arc::clone(&self.inner.pulled);
-        self.submit(move |tx| ack(tx, &target, through, &pulled))
-    }
-
-    /// Delete one queued item (and its usage and expiry rows); false if it was not queued.
-    pub fn delete_item(&self, target: &Key32, seq: u64) -> Pending<bool> {
-        let target = *target;
-        self.submit(move |tx| match reader::item(tx, &target, seq)? {
-            Some(rec) => {
-                queue::remove_item(tx, &target, seq, &rec)?;
-                Ok(true)
-            }
-            None => Ok(false),
-        })
+/// Delete one queued item (and its usage and expiry rows); `false` if it was not queued.
+pub(crate) fn delete_item(tx: &mut Tx<'_>, target: &Key32, seq: u64) -> Result<bool> {
+    match reader::item(tx, target, seq)? {
+        Some(rec) => {
+            queue::remove_item(tx, target, seq, &rec)?;
+            Ok(true)
+        }
+        None => Ok(false),
     }
 }
 
-fn ack(tx: &mut Tx<'_>, target: &Key32, through: u64, pulled: &PulledHints) -> Result<AckOutcome> {
+/// Delete the target's items with seq <= through and record acked_through.
+pub(crate) fn ack(
+    tx: &mut Tx<'_>,
+    target: &Key32,
+    through: u64,
+    pulled: &PulledHints,
+) -> Result<AckOutcome> {
     let head = reader::head(tx, target)?;
     let old = reader::acked_through(tx, target)?;
     let old = match rules::ack::decide(head, old, through) {

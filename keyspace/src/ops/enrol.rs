@@ -4,25 +4,18 @@
 //! and the same-name rows, and writes what the rule decided. A first enrolment and a
 //! re-enrolment that changes anything are recorded in the relay log.
 
-use crate::api::rules::{self, enrol::Step};
-use crate::api::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Pending, Result};
 use crate::codec::{self, meta_key};
 use crate::parts::Part;
 use crate::reader::{self, meta_u64};
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules::{self, enrol::Step};
+use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 
 use super::oplog;
 
-impl Store {
-    /// Enrol (idempotent; never clears a revocation; a weaker authority never overwrites a
-    /// stronger one's account; name unique only inside a proven account).
-    pub fn enrol(&self, req: EnrolRequest) -> Pending<EnrolOutcome> {
-        self.submit(move |tx| enrol(tx, req))
-    }
-}
-
-fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
+/// Enrol (idempotent; never clears a revocation; a weaker authority never overwrites a
+/// stronger one's account; name unique only inside a proven account).
+pub(crate) fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
     let stored = reader::enrolment(tx, &req.host_pubkey)?;
     let max_live = req.max_live;
     let (new, first) = match rules::enrol::decide(stored.as_ref(), req, live_count(tx)?, tx.now_ms)

@@ -6,40 +6,27 @@
 
 use std::ops::Bound;
 
-use crate::api::rules;
-use crate::api::{Enrolment, IdleReport, Key32, Pending, Result};
 use crate::codec::{self, meta_key, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules;
+use relay_store::{Enrolment, IdleReport, Key32, Result};
 
 use super::{enrol, lists, oplog, seen};
 
-impl Store {
-    /// Look at up to `max` enrolment rows after `after` (from the start when `None`) and delete
-    /// each live one last seen `idle_ms` or more before `now_ms` whose queue is empty. One
-    /// atomic operation, logged (`expire-idle`, with the count) when it deleted any;
-    /// `next` says where to continue.
-    pub fn expire_idle(
-        &self,
-        now_ms: u64,
-        idle_ms: u64,
-        after: Option<Key32>,
-        max: usize,
-    ) -> Pending<IdleReport> {
-        let max = max.max(1);
-        self.submit(move |tx| expire_idle(tx, now_ms, idle_ms, after.as_ref(), max))
-    }
-}
-
-fn expire_idle(
+/// Look at up to `max` (at least one) enrolment rows after `after` (from the start when
+/// `None`) and delete each live one last seen `idle_ms` or more before `now_ms` whose queue is
+/// empty. One atomic operation, logged (`expire-idle`, with the count) when it deleted any;
+/// `next` says where to continue.
+pub(crate) fn expire_idle(
     tx: &mut Tx<'_>,
     now_ms: u64,
     idle_ms: u64,
     after: Option<&Key32>,
     max: usize,
 ) -> Result<IdleReport> {
+    let max = max.max(1);
     let start = after.map(codec::enrol_key);
     let lo = match &start {
         Some(k) => Bound::Excluded(k.as_slice()),

@@ -2,29 +2,17 @@
 //! dedup, quotas, seq, expiry, all or nothing); this file answers its reads from the writer's
 //! transaction and writes the rows it decided (item, expiry row, usage, seq head, dedup row).
 
-use crate::api::rules::{self, insert::Scope};
-use crate::api::{DedupRow, InsertOutcome, InsertRequest, Key32, Pending, Result, Usage};
 use crate::codec::{self, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules::{self, insert::Scope};
+use relay_store::{DedupRow, InsertOutcome, InsertRequest, Key32, Result, Usage};
 
 use super::{enrol, queue};
 
-impl Store {
-    /// Insert one item over all its targets atomically: dedup per (sender, item_id, target),
-    /// conflict by wire hash, quotas, seq = max(next_seq, now_ms), usage counters, expiry index.
-    pub fn insert(&self, req: InsertRequest) -> Pending<InsertOutcome> {
-        self.submit(move |tx| insert_one(tx, req))
-    }
-
-    /// Insert several items, each its own atomic operation, all in the same commit group.
-    pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Pending<Vec<InsertOutcome>> {
-        self.submit(move |tx| reqs.into_iter().map(|r| insert_one(tx, r)).collect())
-    }
-}
-
+/// Insert one item over all its targets atomically: dedup per (sender, item_id, target),
+/// conflict by wire hash, quotas, seq = max(next_seq, now_ms), usage counters, expiry index.
 /// One insert as one logical operation: anything but `Stored` leaves no trace (the rule decides
 /// before anything is written; the savepoint undoes a write that fails halfway).
 pub(crate) fn insert_one(tx: &mut Tx<'_>, req: InsertRequest) -> Result<InsertOutcome> {

@@ -2,35 +2,27 @@
 //! (`sender_index`: which targets' lists name a sender) that every list write keeps in step. The
 //! rules (newer wins, the index difference, swapping a key out) are relay-store's `rules::lists`.
 
-use crate::api::rules;
-use crate::api::{EncAd, Key32, Pending, Result, SenderList, SenderListOutcome};
 use crate::codec;
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules;
+use relay_store::{EncAd, Key32, Result, SenderList, SenderListOutcome};
 
-impl Store {
-    /// Store a (verified) enc ad, replacing the previous one of that key.
-    pub fn put_enc_ad(&self, ad: EncAd) -> Pending<()> {
-        self.submit(move |tx| {
-            tx.put(Part::EncAds, &ad.host_pubkey, codec::enc(&ad));
-            Ok(())
-        })
-    }
+/// Store a (verified) enc ad, replacing the previous one of that key.
+pub(crate) fn put_enc_ad(tx: &mut Tx<'_>, ad: &EncAd) {
+    tx.put(Part::EncAds, &ad.host_pubkey, codec::enc(ad));
+}
 
-    /// Store a (verified) sender list if strictly newer than the stored one (an equal `iat`
-    /// is `NotNewer`: the first list of a given time stays).
-    pub fn put_sender_list(&self, list: SenderList) -> Pending<SenderListOutcome> {
-        self.submit(move |tx| {
-            let stored = reader::sender_list(tx, &list.target)?;
-            if !rules::lists::accepts(stored.as_ref(), &list) {
-                return Ok(SenderListOutcome::NotNewer);
-            }
-            write_list(tx, &list.target, Some(&list))?;
-            Ok(SenderListOutcome::Stored)
-        })
+/// Store a (verified) sender list if strictly newer than the stored one (an equal `iat`
+/// is `NotNewer`: the first list of a given time stays).
+pub(crate) fn put_sender_list(tx: &mut Tx<'_>, list: &SenderList) -> Result<SenderListOutcome> {
+    let stored = reader::sender_list(tx, &list.target)?;
+    if !rules::lists::accepts(stored.as_ref(), list) {
+        return Ok(SenderListOutcome::NotNewer);
     }
+    write_list(tx, &list.target, Some(list))?;
+    Ok(SenderListOutcome::Stored)
 }
 
 /// Put (`Some`) or delete (`None`) `target`'s list, and in the same batch add and remove the

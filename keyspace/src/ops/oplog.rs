@@ -16,12 +16,10 @@ use std::ops::Bound;
 
 use fjall::Readable;
 
-use crate::api::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Pending, Result};
 use crate::codec::{self, meta_key, StoredOp};
 use crate::parts::Part;
 use crate::reader::{meta_u64, Reader, SnapView};
-use crate::writer::Tx;
-use crate::Store;
+use relay_store::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
 
 /// What appending needs: point reads that see the writes staged so far, and staging.
 pub(crate) trait LogStage: Reader {
@@ -29,20 +27,20 @@ pub(crate) trait LogStage: Reader {
     fn stage_del(&mut self, part: Part, key: &[u8]);
 }
 
-impl LogStage for Tx<'_> {
-    fn stage_put(&mut self, part: Part, key: &[u8], value: Vec<u8>) {
-        self.put(part, key, value);
-    }
-    fn stage_del(&mut self, part: Part, key: &[u8]) {
-        self.del(part, key);
-    }
+/// A [`LogStage`] that knows the operation's time and the store's log bounds: the writer's
+/// transaction (`writer::Tx`), through which every operation appends.
+pub(crate) trait LogTx: LogStage {
+    /// The operation's time (ms).
+    fn now_ms(&self) -> u64;
+    /// How long and how many entries the store keeps.
+    fn log_retention(&self) -> LogRetention;
 }
 
 use relay_store::rules::log::{self as rule, Admission, Trim};
 
 /// Append an entry inside the current operation (dropping entries beyond the store's bounds).
-pub(crate) fn append(tx: &mut Tx<'_>, kind: &str, detail: &str) -> Result<()> {
-    let (at_ms, keep) = (tx.now_ms, tx.log_retention);
+pub(crate) fn append<T: LogTx>(tx: &mut T, kind: &str, detail: &str) -> Result<()> {
+    let (at_ms, keep) = (tx.now_ms(), tx.log_retention());
     append_at(tx, at_ms, keep, kind, detail)
 }
 
@@ -99,7 +97,7 @@ fn oldest_is_enrolment(r: &impl Reader, first: u64) -> Result<bool> {
 pub(crate) fn count_enrolment_entries(parts: &crate::parts::Parts) -> Result<u64> {
     let mut n = 0;
     for g in parts.ks(Part::Ops).iter() {
-        let (_, v) = g.into_inner().map_err(crate::engine)?;
+        let (_, v) = g.into_inner().map_err(crate::engine_error)?;
         n += u64::from(rule::is_enrolment_entry(
             &codec::dec::<StoredOp>(&v, "ops")?.kind,
         ));
@@ -190,7 +188,7 @@ impl ChainCheck {
 pub(crate) fn verify(v: &SnapView) -> Result<LogVerdict> {
     let mut check = ChainCheck::new(checkpoint(v)?);
     for g in v.snap.iter(v.parts.ks(Part::Ops)) {
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         if !check.row(&k, &val) {
             break;
         }
@@ -208,7 +206,7 @@ pub(crate) fn newest(v: &SnapView, limit: usize) -> Result<Vec<OpEntry>> {
         if out.len() >= limit {
             break;
         }
-        let (k, val) = g.into_inner().map_err(crate::engine)?;
+        let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let e: StoredOp = codec::dec(&val, "ops")?;
         out.push(OpEntry {
             seq: codec::ops_key_parse(&k).unwrap_or(u64::MAX),
@@ -219,29 +217,4 @@ pub(crate) fn newest(v: &SnapView, limit: usize) -> Result<Vec<OpEntry>> {
         });
     }
     Ok(out)
-}
-
-impl Store {
-    /// Append to the relay log (the store's [`LogRetention`] bounds it).
-    pub fn log_op(&self, kind: &str, detail: &str) -> Pending<()> {
-        let (kind, detail) = (kind.to_string(), detail.to_string());
-        self.submit(move |tx| append(tx, &kind, &detail))
-    }
-
-    /// The relay log, newest first, at most `limit` entries.
-    ///
-    /// # Errors
-    /// `Closed`, `Corrupt`, `Engine`.
-    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
-        newest(&*self.view()?, limit)
-    }
-
-    /// Recompute the relay log's hash chain from its checkpoint over the durable snapshot and
-    /// name the first entry that does not match.
-    ///
-    /// # Errors
-    /// `Closed`, `Corrupt` (meta's log records do not decode), `Engine`.
-    pub fn verify_log(&self) -> Result<LogVerdict> {
-        verify(&*self.view()?)
-    }
 }

@@ -4,11 +4,11 @@
 //! in the same operation as the items they count, and a dedup row's horizon starts in the same
 //! operation as its item leaves the queue.
 
-use crate::api::{DedupRow, Key32, Result, Usage};
 use crate::codec::{self, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::reader;
 use crate::writer::Tx;
+use relay_store::{DedupRow, Key32, Result, Usage};
 
 /// The usage scopes an item is charged to.
 pub(crate) fn scopes(target: &Key32, sender: &Key32, account: Option<&str>) -> Vec<UsageScope> {
@@ -116,7 +116,7 @@ pub(crate) fn unlink_item(tx: &mut Tx<'_>, target: &Key32, seq: u64, expires_at_
 /// Allocate the next seq of a target: `max(head + 1, now_ms)`, never reused.
 pub(crate) fn alloc_seq(tx: &mut Tx<'_>, target: &Key32) -> Result<u64> {
     let head = reader::head(tx, target)?;
-    let seq = crate::api::rules::seq::next(head, tx.now_ms);
+    let seq = relay_store::rules::seq::next(head, tx.now_ms);
     tx.put(Part::Seqs, target, codec::enc(&seq));
     Ok(seq)
 }

@@ -5,13 +5,12 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 
-use crate::api::rules::rotation;
-use crate::api::{log_text, DedupRow, Enrolment, Key32, Pending, RebindOutcome, Result};
 use crate::codec::{self, meta_key, ItemRecord};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules::rotation;
+use relay_store::{log_text, DedupRow, Enrolment, Key32, RebindOutcome, Result};
 
 use super::{enrol, lists, oplog, queue, seen};
 
@@ -19,19 +18,13 @@ use super::{enrol, lists, oplog, queue, seen};
 /// bounded by enrolments).
 pub(crate) const MAX_LISTS: usize = 1_000_000;
 
-impl Store {
-    /// Key rotation: the new key takes the old one's name, account and authority; the old queue
-    /// is re-sequenced in order after the new key's own items (dedup rows and usage move); the old
-    /// enc ad goes; its sender list moves; other lists swap old for new; the old key is revoked.
-    ///
-    /// An old item whose (sender, item_id) the new key already holds a dedup row for is not
-    /// moved (the new key has that item already) and is dropped with the old queue.
-    pub fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome> {
-        self.submit(move |tx| rebind(tx, &old, &new))
-    }
-}
-
-fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
+/// Key rotation: the new key takes the old one's name, account and authority; the old queue
+/// is re-sequenced in order after the new key's own items (dedup rows and usage move); the old
+/// enc ad goes; its sender list moves; other lists swap old for new; the old key is revoked.
+///
+/// An old item whose (sender, item_id) the new key already holds a dedup row for is not
+/// moved (the new key has that item already) and is dropped with the old queue.
+pub(crate) fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     let n = reader::enrolment(tx, new)?;
     let o = match rotation::check(old, new, reader::enrolment(tx, old)?, n.as_ref()) {
         Ok(o) => o,
@@ -50,7 +43,7 @@ fn rebind(tx: &mut Tx<'_>, old: &Key32, new: &Key32) -> Result<RebindOutcome> {
     revoke_key(tx, &o)?;
     // Last seen moves with the key: the rotation is a sighting of the new key.
     seen::del(tx, old);
-    seen::put(tx, new, crate::api::utc_day(tx.now_ms));
+    seen::put(tx, new, relay_store::utc_day(tx.now_ms));
     oplog::append(tx, "rotate-key", &log_text::rotated(old, new, moved))?;
     Ok(RebindOutcome::Moved { moved })
 }

@@ -5,29 +5,26 @@
 
 use std::ops::Bound;
 
-use crate::api::rules::revoke::Revocation;
-use crate::api::{ExpiredItem, NoticeFn, Pending, Result, RevokeOutcome, RevokeRequest};
 use crate::codec::{self, ItemRecord, UsageScope};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules::revoke::Revocation;
+use relay_store::{ExpiredItem, NoticeFn, Result, RevokeOutcome, RevokeRequest};
 
 use super::{lists, oplog, queue, rebind, sweep};
 
 /// Items read per range call while purging (bounds the wire bytes held at once, not the batch).
 const PURGE_CHUNK: usize = 256;
 
-impl Store {
-    /// Revoke (`req.revoke`) and/or purge (`req.purge`) one key in one atomic batch, recorded
-    /// in the relay log with the admin's uid, the reason and the counts (in the order
-    /// `rules::revoke::Revocation` gives).
-    pub fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Pending<RevokeOutcome> {
-        self.submit(move |tx| revoke_key(tx, &req, &notice))
-    }
-}
-
-fn revoke_key(tx: &mut Tx<'_>, req: &RevokeRequest, notice: &NoticeFn) -> Result<RevokeOutcome> {
+/// Revoke (`req.revoke`) and/or purge (`req.purge`) one key in one atomic batch, recorded
+/// in the relay log with the admin's uid, the reason and the counts (in the order
+/// `rules::revoke::Revocation` gives).
+pub(crate) fn revoke_key(
+    tx: &mut Tx<'_>,
+    req: &RevokeRequest,
+    notice: &NoticeFn,
+) -> Result<RevokeOutcome> {
     let mut rev = match Revocation::start(req, reader::enrolment(tx, &req.key)?) {
         Ok(rev) => rev,
         Err(outcome) => return Ok(outcome),

@@ -2,34 +2,29 @@
 //! key (`enrolments`, `0x02 ++ host key`). The relay batches sightings in memory and writes a
 //! key's day at most once per day; a missing row means "seen at enrolment".
 
-use crate::api::rules;
-use crate::api::{Key32, Pending, Result};
 use crate::codec;
 use crate::parts::Part;
 use crate::reader::Reader;
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules;
+use relay_store::{Key32, Result};
 
 use super::enrol;
 
-impl Store {
-    /// Record that each key was seen on its day, in one atomic operation
-    /// (`rules::seen::advances`: a live key only, never moving a day back). Resolves to the
-    /// number of rows written.
-    pub fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Pending<u64> {
-        self.submit(move |tx| {
-            let mut written = 0;
-            for (pk, day) in &seen {
-                let live = enrol::live(tx, pk)?.is_some();
-                if !rules::seen::advances(live, day_of(tx, pk)?, *day) {
-                    continue;
-                }
-                put(tx, pk, *day);
-                written += 1;
-            }
-            Ok(written)
-        })
+/// Record that each key was seen on its day, in one atomic operation
+/// (`rules::seen::advances`: a live key only, never moving a day back). Answers the number of
+/// rows written.
+pub(crate) fn record_seen(tx: &mut Tx<'_>, seen: &[(Key32, u32)]) -> Result<u64> {
+    let mut written = 0;
+    for (pk, day) in seen {
+        let live = enrol::live(tx, pk)?.is_some();
+        if !rules::seen::advances(live, day_of(tx, pk)?, *day) {
+            continue;
+        }
+        put(tx, pk, *day);
+        written += 1;
     }
+    Ok(written)
 }
 
 /// The stored last-seen day of `pk`.

@@ -5,53 +5,32 @@
 
 use std::ops::Bound;
 
-use crate::api::rules::{self, sweep::Prune};
-use crate::api::{ExpiredItem, NoticeFn, Pending, Quotas, Result, SweepReport};
 use crate::codec::{self, EXPIRY_DEDUP, EXPIRY_ITEM};
 use crate::parts::Part;
 use crate::reader::{self, Reader};
 use crate::writer::Tx;
-use crate::Store;
+use relay_store::rules::{self, sweep::Prune};
+use relay_store::{ExpiredItem, NoticeFn, Quotas, Result, SweepReport};
 
 use super::{insert, queue};
 
 /// Parameters of one sweep call.
-struct SweepArgs {
-    now_ms: u64,
-    dedup_horizon_ms: u64,
-    quotas: Quotas,
-    retention_ms: u64,
-    max: usize,
+pub(crate) struct SweepArgs {
+    pub(crate) now_ms: u64,
+    pub(crate) dedup_horizon_ms: u64,
+    pub(crate) quotas: Quotas,
+    pub(crate) retention_ms: u64,
+    /// Items at most (at least one).
+    pub(crate) max: usize,
 }
 
-impl Store {
-    /// Expire items with expires_at <= now (through the `expiry` index), each deletion in the
-    /// same batch as its notice (built by `notice`, inserted with dedup and quotas, skipped when
-    /// the sender is not enrolled, its queue is full or it was already told), and prune dedup rows
-    /// whose item left its queue (acked, expired, purged, deleted) before `dedup_horizon_ms`; a
-    /// queued item's dedup row is never pruned. At most `max` items per call (`more` says whether
-    /// to call again).
-    pub fn sweep(
-        &self,
-        now_ms: u64,
-        dedup_horizon_ms: u64,
-        quotas: Quotas,
-        retention_ms: u64,
-        max: usize,
-        notice: NoticeFn,
-    ) -> Pending<SweepReport> {
-        let args = SweepArgs {
-            now_ms,
-            dedup_horizon_ms,
-            quotas,
-            retention_ms,
-            max: max.max(1),
-        };
-        self.submit(move |tx| sweep(tx, &args, &notice))
-    }
-}
-
-fn sweep(tx: &mut Tx<'_>, a: &SweepArgs, notice: &NoticeFn) -> Result<SweepReport> {
+/// Expire items with expires_at <= now (through the `expiry` index), each deletion in the
+/// same batch as its notice (built by `notice`, inserted with dedup and quotas, skipped when
+/// the sender is not enrolled, its queue is full or it was already told), and prune dedup rows
+/// whose item left its queue (acked, expired, purged, deleted) before `dedup_horizon_ms`; a
+/// queued item's dedup row is never pruned. At most `max` items per call (`more` says whether
+/// to call again).
+pub(crate) fn sweep(tx: &mut Tx<'_>, a: &SweepArgs, notice: &NoticeFn) -> Result<SweepReport> {
     let mut report = SweepReport::default();
     expire(tx, a, notice, &mut report)?;
     prune_dedup(tx, a, &mut report)?;
@@ -117,11 +96,11 @@ pub(crate) fn notify(
     now_ms: u64,
 ) -> Result<bool> {
     // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
-    let Some(req) = crate::api::notice::notice_request(gone, notice, quotas, retention_ms, now_ms)
+    let Some(req) = relay_store::notice::notice_request(gone, notice, quotas, retention_ms, now_ms)
     else {
         return Ok(false);
     };
-    Ok(crate::api::notice::notice_queued(&insert::insert_one(
+    Ok(relay_store::notice::notice_queued(&insert::insert_one(
         tx, req,
     )?))
 }

@@ -100,17 +100,17 @@ fn count_idle() {
     IDLE_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// `OpenOptions::on_writer_idle` runs on the writer every `WRITER_IDLE` while no job comes (the
+/// `EngineOptions::on_writer_idle` runs on the writer every `WRITER_IDLE` while no job comes (the
 /// relay returns allocator pages there), and the store serves normally around it.
 #[test]
 fn writer_runs_the_idle_hook_only_while_idle() {
     use std::sync::atomic::Ordering::SeqCst;
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(
+    let store = Store::open_with(
         dir.path(),
-        OpenOptions {
+        OpenOptions::default(),
+        EngineOptions {
             on_writer_idle: Some(count_idle),
-            ..OpenOptions::default()
         },
     )
     .unwrap();

@@ -9,23 +9,21 @@ use crate::ops::lists::{list_from_row, LIST_COLS};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
-impl PgStore {
-    /// `target`'s enrolment and sender list, from one snapshot.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn admission(&self, target: &Key32) -> Result<Admission> {
-        let read = self.block(read(self.clone(), vec![*target]))?;
-        read.into_iter()
-            .next()
-            .ok_or_else(|| StoreError::Corrupt("admission read: no row".into()))
-    }
+/// `target`'s enrolment and sender list, from one snapshot.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn admission(store: &PgStore, target: &Key32) -> Result<Admission> {
+    let read = store.block(read(store.clone(), vec![*target]))?;
+    read.into_iter()
+        .next()
+        .ok_or_else(|| StoreError::Corrupt("admission read: no row".into()))
+}
 
-    /// Each of `targets`' enrolment and sender list, in `targets` order, from one snapshot;
-    /// the caller awaits it instead of blocking.
-    pub fn admissions(&self, targets: &[Key32]) -> Answer<Vec<Admission>> {
-        self.spawn(read(self.clone(), targets.to_vec()))
-    }
+/// Each of `targets`' enrolment and sender list, in `targets` order, from one snapshot;
+/// the caller awaits it instead of blocking.
+pub(crate) fn admissions(store: &PgStore, targets: &[Key32]) -> Answer<Vec<Admission>> {
+    store.spawn(read(store.clone(), targets.to_vec()))
 }
 
 /// The admission rows of `targets`: one statement, prepared once per connection (every push

@@ -194,96 +194,94 @@ fn meta(r: &Row) -> Result<MetaRecord> {
     })
 }
 
-impl PgStore {
-    /// Stream one snapshot as a format-5 backup to `out`. `progress` gets the bytes written.
-    /// Records nothing itself (callers log the backup).
-    ///
-    /// # Errors
-    /// `Io` when `out` fails, `Store` for database errors.
-    pub fn backup_to(
-        &self,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> std::result::Result<BackupSummary, BackupError> {
-        // Pages of records; `None` marks the end (a stream that stops without it is an error).
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Option<Vec<Record>>>>(4);
-        let s = self.clone();
-        self.spawn_task(async move {
-            let res: Result<()> = async {
-                let mut c = s.inner.db.conn().await?;
-                let t = crate::db::snapshot(&mut c).await?;
-                let m = t
-                    .query_one(
-                        "SELECT epoch, relay_pubkey, heartbeat_ms, created_ms, ops_next, ops_head, \
-                         ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",
-                        &[],
-                    )
+/// Stream one snapshot as a format-5 backup to `out`. `progress` gets the bytes written.
+/// Records nothing itself (callers log the backup).
+///
+/// # Errors
+/// `Io` when `out` fails, `Store` for database errors.
+pub(crate) fn backup_to(
+    store: &PgStore,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> std::result::Result<BackupSummary, BackupError> {
+    // Pages of records; `None` marks the end (a stream that stops without it is an error).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Option<Vec<Record>>>>(4);
+    let s = store.clone();
+    store.spawn_task(async move {
+        let res: Result<()> = async {
+            let mut c = s.inner.db.conn().await?;
+            let t = crate::db::snapshot(&mut c).await?;
+            let m = t
+                .query_one(
+                    "SELECT epoch, relay_pubkey, heartbeat_ms, created_ms, ops_next, ops_head, \
+                     ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",
+                    &[],
+                )
+                .await
+                .map_err(db_err)?;
+            if tx
+                .send(Ok(Some(vec![Record::Meta(meta(&m)?)])))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+            for (sql, each) in queries() {
+                t.batch_execute(&format!("DECLARE backup_rows NO SCROLL CURSOR FOR {sql}"))
                     .await
                     .map_err(db_err)?;
-                if tx
-                    .send(Ok(Some(vec![Record::Meta(meta(&m)?)])))
-                    .await
-                    .is_err()
-                {
-                    return Ok(());
-                }
-                for (sql, each) in queries() {
-                    t.batch_execute(&format!("DECLARE backup_rows NO SCROLL CURSOR FOR {sql}"))
+                loop {
+                    let rows = t
+                        .query(&format!("FETCH {PAGE} FROM backup_rows"), &[])
                         .await
                         .map_err(db_err)?;
-                    loop {
-                        let rows = t
-                            .query(&format!("FETCH {PAGE} FROM backup_rows"), &[])
-                            .await
-                            .map_err(db_err)?;
-                        if rows.is_empty() {
-                            break;
-                        }
-                        let recs = rows.iter().map(each).collect::<Result<Vec<_>>>()?;
-                        if tx.send(Ok(Some(recs))).await.is_err() {
-                            return Ok(()); // the writer stopped
-                        }
+                    if rows.is_empty() {
+                        break;
                     }
-                    t.batch_execute("CLOSE backup_rows").await.map_err(db_err)?;
+                    let recs = rows.iter().map(each).collect::<Result<Vec<_>>>()?;
+                    if tx.send(Ok(Some(recs))).await.is_err() {
+                        return Ok(()); // the writer stopped
+                    }
                 }
-                let _ = tx.send(Ok(None)).await;
-                Ok(())
+                t.batch_execute("CLOSE backup_rows").await.map_err(db_err)?;
             }
-            .await;
-            if let Err(e) = res {
-                let _ = tx.send(Err(e)).await;
-            }
-        });
-        let mut next = || match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| rx.blocking_recv())
-            }
-            _ => rx.blocking_recv(),
-        };
-        let first = next().ok_or(StoreError::Closed)??.unwrap_or_default();
-        let Some(Record::Meta(m)) = first.first() else {
-            return Err(StoreError::Corrupt("the backup did not start with meta".into()).into());
-        };
-        let mut w = BackupWriter::start(
-            out,
-            Header {
-                schema_version: SCHEMA_VERSION,
-                relay_pubkey: m.relay_pubkey,
-                epoch: m.epoch.clone(),
-                created_ms: self.now_ms(),
-                backend: "postgres".into(),
-            },
-        )?;
-        w.record(&first[0])?;
-        // A stream that ends without its end mark (the task failed) is no backup.
-        while let Some(chunk) = next().ok_or(StoreError::Closed)?? {
-            for r in chunk {
-                w.record(&r)?;
-            }
-            progress(w.bytes_written());
+            let _ = tx.send(Ok(None)).await;
+            Ok(())
         }
-        let summary = w.finish()?;
-        progress(summary.file_bytes);
-        Ok(summary)
+        .await;
+        if let Err(e) = res {
+            let _ = tx.send(Err(e)).await;
+        }
+    });
+    let mut next = || match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| rx.blocking_recv())
+        }
+        _ => rx.blocking_recv(),
+    };
+    let first = next().ok_or(StoreError::Closed)??.unwrap_or_default();
+    let Some(Record::Meta(m)) = first.first() else {
+        return Err(StoreError::Corrupt("the backup did not start with meta".into()).into());
+    };
+    let mut w = BackupWriter::start(
+        out,
+        Header {
+            schema_version: SCHEMA_VERSION,
+            relay_pubkey: m.relay_pubkey,
+            epoch: m.epoch.clone(),
+            created_ms: store.now_ms(),
+            backend: "postgres".into(),
+        },
+    )?;
+    w.record(&first[0])?;
+    // A stream that ends without its end mark (the task failed) is no backup.
+    while let Some(chunk) = next().ok_or(StoreError::Closed)?? {
+        for r in chunk {
+            w.record(&r)?;
+        }
+        progress(w.bytes_written());
     }
+    let summary = w.finish()?;
+    progress(summary.file_bytes);
+    Ok(summary)
 }

@@ -60,89 +60,90 @@ fn line(table: &str, pk: &[&str], row: Value) -> String {
     s
 }
 
-impl PgStore {
-    /// Write the tables (or the one `opts.partition` names) as JSON lines from one snapshot;
-    /// answers the rows written per table.
-    ///
-    /// # Errors
-    /// `Corrupt` for an unknown table name, `Engine`, `Io` when `out` fails.
-    pub fn dump(&self, out: &mut dyn Write, opts: &DumpOptions) -> Result<Vec<(String, u64)>> {
-        let tables: Vec<(&'static str, &'static [&'static str])> = match &opts.partition {
-            Some(name) => vec![*TABLES
-                .iter()
-                .find(|(t, _)| t == name)
-                .ok_or_else(|| StoreError::Corrupt(format!("no table named {name:?}")))?],
-            None => TABLES.to_vec(),
-        };
-        let with_wire = opts.with_wire;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Chunk>>(4);
-        let s = self.clone();
-        self.spawn_task(async move {
-            let res: Result<()> = async {
-                let mut c = s.inner.db.conn().await?;
-                let t = crate::db::snapshot(&mut c).await?;
-                for (table, pk) in tables {
-                    let json = if table == "items" && !with_wire {
-                        "to_jsonb(t) - 'wire'"
-                    } else {
-                        "to_jsonb(t)"
-                    };
-                    t.batch_execute(&format!(
-                        "DECLARE dump_rows NO SCROLL CURSOR FOR SELECT {json} FROM {table} t \
-                         ORDER BY {}",
-                        pk.join(", ")
-                    ))
-                    .await
-                    .map_err(db_err)?;
-                    let mut n = 0u64;
-                    loop {
-                        let rows = t
-                            .query(&format!("FETCH {PAGE} FROM dump_rows"), &[])
-                            .await
-                            .map_err(db_err)?;
-                        if rows.is_empty() {
-                            break;
-                        }
-                        let mut lines = String::new();
-                        for r in &rows {
-                            lines.push_str(&line(table, pk, r.get(0)));
-                        }
-                        n += rows.len() as u64;
-                        if tx.send(Ok(Chunk::Lines(lines))).await.is_err() {
-                            return Ok(()); // the reader stopped
-                        }
+/// Write the tables (or the one `opts.partition` names) as JSON lines from one snapshot;
+/// answers the rows written per table.
+///
+/// # Errors
+/// `Corrupt` for an unknown table name, `Engine`, `Io` when `out` fails.
+pub(crate) fn dump(
+    store: &PgStore,
+    out: &mut dyn Write,
+    opts: &DumpOptions,
+) -> Result<Vec<(String, u64)>> {
+    let tables: Vec<(&'static str, &'static [&'static str])> = match &opts.partition {
+        Some(name) => vec![*TABLES
+            .iter()
+            .find(|(t, _)| t == name)
+            .ok_or_else(|| StoreError::Corrupt(format!("no table named {name:?}")))?],
+        None => TABLES.to_vec(),
+    };
+    let with_wire = opts.with_wire;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Chunk>>(4);
+    let s = store.clone();
+    store.spawn_task(async move {
+        let res: Result<()> = async {
+            let mut c = s.inner.db.conn().await?;
+            let t = crate::db::snapshot(&mut c).await?;
+            for (table, pk) in tables {
+                let json = if table == "items" && !with_wire {
+                    "to_jsonb(t) - 'wire'"
+                } else {
+                    "to_jsonb(t)"
+                };
+                t.batch_execute(&format!(
+                    "DECLARE dump_rows NO SCROLL CURSOR FOR SELECT {json} FROM {table} t \
+                     ORDER BY {}",
+                    pk.join(", ")
+                ))
+                .await
+                .map_err(db_err)?;
+                let mut n = 0u64;
+                loop {
+                    let rows = t
+                        .query(&format!("FETCH {PAGE} FROM dump_rows"), &[])
+                        .await
+                        .map_err(db_err)?;
+                    if rows.is_empty() {
+                        break;
                     }
-                    t.batch_execute("CLOSE dump_rows").await.map_err(db_err)?;
-                    if tx.send(Ok(Chunk::Done(table, n))).await.is_err() {
-                        return Ok(());
+                    let mut lines = String::new();
+                    for r in &rows {
+                        lines.push_str(&line(table, pk, r.get(0)));
+                    }
+                    n += rows.len() as u64;
+                    if tx.send(Ok(Chunk::Lines(lines))).await.is_err() {
+                        return Ok(()); // the reader stopped
                     }
                 }
-                Ok(())
-            }
-            .await;
-            if let Err(e) = res {
-                let _ = tx.send(Err(e)).await;
-            }
-        });
-        let mut counts = Vec::new();
-        let mut next = || match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| rx.blocking_recv())
-            }
-            _ => rx.blocking_recv(),
-        };
-        while let Some(chunk) = next() {
-            match chunk? {
-                Chunk::Lines(l) => {
-                    out.write_all(l.as_bytes())
-                        .map_err(|source| StoreError::Io {
-                            context: "writing the dump".into(),
-                            source,
-                        })?
+                t.batch_execute("CLOSE dump_rows").await.map_err(db_err)?;
+                if tx.send(Ok(Chunk::Done(table, n))).await.is_err() {
+                    return Ok(());
                 }
-                Chunk::Done(table, n) => counts.push((table.to_string(), n)),
             }
+            Ok(())
         }
-        Ok(counts)
+        .await;
+        if let Err(e) = res {
+            let _ = tx.send(Err(e)).await;
+        }
+    });
+    let mut counts = Vec::new();
+    let mut next = || match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| rx.blocking_recv())
+        }
+        _ => rx.blocking_recv(),
+    };
+    while let Some(chunk) = next() {
+        match chunk? {
+            Chunk::Lines(l) => out
+                .write_all(l.as_bytes())
+                .map_err(|source| StoreError::Io {
+                    context: "writing the dump".into(),
+                    source,
+                })?,
+            Chunk::Done(table, n) => counts.push((table.to_string(), n)),
+        }
     }
+    Ok(counts)
 }

@@ -106,7 +106,7 @@ async fn live_by_name(t: &Transaction<'_>, name: &str, limit: usize) -> OpResult
     Ok(rows.iter().map(from_row).collect::<Result<_>>()?)
 }
 
-async fn enrol(
+async fn enrol_in(
     t: &Transaction<'_>,
     req: EnrolRequest,
     now: u64,
@@ -147,155 +147,161 @@ async fn enrol(
     Ok(Step::outcome_after_write(first))
 }
 
-impl PgStore {
-    /// Enrol (the keyspace's rules; see the module doc).
-    pub fn enrol(&self, req: EnrolRequest) -> Answer<EnrolOutcome> {
-        let s = self.clone();
-        self.spawn(async move {
-            let (now, keep) = (s.now_ms(), s.inner.retention);
-            s.inner
-                .db
-                .tx(|t| {
-                    let req = req.clone();
-                    Box::pin(async move { enrol(t, req, now, keep).await })
-                })
-                .await
-        })
-    }
+/// Enrol (the keyspace's rules; see the module doc).
+pub(crate) fn enrol(store: &PgStore, req: EnrolRequest) -> Answer<EnrolOutcome> {
+    let s = store.clone();
+    store.spawn(async move {
+        let (now, keep) = (s.now_ms(), s.inner.retention);
+        s.inner
+            .db
+            .tx(|t| {
+                let req = req.clone();
+                Box::pin(async move { enrol_in(t, req, now, keep).await })
+            })
+            .await
+    })
+}
 
-    /// The enrolment of a key, live or revoked.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn enrolment(&self, key: &Key32) -> Result<Option<Enrolment>> {
-        self.block(read_enrolment(self.clone(), *key))
-    }
+/// The enrolment of a key, live or revoked.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn enrolment(store: &PgStore, key: &Key32) -> Result<Option<Enrolment>> {
+    store.block(read_enrolment(store.clone(), *key))
+}
 
-    /// [`PgStore::enrolment`] answered later: the caller awaits it instead of blocking.
-    pub fn enrolment_async(&self, key: &Key32) -> Answer<Option<Enrolment>> {
-        self.spawn(read_enrolment(self.clone(), *key))
-    }
+/// `enrolment` answered later: the caller awaits it instead of blocking.
+pub(crate) fn enrolment_async(store: &PgStore, key: &Key32) -> Answer<Option<Enrolment>> {
+    store.spawn(read_enrolment(store.clone(), *key))
+}
 
-    /// Which of `keys` are live now: one statement for all of them (the relay asks every
-    /// second for the keys with waiters, up to its waiter cap).
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (s, keys) = (self.clone(), keys.to_vec());
-        self.block(async move {
-            let list: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-            let sql = "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
-                       AND revoked_at_ms IS NULL";
-            let rows = s.inner.db.query_cached(sql, &[&list]).await?;
-            rows.iter()
-                .map(|r| key32(r.get::<_, &[u8]>(0), "enrolment key"))
-                .collect()
-        })
+/// Which of `keys` are live now: one statement for all of them (the relay asks every
+/// second for the keys with waiters, up to its waiter cap).
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn live_keys(store: &PgStore, keys: &[Key32]) -> Result<Vec<Key32>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
     }
+    let (s, keys) = (store.clone(), keys.to_vec());
+    store.block(async move {
+        let list: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let sql = "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
+                   AND revoked_at_ms IS NULL";
+        let rows = s.inner.db.query_cached(sql, &[&list]).await?;
+        rows.iter()
+            .map(|r| key32(r.get::<_, &[u8]>(0), "enrolment key"))
+            .collect()
+    })
+}
 
-    /// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn live_enrolments_by_name(&self, name: &str, limit: usize) -> Result<Vec<Enrolment>> {
-        let (s, folded) = (self.clone(), name.to_lowercase());
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
-                         AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
-                    ),
-                    &[&folded, &limit],
-                )
-                .await
-                .map_err(db_err)?;
-            rows.iter().map(from_row).collect()
-        })
-    }
+/// Live enrolments whose name equals `name` case-insensitively, at most `limit`.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn live_enrolments_by_name(
+    store: &PgStore,
+    name: &str,
+    limit: usize,
+) -> Result<Vec<Enrolment>> {
+    let (s, folded) = (store.clone(), name.to_lowercase());
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
+                     AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
+                ),
+                &[&folded, &limit],
+            )
+            .await
+            .map_err(db_err)?;
+        rows.iter().map(from_row).collect()
+    })
+}
 
-    /// Number of live enrolments (a counter row).
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn live_enrolment_count(&self) -> Result<u64> {
-        let s = self.clone();
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let n: i64 = c
-                .query_one("SELECT live_enrolments FROM meta WHERE id = 1", &[])
-                .await
-                .map_err(db_err)?
-                .get(0);
-            Ok(u(n))
-        })
-    }
+/// Number of live enrolments (a counter row).
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn live_enrolment_count(store: &PgStore) -> Result<u64> {
+    let s = store.clone();
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let n: i64 = c
+            .query_one("SELECT live_enrolments FROM meta WHERE id = 1", &[])
+            .await
+            .map_err(db_err)?
+            .get(0);
+        Ok(u(n))
+    })
+}
 
-    /// Enrolments whose fingerprint starts with `prefix` (dashes and case ignored), at most
-    /// `limit`: reads every enrolment once, for an admin's command.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
-        let want: String = prefix
-            .chars()
-            .filter(|c| *c != '-')
-            .map(|c| c.to_ascii_lowercase())
-            .collect();
-        let s = self.clone();
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let rows = c
-                .query(
-                    &format!("SELECT {COLS} FROM enrolments ORDER BY host_pubkey"),
-                    &[],
-                )
-                .await
-                .map_err(db_err)?;
-            let mut out = Vec::new();
-            for r in &rows {
-                let e = from_row(r)?;
-                if fingerprint(&e.host_pubkey)
-                    .replace('-', "")
-                    .starts_with(&want)
-                {
-                    out.push(e);
-                    if out.len() >= limit {
-                        break;
-                    }
+/// Enrolments whose fingerprint starts with `prefix` (dashes and case ignored), at most
+/// `limit`: reads every enrolment once, for an admin's command.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn enrolments_by_fingerprint(
+    store: &PgStore,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<Enrolment>> {
+    let want: String = prefix
+        .chars()
+        .filter(|c| *c != '-')
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    let s = store.clone();
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let rows = c
+            .query(
+                &format!("SELECT {COLS} FROM enrolments ORDER BY host_pubkey"),
+                &[],
+            )
+            .await
+            .map_err(db_err)?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let e = from_row(r)?;
+            if fingerprint(&e.host_pubkey)
+                .replace('-', "")
+                .starts_with(&want)
+            {
+                out.push(e);
+                if out.len() >= limit {
+                    break;
                 }
             }
-            Ok(out)
-        })
-    }
+        }
+        Ok(out)
+    })
+}
 
-    /// Record last-seen days (`rules::seen::advances`: live keys only, never moving a day
-    /// back); answers rows written.
-    pub fn record_seen(&self, mut seen: Vec<(Key32, u32)>) -> Answer<u64> {
-        // Rows locked and updated in key order, as inserts lock them (no lock-order deadlock).
-        seen.sort_unstable();
-        let s = self.clone();
-        self.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let seen = seen.clone();
-                    Box::pin(async move { record_seen(t, &seen).await })
-                })
-                .await
-        })
-    }
+/// Record last-seen days (`rules::seen::advances`: live keys only, never moving a day
+/// back); answers rows written.
+pub(crate) fn record_seen(store: &PgStore, mut seen: Vec<(Key32, u32)>) -> Answer<u64> {
+    // Rows locked and updated in key order, as inserts lock them (no lock-order deadlock).
+    seen.sort_unstable();
+    let s = store.clone();
+    store.spawn(async move {
+        s.inner
+            .db
+            .tx(|t| {
+                let seen = seen.clone();
+                Box::pin(async move { record_seen_in(t, &seen).await })
+            })
+            .await
+    })
 }
 
 /// Read the enrolment rows of `seen` (sorted by key) at once, locked in key order, and write
 /// each day the rule lets through.
-async fn record_seen(t: &Transaction<'_>, seen: &[(Key32, u32)]) -> OpResult<u64> {
+async fn record_seen_in(t: &Transaction<'_>, seen: &[(Key32, u32)]) -> OpResult<u64> {
     let keys: Vec<&[u8]> = seen.iter().map(|(pk, _)| pk.as_slice()).collect();
     let rows = t
         .query(

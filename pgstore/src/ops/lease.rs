@@ -12,35 +12,33 @@ use crate::db::i;
 use crate::ops::Answer;
 use crate::store::PgStore;
 
-impl PgStore {
-    /// Take or renew lease `name` for `holder` until now + `ttl_ms`: true when `holder` holds
-    /// it now (it held it, or the previous holder's time ran out). Times are the processes'
-    /// clocks: keep them in step (NTP) and the ttl well above their skew.
-    pub fn try_lease(&self, name: &str, holder: &str, ttl_ms: u64) -> Answer<bool> {
-        let (s, name, holder) = (self.clone(), name.to_string(), holder.to_string());
-        self.spawn(async move {
-            let now = s.now_ms();
-            let until = i(now.saturating_add(ttl_ms));
-            s.inner
-                .db
-                .tx(|t| {
-                    let (name, holder) = (name.clone(), holder.clone());
-                    Box::pin(async move {
-                        let r = t
-                            .query_opt(
-                                "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3) \
-                                 ON CONFLICT (name) DO UPDATE SET holder = $2, until_ms = $3 \
-                                 WHERE leases.holder = $2 OR leases.until_ms < $4 \
-                                 RETURNING holder",
-                                &[&name, &holder, &until, &i(now)],
-                            )
-                            .await?;
-                        Ok(r.is_some())
-                    })
+/// Take or renew lease `name` for `holder` until now + `ttl_ms`: true when `holder` holds
+/// it now (it held it, or the previous holder's time ran out). Times are the processes'
+/// clocks: keep them in step (NTP) and the ttl well above their skew.
+pub(crate) fn try_lease(store: &PgStore, name: &str, holder: &str, ttl_ms: u64) -> Answer<bool> {
+    let (s, name, holder) = (store.clone(), name.to_string(), holder.to_string());
+    store.spawn(async move {
+        let now = s.now_ms();
+        let until = i(now.saturating_add(ttl_ms));
+        s.inner
+            .db
+            .tx(|t| {
+                let (name, holder) = (name.clone(), holder.clone());
+                Box::pin(async move {
+                    let r = t
+                        .query_opt(
+                            "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3) \
+                             ON CONFLICT (name) DO UPDATE SET holder = $2, until_ms = $3 \
+                             WHERE leases.holder = $2 OR leases.until_ms < $4 \
+                             RETURNING holder",
+                            &[&name, &holder, &until, &i(now)],
+                        )
+                        .await?;
+                    Ok(r.is_some())
                 })
-                .await
-        })
-    }
+            })
+            .await
+    })
 }
 
 /// The challenge book in the database, shared by every process on it.

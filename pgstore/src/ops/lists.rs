@@ -95,145 +95,143 @@ pub(crate) async fn write_list(
     Ok(())
 }
 
-impl PgStore {
-    /// Store a (verified) v1 enc ad, replacing the key's previous one.
-    pub fn put_enc_ad(&self, ad: EncAd) -> Answer<()> {
-        let s = self.clone();
-        self.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let ad = ad.clone();
-                    Box::pin(async move {
-                        t.execute(
-                            "INSERT INTO enc_ads (host_pubkey, enc_pub, sig, at_ms) \
-                             VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
-                             SET enc_pub = $2, sig = $3, at_ms = $4",
-                            &[
-                                &ad.host_pubkey.as_slice(),
-                                &ad.enc_pub,
-                                &ad.sig,
-                                &i(ad.at_ms),
-                            ],
-                        )
-                        .await?;
-                        Ok(())
-                    })
+/// Store a (verified) v1 enc ad, replacing the key's previous one.
+pub(crate) fn put_enc_ad(store: &PgStore, ad: EncAd) -> Answer<()> {
+    let s = store.clone();
+    store.spawn(async move {
+        s.inner
+            .db
+            .tx(|t| {
+                let ad = ad.clone();
+                Box::pin(async move {
+                    t.execute(
+                        "INSERT INTO enc_ads (host_pubkey, enc_pub, sig, at_ms) \
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
+                         SET enc_pub = $2, sig = $3, at_ms = $4",
+                        &[
+                            &ad.host_pubkey.as_slice(),
+                            &ad.enc_pub,
+                            &ad.sig,
+                            &i(ad.at_ms),
+                        ],
+                    )
+                    .await?;
+                    Ok(())
                 })
-                .await
-        })
-    }
+            })
+            .await
+    })
+}
 
-    /// Store a (verified) v2 enc ad whatever its `iat`; `false`, storing nothing, when the key
-    /// is not enrolled and live at commit time (`rules::enc_ad::stores_v2`; the enrolment row
-    /// is share-locked until commit, so a revocation cannot slip in before the write).
-    pub fn put_enc_ad_v2(&self, ad: EncAdV2) -> Answer<bool> {
-        let s = self.clone();
-        self.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let ad = ad.clone();
-                    Box::pin(async move {
-                        let owner = enrol::get(t, &ad.host_pubkey, false).await?;
-                        if !rules::enc_ad::stores_v2(owner.as_ref()) {
-                            return Ok(false);
-                        }
-                        t.execute(
-                            "INSERT INTO enc_ads_v2 (host_pubkey, record, sig, at_ms) \
-                             VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
-                             SET record = $2, sig = $3, at_ms = $4",
-                            &[
-                                &ad.host_pubkey.as_slice(),
-                                &ad.record,
-                                &ad.sig,
-                                &i(ad.at_ms),
-                            ],
-                        )
-                        .await?;
-                        Ok(true)
-                    })
+/// Store a (verified) v2 enc ad whatever its `iat`; `false`, storing nothing, when the key
+/// is not enrolled and live at commit time (`rules::enc_ad::stores_v2`; the enrolment row
+/// is share-locked until commit, so a revocation cannot slip in before the write).
+pub(crate) fn put_enc_ad_v2(store: &PgStore, ad: EncAdV2) -> Answer<bool> {
+    let s = store.clone();
+    store.spawn(async move {
+        s.inner
+            .db
+            .tx(|t| {
+                let ad = ad.clone();
+                Box::pin(async move {
+                    let owner = enrol::get(t, &ad.host_pubkey, false).await?;
+                    if !rules::enc_ad::stores_v2(owner.as_ref()) {
+                        return Ok(false);
+                    }
+                    t.execute(
+                        "INSERT INTO enc_ads_v2 (host_pubkey, record, sig, at_ms) \
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
+                         SET record = $2, sig = $3, at_ms = $4",
+                        &[
+                            &ad.host_pubkey.as_slice(),
+                            &ad.record,
+                            &ad.sig,
+                            &i(ad.at_ms),
+                        ],
+                    )
+                    .await?;
+                    Ok(true)
                 })
-                .await
-        })
-    }
+            })
+            .await
+    })
+}
 
-    /// The v1 enc ad of a key.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn enc_ad(&self, key: &Key32) -> Result<Option<EncAd>> {
-        Ok(self.enc_ads(key)?.v1)
-    }
+/// The v1 enc ad of a key.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn enc_ad(store: &PgStore, key: &Key32) -> Result<Option<EncAd>> {
+    Ok(enc_ads(store, key)?.v1)
+}
 
-    /// Both enc ads of a key, from one snapshot.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn enc_ads(&self, key: &Key32) -> Result<EncAds> {
-        let (s, key) = (self.clone(), *key);
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            // One statement: one snapshot.
-            let r = c
-                .query_one(
-                    "SELECT a.enc_pub, a.sig, a.at_ms, b.record, b.sig, b.at_ms FROM \
-                     (SELECT 1) one \
-                     LEFT JOIN enc_ads a ON a.host_pubkey = $1 \
-                     LEFT JOIN enc_ads_v2 b ON b.host_pubkey = $1",
-                    &[&key.as_slice()],
-                )
-                .await
-                .map_err(db_err)?;
-            let v1 = r.get::<_, Option<String>>(0).map(|enc_pub| EncAd {
-                host_pubkey: key,
-                enc_pub,
-                sig: r.get(1),
-                at_ms: u(r.get(2)),
-            });
-            let v2 = r.get::<_, Option<Vec<u8>>>(3).map(|record| EncAdV2 {
-                host_pubkey: key,
-                record,
-                sig: r.get(4),
-                at_ms: u(r.get(5)),
-            });
-            Ok(EncAds { v1, v2 })
-        })
-    }
+/// Both enc ads of a key, from one snapshot.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn enc_ads(store: &PgStore, key: &Key32) -> Result<EncAds> {
+    let (s, key) = (store.clone(), *key);
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        // One statement: one snapshot.
+        let r = c
+            .query_one(
+                "SELECT a.enc_pub, a.sig, a.at_ms, b.record, b.sig, b.at_ms FROM \
+                 (SELECT 1) one \
+                 LEFT JOIN enc_ads a ON a.host_pubkey = $1 \
+                 LEFT JOIN enc_ads_v2 b ON b.host_pubkey = $1",
+                &[&key.as_slice()],
+            )
+            .await
+            .map_err(db_err)?;
+        let v1 = r.get::<_, Option<String>>(0).map(|enc_pub| EncAd {
+            host_pubkey: key,
+            enc_pub,
+            sig: r.get(1),
+            at_ms: u(r.get(2)),
+        });
+        let v2 = r.get::<_, Option<Vec<u8>>>(3).map(|record| EncAdV2 {
+            host_pubkey: key,
+            record,
+            sig: r.get(4),
+            at_ms: u(r.get(5)),
+        });
+        Ok(EncAds { v1, v2 })
+    })
+}
 
-    /// Store a (verified) sender list if strictly newer than the stored one.
-    pub fn put_sender_list(&self, list: SenderList) -> Answer<SenderListOutcome> {
-        let s = self.clone();
-        self.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let list = list.clone();
-                    Box::pin(async move {
-                        let stored = get_list(t, &list.target).await?;
-                        if !rules::lists::accepts(stored.as_ref(), &list) {
-                            return Ok(SenderListOutcome::NotNewer);
-                        }
-                        write_list(t, &list.target, Some(&list)).await?;
-                        Ok(SenderListOutcome::Stored)
-                    })
+/// Store a (verified) sender list if strictly newer than the stored one.
+pub(crate) fn put_sender_list(store: &PgStore, list: SenderList) -> Answer<SenderListOutcome> {
+    let s = store.clone();
+    store.spawn(async move {
+        s.inner
+            .db
+            .tx(|t| {
+                let list = list.clone();
+                Box::pin(async move {
+                    let stored = get_list(t, &list.target).await?;
+                    if !rules::lists::accepts(stored.as_ref(), &list) {
+                        return Ok(SenderListOutcome::NotNewer);
+                    }
+                    write_list(t, &list.target, Some(&list)).await?;
+                    Ok(SenderListOutcome::Stored)
                 })
-                .await
-        })
-    }
+            })
+            .await
+    })
+}
 
-    /// A target's sender list.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn sender_list(&self, target: &Key32) -> Result<Option<SenderList>> {
-        let (s, target) = (self.clone(), *target);
-        self.block(async move {
-            let sql = format!("SELECT {LIST_COLS} FROM sender_lists WHERE target = $1");
-            let rows = s.inner.db.query_cached(&sql, &[&target.as_slice()]).await?;
-            rows.first()
-                .map(|r| list_from_row(target, r, 0))
-                .transpose()
-        })
-    }
+/// A target's sender list.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn sender_list(store: &PgStore, target: &Key32) -> Result<Option<SenderList>> {
+    let (s, target) = (store.clone(), *target);
+    store.block(async move {
+        let sql = format!("SELECT {LIST_COLS} FROM sender_lists WHERE target = $1");
+        let rows = s.inner.db.query_cached(&sql, &[&target.as_slice()]).await?;
+        rows.first()
+            .map(|r| list_from_row(target, r, 0))
+            .transpose()
+    })
 }

@@ -103,111 +103,109 @@ async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
     Ok(())
 }
 
-impl PgStore {
-    /// Append to the relay log.
-    pub fn log_op(&self, kind: &str, detail: &str) -> super::Answer<()> {
-        let (kind, detail) = (kind.to_string(), detail.to_string());
-        let s = self.clone();
-        let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
-        let before = self
-            .inner
-            .log_order
-            .lock()
-            .ok()
-            .and_then(|mut last| last.replace(done_rx));
-        // The deadline runs from this append's turn, not from its submission (a queue of
-        // appends would otherwise time out behind each other).
-        self.spawn_queued(async move {
-            if let Some(before) = before {
-                let _ = before.await; // answered or dropped: either way its turn is over
-            }
-            let _done = done; // signals the next append when this one ends, however it ends
-            let now = s.now_ms();
-            let keep = s.inner.retention;
-            crate::db::bounded(s.inner.db.tx(|t| {
-                let (kind, detail) = (kind.clone(), detail.clone());
-                Box::pin(async move { append(t, now, keep, &kind, &detail).await })
-            }))
+/// Append to the relay log.
+pub(crate) fn log_op(store: &PgStore, kind: &str, detail: &str) -> super::Answer<()> {
+    let (kind, detail) = (kind.to_string(), detail.to_string());
+    let s = store.clone();
+    let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let before = store
+        .inner
+        .log_order
+        .lock()
+        .ok()
+        .and_then(|mut last| last.replace(done_rx));
+    // The deadline runs from this append's turn, not from its submission (a queue of
+    // appends would otherwise time out behind each other).
+    store.spawn_queued(async move {
+        if let Some(before) = before {
+            let _ = before.await; // answered or dropped: either way its turn is over
+        }
+        let _done = done; // signals the next append when this one ends, however it ends
+        let now = s.now_ms();
+        let keep = s.inner.retention;
+        crate::db::bounded(s.inner.db.tx(|t| {
+            let (kind, detail) = (kind.clone(), detail.clone());
+            Box::pin(async move { append(t, now, keep, &kind, &detail).await })
+        }))
+        .await
+    })
+}
+
+/// The relay log, newest first, at most `limit` entries.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn ops(store: &PgStore, limit: usize) -> Result<Vec<OpEntry>> {
+    let s = store.clone();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let rows = c
+            .query(
+                "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq DESC LIMIT $1",
+                &[&limit],
+            )
             .await
-        })
-    }
-
-    /// The relay log, newest first, at most `limit` entries.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
-        let s = self.clone();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let rows = c
-                .query(
-                    "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq DESC LIMIT $1",
-                    &[&limit],
-                )
-                .await
-                .map_err(db_err)?;
-            rows.iter()
-                .map(|r| {
-                    Ok(OpEntry {
-                        seq: u(r.get(0)),
-                        at_ms: u(r.get(1)),
-                        kind: r.get(2),
-                        detail: r.get(3),
-                        hash: key32(r.get::<_, &[u8]>(4), "ops hash")?,
-                    })
+            .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok(OpEntry {
+                    seq: u(r.get(0)),
+                    at_ms: u(r.get(1)),
+                    kind: r.get(2),
+                    detail: r.get(3),
+                    hash: key32(r.get::<_, &[u8]>(4), "ops hash")?,
                 })
-                .collect()
-        })
-    }
+            })
+            .collect()
+    })
+}
 
-    /// Recompute the relay log's chain from its checkpoint (one snapshot) and name the first
-    /// entry that does not match.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn verify_log(&self) -> Result<LogVerdict> {
-        let s = self.clone();
-        self.block(async move {
-            let mut c = s.inner.db.conn().await?;
-            let t = crate::db::snapshot(&mut c).await?;
-            let m = t
-                .query_one(
-                    "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",
-                    &[],
-                )
-                .await
-                .map_err(db_err)?;
-            let checkpoint = match (m.get::<_, Option<i64>>(2), m.get::<_, Option<Vec<u8>>>(3)) {
-                (Some(seq), Some(h)) => Some(LogCheckpoint {
-                    seq: u(seq),
-                    hash: key32(&h, "ops checkpoint")?,
-                }),
-                _ => None,
+/// Recompute the relay log's chain from its checkpoint (one snapshot) and name the first
+/// entry that does not match.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn verify_log(store: &PgStore) -> Result<LogVerdict> {
+    let s = store.clone();
+    store.block(async move {
+        let mut c = s.inner.db.conn().await?;
+        let t = crate::db::snapshot(&mut c).await?;
+        let m = t
+            .query_one(
+                "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",
+                &[],
+            )
+            .await
+            .map_err(db_err)?;
+        let checkpoint = match (m.get::<_, Option<i64>>(2), m.get::<_, Option<Vec<u8>>>(3)) {
+            (Some(seq), Some(h)) => Some(LogCheckpoint {
+                seq: u(seq),
+                hash: key32(&h, "ops checkpoint")?,
+            }),
+            _ => None,
+        };
+        let next = u(m.get(0));
+        let head = hash32(m.get(1), "meta ops_head")?;
+        let rows = t
+            .query(
+                "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq",
+                &[],
+            )
+            .await
+            .map_err(db_err)?;
+        let mut check = ChainCheck::new(checkpoint);
+        for r in &rows {
+            let (seq, at_ms, kind, detail): (i64, i64, &str, &str) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let ok = match <[u8; 32]>::try_from(r.get::<_, &[u8]>(4)) {
+                Ok(hash) => check.entry(u(seq), u(at_ms), kind, detail, &hash),
+                Err(_) => check.fail_next(format!("entry {seq}'s hash is not 32 bytes")),
             };
-            let next = u(m.get(0));
-            let head = hash32(m.get(1), "meta ops_head")?;
-            let rows = t
-                .query(
-                    "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq",
-                    &[],
-                )
-                .await
-                .map_err(db_err)?;
-            let mut check = ChainCheck::new(checkpoint);
-            for r in &rows {
-                let (seq, at_ms, kind, detail): (i64, i64, &str, &str) =
-                    (r.get(0), r.get(1), r.get(2), r.get(3));
-                let ok = match <[u8; 32]>::try_from(r.get::<_, &[u8]>(4)) {
-                    Ok(hash) => check.entry(u(seq), u(at_ms), kind, detail, &hash),
-                    Err(_) => check.fail_next(format!("entry {seq}'s hash is not 32 bytes")),
-                };
-                if !ok {
-                    break;
-                }
+            if !ok {
+                break;
             }
-            Ok(check.finish(Some(next), head))
-        })
-    }
+        }
+        Ok(check.finish(Some(next), head))
+    })
 }

@@ -8,105 +8,100 @@ use crate::db::{i, key32, u};
 use crate::ops::Answer;
 use crate::store::PgStore;
 
-impl PgStore {
-    /// Write or renew `row`, and drop rows not renewed for [`PROCESS_FORGET_MS`].
-    pub fn beat_process(&self, row: ProcessRow) -> Answer<()> {
-        let s = self.clone();
-        self.spawn(async move {
-            let forget = i(row.heartbeat_ms.saturating_sub(PROCESS_FORGET_MS));
-            s.inner
-                .db
-                .tx(|t| {
-                    let row = row.clone();
-                    Box::pin(async move {
-                        // Losing a beat to a crash costs nothing: the next one rewrites it.
-                        t.batch_execute("SET LOCAL synchronous_commit = off")
-                            .await?;
-                        t.execute(
-                            "INSERT INTO processes (id, address, version, started_ms, heartbeat_ms) \
-                             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO UPDATE \
-                             SET address = $2, version = $3, heartbeat_ms = $5",
-                            &[
-                                &row.id,
-                                &row.address,
-                                &row.version,
-                                &i(row.started_ms),
-                                &i(row.heartbeat_ms),
-                            ],
-                        )
+/// Write or renew `row`, and drop rows not renewed for [`PROCESS_FORGET_MS`].
+pub(crate) fn beat_process(store: &PgStore, row: ProcessRow) -> Answer<()> {
+    let s = store.clone();
+    store.spawn(async move {
+        let forget = i(row.heartbeat_ms.saturating_sub(PROCESS_FORGET_MS));
+        s.inner
+            .db
+            .tx(|t| {
+                let row = row.clone();
+                Box::pin(async move {
+                    // Losing a beat to a crash costs nothing: the next one rewrites it.
+                    t.batch_execute("SET LOCAL synchronous_commit = off")
                         .await?;
-                        t.execute(
-                            "DELETE FROM processes WHERE heartbeat_ms < $1",
-                            &[&forget],
-                        )
+                    t.execute(
+                        "INSERT INTO processes (id, address, version, started_ms, heartbeat_ms) \
+                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO UPDATE \
+                         SET address = $2, version = $3, heartbeat_ms = $5",
+                        &[
+                            &row.id,
+                            &row.address,
+                            &row.version,
+                            &i(row.started_ms),
+                            &i(row.heartbeat_ms),
+                        ],
+                    )
+                    .await?;
+                    t.execute("DELETE FROM processes WHERE heartbeat_ms < $1", &[&forget])
                         .await?;
-                        Ok(())
-                    })
+                    Ok(())
                 })
-                .await
-        })
-    }
+            })
+            .await
+    })
+}
 
-    /// Remove process `id`'s row (its clean stop).
-    pub fn leave_process(&self, id: &str) -> Answer<()> {
-        let (s, id) = (self.clone(), id.to_string());
-        self.spawn(async move {
-            let c = s.inner.db.conn().await?;
-            c.execute("DELETE FROM processes WHERE id = $1", &[&id])
-                .await
-                .map_err(crate::db::db_err)?;
-            Ok(())
-        })
-    }
+/// Remove process `id`'s row (its clean stop).
+pub(crate) fn leave_process(store: &PgStore, id: &str) -> Answer<()> {
+    let (s, id) = (store.clone(), id.to_string());
+    store.spawn(async move {
+        let c = s.inner.db.conn().await?;
+        c.execute("DELETE FROM processes WHERE id = $1", &[&id])
+            .await
+            .map_err(crate::db::db_err)?;
+        Ok(())
+    })
+}
 
-    /// Every process row (at most [`MAX_PROCESSES`]), oldest start first.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn processes(&self) -> Result<Vec<ProcessRow>> {
-        let s = self.clone();
-        self.block(async move {
-            let rows = s
-                .inner
-                .db
-                .query_cached(
-                    "SELECT id, address, version, started_ms, heartbeat_ms FROM processes \
-                     ORDER BY started_ms, id LIMIT $1",
-                    &[&i(MAX_PROCESSES as u64)],
-                )
-                .await?;
-            Ok(rows
-                .iter()
-                .map(|r| ProcessRow {
-                    id: r.get(0),
-                    address: r.get(1),
-                    version: r.get(2),
-                    started_ms: u(r.get(3)),
-                    heartbeat_ms: u(r.get(4)),
-                })
-                .collect())
-        })
-    }
+/// Every process row (at most [`MAX_PROCESSES`]), oldest start first.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn processes(store: &PgStore) -> Result<Vec<ProcessRow>> {
+    let s = store.clone();
+    store.block(async move {
+        let rows = s
+            .inner
+            .db
+            .query_cached(
+                "SELECT id, address, version, started_ms, heartbeat_ms FROM processes \
+                 ORDER BY started_ms, id LIMIT $1",
+                &[&i(MAX_PROCESSES as u64)],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ProcessRow {
+                id: r.get(0),
+                address: r.get(1),
+                version: r.get(2),
+                started_ms: u(r.get(3)),
+                heartbeat_ms: u(r.get(4)),
+            })
+            .collect())
+    })
+}
 
-    /// The head seq of each of `keys` that has a queue row, in one statement.
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn queue_heads(&self, keys: &[Key32]) -> Result<Vec<(Key32, u64)>> {
-        let (s, keys) = (self.clone(), keys.to_vec());
-        self.block(async move {
-            let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-            let rows = s
-                .inner
-                .db
-                .query_cached(
-                    "SELECT target, head_seq FROM queues WHERE target = ANY($1::bytea[])",
-                    &[&keys],
-                )
-                .await?;
-            rows.iter()
-                .map(|r| Ok((key32(r.get::<_, &[u8]>(0), "queue target")?, u(r.get(1)))))
-                .collect()
-        })
-    }
+/// The head seq of each of `keys` that has a queue row, in one statement.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn queue_heads(store: &PgStore, keys: &[Key32]) -> Result<Vec<(Key32, u64)>> {
+    let (s, keys) = (store.clone(), keys.to_vec());
+    store.block(async move {
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let rows = s
+            .inner
+            .db
+            .query_cached(
+                "SELECT target, head_seq FROM queues WHERE target = ANY($1::bytea[])",
+                &[&keys],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((key32(r.get::<_, &[u8]>(0), "queue target")?, u(r.get(1)))))
+            .collect()
+    })
 }

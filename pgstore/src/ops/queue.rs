@@ -17,7 +17,7 @@ use relay_store::{
 
 use crate::db::{db_err, i, key32, u, OpResult};
 use crate::ops::ack::Ack;
-use crate::ops::pull::pull;
+use crate::ops::pull;
 use crate::ops::Answer;
 use crate::store::PgStore;
 
@@ -151,189 +151,205 @@ pub(crate) async fn start_dedup_horizon(
     Ok(())
 }
 
-impl PgStore {
-    /// Insert one item over all its targets atomically.
-    pub fn insert(&self, req: InsertRequest) -> Answer<InsertOutcome> {
-        let s = self.clone();
-        self.spawn(async move {
-            s.insert_grouped(vec![req])
-                .await?
-                .pop()
-                .ok_or_else(|| StoreError::Engine("postgres: an insert answered no outcome".into()))
+/// Insert one item over all its targets atomically.
+pub(crate) fn insert(store: &PgStore, req: InsertRequest) -> Answer<InsertOutcome> {
+    let s = store.clone();
+    store.spawn(async move {
+        s.insert_grouped(vec![req])
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Engine("postgres: an insert answered no outcome".into()))
+    })
+}
+
+/// Insert several items, each its own atomic operation, in one transaction (with the other
+/// pushes waiting then: `combine`): one commit, as the keyspace's one group commit.
+pub(crate) fn insert_many(store: &PgStore, reqs: Vec<InsertRequest>) -> Answer<Vec<InsertOutcome>> {
+    let s = store.clone();
+    store.spawn(async move { s.insert_grouped(reqs).await })
+}
+
+/// The dedup row of (sender, item_id, target).
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn dedup(
+    store: &PgStore,
+    sender: &Key32,
+    item_id: &str,
+    target: &Key32,
+) -> Result<Option<DedupRow>> {
+    let (s, sender, target, item_id) = (store.clone(), *sender, *target, item_id.to_string());
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let r = c
+            .query_opt(
+                "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
+                 WHERE target = $1 AND sender = $2 AND item_id = $3",
+                &[&target.as_slice(), &sender.as_slice(), &item_id],
+            )
+            .await
+            .map_err(db_err)?;
+        r.map(|r| {
+            Ok(DedupRow {
+                wire_hash: key32(r.get::<_, &[u8]>(0), "dedup wire hash")?,
+                seq: u(r.get(1)),
+                accepted_at_ms: u(r.get(2)),
+            })
         })
-    }
+        .transpose()
+    })
+}
 
-    /// Insert several items, each its own atomic operation, in one transaction (with the other
-    /// pushes waiting then: `combine`): one commit, as the keyspace's one group commit.
-    pub fn insert_many(&self, reqs: Vec<InsertRequest>) -> Answer<Vec<InsertOutcome>> {
-        let s = self.clone();
-        self.spawn(async move { s.insert_grouped(reqs).await })
-    }
+/// A page of the target's queue after `after` (one snapshot): at most `limit` items and
+/// about `max_bytes` (at least one item when any is queued).
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn pull(
+    store: &PgStore,
+    target: &Key32,
+    after: u64,
+    limit: usize,
+    max_bytes: u64,
+) -> Result<Page> {
+    let (s, target) = (store.clone(), *target);
+    let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX - 1);
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        pull::pull(&c, &target, after, limit, max_bytes).await
+    })
+}
 
-    /// The dedup row of (sender, item_id, target).
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn dedup(&self, sender: &Key32, item_id: &str, target: &Key32) -> Result<Option<DedupRow>> {
-        let (s, sender, target, item_id) = (self.clone(), *sender, *target, item_id.to_string());
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let r = c
-                .query_opt(
-                    "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
-                     WHERE target = $1 AND sender = $2 AND item_id = $3",
-                    &[&target.as_slice(), &sender.as_slice(), &item_id],
-                )
-                .await
-                .map_err(db_err)?;
-            r.map(|r| {
-                Ok(DedupRow {
-                    wire_hash: key32(r.get::<_, &[u8]>(0), "dedup wire hash")?,
-                    seq: u(r.get(1)),
-                    accepted_at_ms: u(r.get(2)),
+/// Head and acked-through of a target.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn cursor(store: &PgStore, target: &Key32) -> Result<Cursor> {
+    let (s, target) = (store.clone(), *target);
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let q = c
+            .query_opt(
+                "SELECT head_seq, acked_through FROM queues WHERE target = $1",
+                &[&target.as_slice()],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(q.map_or(Cursor::default(), |r| Cursor {
+            head_seq: u(r.get(0)),
+            acked_through: u(r.get(1)),
+        }))
+    })
+}
+
+fn usage_query(
+    store: &PgStore,
+    sql: &'static str,
+    a: Vec<u8>,
+    b: Option<Vec<u8>>,
+) -> Result<Usage> {
+    let s = store.clone();
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let r = match &b {
+            Some(b) => c.query_opt(sql, &[&a, b]).await,
+            None => c.query_opt(sql, &[&a]).await,
+        }
+        .map_err(db_err)?;
+        Ok(r.map_or(Usage::default(), |r| Usage {
+            items: u(r.get(0)),
+            bytes: u(r.get(1)),
+        }))
+    })
+}
+
+/// Queue usage of a target.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn usage_target(store: &PgStore, target: &Key32) -> Result<Usage> {
+    usage_query(
+        store,
+        "SELECT items, bytes FROM queues WHERE target = $1",
+        target.to_vec(),
+        None,
+    )
+}
+
+/// Queue usage of a sender within a target.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn usage_sender(store: &PgStore, sender: &Key32, target: &Key32) -> Result<Usage> {
+    usage_query(
+        store,
+        "SELECT items, bytes FROM usage_sender WHERE target = $1 AND sender = $2",
+        target.to_vec(),
+        Some(sender.to_vec()),
+    )
+}
+
+/// Queue usage of a proven account.
+///
+/// # Errors
+/// `Engine`, `Closed`.
+pub(crate) fn usage_account(store: &PgStore, account: &str) -> Result<Usage> {
+    let (s, account) = (store.clone(), account.to_string());
+    store.block(async move {
+        let c = s.inner.db.conn().await?;
+        let r = c
+            .query_opt(
+                "SELECT items, bytes FROM usage_account WHERE account = $1",
+                &[&account],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(r.map_or(Usage::default(), |r| Usage {
+            items: u(r.get(0)),
+            bytes: u(r.get(1)),
+        }))
+    })
+}
+
+/// Delete the target's items with seq <= through and record acked_through.
+pub(crate) fn ack(store: &PgStore, target: &Key32, through: u64) -> Answer<AckOutcome> {
+    let s = store.clone();
+    let ack = Ack {
+        target: *target,
+        through,
+        now: s.now_ms(),
+    };
+    store.spawn(async move { s.inner.db.run(ack).await })
+}
+
+/// Delete one queued item (and its usage); false if it was not queued.
+pub(crate) fn delete_item(store: &PgStore, target: &Key32, seq: u64) -> Answer<bool> {
+    let (s, target) = (store.clone(), *target);
+    store.spawn(async move {
+        let now = s.now_ms();
+        s.inner
+            .db
+            .tx(|t| {
+                Box::pin(async move {
+                    lock_queue(t, &target).await?;
+                    let r = t
+                        .query_opt(
+                            "DELETE FROM items WHERE target = $1 AND seq = $2 \
+                             RETURNING sender, account, bytes, item_id",
+                            &[&target.as_slice(), &i(seq)],
+                        )
+                        .await?;
+                    let Some(r) = r else { return Ok(false) };
+                    let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
+                    start_dedup_horizon(t, &target, &sender, r.get(3), now).await?;
+                    let account: Option<String> = r.get(1);
+                    let bytes: i64 = r.get(2);
+                    add_queue_usage(t, &target, -1, -bytes).await?;
+                    add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
+                    Ok(true)
                 })
             })
-            .transpose()
-        })
-    }
-
-    /// A page of the target's queue after `after` (one snapshot): at most `limit` items and
-    /// about `max_bytes` (at least one item when any is queued).
-    ///
-    /// # Errors
-    /// `Engine`, `Corrupt`, `Closed`.
-    pub fn pull(&self, target: &Key32, after: u64, limit: usize, max_bytes: u64) -> Result<Page> {
-        let (s, target) = (self.clone(), *target);
-        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX - 1);
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            pull(&c, &target, after, limit, max_bytes).await
-        })
-    }
-
-    /// Head and acked-through of a target.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn cursor(&self, target: &Key32) -> Result<Cursor> {
-        let (s, target) = (self.clone(), *target);
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let q = c
-                .query_opt(
-                    "SELECT head_seq, acked_through FROM queues WHERE target = $1",
-                    &[&target.as_slice()],
-                )
-                .await
-                .map_err(db_err)?;
-            Ok(q.map_or(Cursor::default(), |r| Cursor {
-                head_seq: u(r.get(0)),
-                acked_through: u(r.get(1)),
-            }))
-        })
-    }
-
-    fn usage_query(&self, sql: &'static str, a: Vec<u8>, b: Option<Vec<u8>>) -> Result<Usage> {
-        let s = self.clone();
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let r = match &b {
-                Some(b) => c.query_opt(sql, &[&a, b]).await,
-                None => c.query_opt(sql, &[&a]).await,
-            }
-            .map_err(db_err)?;
-            Ok(r.map_or(Usage::default(), |r| Usage {
-                items: u(r.get(0)),
-                bytes: u(r.get(1)),
-            }))
-        })
-    }
-
-    /// Queue usage of a target.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn usage_target(&self, target: &Key32) -> Result<Usage> {
-        self.usage_query(
-            "SELECT items, bytes FROM queues WHERE target = $1",
-            target.to_vec(),
-            None,
-        )
-    }
-
-    /// Queue usage of a sender within a target.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn usage_sender(&self, sender: &Key32, target: &Key32) -> Result<Usage> {
-        self.usage_query(
-            "SELECT items, bytes FROM usage_sender WHERE target = $1 AND sender = $2",
-            target.to_vec(),
-            Some(sender.to_vec()),
-        )
-    }
-
-    /// Queue usage of a proven account.
-    ///
-    /// # Errors
-    /// `Engine`, `Closed`.
-    pub fn usage_account(&self, account: &str) -> Result<Usage> {
-        let (s, account) = (self.clone(), account.to_string());
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let r = c
-                .query_opt(
-                    "SELECT items, bytes FROM usage_account WHERE account = $1",
-                    &[&account],
-                )
-                .await
-                .map_err(db_err)?;
-            Ok(r.map_or(Usage::default(), |r| Usage {
-                items: u(r.get(0)),
-                bytes: u(r.get(1)),
-            }))
-        })
-    }
-
-    /// Delete the target's items with seq <= through and record acked_through.
-    pub fn ack(&self, target: &Key32, through: u64) -> Answer<AckOutcome> {
-        let s = self.clone();
-        let ack = Ack {
-            target: *target,
-            through,
-            now: s.now_ms(),
-        };
-        self.spawn(async move { s.inner.db.run(ack).await })
-    }
-
-    /// Delete one queued item (and its usage); false if it was not queued.
-    pub fn delete_item(&self, target: &Key32, seq: u64) -> Answer<bool> {
-        let (s, target) = (self.clone(), *target);
-        self.spawn(async move {
-            let now = s.now_ms();
-            s.inner
-                .db
-                .tx(|t| {
-                    Box::pin(async move {
-                        lock_queue(t, &target).await?;
-                        let r = t
-                            .query_opt(
-                                "DELETE FROM items WHERE target = $1 AND seq = $2 \
-                                 RETURNING sender, account, bytes, item_id",
-                                &[&target.as_slice(), &i(seq)],
-                            )
-                            .await?;
-                        let Some(r) = r else { return Ok(false) };
-                        let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
-                        start_dedup_horizon(t, &target, &sender, r.get(3), now).await?;
-                        let account: Option<String> = r.get(1);
-                        let bytes: i64 = r.get(2);
-                        add_queue_usage(t, &target, -1, -bytes).await?;
-                        add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
-                        Ok(true)
-                    })
-                })
-                .await
-        })
-    }
+            .await
+    })
 }

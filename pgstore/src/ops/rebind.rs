@@ -60,7 +60,7 @@ async fn revoke_enrolment(t: &Transaction<'_>, e: &Enrolment, now: u64) -> OpRes
     enrol::bump(t, -1, 1).await
 }
 
-async fn rebind(
+async fn rebind_in(
     t: &Transaction<'_>,
     old: &Key32,
     new: &Key32,
@@ -219,7 +219,7 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
     Ok(moved)
 }
 
-async fn revoke_key(
+async fn revoke_key_in(
     t: &Transaction<'_>,
     req: &RevokeRequest,
     notice: &SharedNotice,
@@ -279,33 +279,35 @@ async fn revoke_key(
     Ok(outcome)
 }
 
-impl PgStore {
-    /// Key rotation (see the module doc).
-    pub fn rebind(&self, old: Key32, new: Key32) -> Answer<RebindOutcome> {
-        let s = self.clone();
-        self.spawn(async move {
-            let (now, keep) = (s.now_ms(), s.inner.retention);
-            s.inner
-                .db
-                .tx(|t| Box::pin(async move { rebind(t, &old, &new, now, keep).await }))
-                .await
-        })
-    }
+/// Key rotation (see the module doc).
+pub(crate) fn rebind(store: &PgStore, old: Key32, new: Key32) -> Answer<RebindOutcome> {
+    let s = store.clone();
+    store.spawn(async move {
+        let (now, keep) = (s.now_ms(), s.inner.retention);
+        s.inner
+            .db
+            .tx(|t| Box::pin(async move { rebind_in(t, &old, &new, now, keep).await }))
+            .await
+    })
+}
 
-    /// An admin's revocation and/or purge of one key, in one transaction.
-    pub fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Answer<RevokeOutcome> {
-        let s = self.clone();
-        let notice: SharedNotice = Arc::new(Mutex::new(notice));
-        let req = Arc::new(req);
-        self.spawn(async move {
-            let (now, keep) = (s.now_ms(), s.inner.retention);
-            s.inner
-                .db
-                .tx(|t| {
-                    let (req, notice) = (Arc::clone(&req), Arc::clone(&notice));
-                    Box::pin(async move { revoke_key(t, &req, &notice, now, keep).await })
-                })
-                .await
-        })
-    }
+/// An admin's revocation and/or purge of one key, in one transaction.
+pub(crate) fn revoke_key(
+    store: &PgStore,
+    req: RevokeRequest,
+    notice: NoticeFn,
+) -> Answer<RevokeOutcome> {
+    let s = store.clone();
+    let notice: SharedNotice = Arc::new(Mutex::new(notice));
+    let req = Arc::new(req);
+    store.spawn(async move {
+        let (now, keep) = (s.now_ms(), s.inner.retention);
+        s.inner
+            .db
+            .tx(|t| {
+                let (req, notice) = (Arc::clone(&req), Arc::clone(&notice));
+                Box::pin(async move { revoke_key_in(t, &req, &notice, now, keep).await })
+            })
+            .await
+    })
 }

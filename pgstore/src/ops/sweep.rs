@@ -34,41 +34,39 @@ fn take(max: i64) -> usize {
 /// The notice builder, callable from the transaction's task (it is `Send`, not `Sync`).
 pub(crate) type SharedNotice = Arc<Mutex<NoticeFn>>;
 
-impl PgStore {
-    /// One sweep call (see the module doc); `more` says whether to call again.
-    pub fn sweep(
-        &self,
-        now_ms: u64,
-        dedup_horizon_ms: u64,
-        quotas: Quotas,
-        retention_ms: u64,
-        max: usize,
-        notice: NoticeFn,
-    ) -> Answer<SweepReport> {
-        let a = SweepArgs {
-            now_ms,
-            dedup_horizon_ms,
-            quotas,
-            retention_ms,
-            max: i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1),
-        };
-        let notice: SharedNotice = Arc::new(Mutex::new(notice));
-        let s = self.clone();
-        self.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let notice = Arc::clone(&notice);
-                    Box::pin(async move {
-                        let mut report = SweepReport::default();
-                        expire(t, a, &notice, &mut report).await?;
-                        prune_dedup(t, a, &mut report).await?;
-                        Ok(report)
-                    })
+/// One sweep call (see the module doc); `more` says whether to call again.
+pub(crate) fn sweep(
+    store: &PgStore,
+    now_ms: u64,
+    dedup_horizon_ms: u64,
+    quotas: Quotas,
+    retention_ms: u64,
+    max: usize,
+    notice: NoticeFn,
+) -> Answer<SweepReport> {
+    let a = SweepArgs {
+        now_ms,
+        dedup_horizon_ms,
+        quotas,
+        retention_ms,
+        max: i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1),
+    };
+    let notice: SharedNotice = Arc::new(Mutex::new(notice));
+    let s = store.clone();
+    store.spawn(async move {
+        s.inner
+            .db
+            .tx(|t| {
+                let notice = Arc::clone(&notice);
+                Box::pin(async move {
+                    let mut report = SweepReport::default();
+                    expire(t, a, &notice, &mut report).await?;
+                    prune_dedup(t, a, &mut report).await?;
+                    Ok(report)
                 })
-                .await
-        })
-    }
+            })
+            .await
+    })
 }
 
 async fn expire(

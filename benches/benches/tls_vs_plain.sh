@@ -3,7 +3,7 @@
 # alternating (RUNS each, a fresh store per run), with the relay's own CPU per item from
 # /proc/<pid>/stat (utime + stime over the whole bench run, enrolment included).
 # Needs a release build (`cargo build --release -p mbx-relay -p relay-bench`) and openssl.
-# Usage: bench/benches/tls_vs_plain.sh [RUNS] [ITEMS] [SENDERS]   (defaults 3 20000 64)
+# Usage: benches/benches/tls_vs_plain.sh [RUNS] [ITEMS] [SENDERS]   (defaults 3 20000 64)
 set -eu
 RUNS=${1:-3}
 ITEMS=${2:-20000}
