@@ -5,7 +5,9 @@
 use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest};
 use serde_json::{json, Map, Value};
 
-use super::authority::{ask, denied_text, AuthorityRequest, Decision, UNAVAILABLE_REASON};
+use super::authority::{
+    ask, denied_text, AuthorityRequest, Decision, INVITE_REFUSED_REASON, UNAVAILABLE_REASON,
+};
 use super::challenge::new_challenge;
 use super::code::ErrorCode;
 use super::config::CHALLENGE_LIFETIME;
@@ -165,8 +167,9 @@ impl Relay {
             owner_fp,
             proof,
         };
-        let account = match ask(self.authority.as_ref(), &request) {
-            Ok(Decision::Allow { account }) => account,
+        let (account, invite) = match ask(self.authority.as_ref(), &request) {
+            Ok(Decision::Allow { account }) => (account, None),
+            Ok(Decision::Redeem { invite }) => (None, Some(invite)),
             Ok(Decision::Deny { reason }) => {
                 tracing::info!(key = %fingerprint(&pk), "enrolment refused by the authority");
                 return Err(Refusal::Denied(reason.as_deref()).into());
@@ -185,6 +188,7 @@ impl Relay {
                 authorized_by: self.authority.name().to_owned(),
                 authority_rank: self.authority.rank(),
                 max_live: self.limits.max_enrolments,
+                invite,
             }))
             .await?;
         match outcome {
@@ -198,6 +202,10 @@ impl Relay {
             EnrolOutcome::Revoked => Err(Refusal::Revoked.into()),
             EnrolOutcome::NameTaken => Err(Refusal::NameTaken(host).into()),
             EnrolOutcome::Capacity => Err(Refusal::Full.into()),
+            EnrolOutcome::InviteRefused => {
+                tracing::info!(key = %fingerprint(&pk), "enrolment refused: invite not redeemable");
+                Err(Refusal::Denied(Some(INVITE_REFUSED_REASON)).into())
+            }
         }
     }
 }

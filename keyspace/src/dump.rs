@@ -119,6 +119,11 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             },
         },
         Part::Enrolments if codec::is_name_key(k) => Value::Null,
+        Part::Enrolments if codec::is_invite_key(k) => {
+            let i: crate::api::Invite = codec::dec(v, "invite")?;
+            json!({ "invite": crate::api::log_text::invite_id(&i.hash), "created_ms": i.created_ms,
+                    "expires_ms": i.expires_ms, "note": i.note })
+        }
         Part::Enrolments if codec::seen_key_parse(k).is_some() => {
             json!({ "day": codec::dec::<u32>(v, "last seen")? })
         }

@@ -30,6 +30,7 @@ macro_rules! delegate_relay_store {
             fn expire_idle(now_ms: u64, idle_ms: u64, after: Option<$crate::Key32>, max: usize) -> $crate::Pending<$crate::IdleReport>;
             fn rebind(old: $crate::Key32, new: $crate::Key32) -> $crate::Pending<$crate::RebindOutcome>;
             fn revoke_key(req: $crate::RevokeRequest, notice: $crate::NoticeFn) -> $crate::Pending<$crate::RevokeOutcome>;
+            fn put_invite(invite: $crate::Invite, max: u64) -> $crate::Pending<$crate::InviteOutcome>;
             fn hosts(filter: &$crate::HostFilter, each: &mut dyn FnMut(&$crate::HostRow) -> $crate::Result<()>) -> $crate::Result<u64>;
             fn put_enc_ad(ad: $crate::EncAd) -> $crate::Pending<()>;
             fn put_enc_ad_v2(ad: $crate::EncAdV2) -> $crate::Pending<bool>;
