@@ -306,6 +306,7 @@ impl Command {
             | Command::Log { json, .. }
             | Command::Hosts { json, .. }
             | Command::Revoke { json, .. }
+            | Command::Invite { json, .. }
             | Command::Purge { json, .. } => *json,
             Command::Keygen(args) => args.json,
             Command::Completions(_) | Command::Man(_) => false,
