@@ -92,8 +92,13 @@ impl AllowList {
     /// Reload and say how it went, in one log line.
     fn log_reload(&self, why: &'static str) {
         match self.reload() {
-            Ok(n) => tracing::info!(why, keys = n, file = %self.path.display(), "allow-list reloaded"),
-            Err(e) => tracing::warn!(why, "allow-list reload refused, the current list stays: {e}"),
+            Ok(n) => {
+                tracing::info!(why, keys = n, file = %self.path.display(), "allow-list reloaded")
+            }
+            Err(e) => tracing::warn!(
+                why,
+                "allow-list reload refused, the current list stays: {e}"
+            ),
         }
     }
 
@@ -212,10 +217,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("allow");
         let (a, b) = (SigningKey::generate(), SigningKey::generate());
-        std::fs::write(&path, format!("# hosts\n\n{} alice laptop\n", a.public_b64())).unwrap();
+        std::fs::write(
+            &path,
+            format!("# hosts\n\n{} alice laptop\n", a.public_b64()),
+        )
+        .unwrap();
         let list = AllowList::load(&path).unwrap();
         assert_eq!(list.len(), 1);
-        assert_eq!(ask(&list, &a.public_b64()), Decision::Allow { account: None });
+        assert_eq!(
+            ask(&list, &a.public_b64()),
+            Decision::Allow { account: None }
+        );
         let refused = Decision::Deny {
             reason: Some(NOT_LISTED_REASON.into()),
         };
@@ -225,7 +237,10 @@ mod tests {
         std::fs::write(&path, format!("{}\n", b.public_b64())).unwrap();
         assert_eq!(list.reload(), Ok(1));
         assert_eq!(ask(&list, &a.public_b64()), refused);
-        assert_eq!(ask(&list, &b.public_b64()), Decision::Allow { account: None });
+        assert_eq!(
+            ask(&list, &b.public_b64()),
+            Decision::Allow { account: None }
+        );
     }
 
     #[test]
@@ -242,7 +257,10 @@ mod tests {
         let list = AllowList::load(&path).unwrap();
         std::fs::write(&path, "garbage\n").unwrap();
         assert!(list.reload().is_err());
-        assert_eq!(ask(&list, &a.public_b64()), Decision::Allow { account: None });
+        assert_eq!(
+            ask(&list, &a.public_b64()),
+            Decision::Allow { account: None }
+        );
     }
 
     #[test]

@@ -280,7 +280,9 @@ fn relay_set(
     trust::check_relay_url(url, insecure_http, ca.is_some()).map_err(HostError::Usage)?;
     let invite = invite.map(str::trim);
     if invite.is_some_and(|c| c.is_empty() || c.len() > 128 || c.chars().any(char::is_control)) {
-        return Err(HostError::Usage("--invite takes the code relay-tool invite printed".into()));
+        return Err(HostError::Usage(
+            "--invite takes the code relay-tool invite printed".into(),
+        ));
     }
     let ca = ca
         .map(trust::read_ca)

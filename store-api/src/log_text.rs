@@ -3,7 +3,9 @@
 //! fingerprints, names and counts only, never key bytes or wire data.
 
 use crate::fingerprint::fingerprint;
-use crate::types::{Enrolment, Invite, InviteHash, Key32, RevokeReport, RevokeRequest, MAX_REASON_CHARS};
+use crate::types::{
+    Enrolment, Invite, InviteHash, Key32, RevokeReport, RevokeRequest, MAX_REASON_CHARS,
+};
 
 /// `enrol`: a first enrolment: fingerprint, name, account, owner claim, authority.
 pub fn enrolled(e: &Enrolment) -> String {

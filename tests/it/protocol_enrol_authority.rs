@@ -222,12 +222,7 @@ fn a_name_is_unique_inside_a_proven_account_409_name_taken(backend: Backend) {
 /// A relay run with `--enrol-authority allowlist` over `list` (a file in a temp dir).
 fn allowlist_relay(backend: Backend, list: &std::path::Path) -> Relay {
     let path = list.to_str().expect("utf-8 path");
-    backend.start_generous(&[
-        "--enrol-authority",
-        "allowlist",
-        "--enrol-allowlist",
-        path,
-    ])
+    backend.start_generous(&["--enrol-authority", "allowlist", "--enrol-allowlist", path])
 }
 
 fn not_listed() -> Value {
@@ -251,10 +246,17 @@ fn an_allowlist_relay_enrols_only_listed_keys_and_reloads_on_change_and_sighup(b
     let tmp = tempfile::tempdir().expect("tmp");
     let list = tmp.path().join("hosts.allow");
     let (a, b, c) = (Host::new("alpha"), Host::new("beta"), Host::new("gamma"));
-    std::fs::write(&list, format!("# our hosts
+    std::fs::write(
+        &list,
+        format!(
+            "# our hosts
 {} alpha's laptop
 
-", a.pubkey())).unwrap();
+",
+            a.pubkey()
+        ),
+    )
+    .unwrap();
     let mut relay = allowlist_relay(backend, &list);
     assert!(enrols(&relay, &a));
     assert!(!enrols(&relay, &b), "not listed");
@@ -262,16 +264,30 @@ fn an_allowlist_relay_enrols_only_listed_keys_and_reloads_on_change_and_sighup(b
         .assert_error(401, "bad relay hop");
     // A changed file is read again within about a second: beta in, alpha out for new
     // enrolments (alpha's enrolment stays until an admin revokes it).
-    std::fs::write(&list, format!("{}
-", b.pubkey())).unwrap();
+    std::fs::write(
+        &list,
+        format!(
+            "{}
+",
+            b.pubkey()
+        ),
+    )
+    .unwrap();
     let in_force = wait_for(Duration::from_secs(15), || enrols(&relay, &b).then_some(()));
     assert!(in_force.is_some(), "the changed list took effect");
     assert!(!enrols(&relay, &a), "removed from the list");
     assert!(h_is_live(&relay, &a), "an enrolled host keeps working");
     // Same length, same inode, the old modified time: only SIGHUP makes the relay read it.
     let before = std::fs::metadata(&list).unwrap().modified().unwrap();
-    std::fs::write(&list, format!("{}
-", c.pubkey())).unwrap();
+    std::fs::write(
+        &list,
+        format!(
+            "{}
+",
+            c.pubkey()
+        ),
+    )
+    .unwrap();
     std::fs::File::options()
         .write(true)
         .open(&list)
@@ -286,13 +302,19 @@ fn an_allowlist_relay_enrols_only_listed_keys_and_reloads_on_change_and_sighup(b
     let in_force = wait_for(Duration::from_secs(15), || enrols(&relay, &c).then_some(()));
     assert!(in_force.is_some(), "SIGHUP reloaded the list");
     // A broken file keeps the list in force.
-    std::fs::write(&list, "not a key
-").unwrap();
+    std::fs::write(
+        &list,
+        "not a key
+",
+    )
+    .unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGHUP) }, 0);
     std::thread::sleep(Duration::from_millis(1_500));
     relay.assert_alive();
     assert!(enrols(&relay, &c), "the last good list stays");
+    // (A restart would refuse that file: put a good one back before stored_enrolment's.)
+    std::fs::write(&list, format!("{}\n", c.pubkey())).unwrap();
     let e = stored_enrolment(&mut relay, &c).expect("enrolled");
     assert_eq!(e, ("allowlist".into(), None, 1));
 }
@@ -305,9 +327,16 @@ fn h_is_live(relay: &Relay, h: &Host) -> bool {
 fn an_allowlist_relay_refuses_to_start_on_a_bad_or_missing_list(backend: Backend) {
     let tmp = tempfile::tempdir().expect("tmp");
     let list = tmp.path().join("hosts.allow");
-    std::fs::write(&list, format!("{}
+    std::fs::write(
+        &list,
+        format!(
+            "{}
 bogus-line
-", Host::new("a").pubkey())).unwrap();
+",
+            Host::new("a").pubkey()
+        ),
+    )
+    .unwrap();
     let path = list.to_str().unwrap();
     for (args, why) in [
         (
@@ -322,7 +351,10 @@ bogus-line
             vec!["--enrol-allowlist", path],
             "only with --enrol-authority allowlist",
         ),
-        (vec!["--enrol-authority", "tokens"], "not an enrolment authority"),
+        (
+            vec!["--enrol-authority", "tokens"],
+            "not an enrolment authority",
+        ),
     ] {
         let err = Relay::launch(backend.opts(&args)).err().expect("refused");
         assert!(err.contains(why), "{args:?}: {err}");
@@ -374,15 +406,27 @@ fn an_invite_relay_enrols_one_new_key_per_code_before_it_expires(backend: Backen
         )
     );
     let made_up = json!({"invite": "mbxi-00000000000000000000000000000000"});
-    assert_eq!(enrol_with(&relay, &a, Some(made_up)).json(), invite_refused());
+    assert_eq!(
+        enrol_with(&relay, &a, Some(made_up)).json(),
+        invite_refused()
+    );
     let code = issue_invite(&relay, "7d");
     let proof = json!({ "invite": code });
-    assert_eq!(enrol_with(&relay, &a, Some(proof.clone())).ok(), json!({"ok": true}));
+    assert_eq!(
+        enrol_with(&relay, &a, Some(proof.clone())).ok(),
+        json!({"ok": true})
+    );
     // Single use: another key cannot take it; the key that took it re-enrols with or without.
-    assert_eq!(enrol_with(&relay, &b, Some(proof.clone())).json(), invite_refused());
+    assert_eq!(
+        enrol_with(&relay, &b, Some(proof.clone())).json(),
+        invite_refused()
+    );
     b.get(&relay, "/v2/relay/items")
         .assert_error(401, "bad relay hop");
-    assert_eq!(enrol_with(&relay, &a, Some(proof)).ok(), json!({"ok": true}));
+    assert_eq!(
+        enrol_with(&relay, &a, Some(proof)).ok(),
+        json!({"ok": true})
+    );
     // An expired code admits nobody.
     let short = issue_invite(&relay, "1s");
     std::thread::sleep(Duration::from_millis(1_200));

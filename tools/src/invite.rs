@@ -41,7 +41,8 @@ pub fn run(t: &Target, ttl: Duration, note: &str, json: bool) -> Result<(), Fail
         Some(reply) => reply.finish()?,
         None => {
             let store = access::open_exclusive(t, "invite offline")?;
-            let stored = invite::run(store.as_ref(), &inv).map_err(|why| Failure::new(Code::Store, why));
+            let stored =
+                invite::run(store.as_ref(), &inv).map_err(|why| Failure::new(Code::Store, why));
             access::close(store)?;
             stored?
         }

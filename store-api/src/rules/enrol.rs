@@ -165,7 +165,8 @@ mod tests {
             decide(Some(&e), req(1, None), 1, None, 99),
             Step::Answer(EnrolOutcome::AlreadyEnrolled)
         );
-        let Step::Write { new, first, .. } = decide(Some(&e), req(5, Some("other")), 1, None, 99) else {
+        let Step::Write { new, first, .. } = decide(Some(&e), req(5, Some("other")), 1, None, 99)
+        else {
             panic!("an equal authority may change the record");
         };
         assert!(!first);
@@ -181,7 +182,10 @@ mod tests {
         );
         let e = stored(1, None);
         assert!(
-            matches!(decide(Some(&e), req(2, None), 2, None, 10), Step::Write { .. }),
+            matches!(
+                decide(Some(&e), req(2, None), 2, None, 10),
+                Step::Write { .. }
+            ),
             "a known key is not counted again"
         );
     }
@@ -206,7 +210,10 @@ mod tests {
     fn a_new_key_redeems_its_invite_only_while_it_is_stored_and_unexpired() {
         let refused = Step::Answer(EnrolOutcome::InviteRefused);
         assert_eq!(decide(None, with_invite(), 0, None, 10), refused);
-        assert_eq!(decide(None, with_invite(), 0, Some(&invite(10)), 10), refused);
+        assert_eq!(
+            decide(None, with_invite(), 0, Some(&invite(10)), 10),
+            refused
+        );
         let Step::Write { redeem, first, .. } =
             decide(None, with_invite(), 0, Some(&invite(11)), 10)
         else {
