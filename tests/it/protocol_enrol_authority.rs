@@ -453,7 +453,7 @@ fn our_host_enrols_on_an_invite_relay_with_the_operators_code(backend: Backend) 
     let tmp = tempfile::tempdir().expect("tmp");
     let a = HostCli::init(tmp.path(), "alpha");
     a.ok(&["relay", "set", &url]);
-    let err = a.run(&["sync"]).err().expect("no invite: refused");
+    let err = a.run(&["sync"]).expect_err("no invite: refused");
     assert!(err.contains("admits invited hosts only"), "{err}");
     let code = issue_invite(&relay, "1h");
     a.ok(&["relay", "set", &url, "--invite", &code]);
@@ -461,7 +461,7 @@ fn our_host_enrols_on_an_invite_relay_with_the_operators_code(backend: Backend) 
     // Another host given the same code is refused: single use.
     let b = HostCli::init(tmp.path(), "beta");
     b.ok(&["relay", "set", &url, "--invite", &code]);
-    let err = b.run(&["sync"]).err().expect("a used code: refused");
+    let err = b.run(&["sync"]).expect_err("a used code: refused");
     assert!(err.contains("unknown, used or expired"), "{err}");
     // The host that used it syncs on without it.
     a.sync();
