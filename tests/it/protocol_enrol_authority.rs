@@ -437,11 +437,18 @@ fn an_invite_relay_enrols_one_new_key_per_code_before_it_expires(backend: Backen
     // The store keeps the hash only: the code is nowhere in a dump.
     let dir = relay.store_dir().to_str().expect("utf-8").to_string();
     let dump = relay_tool(&["dump", "--store-dir", &dir, "--json"]);
-    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
     let dumped = String::from_utf8_lossy(&dump.stdout);
     assert!(!dumped.contains(&short[5..]), "an invite code was stored");
     if backend == Backend::Fjall {
-        assert!(dumped.contains("\"invite\":"), "the unused invite is listed");
+        assert!(
+            dumped.contains("\"invite\":"),
+            "the unused invite is listed"
+        );
     }
     let e = stored_enrolment(&mut relay, &a).expect("enrolled");
     assert_eq!(e, ("invite".into(), None, 1));

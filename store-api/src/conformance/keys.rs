@@ -243,6 +243,33 @@ pub fn an_invite_admits_one_new_key_once_before_it_expires(backend: &dyn Backend
     backend.check_invariants(store);
 }
 
+pub fn concurrent_enrolments_with_one_invite_admit_one_key(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    assert_eq!(
+        store
+            .put_invite(invite(5, 1_000, 9_000), 10)
+            .wait()
+            .unwrap(),
+        InviteOutcome::Issued
+    );
+    // Submitted together (a backend runs them in one group, or on several connections).
+    let pendings: Vec<_> = (10..30)
+        .map(|n| store.enrol(with_invite(key(n), 5)))
+        .collect();
+    let outs: Vec<_> = pendings.into_iter().map(|p| p.wait().unwrap()).collect();
+    let enrolled = outs
+        .iter()
+        .filter(|o| **o == EnrolOutcome::Enrolled)
+        .count();
+    assert_eq!(enrolled, 1, "{outs:?}");
+    assert!(outs
+        .iter()
+        .all(|o| matches!(o, EnrolOutcome::Enrolled | EnrolOutcome::InviteRefused)));
+    assert_eq!(store.live_enrolment_count().unwrap(), 1);
+    backend.check_invariants(store);
+}
+
 pub fn issuing_an_invite_prunes_the_expired_and_caps_the_unexpired(backend: &dyn Backend) {
     let clock = TestClock::new(1_000);
     let store = backend.open(clock.clone());

@@ -66,6 +66,7 @@ macro_rules! conformance_tests {
             keys::enrolment_rules,
             keys::an_invite_admits_one_new_key_once_before_it_expires,
             keys::issuing_an_invite_prunes_the_expired_and_caps_the_unexpired,
+            keys::concurrent_enrolments_with_one_invite_admit_one_key,
             keys::a_rotation_moves_the_queue_after_the_new_keys_items,
             keys::a_revoked_key_loses_its_enc_ads_lists_and_enrolment_as_in_a_rotation,
             keys::a_purge_deletes_the_queue_and_tells_each_envelope_sender_once,
