@@ -359,6 +359,28 @@ bogus-line
         let err = Relay::launch(backend.opts(&args)).err().expect("refused");
         assert!(err.contains(why), "{args:?}: {err}");
     }
+    // `serve --check` reads the list as a start would, and says how many keys it holds.
+    std::fs::write(&list, format!("{}\n", Host::new("a").pubkey())).unwrap();
+    let store = tmp.path().join("store");
+    let out = relay_exits(
+        &[
+            "serve",
+            "--check",
+            "--store-dir",
+            store.to_str().unwrap(),
+            "--enrol-authority",
+            "allowlist",
+            "--enrol-allowlist",
+            path,
+        ],
+        &[],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("enrolment authority: allowlist (1 keys)"),
+        "{said}"
+    );
 }
 
 /// A relay run with `--enrol-authority invite`.
@@ -452,8 +474,21 @@ fn an_invite_relay_enrols_one_new_key_per_code_before_it_expires(backend: Backen
     }
     let e = stored_enrolment(&mut relay, &a).expect("enrolled");
     assert_eq!(e, ("invite".into(), None, 1));
-    // The invites survived the restart stored_enrolment made: a fresh one still works.
-    let code = issue_invite(&relay, "1h");
+    // With the relay stopped, relay-tool stores the invite in the store itself.
+    assert_eq!(relay.terminate(Duration::from_secs(20)), Some(0));
+    let mut args = vec!["invite", "--store-dir", &dir, "--expires", "1h", "--json"];
+    if let Some(url) = relay.db_url() {
+        args.extend(["--store", url]);
+    }
+    let out = relay_tool(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let code = v["code"].as_str().expect("code").to_string();
+    relay.start_again().expect("restart");
     assert_eq!(
         enrol_with(&relay, &b, Some(json!({ "invite": code }))).ok(),
         json!({"ok": true})
