@@ -32,10 +32,12 @@ pub struct AuthorityRequest<'a> {
 pub enum Decision {
     /// The key may enrol, inside this proven account if any (quotas and name uniqueness use it).
     Allow { account: Option<String> },
-    /// The key may enrol, without an account, if its enrolment redeems this invite in its
-    /// commit (single use; a key with a live enrolment redeems nothing). An invite that is not
-    /// stored or has expired refuses it with [`INVITE_REFUSED_REASON`].
-    Redeem { invite: relay_store::InviteHash },
+    /// A key with a live enrolment may re-enrol; a new key, without an account, only if its
+    /// enrolment redeems this invite (`None`: it presented none) in its commit (single use).
+    /// A missing, unknown, used or expired invite refuses a new key.
+    Redeem {
+        invite: Option<relay_store::InviteHash>,
+    },
     /// The key may not enrol; the reason (if any) is shown to the host, cut to
     /// [`MAX_REASON_UNITS`].
     Deny { reason: Option<String> },

@@ -2,7 +2,7 @@
 //! which the relay's [`EnrolmentAuthority`](super::authority::EnrolmentAuthority) must allow.
 //! Texts, statuses and codes are the reference relay's.
 
-use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest};
+use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest, InviteClaim};
 use serde_json::{json, Map, Value};
 
 use super::authority::{
@@ -12,6 +12,7 @@ use super::challenge::new_challenge;
 use super::code::ErrorCode;
 use super::config::CHALLENGE_LIFETIME;
 use super::error::{BAD_ENROLMENT_SIGNATURE, NO_PENDING_CHALLENGE};
+use super::invite::NO_INVITE_REASON;
 use super::{Relay, RelayError, Reply, Status};
 use relay_wire::keys::{fingerprint, parse_pubkey, verify_canonical};
 use relay_wire::names::{is_host_name, is_owner_fp};
@@ -168,8 +169,9 @@ impl Relay {
             proof,
         };
         let (account, invite) = match ask(self.authority.as_ref(), &request) {
-            Ok(Decision::Allow { account }) => (account, None),
-            Ok(Decision::Redeem { invite }) => (None, Some(invite)),
+            Ok(Decision::Allow { account }) => (account, InviteClaim::NotNeeded),
+            Ok(Decision::Redeem { invite: Some(h) }) => (None, InviteClaim::Presented(h)),
+            Ok(Decision::Redeem { invite: None }) => (None, InviteClaim::Missing),
             Ok(Decision::Deny { reason }) => {
                 tracing::info!(key = %fingerprint(&pk), "enrolment refused by the authority");
                 return Err(Refusal::Denied(reason.as_deref()).into());
@@ -203,8 +205,12 @@ impl Relay {
             EnrolOutcome::NameTaken => Err(Refusal::NameTaken(host).into()),
             EnrolOutcome::Capacity => Err(Refusal::Full.into()),
             EnrolOutcome::InviteRefused => {
-                tracing::info!(key = %fingerprint(&pk), "enrolment refused: invite not redeemable");
-                Err(Refusal::Denied(Some(INVITE_REFUSED_REASON)).into())
+                tracing::info!(key = %fingerprint(&pk), "enrolment refused: no redeemable invite");
+                let reason = match invite {
+                    InviteClaim::Missing => NO_INVITE_REASON,
+                    _ => INVITE_REFUSED_REASON,
+                };
+                Err(Refusal::Denied(Some(reason)).into())
             }
         }
     }

@@ -18,7 +18,7 @@ const CODE_BYTES: usize = 16;
 /// The longest `proof.invite` hashed; a longer one is no code of ours.
 const MAX_CODE_CHARS: usize = 128;
 
-/// The reason shown to a host that presented no invite.
+/// The reason shown to a new host that presented no invite.
 pub(crate) const NO_INVITE_REASON: &str =
     "this relay admits invited hosts only: put the operator's invite code in proof.invite";
 
@@ -47,8 +47,9 @@ pub fn issue(now_ms: u64, ttl_ms: u64, note: &str) -> (String, Invite) {
     (code, invite)
 }
 
-/// The invite authority: a host presenting a code may enrol if the code's invite is redeemed
-/// in its commit; without one it is refused. Hosts it admits carry no account.
+/// The invite authority: a new host presenting a code may enrol if the code's invite is
+/// redeemed in its commit; without one it is refused (a host already enrolled re-enrols
+/// without one). Hosts it admits carry no account.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Invites;
 
@@ -66,13 +67,10 @@ impl EnrolmentAuthority for Invites {
             .and_then(Value::as_str)
             .map(str::trim)
             .filter(|c| !c.is_empty() && c.chars().count() <= MAX_CODE_CHARS);
-        Ok(match code {
-            Some(code) => Decision::Redeem {
-                invite: hash_code(code),
-            },
-            None => Decision::Deny {
-                reason: Some(NO_INVITE_REASON.into()),
-            },
+        // Without a code the store still decides: a host already enrolled re-enrols (after a
+        // restore, an epoch change) without the code it used up.
+        Ok(Decision::Redeem {
+            invite: code.map(hash_code),
         })
     }
 }
@@ -102,17 +100,15 @@ mod tests {
         assert_eq!(
             ask(Some(&proof)),
             Decision::Redeem {
-                invite: invite.hash
+                invite: Some(invite.hash)
             }
         );
         assert_ne!(issue(0, 1, "").0, code, "codes are random");
     }
 
     #[test]
-    fn a_host_without_an_invite_is_refused_with_how_to_join() {
-        let deny = Decision::Deny {
-            reason: Some(NO_INVITE_REASON.into()),
-        };
+    fn a_host_without_a_readable_code_presents_no_invite() {
+        let none = Decision::Redeem { invite: None };
         for proof in [
             None,
             Some(json!(null)),
@@ -120,7 +116,7 @@ mod tests {
             Some(json!({"invite": 7})),
             Some(json!({"invite": "x".repeat(MAX_CODE_CHARS + 1)})),
         ] {
-            assert_eq!(ask(proof.as_ref()), deny, "{proof:?}");
+            assert_eq!(ask(proof.as_ref()), none, "{proof:?}");
         }
     }
 }

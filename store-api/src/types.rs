@@ -211,9 +211,21 @@ pub struct EnrolRequest {
     pub authority_rank: u8,
     /// Cap on live enrolments (a new key beyond it is refused).
     pub max_live: u64,
-    /// An invite a new enrolment must redeem in its commit (the invite authority); a key
-    /// with a live enrolment redeems nothing.
-    pub invite: Option<InviteHash>,
+    /// Whether a new key must redeem an invite in this enrolment's commit (the invite
+    /// authority); a key with a live enrolment redeems nothing and needs none.
+    pub invite: InviteClaim,
+}
+
+/// What an enrolment says about invites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InviteClaim {
+    /// No invite is needed (every authority but the invite authority).
+    #[default]
+    NotNeeded,
+    /// A new key needs one and presented none.
+    Missing,
+    /// A new key redeems the invite with this hash.
+    Presented(InviteHash),
 }
 
 /// How `enrol` ended.
@@ -229,7 +241,8 @@ pub enum EnrolOutcome {
     NameTaken,
     /// `max_live` live enrolments exist already.
     Capacity,
-    /// A new key's invite is not stored (never issued, redeemed already) or has expired.
+    /// A new key presented no invite where one is needed, or its invite is not stored (never
+    /// issued, redeemed already) or has expired.
     InviteRefused,
 }
 

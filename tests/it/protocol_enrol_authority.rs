@@ -449,6 +449,7 @@ fn an_invite_relay_enrols_one_new_key_per_code_before_it_expires(backend: Backen
         enrol_with(&relay, &a, Some(proof)).ok(),
         json!({"ok": true})
     );
+    assert_eq!(enrol_with(&relay, &a, None).ok(), json!({"ok": true}));
     // An expired code admits nobody.
     let short = issue_invite(&relay, "1s");
     std::thread::sleep(Duration::from_millis(1_200));

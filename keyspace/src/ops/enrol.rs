@@ -26,8 +26,8 @@ fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
     let stored = reader::enrolment(tx, &req.host_pubkey)?;
     let max_live = req.max_live;
     let invite = match &req.invite {
-        Some(hash) => invite::get(tx, hash)?,
-        None => None,
+        relay_store::InviteClaim::Presented(hash) => invite::get(tx, hash)?,
+        _ => None,
     };
     let live = live_count(tx)?;
     let (new, first, redeem) =

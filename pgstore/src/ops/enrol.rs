@@ -122,8 +122,8 @@ async fn enrol(
     let stored = get(t, &req.host_pubkey, true).await?;
     let max_live = req.max_live;
     let invite = match &req.invite {
-        Some(hash) => invite::get(t, hash).await?,
-        None => None,
+        relay_store::InviteClaim::Presented(hash) => invite::get(t, hash).await?,
+        _ => None,
     };
     let live = u(live_count);
     let (new, first, redeem) =

@@ -208,7 +208,7 @@ fn invite(n: u8, created_ms: u64, expires_ms: u64) -> Invite {
 
 fn with_invite(pk: Key32, n: u8) -> EnrolRequest {
     EnrolRequest {
-        invite: Some([n; 32]),
+        invite: InviteClaim::Presented([n; 32]),
         ..enrol_req(pk, "guest", None, 1)
     }
 }
@@ -232,6 +232,16 @@ pub fn an_invite_admits_one_new_key_once_before_it_expires(backend: &dyn Backend
     // Single use: another key cannot take it; the key that took it re-enrols without one.
     assert_eq!(e(with_invite(key(2), 1)), EnrolOutcome::InviteRefused);
     assert_eq!(e(with_invite(key(1), 1)), EnrolOutcome::AlreadyEnrolled);
+    let without = EnrolRequest {
+        invite: InviteClaim::Missing,
+        ..enrol_req(key(1), "guest", None, 1)
+    };
+    assert_eq!(e(without.clone()), EnrolOutcome::AlreadyEnrolled);
+    let new_without = EnrolRequest {
+        host_pubkey: key(3),
+        ..without
+    };
+    assert_eq!(e(new_without), EnrolOutcome::InviteRefused);
     // Expired at its expiry time.
     clock.set(1_500);
     assert_eq!(e(with_invite(key(2), 2)), EnrolOutcome::InviteRefused);

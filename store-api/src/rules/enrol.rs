@@ -3,7 +3,7 @@
 //! only inside a proven account; at most `max_live` live enrolments; a new key the invite
 //! authority allowed redeems its invite in the same commit (single use).
 
-use crate::types::{EnrolOutcome, EnrolRequest, Enrolment, Invite, InviteHash};
+use crate::types::{EnrolOutcome, EnrolRequest, Enrolment, Invite, InviteClaim, InviteHash};
 
 /// What an enrol request asks of the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ impl Step {
 }
 
 /// Decide `req` at `now_ms` given the key's stored enrolment, the live count and the stored
-/// row of the invite `req` presents (read by the backend only when `req.invite` is set).
+/// row of the invite `req` presents (read by the backend only for [`InviteClaim::Presented`]).
 pub fn decide(
     stored: Option<&Enrolment>,
     req: EnrolRequest,
@@ -64,14 +64,20 @@ pub fn decide(
             }
         }
         None => {
-            if req.invite.is_some() && !super::invite::redeemable(invite, now_ms) {
-                return Step::Answer(EnrolOutcome::InviteRefused);
-            }
+            let redeem = match req.invite {
+                InviteClaim::NotNeeded => None,
+                InviteClaim::Presented(hash) if super::invite::redeemable(invite, now_ms) => {
+                    Some(hash)
+                }
+                InviteClaim::Presented(_) | InviteClaim::Missing => {
+                    return Step::Answer(EnrolOutcome::InviteRefused)
+                }
+            };
             if live_count >= req.max_live {
                 return Step::Answer(EnrolOutcome::Capacity);
             }
             Step::Write {
-                redeem: req.invite,
+                redeem,
                 new: Enrolment {
                     host_pubkey: req.host_pubkey,
                     host_name: req.host_name,
@@ -120,7 +126,7 @@ mod tests {
             authorized_by: "host-key".into(),
             authority_rank: rank,
             max_live: 2,
-            invite: None,
+            invite: InviteClaim::NotNeeded,
         }
     }
 
@@ -201,7 +207,7 @@ mod tests {
 
     fn with_invite() -> EnrolRequest {
         EnrolRequest {
-            invite: Some([7; 32]),
+            invite: InviteClaim::Presented([7; 32]),
             ..req(1, None)
         }
     }
@@ -221,6 +227,24 @@ mod tests {
         };
         assert!(first);
         assert_eq!(redeem, Some([7; 32]));
+    }
+
+    #[test]
+    fn a_new_key_without_an_invite_is_refused_a_live_one_is_not() {
+        let missing = EnrolRequest {
+            invite: InviteClaim::Missing,
+            ..req(1, None)
+        };
+        assert_eq!(
+            decide(None, missing.clone(), 0, None, 10),
+            Step::Answer(EnrolOutcome::InviteRefused)
+        );
+        let mut e = stored(1, None);
+        e.host_name = "old".into();
+        assert!(matches!(
+            decide(Some(&e), missing, 1, None, 10),
+            Step::Write { redeem: None, .. }
+        ));
     }
 
     #[test]
