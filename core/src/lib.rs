@@ -38,7 +38,7 @@ pub mod wake;
 
 use std::sync::{Arc, RwLock};
 
-use relay_store::{ChallengeBook, Clock, Key32, SharedStore};
+use relay_store::{ChallengeBook, Clock, SharedStore};
 
 pub use config::Limits;
 pub use error::{AuthFailure, RelayError, Reply, Status};
