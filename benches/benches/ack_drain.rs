@@ -42,6 +42,7 @@ fn main() {
                 authorized_by: "host-key".into(),
                 authority_rank: 0,
                 max_live: 1_000_000,
+                invite: relay_keyspace::InviteClaim::NotNeeded,
             })
             .wait()
             .unwrap();

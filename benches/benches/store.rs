@@ -106,6 +106,7 @@ fn fjall_open(dir: &Path) -> Store {
                 authorized_by: "host-key".into(),
                 authority_rank: 0,
                 max_live: u64::MAX,
+                invite: relay_keyspace::InviteClaim::NotNeeded,
             })
             .wait()
             .expect("enrol");

@@ -1,14 +1,19 @@
 //! The enrolment authority (spec §8, docs/protocol.md §3 "Enrolment"): who may enrol a host key, and
 //! under which proven account. The relay holds one; the default, `host-key-challenge`, allows
-//! every key that answered its challenge. A refusal or a failing authority answers `403 DENIED`
-//! and nothing is stored.
+//! every key that answered its challenge; an operator may close enrolment to listed keys
+//! ([`super::allowlist`]) or invited hosts ([`super::invite`]). A refusal or a failing authority
+//! answers `403 DENIED` and nothing is stored.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use relay_wire::envelope::js_len;
+
+use super::allowlist::AllowList;
+use super::invite::Invites;
 
 /// What the authority is asked, after the challenge signature verified.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +32,12 @@ pub struct AuthorityRequest<'a> {
 pub enum Decision {
     /// The key may enrol, inside this proven account if any (quotas and name uniqueness use it).
     Allow { account: Option<String> },
+    /// A key with a live enrolment may re-enrol; a new key, without an account, only if its
+    /// enrolment redeems this invite (`None`: it presented none) in its commit (single use).
+    /// A missing, unknown, used or expired invite refuses a new key.
+    Redeem {
+        invite: Option<relay_store::InviteHash>,
+    },
     /// The key may not enrol; the reason (if any) is shown to the host, cut to
     /// [`MAX_REASON_UNITS`].
     Deny { reason: Option<String> },
@@ -53,6 +64,8 @@ pub trait EnrolmentAuthority: Send + Sync {
     fn authorize(&self, req: &AuthorityRequest<'_>) -> Result<Decision, Unavailable>;
 }
 
+/// The reason shown when a new key's invite is unknown, redeemed already or expired.
+pub(crate) const INVITE_REFUSED_REASON: &str = "the invite code is unknown, used or expired";
 /// The reason shown when the authority fails (errors, or panics).
 pub(crate) const UNAVAILABLE_REASON: &str = "the enrolment authority is unavailable";
 /// The longest reason shown, in UTF-16 code units as the reference counts them.
@@ -109,17 +122,71 @@ fn cut_units(s: &str) -> &str {
     s
 }
 
-/// The authority `serve` uses: [`HostKeyChallenge`], or with the `failpoints` feature the test
-/// authority named by `MBX_RELAY_TEST_AUTHORITY` (see [`test_stub`]).
+/// Which authority `serve` runs (`--enrol-authority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthorityKind {
+    /// [`HostKeyChallenge`]: anyone who answers the challenge (the default).
+    #[default]
+    Challenge,
+    /// [`AllowList`]: only the keys in `--enrol-allowlist`.
+    AllowList,
+    /// [`super::invite::Invites`]: only hosts presenting an unused invite code.
+    Invite,
+}
+
+impl std::str::FromStr for AuthorityKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "challenge" => Ok(AuthorityKind::Challenge),
+            "allowlist" => Ok(AuthorityKind::AllowList),
+            "invite" => Ok(AuthorityKind::Invite),
+            other => Err(format!(
+                "{other:?} is not an enrolment authority: challenge, allowlist or invite"
+            )),
+        }
+    }
+}
+
+/// The authority `serve` runs, and the allow-list its reloader keeps current (if it is one).
+pub struct ForServe {
+    pub authority: Arc<dyn EnrolmentAuthority>,
+    pub allowlist: Option<Arc<AllowList>>,
+}
+
+/// The authority `serve` runs: `kind` (the allow-list read from `allowlist`), or with the
+/// `failpoints` feature the test authority named by `MBX_RELAY_TEST_AUTHORITY` (see
+/// [`test_stub`]).
 ///
 /// # Errors
-/// An unknown test authority name.
-pub fn for_serve() -> Result<Arc<dyn EnrolmentAuthority>, String> {
+/// `allowlist` given without `kind` allowlist or missing with it; an allow-list that cannot be
+/// read; an unknown test authority name.
+pub fn for_serve(kind: AuthorityKind, allowlist: Option<&Path>) -> Result<ForServe, String> {
+    let only = |authority: Arc<dyn EnrolmentAuthority>| ForServe {
+        authority,
+        allowlist: None,
+    };
     #[cfg(feature = "failpoints")]
     if let Some(name) = std::env::var_os(test_stub::ENV) {
-        return test_stub::by_name(&name.to_string_lossy());
+        return test_stub::by_name(&name.to_string_lossy()).map(only);
     }
-    Ok(Arc::new(HostKeyChallenge))
+    match (kind, allowlist) {
+        (AuthorityKind::AllowList, Some(path)) => {
+            let list = AllowList::load(path)?;
+            Ok(ForServe {
+                authority: list.clone(),
+                allowlist: Some(list),
+            })
+        }
+        (AuthorityKind::AllowList, None) => {
+            Err("--enrol-authority allowlist needs --enrol-allowlist FILE".into())
+        }
+        (_, Some(_)) => {
+            Err("--enrol-allowlist is read only with --enrol-authority allowlist".into())
+        }
+        (AuthorityKind::Challenge, None) => Ok(only(Arc::new(HostKeyChallenge))),
+        (AuthorityKind::Invite, None) => Ok(only(Arc::new(Invites))),
+    }
 }
 
 /// A test authority driven by the enrolment's `proof` (feature `failpoints` only: release builds

@@ -2,14 +2,17 @@
 //! which the relay's [`EnrolmentAuthority`](super::authority::EnrolmentAuthority) must allow.
 //! Texts, statuses and codes are the reference relay's.
 
-use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest};
+use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest, InviteClaim};
 use serde_json::{json, Map, Value};
 
-use super::authority::{ask, denied_text, AuthorityRequest, Decision, UNAVAILABLE_REASON};
+use super::authority::{
+    ask, denied_text, AuthorityRequest, Decision, INVITE_REFUSED_REASON, UNAVAILABLE_REASON,
+};
 use super::challenge::new_challenge;
 use super::code::ErrorCode;
 use super::config::CHALLENGE_LIFETIME;
 use super::error::{BAD_ENROLMENT_SIGNATURE, NO_PENDING_CHALLENGE};
+use super::invite::NO_INVITE_REASON;
 use super::{Relay, RelayError, Reply, Status};
 use relay_wire::keys::{fingerprint, parse_pubkey, verify_canonical};
 use relay_wire::names::{is_host_name, is_owner_fp};
@@ -165,8 +168,10 @@ impl Relay {
             owner_fp,
             proof,
         };
-        let account = match ask(self.authority.as_ref(), &request) {
-            Ok(Decision::Allow { account }) => account,
+        let (account, invite) = match ask(self.authority.as_ref(), &request) {
+            Ok(Decision::Allow { account }) => (account, InviteClaim::NotNeeded),
+            Ok(Decision::Redeem { invite: Some(h) }) => (None, InviteClaim::Presented(h)),
+            Ok(Decision::Redeem { invite: None }) => (None, InviteClaim::Missing),
             Ok(Decision::Deny { reason }) => {
                 tracing::info!(key = %fingerprint(&pk), "enrolment refused by the authority");
                 return Err(Refusal::Denied(reason.as_deref()).into());
@@ -185,6 +190,7 @@ impl Relay {
                 authorized_by: self.authority.name().to_owned(),
                 authority_rank: self.authority.rank(),
                 max_live: self.limits.max_enrolments,
+                invite,
             }))
             .await?;
         match outcome {
@@ -198,6 +204,14 @@ impl Relay {
             EnrolOutcome::Revoked => Err(Refusal::Revoked.into()),
             EnrolOutcome::NameTaken => Err(Refusal::NameTaken(host).into()),
             EnrolOutcome::Capacity => Err(Refusal::Full.into()),
+            EnrolOutcome::InviteRefused => {
+                tracing::info!(key = %fingerprint(&pk), "enrolment refused: no redeemable invite");
+                let reason = match invite {
+                    InviteClaim::Missing => NO_INVITE_REASON,
+                    _ => INVITE_REFUSED_REASON,
+                };
+                Err(Refusal::Denied(Some(reason)).into())
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Layering: `relay-core` sees storage only through `relay_store::RelayStore` and links no
 //! HTTP crate and no storage backend (Cargo.toml); the server picks the backend.
 
+pub mod allowlist;
 pub mod authority;
 pub(crate) mod capacity;
 pub(crate) mod challenge;
@@ -16,6 +17,7 @@ pub mod epoch_watch;
 pub mod error;
 pub(crate) mod hop;
 pub(crate) mod info;
+pub mod invite;
 pub mod key;
 pub(crate) mod keycache;
 pub(crate) mod legacy;

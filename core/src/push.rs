@@ -706,6 +706,7 @@ mod admission_tests {
                 authorized_by: "host-key".into(),
                 authority_rank: 0,
                 max_live: 100,
+                invite: relay_store::InviteClaim::NotNeeded,
             })
             .wait()
             .unwrap();

@@ -124,6 +124,7 @@ mod tests {
                 authorized_by: "host-key".into(),
                 authority_rank: 0,
                 max_live: 100,
+                invite: relay_store::InviteClaim::NotNeeded,
             })
             .wait()
             .unwrap();

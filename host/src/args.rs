@@ -94,6 +94,10 @@ pub enum RelayCommand {
         /// trusted network path).
         #[arg(long)]
         insecure_http: bool,
+        /// An invite code from the relay's operator (`relay-tool invite`), for a relay that
+        /// admits invited hosts only: sent with the next enrolment, forgotten once it succeeds.
+        #[arg(long, value_name = "CODE")]
+        invite: Option<String>,
     },
 }
 

@@ -84,7 +84,15 @@ fn dispatch(a: &HostArgs) -> Out {
             key,
             ca,
             insecure_http,
-        }) => relay_set(dir, url, key.as_deref(), ca.as_deref(), *insecure_http),
+            invite,
+        }) => relay_set(
+            dir,
+            url,
+            key.as_deref(),
+            ca.as_deref(),
+            *insecure_http,
+            invite.as_deref(),
+        ),
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
         HostCommand::Peer(PeerCommand::Rotate {
             name,
@@ -145,8 +153,15 @@ fn relay_set(
     expect_fp: Option<&str>,
     ca: Option<&Path>,
     insecure_http: bool,
+    invite: Option<&str>,
 ) -> Out {
     trust::check_relay_url(url, insecure_http, ca.is_some()).map_err(HostError::Usage)?;
+    let invite = invite.map(str::trim);
+    if invite.is_some_and(|c| c.is_empty() || c.len() > 128 || c.chars().any(char::is_control)) {
+        return Err(HostError::Usage(
+            "--invite takes the code relay-tool invite printed".into(),
+        ));
+    }
     let ca = ca
         .map(trust::read_ca)
         .transpose()
@@ -226,6 +241,9 @@ fn relay_set(
     let mut b = store.batch();
     b.set_relay(&cfg)?;
     b.set_relay_ca(ca.as_deref())?;
+    if invite.is_some() {
+        b.set_enrol_invite(invite)?;
+    }
     b.commit()?;
     let how = if expect_fp.is_some() {
         "confirmed by --key"

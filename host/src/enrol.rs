@@ -38,7 +38,8 @@ impl Session<'_> {
         )
     }
 
-    /// Enrol with the host-key challenge unless the cache says this (relay, key, epoch, host) is done.
+    /// Enrol with the host-key challenge unless the cache says this (relay, key, epoch, host) is
+    /// done; with the invite code `relay set --invite` stored, presented as `proof.invite`.
     ///
     /// # Errors
     /// The relay refused the challenge or the enrolment, or could not be reached.
@@ -70,13 +71,20 @@ impl Session<'_> {
             .id
             .host
             .sign_canonical(&enrol_statement(challenge, &self.name, &me, ""));
-        let body = json!({"host": self.name, "pubkey": me, "owner_fp": "", "sig": sig});
+        let mut body = json!({"host": self.name, "pubkey": me, "owner_fp": "", "sig": sig});
+        let invite = self.store.enrol_invite()?;
+        if let Some(code) = &invite {
+            body["proof"] = json!({ "invite": code });
+        }
         let a = self.client.post("/v1/relay/enrol", &body, false)?;
         if a.status != 200 {
             return Err(HostError::Relay(format!("enrolment: {}", a.error())));
         }
         let mut b = self.store.batch();
         b.set_enrolled(Some(&key))?;
+        if invite.is_some() {
+            b.set_enrol_invite(None)?;
+        }
         b.set_published(None)?;
         b.set_published_ad(None)?;
         b.commit()?;

@@ -254,6 +254,7 @@ const META_NAME: &str = "name";
 const META_RELAY: &str = "relay";
 const META_RELAY_CA: &str = "relay_ca";
 const META_ENROLLED: &str = "enrolled";
+const META_ENROL_INVITE: &str = "enrol_invite";
 const META_PUBLISHED: &str = "published";
 const META_PUBLISHED_AD: &str = "published_ad";
 const META_NEXT_ROW: &str = "next_row";
@@ -390,6 +391,11 @@ impl HostStore {
     pub(crate) fn relay_ca(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_RELAY_CA)
     }
+    /// The invite code `relay set --invite` stored, sent with the next enrolment until one
+    /// succeeds (then cleared: a code is single use).
+    pub(crate) fn enrol_invite(&self) -> Result<Option<String>, HostError> {
+        self.meta_get(META_ENROL_INVITE)
+    }
     /// How to reach `relay` as `relay set` stored it (its URL and CA): every client of this
     /// host is built from it.
     pub fn endpoint_of(&self, relay: &RelayConfig) -> Result<Endpoint, HostError> {
@@ -524,6 +530,10 @@ impl Batch<'_> {
     /// Record (or clear) the relay's private CA (PEM).
     pub(crate) fn set_relay_ca(&mut self, pem: Option<&str>) -> Result<(), HostError> {
         self.set_cache(META_RELAY_CA, pem)
+    }
+    /// Record (or clear) the invite code the next enrolment presents.
+    pub(crate) fn set_enrol_invite(&mut self, code: Option<&str>) -> Result<(), HostError> {
+        self.set_cache(META_ENROL_INVITE, code)
     }
     /// Record (or clear, with `None`) the enrolment cache key.
     pub(crate) fn set_enrolled(&mut self, key: Option<&str>) -> Result<(), HostError> {

@@ -77,6 +77,7 @@ fn enrol_all(store: &Store) -> Result<(), Box<dyn Error>> {
                 authorized_by: "host-key".into(),
                 authority_rank: 0,
                 max_live: u64::MAX,
+                invite: relay_store::InviteClaim::NotNeeded,
             })
             .wait()?;
     }

@@ -48,6 +48,7 @@ pub(crate) mod meta_key {
 const ENROL_TAG: u8 = 0x00;
 const NAME_TAG: u8 = 0x01;
 const SEEN_TAG: u8 = 0x02;
+const INVITE_TAG: u8 = 0x03;
 const USAGE_TARGET: u8 = 0x00;
 const USAGE_SENDER: u8 = 0x01;
 const USAGE_ACCOUNT: u8 = 0x02;
@@ -225,6 +226,20 @@ pub(crate) fn seen_key_parse(k: &[u8]) -> Option<Key32> {
         Some((&SEEN_TAG, rest)) => key32(rest),
         _ => None,
     }
+}
+
+/// `0x03 ++ sha256(code)`: an unredeemed invite (`relay_store::Invite`).
+pub(crate) fn invite_key(hash: &relay_store::InviteHash) -> [u8; 33] {
+    let mut k = [INVITE_TAG; 33];
+    k[1..].copy_from_slice(hash);
+    k
+}
+
+/// The prefix of every invite row.
+pub(crate) const INVITE_PREFIX: [u8; 1] = [INVITE_TAG];
+
+pub(crate) fn is_invite_key(k: &[u8]) -> bool {
+    k.first() == Some(&INVITE_TAG)
 }
 
 /// The first key after every enrolment row (`0x00 ++ host key`): the end of a scan over them.

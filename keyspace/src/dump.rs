@@ -120,6 +120,11 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             },
         },
         Part::Enrolments if codec::is_name_key(k) => Value::Null,
+        Part::Enrolments if codec::is_invite_key(k) => {
+            let i: relay_store::Invite = codec::dec(v, "invite")?;
+            json!({ "invite": relay_store::log_text::invite_id(&i.hash), "created_ms": i.created_ms,
+                    "expires_ms": i.expires_ms, "note": i.note })
+        }
         Part::Enrolments if codec::seen_key_parse(k).is_some() => {
             json!({ "day": codec::dec::<u32>(v, "last seen")? })
         }

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use relay_store::{
     AckOutcome, BackupError, BackupSummary, ChallengeBook, CommitStats, Cursor, DedupRow,
     DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome, EnrolRequest, Enrolment, HostFilter,
-    HostRow, IdleReport, InsertOutcome, InsertRequest, Key32, LogVerdict, Meta, NoticeFn, OpEntry,
-    Page, Pending, Quotas, RebindOutcome, RelayStore, Result, RevokeOutcome, RevokeRequest,
-    SenderList, SenderListOutcome, Stats, SweepReport, Usage,
+    HostRow, IdleReport, InsertOutcome, InsertRequest, Invite, InviteOutcome, Key32, LogVerdict,
+    Meta, NoticeFn, OpEntry, Page, Pending, Quotas, RebindOutcome, RelayStore, Result,
+    RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome, Stats, SweepReport, Usage,
 };
 
 use crate::codec::{self, UsageScope};
 use crate::ops::{
-    ack, enc_ad_v2, enrol, idle, insert, lists, meta, oplog, rebind, revoke, seen, sweep,
+    ack, enc_ad_v2, enrol, idle, insert, invite, lists, meta, oplog, rebind, revoke, seen, sweep,
 };
 use crate::{dump, hosts, read, reader, stats, Store};
 
@@ -81,6 +81,9 @@ impl RelayStore for Store {
     }
     fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Pending<RevokeOutcome> {
         self.submit(move |tx| revoke::revoke_key(tx, &req, &notice))
+    }
+    fn put_invite(&self, invite: Invite, max: u64) -> Pending<InviteOutcome> {
+        self.submit(move |tx| invite::put_invite(tx, &invite, max))
     }
     fn hosts(
         &self,

@@ -9,15 +9,16 @@ use std::sync::Arc;
 use relay_store::{
     AckOutcome, Admission, BackupError, BackupSummary, ChallengeBook, CommitStats, Cursor,
     DedupRow, DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome, EnrolRequest, Enrolment,
-    HostFilter, HostRow, IdleReport, InsertOutcome, InsertRequest, Key32, LogVerdict, Meta,
-    NoticeFn, OpEntry, Page, Pending, ProcessRow, Quotas, RebindOutcome, RelayStore, Result,
-    RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome, Stats, StoreEvents, SweepReport,
-    Usage,
+    HostFilter, HostRow, IdleReport, InsertOutcome, InsertRequest, Invite, InviteOutcome, Key32,
+    LogVerdict, Meta, NoticeFn, OpEntry, Page, Pending, ProcessRow, Quotas, RebindOutcome,
+    RelayStore, Result, RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome, Stats,
+    StoreEvents, SweepReport, Usage,
 };
 
 use crate::ops::lease::PgChallenges;
 use crate::ops::{
-    admin, admission, backup, dump, enrol, lease, lists, meta, oplog, process, queue, rebind, sweep,
+    admin, admission, backup, dump, enrol, invite, lease, lists, meta, oplog, process, queue,
+    rebind, sweep,
 };
 use crate::store::PgStore;
 
@@ -97,6 +98,9 @@ impl RelayStore for PgStore {
     }
     fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Pending<RevokeOutcome> {
         rebind::revoke_key(self, req, notice)
+    }
+    fn put_invite(&self, invite: Invite, max: u64) -> Pending<InviteOutcome> {
+        invite::put_invite(self, invite, max)
     }
     fn hosts(
         &self,

@@ -151,6 +151,15 @@ CREATE TABLE processes (
     heartbeat_ms BIGINT NOT NULL
 );
 ",
+    // 5: single-use enrolment invites (`relay-tool invite`), by the SHA-256 of their code.
+    r"
+CREATE TABLE invites (
+    hash BYTEA PRIMARY KEY,
+    created_ms BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL,
+    note TEXT NOT NULL
+);
+",
 ];
 
 /// The schema version this binary writes.

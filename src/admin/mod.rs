@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod hosts;
+pub mod invite;
 pub mod proto;
 pub mod report;
 pub mod revoke;

@@ -4,7 +4,7 @@
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
 //!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`,
 //!   `hosts [name NAME] [revoked] [idle-for MS]`, `revoke TARGET [purge] [reason TEXT...]`,
-//!   `purge TARGET [reason TEXT...]`;
+//!   `purge TARGET [reason TEXT...]`, `invite HASH CREATED_MS EXPIRES_MS [note TEXT...]`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
 //!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
@@ -47,6 +47,8 @@ pub enum Request {
     Revoke(crate::admin::revoke::Action),
     /// The relay processes serving the store ([`relay_store::ProcessRow`]), as JSON lines.
     Processes,
+    /// Store an enrolment invite (its code's hash only).
+    Invite(relay_store::Invite),
 }
 
 impl Request {
@@ -85,6 +87,7 @@ impl Request {
                 }
                 line
             }
+            Request::Invite(i) => format!("invite {}", super::invite::to_words(i)),
         }
     }
 
@@ -120,9 +123,10 @@ impl Request {
             "hosts" => super::hosts::HostsQuery::parse(&rest).map(Request::Hosts),
             "log-verify" if rest.is_empty() => Ok(Request::LogVerify),
             "revoke" | "purge" => parse_revoke(verb == "revoke", &rest),
+            "invite" => super::invite::parse(&rest).map(Request::Invite),
             "backup" | "stats" | "log-verify" | "processes" => Err(format!("{verb} takes no arguments")),
             _ => Err(
-                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke, purge or processes)"
+                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke, purge, processes or invite)"
                     .to_string(),
             ),
         }
@@ -281,6 +285,18 @@ mod tests {
                 revoke: false,
                 purge: true,
                 reason: "abuse".into(),
+            }),
+            Request::Invite(relay_store::Invite {
+                hash: [0xab; 32],
+                created_ms: 1,
+                expires_ms: 86_400_001,
+                note: "for bob's laptop".into(),
+            }),
+            Request::Invite(relay_store::Invite {
+                hash: [1; 32],
+                created_ms: 0,
+                expires_ms: 0,
+                note: String::new(),
             }),
         ];
         for r in all {

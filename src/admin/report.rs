@@ -90,11 +90,11 @@ pub fn log_verdict_from_json(v: &Value) -> Option<LogVerdict> {
     }
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex32(s: &str) -> Option<[u8; 32]> {
+pub(crate) fn unhex32(s: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
     if s.len() != 64 {
         return None;

@@ -334,6 +334,11 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
             let verdict = store.verify_log().map_err(|e| e.to_string())?;
             Ok(log_verdict_json(&verdict))
         }
+        Request::Invite(invite) => {
+            let done = super::invite::run(store.as_ref(), invite)?;
+            tracing::info!(invite = %done["invite"].as_str().unwrap_or("-"), uid, "admin issued an enrolment invite");
+            Ok(done)
+        }
     }
 }
 

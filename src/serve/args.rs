@@ -116,6 +116,15 @@ pub struct ServeArgs {
     /// (`0`: no age bound). The newest 200,000 entries are the hard cap regardless.
     #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub log_retention: Duration,
+    /// Who may enrol: `challenge` (anyone who answers the host-key challenge), `allowlist`
+    /// (only the keys in --enrol-allowlist) or `invite` (only hosts presenting an unused
+    /// `relay-tool invite` code in the enrol body's `proof`).
+    #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::authority::AuthorityKind), help_heading = HEAD_WHERE)]
+    pub enrol_authority: relay_core::authority::AuthorityKind,
+    /// The allow-list of `--enrol-authority allowlist`: one host key (base64) per line, `#`
+    /// comments; reloaded when it changes and on SIGHUP.
+    #[arg(long, env = "MBX_RELAY_ENROL_ALLOWLIST", value_name = "FILE", help_heading = HEAD_WHERE)]
+    pub enrol_allowlist: Option<PathBuf>,
     #[command(flatten)]
     pub guard: crate::http::conn::GuardArgs,
     #[command(flatten)]
@@ -167,6 +176,8 @@ impl ServeArgs {
             key_env: std::env::var(relay_core::key::KEY_ENV).ok(),
             guard: self.guard.config(),
             tls: self.tls,
+            enrol_authority: self.enrol_authority,
+            enrol_allowlist: self.enrol_allowlist,
             log_retention: relay_store::LogRetention {
                 max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
                 ..relay_store::LogRetention::default()

@@ -47,6 +47,9 @@ pub struct ServeConfig {
     pub log_retention: relay_store::LogRetention,
     /// `--tls-cert` / `--tls-key` (both or neither; checked at start).
     pub tls: crate::http::tls::TlsArgs,
+    /// Who may enrol (`--enrol-authority`) and the allow-list file it reads, if any.
+    pub(crate) enrol_authority: relay_core::authority::AuthorityKind,
+    pub(crate) enrol_allowlist: Option<PathBuf>,
 }
 
 impl ServeConfig {
@@ -129,6 +132,7 @@ struct Checked {
     metrics_listener: Option<tokio::net::TcpListener>,
     tls: Option<Arc<Tls>>,
     key: Option<FoundKey>,
+    authority: relay_core::authority::ForServe,
 }
 
 /// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
@@ -179,11 +183,13 @@ async fn check_and_bind(config: &ServeConfig) -> Result<Checked, ServeError> {
         None => None,
     };
     let (tls, key) = check_files(config)?;
+    let authority = enrolment_authority(config)?;
     Ok(Checked {
         listener,
         metrics_listener,
         tls,
         key,
+        authority,
     })
 }
 
@@ -231,8 +237,22 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
         Pinned::InUse => format!("{key_line} (not compared: the store is in use)"),
         Pinned::NotYet => key_line,
     });
+    let authority = enrolment_authority(config)?;
+    lines.push(match &authority.allowlist {
+        Some(list) => format!("enrolment authority: allowlist ({} keys)", list.len()),
+        None => format!("enrolment authority: {}", authority.authority.name()),
+    });
     lines.push(store_line);
     Ok(lines)
+}
+
+/// The enrolment authority the settings name (its allow-list read now: a bad one is a setting
+/// error).
+fn enrolment_authority(
+    config: &ServeConfig,
+) -> Result<relay_core::authority::ForServe, ServeError> {
+    relay_core::authority::for_serve(config.enrol_authority, config.enrol_allowlist.as_deref())
+        .map_err(ServeError::Config)
 }
 
 /// What `--check` learnt of the relay key a store pins.
@@ -332,6 +352,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         metrics_listener,
         tls,
         key: found_key,
+        authority,
     } = check_and_bind(&config).await?;
     // Every file the relay and its storage engine create is owner-only, whatever the umask.
     relay_os::private::restrict_umask();
@@ -386,7 +407,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             Arc::new(SystemClock),
         )
         .await?
-        .with_authority(relay_core::authority::for_serve()?),
+        .with_authority(authority.authority.clone()),
     );
 
     let addr = listener
@@ -404,6 +425,10 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
     let reloader = crate::http::tls::spawn_reloader(tls.clone(), stop_rx.clone())
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
+    if let Some(list) = authority.allowlist {
+        list.spawn_reloader(stop_rx.clone())
+            .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
+    }
     let memory = Arc::new(crate::http::body::MemoryAccount::new(
         crate::http::body::BODY_BUDGET,
         config.guard.body.bytes_per_address,

@@ -152,6 +152,10 @@ pub trait RelayStore: Send + Sync + 'static {
     fn rebind(&self, old: Key32, new: Key32) -> Pending<RebindOutcome>;
     /// An admin's revocation and/or purge of one key, with notices built by `notice`.
     fn revoke_key(&self, req: RevokeRequest, notice: NoticeFn) -> Pending<RevokeOutcome>;
+    /// Store `invite` (`relay-tool invite`; one relay-log entry naming its id, never a code),
+    /// first deleting the expired ones in the same operation; `Full`, storing no new invite,
+    /// when `max` unexpired invites are stored. A new enrolment redeems it ([`EnrolRequest::invite`]).
+    fn put_invite(&self, invite: Invite, max: u64) -> Pending<InviteOutcome>;
     /// Every enrolment passing `filter`, in key order, handed to `each`; answers how many.
     ///
     /// # Errors

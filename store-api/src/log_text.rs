@@ -3,7 +3,9 @@
 //! fingerprints, names and counts only, never key bytes or wire data.
 
 use crate::fingerprint::fingerprint;
-use crate::types::{Enrolment, Key32, RevokeReport, RevokeRequest, MAX_REASON_CHARS};
+use crate::types::{
+    Enrolment, Invite, InviteHash, Key32, RevokeReport, RevokeRequest, MAX_REASON_CHARS,
+};
 
 /// `enrol`: a first enrolment: fingerprint, name, account, owner claim, authority.
 pub fn enrolled(e: &Enrolment) -> String {
@@ -90,6 +92,27 @@ pub fn revoked(req: &RevokeRequest, r: &RevokeReport) -> String {
         req.admin_uid,
         one_line_reason(&req.reason)
     )
+}
+
+/// An invite's id in the log and listings: the first 8 bytes of its hash in hex (the hash of a
+/// random code: it names the invite and reveals nothing of the code).
+pub fn invite_id(hash: &InviteHash) -> String {
+    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `invite`: `<id> expires <ms>; pruned N expired; note: ...`.
+pub fn invite_issued(i: &Invite, pruned: u64) -> String {
+    format!(
+        "{} expires {}; {pruned} expired pruned; note: {}",
+        invite_id(&i.hash),
+        i.expires_ms,
+        one_line_reason(&i.note)
+    )
+}
+
+/// `invite-redeemed`: `<id> by <fp>`.
+pub fn invite_redeemed(hash: &InviteHash, key: &Key32) -> String {
+    format!("{} by {}", invite_id(hash), fingerprint(key))
 }
 
 /// The reason on one line, at most [`MAX_REASON_CHARS`] characters; `-` when empty.

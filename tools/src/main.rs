@@ -13,6 +13,7 @@ mod fail;
 mod files;
 mod hosts;
 mod inspect;
+mod invite;
 mod progress;
 mod restore;
 mod revoke;
@@ -247,6 +248,30 @@ reason and the counts. A purge deletes at most 100,000 items (one batch).",
         #[arg(long)]
         json: bool,
     },
+    /// Issue a single-use enrolment invite (for a relay run with `--enrol-authority invite`).
+    #[command(
+        long_about = "Issue a single-use enrolment invite and print its code once. A relay run with \
+`--enrol-authority invite` enrols a new host key only when its enrol body's proof carries an unused, \
+unexpired code ({\"invite\": \"CODE\"}); `mbx-relay host relay set URL --invite CODE` makes our host \
+send it. The enrolment that uses the code redeems it in its own commit; a host already enrolled \
+re-enrols without one. The store keeps only the code's SHA-256 (its first 8 bytes name the invite in \
+the relay log). Through the running relay's admin socket, else on the store opened here. At most \
+10,000 unexpired invites are stored; expired ones are deleted when the next is issued.",
+        after_help = exit_codes()
+    )]
+    Invite {
+        #[command(flatten)]
+        store: access::StoreArgs,
+        /// How long the code stays valid (`7d`, `12h`; at most 90d).
+        #[arg(long, default_value = "7d", value_parser = relay_core::config::parse_duration)]
+        expires: std::time::Duration,
+        /// Whom it is for, for the relay log (at most 200 characters).
+        #[arg(long, default_value = "")]
+        note: String,
+        /// One JSON object: the code, the invite's id and its expiry.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drop a host's queue without revoking it (each envelope's sender gets an expiry notice).
     #[command(after_help = exit_codes())]
     Purge {
@@ -281,6 +306,7 @@ impl Command {
             | Command::Log { json, .. }
             | Command::Hosts { json, .. }
             | Command::Revoke { json, .. }
+            | Command::Invite { json, .. }
             | Command::Purge { json, .. } => *json,
             Command::Keygen(args) => args.json,
             Command::Completions(_) | Command::Man(_) => false,
@@ -412,6 +438,12 @@ fn run(command: Command) -> Result<(), Failure> {
             },
             json,
         ),
+        Command::Invite {
+            store,
+            expires,
+            note,
+            json,
+        } => invite::run(&store.target()?, expires, &note, json),
         Command::Purge {
             store,
             key,

@@ -11,18 +11,23 @@ use crate::writer::Tx;
 use relay_store::rules::{self, enrol::Step};
 use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 
-use super::oplog;
+use super::{invite, oplog};
 
 /// Enrol (idempotent; never clears a revocation; a weaker authority never overwrites a
 /// stronger one's account; name unique only inside a proven account).
 pub(crate) fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
     let stored = reader::enrolment(tx, &req.host_pubkey)?;
     let max_live = req.max_live;
-    let (new, first) = match rules::enrol::decide(stored.as_ref(), req, live_count(tx)?, tx.now_ms)
-    {
-        Step::Answer(outcome) => return Ok(outcome),
-        Step::Write { new, first } => (new, first),
+    let invite = match &req.invite {
+        relay_store::InviteClaim::Presented(hash) => invite::get(tx, hash)?,
+        _ => None,
     };
+    let live = live_count(tx)?;
+    let (new, first, redeem) =
+        match rules::enrol::decide(stored.as_ref(), req, live, invite.as_ref(), tx.now_ms) {
+            Step::Answer(outcome) => return Ok(outcome),
+            Step::Write { new, first, redeem } => (new, first, redeem),
+        };
     // Without a proven account no name is taken: the index is read only when it can matter.
     if new.account.is_some() {
         let limit = rules::enrol::name_rows_limit(max_live);
@@ -32,6 +37,9 @@ pub(crate) fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> 
         }
     }
     write(tx, &new, stored.as_ref());
+    if let Some(hash) = &redeem {
+        invite::redeem(tx, hash, &new.host_pubkey)?;
+    }
     match &stored {
         Some(old) => oplog::append(tx, "re-enrol", &log_text::re_enrolled(old, &new))?,
         None => {

@@ -6,6 +6,7 @@ pub(crate) mod enc_ad_v2;
 pub(crate) mod enrol;
 pub(crate) mod idle;
 pub(crate) mod insert;
+pub(crate) mod invite;
 pub(crate) mod lists;
 pub(crate) mod meta;
 pub(crate) mod oplog;

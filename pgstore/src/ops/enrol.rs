@@ -11,7 +11,7 @@ use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result
 use tokio_postgres::Row;
 
 use crate::db::{db_err, i, key32, u, OpResult};
-use crate::ops::{oplog, Answer};
+use crate::ops::{invite, oplog, Answer};
 use crate::store::PgStore;
 
 /// The columns [`from_row`] reads, in order.
@@ -121,10 +121,16 @@ async fn enrol_in(
         .get(0);
     let stored = get(t, &req.host_pubkey, true).await?;
     let max_live = req.max_live;
-    let (new, first) = match rules::enrol::decide(stored.as_ref(), req, u(live_count), now) {
-        Step::Answer(outcome) => return Ok(outcome),
-        Step::Write { new, first } => (new, first),
+    let invite = match &req.invite {
+        relay_store::InviteClaim::Presented(hash) => invite::get(t, hash).await?,
+        _ => None,
     };
+    let live = u(live_count);
+    let (new, first, redeem) =
+        match rules::enrol::decide(stored.as_ref(), req, live, invite.as_ref(), now) {
+            Step::Answer(outcome) => return Ok(outcome),
+            Step::Write { new, first, redeem } => (new, first, redeem),
+        };
     // Without a proven account no name is taken: the rows are read only when they can matter.
     if new.account.is_some() {
         let same_name =
@@ -134,6 +140,9 @@ async fn enrol_in(
         }
     }
     write(t, &new).await?;
+    if let Some(hash) = &redeem {
+        invite::redeem(t, hash, &new.host_pubkey, now, keep).await?;
+    }
     match &stored {
         Some(old) => {
             let detail = log_text::re_enrolled(old, &new);

@@ -11,6 +11,7 @@ pub(crate) mod dump;
 pub(crate) mod enrol;
 pub(crate) mod insert;
 pub(crate) mod insert_plan;
+pub(crate) mod invite;
 pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;

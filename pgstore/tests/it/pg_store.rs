@@ -31,6 +31,7 @@ pub(crate) fn enrol_req(k: u8) -> EnrolRequest {
         authorized_by: "host-key".into(),
         authority_rank: 0,
         max_live: 100,
+        invite: relay_store::InviteClaim::NotNeeded,
     }
 }
 

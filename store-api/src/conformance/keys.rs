@@ -197,6 +197,120 @@ pub fn a_rotation_moves_the_queue_after_the_new_keys_items(backend: &dyn Backend
 
 const RELAY: u64 = 999;
 
+fn invite(n: u8, created_ms: u64, expires_ms: u64) -> Invite {
+    Invite {
+        hash: [n; 32],
+        created_ms,
+        expires_ms,
+        note: format!("invite {n}"),
+    }
+}
+
+fn with_invite(pk: Key32, n: u8) -> EnrolRequest {
+    EnrolRequest {
+        invite: InviteClaim::Presented([n; 32]),
+        ..enrol_req(pk, "guest", None, 1)
+    }
+}
+
+pub fn an_invite_admits_one_new_key_once_before_it_expires(backend: &dyn Backend) {
+    let clock = TestClock::new(1_000);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    let e = |r: EnrolRequest| store.enrol(r).wait().unwrap();
+    let put = |i: Invite, max: u64| store.put_invite(i, max).wait().unwrap();
+    assert_eq!(put(invite(1, 1_000, 2_000), 10), InviteOutcome::Issued);
+    assert_eq!(put(invite(2, 1_000, 1_500), 10), InviteOutcome::Issued);
+    // Never issued: refused, nothing stored.
+    assert_eq!(e(with_invite(key(1), 9)), EnrolOutcome::InviteRefused);
+    assert!(store.enrolment(&key(1)).unwrap().is_none());
+    // A refusal for capacity does not use the invite up.
+    let mut full = with_invite(key(1), 1);
+    full.max_live = 0;
+    assert_eq!(e(full), EnrolOutcome::Capacity);
+    assert_eq!(e(with_invite(key(1), 1)), EnrolOutcome::Enrolled);
+    // Single use: another key cannot take it; the key that took it re-enrols without one.
+    assert_eq!(e(with_invite(key(2), 1)), EnrolOutcome::InviteRefused);
+    assert_eq!(e(with_invite(key(1), 1)), EnrolOutcome::AlreadyEnrolled);
+    let without = EnrolRequest {
+        invite: InviteClaim::Missing,
+        ..enrol_req(key(1), "guest", None, 1)
+    };
+    assert_eq!(e(without.clone()), EnrolOutcome::AlreadyEnrolled);
+    let new_without = EnrolRequest {
+        host_pubkey: key(3),
+        ..without
+    };
+    assert_eq!(e(new_without), EnrolOutcome::InviteRefused);
+    // Expired at its expiry time.
+    clock.set(1_500);
+    assert_eq!(e(with_invite(key(2), 2)), EnrolOutcome::InviteRefused);
+    assert!(store.enrolment(&key(2)).unwrap().is_none());
+    assert_eq!(store.live_enrolment_count().unwrap(), 1);
+    let kinds: Vec<String> = store.ops(10).unwrap().into_iter().map(|o| o.kind).collect();
+    assert!(kinds.contains(&"invite-redeemed".to_string()), "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "invite").count(), 2);
+    backend.check_invariants(store);
+}
+
+pub fn concurrent_enrolments_with_one_invite_admit_one_key(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1_000));
+    let store = &*store;
+    assert_eq!(
+        store
+            .put_invite(invite(5, 1_000, 9_000), 10)
+            .wait()
+            .unwrap(),
+        InviteOutcome::Issued
+    );
+    // Submitted together (a backend runs them in one group, or on several connections).
+    let pendings: Vec<_> = (10..30)
+        .map(|n| store.enrol(with_invite(key(n), 5)))
+        .collect();
+    let outs: Vec<_> = pendings.into_iter().map(|p| p.wait().unwrap()).collect();
+    let enrolled = outs
+        .iter()
+        .filter(|o| **o == EnrolOutcome::Enrolled)
+        .count();
+    assert_eq!(enrolled, 1, "{outs:?}");
+    assert!(outs
+        .iter()
+        .all(|o| matches!(o, EnrolOutcome::Enrolled | EnrolOutcome::InviteRefused)));
+    assert_eq!(store.live_enrolment_count().unwrap(), 1);
+    backend.check_invariants(store);
+}
+
+pub fn issuing_an_invite_prunes_the_expired_and_caps_the_unexpired(backend: &dyn Backend) {
+    let clock = TestClock::new(1_000);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    let put = |i: Invite, max: u64| store.put_invite(i, max).wait().unwrap();
+    assert_eq!(put(invite(1, 1_000, 1_100), 2), InviteOutcome::Issued);
+    assert_eq!(put(invite(2, 1_000, 5_000), 2), InviteOutcome::Issued);
+    assert_eq!(put(invite(3, 1_000, 5_000), 2), InviteOutcome::Full);
+    // Re-issuing a stored hash replaces it and is not counted twice.
+    assert_eq!(put(invite(2, 1_000, 6_000), 2), InviteOutcome::Issued);
+    clock.set(1_100);
+    // Invite 1 expired: pruned by this issue, which then fits.
+    assert_eq!(put(invite(3, 1_100, 5_000), 2), InviteOutcome::Issued);
+    assert_eq!(
+        store.enrol(with_invite(key(1), 3)).wait().unwrap(),
+        EnrolOutcome::Enrolled
+    );
+    assert_eq!(
+        store.enrol(with_invite(key(2), 1)).wait().unwrap(),
+        EnrolOutcome::InviteRefused
+    );
+    // The invites outlive a reopen.
+    store.close().unwrap();
+    let store = backend.open(clock);
+    assert_eq!(
+        store.enrol(with_invite(key(3), 2)).wait().unwrap(),
+        EnrolOutcome::Enrolled
+    );
+    backend.check_invariants(&*store);
+}
+
 fn request(k: Key32, revoke: bool, purge: bool) -> RevokeRequest {
     RevokeRequest {
         key: k,

@@ -1,8 +1,9 @@
 //! Enrolment (docs/protocol.md "Enrolment"): re-enrolling is idempotent; a revoked key stays
 //! revoked; a weaker authority never overwrites what a stronger one recorded; a name is unique
-//! only inside a proven account; at most `max_live` live enrolments.
+//! only inside a proven account; at most `max_live` live enrolments; a new key the invite
+//! authority allowed redeems its invite in the same commit (single use).
 
-use crate::types::{EnrolOutcome, EnrolRequest, Enrolment};
+use crate::types::{EnrolOutcome, EnrolRequest, Enrolment, Invite, InviteClaim, InviteHash};
 
 /// What an enrol request asks of the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,8 +11,13 @@ pub enum Step {
     /// Answer this and write nothing.
     Answer(EnrolOutcome),
     /// Write `new` (a first enrolment when `first`, else replacing the stored row, which the
-    /// relay log names), unless [`name_taken`] by another live key: then `NameTaken`.
-    Write { new: Enrolment, first: bool },
+    /// relay log names), unless [`name_taken`] by another live key: then `NameTaken`. With
+    /// `redeem`, delete that invite in the same commit.
+    Write {
+        new: Enrolment,
+        first: bool,
+        redeem: Option<InviteHash>,
+    },
 }
 
 impl Step {
@@ -25,8 +31,15 @@ impl Step {
     }
 }
 
-/// Decide `req` at `now_ms` given the key's stored enrolment and the live count.
-pub fn decide(stored: Option<&Enrolment>, req: EnrolRequest, live_count: u64, now_ms: u64) -> Step {
+/// Decide `req` at `now_ms` given the key's stored enrolment, the live count and the stored
+/// row of the invite `req` presents (read by the backend only for [`InviteClaim::Presented`]).
+pub fn decide(
+    stored: Option<&Enrolment>,
+    req: EnrolRequest,
+    live_count: u64,
+    invite: Option<&Invite>,
+    now_ms: u64,
+) -> Step {
     match stored {
         Some(e) if e.revoked_at_ms.is_some() => Step::Answer(EnrolOutcome::Revoked),
         Some(e) => {
@@ -47,13 +60,24 @@ pub fn decide(stored: Option<&Enrolment>, req: EnrolRequest, live_count: u64, no
             Step::Write {
                 new: updated,
                 first: false,
+                redeem: None,
             }
         }
         None => {
+            let redeem = match req.invite {
+                InviteClaim::NotNeeded => None,
+                InviteClaim::Presented(hash) if super::invite::redeemable(invite, now_ms) => {
+                    Some(hash)
+                }
+                InviteClaim::Presented(_) | InviteClaim::Missing => {
+                    return Step::Answer(EnrolOutcome::InviteRefused)
+                }
+            };
             if live_count >= req.max_live {
                 return Step::Answer(EnrolOutcome::Capacity);
             }
             Step::Write {
+                redeem,
                 new: Enrolment {
                     host_pubkey: req.host_pubkey,
                     host_name: req.host_name,
@@ -102,11 +126,12 @@ mod tests {
             authorized_by: "host-key".into(),
             authority_rank: rank,
             max_live: 2,
+            invite: InviteClaim::NotNeeded,
         }
     }
 
     fn stored(rank: u8, account: Option<&str>) -> Enrolment {
-        match decide(None, req(rank, account), 0, 10) {
+        match decide(None, req(rank, account), 0, None, 10) {
             Step::Write { new, .. } => new,
             other => panic!("{other:?}"),
         }
@@ -124,7 +149,7 @@ mod tests {
     fn re_enrolling_unchanged_is_idempotent() {
         let e = stored(1, None);
         assert_eq!(
-            decide(Some(&e), req(1, None), 1, 99),
+            decide(Some(&e), req(1, None), 1, None, 99),
             Step::Answer(EnrolOutcome::AlreadyEnrolled)
         );
     }
@@ -134,7 +159,7 @@ mod tests {
         let mut e = stored(1, None);
         e.revoked_at_ms = Some(20);
         assert_eq!(
-            decide(Some(&e), req(9, Some("acct")), 0, 99),
+            decide(Some(&e), req(9, Some("acct")), 0, None, 99),
             Step::Answer(EnrolOutcome::Revoked)
         );
     }
@@ -143,10 +168,11 @@ mod tests {
     fn a_weaker_authority_never_overwrites_a_stronger_one() {
         let e = stored(5, Some("acct"));
         assert_eq!(
-            decide(Some(&e), req(1, None), 1, 99),
+            decide(Some(&e), req(1, None), 1, None, 99),
             Step::Answer(EnrolOutcome::AlreadyEnrolled)
         );
-        let Step::Write { new, first } = decide(Some(&e), req(5, Some("other")), 1, 99) else {
+        let Step::Write { new, first, .. } = decide(Some(&e), req(5, Some("other")), 1, None, 99)
+        else {
             panic!("an equal authority may change the record");
         };
         assert!(!first);
@@ -157,13 +183,84 @@ mod tests {
     #[test]
     fn a_new_key_beyond_the_live_cap_is_refused() {
         assert_eq!(
-            decide(None, req(1, None), 2, 10),
+            decide(None, req(1, None), 2, None, 10),
             Step::Answer(EnrolOutcome::Capacity)
         );
         let e = stored(1, None);
         assert!(
-            matches!(decide(Some(&e), req(2, None), 2, 10), Step::Write { .. }),
+            matches!(
+                decide(Some(&e), req(2, None), 2, None, 10),
+                Step::Write { .. }
+            ),
             "a known key is not counted again"
+        );
+    }
+
+    fn invite(expires_ms: u64) -> Invite {
+        Invite {
+            hash: [7; 32],
+            created_ms: 1,
+            expires_ms,
+            note: String::new(),
+        }
+    }
+
+    fn with_invite() -> EnrolRequest {
+        EnrolRequest {
+            invite: InviteClaim::Presented([7; 32]),
+            ..req(1, None)
+        }
+    }
+
+    #[test]
+    fn a_new_key_redeems_its_invite_only_while_it_is_stored_and_unexpired() {
+        let refused = Step::Answer(EnrolOutcome::InviteRefused);
+        assert_eq!(decide(None, with_invite(), 0, None, 10), refused);
+        assert_eq!(
+            decide(None, with_invite(), 0, Some(&invite(10)), 10),
+            refused
+        );
+        let Step::Write { redeem, first, .. } =
+            decide(None, with_invite(), 0, Some(&invite(11)), 10)
+        else {
+            panic!("an unexpired invite admits a new key");
+        };
+        assert!(first);
+        assert_eq!(redeem, Some([7; 32]));
+    }
+
+    #[test]
+    fn a_new_key_without_an_invite_is_refused_a_live_one_is_not() {
+        let missing = EnrolRequest {
+            invite: InviteClaim::Missing,
+            ..req(1, None)
+        };
+        assert_eq!(
+            decide(None, missing.clone(), 0, None, 10),
+            Step::Answer(EnrolOutcome::InviteRefused)
+        );
+        let mut e = stored(1, None);
+        e.host_name = "old".into();
+        assert!(matches!(
+            decide(Some(&e), missing, 1, None, 10),
+            Step::Write { redeem: None, .. }
+        ));
+    }
+
+    #[test]
+    fn a_live_key_re_enrolling_redeems_no_invite() {
+        let mut e = stored(1, None);
+        e.host_name = "old".into();
+        let Step::Write { redeem, .. } = decide(Some(&e), with_invite(), 1, None, 10) else {
+            panic!("a live key re-enrols without an invite");
+        };
+        assert_eq!(redeem, None);
+        let mut r = e.clone();
+        r.revoked_at_ms = Some(5);
+        assert_eq!(
+            decide(Some(&r), with_invite(), 1, Some(&invite(99)), 10),
+            Step::Answer(EnrolOutcome::Revoked),
+            "a revoked key stays revoked, its invite untouched"
         );
     }
 

@@ -12,6 +12,7 @@ pub mod enrol;
 mod fixtures;
 pub mod idle;
 pub mod insert;
+pub mod invite;
 pub mod lists;
 pub mod log;
 pub mod quota;

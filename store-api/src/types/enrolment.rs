@@ -31,6 +31,21 @@ pub struct EnrolRequest {
     pub authority_rank: u8,
     /// Cap on live enrolments (a new key beyond it is refused).
     pub max_live: u64,
+    /// Whether a new key must redeem an invite in this enrolment's commit (the invite
+    /// authority); a key with a live enrolment redeems nothing and needs none.
+    pub invite: InviteClaim,
+}
+
+/// What an enrolment says about invites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InviteClaim {
+    /// No invite is needed (every authority but the invite authority).
+    #[default]
+    NotNeeded,
+    /// A new key needs one and presented none.
+    Missing,
+    /// A new key redeems the invite with this hash.
+    Presented(InviteHash),
 }
 
 /// How `enrol` ended.
@@ -46,7 +61,37 @@ pub enum EnrolOutcome {
     NameTaken,
     /// `max_live` live enrolments exist already.
     Capacity,
+    /// A new key presented no invite where one is needed, or its invite is not stored (never
+    /// issued, redeemed already) or has expired.
+    InviteRefused,
 }
+
+/// The SHA-256 of an invite code: the store keeps only this, never the code.
+pub type InviteHash = [u8; 32];
+
+/// A single-use enrolment invite (`relay-tool invite`): redeemed by the first new enrolment
+/// that presents its code before `expires_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Invite {
+    pub hash: InviteHash,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    /// The operator's note (who it is for), at most [`crate::MAX_REASON_CHARS`] characters.
+    pub note: String,
+}
+
+/// How `put_invite` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InviteOutcome {
+    /// Stored.
+    Issued,
+    /// [`MAX_INVITES`] unexpired invites are stored already.
+    Full,
+}
+
+/// Most unexpired invites stored at once (an operator's tool issues them; the bound keeps the
+/// prune in `put_invite` one bounded scan).
+pub const MAX_INVITES: u64 = 10_000;
 
 /// How a key rotation (rebind) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
