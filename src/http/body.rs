@@ -15,10 +15,11 @@ pub use super::account::{Held, MemoryAccount, Refused};
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
 /// The cap for challenge, enrol and rotate bodies (and the bodies of info, health and metrics).
 pub(crate) const MAX_SMALL_BODY: usize = 8_192;
-/// The cap for bodies holding one record (an ack, an enc-key ad, a sender list): a real one is
-/// under 1 KiB (a list of 1,024 keys about 47 KB, its canonical form at most 65,536 bytes), so
-/// 1 MiB leaves room for the extra fields, whitespace and escapes a host may send while bounding
-/// what a parse of one can cost to an eighth of a full body's.
+/// The cap for bodies holding one small record (an ack, an enc-key ad): a real one is under
+/// 1 KiB, so 1 MiB leaves room for the extra fields, whitespace and escapes a host may send while
+/// bounding what a parse of one can cost to an eighth of a full body's. (A sender list keeps the
+/// full cap: a list over its 65,536-byte canonical bound answers `400 bad sender list`, as the
+/// reference does for any list under its 8 MiB body cap; its parse is charged like any other.)
 pub(crate) const MAX_RECORD_BODY: usize = 1024 * 1024;
 
 /// Room in a push body for everything but one target's `wire_b64`: the JSON around it, a

@@ -107,11 +107,7 @@ pub(crate) static ROUTES: [Route; 17] = [
     json("POST /v2/relay/enc-key", MAX_RECORD_BODY, e::put_enc_ad_v2),
     row("GET /v1/relay/enc-key", Access::Signed(e::get_enc_ad_v1)),
     row("GET /v2/relay/enc-key", Access::Signed(e::get_enc_ad_v2)),
-    json(
-        "POST /v2/relay/senders",
-        MAX_RECORD_BODY,
-        e::put_sender_list,
-    ),
+    json("POST /v2/relay/senders", MAX_BODY, e::put_sender_list),
     row("POST /v2/relay/items", Access::Signed(e::push)),
     Route {
         headers: &[(WAIT_MAX_HEADER, WAIT_MAX)],
