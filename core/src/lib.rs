@@ -7,6 +7,7 @@
 
 pub mod allowlist;
 pub mod authority;
+pub mod authority_choice;
 pub(crate) mod capacity;
 pub(crate) mod challenge;
 pub mod code;

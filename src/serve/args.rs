@@ -119,8 +119,8 @@ pub struct ServeArgs {
     /// Who may enrol: `challenge` (anyone who answers the host-key challenge), `allowlist`
     /// (only the keys in --enrol-allowlist) or `invite` (only hosts presenting an unused
     /// `relay-tool invite` code in the enrol body's `proof`).
-    #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::authority::AuthorityKind), help_heading = HEAD_WHERE)]
-    pub enrol_authority: relay_core::authority::AuthorityKind,
+    #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::authority_choice::AuthorityKind), help_heading = HEAD_WHERE)]
+    pub enrol_authority: relay_core::authority_choice::AuthorityKind,
     /// The allow-list of `--enrol-authority allowlist`: one host key (base64) per line, `#`
     /// comments; reloaded when it changes and on SIGHUP.
     #[arg(long, env = "MBX_RELAY_ENROL_ALLOWLIST", value_name = "FILE", help_heading = HEAD_WHERE)]

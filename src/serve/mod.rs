@@ -48,7 +48,7 @@ pub struct ServeConfig {
     /// `--tls-cert` / `--tls-key` (both or neither; checked at start).
     pub tls: crate::http::tls::TlsArgs,
     /// Who may enrol (`--enrol-authority`) and the allow-list file it reads, if any.
-    pub(crate) enrol_authority: relay_core::authority::AuthorityKind,
+    pub(crate) enrol_authority: relay_core::authority_choice::AuthorityKind,
     pub(crate) enrol_allowlist: Option<PathBuf>,
 }
 
@@ -132,7 +132,7 @@ struct Checked {
     metrics_listener: Option<tokio::net::TcpListener>,
     tls: Option<Arc<Tls>>,
     key: Option<FoundKey>,
-    authority: relay_core::authority::ForServe,
+    authority: relay_core::authority_choice::ForServe,
 }
 
 /// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
@@ -250,9 +250,12 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
 /// error).
 fn enrolment_authority(
     config: &ServeConfig,
-) -> Result<relay_core::authority::ForServe, ServeError> {
-    relay_core::authority::for_serve(config.enrol_authority, config.enrol_allowlist.as_deref())
-        .map_err(ServeError::Config)
+) -> Result<relay_core::authority_choice::ForServe, ServeError> {
+    relay_core::authority_choice::for_serve(
+        config.enrol_authority,
+        config.enrol_allowlist.as_deref(),
+    )
+    .map_err(ServeError::Config)
 }
 
 /// What `--check` learnt of the relay key a store pins.

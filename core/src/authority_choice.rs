@@ -1,0 +1,142 @@
+//! Which enrolment authority `mbx-relay serve` runs (`--enrol-authority`): the choice and the
+//! construction of each authority, kept apart from the authority interface
+//! ([`super::authority`]) that every authority implements, so the interface names none of them.
+
+use std::path::Path;
+use std::sync::Arc;
+
+#[cfg(feature = "failpoints")]
+use serde_json::Value;
+
+use super::allowlist::AllowList;
+#[cfg(feature = "failpoints")]
+use super::authority::{AuthorityRequest, Decision, Unavailable};
+use super::authority::{EnrolmentAuthority, HostKeyChallenge};
+use super::invite::Invites;
+
+/// Which authority `serve` runs (`--enrol-authority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthorityKind {
+    /// [`HostKeyChallenge`]: anyone who answers the challenge (the default).
+    #[default]
+    Challenge,
+    /// [`AllowList`]: only the keys in `--enrol-allowlist`.
+    AllowList,
+    /// [`super::invite::Invites`]: only hosts presenting an unused invite code.
+    Invite,
+}
+
+impl std::str::FromStr for AuthorityKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "challenge" => Ok(AuthorityKind::Challenge),
+            "allowlist" => Ok(AuthorityKind::AllowList),
+            "invite" => Ok(AuthorityKind::Invite),
+            other => Err(format!(
+                "{other:?} is not an enrolment authority: challenge, allowlist or invite"
+            )),
+        }
+    }
+}
+
+/// The authority `serve` runs, and the allow-list its reloader keeps current (if it is one).
+pub struct ForServe {
+    pub authority: Arc<dyn EnrolmentAuthority>,
+    pub allowlist: Option<Arc<AllowList>>,
+}
+
+/// The authority `serve` runs: `kind` (the allow-list read from `allowlist`), or with the
+/// `failpoints` feature the test authority named by `MBX_RELAY_TEST_AUTHORITY` (see
+/// [`test_stub`]).
+///
+/// # Errors
+/// `allowlist` given without `kind` allowlist or missing with it; an allow-list that cannot be
+/// read; an unknown test authority name.
+pub fn for_serve(kind: AuthorityKind, allowlist: Option<&Path>) -> Result<ForServe, String> {
+    let only = |authority: Arc<dyn EnrolmentAuthority>| ForServe {
+        authority,
+        allowlist: None,
+    };
+    #[cfg(feature = "failpoints")]
+    if let Some(name) = std::env::var_os(test_stub::ENV) {
+        return test_stub::by_name(&name.to_string_lossy()).map(only);
+    }
+    match (kind, allowlist) {
+        (AuthorityKind::AllowList, Some(path)) => {
+            let list = AllowList::load(path)?;
+            Ok(ForServe {
+                authority: list.clone(),
+                allowlist: Some(list),
+            })
+        }
+        (AuthorityKind::AllowList, None) => {
+            Err("--enrol-authority allowlist needs --enrol-allowlist FILE".into())
+        }
+        (_, Some(_)) => {
+            Err("--enrol-allowlist is read only with --enrol-authority allowlist".into())
+        }
+        (AuthorityKind::Challenge, None) => Ok(only(Arc::new(HostKeyChallenge))),
+        (AuthorityKind::Invite, None) => Ok(only(Arc::new(Invites))),
+    }
+}
+
+/// A test authority driven by the enrolment's `proof` (feature `failpoints` only: release builds
+/// carry no switch that changes who may enrol).
+#[cfg(feature = "failpoints")]
+pub mod test_stub {
+    use super::*;
+
+    /// Environment variable naming the test authority (`proof-stub`).
+    pub(crate) const ENV: &str = "MBX_RELAY_TEST_AUTHORITY";
+
+    /// The test authority of this name.
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn by_name(name: &str) -> Result<Arc<dyn EnrolmentAuthority>, String> {
+        match name {
+            "proof-stub" => Ok(Arc::new(ProofStub)),
+            other => Err(format!("{ENV}: unknown test authority {other:?}")),
+        }
+    }
+
+    /// Decides by `proof`: none → allow without account; `{"account": A}` → allow inside A;
+    /// `{"deny": R}` → refuse with reason R (a string, or null for none); `{"fail": true}` →
+    /// unavailable; `{"panic": true}` → panics (proves a panicking authority is unavailable).
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct ProofStub;
+
+    impl EnrolmentAuthority for ProofStub {
+        fn name(&self) -> &str {
+            "test-proof-stub"
+        }
+        fn rank(&self) -> u8 {
+            1
+        }
+        fn authorize(&self, req: &AuthorityRequest<'_>) -> Result<Decision, Unavailable> {
+            let Some(p) = req.proof.filter(|p| !p.is_null()) else {
+                return Ok(Decision::Allow { account: None });
+            };
+            if let Some(r) = p.get("deny") {
+                return Ok(Decision::Deny {
+                    reason: r.as_str().map(str::to_owned),
+                });
+            }
+            if p.get("fail").is_some() {
+                return Err(Unavailable("the test authority was told to fail".into()));
+            }
+            if p.get("panic").is_some() {
+                panic!("the test authority was told to panic");
+            }
+            match p.get("account").and_then(Value::as_str) {
+                Some(a) => Ok(Decision::Allow {
+                    account: Some(a.to_owned()),
+                }),
+                None => Ok(Decision::Deny {
+                    reason: Some("unreadable proof".into()),
+                }),
+            }
+        }
+    }
+}
