@@ -5,7 +5,7 @@
 use relay_store::{log_text, Invite, InviteOutcome, RelayStore, MAX_INVITES, MAX_REASON_CHARS};
 use serde_json::{json, Value};
 
-use super::proto::one_line;
+use super::line::one_line;
 use super::report::{hex, unhex32};
 
 /// Store `invite` in `store`; answers `{"invite": id, "expires_ms"}`.

@@ -6,6 +6,7 @@
 pub mod client;
 pub mod hosts;
 pub mod invite;
+mod line;
 pub mod proto;
 pub mod report;
 pub mod revoke;

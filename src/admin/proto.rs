@@ -14,6 +14,8 @@
 
 use relay_keyspace::PARTITIONS;
 
+use super::line::one_line;
+
 /// The socket's file name inside the store directory.
 pub(crate) const SOCKET_NAME: &str = "admin.sock";
 /// Longest request line accepted (bytes, newline included).
@@ -204,19 +206,6 @@ pub fn check_partition(name: &str) -> Result<String, String> {
     }
 }
 
-/// Make a reason safe for one status line: no newlines, bounded length.
-pub(crate) fn one_line(reason: &str) -> String {
-    let mut out: String = reason
-        .chars()
-        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-        .take(4096)
-        .collect();
-    if out.is_empty() {
-        out.push_str("unknown error");
-    }
-    out
-}
-
 /// The 4-byte header of a frame of `len` bytes (0 ends the stream).
 pub(crate) fn frame_header(len: usize) -> [u8; 4] {
     // Frames are at most MAX_FRAME, far below u32::MAX.
@@ -348,12 +337,5 @@ mod tests {
         assert_eq!(frame_len(frame_header(0)), Ok(0));
         assert_eq!(frame_len(frame_header(MAX_FRAME)), Ok(MAX_FRAME));
         assert!(frame_len(((MAX_FRAME + 1) as u32).to_be_bytes()).is_err());
-    }
-
-    #[test]
-    fn reasons_stay_on_one_line() {
-        assert_eq!(one_line("a\nb\rc"), "a b c");
-        assert_eq!(one_line(""), "unknown error");
-        assert_eq!(one_line(&"x".repeat(10_000)).len(), 4096);
     }
 }

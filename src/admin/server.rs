@@ -17,7 +17,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::proto::{frame_header, one_line, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
+use super::line::one_line;
+use super::proto::{frame_header, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
 use super::report::{backup_log_detail, log_verdict_json, op_json, stats_json, summary_json};
 use relay_core::revoke::Revoker;
 

@@ -24,11 +24,11 @@ use super::answer::{
     retry_later,
 };
 use super::body::{read_capped, BodyError, Held, Refused as BodyRefused, BUSY_DRAIN};
+use super::call::Call;
 use super::client_addr::client_addr;
 use super::hop_gate::Refusal;
 use super::metrics::RequestRefusal;
 use super::parse_cost::tree_cost;
-use super::pipeline::Call;
 use super::route::{Access, Route};
 use super::{retry_after, App};
 use relay_core::{parse_json, Caller, HopHeaders, RelayError};

@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::account::{Held, Refused as MemoryRefused};
 use super::answer::{json_response, memory_refused, reply_response, text_reply_response};
+use super::call::Call;
 use super::conn::{Answer, Streaming};
-use super::pipeline::Call;
 use super::{held_body, parked, retry_after};
 use relay_core::code::ErrorCode;
 use relay_core::enc_ad::EncLookup;

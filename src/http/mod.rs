@@ -8,6 +8,7 @@ pub(crate) mod account;
 mod admit;
 mod answer;
 pub mod body;
+mod call;
 pub(crate) mod client_addr;
 pub mod conn;
 mod endpoints;

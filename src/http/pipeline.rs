@@ -18,14 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
-use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::account::Held;
 use super::admit::{admit, Admitted, Rejected};
 use super::answer::{answer_unread, json_response, retry_later, Refused};
+use super::call::Call;
 use super::client_addr::client_addr;
 use super::conn::{Answer, Service, MAX_HEADER_BYTES};
 use super::metrics::RequestRefusal;
@@ -35,33 +34,6 @@ use relay_core::rate::{AddrKey, RateTable};
 
 /// Most client addresses whose public-route windows are tracked at once.
 pub(crate) const PUBLIC_RATE_CAP: usize = 100_000;
-
-/// An admitted request as its handler gets it: `who` is the verified [`relay_core::Caller`] of a
-/// signed route, `()` of an open one.
-pub(crate) struct Call<W> {
-    pub(crate) app: Arc<App>,
-    pub(crate) who: W,
-    /// The request head (its query, its extensions).
-    pub(crate) parts: Parts,
-    /// The body as received (empty for routes that read none).
-    pub(crate) body: Vec<u8>,
-    /// The body parsed, for rows that say `json` (else `null`).
-    pub(crate) json: Value,
-    /// The memory the request holds, counted until the call ends (a handler that waits long
-    /// drops it first).
-    pub(crate) _held: Held,
-}
-
-impl<W> Call<W> {
-    /// The query string's parameters (empty when it does not parse).
-    pub(crate) fn query(&self) -> std::collections::HashMap<String, String> {
-        axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(
-            &self.parts.uri,
-        )
-        .map(|q| q.0)
-        .unwrap_or_default()
-    }
-}
 
 /// The public listener's service: the relay's state and the public window.
 pub(crate) struct Public {

@@ -12,9 +12,9 @@
 use axum::http::Method;
 
 use super::body::{MAX_BODY, MAX_RECORD_BODY, MAX_SMALL_BODY};
+use super::call::Call;
 use super::conn::Answer;
 use super::endpoints as e;
-use super::pipeline::Call;
 use relay_core::Caller;
 
 /// A handler: the admitted call in, the answer out.
