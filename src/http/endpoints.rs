@@ -268,3 +268,45 @@ pub(crate) fn events(c: Call<Caller>) -> Answer {
         streaming,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::http::account::MemoryAccount;
+
+    #[tokio::test]
+    async fn a_page_takes_the_largest_bound_that_fits_waits_its_turn_then_is_refused() {
+        let limits = relay_core::Limits::default();
+        let full = limits.max_pull_bytes;
+        // The key's share fits one full page and one of half the bound.
+        let share = page_charge(&limits, full) + page_charge(&limits, full / 2);
+        let account = Arc::new(MemoryAccount::new(
+            1 << 40,
+            u64::MAX,
+            share,
+            Duration::from_millis(50),
+        ));
+        let key = [1u8; 32];
+        let mut first = account.for_key(key);
+        assert_eq!(reserve_page(&limits, &mut first).await, Ok(full));
+        let mut second = account.for_key(key);
+        assert_eq!(reserve_page(&limits, &mut second).await, Ok(full / 2));
+        // No room even for one item's page: the third waits its turn, then 429 for the key.
+        let mut third = account.for_key(key);
+        assert_eq!(
+            reserve_page(&limits, &mut third).await,
+            Err(MemoryRefused::KeyBusy)
+        );
+        assert_eq!(third.held(), 0, "a refusal holds nothing");
+        // Another key is not affected, and the first page written frees its room.
+        assert_eq!(
+            reserve_page(&limits, &mut account.for_key([2u8; 32])).await,
+            Ok(full)
+        );
+        drop(first);
+        assert_eq!(reserve_page(&limits, &mut third).await, Ok(full));
+    }
+}
