@@ -29,12 +29,13 @@ pub(crate) async fn serve_private(
     guard: GuardConfig,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    // Its own caps: a scraper polling fast must not meet the public per-address cap, and one
+    // Its own caps, whatever the public ones are: a scraper polling fast must not meet the
+    // public per-address cap (a small `--max-connections` would leave it one slot, and the last
+    // scrape's connection may not have ended on this side when the next one arrives), and one
     // address holding unfinished heads must not take every slot from the scraper (half each).
-    let cap = PRIVATE_CONNECTIONS.min(guard.max_connections);
     let config = GuardConfig {
-        max_connections: cap,
-        max_connections_per_address: (cap / 2).max(1),
+        max_connections: PRIVATE_CONNECTIONS,
+        max_connections_per_address: PRIVATE_CONNECTIONS / 2,
         ..guard
     };
     let stopped = async move {

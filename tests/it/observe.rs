@@ -147,7 +147,14 @@ fn refused_connections_are_counted_by_reason_and_the_global_cap_is_logged() {
     ]);
     let relay = Relay::start(&args);
     let at = relay.addr();
-    let text = relay.metrics().text();
+    // The private listener keeps its own caps: a scrape's connection still open on the relay's
+    // side (here one held on purpose) never shuts the next scrape out, even at
+    // --max-connections-per-address 1 on the public listener.
+    let lingering = connect_from("127.0.0.1", relay.metrics_addr());
+    let scrape = relay.metrics();
+    assert_eq!(scrape.status, 200, "{}", scrape.text());
+    drop(lingering);
+    let text = scrape.text();
     for reason in [
         "max_connections",
         "max_connections_per_address",
