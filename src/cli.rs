@@ -71,6 +71,6 @@ pub fn keygen_output(args: &KeygenArgs) -> String {
         });
         format!("{v}\n")
     } else {
-        relay_core::key::keygen_text(&key)
+        relay_core::keygen_text(&key)
     }
 }

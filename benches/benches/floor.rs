@@ -22,11 +22,11 @@ use std::time::Instant;
 use mbx_host::message::{draft_envelope, ulid};
 use mbx_host::now_ms;
 use relay_core::parse_json;
-use relay_core::push::check_wire;
 use relay_keyspace::ItemKind;
 use relay_wire::accept::{sha256, wire_hash_hex, AcceptParts, AcceptTarget};
 use relay_wire::hop::{sign_hop, verify_hop_with};
 use relay_wire::keys::{b64, unb64, SigningKey};
+use relay_core::check_wire;
 use relay_wire::seal::{seal_envelope, EncSecret};
 use relay_wire::strict_stream::HopKey;
 

@@ -24,7 +24,7 @@ const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// Most keys a list holds (bounds its memory).
 const MAX_KEYS: usize = 100_000;
 /// How often the file is checked for a change.
-pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The reason shown to a key that is not on the list.
 pub(crate) const NOT_LISTED_REASON: &str = "this host key is not on the relay's allow-list";

@@ -85,7 +85,7 @@ impl EnrolmentAuthority for HostKeyChallenge {
 
 /// Ask `authority`, turning a panic into [`Unavailable`] like an error: a broken authority
 /// refuses enrolments, it never takes the request (or the relay) down.
-pub fn ask(
+pub(crate) fn ask(
     authority: &dyn EnrolmentAuthority,
     req: &AuthorityRequest<'_>,
 ) -> Result<Decision, Unavailable> {

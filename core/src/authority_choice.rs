@@ -42,7 +42,9 @@ impl std::str::FromStr for AuthorityKind {
 
 /// The authority `serve` runs, and the allow-list its reloader keeps current (if it is one).
 pub struct ForServe {
+    /// Who may enrol: checked on every enrolment.
     pub authority: Arc<dyn EnrolmentAuthority>,
+    /// The allow-list behind `authority`, when it is one: the reloader swaps its contents on change.
     pub allowlist: Option<Arc<AllowList>>,
 }
 
@@ -84,7 +86,7 @@ pub fn for_serve(kind: AuthorityKind, allowlist: Option<&Path>) -> Result<ForSer
 /// A test authority driven by the enrolment's `proof` (feature `failpoints` only: release builds
 /// carry no switch that changes who may enrol).
 #[cfg(feature = "failpoints")]
-pub mod test_stub {
+pub(crate) mod test_stub {
     use super::*;
 
     /// Environment variable naming the test authority (`proof-stub`).
@@ -94,7 +96,7 @@ pub mod test_stub {
     ///
     /// # Errors
     /// An unknown name.
-    pub fn by_name(name: &str) -> Result<Arc<dyn EnrolmentAuthority>, String> {
+    pub(crate) fn by_name(name: &str) -> Result<Arc<dyn EnrolmentAuthority>, String> {
         match name {
             "proof-stub" => Ok(Arc::new(ProofStub)),
             other => Err(format!("{ENV}: unknown test authority {other:?}")),

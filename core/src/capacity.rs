@@ -18,7 +18,7 @@ pub(crate) struct CapWatch {
 impl CapWatch {
     /// Read the live count with `read` (under the lock, so checks are ordered) and log a warning
     /// when it crosses [`WARN_PERCENT`] of `max` either way; the count read, if any.
-    pub fn check(&self, max: u64, read: impl FnOnce() -> Option<u64>) -> Option<u64> {
+    pub(crate) fn check(&self, max: u64, read: impl FnOnce() -> Option<u64>) -> Option<u64> {
         let mut above = self.above.lock().unwrap_or_else(|p| p.into_inner());
         let live = read()?;
         let high = u128::from(live) * 100 >= u128::from(max) * u128::from(WARN_PERCENT);

@@ -20,7 +20,7 @@ impl Challenges {
 
     /// Open challenges held (expired ones included until swept).
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.book().len()
     }
 }

@@ -6,28 +6,47 @@ use std::time::Duration;
 /// Every limit and timing of the relay. `Default` gives docs/protocol.md §7's values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
+    /// Largest wire item accepted in a push (bytes).
     pub max_item_bytes: u64,
+    /// Most items in one push.
     pub max_batch: usize,
+    /// Most targets of one item.
     pub max_targets: usize,
+    /// Pushes one sender key may make per minute.
     pub pushes_per_minute: u32,
+    /// Most items in one pull page.
     pub max_pull: usize,
+    /// Most wire bytes in one pull page (at least one item is always served).
     pub max_pull_bytes: u64,
+    /// How long an unacked item stays queued before the sweep expires it.
     pub retention: Duration,
+    /// Most items queued for one target.
     pub max_queue_items: u64,
+    /// Most bytes queued for one target.
     pub max_queue_bytes: u64,
+    /// Most items one sender may hold in one target's queue (its share).
     pub max_sender_items: u64,
+    /// Most bytes one sender may hold in one target's queue (its share).
     pub max_sender_bytes: u64,
+    /// Most items queued for all hosts of one account together.
     pub max_account_items: u64,
+    /// Most bytes queued for all hosts of one account together.
     pub max_account_bytes: u64,
+    /// Most live enrolments the relay keeps (a bound on what anyone may enrol).
     pub max_enrolments: u64,
+    /// Most enrolment challenges outstanding at once (a bound on memory).
     pub max_challenges: usize,
+    /// Enrolment-class calls (challenge, enrol, rotate) per client address per minute.
     pub enrol_per_minute: u32,
     /// Enrolment-class calls per IPv4 /24 per minute (nested around `enrol_per_minute`).
     pub enrol_per_minute_v4_24: u32,
     /// Enrolment-class calls per IPv6 /48 per minute (nested around `enrol_per_minute`).
     pub enrol_per_minute_v6_48: u32,
+    /// Most live enrolments a name may carry and still authenticate a v1 hop by name (more: crowded).
     pub max_per_name: usize,
+    /// How often the sweep runs (expiry, notices, dedup pruning).
     pub sweep_interval: Duration,
+    /// A process whose heartbeat is older than this is taken as stopped (start-up and `peers`).
     pub heartbeat_stale: Duration,
     /// A live enrolment not seen for this long whose queue is empty is deleted by the sweep
     /// (zero: never). See [`DEFAULT_ENROLMENT_IDLE`].
@@ -41,29 +60,51 @@ pub struct Limits {
 /// the `mbx-relay serve` flags (`default_value_t = defaults::X`; durations as the flag's text,
 /// turned into a [`Duration`] by [`default_duration`] at compile time).
 pub mod defaults {
+    /// `--max-item-bytes`: the spec's 512 KiB.
     pub const MAX_ITEM_BYTES: u64 = 512 * 1024;
+    /// `--max-batch`.
     pub const MAX_BATCH: usize = 200;
+    /// `--max-targets`.
     pub const MAX_TARGETS: usize = 64;
+    /// `--pushes-per-minute` per sender key.
     pub const PUSHES_PER_MINUTE: u32 = 120;
+    /// `--max-pull` items per page.
     pub const MAX_PULL: usize = 500;
+    /// `--max-pull-bytes` per page.
     pub const MAX_PULL_BYTES: u64 = 8 * 1024 * 1024;
+    /// `--retention` of an unacked item.
     pub const RETENTION: &str = "14d";
+    /// `--max-queue-items` per target.
     pub const MAX_QUEUE_ITEMS: u64 = 10_000;
+    /// `--max-queue-bytes` per target.
     pub const MAX_QUEUE_BYTES: u64 = 50 * 1024 * 1024;
+    /// `--max-sender-items` per sender in one queue.
     pub const MAX_SENDER_ITEMS: u64 = 2_000;
+    /// `--max-sender-bytes` per sender in one queue.
     pub const MAX_SENDER_BYTES: u64 = 20 * 1024 * 1024;
+    /// `--max-account-items` over an account's hosts.
     pub const MAX_ACCOUNT_ITEMS: u64 = 10_000;
+    /// `--max-account-bytes` over an account's hosts.
     pub const MAX_ACCOUNT_BYTES: u64 = 50 * 1024 * 1024;
+    /// `--max-enrolments` live at once.
     pub const MAX_ENROLMENTS: u64 = 100_000;
+    /// `--max-challenges` outstanding at once.
     pub const MAX_CHALLENGES: usize = 10_000;
+    /// `--enrol-per-minute` per client address.
     pub const ENROL_PER_MINUTE: u32 = 30;
+    /// `--enrol-per-minute-v4-24` per IPv4 /24.
     pub const ENROL_PER_MINUTE_V4_24: u32 = 60;
+    /// `--enrol-per-minute-v6-48` per IPv6 /48.
     pub const ENROL_PER_MINUTE_V6_48: u32 = 60;
+    /// `--max-per-name`: the spec's 16.
     pub const MAX_PER_NAME: usize = 16;
+    /// `--sweep-interval`.
     pub const SWEEP_INTERVAL: &str = "10m";
+    /// `--heartbeat-stale`.
     pub const HEARTBEAT_STALE: &str = "10m";
     /// See [`super::DEFAULT_ENROLMENT_IDLE`].
     pub const ENROLMENT_IDLE: &str = "90d";
+    /// `--max-stream-lifetime` of an event stream.
     pub const MAX_STREAM_LIFETIME: &str = "1h";
 }
 
@@ -107,7 +148,7 @@ pub(crate) const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
 pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 /// Tests only: a heartbeat period in milliseconds instead of [`HEARTBEAT_EVERY`] (undocumented
 /// for operators; a test of the leader lease passing cannot wait three 30 s periods).
-pub const HEARTBEAT_TEST_ENV: &str = "MBX_RELAY_TEST_HEARTBEAT_MS";
+pub(crate) const HEARTBEAT_TEST_ENV: &str = "MBX_RELAY_TEST_HEARTBEAT_MS";
 
 /// The heartbeat period in force: [`HEARTBEAT_EVERY`] unless [`HEARTBEAT_TEST_ENV`] says.
 pub(crate) fn heartbeat_every() -> Duration {
@@ -121,7 +162,7 @@ pub(crate) fn heartbeat_every() -> Duration {
     })
 }
 /// Dedup rows outlive their items by this much beyond retention (docs/protocol.md §4).
-pub const DEDUP_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const DEDUP_GRACE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -291,14 +332,6 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         _ => return Err(bad()),
     };
     n.checked_mul(per).ok_or_else(bad)
-}
-
-/// [`parse_bytes`] for a `usize` flag.
-///
-/// # Errors
-/// As [`parse_bytes`], or a count this machine cannot address.
-pub fn parse_bytes_usize(s: &str) -> Result<usize, String> {
-    usize::try_from(parse_bytes(s)?).map_err(|_| format!("bad byte count {s:?}: too large"))
 }
 
 #[cfg(test)]

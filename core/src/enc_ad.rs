@@ -16,7 +16,9 @@ const MAX_ENC_PUB: usize = 256;
 /// How an enc ad is looked up.
 #[derive(Debug, Clone, Copy)]
 pub enum EncLookup<'a> {
+    /// By the host's public key (base64).
     Key(&'a str),
+    /// By the host's name.
     Name(&'a str),
 }
 

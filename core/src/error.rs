@@ -27,20 +27,30 @@ pub enum AuthFailure {
 /// The status classes the protocol answers with (no HTTP types here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// 400: the request is malformed.
     BadRequest,
+    /// 401: a signature or proof did not verify.
     Unauthorized,
+    /// 403: the caller may not do this (not enrolled, revoked, not allowed).
     Forbidden,
+    /// 404: nothing by that name or key.
     NotFound,
+    /// 409: it contradicts what the relay already holds.
     Conflict,
+    /// 413: over a size limit.
     TooLarge,
+    /// 429: a rate window or capacity is used up; try later.
     TooManyRequests,
+    /// 503: the store cannot serve now (the caller may retry).
     Unavailable,
 }
 
 /// A refused request: its status class and the exact JSON body to answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RelayError {
+    /// The status class the HTTP layer maps to a code.
     pub status: Status,
+    /// The JSON body answered as is.
     pub body: Value,
 }
 
@@ -58,12 +68,15 @@ impl RelayError {
     pub(crate) fn unauthorized(msg: impl Into<String>) -> Self {
         Self::new(Status::Unauthorized, msg)
     }
+    /// 404 `{"error": msg}`.
     pub fn not_found(msg: impl Into<String>) -> Self {
         Self::new(Status::NotFound, msg)
     }
+    /// 409 `{"error": msg}`.
     pub fn conflict(msg: impl Into<String>) -> Self {
         Self::new(Status::Conflict, msg)
     }
+    /// 503 `{"error": msg}`.
     pub fn unavailable(msg: impl Into<String>) -> Self {
         Self::new(Status::Unavailable, msg)
     }

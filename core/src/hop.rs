@@ -16,13 +16,19 @@ use relay_wire::keys::parse_pubkey;
 /// The hop headers and what they sign, as received.
 #[derive(Debug, Clone, Copy)]
 pub struct HopHeaders<'a> {
+    /// `x-mbx-host`: the name a v1 caller is looked up by.
     pub host: Option<&'a str>,
+    /// `x-mbx-key`: the caller's public key (base64), when it names itself by key.
     pub key: Option<&'a str>,
+    /// `x-mbx-ts`: when the caller signed (within 300 s of the relay's clock).
     pub ts: Option<&'a str>,
+    /// `x-mbx-sig`: the signature over method, path, timestamp and body.
     pub sig: Option<&'a str>,
+    /// The request method, part of what is signed.
     pub method: &'a str,
     /// The signed path: with its query for `/v2/`, bare for `/v1/` (see `wire::hop::signed_path`).
     pub path: &'a str,
+    /// The request body, part of what is signed.
     pub body: &'a [u8],
 }
 
@@ -36,7 +42,9 @@ impl HopHeaders<'_> {
 /// An authenticated caller: its key and live enrolment.
 #[derive(Debug, Clone)]
 pub struct Caller {
+    /// The caller's public key, proven by the hop signature.
     pub key: Key32,
+    /// Its live enrolment, as the store held it when the hop was checked.
     pub enrolment: Enrolment,
 }
 

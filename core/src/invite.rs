@@ -12,7 +12,7 @@ use relay_wire::accept::sha256;
 use super::authority::{AuthorityRequest, Decision, EnrolmentAuthority, Unavailable};
 
 /// What every code starts with (so a host's operator can tell it from other secrets).
-pub const CODE_PREFIX: &str = "mbxi-";
+pub(crate) const CODE_PREFIX: &str = "mbxi-";
 /// Random bytes in a code (128 bits: not guessable in any number of enrolment attempts).
 const CODE_BYTES: usize = 16;
 /// The longest `proof.invite` hashed; a longer one is no code of ours.
@@ -23,14 +23,14 @@ pub(crate) const NO_INVITE_REASON: &str =
     "this relay admits invited hosts only: put the operator's invite code in proof.invite";
 
 /// A fresh code: [`CODE_PREFIX`] and 32 lower-case hex digits.
-pub fn new_code() -> String {
+pub(crate) fn new_code() -> String {
     let bytes: [u8; CODE_BYTES] = rand::random();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("{CODE_PREFIX}{hex}")
 }
 
 /// The hash the store keeps for `code` (surrounding white space ignored).
-pub fn hash_code(code: &str) -> InviteHash {
+pub(crate) fn hash_code(code: &str) -> InviteHash {
     sha256(code.trim().as_bytes())
 }
 

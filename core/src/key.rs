@@ -17,8 +17,11 @@ pub const KEY_ENV: &str = "MBX_RELAY_KEY";
 /// Where the key came from, for the startup log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySource {
+    /// From the `MBX_RELAY_KEY` environment variable.
     Env,
+    /// From the store directory's key file.
     File,
+    /// Generated at this start (a new store).
     Generated,
 }
 

@@ -23,7 +23,7 @@ pub(crate) struct KeyCache {
 
 impl KeyCache {
     /// An empty cache holding at most `cap` keys (at least one).
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         KeyCache {
             cap: cap.max(1),
             map: Mutex::new(HashMap::new()),
@@ -32,7 +32,7 @@ impl KeyCache {
 
     /// The decoded key for `pk`, from the memo or decoded now; `None` when `pk` is not a curve
     /// point (never memoised, so junk keys cannot fill the table).
-    pub fn get(&self, pk: &[u8; 32]) -> Option<HopKey> {
+    pub(crate) fn get(&self, pk: &[u8; 32]) -> Option<HopKey> {
         if let Some(k) = self.lock().get(pk) {
             return Some(*k);
         }
@@ -48,13 +48,13 @@ impl KeyCache {
 
     /// Keys currently held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether no key is held.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -65,7 +65,7 @@ impl KeyCache {
 }
 
 /// The relay's process-wide cache.
-pub fn shared() -> &'static KeyCache {
+pub(crate) fn shared() -> &'static KeyCache {
     static CACHE: OnceLock<KeyCache> = OnceLock::new();
     CACHE.get_or_init(|| KeyCache::new(CAPACITY))
 }

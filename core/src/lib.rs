@@ -5,48 +5,67 @@
 //! Layering: `relay-core` sees storage only through `relay_store::RelayStore` and links no
 //! HTTP crate and no storage backend (Cargo.toml); the server picks the backend.
 
-pub mod allowlist;
-pub mod authority;
-pub mod authority_choice;
-pub(crate) mod capacity;
-pub(crate) mod challenge;
-pub mod code;
-pub mod config;
-pub mod enc_ad;
-pub(crate) mod enrol;
-pub mod epoch_watch;
-pub mod error;
-pub(crate) mod hop;
-pub(crate) mod info;
-pub mod invite;
-pub mod key;
-pub(crate) mod keycache;
-pub(crate) mod legacy;
-pub mod metrics;
-pub mod peers;
-pub mod pull;
-pub mod push;
-pub mod rate;
-pub(crate) mod reason;
-pub mod revoke;
-pub(crate) mod revoke_watch;
-pub(crate) mod rotate;
-pub(crate) mod seen;
-pub(crate) mod senders;
-pub mod startup;
-pub(crate) mod sweep;
-pub mod wake;
+mod allowlist;
+mod authority;
+mod authority_choice;
+mod capacity;
+mod challenge;
+mod code;
+mod config;
+mod enc_ad;
+mod enrol;
+mod epoch_watch;
+mod error;
+mod hop;
+mod info;
+mod invite;
+mod key;
+mod keycache;
+mod legacy;
+mod metrics;
+mod peers;
+mod pull;
+mod push;
+mod rate;
+mod reason;
+mod revoke;
+mod revoke_watch;
+mod rotate;
+mod seen;
+mod senders;
+mod startup;
+mod sweep;
+mod wake;
 
 use std::sync::{Arc, RwLock};
 
 use relay_store::{ChallengeBook, Clock, SharedStore};
 
-pub use config::Limits;
-pub use error::{AuthFailure, RelayError, Reply, Status};
+// The public surface: exactly what the server (src/), relay-tool, the benches, the fuzz targets
+// and the tests name; every module stays private.
+pub use authority::EnrolmentAuthority;
+pub use authority_choice::{for_serve, AuthorityKind, ForServe};
+pub use code::ErrorCode;
+pub use config::{default_duration, defaults, parse_bytes, parse_duration, Limits};
+pub use enc_ad::EncLookup;
+pub use epoch_watch::EPOCH_REFRESH;
+pub use error::{AuthFailure, RelayError, Reply, Status, STORE_UNAVAILABLE};
 pub use hop::{Caller, HopCheck, HopHeaders};
+pub use invite::issue as issue_invite;
+pub use key::{
+    keygen_text, load_existing as load_existing_key, load_or_create as load_or_create_key,
+};
+pub use key::{KeySource, KEY_ENV, KEY_FILE};
+pub use metrics::{encode_commit_stats, latency_histogram, Metrics};
+pub use pull::{PullQuery, PullStart};
+pub use push::check_wire;
+pub use rate::{address_key, ip_key, AddrKey, RateTable};
 /// The key every layer names a host by (a hop's key, a queue's target), and the largest item the
 /// store accepts: re-exported so the HTTP layer sees the relay, never the store.
 pub use relay_store::{Key32, MAX_ITEM_BYTES_ACCEPTED};
+pub use revoke::Revoker;
+pub use startup::start as start_relay;
+pub use wake::{Refused, Ticket, Wake, Woken, MAX_WAIT_SECS, PER_KEY_WAITERS};
 
 /// Milliseconds since the Unix epoch by the system clock: the clock every rate window of the
 /// relay reads (so its callers need not name the store's clock).
@@ -65,7 +84,9 @@ const ADDRESS_RATE_CAP: usize = 100_000;
 /// HTTP layer's `Retry-After`).
 #[derive(Debug)]
 pub struct RateLimited {
+    /// The 429 answer.
     pub error: RelayError,
+    /// Until the window frees.
     pub wait: std::time::Duration,
 }
 

@@ -18,7 +18,7 @@ use super::reason::Reason;
 
 /// Upper bounds of every latency histogram, seconds (written as decimal literals, so the `le`
 /// labels read `0.05`, never float noise).
-pub const LATENCY_BOUNDS: [f64; 13] = [
+pub(crate) const LATENCY_BOUNDS: [f64; 13] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 const SIZE_BOUNDS: [f64; 9] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];

@@ -25,7 +25,7 @@ use relay_store::{Key32, ProcessRow, StoreEvent, StoreEvents, PROCESS_BEAT};
 use super::{Relay, RelayError};
 
 /// How often the queue heads of the keys with waiters are read on a shared store.
-pub const HEAD_POLL: Duration = Duration::from_secs(1);
+pub(crate) const HEAD_POLL: Duration = Duration::from_secs(1);
 /// Most keys asked about in one store read.
 const KEYS_PER_READ: usize = 1024;
 

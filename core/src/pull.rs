@@ -48,8 +48,11 @@ pub struct PullWait {
 /// The query of a pull, as received (each parameter absent or its raw text).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PullQuery<'a> {
+    /// `after`: the last seq the caller holds.
     pub after: Option<&'a str>,
+    /// `limit`: most items wanted.
     pub limit: Option<&'a str>,
+    /// `epoch`: the epoch the caller's `after` belongs to.
     pub epoch: Option<&'a str>,
     /// Seconds to hold the request while the queue is empty (mbx-relay extension).
     pub wait: Option<&'a str>,

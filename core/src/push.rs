@@ -57,7 +57,7 @@ pub(crate) struct TargetCache {
 
 impl TargetCache {
     /// Remember a store failure (the first one wins).
-    pub fn note_failure(&mut self, e: RelayError) {
+    pub(crate) fn note_failure(&mut self, e: RelayError) {
         self.failed.get_or_insert(e);
     }
 

@@ -230,7 +230,7 @@ pub(crate) struct NestedWindows {
 
 impl NestedWindows {
     /// Windows with these limits, each table holding at most `cap` keys.
-    pub fn new(limits: NestedLimits, cap: usize) -> Self {
+    pub(crate) fn new(limits: NestedLimits, cap: usize) -> Self {
         NestedWindows {
             address: RateTable::new(limits.address, cap),
             v4_24: RateTable::new(limits.v4_24, cap),
@@ -239,7 +239,7 @@ impl NestedWindows {
     }
 
     /// Each level enforces `1 / processes` of its limit ([`RateTable::set_share`]).
-    pub fn set_share(&self, processes: u32) {
+    pub(crate) fn set_share(&self, processes: u32) {
         for t in [&self.address, &self.v4_24, &self.v6_48] {
             t.set_share(processes);
         }
@@ -257,7 +257,7 @@ impl NestedWindows {
     ///
     /// # Errors
     /// The longest wait of the full windows (nothing counted).
-    pub fn try_hit_addr(&self, addr: &str, now_ms: u64) -> Result<(), Duration> {
+    pub(crate) fn try_hit_addr(&self, addr: &str, now_ms: u64) -> Result<(), Duration> {
         let key = address_key(addr);
         match &key {
             AddrKey::V4(a) => {

@@ -15,7 +15,7 @@ use relay_store::Key32;
 use super::{Relay, RelayError};
 
 /// How often a relay on a shared store checks that the keys with waiters are still live.
-pub const REVOKE_REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const REVOKE_REFRESH: Duration = Duration::from_secs(1);
 /// Most keys asked about in one store read (the keys with waiters are at most the waiter cap).
 const KEYS_PER_READ: usize = 1024;
 

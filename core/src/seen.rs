@@ -19,7 +19,7 @@ const MAP_CAP: usize = 200_000;
 
 /// Keys' last noted day and the sightings not yet written.
 #[derive(Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     inner: Mutex<Inner>,
 }
 
@@ -32,7 +32,7 @@ struct Inner {
 impl Seen {
     /// Note that `pk` was seen at `now_ms`: an in-memory lookup; true when this queued a write
     /// (the key's first sighting of the day).
-    pub fn note(&self, pk: &Key32, now_ms: u64) -> bool {
+    pub(crate) fn note(&self, pk: &Key32, now_ms: u64) -> bool {
         let day = utc_day(now_ms);
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if g.day_of.get(pk) == Some(&day) {
@@ -49,7 +49,7 @@ impl Seen {
     }
 
     /// Take the queued sightings.
-    pub fn take(&self) -> Vec<(Key32, u32)> {
+    pub(crate) fn take(&self) -> Vec<(Key32, u32)> {
         std::mem::take(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()).pending)
     }
 }

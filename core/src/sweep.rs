@@ -35,7 +35,7 @@ fn leader_lease_ttl() -> std::time::Duration {
 
 /// The notice builder handed to the store (the sweep, and an admin's purge): envelopes get a
 /// signed `expired` item for their sender; receipts and notices expire silently.
-pub fn notice_fn(key: Arc<SigningKey>) -> NoticeFn {
+pub(crate) fn notice_fn(key: Arc<SigningKey>) -> NoticeFn {
     let relay_pub = key.public();
     Box::new(move |item: &ExpiredItem, now_ms: u64| {
         // Legacy v1 mail never expires and gets no notice (docs/protocol.md §3); an admin's purge

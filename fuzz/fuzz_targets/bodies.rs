@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libfuzzer_sys::fuzz_target;
 use mbx_relay_fuzz::{fields, text, Fixture};
-use relay_core::enc_ad::EncLookup;
-use relay_core::pull::{PullQuery, PullStart};
+use relay_core::EncLookup;
+use relay_core::{PullQuery, PullStart};
 use relay_core::{parse_json, Reply};
 use relay_wire::canonical::canonical_json;
 use relay_wire::keys::{b64, SigningKey};

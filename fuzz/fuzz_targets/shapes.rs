@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use relay_core::push::check_wire;
+use relay_core::check_wire;
 use relay_keyspace::ItemKind;
 use relay_wire::canonical::canonical_json;
 use relay_wire::enc_ad::{check_ad, is_enc_pub, summarize, AdOwner, AdRefusal, MAX_AD_BYTES};

@@ -9,7 +9,7 @@ pub mod seeds;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use relay_core::{startup, Caller, HopHeaders, Limits, Relay};
+use relay_core::{start_relay, Caller, HopHeaders, Limits, Relay};
 use relay_keyspace::{Clock, OpenOptions, Store, SystemClock};
 use relay_wire::canonical::canonical_json;
 use relay_wire::hop::sign_hop;
@@ -87,7 +87,7 @@ impl Fixture {
         let store =
             Arc::new(Store::open(&dir.path().join("store"), OpenOptions::default()).expect("open"));
         let relay = rt
-            .block_on(startup::start(
+            .block_on(start_relay(
                 store,
                 SigningKey::generate(),
                 fuzz_limits(),

@@ -6,7 +6,7 @@
 use relay_store::{Key32, RelayStore, RevokeOutcome, MAX_PURGE_ITEMS};
 use serde_json::{json, Value};
 
-use relay_core::revoke::Revoker;
+use relay_core::Revoker;
 use relay_wire::keys::{b64, fingerprint, unb64};
 
 /// Fewest hex digits a fingerprint prefix must have (fewer would match half the relay).

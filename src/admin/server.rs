@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use super::line::one_line;
 use super::proto::{frame_header, Request, MAX_FRAME, MAX_REQUEST_LINE, SOCKET_NAME};
 use super::report::{backup_log_detail, log_verdict_json, op_json, stats_json, summary_json};
-use relay_core::revoke::Revoker;
+use relay_core::Revoker;
 
 /// Requests served at once; more get `error busy` (a backup holds a snapshot and a thread).
 const MAX_CONCURRENT: usize = 4;

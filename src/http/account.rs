@@ -25,7 +25,7 @@ use std::time::Duration;
 use relay_core::Key32;
 use tokio::sync::oneshot;
 
-use relay_core::rate::{address_key, AddrKey};
+use relay_core::{address_key, AddrKey};
 
 /// Why body memory could not be held.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]

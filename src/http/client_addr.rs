@@ -1,7 +1,7 @@
 //! The client address used for per-address rate windows: the socket peer, or with
 //! `--trust-proxy xff` the rightmost `X-Forwarded-For` entry (the one the trusted proxy appended),
 //! or with `--trust-proxy cloudflare` `CF-Connecting-IP`. The rate tables key it with
-//! [`relay_core::rate::address_key`] (IPv6 by /64 prefix).
+//! [`relay_core::address_key`] (IPv6 by /64 prefix).
 
 use std::net::SocketAddr;
 

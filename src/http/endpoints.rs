@@ -11,10 +11,10 @@ use super::answer::{json_response, memory_refused, reply_response, text_reply_re
 use super::call::Call;
 use super::conn::{Answer, Streaming};
 use super::{held_body, parked, retry_after};
-use relay_core::code::ErrorCode;
-use relay_core::enc_ad::EncLookup;
-use relay_core::pull::{PullQuery, PullStart};
+use relay_core::EncLookup;
+use relay_core::ErrorCode;
 use relay_core::{Caller, RelayError};
+use relay_core::{PullQuery, PullStart};
 
 /// Where a recent durable write proves the store writable, reuse it; else write the heartbeat.
 const HEALTH_FRESH_MS: u64 = 5_000;
@@ -41,7 +41,7 @@ pub(crate) fn health(c: Call<()>) -> Answer {
                 );
                 json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    &json!({ "error": relay_core::error::STORE_UNAVAILABLE }),
+                    &json!({ "error": relay_core::STORE_UNAVAILABLE }),
                 )
             }
         }

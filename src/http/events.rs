@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::answer::{json_response, retry_later, status_code};
 use super::conn::{Streaming, StreamingHeld};
-use relay_core::wake::{Refused, Ticket};
 use relay_core::Relay;
+use relay_core::{Refused, Ticket};
 
 /// Time without events after which a heartbeat comment is sent.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);

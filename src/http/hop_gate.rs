@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::verify::Verifier;
-use relay_core::rate::{address_key, AddrKey, RateTable};
+use relay_core::{address_key, AddrKey, RateTable};
 use relay_core::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
 
 /// Most client addresses whose failure windows are tracked at once (the oldest window is

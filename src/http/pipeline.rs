@@ -9,9 +9,9 @@
 //! paths; challenge, enrol and rotate have the relay's own `--enrol-per-minute` window) count
 //! against the client address's one-minute window (`--public-per-minute`); over it, `429`. A
 //! request whose signed hop fails counts the same way; a valid signed call is not counted here.
-//! Addresses are keyed by [`relay_core::rate::address_key`] (IPv6 by /64 prefix). The table is
+//! Addresses are keyed by [`relay_core::address_key`] (IPv6 by /64 prefix). The table is
 //! hard-capped and evicts the oldest window when full, so new clients are still served (see
-//! [`relay_core::rate::RateTable`]).
+//! [`relay_core::RateTable`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use super::conn::{Answer, Service, MAX_HEADER_BYTES};
 use super::metrics::RequestRefusal;
 use super::route::{Access, Route};
 use super::{parked, retry_after, App};
-use relay_core::rate::{AddrKey, RateTable};
+use relay_core::{AddrKey, RateTable};
 
 /// Most client addresses whose public-route windows are tracked at once.
 pub(crate) const PUBLIC_RATE_CAP: usize = 100_000;

@@ -50,13 +50,10 @@ pub(crate) struct Route {
 }
 
 /// The header naming the longest `wait` a pull may ask for (mbx-relay extension).
-pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
-/// Its value: [`relay_core::wake::MAX_WAIT_SECS`] as text.
+pub(crate) const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
+/// Its value: [`relay_core::MAX_WAIT_SECS`] as text.
 const WAIT_MAX: &str = "60";
-const _: () = assert!(
-    relay_core::wake::MAX_WAIT_SECS == 60,
-    "WAIT_MAX is its text"
-);
+const _: () = assert!(relay_core::MAX_WAIT_SECS == 60, "WAIT_MAX is its text");
 
 /// A row with the defaults most rows share: a full-size body, not parsed, no extra headers.
 const fn row(label: &'static str, access: Access) -> Route {

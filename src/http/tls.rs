@@ -27,7 +27,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use super::tls_cert::{now_unix, CertInfo, ExpiryWatch};
-use relay_core::rate::{ip_key, AddrKey, RateTable};
+use relay_core::{ip_key, AddrKey, RateTable};
 use relay_os::private::{require_private_or, Kind};
 
 /// How often the certificate and key files are checked for a change (one `stat` each).

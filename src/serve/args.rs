@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::ServeConfig;
 use crate::http::TrustProxy;
 use crate::store_open::StoreSpec;
-use relay_core::config::{defaults as d, parse_bytes, parse_duration, Limits};
+use relay_core::{defaults as d, parse_bytes, parse_duration, Limits};
 
 /// The `--help` groups of `serve`'s flags (the guard's and TLS's are theirs).
 const HEAD_WHERE: &str = "Listeners and store";
@@ -119,8 +119,8 @@ pub struct ServeArgs {
     /// Who may enrol: `challenge` (anyone who answers the host-key challenge), `allowlist`
     /// (only the keys in --enrol-allowlist) or `invite` (only hosts presenting an unused
     /// `relay-tool invite` code in the enrol body's `proof`).
-    #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::authority_choice::AuthorityKind), help_heading = HEAD_WHERE)]
-    pub enrol_authority: relay_core::authority_choice::AuthorityKind,
+    #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::AuthorityKind), help_heading = HEAD_WHERE)]
+    pub enrol_authority: relay_core::AuthorityKind,
     /// The allow-list of `--enrol-authority allowlist`: one host key (base64) per line, `#`
     /// comments; reloaded when it changes and on SIGHUP.
     #[arg(long, env = "MBX_RELAY_ENROL_ALLOWLIST", value_name = "FILE", help_heading = HEAD_WHERE)]
@@ -173,7 +173,7 @@ impl ServeArgs {
             store: self.store.unwrap_or(StoreSpec::Dir(self.store_dir)),
             trust_proxy: self.trust_proxy,
             limits,
-            key_env: std::env::var(relay_core::key::KEY_ENV).ok(),
+            key_env: std::env::var(relay_core::KEY_ENV).ok(),
             guard: self.guard.config(),
             tls: self.tls,
             enrol_authority: self.enrol_authority,
@@ -188,11 +188,7 @@ impl ServeArgs {
 
 /// The `MBX_RELAY_*` variables that are not `serve` flags and are still ours: the relay key, the
 /// build's commit (`build.rs`) and the binary path `packaging/install-cli-docs` takes.
-const OTHER_VARS: &[&str] = &[
-    relay_core::key::KEY_ENV,
-    "MBX_RELAY_COMMIT",
-    "MBX_RELAY_BIN",
-];
+const OTHER_VARS: &[&str] = &[relay_core::KEY_ENV, "MBX_RELAY_COMMIT", "MBX_RELAY_BIN"];
 /// Test hooks (`MBX_RELAY_TEST_*`) read by test builds and the test harness.
 const TEST_VARS: &str = "MBX_RELAY_TEST_";
 

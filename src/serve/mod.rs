@@ -22,7 +22,7 @@ use relay_store::{OpenOptions, SystemClock};
 use crate::http::tls::Tls;
 use crate::http::{service, App, TrustProxy};
 use crate::store_open::{open_store, open_store_with, StoreSpec};
-use relay_core::{key, startup, Limits};
+use relay_core::{load_existing_key, load_or_create_key, start_relay, Limits};
 use relay_os::private::{require_private, Kind};
 use relay_wire::keys::fingerprint;
 use store_key::FoundKey;
@@ -48,7 +48,7 @@ pub struct ServeConfig {
     /// `--tls-cert` / `--tls-key` (both or neither; checked at start).
     pub tls: crate::http::tls::TlsArgs,
     /// Who may enrol (`--enrol-authority`) and the allow-list file it reads, if any.
-    pub(crate) enrol_authority: relay_core::authority_choice::AuthorityKind,
+    pub(crate) enrol_authority: relay_core::AuthorityKind,
     pub(crate) enrol_allowlist: Option<PathBuf>,
 }
 
@@ -132,7 +132,7 @@ struct Checked {
     metrics_listener: Option<tokio::net::TcpListener>,
     tls: Option<Arc<Tls>>,
     key: Option<FoundKey>,
-    authority: relay_core::authority_choice::ForServe,
+    authority: relay_core::ForServe,
 }
 
 /// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
@@ -170,7 +170,7 @@ fn check_files(config: &ServeConfig) -> Result<(Option<Arc<Tls>>, Option<FoundKe
         }
         require_private(dir, Kind::Dir, "store directory").map_err(ServeError::Config)?;
     }
-    let key = key::load_existing(dir, config.key_env.as_deref()).map_err(ServeError::Config)?;
+    let key = load_existing_key(dir, config.key_env.as_deref()).map_err(ServeError::Config)?;
     Ok((tls, key))
 }
 
@@ -248,14 +248,9 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
 
 /// The enrolment authority the settings name (its allow-list read now: a bad one is a setting
 /// error).
-fn enrolment_authority(
-    config: &ServeConfig,
-) -> Result<relay_core::authority_choice::ForServe, ServeError> {
-    relay_core::authority_choice::for_serve(
-        config.enrol_authority,
-        config.enrol_allowlist.as_deref(),
-    )
-    .map_err(ServeError::Config)
+fn enrolment_authority(config: &ServeConfig) -> Result<relay_core::ForServe, ServeError> {
+    relay_core::for_serve(config.enrol_authority, config.enrol_allowlist.as_deref())
+        .map_err(ServeError::Config)
 }
 
 /// What `--check` learnt of the relay key a store pins.
@@ -399,11 +394,11 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     }
     let (relay_key, source) = match plan {
         Some(found) => found,
-        None => key::load_or_create(&dir, config.key_env.as_deref())?,
+        None => load_or_create_key(&dir, config.key_env.as_deref())?,
     };
     tracing::info!(relay_key = %fingerprint(&relay_key.public()), source = ?source, "relay key loaded");
     let relay = Arc::new(
-        startup::start(
+        start_relay(
             store.clone(),
             relay_key,
             config.limits.clone(),

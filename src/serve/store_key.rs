@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use relay_core::key::{KeySource, KEY_ENV, KEY_FILE};
+use relay_core::{KeySource, KEY_ENV, KEY_FILE};
 use relay_store::Key32;
 use relay_wire::keys::{fingerprint, SigningKey};
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use relay_core::error::STORE_UNAVAILABLE;
+use relay_core::STORE_UNAVAILABLE;
 use serde_json::json;
 
 /// A tmpfs of `size` mounted at `dir`, unmounted on drop (lazily: a process still holding a

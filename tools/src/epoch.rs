@@ -2,9 +2,9 @@
 //! `relay-tool restore`, e.g. a volume snapshot), recorded in the relay log. A directory store's
 //! relay must be stopped; a PostgreSQL store is rotated in one transaction beside its running
 //! relays (the epoch is the database's), and each relay takes the new epoch within
-//! `relay_core::epoch_watch::EPOCH_REFRESH` or at once when a host presents it.
+//! `relay_core::EPOCH_REFRESH` or at once when a host presents it.
 
-use relay_core::epoch_watch::EPOCH_REFRESH;
+use relay_core::EPOCH_REFRESH;
 
 use crate::access::{self, Target};
 use crate::fail::Failure;

@@ -36,7 +36,7 @@ pub fn run(t: &Target, ttl: Duration, note: &str, json: bool) -> Result<(), Fail
         ));
     }
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    let (code, inv) = relay_core::invite::issue(SystemClock.now_ms(), ttl_ms, note);
+    let (code, inv) = relay_core::issue_invite(SystemClock.now_ms(), ttl_ms, note);
     let done = match t.ask_relay(&Request::Invite(inv.clone()))? {
         Some(reply) => reply.finish()?,
         None => {

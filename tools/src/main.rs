@@ -215,7 +215,7 @@ else print how many entries verified.",
         #[arg(long)]
         revoked: bool,
         /// Only hosts last seen this long ago or longer (`30d`, `12h`; day resolution).
-        #[arg(long, value_parser = relay_core::config::parse_duration)]
+        #[arg(long, value_parser = relay_core::parse_duration)]
         idle_for: Option<std::time::Duration>,
         /// JSON lines, one object per enrolment.
         #[arg(long)]
@@ -263,7 +263,7 @@ the relay log). Through the running relay's admin socket, else on the store open
         #[command(flatten)]
         store: access::StoreArgs,
         /// How long the code stays valid (`7d`, `12h`; at most 90d).
-        #[arg(long, default_value = "7d", value_parser = relay_core::config::parse_duration)]
+        #[arg(long, default_value = "7d", value_parser = relay_core::parse_duration)]
         expires: std::time::Duration,
         /// Whom it is for, for the relay log (at most 200 characters).
         #[arg(long, default_value = "")]

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use mbx_relay::store_open::{restore_into, verify_backup_file as verify_backup, StoreSpec};
-use relay_core::key::KEY_FILE;
+use relay_core::KEY_FILE;
 use relay_store::{Clock, Key32, SharedStore, SystemClock};
 use relay_wire::keys::{fingerprint, SigningKey};
 

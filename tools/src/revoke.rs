@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use mbx_relay::admin::proto::Request;
 use mbx_relay::admin::revoke::{self, Action};
-use relay_core::config::Limits;
-use relay_core::key::{load_existing, KEY_ENV};
-use relay_core::revoke::Revoker;
+use relay_core::Limits;
+use relay_core::Revoker;
+use relay_core::{load_existing_key, KEY_ENV};
 use relay_store::{RelayStore, MAX_REASON_CHARS};
 use relay_wire::keys::{fingerprint, SigningKey};
 use serde_json::Value;
@@ -81,7 +81,7 @@ fn offline(t: &Target, action: &Action) -> Result<Value, Failure> {
 fn relay_key(t: &Target, store: &dyn RelayStore, needed: bool) -> Result<SigningKey, Failure> {
     let env = std::env::var(KEY_ENV).ok();
     let found = match &t.relay_dir {
-        Some(dir) => load_existing(dir, env.as_deref()).map(|k| k.map(|(key, _)| key)),
+        Some(dir) => load_existing_key(dir, env.as_deref()).map(|k| k.map(|(key, _)| key)),
         // No relay directory (a PostgreSQL store named by its url alone): the variable only.
         None => env
             .as_deref()

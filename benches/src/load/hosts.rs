@@ -5,7 +5,7 @@ use rand::RngCore;
 use serde_json::{json, Value};
 
 use super::client::{Conn, Host};
-use relay_core::config::defaults;
+use relay_core::defaults;
 use relay_wire::keys::{parse_pubkey, verifying_key, VerifyingKey};
 use relay_wire::records::enrol_statement;
 

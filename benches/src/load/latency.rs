@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use ureq::tls::TlsConfig;
 
-use relay_core::wake::{MAX_WAIT_SECS, PER_KEY_WAITERS};
+use relay_core::{MAX_WAIT_SECS, PER_KEY_WAITERS};
 
 use super::client::{Conn, Host};
 use super::latency_svg::{self, Bars};

@@ -98,7 +98,7 @@ fn bench_pushes_checks_and_drains_against_a_real_relay() {
 fn batch_over_the_relays_max_batch_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let url = start_relay(&dir.path().join("store"));
-    let max = relay_core::config::defaults::MAX_BATCH;
+    let max = relay_core::defaults::MAX_BATCH;
     let over = (max + 1).to_string();
     let bench = Bench::parse_from(["bench", "--url", &url, "--batch", &over, "--items", "1"]);
     let err = measure(&bench.args).err().unwrap();

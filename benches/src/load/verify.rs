@@ -158,7 +158,7 @@ pub fn check_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::config::defaults;
+    use relay_core::defaults;
     use relay_wire::accept::{accept_statement, AcceptTarget};
     use relay_wire::keys::SigningKey;
     use serde_json::json;

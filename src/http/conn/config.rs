@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use relay_core::config::{default_duration, parse_duration};
+use relay_core::{default_duration, parse_duration};
 
 /// Default of `--max-connections`.
 const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -127,15 +127,15 @@ pub struct BodyGuardArgs {
     /// Bytes per second a request body must keep up after its first byte, over every window as
     /// long as --body-first-byte-timeout (bytes sent early buy no time later); a slower body is
     /// cut off with 400.
-    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE, value_parser = relay_core::config::parse_bytes)]
+    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE, value_parser = relay_core::parse_bytes)]
     pub body_min_rate: u64,
     /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
     /// more is answered 429. At least 8388608 (one full-size body).
-    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = crate::http::body::DEFAULT_BODY_BYTES_PER_ADDRESS, value_parser = relay_core::config::parse_bytes)]
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = crate::http::body::DEFAULT_BODY_BYTES_PER_ADDRESS, value_parser = relay_core::parse_bytes)]
     pub max_body_bytes_per_address: u64,
     /// Request-body bytes held at once for one hop key (whatever the addresses); a body that
     /// needs more is answered 429. At least 8388608 (one full-size body).
-    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value_t = crate::http::body::DEFAULT_BODY_BYTES_PER_KEY, value_parser = relay_core::config::parse_bytes)]
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value_t = crate::http::body::DEFAULT_BODY_BYTES_PER_KEY, value_parser = relay_core::parse_bytes)]
     pub max_body_bytes_per_key: u64,
     /// Longest a request body waits for room in the shared 256 MiB body budget; then 503.
     #[arg(long, env = "MBX_RELAY_BODY_BUDGET_WAIT", default_value = DEFAULT_BODY_BUDGET_WAIT, value_parser = parse_duration)]

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use relay_core::rate::{ip_key, AddrKey};
+use relay_core::{ip_key, AddrKey};
 
 /// Open-connection counts by client address, each at most `cap`.
 pub(crate) struct OpenPerAddress {

@@ -129,7 +129,7 @@ impl HttpMetrics {
         registry.register_collector(Box::new(process::ProcessCollector));
         let requests = Family::<RequestLabels, Counter>::default();
         let request_seconds = Family::<RouteLabel, Histogram>::new_with_constructor(
-            relay_core::metrics::latency_histogram as fn() -> Histogram,
+            relay_core::latency_histogram as fn() -> Histogram,
         );
         let refusals = Family::<ReasonLabel, Counter>::default();
         let conn = Arc::new(conn::ConnMetrics::new());

@@ -89,7 +89,7 @@ impl Collector for RelayState {
                 f.disk_bytes,
             )?;
         }
-        relay_core::metrics::encode_commit_stats(&mut e, &relay.store().commit_stats())?;
+        relay_core::encode_commit_stats(&mut e, &relay.store().commit_stats())?;
         if let Some(cert) = self.tls.as_ref().and_then(|t| t.cert_info()) {
             let g = ConstGauge::new(cert.not_after_unix);
             g.encode(e.encode_descriptor(
