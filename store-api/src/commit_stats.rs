@@ -18,7 +18,9 @@ pub struct CommitStats {
     pub ops: u64,
     /// Groups whose commit or fsync failed (their operations were answered with an error).
     pub failed_groups: u64,
+    /// Commit-group sizes: (upper bound, groups at most that size), cumulative.
     pub group_size_buckets: Vec<(u64, u64)>,
+    /// Fsync durations: (upper bound in µs, fsyncs at most that long), cumulative.
     pub fsync_us_buckets: Vec<(u64, u64)>,
     /// Sum of fsync durations, microseconds.
     pub fsync_us_sum: u64,

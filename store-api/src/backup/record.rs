@@ -9,8 +9,11 @@ use crate::{DedupRow, EncAd, EncAdV2, Enrolment, ItemKind, Key32, SenderList};
 pub struct Header {
     /// The store-level schema whose rules the records follow ([`crate::SCHEMA_VERSION`]).
     pub schema_version: u32,
+    /// The relay key the store is pinned to (none before the first start).
     pub relay_pubkey: Option<Key32>,
+    /// The store's epoch when the backup was taken.
     pub epoch: String,
+    /// When the store was created.
     pub created_ms: u64,
     /// The backend that wrote it ("fjall", "postgres"), for the operator.
     pub backend: String,
@@ -20,9 +23,13 @@ pub struct Header {
 /// relay log's head and checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetaRecord {
+    /// The store's epoch.
     pub epoch: String,
+    /// The relay key it is pinned to.
     pub relay_pubkey: Option<Key32>,
+    /// When the store was created.
     pub created_ms: u64,
+    /// The last heartbeat written.
     pub heartbeat_ms: Option<u64>,
     /// The seq the next relay-log entry gets.
     pub ops_next: u64,
@@ -35,7 +42,9 @@ pub struct MetaRecord {
 /// One enrolment with the day its host was last seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnrolmentRecord {
+    /// The enrolment as stored (live or revoked).
     pub enrolment: Enrolment,
+    /// Day number (since the epoch) the host was last seen, if ever.
     pub last_seen_day: Option<u32>,
 }
 
@@ -43,24 +52,35 @@ pub struct EnrolmentRecord {
 /// queue is empty: seqs are never reused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueRecord {
+    /// Whose queue.
     pub target: Key32,
+    /// The last seq handed out.
     pub head_seq: u64,
+    /// Everything up to this seq is acked.
     pub acked_through: u64,
 }
 
 /// One queued item with all its metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRow {
+    /// Whose queue it is in.
     pub target: Key32,
+    /// Its seq there.
     pub seq: u64,
+    /// Envelope, receipt or relay notice.
     pub kind: ItemKind,
+    /// The sender's id of the item.
     pub item_id: String,
+    /// Who pushed it.
     pub sender: Key32,
     /// Exactly the bytes the sender gave.
     #[serde(with = "crate::serde_bytes")]
     pub wire: Vec<u8>,
+    /// SHA-256 of `wire`, for dedup.
     pub wire_hash: [u8; 32],
+    /// When it was accepted.
     pub accepted_at_ms: u64,
+    /// When the sweep expires it.
     pub expires_at_ms: u64,
     /// The proven account charged for it.
     pub account: Option<String>,
@@ -69,9 +89,13 @@ pub struct ItemRow {
 /// One dedup row of (sender, item_id, target).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DedupRecord {
+    /// The queue the item went to.
     pub target: Key32,
+    /// Who pushed it.
     pub sender: Key32,
+    /// The sender's id of the item.
     pub item_id: String,
+    /// The hash, seq and time answered to a retry.
     pub row: DedupRow,
 }
 
@@ -79,23 +103,36 @@ pub struct DedupRecord {
 /// runs from then (a row without one belongs to a queued item and is never pruned).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DedupGone {
+    /// The queue the item went to.
     pub target: Key32,
+    /// Who pushed it.
     pub sender: Key32,
+    /// The sender's id of the item.
     pub item_id: String,
+    /// When the item left its queue (acked, expired or purged).
     pub gone_at_ms: u64,
 }
 
 /// One record of the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
+    /// The store's meta (first in the stream).
     Meta(MetaRecord),
+    /// One enrolment.
     Enrolment(EnrolmentRecord),
+    /// One v1 enc ad.
     EncAd(EncAd),
+    /// One v2 enc ad.
     EncAdV2(EncAdV2),
+    /// One target's sender allow-list.
     SenderList(SenderList),
+    /// One queue position.
     Queue(QueueRecord),
+    /// One queued item.
     Item(ItemRow),
+    /// One dedup row.
     Dedup(DedupRecord),
+    /// When a dedup row's item left its queue.
     DedupGone(DedupGone),
     /// A relay-log entry, with its chain hash.
     Op(crate::OpEntry),
@@ -105,15 +142,25 @@ pub enum Record {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum RecordKind {
+    /// [`Record::Meta`].
     Meta = 0,
+    /// [`Record::Enrolment`].
     Enrolment = 1,
+    /// [`Record::EncAd`].
     EncAd = 2,
+    /// [`Record::EncAdV2`].
     EncAdV2 = 3,
+    /// [`Record::SenderList`].
     SenderList = 4,
+    /// [`Record::Queue`].
     Queue = 5,
+    /// [`Record::Item`].
     Item = 6,
+    /// [`Record::Dedup`].
     Dedup = 7,
+    /// [`Record::DedupGone`].
     DedupGone = 8,
+    /// [`Record::Op`].
     Op = 9,
 }
 

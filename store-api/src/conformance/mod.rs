@@ -10,6 +10,16 @@
 //! bookkeeping (usage counters against a recount, index rows), the backend checks it in
 //! [`Backend::check_invariants`], which the checks call after their writes.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test suite: a check panics on a broken rule (it runs only in backends' tests)"
+)]
+#![allow(
+    missing_docs,
+    reason = "each check is a rule, named after it; the name is its doc"
+)]
+
 pub mod backup;
 pub mod keys;
 pub mod mail;

@@ -22,12 +22,15 @@ impl Clock for TestClock {
 }
 
 impl TestClock {
+    /// A clock standing at `ms`, shared with the store under test.
     pub fn new(ms: u64) -> Arc<TestClock> {
         Arc::new(TestClock(AtomicU64::new(ms)))
     }
+    /// Move the clock to `ms` (backwards too: a check of what a step back must not do).
     pub fn set(&self, ms: u64) {
         self.0.store(ms, Ordering::SeqCst);
     }
+    /// Move the clock `ms` forward (past a retention, a horizon, a day).
     pub fn advance(&self, ms: u64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }

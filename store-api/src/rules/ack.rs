@@ -15,7 +15,12 @@ pub enum Step {
     /// Answer this; nothing changes.
     Answer(AckOutcome),
     /// Delete the items with `after < seq <= through`, then record `through`.
-    Delete { after: u64, through: u64 },
+    Delete {
+        /// The acked-through before this ack.
+        after: u64,
+        /// The acked-through after it.
+        through: u64,
+    },
 }
 
 /// Decide an ack of `through` against `head` and `acked`.
@@ -41,8 +46,11 @@ pub fn decide(head: u64, acked: u64, through: u64) -> Step {
 /// item; and the queue's own total.
 #[derive(Debug)]
 pub struct Freed<K> {
+    /// Freed (items, bytes) per sender or account key.
     pub by_scope: HashMap<K, (i64, i64)>,
+    /// Freed (items, bytes) of the queue itself.
     pub total: (i64, i64),
+    /// How many items the ack deletes.
     pub deleted: u64,
 }
 

@@ -9,7 +9,12 @@ pub enum Verdict {
     /// No row: a new item for this target.
     New,
     /// The same wire bytes again: answer the stored seq and acceptance time.
-    Duplicate { seq: u64, accepted_at_ms: u64 },
+    Duplicate {
+        /// The stored seq.
+        seq: u64,
+        /// When the item was first accepted.
+        accepted_at_ms: u64,
+    },
     /// The same (sender, item_id) with other bytes: refused, nothing of the item stored.
     Conflict,
 }

@@ -14,8 +14,11 @@ pub enum Step {
     /// relay log names), unless [`name_taken`] by another live key: then `NameTaken`. With
     /// `redeem`, delete that invite in the same commit.
     Write {
+        /// The row to store.
         new: Enrolment,
+        /// No row was stored for this key before.
         first: bool,
+        /// The invite to delete in the same commit.
         redeem: Option<InviteHash>,
     },
 }

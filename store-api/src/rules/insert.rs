@@ -16,7 +16,9 @@ pub enum Scope<'a> {
     Target(&'a Key32),
     /// A sender's share of a target's queue.
     Sender {
+        /// The queue.
         target: &'a Key32,
+        /// The sender whose share it is.
         sender: &'a Key32,
     },
     /// A proven account (over all its targets).
@@ -51,17 +53,24 @@ pub trait InsertReads {
 /// its expiry and the account it is charged to (its target's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRow {
+    /// Index into the item's targets.
     pub target: usize,
+    /// The seq it gets in that queue.
     pub seq: u64,
+    /// Its wire bytes, charged to every scope.
     pub bytes: u64,
+    /// When the sweep expires it.
     pub expires_at_ms: u64,
+    /// The account charged (the target's).
     pub account: Option<String>,
 }
 
 /// The outcome, and the rows to write when it is `Stored` (none otherwise).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
+    /// Stored, or why not.
     pub outcome: InsertOutcome,
+    /// The rows to write (empty unless stored).
     pub rows: Vec<NewRow>,
 }
 

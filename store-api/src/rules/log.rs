@@ -31,7 +31,9 @@ pub fn enrolment_budget(keep: LogRetention) -> u64 {
 /// An entry a rule asks the backend to append to the relay log (in the same operation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The entry's kind ("enrol", "rotate-key", ...).
     pub kind: &'static str,
+    /// Human-readable detail: fingerprints, names, counts; never keys or wire bytes.
     pub detail: String,
 }
 

@@ -5,6 +5,7 @@ use crate::{Key32, Usage};
 /// One enrolment, keyed by host key.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Enrolment {
+    /// The host's signing key: the enrolment's identity.
     pub host_pubkey: Key32,
     /// The name as enrolled (case kept); lookups are case-insensitive.
     pub host_name: String,
@@ -16,18 +17,26 @@ pub struct Enrolment {
     pub authorized_by: String,
     /// Strength of that authority; a weaker one never overwrites a stronger one's account.
     pub authority_rank: u8,
+    /// When it was enrolled.
     pub enrolled_at_ms: u64,
+    /// When it was revoked (never undone); `None` while live.
     pub revoked_at_ms: Option<u64>,
 }
 
 /// What `enrol` is asked to record.
 #[derive(Debug, Clone)]
 pub struct EnrolRequest {
+    /// The key to enrol.
     pub host_pubkey: Key32,
+    /// The name it asks for.
     pub host_name: String,
+    /// The host's unproven owner claim.
     pub owner_fp: String,
+    /// A proven account, if the authority proved one.
     pub account: Option<String>,
+    /// Which authority admitted it.
     pub authorized_by: String,
+    /// That authority's strength.
     pub authority_rank: u8,
     /// Cap on live enrolments (a new key beyond it is refused).
     pub max_live: u64,
@@ -73,8 +82,11 @@ pub type InviteHash = [u8; 32];
 /// that presents its code before `expires_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Invite {
+    /// SHA-256 of the code; the code itself is never stored.
     pub hash: InviteHash,
+    /// When it was issued.
     pub created_ms: u64,
+    /// After this it admits nobody.
     pub expires_ms: u64,
     /// The operator's note (who it is for), at most [`crate::MAX_REASON_CHARS`] characters.
     pub note: String,
@@ -98,9 +110,12 @@ pub const MAX_INVITES: u64 = 10_000;
 pub enum RebindOutcome {
     /// Queue moved: `moved` items re-sequenced under the new key.
     Moved {
+        /// How many.
         moved: u64,
     },
+    /// The old key has no live enrolment: nothing moved.
     OldNotEnrolled,
+    /// The new key is revoked: it may never receive a queue.
     NewRevoked,
 }
 
@@ -123,6 +138,7 @@ pub fn last_seen_ms(enrolled_at_ms: u64, last_seen_day: Option<u32>) -> u64 {
 /// One enrolment as `relay-tool hosts` lists it, read from one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRow {
+    /// The enrolment as stored.
     pub enrolment: Enrolment,
     /// The UTC day it was last seen (a hop by it, a push to it); `None`: not since enrolment.
     pub last_seen_day: Option<u32>,

@@ -7,18 +7,35 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub enum StoreError {
     /// Another process holds the store's lock file.
-    Locked { path: PathBuf, pid: Option<u32> },
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// The holder's process id, when the lock file names one.
+        pid: Option<u32>,
+    },
     /// The store directory does not exist (and `create` was false).
     Missing(PathBuf),
     /// The store was written by a newer binary.
-    SchemaTooNew { found: u32, supported: u32 },
+    SchemaTooNew {
+        /// The store's schema.
+        found: u32,
+        /// The newest schema this build reads.
+        supported: u32,
+    },
     /// The store is pinned to another relay public key (fingerprints only, never keys).
-    RelayKeyMismatch { stored_fp: String, given_fp: String },
+    RelayKeyMismatch {
+        /// Fingerprint of the key the store is pinned to.
+        stored_fp: String,
+        /// Fingerprint of the key this start was given.
+        given_fp: String,
+    },
     /// A file or record that is not ours or is damaged.
     Corrupt(String),
     /// An I/O failure, with what we were doing.
     Io {
+        /// What the store was doing.
         context: String,
+        /// The error.
         source: std::io::Error,
     },
     /// The engine failed (includes failed fsync: the operation is NOT durable).

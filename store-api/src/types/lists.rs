@@ -5,9 +5,13 @@ use crate::{Enrolment, Key32};
 /// A signed encryption-key advertisement, stored as received.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EncAd {
+    /// The advertising host.
     pub host_pubkey: Key32,
+    /// The v1 encryption public key, as received.
     pub enc_pub: String,
+    /// The host's signature over it, as received.
     pub sig: String,
+    /// When the relay stored it.
     pub at_ms: u64,
 }
 
@@ -16,6 +20,7 @@ pub struct EncAd {
 /// [`EncAd`] of the same key (each publish leaves the other alone).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EncAdV2 {
+    /// The advertising host.
     pub host_pubkey: Key32,
     /// canonical(ad) exactly as signed (extra signed fields included).
     pub record: Vec<u8>,
@@ -28,7 +33,9 @@ pub struct EncAdV2 {
 /// Both enc ads of one key, read from one snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EncAds {
+    /// The v1 ad, if stored.
     pub v1: Option<EncAd>,
+    /// The v2 ad, if stored.
     pub v2: Option<EncAdV2>,
 }
 
@@ -42,11 +49,15 @@ impl EncAds {
 /// A target's sender allowlist, as signed by the target.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SenderList {
+    /// The target whose list it is.
     pub target: Key32,
+    /// The keys allowed to push to it.
     pub senders: Vec<Key32>,
+    /// When the target signed it: only a newer list replaces it.
     pub iat_ms: u64,
     /// The list record's canonical JSON bytes and its signature, kept for audit and dumps.
     pub record: Vec<u8>,
+    /// The target's signature over `record`.
     pub sig: String,
 }
 
@@ -55,13 +66,16 @@ pub struct SenderList {
 /// enrolment is missing or revoked, since the push is refused then whatever it holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Admission {
+    /// The target's enrolment, if any.
     pub enrolment: Option<Enrolment>,
+    /// Its sender list, if read and stored.
     pub senders: Option<SenderList>,
 }
 
 /// How `put_sender_list` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SenderListOutcome {
+    /// The list is stored and replaced the older one.
     Stored,
     /// An equal or newer list (by `iat_ms`) is stored already; nothing changed.
     NotNewer,

@@ -7,6 +7,7 @@ use crate::DAY_MS;
 pub struct OpEntry {
     /// Position in the log (never reused; the chain covers it).
     pub seq: u64,
+    /// When it was written.
     pub at_ms: u64,
     /// e.g. "enrol", "re-enrol", "rotate-key", "backup", "restore", "epoch-rotate", "migrate".
     pub kind: String,
@@ -27,7 +28,9 @@ pub const DEFAULT_LOG_MAX_ENTRIES: u64 = 200_000;
 /// checkpoint (seq and hash of the last dropped entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogRetention {
+    /// Entries older than this are dropped.
     pub max_age_ms: u64,
+    /// At most this many entries are kept.
     pub max_entries: u64,
 }
 
@@ -54,11 +57,18 @@ pub struct LogCheckpoint {
 pub enum LogVerdict {
     /// Every entry matched, from the checkpoint (if any) to the recorded head.
     Intact {
+        /// How many entries were checked.
         entries: u64,
+        /// Where the chain started, if entries were dropped.
         checkpoint: Option<LogCheckpoint>,
     },
     /// The first entry that does not match (`seq`: the seq expected or found there).
-    Broken { seq: u64, why: String },
+    Broken {
+        /// The seq expected or found there.
+        seq: u64,
+        /// What did not match.
+        why: String,
+    },
     /// The log predates the chain (a schema < 4 backup): nothing to check.
     Unchained,
 }

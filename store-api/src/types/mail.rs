@@ -5,7 +5,9 @@ use crate::Key32;
 /// What kind of item a queue row holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ItemKind {
+    /// A host's sealed message to the target.
     Envelope,
+    /// A signed delivery receipt travelling back to the sender.
     Receipt,
     /// A relay-signed expiry notice (docs/protocol.md §4).
     Expired,
@@ -25,7 +27,9 @@ impl ItemKind {
 /// One target of an item to insert. `wire` is stored exactly as given.
 #[derive(Debug, Clone)]
 pub struct NewTarget {
+    /// The queue the item goes to.
     pub target: Key32,
+    /// The item's bytes for this target, stored and served exactly as given.
     pub wire: Vec<u8>,
     /// SHA-256 of `wire` (computed by the caller, off the writer thread).
     pub wire_hash: [u8; 32],
@@ -34,20 +38,30 @@ pub struct NewTarget {
 /// An item for one or more targets; inserted atomically over all of them or not at all.
 #[derive(Debug, Clone)]
 pub struct NewItem {
+    /// Envelope, receipt or relay notice.
     pub kind: ItemKind,
+    /// The sender's own id: with sender and target, the dedup key.
     pub item_id: String,
+    /// Who pushed it (charged against its sender share).
     pub sender: Key32,
+    /// Every target: all stored or none.
     pub targets: Vec<NewTarget>,
 }
 
 /// Quota limits applied in the commit (inclusive: reaching a cap exactly is fine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
+    /// Cap on one target's queued items.
     pub max_queue_items: u64,
+    /// Cap on one target's queued bytes.
     pub max_queue_bytes: u64,
+    /// Cap on one sender's items in one target's queue.
     pub max_sender_items: u64,
+    /// Cap on one sender's bytes in one target's queue.
     pub max_sender_bytes: u64,
+    /// Cap on the items queued for all hosts of one account.
     pub max_account_items: u64,
+    /// Cap on the bytes queued for all hosts of one account.
     pub max_account_bytes: u64,
 }
 
@@ -69,11 +83,17 @@ impl Quotas {
 /// Which quota refused an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaKind {
+    /// The target's queue is full by items.
     QueueItems,
+    /// The target's queue is full by bytes.
     QueueBytes,
+    /// The sender's share of the queue is full by items.
     SenderItems,
+    /// The sender's share of the queue is full by bytes.
     SenderBytes,
+    /// The target's account is full by items.
     AccountItems,
+    /// The target's account is full by bytes.
     AccountBytes,
 }
 
@@ -94,7 +114,9 @@ impl QuotaKind {
 /// One insert request (one logical operation).
 #[derive(Debug, Clone)]
 pub struct InsertRequest {
+    /// What to store.
     pub item: NewItem,
+    /// The caps checked inside the commit.
     pub quotas: Quotas,
     /// Items expire at accepted_at + retention; [`NEVER_EXPIRES`] stores an item no sweep
     /// expires (legacy v1 mail).
@@ -112,7 +134,9 @@ pub const NEVER_EXPIRES: u64 = u64::MAX;
 /// Whether a target's row was new or a dedup hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TargetSeq {
+    /// The item's seq in this target's queue (the original one for a duplicate).
     pub seq: u64,
+    /// True when the item was already stored for this target (nothing new was written).
     pub duplicate: bool,
 }
 
@@ -121,13 +145,29 @@ pub struct TargetSeq {
 pub enum InsertOutcome {
     /// Every target stored or deduplicated; seqs in target order. `at_ms` is now for an item with
     /// at least one new target, else the original acceptance time.
-    Stored { at_ms: u64, targets: Vec<TargetSeq> },
+    Stored {
+        /// The acceptance time answered.
+        at_ms: u64,
+        /// Per target, in request order: its seq and whether it was a duplicate.
+        targets: Vec<TargetSeq>,
+    },
     /// Same (sender, item_id, target) stored with another wire hash.
-    Conflict { target: Key32 },
+    Conflict {
+        /// The first target whose stored hash differs.
+        target: Key32,
+    },
     /// A quota would be exceeded for this target.
-    Quota { target: Key32, which: QuotaKind },
+    Quota {
+        /// The target whose quota is full.
+        target: Key32,
+        /// Which quota.
+        which: QuotaKind,
+    },
     /// The target is not (or no longer) enrolled and live at commit time.
-    TargetNotEnrolled { target: Key32 },
+    TargetNotEnrolled {
+        /// The target without a live enrolment.
+        target: Key32,
+    },
     /// [`InsertRequest::require_live_sender`] and the sender is not (or no longer) enrolled
     /// and live at commit time.
     SenderNotEnrolled,
@@ -136,29 +176,41 @@ pub enum InsertOutcome {
 /// What dedup knows about (sender, item_id, target).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DedupRow {
+    /// Hash of the stored wire: a retry with another hash is a conflict.
     pub wire_hash: [u8; 32],
+    /// The seq the item got.
     pub seq: u64,
+    /// When it was first accepted, answered again to a retry.
     pub accepted_at_ms: u64,
 }
 
 /// One queued item as pulled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedItem {
+    /// The item's place in its queue.
     pub seq: u64,
+    /// Envelope, receipt or relay notice.
     pub kind: ItemKind,
+    /// The sender's id of the item.
     pub item_id: String,
+    /// Who pushed it.
     pub sender: Key32,
+    /// The stored bytes, exactly as pushed.
     pub wire: Vec<u8>,
+    /// When the relay accepted it.
     pub accepted_at_ms: u64,
+    /// When the sweep will expire it ([`NEVER_EXPIRES`]: never).
     pub expires_at_ms: u64,
 }
 
 /// A pull page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
+    /// The items after the cursor, in seq order.
     pub items: Vec<QueuedItem>,
     /// Last seq allocated for the target (0 if none).
     pub head_seq: u64,
+    /// Everything up to this seq is acked (and deleted).
     pub acked_through: u64,
     /// More items exist after the last one returned.
     pub more: bool,
@@ -167,31 +219,47 @@ pub struct Page {
 /// A target's queue position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cursor {
+    /// Last seq allocated for the target (0 if none).
     pub head_seq: u64,
+    /// Everything up to this seq is acked (and deleted).
     pub acked_through: u64,
 }
 
 /// How an ack ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckOutcome {
+    /// The ack moved the cursor (or it was already there).
     Acked {
+        /// The queue is acked through this seq now.
         acked_through: u64,
+        /// Items this ack deleted (0 for a repeat).
         deleted: u64,
+        /// The queue's head.
         head_seq: u64,
     },
     /// `through` is above the head: nothing changed.
-    BeyondHead { head_seq: u64 },
+    BeyondHead {
+        /// The queue's head: nothing above it can be acked.
+        head_seq: u64,
+    },
 }
 
 /// An item the sweep found past its expiry (already deleted in the same batch as any notice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredItem {
+    /// The queue it was in.
     pub target: Key32,
+    /// Its seq there.
     pub seq: u64,
+    /// Envelope, receipt or relay notice (a notice is never notified on).
     pub kind: ItemKind,
+    /// The sender's id, named in the notice.
     pub item_id: String,
+    /// Who pushed it: the notice goes to this key.
     pub sender: Key32,
+    /// When it was accepted.
     pub accepted_at_ms: u64,
+    /// When it was due to expire.
     pub expires_at_ms: u64,
 }
 
@@ -202,8 +270,11 @@ pub type NoticeFn = Box<dyn Fn(&ExpiredItem, u64) -> Option<NewItem> + Send + 's
 /// What a sweep did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SweepReport {
+    /// Items deleted as expired.
     pub expired: u64,
+    /// Expiry notices queued for their senders.
     pub notices: u64,
+    /// Dedup rows past their horizon that were deleted.
     pub dedup_pruned: u64,
     /// True when the sweep stopped at its per-call cap and should be called again.
     pub more: bool,
@@ -212,7 +283,9 @@ pub struct SweepReport {
 /// Usage counters of one scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
+    /// How many items.
     pub items: u64,
+    /// Their wire bytes together.
     pub bytes: u64,
 }
 

@@ -57,9 +57,14 @@ impl Default for OpenOptions {
 /// The `meta` partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
+    /// The current epoch: hosts' cursors belong to it.
     pub epoch: String,
+    /// The relay key the store is pinned to (none before the first start).
     pub relay_pubkey: Option<Key32>,
+    /// The schema the store is written in.
     pub schema_version: u32,
+    /// The last heartbeat written by a serving process.
     pub heartbeat_ms: Option<u64>,
+    /// When the store was created.
     pub created_ms: u64,
 }

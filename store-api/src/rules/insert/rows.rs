@@ -14,7 +14,9 @@ pub type DedupKey = (Key32, Key32, String);
 /// A target's queue row: the last seq allocated and the queue's own usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueState {
+    /// The last seq allocated.
     pub head: u64,
+    /// What the queue holds.
     pub usage: Usage,
 }
 
@@ -23,10 +25,13 @@ pub struct QueueState {
 pub struct Rows {
     /// Live (enrolled, not revoked) keys and their proven account.
     pub live: HashMap<Key32, Option<String>>,
+    /// Queue rows by target.
     pub queues: HashMap<Key32, QueueState>,
+    /// Dedup rows by (target, sender, item_id).
     pub dedup: HashMap<DedupKey, DedupRow>,
     /// (target, sender) → the sender's share of the target's queue.
     pub senders: HashMap<(Key32, Key32), Usage>,
+    /// Usage per proven account.
     pub accounts: HashMap<String, Usage>,
 }
 
