@@ -8,6 +8,12 @@
 //! MBX_HOPV_N (verifies per round of the small body, default 20000; a tenth for the large one).
 //! Thread CPU time from /proc/thread-self/stat (10 ms ticks), so rounds are long.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark: a panic aborts the measurement, nothing to recover"
+)]
+
 use std::hint::black_box;
 
 use curve25519_dalek::edwards::CompressedEdwardsY;

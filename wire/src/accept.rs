@@ -49,11 +49,17 @@ const EXACT_INT_MAX: u64 = 1 << 53;
 /// The fields of one accept statement, borrowed, for writing its texts without a value tree.
 #[derive(Debug, Clone, Copy)]
 pub struct AcceptParts<'a> {
+    /// The relay's public key (base64): who states the acceptance.
     pub relay_pubkey: &'a str,
+    /// The epoch the seqs belong to.
     pub epoch: &'a str,
+    /// The pushing host's public key (base64).
     pub sender_pubkey: &'a str,
+    /// The sender's id of the item.
     pub item_id: &'a str,
+    /// Each target with the seq it got.
     pub targets: &'a [AcceptTarget],
+    /// When the relay accepted it.
     pub at_ms: u64,
 }
 

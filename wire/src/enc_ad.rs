@@ -63,7 +63,9 @@ impl AdRefusal {
 /// The caller an ad must belong to: its host key and its enrolled name.
 #[derive(Debug, Clone, Copy)]
 pub struct AdOwner<'a> {
+    /// The caller's host key.
     pub key: &'a [u8; 32],
+    /// The caller's enrolled name.
     pub name: &'a str,
 }
 
@@ -79,8 +81,11 @@ pub struct CheckedAd {
 /// The fields of an ad the relay reports back (`you.enc_ad`, the fetch answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdSummary {
+    /// The host name the ad names.
     pub host: String,
+    /// The advertised X25519 key (base64).
     pub enc_pub: String,
+    /// When the ad expires, as signed.
     pub exp: String,
 }
 

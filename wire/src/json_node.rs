@@ -11,11 +11,17 @@ use std::borrow::Cow;
 /// them: a caller that must echo a number exactly re-reads the text as a `Value`.
 #[derive(Debug)]
 pub enum Node<'a> {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A number, as `Value::as_f64` reads it.
     Number(f64),
+    /// A string, borrowed when it had no escapes.
     Text(Cow<'a, str>),
+    /// An array, in order.
     Array(Vec<Node<'a>>),
+    /// An object's members in order, repeats kept (a lookup takes the last).
     Object(Vec<(Cow<'a, str>, Node<'a>)>),
 }
 

@@ -95,7 +95,10 @@ fn body_key(shared: &[u8; 32], epk: &[u8; 32], envelope_id: &str) -> [u8; 32] {
     let hk = Hkdf::<Sha256>::new(Some(epk), shared);
     let mut okm = [0u8; 32];
     let info = format!("agentmbx-enc-1:{envelope_id}");
-    // 32 bytes is far below HKDF-SHA256's 8160-byte limit, so expand cannot fail.
+    #[allow(
+        clippy::expect_used,
+        reason = "32 bytes is far below HKDF-SHA256's 8160-byte limit: expand cannot fail"
+    )]
     hk.expand(info.as_bytes(), &mut okm)
         .expect("32-byte HKDF output");
     okm
@@ -110,7 +113,10 @@ pub(crate) fn seal_body(plain: &[u8], recipient_enc_pub: &[u8; 32], envelope_id:
     let mut nonce = [0u8; 24];
     rand::rngs::OsRng.fill_bytes(&mut nonce);
     let cipher = XChaCha20Poly1305::new((&key).into());
-    // Encryption with a valid key and nonce only fails for absurd lengths (> 256 GiB).
+    #[allow(
+        clippy::expect_used,
+        reason = "XChaCha20-Poly1305 with a valid key and nonce fails only past 256 GiB of plaintext"
+    )]
     let ct = cipher
         .encrypt(XNonce::from_slice(&nonce), plain)
         .expect("XChaCha20-Poly1305 encrypt");
