@@ -15,6 +15,7 @@ pub struct HostArgs {
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
+    /// What to do.
     pub command: HostCommand,
 }
 
@@ -52,6 +53,7 @@ pub enum HostCommand {
     Sync,
     /// Received messages (`inbox show ID`: one message with its body).
     Inbox {
+        /// `show ID`, or nothing for the list.
         #[command(subcommand)]
         show: Option<InboxCommand>,
     },

@@ -17,7 +17,9 @@ const MAX_RESPONSE: u64 = 32 * 1024 * 1024;
 /// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The HTTP status code.
     pub status: u16,
+    /// The JSON body (`Null` when it was not JSON).
     pub body: Value,
 }
 
@@ -37,7 +39,9 @@ impl Answer {
 /// stored one ([`super::store::HostStore::endpoint_of`]): there is no other way to build a client.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The relay's base URL.
     pub url: String,
+    /// The private CA (PEM) to trust instead of the bundled web roots.
     pub ca: Option<String>,
 }
 

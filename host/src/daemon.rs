@@ -78,7 +78,7 @@ struct Daemon<'a> {
 /// # Errors
 /// The store is locked or damaged, no relay or name is configured, the socket cannot be made, or
 /// the relay's key changed (relay use waits for the owner, as with `sync`).
-pub fn run(dir: &Path, args: &RunArgs) -> Out {
+pub(crate) fn run(dir: &Path, args: &RunArgs) -> Out {
     // As `sync` does: an interrupted key rotation is finished first, so the keys loaded below are
     // the host's current ones (`rotate` is refused while the daemon runs).
     if super::rotate::finish_pending(dir)?.is_some() {

@@ -29,7 +29,7 @@ pub(crate) const MAX_SKEW_MS: i64 = 30_000;
 
 /// One check's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub(crate) struct Check {
     pub name: &'static str,
     pub ok: bool,
     pub detail: String,
@@ -56,7 +56,7 @@ fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -
 }
 
 /// `host doctor`: print every check and exit 0 only when all pass.
-pub fn run(dir: &Path, as_json: bool) -> ExitCode {
+pub(crate) fn run(dir: &Path, as_json: bool) -> ExitCode {
     let checks = match checks(dir) {
         Ok(c) => c,
         Err(e) => vec![fail("host store", e.to_string(), "see the message above")],
@@ -81,7 +81,7 @@ pub fn run(dir: &Path, as_json: bool) -> ExitCode {
 }
 
 /// `ok   <check>: <detail>` or `FAIL <check>: <detail>; fix: <fix>`.
-pub fn line(c: &Check) -> String {
+pub(crate) fn line(c: &Check) -> String {
     match (&c.fix, c.ok) {
         (Some(fix), false) => format!("FAIL {}: {}; fix: {fix}", c.name, c.detail),
         _ => format!("ok   {}: {}", c.name, c.detail),
@@ -92,7 +92,7 @@ pub fn line(c: &Check) -> String {
 ///
 /// # Errors
 /// The host store or key files cannot be read.
-pub fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
+pub(crate) fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
     super::hostdir::require_host(dir)?;
     let mut out = vec![permissions_check(dir)];
     if !out[0].ok {

@@ -17,7 +17,7 @@ use relay_wire::records::enc_ad_statement;
 use relay_wire::time::{iso_ms, parse_date_loose};
 
 /// Milliseconds in a day.
-pub const DAY_MS: u64 = 86_400_000;
+pub(crate) const DAY_MS: u64 = 86_400_000;
 /// Lifetime of the ads this host publishes (agentmbx hosts use 30 days).
 pub(crate) const AD_LIFETIME_MS: u64 = 30 * DAY_MS;
 /// Longest lifetime the relay accepts; a configured lifetime is capped to it.
@@ -41,7 +41,7 @@ pub(crate) enum AdKinds {
 
 impl AdKinds {
     /// `both`, `v1` or `v2`.
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "both" => Some(AdKinds::Both),
             "v1" => Some(AdKinds::V1Only),
@@ -50,11 +50,11 @@ impl AdKinds {
         }
     }
     /// Whether the v1 pair is published.
-    pub fn v1(self) -> bool {
+    pub(crate) fn v1(self) -> bool {
         self != AdKinds::V2Only
     }
     /// Whether the v2 ad is published.
-    pub fn v2(self) -> bool {
+    pub(crate) fn v2(self) -> bool {
         self != AdKinds::V1Only
     }
 }
@@ -131,7 +131,7 @@ pub(crate) enum Republish {
 
 impl Republish {
     /// Short name for the sync report.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Republish::NotPublished => "none recorded",
             Republish::ScopeChanged => "relay, epoch or host key changed",
@@ -189,7 +189,7 @@ pub(crate) fn republish_reason(
 
 /// Why a sender refuses a peer's enc-key answer (the row waits; the text goes to `last_error`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// 404: the peer published nothing on this relay.
     NoAd,
     /// Another error answer.
@@ -249,7 +249,7 @@ pub(crate) struct PeerEncKey {
 /// With a v2 ad in the answer, only the v2 ad counts (a refused v2 ad is not replaced by the v1
 /// pair beside it: that would defeat its expiry). A v1-only answer is used as a 0.5.6 host's,
 /// unless a v2 ad of this peer was accepted before (`newest`).
-pub fn check_answer(
+pub(crate) fn check_answer(
     a: &Answer,
     pk: &[u8; 32],
     target_pubkey: &str,

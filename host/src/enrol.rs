@@ -96,7 +96,7 @@ impl Session<'_> {
     ///
     /// # Errors
     /// 401 (re-enrol), another refusal, or an unreachable relay.
-    pub fn publish(&mut self) -> Result<(), HostError> {
+    pub(crate) fn publish(&mut self) -> Result<(), HostError> {
         self.publish_v1_and_allowlist()?;
         self.publish_v2_ad()
     }

@@ -33,7 +33,7 @@ fn next_try(r: &OutRow, now: u64) -> String {
 }
 
 /// Why an active row waits (`None` for settled rows).
-pub fn why(r: &OutRow, now: u64) -> Option<String> {
+pub(crate) fn why(r: &OutRow, now: u64) -> Option<String> {
     let peer = &r.target_name;
     let err = r.last_error.as_deref();
     let text = match (r.state, err) {

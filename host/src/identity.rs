@@ -48,7 +48,7 @@ impl Identity {
     ///
     /// # Errors
     /// The directory cannot be created or a key file exists or cannot be written.
-    pub fn create(dir: &Path) -> Result<Self, HostError> {
+    pub(crate) fn create(dir: &Path) -> Result<Self, HostError> {
         super::hostdir::create(dir)?;
         if dir.join(HOST_KEY).exists() || dir.join(ENC_KEY).exists() {
             return Err(HostError::Usage(format!(
@@ -72,7 +72,7 @@ impl Identity {
     ///
     /// # Errors
     /// Missing or damaged key files (the message names the file, never its contents).
-    pub fn load(dir: &Path) -> Result<Self, HostError> {
+    pub(crate) fn load(dir: &Path) -> Result<Self, HostError> {
         let host = SigningKey::from_key_file(&read_secret(&dir.join(HOST_KEY))?)
             .map_err(|e| HostError::Store(format!("{}: {e}", dir.join(HOST_KEY).display())))?;
         let enc = EncSecret::from_b64(&read_secret(&dir.join(ENC_KEY))?).ok_or_else(|| {

@@ -51,8 +51,11 @@ pub enum HostError {
     Relay(String),
     /// The relay presents another key than the pinned one: relay use stops until confirmed.
     RelayKeyChanged {
+        /// The relay's URL.
         url: String,
+        /// Fingerprint of the key this host pinned.
         pinned_fp: String,
+        /// Fingerprint of the key the relay presents now.
         offered_fp: String,
         /// The `relay set URL --key FP` command (with `--dir`) that confirms the new key.
         confirm: String,

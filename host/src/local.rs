@@ -38,25 +38,36 @@ pub enum Request {
     Ping,
     /// Queue a message (as `host send`).
     Send {
+        /// The pinned peer's name.
         to: String,
+        /// The subject line.
         subject: String,
+        /// The body text.
         body: String,
     },
+    /// `status`: outbox, deadlines, epoch, alerts.
     Status,
+    /// `inbox`: the received messages.
     Inbox,
     /// `inbox show ID`.
     InboxShow {
+        /// The message id.
         id: String,
     },
+    /// `quarantine`: the refused items and why.
     Quarantine,
 }
 
 /// The daemon's answer: its pid and the command's result (`value` and `text`, or `error`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Reply {
+    /// The daemon's pid (which daemon answered).
     pub pid: u32,
+    /// The command's result as JSON (`--json`).
     pub value: Option<Value>,
+    /// The command's result as text.
     pub text: Option<String>,
+    /// Why the command failed.
     pub error: Option<String>,
     /// The error is bad usage (exit code 2), not a failure.
     pub usage: bool,

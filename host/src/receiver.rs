@@ -68,7 +68,7 @@ impl Session<'_> {
     ///
     /// # Errors
     /// 401 (re-enrol), an unreachable relay, or a store failure; the position stays retryable.
-    pub fn pull_all(&mut self) -> Result<(), HostError> {
+    pub(crate) fn pull_all(&mut self) -> Result<(), HostError> {
         for _ in 0..MAX_PAGES {
             if !self.pull_page()? {
                 return Ok(());

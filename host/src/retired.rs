@@ -21,7 +21,7 @@ fn key(name: &str) -> String {
 }
 
 /// The peer's retired keys, oldest first.
-pub fn retired(store: &HostStore, name: &str) -> Result<Vec<String>, HostError> {
+pub(crate) fn retired(store: &HostStore, name: &str) -> Result<Vec<String>, HostError> {
     Ok(store.extra(&key(name))?.unwrap_or_default())
 }
 

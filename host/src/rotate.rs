@@ -65,7 +65,7 @@ pub(crate) fn retired_keys(store: &HostStore) -> Result<Vec<RetiredKey>, HostErr
 }
 
 /// The rotation under way, if any.
-pub fn pending(store: &HostStore) -> Result<Option<Intent>, HostError> {
+pub(crate) fn pending(store: &HostStore) -> Result<Option<Intent>, HostError> {
     store.extra(INTENT)
 }
 
@@ -73,7 +73,7 @@ pub fn pending(store: &HostStore) -> Result<Option<Intent>, HostError> {
 ///
 /// # Errors
 /// A damaged store record.
-pub fn status(store: &HostStore) -> Result<(Value, Vec<String>), HostError> {
+pub(crate) fn status(store: &HostStore) -> Result<(Value, Vec<String>), HostError> {
     let fp = |k: &str| parse_pubkey(k).map(|k| fingerprint(&k)).unwrap_or_default();
     let retired = retired_keys(store)?;
     let intent = pending(store)?;
@@ -107,7 +107,7 @@ pub fn status(store: &HostStore) -> Result<(Value, Vec<String>), HostError> {
 ///
 /// # Errors
 /// No name or relay, an unreachable relay (the intent stays: run it again), a refusal.
-pub fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
+pub(crate) fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
     let mut store = HostStore::open(dir)?;
     let (intent, resumed) = match pending(&store)? {
         Some(i) => (i, true),

@@ -21,7 +21,7 @@ pub(crate) const MAX_LIST: usize = 1_000_000;
 
 /// What kind of relay item an outbox row carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ItemKind {
+pub(crate) enum ItemKind {
     /// A sealed agentmbx envelope.
     Envelope,
     /// A T218 delivery receipt (advisory: done once the relay accepted it).
@@ -57,14 +57,14 @@ pub(crate) enum RowState {
 
 impl RowState {
     /// Whether the row still needs work from this host.
-    pub fn active(self) -> bool {
+    pub(crate) fn active(self) -> bool {
         matches!(
             self,
             RowState::Draft | RowState::Pending | RowState::RelayAccepted
         )
     }
     /// Short name for listings.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             RowState::Draft => "draft",
             RowState::Pending => "pending",
@@ -117,7 +117,7 @@ pub(crate) struct OutRow {
 impl OutRow {
     /// A new envelope row for `peer`, in `Draft` with its plaintext envelope: the next sync seals
     /// and pushes it.
-    pub fn draft_envelope(
+    pub(crate) fn draft_envelope(
         id: u64,
         item_id: String,
         peer: &Peer,
@@ -134,7 +134,13 @@ impl OutRow {
     }
 
     /// A new receipt row for `peer`, `Pending` with its wire bytes fixed at creation.
-    pub fn receipt(id: u64, item_id: String, peer: &Peer, wire: Vec<u8>, now: u64) -> OutRow {
+    pub(crate) fn receipt(
+        id: u64,
+        item_id: String,
+        peer: &Peer,
+        wire: Vec<u8>,
+        now: u64,
+    ) -> OutRow {
         OutRow {
             wire_hash: wire_hash_hex(&wire),
             wire: Some(wire),
@@ -206,7 +212,7 @@ pub(crate) struct Alert {
 
 /// A pinned peer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub name: String,
     pub pubkey: String,
 }
@@ -293,7 +299,7 @@ pub(crate) struct HostStore {
 }
 
 /// One atomic, durable change across keyspaces. Counters allocated through it are persisted with it.
-pub struct Batch<'a> {
+pub(crate) struct Batch<'a> {
     store: &'a mut HostStore,
     batch: OwnedWriteBatch,
     next_row: u64,
@@ -308,7 +314,7 @@ impl HostStore {
     /// # Errors
     /// Not a host directory, a loose mode, engine failures (including another process holding
     /// the store) and damaged counters.
-    pub fn open(dir: &Path) -> Result<Self, HostError> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, HostError> {
         super::hostdir::require(dir)?;
         let state = super::hostdir::create_state(dir)?;
         let db = Database::builder(state)
@@ -368,7 +374,7 @@ impl HostStore {
     }
 
     /// Start an atomic change.
-    pub fn batch(&mut self) -> Batch<'_> {
+    pub(crate) fn batch(&mut self) -> Batch<'_> {
         let batch = self.db.batch().durability(Some(PersistMode::SyncAll));
         Batch {
             next_row: self.next_row,
@@ -380,11 +386,11 @@ impl HostStore {
     }
 
     /// The host name given at init.
-    pub fn name(&self) -> Result<Option<String>, HostError> {
+    pub(crate) fn name(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_NAME)
     }
     /// The relay configuration, if set.
-    pub fn relay(&self) -> Result<Option<RelayConfig>, HostError> {
+    pub(crate) fn relay(&self) -> Result<Option<RelayConfig>, HostError> {
         self.meta_get(META_RELAY)
     }
     /// The relay's private CA (PEM) from `relay set --ca`, if any.
@@ -398,22 +404,22 @@ impl HostStore {
     }
     /// How to reach `relay` as `relay set` stored it (its URL and CA): every client of this
     /// host is built from it.
-    pub fn endpoint_of(&self, relay: &RelayConfig) -> Result<Endpoint, HostError> {
+    pub(crate) fn endpoint_of(&self, relay: &RelayConfig) -> Result<Endpoint, HostError> {
         Ok(Endpoint {
             url: relay.url.clone(),
             ca: self.relay_ca()?,
         })
     }
     /// `mbx-relay host --dir DIR <rest>` for this host's directory (a next step to print).
-    pub fn command(&self, rest: &str) -> String {
+    pub(crate) fn command(&self, rest: &str) -> String {
         super::hostdir::command(&self.dir, rest)
     }
     /// The enrolment cache key recorded after the last successful enrolment.
-    pub fn enrolled(&self) -> Result<Option<String>, HostError> {
+    pub(crate) fn enrolled(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_ENROLLED)
     }
     /// The publication cache key (enc ad and allowlist) recorded after the last publication.
-    pub fn published(&self) -> Result<Option<String>, HostError> {
+    pub(crate) fn published(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_PUBLISHED)
     }
     /// The v2 enc-key ad recorded as published, if any.
@@ -425,11 +431,11 @@ impl HostStore {
         Self::get(&self.peer_ads, pubkey.as_bytes(), "peer ad")
     }
     /// A peer by name.
-    pub fn peer(&self, name: &str) -> Result<Option<Peer>, HostError> {
+    pub(crate) fn peer(&self, name: &str) -> Result<Option<Peer>, HostError> {
         Self::get(&self.peers, name.as_bytes(), "peer")
     }
     /// All pinned peers, by name.
-    pub fn peers(&self) -> Result<Vec<Peer>, HostError> {
+    pub(crate) fn peers(&self) -> Result<Vec<Peer>, HostError> {
         Self::list(&self.peers, "peer")
     }
     /// The peer pinned with this key.
@@ -437,7 +443,7 @@ impl HostStore {
         Ok(self.peers()?.into_iter().find(|p| p.pubkey == pubkey))
     }
     /// One outbox row.
-    pub fn row(&self, id: u64) -> Result<Option<OutRow>, HostError> {
+    pub(crate) fn row(&self, id: u64) -> Result<Option<OutRow>, HostError> {
         Self::get(&self.outbox, &id.to_be_bytes(), "outbox")
     }
     /// The outbox row for (item id, target key).
@@ -460,7 +466,7 @@ impl HostStore {
         self.row(u64::from_be_bytes(id))
     }
     /// All outbox rows, oldest first.
-    pub fn rows(&self) -> Result<Vec<OutRow>, HostError> {
+    pub(crate) fn rows(&self) -> Result<Vec<OutRow>, HostError> {
         Self::list(&self.outbox, "outbox")
     }
     /// A received message by id.
@@ -468,23 +474,27 @@ impl HostStore {
         Self::get(&self.inbox, id.as_bytes(), "inbox")
     }
     /// All received messages (ordered by id, which is time-ordered).
-    pub fn inbox(&self) -> Result<Vec<InboxRow>, HostError> {
+    pub(crate) fn inbox(&self) -> Result<Vec<InboxRow>, HostError> {
         Self::list(&self.inbox, "inbox")
     }
     /// All quarantined items.
-    pub fn quarantine(&self) -> Result<Vec<QuarantineRow>, HostError> {
+    pub(crate) fn quarantine(&self) -> Result<Vec<QuarantineRow>, HostError> {
         Self::list(&self.quarantine, "quarantine")
     }
     /// All alerts, oldest first.
-    pub fn alerts(&self) -> Result<Vec<Alert>, HostError> {
+    pub(crate) fn alerts(&self) -> Result<Vec<Alert>, HostError> {
         Self::list(&self.alerts, "alert")
     }
     /// A record another host module keeps in `meta` under `x:<key>` (rotation intent, retired keys).
-    pub fn extra<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, HostError> {
+    pub(crate) fn extra<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, HostError> {
         Self::get(&self.meta, format!("x:{key}").as_bytes(), key)
     }
     /// The receive position for (relay URL, relay key).
-    pub fn checkpoint(&self, url: &str, relay_pubkey: &str) -> Result<Checkpoint, HostError> {
+    pub(crate) fn checkpoint(
+        &self,
+        url: &str,
+        relay_pubkey: &str,
+    ) -> Result<Checkpoint, HostError> {
         Ok(
             Self::get(&self.checkpoints, &cp_key(url, relay_pubkey), "checkpoint")?
                 .unwrap_or_default(),
@@ -514,7 +524,7 @@ impl Batch<'_> {
     }
 
     /// Read committed state (a batch cannot see its own pending writes).
-    pub fn view(&self) -> &HostStore {
+    pub(crate) fn view(&self) -> &HostStore {
         self.store
     }
     /// Set the host name.
@@ -627,7 +637,7 @@ impl Batch<'_> {
         self.put(&ks, &key, q)
     }
     /// Raise an alert.
-    pub fn alert(&mut self, at: u64, kind: &str, text: String) -> Result<(), HostError> {
+    pub(crate) fn alert(&mut self, at: u64, kind: &str, text: String) -> Result<(), HostError> {
         let id = self.next_alert;
         self.next_alert += 1;
         let ks = self.store.alerts.clone();
@@ -656,7 +666,7 @@ impl Batch<'_> {
     ///
     /// # Errors
     /// The engine failed: nothing of this batch may be assumed durable.
-    pub fn commit(mut self) -> Result<(), HostError> {
+    pub(crate) fn commit(mut self) -> Result<(), HostError> {
         let meta = self.store.meta.clone();
         if self.next_row != self.store.next_row {
             self.batch.insert(

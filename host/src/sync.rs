@@ -76,7 +76,7 @@ impl SyncOptions {
     }
 
     /// Wait before attempt `attempts + 1`: base × 2^attempts, capped.
-    pub fn backoff(&self, attempts: u32) -> u64 {
+    pub(crate) fn backoff(&self, attempts: u32) -> u64 {
         self.backoff_base_ms
             .saturating_mul(1u64 << attempts.min(30))
             .min(self.backoff_cap_ms)
@@ -170,7 +170,7 @@ impl<'a> Session<'a> {
     ///
     /// # Errors
     /// No name or relay configured, a damaged pinned key, or a pending unconfirmed key change.
-    pub fn open(
+    pub(crate) fn open(
         store: &'a mut HostStore,
         id: &'a Identity,
         opts: SyncOptions,
@@ -228,19 +228,19 @@ impl<'a> Session<'a> {
     }
 
     /// The current epoch ("" before the first info answer).
-    pub fn epoch(&self) -> String {
+    pub(crate) fn epoch(&self) -> String {
         self.relay.epoch.clone().unwrap_or_default()
     }
 
     /// The receive position for this relay and relay key.
-    pub fn checkpoint(&self) -> Result<Checkpoint, HostError> {
+    pub(crate) fn checkpoint(&self) -> Result<Checkpoint, HostError> {
         self.store
             .checkpoint(&self.relay.url, &self.relay.relay_pubkey)
     }
 
     /// A new epoch (restore or reset): re-push every relay-accepted row still waiting for its
     /// receipt, restart the receive position at 0, all in one atomic change (spec §5).
-    pub fn new_epoch(&mut self, epoch: &str) -> Result<(), HostError> {
+    pub(crate) fn new_epoch(&mut self, epoch: &str) -> Result<(), HostError> {
         if self.relay.epoch.as_deref() == Some(epoch) {
             return Ok(());
         }
@@ -408,7 +408,7 @@ impl<'a> Session<'a> {
     ///
     /// # Errors
     /// A changed relay key, an unreachable relay, or a store failure.
-    pub fn run(&mut self) -> Result<SyncReport, HostError> {
+    pub(crate) fn run(&mut self) -> Result<SyncReport, HostError> {
         self.check_info()?;
         super::trace::mark("info-answered", "-");
         self.ensure_enrolled()?;

@@ -19,7 +19,7 @@ use super::trust::hint_ca;
 /// lower (this relay allows 0..=60).
 pub(crate) const LONG_POLL_SECS: u64 = 30;
 /// The header a relay that holds pulls sends with every pull answer.
-pub const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
+pub(crate) const WAIT_MAX_HEADER: &str = "x-mbx-wait-max";
 /// Cap on the reconnect backoff (the row backoff's cap can be minutes; a relay restart is not).
 pub(crate) const RECONNECT_CAP_MS: u64 = 30_000;
 /// An empty long-poll answer sooner than this was cut short; the watcher pauses as long.
@@ -29,7 +29,7 @@ const PASS_WAIT: Duration = Duration::from_secs(10);
 
 /// Where the daemon's receiving stands, published after every pass.
 #[derive(Debug, Clone, Default)]
-pub struct Position {
+pub(crate) struct Position {
     /// Bumped by every pass; 0 until the first one.
     pub generation: u64,
     /// The relay as stored (URL and CA): the watcher's client is built from it.
@@ -40,14 +40,14 @@ pub struct Position {
 
 /// The position shared between the daemon (writer) and the watcher (reader).
 #[derive(Default)]
-pub struct Shared {
+pub(crate) struct Shared {
     pos: Mutex<Position>,
     changed: Condvar,
 }
 
 impl Shared {
     /// Publish a pass's position and wake a watcher waiting for it.
-    pub fn publish(&self, endpoint: &Endpoint, epoch: &str, after: u64) {
+    pub(crate) fn publish(&self, endpoint: &Endpoint, epoch: &str, after: u64) {
         if let Ok(mut p) = self.pos.lock() {
             p.generation += 1;
             if p.endpoint != *endpoint {
@@ -93,7 +93,7 @@ pub(crate) fn reconnect_delay(opts: &SyncOptions, failures: u32) -> Duration {
 
 /// Run the watcher until `wake` fails (the daemon is gone). `wake` asks the daemon for a pass:
 /// mail above the position, a 409 or 401 the pass must handle, or a relay back after failures.
-pub fn watch(
+pub(crate) fn watch(
     id: &Identity,
     name: &str,
     shared: &Shared,
