@@ -6,6 +6,12 @@
 //!
 //! `cargo run --release -p relay-pgstore --example backup_speed -- 200000`
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a measurement run: a panic aborts it, nothing to recover"
+)]
+
 use std::sync::Arc;
 use std::time::Instant;
 

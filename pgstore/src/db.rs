@@ -98,13 +98,20 @@ impl Conn {
 
 impl Deref for Conn {
     type Target = deadpool_postgres::Object;
+    #[allow(
+        clippy::expect_used,
+        reason = "only `discard` and `drop` empty it, and both consume the use"
+    )]
     fn deref(&self) -> &Self::Target {
-        // Only `discard` and `drop` empty it, and both consume the use.
         self.0.as_ref().expect("a live pooled connection")
     }
 }
 
 impl DerefMut for Conn {
+    #[allow(
+        clippy::expect_used,
+        reason = "only `discard` and `drop` empty it, and both consume the use"
+    )]
     fn deref_mut(&mut self) -> &mut Self::Target {
         self.0.as_mut().expect("a live pooled connection")
     }
