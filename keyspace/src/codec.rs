@@ -28,21 +28,21 @@ use relay_store::{ItemKind, Key32, Result, StoreError};
 
 /// Meta keys.
 pub(crate) mod meta_key {
-    pub const EPOCH: &[u8] = b"epoch";
-    pub const RELAY_PUBKEY: &[u8] = b"relay_pubkey";
-    pub const SCHEMA_VERSION: &[u8] = b"schema_version";
-    pub const HEARTBEAT: &[u8] = b"heartbeat";
-    pub const CREATED: &[u8] = b"created";
-    pub const LIVE_ENROLMENTS: &[u8] = b"live_enrolments";
-    pub const REVOKED_ENROLMENTS: &[u8] = b"revoked_enrolments";
-    pub const OPS_NEXT: &[u8] = b"ops_next";
+    pub(crate) const EPOCH: &[u8] = b"epoch";
+    pub(crate) const RELAY_PUBKEY: &[u8] = b"relay_pubkey";
+    pub(crate) const SCHEMA_VERSION: &[u8] = b"schema_version";
+    pub(crate) const HEARTBEAT: &[u8] = b"heartbeat";
+    pub(crate) const CREATED: &[u8] = b"created";
+    pub(crate) const LIVE_ENROLMENTS: &[u8] = b"live_enrolments";
+    pub(crate) const REVOKED_ENROLMENTS: &[u8] = b"revoked_enrolments";
+    pub(crate) const OPS_NEXT: &[u8] = b"ops_next";
     /// Hash of the newest relay-log entry (the chain's head).
-    pub const OPS_HEAD: &[u8] = b"ops_head";
+    pub(crate) const OPS_HEAD: &[u8] = b"ops_head";
     /// Seq and hash of the last dropped relay-log entry (where the chain starts).
-    pub const OPS_CHECKPOINT: &[u8] = b"ops_checkpoint";
+    pub(crate) const OPS_CHECKPOINT: &[u8] = b"ops_checkpoint";
     /// Enrolment entries in the relay log (`relay_store::rules::log::ENROLMENT_KINDS`): derived from
     /// the `ops` rows, counted at open when absent.
-    pub const OPS_ENROL_HELD: &[u8] = b"ops_enrol_held";
+    pub(crate) const OPS_ENROL_HELD: &[u8] = b"ops_enrol_held";
 }
 
 const ENROL_TAG: u8 = 0x00;

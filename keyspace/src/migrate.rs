@@ -628,7 +628,7 @@ pub fn remove_raw_row_for_tests(dir: &Path, partition: &str, key: &[u8]) -> Resu
 }
 
 /// A partition's raw rows (key, value), in key order (test hooks).
-pub type RawRows = Vec<(Vec<u8>, Vec<u8>)>;
+pub(crate) type RawRows = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Test hook: every raw row (key, value) of a partition (by name) of a closed store, in key
 /// order. Not part of the supported API.

@@ -2,6 +2,12 @@
 //! the shared helpers (`common`) compiled once. Crash and fault tests re-run this binary as a
 //! child process with `--exact <module>::<test>`, so the names they pass carry the module.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is how a test (and its helpers) fails"
+)]
+
 mod common;
 
 mod audit_log;

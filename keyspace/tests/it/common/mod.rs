@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use relay_keyspace::conformance::support::*;
+pub(crate) use relay_keyspace::conformance::support::*;
 use relay_keyspace::conformance::Backend;
 use relay_keyspace::*;
 
@@ -15,10 +15,10 @@ use relay_keyspace::*;
 /// `clear_refs`): all tests share one process, and one test's peak reset would spoil the other's
 /// reading. The figures still include the other tests running meanwhile: they are printed, never
 /// asserted.
-pub static PROCESS_MEMORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static PROCESS_MEMORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// [`PROCESS_MEMORY`], taken even after a test holding it panicked.
-pub fn process_memory() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn process_memory() -> std::sync::MutexGuard<'static, ()> {
     PROCESS_MEMORY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -27,7 +27,7 @@ const OPEN_CHILD_ENV: &str = "RELAY_KEYSPACE_OPEN_CHILD_DIR";
 
 /// The body of a test binary's ignored child test: open the store [`open_aborted_at`] names
 /// (running its migration) and print `MIGRATED`; nothing when run as an ordinary test.
-pub fn open_child() {
+pub(crate) fn open_child() {
     let Ok(dir) = std::env::var(OPEN_CHILD_ENV) else {
         return;
     };
@@ -39,7 +39,7 @@ pub fn open_child() {
 /// [`open_child`]) on `dir` with failpoint
 /// `failpoint` armed, and assert that the open aborted there (SIGABRT, like `kill -9` mid-way)
 /// before it finished.
-pub fn open_aborted_at(child: &str, dir: &Path, failpoint: &str) {
+pub(crate) fn open_aborted_at(child: &str, dir: &Path, failpoint: &str) {
     use std::os::unix::process::ExitStatusExt;
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -62,7 +62,7 @@ pub fn open_aborted_at(child: &str, dir: &Path, failpoint: &str) {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("MIGRATED"));
 }
 
-pub fn open_with(dir: &Path, clock: Arc<TestClock>) -> Store {
+pub(crate) fn open_with(dir: &Path, clock: Arc<TestClock>) -> Store {
     Store::open(
         dir,
         OpenOptions {
@@ -75,7 +75,7 @@ pub fn open_with(dir: &Path, clock: Arc<TestClock>) -> Store {
 }
 
 /// Every record of the store, by partition, from a dump.
-pub fn dump(store: &dyn RelayStore) -> Vec<serde_json::Value> {
+pub(crate) fn dump(store: &dyn RelayStore) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     store.dump(&mut out, &DumpOptions::default()).expect("dump");
     String::from_utf8(out)
@@ -86,7 +86,10 @@ pub fn dump(store: &dyn RelayStore) -> Vec<serde_json::Value> {
 }
 
 /// The rows of one partition in a dump, as (key, value) JSON.
-pub fn rows_of(store: &dyn RelayStore, part: &str) -> Vec<(serde_json::Value, serde_json::Value)> {
+pub(crate) fn rows_of(
+    store: &dyn RelayStore,
+    part: &str,
+) -> Vec<(serde_json::Value, serde_json::Value)> {
     dump(store)
         .into_iter()
         .filter(|r| r["partition"] == part)
@@ -98,7 +101,7 @@ pub fn rows_of(store: &dyn RelayStore, part: &str) -> Vec<(serde_json::Value, se
 /// queued item has its dedup row (same seq and hash), its expiry row and no dedup prune-index
 /// row (its dedup horizon starts only when it leaves the queue). Returns the number of queued
 /// items.
-pub fn check_invariants(store: &dyn RelayStore) -> u64 {
+pub(crate) fn check_invariants(store: &dyn RelayStore) -> u64 {
     let rows = dump(store);
     let mut want: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut have: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -201,10 +204,10 @@ fn hex_of_b64(s: &str) -> String {
 }
 
 /// (sender, target) pairs as hex strings, from a dump.
-pub type Pairs = BTreeSet<(String, String)>;
+pub(crate) type Pairs = BTreeSet<(String, String)>;
 
 /// The (sender, target) pairs the stored lists name, and those the sender index holds.
-pub fn named_and_indexed(store: &dyn RelayStore) -> (Pairs, Pairs) {
+pub(crate) fn named_and_indexed(store: &dyn RelayStore) -> (Pairs, Pairs) {
     let mut named = BTreeSet::new();
     let mut indexed = BTreeSet::new();
     for r in dump(store) {
@@ -230,19 +233,19 @@ pub fn named_and_indexed(store: &dyn RelayStore) -> (Pairs, Pairs) {
 }
 
 /// The index holds exactly one row per (sender named, target); returns how many.
-pub fn assert_index_exact(store: &dyn RelayStore) -> usize {
+pub(crate) fn assert_index_exact(store: &dyn RelayStore) -> usize {
     let (named, indexed) = named_and_indexed(store);
     assert_eq!(indexed, named, "sender_index differs from the stored lists");
     indexed.len()
 }
 
 /// A fjall store in a temporary directory, for the conformance suite.
-pub struct FjallBackend {
+pub(crate) struct FjallBackend {
     dir: tempfile::TempDir,
 }
 
 impl FjallBackend {
-    pub fn new() -> FjallBackend {
+    pub(crate) fn new() -> FjallBackend {
         FjallBackend {
             dir: tempfile::tempdir().unwrap(),
         }
