@@ -13,6 +13,7 @@ use crate::host::HostCli;
 /// A `host run` child process; killed on drop.
 pub struct Daemon {
     child: Option<Child>,
+    /// The daemon's process id.
     pub pid: u32,
 }
 
@@ -89,6 +90,7 @@ impl Daemon {
         None
     }
 
+    /// Kill it at once (SIGKILL), as a crash would, and reap it.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -137,8 +139,11 @@ pub fn delivery_latencies(h: &HostCli) -> Vec<u64> {
 /// drops the `x-mbx-wait-max` header from every answer (one request per connection), and counts
 /// the requests it forwarded and those that asked to wait (`wait=` in the query).
 pub struct ReferenceProxy {
+    /// The proxy's loopback port.
     pub port: u16,
+    /// Requests forwarded so far.
     pub requests: Arc<AtomicU64>,
+    /// Of those, requests that asked to wait (`wait=`).
     pub waits: Arc<AtomicU64>,
 }
 
@@ -168,6 +173,7 @@ impl ReferenceProxy {
         }
     }
 
+    /// The proxy's base URL, to give hosts instead of the relay's.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }

@@ -71,9 +71,13 @@ pub struct HaCluster {
 /// One data node as the monitor reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeState {
+    /// The node's name.
     pub name: String,
+    /// Its PostgreSQL port.
     pub port: u16,
+    /// The state it reports.
     pub reported: String,
+    /// The state the monitor wants it in.
     pub goal: String,
 }
 

@@ -39,8 +39,11 @@ pub fn free_port() -> u16 {
 
 /// A relay child process on a fixed port and store; killed on drop.
 pub struct RelayProc {
+    /// The fixed loopback port (the same after a restart).
     pub port: u16,
+    /// The store directory.
     pub store: PathBuf,
+    /// The `serve` arguments it was started with (a restart reuses them).
     pub args: Vec<String>,
     child: Option<Child>,
     log: PathBuf,
@@ -183,7 +186,9 @@ impl Drop for RelayProc {
 /// A host driven through `mbx-relay host --dir DIR ...`.
 #[derive(Clone)]
 pub struct HostCli {
+    /// The host's name.
     pub name: String,
+    /// Its host directory.
     pub dir: PathBuf,
     /// Extra environment for every command of this host.
     pub env: Vec<(String, String)>,

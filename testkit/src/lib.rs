@@ -11,6 +11,12 @@
 //! - [`files`]: the permission bits of everything under a directory.
 //! - [`powercut`]: a `powercut` mount (a FUSE filesystem whose power a test can cut).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test harness: a panic fails the test that called it"
+)]
+
 pub mod bins;
 pub mod cluster;
 pub mod daemon;

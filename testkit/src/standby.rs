@@ -20,7 +20,9 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A primary and its synchronous standby, both running.
 pub struct PgPair {
+    /// The primary, where writes go.
     pub primary: PgCluster,
+    /// Its synchronous standby.
     pub standby: PgCluster,
 }
 
