@@ -19,7 +19,7 @@ use crate::files::require_dir;
 
 /// The store flags every store command takes.
 #[derive(clap::Args, Debug, Clone)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// The relay's store directory; with a PostgreSQL `--store`, the relay's own `--store-dir`
     /// (its admin socket and relay.key), optional.
     #[arg(long, env = "MBX_RELAY_STORE_DIR")]
@@ -33,7 +33,7 @@ pub struct StoreArgs {
 /// The store a command works on, and the directory of the relay serving it (admin socket,
 /// relay.key), if known.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub spec: StoreSpec,
     pub relay_dir: Option<PathBuf>,
 }
@@ -45,7 +45,7 @@ impl StoreArgs {
     ///
     /// # Errors
     /// `Usage` when neither flag (nor its variable) is given.
-    pub fn target(&self) -> Result<Target, Failure> {
+    pub(crate) fn target(&self) -> Result<Target, Failure> {
         match (&self.store, &self.store_dir) {
             (Some(StoreSpec::Dir(d)), _) => Ok(Target::dir(d)),
             (Some(spec @ StoreSpec::Postgres(_)), dir) => Ok(Target {
@@ -63,7 +63,7 @@ impl StoreArgs {
 
 impl Target {
     /// A directory store (its relay's admin socket is inside it).
-    pub fn dir(d: &Path) -> Target {
+    pub(crate) fn dir(d: &Path) -> Target {
         Target {
             spec: StoreSpec::Dir(d.to_path_buf()),
             relay_dir: Some(d.to_path_buf()),
@@ -71,7 +71,7 @@ impl Target {
     }
 
     /// True for a store several relay processes share (no lock keeps the tool out).
-    pub fn shared(&self) -> bool {
+    pub(crate) fn shared(&self) -> bool {
         matches!(self.spec, StoreSpec::Postgres(_))
     }
 
@@ -81,7 +81,7 @@ impl Target {
     ///
     /// # Errors
     /// Missing store directory, permission denied, the relay's refusal.
-    pub fn ask_relay(&self, request: &Request) -> Result<Option<Reply>, Failure> {
+    pub(crate) fn ask_relay(&self, request: &Request) -> Result<Option<Reply>, Failure> {
         match (&self.spec, &self.relay_dir) {
             (StoreSpec::Dir(d), _) => {
                 require_dir(d)?;
@@ -94,7 +94,7 @@ impl Target {
 }
 
 /// Where the answer comes from.
-pub enum Via {
+pub(crate) enum Via {
     /// The running relay streams it.
     Relay(Reply),
     /// The store is open here: a directory store locked against a relay starting meanwhile,
@@ -107,7 +107,7 @@ pub enum Via {
 /// # Errors
 /// Missing directory, permission denied, the relay's refusal, or `InUse` when a process holds
 /// a directory store but no admin socket answers.
-pub fn relay_or_store(t: &Target, request: &Request) -> Result<Via, Failure> {
+pub(crate) fn relay_or_store(t: &Target, request: &Request) -> Result<Via, Failure> {
     if let Some(reply) = t.ask_relay(request)? {
         return Ok(Via::Relay(reply));
     }
@@ -128,7 +128,7 @@ pub fn relay_or_store(t: &Target, request: &Request) -> Result<Via, Failure> {
 /// # Errors
 /// Missing directory, `InUse` naming the pid holding a directory store's lock, an unreachable
 /// database, schema newer than this tool, ...
-pub fn open_local(t: &Target) -> Result<SharedStore, Failure> {
+pub(crate) fn open_local(t: &Target) -> Result<SharedStore, Failure> {
     if let StoreSpec::Dir(d) = &t.spec {
         require_dir(d)?;
     }
@@ -149,7 +149,7 @@ pub fn open_local(t: &Target) -> Result<SharedStore, Failure> {
 ///
 /// # Errors
 /// As [`open_local`]; `InUse` says to stop the relay first.
-pub fn open_exclusive(t: &Target, what: &str) -> Result<SharedStore, Failure> {
+pub(crate) fn open_exclusive(t: &Target, what: &str) -> Result<SharedStore, Failure> {
     open_local(t).map_err(|f| {
         if f.code == Code::InUse {
             Failure::new(
@@ -166,7 +166,7 @@ pub fn open_exclusive(t: &Target, what: &str) -> Result<SharedStore, Failure> {
 ///
 /// # Errors
 /// The store's close error.
-pub fn close(store: SharedStore) -> Result<(), Failure> {
+pub(crate) fn close(store: SharedStore) -> Result<(), Failure> {
     store
         .close()
         .map_err(|e| Failure::from(e).context("closing the store"))

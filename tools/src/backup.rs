@@ -24,7 +24,12 @@ use crate::show;
 /// # Errors
 /// FILE exists, store access, I/O on the file, the relay's refusal, or a written file that
 /// does not verify.
-pub fn run(target: &access::Target, file: &Path, force: bool, json: bool) -> Result<(), Failure> {
+pub(crate) fn run(
+    target: &access::Target,
+    file: &Path,
+    force: bool,
+    json: bool,
+) -> Result<(), Failure> {
     if file == Path::new("-") {
         return to_stdout(target, json);
     }

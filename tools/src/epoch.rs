@@ -16,7 +16,7 @@ const REASON: &str = "rotate-epoch by relay-tool";
 ///
 /// # Errors
 /// `InUse` while a relay holds a directory store; missing directory; store errors.
-pub fn rotate(dir: &Target, json: bool) -> Result<(), Failure> {
+pub(crate) fn rotate(dir: &Target, json: bool) -> Result<(), Failure> {
     let store = access::open_exclusive(dir, "rotate the epoch")?;
     let old = store.meta()?.epoch;
     let new = store.rotate_epoch(REASON).wait()?;

@@ -9,7 +9,7 @@ use relay_store::{BackupError, StoreError};
 /// The documented exit codes (`mbx_relay::exit`, the scheme `mbx-relay` shares; listed in
 /// `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     /// Bad command line, or a file in the way (backup without --force).
     Usage = mbx_relay::exit::USAGE as isize,
     /// The store or a file could not be read or written (missing directory, permission denied,
@@ -24,13 +24,13 @@ pub enum Code {
 
 /// A failed command.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub code: Code,
     pub msg: String,
 }
 
 impl Failure {
-    pub fn new(code: Code, msg: impl Into<String>) -> Self {
+    pub(crate) fn new(code: Code, msg: impl Into<String>) -> Self {
         Failure {
             code,
             msg: msg.into(),
@@ -38,7 +38,7 @@ impl Failure {
     }
 
     /// An I/O failure while doing `what` to `path`.
-    pub fn io(what: &str, path: &Path, e: &std::io::Error) -> Self {
+    pub(crate) fn io(what: &str, path: &Path, e: &std::io::Error) -> Self {
         Failure::new(
             Code::Store,
             format!("{what} {}: {}", path.display(), describe_io(e)),
@@ -46,18 +46,18 @@ impl Failure {
     }
 
     /// Prefix the message with what we were doing.
-    pub fn context(mut self, what: &str) -> Self {
+    pub(crate) fn context(mut self, what: &str) -> Self {
         self.msg = format!("{what}: {}", self.msg);
         self
     }
 
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code as u8)
     }
 }
 
 /// I/O errors in words an admin acts on ("permission denied", "no such file or directory").
-pub fn describe_io(e: &std::io::Error) -> String {
+pub(crate) fn describe_io(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::PermissionDenied => {
             "permission denied (run relay-tool as the relay's user)".to_string()

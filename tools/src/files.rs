@@ -10,7 +10,7 @@ use relay_os::private::create_exclusive;
 use crate::fail::{Code, Failure};
 
 /// Fail unless `dir` is an existing directory (names the missing one).
-pub fn require_dir(dir: &Path) -> Result<(), Failure> {
+pub(crate) fn require_dir(dir: &Path) -> Result<(), Failure> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(Failure::new(
@@ -26,12 +26,12 @@ pub fn require_dir(dir: &Path) -> Result<(), Failure> {
 }
 
 /// fsync a directory so that renames and creations inside it survive a crash.
-pub fn fsync_dir(dir: &Path) -> Result<(), Failure> {
+pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Failure> {
     relay_os::durable_dir::sync_dir(dir).map_err(|e| Failure::io("cannot fsync directory", dir, &e))
 }
 
 /// The directory holding `path` ("." for a bare file name).
-pub fn parent_of(path: &Path) -> PathBuf {
+pub(crate) fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -39,7 +39,7 @@ pub fn parent_of(path: &Path) -> PathBuf {
 }
 
 /// `path` with `suffix` appended to its file name (`FILE` → `FILE.tmp`).
-pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_os_string();
     s.push(suffix);
     PathBuf::from(s)
@@ -47,7 +47,7 @@ pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// A file written as `FILE.tmp` and renamed to `FILE` only by [`AtomicFile::commit`]; dropped
 /// uncommitted, the temporary file is removed.
-pub struct AtomicFile {
+pub(crate) struct AtomicFile {
     tmp: PathBuf,
     dest: PathBuf,
     out: Option<BufWriter<File>>,
@@ -56,7 +56,7 @@ pub struct AtomicFile {
 impl AtomicFile {
     /// Create `dest.tmp`, mode 0600, only if nothing is at that path (no existing file is
     /// truncated and no link followed: the destination may be in a directory others can write).
-    pub fn create(dest: &Path) -> Result<AtomicFile, Failure> {
+    pub(crate) fn create(dest: &Path) -> Result<AtomicFile, Failure> {
         let tmp = with_suffix(dest, ".tmp");
         let file = create_exclusive(&tmp).map_err(|e| {
             if e.kind() == io::ErrorKind::AlreadyExists {
@@ -79,12 +79,12 @@ impl AtomicFile {
     }
 
     /// The temporary path being written.
-    pub fn tmp_path(&self) -> &Path {
+    pub(crate) fn tmp_path(&self) -> &Path {
         &self.tmp
     }
 
     /// Flush and fsync the data (before checking it or renaming it).
-    pub fn sync(&mut self) -> Result<(), Failure> {
+    pub(crate) fn sync(&mut self) -> Result<(), Failure> {
         let tmp = self.tmp.clone();
         let out = self
             .out
@@ -98,7 +98,7 @@ impl AtomicFile {
     }
 
     /// fsync, rename `FILE.tmp` to `FILE`, fsync the directory.
-    pub fn commit(mut self) -> Result<(), Failure> {
+    pub(crate) fn commit(mut self) -> Result<(), Failure> {
         self.sync()?;
         self.out = None;
         std::fs::rename(&self.tmp, &self.dest)
@@ -134,7 +134,7 @@ impl Drop for AtomicFile {
 }
 
 /// Copy a key file to `dest` (which must not exist) with mode 0600, fsync'd.
-pub fn copy_key_file(src: &Path, dest: &Path) -> Result<(), Failure> {
+pub(crate) fn copy_key_file(src: &Path, dest: &Path) -> Result<(), Failure> {
     let bytes = std::fs::read(src).map_err(|e| Failure::io("cannot read", src, &e))?;
     let mut f = create_exclusive(dest).map_err(|e| Failure::io("cannot create", dest, &e))?;
     f.write_all(&bytes)
@@ -143,7 +143,7 @@ pub fn copy_key_file(src: &Path, dest: &Path) -> Result<(), Failure> {
 }
 
 /// A compact UTC stamp for file names: `20261129T143927Z`.
-pub fn utc_stamp(ms: u64) -> String {
+pub(crate) fn utc_stamp(ms: u64) -> String {
     let iso = relay_wire::time::iso_ms(ms); // 2026-11-29T14:39:27.123Z
     let base = iso.split('.').next().unwrap_or(&iso);
     let mut out: String = base.chars().filter(|c| *c != '-' && *c != ':').collect();

@@ -24,7 +24,7 @@ const HEADER: &str = "FINGERPRINT          NAME                 ACCOUNT         
 ///
 /// # Errors
 /// A bad `--name`, store access, the relay's refusal, or a failed write to stdout.
-pub fn run(
+pub(crate) fn run(
     dir: &Target,
     name: Option<&str>,
     revoked: bool,

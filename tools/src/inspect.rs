@@ -26,7 +26,7 @@ const MAX_JSON_LINE: u64 = 1 << 20;
 ///
 /// # Errors
 /// Store access or the relay's refusal.
-pub fn stats(dir: &Target, json: bool) -> Result<(), Failure> {
+pub(crate) fn stats(dir: &Target, json: bool) -> Result<(), Failure> {
     let v = match access::relay_or_store(dir, &Request::Stats)? {
         Via::Relay(reply) => {
             let mut lines = json_lines(reply, 1)?;
@@ -52,7 +52,7 @@ pub fn stats(dir: &Target, json: bool) -> Result<(), Failure> {
 ///
 /// # Errors
 /// Store access or the relay's refusal.
-pub fn status(dir: &Target, json: bool) -> Result<(), Failure> {
+pub(crate) fn status(dir: &Target, json: bool) -> Result<(), Failure> {
     let rows = match access::relay_or_store(dir, &Request::Processes)? {
         Via::Relay(reply) => json_lines(reply, relay_store::MAX_PROCESSES)?,
         Via::Local(store) => {
@@ -99,7 +99,7 @@ pub fn status(dir: &Target, json: bool) -> Result<(), Failure> {
 ///
 /// # Errors
 /// Store access or the relay's refusal.
-pub fn log(dir: &Target, limit: usize, json: bool) -> Result<(), Failure> {
+pub(crate) fn log(dir: &Target, limit: usize, json: bool) -> Result<(), Failure> {
     let limit = limit.clamp(1, MAX_LOG_LIMIT);
     let entries = match access::relay_or_store(dir, &Request::Log { limit })? {
         Via::Relay(reply) => json_lines(reply, limit)?,
@@ -135,7 +135,7 @@ pub fn log(dir: &Target, limit: usize, json: bool) -> Result<(), Failure> {
 /// # Errors
 /// Store access, the relay's refusal, or `Backup` (exit 3) naming the first entry that does not
 /// match.
-pub fn log_verify(dir: &Target, json: bool) -> Result<(), Failure> {
+pub(crate) fn log_verify(dir: &Target, json: bool) -> Result<(), Failure> {
     let verdict = match access::relay_or_store(dir, &Request::LogVerify)? {
         Via::Relay(reply) => verdict_of(reply)?,
         Via::Local(store) => {
@@ -168,7 +168,7 @@ fn verdict_of(reply: mbx_relay::admin::client::Reply) -> Result<LogVerdict, Fail
 /// # Errors
 /// Store access, the relay's refusal, or `Backup` (exit 3) naming the first relay-log entry
 /// that does not match.
-pub fn verify_store(t: &Target, json: bool) -> Result<(), Failure> {
+pub(crate) fn verify_store(t: &Target, json: bool) -> Result<(), Failure> {
     let (v, verdict) = match access::relay_or_store(t, &Request::Stats)? {
         Via::Relay(reply) => {
             let v = json_lines(reply, 1)?
@@ -219,7 +219,7 @@ pub fn verify_store(t: &Target, json: bool) -> Result<(), Failure> {
 ///
 /// # Errors
 /// `Backup` naming the first entry that does not match.
-pub fn log_outcome(v: &LogVerdict, what: &str, print: bool) -> Result<(), Failure> {
+pub(crate) fn log_outcome(v: &LogVerdict, what: &str, print: bool) -> Result<(), Failure> {
     match v {
         LogVerdict::Intact {
             entries,
@@ -259,7 +259,7 @@ fn hex_short(h: &[u8; 32]) -> String {
 ///
 /// # Errors
 /// Unknown partition, store access, the relay's refusal, or a failed write to stdout.
-pub fn dump(
+pub(crate) fn dump(
     dir: &Target,
     partition: Option<&str>,
     with_wire: bool,
@@ -319,7 +319,7 @@ pub fn dump(
 ///
 /// # Errors
 /// `Backup` with the precise reason (damaged at byte offset X, truncated, newer format, ...).
-pub fn verify(file: &std::path::Path, json: bool) -> Result<(), Failure> {
+pub(crate) fn verify(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let bar = progress::step(format!("verifying {}", file.display()));
     let result = verify_backup(file);
     bar.finish_and_clear();

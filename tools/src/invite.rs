@@ -22,7 +22,7 @@ const MAX_TTL: Duration = Duration::from_secs(90 * 86_400);
 /// Usage (a `ttl` of 0 or over 90 days, a note over [`MAX_REASON_CHARS`]); the store's refusal
 /// (too many unexpired invites) or failure; `InUse` while a relay holds the store and its socket
 /// does not answer.
-pub fn run(t: &Target, ttl: Duration, note: &str, json: bool) -> Result<(), Failure> {
+pub(crate) fn run(t: &Target, ttl: Duration, note: &str, json: bool) -> Result<(), Failure> {
     if ttl.is_zero() || ttl > MAX_TTL {
         return Err(Failure::new(
             Code::Usage,

@@ -10,7 +10,7 @@ fn on_terminal() -> bool {
 }
 
 /// A byte counter of unknown total (a backup being streamed).
-pub fn bytes(what: &'static str) -> ProgressBar {
+pub(crate) fn bytes(what: &'static str) -> ProgressBar {
     if !on_terminal() {
         return ProgressBar::hidden();
     }
@@ -26,7 +26,7 @@ pub fn bytes(what: &'static str) -> ProgressBar {
 
 /// A byte count against a known (estimated) total, with a bar and the time left: a backup of
 /// a store opened here, whose figures give the size before it starts.
-pub fn bytes_of(what: &'static str, total: u64) -> ProgressBar {
+pub(crate) fn bytes_of(what: &'static str, total: u64) -> ProgressBar {
     if !on_terminal() {
         return ProgressBar::hidden();
     }
@@ -41,7 +41,7 @@ pub fn bytes_of(what: &'static str, total: u64) -> ProgressBar {
 }
 
 /// Move `bar` to `done`, growing its total when the estimate was short.
-pub fn advance(bar: &ProgressBar, done: u64) {
+pub(crate) fn advance(bar: &ProgressBar, done: u64) {
     if bar.length().is_some_and(|len| done > len) {
         bar.set_length(done);
     }
@@ -49,7 +49,7 @@ pub fn advance(bar: &ProgressBar, done: u64) {
 }
 
 /// A step without a byte count (verifying, building the restored store), with elapsed time.
-pub fn step(what: String) -> ProgressBar {
+pub(crate) fn step(what: String) -> ProgressBar {
     if !on_terminal() {
         return ProgressBar::hidden();
     }
@@ -62,7 +62,7 @@ pub fn step(what: String) -> ProgressBar {
 }
 
 /// A writer that counts the bytes passing through it on `bar`.
-pub struct Counting<'a, W: Write> {
+pub(crate) struct Counting<'a, W: Write> {
     pub inner: W,
     pub bar: &'a ProgressBar,
     pub written: u64,

@@ -22,7 +22,7 @@ use crate::swap;
 const MAX_KEY_FILE: u64 = 4096;
 
 /// What `restore` was asked to do.
-pub struct Args<'a> {
+pub(crate) struct Args<'a> {
     pub target: &'a access::Target,
     pub file: &'a Path,
     pub discard_old: bool,
@@ -50,7 +50,7 @@ enum Old {
 /// # Errors
 /// `Backup` for a damaged file or another relay's key, `InUse` while a relay holds the store,
 /// `Store` for I/O failures (the old store is then untouched).
-pub fn run(a: &Args) -> Result<(), Failure> {
+pub(crate) fn run(a: &Args) -> Result<(), Failure> {
     let store_dir = match &a.target.spec {
         StoreSpec::Dir(d) => d.clone(),
         StoreSpec::Postgres(_) => return into_database(a),

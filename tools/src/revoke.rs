@@ -26,7 +26,7 @@ use crate::fail::{Code, Failure};
 /// [`MAX_REASON_CHARS`]); the relay's refusal or the offline one (unknown
 /// key, prefix matching several keys, queue over the purge bound) as `Store`; `InUse` while a
 /// relay holds the store and its socket does not answer.
-pub fn run(t: &Target, action: &Action, json: bool) -> Result<(), Failure> {
+pub(crate) fn run(t: &Target, action: &Action, json: bool) -> Result<(), Failure> {
     revoke::check_target(&action.target).map_err(|why| Failure::new(Code::Usage, why))?;
     if action.reason.chars().count() > MAX_REASON_CHARS {
         return Err(Failure::new(

@@ -5,7 +5,7 @@ use relay_wire::keys::fingerprint;
 use relay_wire::time::iso_ms;
 
 /// Counts per partition, total, checksum and header facts of a backup file.
-pub fn summary(s: &BackupSummary) -> String {
+pub(crate) fn summary(s: &BackupSummary) -> String {
     let mut out = String::new();
     let total: u64 = s.counts.iter().map(|(_, n)| n).sum();
     for (p, n) in &s.counts {
@@ -35,7 +35,7 @@ pub fn summary(s: &BackupSummary) -> String {
 }
 
 /// [`summary`] as one JSON object (`--json`).
-pub fn summary_json(s: &BackupSummary) -> serde_json::Value {
+pub(crate) fn summary_json(s: &BackupSummary) -> serde_json::Value {
     let counts: serde_json::Map<String, serde_json::Value> = s
         .counts
         .iter()
@@ -56,7 +56,7 @@ pub fn summary_json(s: &BackupSummary) -> serde_json::Value {
 }
 
 /// One line on a relay log's chain.
-pub fn log_line(v: &LogVerdict) -> String {
+pub(crate) fn log_line(v: &LogVerdict) -> String {
     match v {
         LogVerdict::Intact {
             entries,
@@ -72,7 +72,7 @@ pub fn log_line(v: &LogVerdict) -> String {
 }
 
 /// `1.5 MiB`-style sizes.
-pub fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut unit = 0;
@@ -88,7 +88,7 @@ pub fn human_bytes(n: u64) -> String {
 }
 
 /// `3d 4h`, `2h 5m`, `12m 3s`, `45s` for ages.
-pub fn human_age(ms: u64) -> String {
+pub(crate) fn human_age(ms: u64) -> String {
     let s = ms / 1000;
     let (d, h, m, sec) = (s / 86_400, (s / 3600) % 24, (s / 60) % 60, s % 60);
     if d > 0 {

@@ -18,7 +18,7 @@ const LOCK_FILE: &str = "relay.lock";
 
 /// A held flock on a store's lock file: while it is held no relay can open that store.
 #[derive(Debug)]
-pub struct HeldLock {
+pub(crate) struct HeldLock {
     _file: File,
 }
 
@@ -27,7 +27,7 @@ pub struct HeldLock {
 ///
 /// # Errors
 /// `InUse` when something took the store meanwhile; `Store` on I/O errors.
-pub fn hold_lock(dir: &Path) -> Result<HeldLock, Failure> {
+pub(crate) fn hold_lock(dir: &Path) -> Result<HeldLock, Failure> {
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -96,7 +96,7 @@ fn exchange(a: &Path, b: &Path) -> Result<bool, Failure> {
 ///
 /// # Errors
 /// I/O failures; on failure `dir` still holds the old store and `new` the restored one.
-pub fn replace(dir: &Path, new: &Path, keep: &Path) -> Result<PathBuf, Failure> {
+pub(crate) fn replace(dir: &Path, new: &Path, keep: &Path) -> Result<PathBuf, Failure> {
     if exchange(new, dir)? {
         // `new` now names the old store.
         if let Err(e) = std::fs::rename(new, keep) {

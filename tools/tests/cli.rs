@@ -4,6 +4,12 @@
 //! `relay-tool` binary itself (`target/<profile>/relay-tool`), which the root package's
 //! end-to-end tests (`tests/it/tool_admin.rs`, the host restore drill) run next to `mbx-relay`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is how a test (and its helpers) fails"
+)]
+
 use std::process::Command;
 
 fn tool(args: &[&str]) -> std::process::Output {
