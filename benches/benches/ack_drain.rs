@@ -3,6 +3,13 @@
 //! wall time and process CPU (all threads, from `/proc/self/stat`) per item for both phases.
 //!
 //! Run: `cargo bench -p relay-bench --bench ack_drain`; `MBX_BENCH_ITEMS` sets the items (default 100,000).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark: a panic aborts the measurement, nothing to recover"
+)]
+
 use std::time::Instant;
 
 use relay_keyspace::*;

@@ -8,6 +8,12 @@
 //! Knobs (environment): MBX_DLAT_N (messages per run, default 200), MBX_DLAT_GAP_MS (between sends, default 100: each delivery measured on its own),
 //! MBX_DLAT_RUNS (runs, each on a fresh relay and fresh hosts, default 3).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark: a panic aborts the measurement, nothing to recover"
+)]
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

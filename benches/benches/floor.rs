@@ -16,17 +16,23 @@
 //! Run: `cargo bench -p relay-bench --bench floor`. Knobs (environment): MBX_FLOOR_ROUNDS (default 40),
 //! MBX_FLOOR_BATCH (items per request, default 100), MBX_FLOOR_ITEM_BYTES (default 1024).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark: a panic aborts the measurement, nothing to recover"
+)]
+
 use std::hint::black_box;
 use std::time::Instant;
 
 use mbx_host::message::{draft_envelope, ulid};
 use mbx_host::now_ms;
+use relay_core::check_wire;
 use relay_core::parse_json;
 use relay_keyspace::ItemKind;
 use relay_wire::accept::{sha256, wire_hash_hex, AcceptParts, AcceptTarget};
 use relay_wire::hop::{sign_hop, verify_hop_with};
 use relay_wire::keys::{b64, unb64, SigningKey};
-use relay_core::check_wire;
 use relay_wire::seal::{seal_envelope, EncSecret};
 use relay_wire::strict_stream::HopKey;
 

@@ -4,6 +4,12 @@
 //! integration test also makes `cargo test --workspace` build the binary the relay's TLS test
 //! drives.)
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is how a test (and its helpers) fails"
+)]
+
 use std::process::{Command, Output};
 
 fn bench(args: &[&str]) -> Output {

@@ -11,7 +11,7 @@ use relay_wire::keys::SigningKey;
 const MAX_RESPONSE: u64 = 64 * 1024 * 1024;
 
 /// A host identity the bench enrolled: its name and Ed25519 key.
-pub struct Host {
+pub(super) struct Host {
     pub name: String,
     pub key: SigningKey,
     /// `key.public_b64()`, computed once (it goes in every hop).
@@ -20,7 +20,7 @@ pub struct Host {
 
 impl Host {
     /// A fresh random identity named `name`.
-    pub fn generate(name: String) -> Self {
+    pub(super) fn generate(name: String) -> Self {
         let key = SigningKey::generate();
         let pub_b64 = key.public_b64();
         Host { name, key, pub_b64 }
@@ -28,14 +28,14 @@ impl Host {
 }
 
 /// An HTTP answer: status and raw body text (parsed later, off the timed path).
-pub struct Resp {
+pub(super) struct Resp {
     pub status: u16,
     pub body: String,
 }
 
 impl Resp {
     /// `http <status>: <error string>` for error answers (bounded, no wire bytes).
-    pub fn error_kind(&self) -> String {
+    pub(super) fn error_kind(&self) -> String {
         let err = serde_json::from_str::<serde_json::Value>(&self.body)
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string));
@@ -47,14 +47,14 @@ impl Resp {
 }
 
 /// At most `n` characters of `s`.
-pub fn truncate(s: &str, n: usize) -> String {
+pub(super) fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
 /// The hop headers of one request and when they were signed. Push bodies are known before the
 /// timed window, so their hops can be signed there too (see `push`); the relay accepts a hop
 /// whose `x-mbx-ts` is within five minutes of its clock.
-pub struct Hop {
+pub(super) struct Hop {
     pub headers: [(&'static str, String); 4],
     /// `x-mbx-ts`, as a number.
     pub signed_ms: u64,
@@ -62,20 +62,20 @@ pub struct Hop {
 
 impl Hop {
     /// Whether the signature is at most `max_age_ms` old now.
-    pub fn fresh(&self, max_age_ms: u64) -> bool {
+    pub(super) fn fresh(&self, max_age_ms: u64) -> bool {
         now_ms().saturating_sub(self.signed_ms) <= max_age_ms
     }
 }
 
 /// One connection's worth of client to the relay at `base`.
 #[derive(Clone)]
-pub struct Conn {
+pub(super) struct Conn {
     agent: ureq::Agent,
     base: String,
 }
 
 /// Milliseconds since the Unix epoch (the hop `x-mbx-ts`).
-pub fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -84,7 +84,7 @@ pub fn now_ms() -> u64 {
 impl Conn {
     /// A client for `url` (scheme, host and port; a trailing `/` is ignored); https is checked
     /// against `tls` (the host client's trust: bundled web roots or a private CA).
-    pub fn new(url: &str, timeout: Duration, tls: ureq::tls::TlsConfig) -> Self {
+    pub(super) fn new(url: &str, timeout: Duration, tls: ureq::tls::TlsConfig) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
@@ -99,7 +99,7 @@ impl Conn {
     }
 
     /// Another client like this one, with its own connection.
-    pub fn fresh(&self) -> Self {
+    pub(super) fn fresh(&self) -> Self {
         Conn {
             agent: ureq::Agent::new_with_config(self.agent.config().clone()),
             base: self.base.clone(),
@@ -107,7 +107,7 @@ impl Conn {
     }
 
     /// The four hop headers for `method path_q body`, signed now by `host`.
-    pub fn sign(host: &Host, method: &str, path_q: &str, body: &str) -> Hop {
+    pub(super) fn sign(host: &Host, method: &str, path_q: &str, body: &str) -> Hop {
         let signed_ms = now_ms();
         let ts = signed_ms.to_string();
         let (path, query) = match path_q.split_once('?') {
@@ -142,7 +142,7 @@ impl Conn {
     ///
     /// # Errors
     /// `transport: ...` when no complete answer arrived.
-    pub fn get(&self, path_q: &str, host: Option<&Host>) -> Result<Resp, String> {
+    pub(super) fn get(&self, path_q: &str, host: Option<&Host>) -> Result<Resp, String> {
         let mut req = self.agent.get(format!("{}{path_q}", self.base));
         if let Some(h) = host {
             for (k, v) in Self::sign(h, "GET", path_q, "").headers {
@@ -157,7 +157,7 @@ impl Conn {
     ///
     /// # Errors
     /// `transport: ...` when no answer head arrived.
-    pub fn get_stream(
+    pub(super) fn get_stream(
         &self,
         path_q: &str,
         host: &Host,
@@ -181,7 +181,7 @@ impl Conn {
     ///
     /// # Errors
     /// `transport: ...` when no complete answer arrived.
-    pub fn post(&self, path: &str, body: &str, host: Option<&Host>) -> Result<Resp, String> {
+    pub(super) fn post(&self, path: &str, body: &str, host: Option<&Host>) -> Result<Resp, String> {
         let hop = host.map(|h| Self::sign(h, "POST", path, body));
         self.post_with(path, body, hop.as_ref())
     }
@@ -191,7 +191,12 @@ impl Conn {
     ///
     /// # Errors
     /// `transport: ...` when no complete answer arrived.
-    pub fn post_with(&self, path: &str, body: &str, hop: Option<&Hop>) -> Result<Resp, String> {
+    pub(super) fn post_with(
+        &self,
+        path: &str,
+        body: &str,
+        hop: Option<&Hop>,
+    ) -> Result<Resp, String> {
         let mut req = self
             .agent
             .post(format!("{}{path}", self.base))

@@ -14,7 +14,7 @@ use super::stats::{micros, process_cpu, Errors};
 const MAX_CONSECUTIVE_ERRORS: u32 = 3;
 
 /// What the drain measured.
-pub struct Outcome {
+pub(super) struct Outcome {
     pub items: u64,
     /// Decoded wire bytes drained.
     pub bytes: u64,
@@ -138,7 +138,7 @@ fn drain_one(conn: &Conn, host: &Host, epoch: &str, limit: usize, expected: u64)
 }
 
 /// Drain every receiver at once; `expected[i]` is what receiver `i` was accepted.
-pub fn run(
+pub(super) fn run(
     like: &Conn,
     receivers: &[&Host],
     epoch: &str,

@@ -10,7 +10,7 @@ use relay_wire::keys::{parse_pubkey, verifying_key, VerifyingKey};
 use relay_wire::records::enrol_statement;
 
 /// The relay facts the bench needs: its key and epoch (to check accept statements) and limits.
-pub struct RelayInfo {
+pub(super) struct RelayInfo {
     pub relay_pubkey_b64: String,
     /// The relay key, decoded once (every accept statement is checked against it).
     pub relay_key: VerifyingKey,
@@ -25,7 +25,7 @@ pub struct RelayInfo {
 ///
 /// # Errors
 /// A message naming what is missing or wrong.
-pub fn relay_info(conn: &Conn) -> Result<RelayInfo, String> {
+pub(super) fn relay_info(conn: &Conn) -> Result<RelayInfo, String> {
     let r = conn.get("/v2/relay/info", None)?;
     if r.status != 200 {
         return Err(format!("GET /v2/relay/info: {}", r.error_kind()));
@@ -56,7 +56,7 @@ pub fn relay_info(conn: &Conn) -> Result<RelayInfo, String> {
 
 /// A short random tag so each run's host names are new (names shared by many hosts are legal
 /// but crowd the relay's per-name table).
-pub fn run_tag() -> String {
+pub(super) fn run_tag() -> String {
     let mut b = [0u8; 4];
     rand::rngs::OsRng.fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -66,7 +66,7 @@ pub fn run_tag() -> String {
 ///
 /// # Errors
 /// The relay's answer, with a hint when enrolment is rate-limited.
-pub fn enrol(conn: &Conn, name: String) -> Result<Host, String> {
+pub(super) fn enrol(conn: &Conn, name: String) -> Result<Host, String> {
     let host = Host::generate(name);
     let body = json!({"host": host.name, "pubkey": host.pub_b64}).to_string();
     let r = conn.post("/v1/relay/challenge", &body, None)?;
@@ -106,7 +106,7 @@ fn enrol_error(step: &str, r: &super::client::Resp) -> String {
 ///
 /// # Errors
 /// The first failure.
-pub fn enrol_many(conn: &Conn, prefix: &str, n: usize) -> Result<Vec<Host>, String> {
+pub(super) fn enrol_many(conn: &Conn, prefix: &str, n: usize) -> Result<Vec<Host>, String> {
     (0..n)
         .map(|i| enrol(conn, format!("{prefix}{i}")))
         .collect()

@@ -146,7 +146,7 @@ impl Clock {
 ///
 /// # Errors
 /// Usage errors, an unreachable relay, a refused enrolment.
-pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+pub(super) fn run(a: &BenchArgs) -> Result<(), Failure> {
     super::validate(a)?;
     if a.rate == 0 || a.duration == 0 {
         return Err(usage("--rate, --duration and --targets must be at least 1"));

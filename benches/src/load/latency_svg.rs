@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 /// One receiver kind's percentiles, in milliseconds.
-pub struct Bars {
+pub(super) struct Bars {
     pub label: String,
     pub p50: f64,
     pub p99: f64,
@@ -37,7 +37,7 @@ fn esc(s: &str) -> String {
 
 /// The chart as an SVG document; `footer` says when and from what it was measured
 /// (`super::svg::provenance`).
-pub fn render(title: &str, kinds: &[Bars], footer: &str) -> String {
+pub(super) fn render(title: &str, kinds: &[Bars], footer: &str) -> String {
     let group = 3.0 * ROW + GAP;
     let h = TOP + group * kinds.len() as f64 + 50.0;
     let mut s = String::new();

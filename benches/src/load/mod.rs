@@ -34,7 +34,7 @@ const MAX_ITEMS: u64 = 100_000_000;
 
 /// Flags of `relay-bench`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// The relay's base URL (http://host:port or https://host:port).
     #[arg(long)]
     pub url: String,
@@ -163,7 +163,7 @@ fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
 /// # Errors
 /// Usage errors, an unreachable relay or a refused enrolment; a run where any request failed
 /// (after printing the report: the errors by kind are in it).
-pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+pub(crate) fn run(a: &BenchArgs) -> Result<(), Failure> {
     if a.latency {
         return latency::run(a);
     }

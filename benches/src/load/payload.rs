@@ -13,21 +13,21 @@ use super::client::{now_ms, Host};
 const MAX_PLAIN: usize = 256 * 1024 - 16;
 
 /// A push target: its host key (for `targets[].host_pubkey`) and enc key (to seal for it).
-pub struct Target {
+pub(super) struct Target {
     pub host: Host,
     pub enc_pub: [u8; 32],
 }
 
 impl Target {
     /// Wrap an enrolled host with a fresh enc key (the relay never sees the secret).
-    pub fn new(host: Host) -> Self {
+    pub(super) fn new(host: Host) -> Self {
         let enc_pub = EncSecret::generate().public();
         Target { host, enc_pub }
     }
 }
 
 /// One pushed item, remembered to check its accept statement.
-pub struct Item {
+pub(super) struct Item {
     pub id: String,
     pub target: usize,
     pub hash: [u8; 32],
@@ -35,7 +35,7 @@ pub struct Item {
 }
 
 /// One request body and the items in it, in order.
-pub struct Batch {
+pub(super) struct Batch {
     pub body: String,
     pub items: Vec<Item>,
 }
@@ -44,7 +44,7 @@ pub struct Batch {
 ///
 /// # Errors
 /// Only if the host helpers refuse the draft (never for the sizes used here).
-pub fn envelope_wire(
+pub(super) fn envelope_wire(
     sender: &Host,
     target: &Target,
     plain_len: usize,
@@ -67,7 +67,11 @@ pub fn envelope_wire(
 ///
 /// # Errors
 /// From [`envelope_wire`].
-pub fn calibrate(sender: &Host, target: &Target, want: usize) -> Result<(usize, usize), String> {
+pub(super) fn calibrate(
+    sender: &Host,
+    target: &Target,
+    want: usize,
+) -> Result<(usize, usize), String> {
     let size = |p: usize| envelope_wire(sender, target, p).map(|(_, w)| w.len());
     let (mut lo, mut hi) = (1usize, MAX_PLAIN);
     if size(lo)? >= want {
@@ -90,7 +94,7 @@ pub fn calibrate(sender: &Host, target: &Target, want: usize) -> Result<(usize, 
 ///
 /// # Errors
 /// From [`envelope_wire`].
-pub fn build_batches(
+pub(super) fn build_batches(
     sender: &Host,
     targets: &[Target],
     offset: usize,

@@ -26,7 +26,7 @@ const ROUND_BUDGET_BYTES: usize = 384 * 1024 * 1024;
 const ANSWER_BYTES_PER_ITEM: usize = 800;
 
 /// What to push in one sweep point.
-pub struct Plan<'a> {
+pub(super) struct Plan<'a> {
     pub info: &'a RelayInfo,
     pub conns: &'a [Conn],
     pub senders: &'a [Host],
@@ -38,7 +38,7 @@ pub struct Plan<'a> {
 }
 
 /// What the push phase measured.
-pub struct Outcome {
+pub(super) struct Outcome {
     pub tally: Tally,
     pub requests: u64,
     /// Sum of the timed windows (payload building and checking excluded).
@@ -205,7 +205,7 @@ fn check_round(plan: &Plan, sent: Vec<Sent>, tally: &mut Tally) {
 ///
 /// # Errors
 /// Only when payloads cannot be built; relay failures are counted, not returned.
-pub fn run(plan: &Plan) -> Result<Outcome, String> {
+pub(super) fn run(plan: &Plan) -> Result<Outcome, String> {
     let n = plan.senders.len();
     let totals: Vec<u64> = (0..n).map(|i| share(plan.items, n, i)).collect();
     let per_round = round_items(plan.item_bytes, plan.batch, n);

@@ -11,7 +11,7 @@ use super::stats::{percentiles, Errors, Percentiles};
 
 /// One timed phase (push or drain) of a sweep point.
 #[derive(Serialize, Clone, Debug)]
-pub struct Phase {
+pub(super) struct Phase {
     pub items: u64,
     pub requests: u64,
     pub seconds: f64,
@@ -25,7 +25,7 @@ pub struct Phase {
 
 impl Phase {
     /// Rates from what was done in `timed`.
-    pub fn new(
+    pub(super) fn new(
         items: u64,
         bytes: u64,
         requests: u64,
@@ -50,7 +50,7 @@ impl Phase {
 
 /// One sweep point.
 #[derive(Serialize, Clone, Debug)]
-pub struct PointReport {
+pub(super) struct PointReport {
     pub senders: usize,
     pub items: u64,
     pub push: Phase,
@@ -59,7 +59,7 @@ pub struct PointReport {
 
 /// The whole run.
 #[derive(Serialize, Clone, Debug)]
-pub struct Report {
+pub(super) struct Report {
     pub url: String,
     pub relay_version: String,
     pub targets: usize,
@@ -95,7 +95,7 @@ const HEADER: &str =
     "senders     items      done    items/s    MB/s   p50 ms   p90 ms   p99 ms   max ms  errors  gen cpu%";
 
 /// The text report.
-pub fn text(r: &Report) -> String {
+pub(super) fn text(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -10,11 +10,11 @@ const MAX_KINDS: usize = 32;
 
 /// Errors by kind, in a bounded map.
 #[derive(Default, Clone, Debug)]
-pub struct Errors(pub BTreeMap<String, u64>);
+pub(super) struct Errors(pub BTreeMap<String, u64>);
 
 impl Errors {
     /// Count `n` errors of `kind`.
-    pub fn add(&mut self, kind: &str, n: u64) {
+    pub(super) fn add(&mut self, kind: &str, n: u64) {
         if n == 0 {
             return;
         }
@@ -28,7 +28,7 @@ impl Errors {
     }
 
     /// Add another tally to this one.
-    pub fn merge(&mut self, other: &Errors) {
+    pub(super) fn merge(&mut self, other: &Errors) {
         for (k, n) in &other.0 {
             self.add(k, *n);
         }
@@ -37,7 +37,7 @@ impl Errors {
 
 /// Latency percentiles in milliseconds.
 #[derive(Serialize, Clone, Copy, Debug, Default)]
-pub struct Percentiles {
+pub(super) struct Percentiles {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -45,7 +45,7 @@ pub struct Percentiles {
 }
 
 /// Nearest-rank percentiles of latencies given in microseconds (sorted here).
-pub fn percentiles(lat_us: &mut [u32]) -> Percentiles {
+pub(super) fn percentiles(lat_us: &mut [u32]) -> Percentiles {
     if lat_us.is_empty() {
         return Percentiles::default();
     }
@@ -64,7 +64,7 @@ pub fn percentiles(lat_us: &mut [u32]) -> Percentiles {
 
 /// CPU time (user + system) this process has used so far: measured around the timed windows
 /// to show what the load generator itself costs on a shared machine.
-pub fn process_cpu() -> std::time::Duration {
+pub(super) fn process_cpu() -> std::time::Duration {
     // SAFETY: getrusage only writes the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
@@ -78,7 +78,7 @@ pub fn process_cpu() -> std::time::Duration {
 }
 
 /// Microseconds in `d`, saturating (a request over 71 minutes is not a latency worth keeping).
-pub fn micros(d: std::time::Duration) -> u32 {
+pub(super) fn micros(d: std::time::Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 /// One sweep point: senders, items/s, p99 ms.
-pub struct Point {
+pub(super) struct Point {
     pub senders: usize,
     pub items_per_s: f64,
     pub p99_ms: f64,
@@ -41,7 +41,7 @@ fn esc(s: &str) -> String {
 
 /// The chart as an SVG document; `footer` says when and from what it was measured
 /// ([`provenance`]).
-pub fn render(title: &str, points: &[Point], footer: &str) -> String {
+pub(super) fn render(title: &str, points: &[Point], footer: &str) -> String {
     let pw = W - LEFT - RIGHT;
     let ph = H - TOP - BOTTOM;
     let tmax = nice_ceiling(points.iter().map(|p| p.items_per_s).fold(0.0, f64::max));
@@ -213,7 +213,7 @@ fn legend(s: &mut String) {
 
 /// `measured YYYY-MM-DD, mbx-relay VERSION, commit HASH`: the commit from `git` where the bench
 /// runs inside a checkout, else `MBX_BENCH_COMMIT`, else "commit unknown".
-pub fn provenance() -> String {
+pub(super) fn provenance() -> String {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));

@@ -13,7 +13,7 @@ use relay_wire::keys::verify_with;
 
 /// What one sender's answers add up to.
 #[derive(Default)]
-pub struct Tally {
+pub(super) struct Tally {
     pub accepted: u64,
     pub accepted_bytes: u64,
     /// Accepted items per target index (what each receiver should drain).
@@ -22,14 +22,14 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn new(targets: usize) -> Self {
+    pub(super) fn new(targets: usize) -> Self {
         Tally {
             per_target: vec![0; targets],
             ..Tally::default()
         }
     }
 
-    pub fn merge(&mut self, o: &Tally) {
+    pub(super) fn merge(&mut self, o: &Tally) {
         self.accepted += o.accepted;
         self.accepted_bytes += o.accepted_bytes;
         for (a, b) in self.per_target.iter_mut().zip(&o.per_target) {
@@ -108,7 +108,7 @@ fn accept_problem(
 }
 
 /// Tally one request's answer for the `items` it carried.
-pub fn check_answer(
+pub(super) fn check_answer(
     info: &RelayInfo,
     sender: &Host,
     targets: &[Target],
