@@ -4,6 +4,12 @@
 //! lock file), `--torn` keeps a seeded prefix, and SIGTERM writes the files back to BACKING.
 //! Fails (never skips) without /dev/fuse or fusermount3.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is how a test (and its helpers) fails"
+)]
+
 use relay_testkit::powercut as mount;
 
 use std::fs::{self, File, OpenOptions};
