@@ -21,6 +21,7 @@ pub const VERSION: &str = concat!(
 #[command(name = "mbx-relay", version = VERSION, about, after_help = exit::HELP)]
 pub struct Cli {
     #[command(subcommand)]
+    /// What to do.
     pub command: Command,
 }
 

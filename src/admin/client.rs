@@ -16,7 +16,12 @@ const READ_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug)]
 pub enum ClientError {
     /// Talking to the socket failed (`context` says what we were doing).
-    Io { context: String, source: io::Error },
+    Io {
+        /// What we were doing.
+        context: String,
+        /// The error.
+        source: io::Error,
+    },
     /// The relay answered `error <reason>`.
     Refused(String),
     /// The relay's answer did not follow the admin protocol.

@@ -35,10 +35,15 @@ pub enum Request {
     /// Whole-store figures, one JSON object.
     Stats,
     /// The relay log, newest first, as JSON lines.
-    Log { limit: usize },
+    Log {
+        /// Most entries to send.
+        limit: usize,
+    },
     /// The store as JSON lines (the keyspace's dump format).
     Dump {
+        /// Only this partition (by name).
         partition: Option<String>,
+        /// Include wire bytes (base64).
         with_wire: bool,
     },
     /// The enrolments as JSON lines, one per enrolment ([`super::hosts`]).

@@ -19,8 +19,11 @@ const MAX_CANDIDATES: usize = 10;
 pub struct Action {
     /// The host key (base64) or a fingerprint (prefix) as the admin typed it.
     pub target: String,
+    /// Revoke the key.
     pub revoke: bool,
+    /// Delete its queued items (their senders get expiry notices).
     pub purge: bool,
+    /// Why, for the relay log.
     pub reason: String,
 }
 

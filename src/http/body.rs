@@ -64,7 +64,9 @@ pub const BUSY_DRAIN: Drain = Drain {
 /// Bounds of a drain.
 #[derive(Debug, Clone, Copy)]
 pub struct Drain {
+    /// Most bytes read and discarded.
     pub bytes: u64,
+    /// Longest the drain lasts.
     pub time: Duration,
 }
 

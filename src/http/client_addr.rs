@@ -11,8 +11,11 @@ use axum::http::HeaderMap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TrustProxy {
     #[default]
+    /// No proxy: the socket's address is the client.
     Off,
+    /// The rightmost `X-Forwarded-For` entry (the one the trusted proxy appended).
     Xff,
+    /// Cloudflare's `CF-Connecting-IP`.
     Cloudflare,
 }
 

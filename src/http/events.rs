@@ -28,12 +28,12 @@ use relay_core::Relay;
 use relay_core::{Refused, Ticket};
 
 /// Time without events after which a heartbeat comment is sent.
-pub const HEARTBEAT: Duration = Duration::from_secs(15);
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Shortest time between two `queued` events of one stream.
-pub const COALESCE: Duration = Duration::from_millis(10);
+pub(super) const COALESCE: Duration = Duration::from_millis(10);
 /// Tests only: a heartbeat interval in milliseconds instead of [`HEARTBEAT`] (undocumented for
 /// operators; a test cannot wait 15 s per heartbeat).
-pub const HEARTBEAT_TEST_ENV: &str = "MBX_RELAY_TEST_EVENTS_HEARTBEAT_MS";
+pub(super) const HEARTBEAT_TEST_ENV: &str = "MBX_RELAY_TEST_EVENTS_HEARTBEAT_MS";
 
 /// The heartbeat interval in force.
 fn heartbeat() -> Duration {

@@ -15,7 +15,7 @@ const FAILURE_TABLE_CAP: usize = 100_000;
 
 /// What the gate decided against a hop.
 #[derive(Debug)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The hop failed (401 `bad relay hop`), counted against the address.
     BadHop,
     /// The address is past its failure window: 429, nothing checked; the window frees after
@@ -33,7 +33,7 @@ pub(crate) struct HopGate {
 
 impl HopGate {
     /// A gate allowing `per_minute` failed authentications per address.
-    pub fn new(per_minute: u32) -> Self {
+    pub(crate) fn new(per_minute: u32) -> Self {
         HopGate {
             failures: RateTable::new(per_minute, FAILURE_TABLE_CAP),
             verifier: Verifier::default(),
@@ -65,7 +65,7 @@ impl HopGate {
     ///
     /// # Errors
     /// A [`Refusal`]; a failed check is counted.
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         addr: &str,
         check: HopCheck,
@@ -77,7 +77,7 @@ impl HopGate {
 
     /// Count a hop that never proved itself (its body was cut off after holding memory) as a
     /// failed authentication of `addr`.
-    pub fn count_failure(&self, addr: &str) {
+    pub(crate) fn count_failure(&self, addr: &str) {
         let _ = self
             .failures
             .try_hit(&address_key(addr), relay_core::now_ms());

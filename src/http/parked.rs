@@ -12,14 +12,16 @@ use axum::body::Body;
 use axum::http::Response;
 
 /// The rest of an answer.
-pub type Later = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+pub(super) type Later = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// The response extension holding a [`Later`] (extensions must be `Clone + Sync`; taken once).
 #[derive(Clone)]
 struct Parked(Arc<Mutex<Option<Later>>>);
 
 /// A placeholder response whose real answer is `later`'s output (see [`take`]).
-pub fn response(later: impl Future<Output = Response<Body>> + Send + 'static) -> Response<Body> {
+pub(super) fn response(
+    later: impl Future<Output = Response<Body>> + Send + 'static,
+) -> Response<Body> {
     let mut r = Response::new(Body::empty());
     r.extensions_mut()
         .insert(Parked(Arc::new(Mutex::new(Some(Box::pin(later))))));
@@ -27,7 +29,7 @@ pub fn response(later: impl Future<Output = Response<Body>> + Send + 'static) ->
 }
 
 /// The [`Later`] of a placeholder from [`response`]; `None` for any other response.
-pub fn take(r: &mut Response<Body>) -> Option<Later> {
+pub(super) fn take(r: &mut Response<Body>) -> Option<Later> {
     let Parked(slot) = r.extensions_mut().remove::<Parked>()?;
     let later = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
     later

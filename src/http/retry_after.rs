@@ -16,14 +16,14 @@ pub(crate) const STORE_TROUBLE: Duration = Duration::from_secs(2);
 
 /// `wait` in whole seconds, rounded up, at least 1 (`Retry-After: 0` would invite a retry
 /// storm).
-pub fn seconds(wait: Duration) -> u64 {
+pub(crate) fn seconds(wait: Duration) -> u64 {
     u64::try_from(wait.as_millis().div_ceil(1_000))
         .unwrap_or(u64::MAX)
         .max(1)
 }
 
 /// Set `r`'s `Retry-After` to `wait`.
-pub fn set<B>(r: &mut Response<B>, wait: Duration) {
+pub(crate) fn set<B>(r: &mut Response<B>, wait: Duration) {
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(seconds(wait)));
 }

@@ -19,7 +19,7 @@ const CHECK_NICE: i32 = 10;
 type Job = Box<dyn FnOnce() + Send>;
 
 /// Runs [`HopCheck::verify`] for large bodies on `threads` dedicated threads.
-pub struct Verifier {
+pub(super) struct Verifier {
     jobs: Mutex<mpsc::Sender<Job>>,
     /// One permit per thread: a request waits here (holding its body) rather than queueing
     /// unboundedly.
@@ -36,7 +36,7 @@ impl Default for Verifier {
 
 impl Verifier {
     /// A pool of `threads` check threads (at least one).
-    pub fn new(threads: usize) -> Self {
+    pub(super) fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
@@ -72,7 +72,7 @@ impl Verifier {
     }
 
     /// Check `check` over `body`; the body comes back with the answer.
-    pub async fn verify(
+    pub(super) async fn verify(
         &self,
         check: HopCheck,
         body: Vec<u8>,

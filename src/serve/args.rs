@@ -126,8 +126,10 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_ENROL_ALLOWLIST", value_name = "FILE", help_heading = HEAD_WHERE)]
     pub enrol_allowlist: Option<PathBuf>,
     #[command(flatten)]
+    /// Connection and body guard flags.
     pub guard: crate::http::conn::GuardArgs,
     #[command(flatten)]
+    /// TLS flags.
     pub tls: crate::http::tls::TlsArgs,
 }
 

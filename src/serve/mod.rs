@@ -30,14 +30,17 @@ use store_key::FoundKey;
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// Public address to listen on (`--listen`).
     pub listen: String,
     /// Private address for `GET /metrics` (`--metrics-listen`); none: metrics are not served.
     pub(crate) metrics_listen: Option<String>,
+    /// The store directory (`--store-dir`).
     pub store_dir: PathBuf,
     /// The store backend (`--store`; default: the directory store in `store_dir`). For a
     /// directory store `store_dir` is that directory.
     pub store: StoreSpec,
     pub(crate) trust_proxy: TrustProxy,
+    /// The relay's limits.
     pub limits: Limits,
     /// The content of `MBX_RELAY_KEY`, if set (never logged).
     pub(crate) key_env: Option<String>,

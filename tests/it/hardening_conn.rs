@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// One parsed response: status and body (content-length framed).
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub head: String,
     pub body: Vec<u8>,
@@ -18,7 +18,7 @@ pub struct Reply {
 
 impl Reply {
     /// The body parsed as JSON (panics with the text if it is not JSON).
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "status {}: not JSON ({e}): {}",
@@ -31,7 +31,7 @@ impl Reply {
 
 /// Read one content-length framed response from `s`, giving up after `limit`. `s` may have a
 /// read timeout (timeouts just retry until `limit`). `None` when the connection closed first.
-pub fn read_reply(s: &mut TcpStream, limit: Duration) -> Option<Reply> {
+pub(crate) fn read_reply(s: &mut TcpStream, limit: Duration) -> Option<Reply> {
     let start = Instant::now();
     let mut raw = Vec::new();
     let mut buf = [0u8; 16 * 1024];
@@ -67,13 +67,13 @@ pub fn read_reply(s: &mut TcpStream, limit: Duration) -> Option<Reply> {
 }
 
 /// A keep-alive connection that reconnects when the relay closed it.
-pub struct Conn {
+pub(crate) struct Conn {
     addr: SocketAddr,
     stream: Option<TcpStream>,
 }
 
 impl Conn {
-    pub fn new(addr: SocketAddr) -> Conn {
+    pub(crate) fn new(addr: SocketAddr) -> Conn {
         Conn { addr, stream: None }
     }
 
@@ -89,7 +89,7 @@ impl Conn {
     }
 
     /// One request; retried once on a fresh connection if the kept one was closed meanwhile.
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         method: &str,
         path: &str,

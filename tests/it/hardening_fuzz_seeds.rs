@@ -3,6 +3,10 @@
 //! `MBX_WRITE_FUZZ_SEEDS=1` this also rewrites `fuzz/corpus/` (how the committed seeds were made
 //! without a second, non-fuzzing build of the fuzz crate).
 #[allow(dead_code)]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's root: its `pub` is that crate's API"
+)]
 #[path = "../../fuzz/src/lib.rs"]
 mod mbx_relay_fuzz;
 

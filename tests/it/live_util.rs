@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::common::{parse_response, read_one_response, Host, Relay, Response};
 
 /// The raw bytes of a hop-signed `GET path` (`Connection: close`).
-pub fn signed_get(addr: SocketAddr, host: &Host, path: &str) -> Vec<u8> {
+pub(crate) fn signed_get(addr: SocketAddr, host: &Host, path: &str) -> Vec<u8> {
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in host.hop_headers("GET", path, b"", &Default::default()) {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -19,7 +19,7 @@ pub fn signed_get(addr: SocketAddr, host: &Host, path: &str) -> Vec<u8> {
 }
 
 /// Open a connection and send a signed GET without reading the answer.
-pub fn start_get(relay: &Relay, host: &Host, path: &str) -> TcpStream {
+pub(crate) fn start_get(relay: &Relay, host: &Host, path: &str) -> TcpStream {
     let mut s = TcpStream::connect(relay.addr()).expect("connect");
     s.set_nodelay(true).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
@@ -29,7 +29,7 @@ pub fn start_get(relay: &Relay, host: &Host, path: &str) -> TcpStream {
 }
 
 /// A signed pull with this query (leading `?` included), timed from send to full answer.
-pub fn timed_pull(relay: &Relay, host: &Host, query: &str) -> (Response, Duration) {
+pub(crate) fn timed_pull(relay: &Relay, host: &Host, query: &str) -> (Response, Duration) {
     let t = Instant::now();
     let mut s = start_get(relay, host, &format!("/v2/relay/items{query}"));
     let r = read_one_response(&mut s).expect("pull answer");
@@ -37,7 +37,7 @@ pub fn timed_pull(relay: &Relay, host: &Host, query: &str) -> (Response, Duratio
 }
 
 /// True when nothing has arrived on `s` yet (the request is still held).
-pub fn still_waiting(s: &TcpStream) -> bool {
+pub(crate) fn still_waiting(s: &TcpStream) -> bool {
     s.set_nonblocking(true).unwrap();
     let mut b = [0u8; 1];
     let waiting = matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
@@ -47,14 +47,14 @@ pub fn still_waiting(s: &TcpStream) -> bool {
 
 /// An open event stream: the raw bytes read so far (chunk framing included; each event is one
 /// chunk, so its text is contiguous).
-pub struct EventStream {
+pub(crate) struct EventStream {
     pub s: TcpStream,
     pub raw: Vec<u8>,
 }
 
 impl EventStream {
     /// Connect, send the signed `GET /v2/relay/events` and read the response head.
-    pub fn open(relay: &Relay, host: &Host) -> EventStream {
+    pub(crate) fn open(relay: &Relay, host: &Host) -> EventStream {
         let s = start_get(relay, host, "/v2/relay/events");
         let mut es = EventStream { s, raw: Vec::new() };
         assert!(
@@ -66,13 +66,13 @@ impl EventStream {
     }
 
     /// Everything read so far, as text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.raw).into_owned()
     }
 
     /// Read until `needle` appears in what was read (true) or `limit` passes or the stream ends
     /// (false).
-    pub fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
+    pub(crate) fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while !self.text().contains(needle) {
             if self.read_once(deadline) != Got::Data {
@@ -83,7 +83,7 @@ impl EventStream {
     }
 
     /// Read until the server ends the stream (true) or `limit` passes (false).
-    pub fn closed_within(&mut self, limit: Duration) -> bool {
+    pub(crate) fn closed_within(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
             match self.read_once(deadline) {
@@ -121,7 +121,7 @@ impl EventStream {
     }
 
     /// The response head, parsed (status and headers).
-    pub fn head(&self) -> Response {
+    pub(crate) fn head(&self) -> Response {
         let end = self
             .raw
             .windows(4)

@@ -6,6 +6,12 @@
 //! `live_util` (held pulls, event streams), `tls_util` (test CA, TLS client), `hardening_conn`
 //! (a keep-alive connection), `host_util` (the host harness of `relay-testkit`).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is how a test (and its helpers) fails"
+)]
+
 mod common;
 mod hardening_conn;
 mod live_util;
@@ -13,12 +19,12 @@ mod tls_util;
 
 /// The host child-process harness, shared with the host test binary.
 mod host_util {
-    pub use relay_testkit::host::*;
+    pub(crate) use relay_testkit::host::*;
 }
 
 /// A `host run` child process and a bounded wait, shared with the host test binary.
 mod daemon_util {
-    pub use relay_testkit::daemon::*;
+    pub(crate) use relay_testkit::daemon::*;
 }
 
 mod attack_senders;

@@ -17,17 +17,17 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use crate::common::{parse_response, Response};
 
 /// A client TLS connection to a relay.
-pub type TlsConn = StreamOwned<ClientConnection, TcpStream>;
+pub(crate) type TlsConn = StreamOwned<ClientConnection, TcpStream>;
 
 /// A certificate authority made for one test.
-pub struct Ca {
+pub(crate) struct Ca {
     issuer: Issuer<'static, KeyPair>,
     pub der: CertificateDer<'static>,
     pub pem: String,
 }
 
 /// A leaf certificate for `localhost` and 127.0.0.1, and its key.
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
     /// The serial number as given to rcgen (big-endian, no leading zero byte).
@@ -36,7 +36,7 @@ pub struct Leaf {
 
 impl Ca {
     /// A fresh CA named `name`.
-    pub fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -50,12 +50,12 @@ impl Ca {
     }
 
     /// A leaf for `localhost` / 127.0.0.1 with this serial number (1 to 2^63).
-    pub fn leaf(&self, serial: u64) -> Leaf {
+    pub(crate) fn leaf(&self, serial: u64) -> Leaf {
         self.leaf_with(serial, |_| {})
     }
 
     /// [`Ca::leaf`], valid until the start of `(year, month, day)` UTC.
-    pub fn leaf_until(&self, serial: u64, (y, m, d): (i32, u8, u8)) -> Leaf {
+    pub(crate) fn leaf_until(&self, serial: u64, (y, m, d): (i32, u8, u8)) -> Leaf {
         self.leaf_with(serial, |p| p.not_after = rcgen::date_time_ymd(y, m, d))
     }
 
@@ -86,7 +86,7 @@ impl Ca {
     }
 
     /// Write the CA certificate as `dir/NAME` and return its path.
-    pub fn write(&self, dir: &Path, name: &str) -> PathBuf {
+    pub(crate) fn write(&self, dir: &Path, name: &str) -> PathBuf {
         let p = dir.join(name);
         std::fs::write(&p, &self.pem).unwrap();
         p
@@ -95,7 +95,7 @@ impl Ca {
 
 impl Leaf {
     /// Write (or replace, atomically) `dir/cert.pem` and `dir/key.pem`, both mode 0600.
-    pub fn write(&self, dir: &Path) -> (PathBuf, PathBuf) {
+    pub(crate) fn write(&self, dir: &Path) -> (PathBuf, PathBuf) {
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
         replace(&cert, self.cert_pem.as_bytes());
@@ -105,12 +105,12 @@ impl Leaf {
 }
 
 /// Replace `path` with `bytes` (mode 0600) by a rename, as a certificate tool would.
-pub fn replace(path: &Path, bytes: &[u8]) {
+pub(crate) fn replace(path: &Path, bytes: &[u8]) {
     replace_with_mode(path, bytes, 0o600);
 }
 
 /// [`replace`], the new file having `mode` from the start.
-pub fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) {
+pub(crate) fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) {
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -126,12 +126,12 @@ pub fn replace_with_mode(path: &Path, bytes: &[u8], mode: u32) {
 }
 
 /// Set a file's permission bits.
-pub fn chmod(path: &Path, mode: u32) {
+pub(crate) fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A client configuration that trusts `ca` alone (ring provider, ALPN `http/1.1`).
-pub fn client_config(ca: &Ca) -> Arc<ClientConfig> {
+pub(crate) fn client_config(ca: &Ca) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
     roots.add(ca.der.clone()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -145,12 +145,12 @@ pub fn client_config(ca: &Ca) -> Arc<ClientConfig> {
 }
 
 /// Connect to `addr` as `localhost` and finish the handshake; `Err` says why it failed.
-pub fn connect(addr: SocketAddr, cfg: &Arc<ClientConfig>) -> Result<TlsConn, String> {
+pub(crate) fn connect(addr: SocketAddr, cfg: &Arc<ClientConfig>) -> Result<TlsConn, String> {
     connect_over(TcpStream::connect(addr).map_err(|e| e.to_string())?, cfg)
 }
 
 /// [`connect`] over a connection already open (e.g. from a chosen source address).
-pub fn connect_over(tcp: TcpStream, cfg: &Arc<ClientConfig>) -> Result<TlsConn, String> {
+pub(crate) fn connect_over(tcp: TcpStream, cfg: &Arc<ClientConfig>) -> Result<TlsConn, String> {
     tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     let conn = ClientConnection::new(cfg.clone(), name).map_err(|e| e.to_string())?;
@@ -164,14 +164,14 @@ pub fn connect_over(tcp: TcpStream, cfg: &Arc<ClientConfig>) -> Result<TlsConn, 
 }
 
 /// Send `raw` request bytes and read one response (its length known from Content-Length).
-pub fn exchange(s: &mut TlsConn, raw: &[u8]) -> Result<Response, String> {
+pub(crate) fn exchange(s: &mut TlsConn, raw: &[u8]) -> Result<Response, String> {
     s.write_all(raw).map_err(|e| e.to_string())?;
     s.flush().map_err(|e| e.to_string())?;
     read_response(s)
 }
 
 /// Read one response from a kept-alive connection.
-pub fn read_response(s: &mut TlsConn) -> Result<Response, String> {
+pub(crate) fn read_response(s: &mut TlsConn) -> Result<Response, String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -189,7 +189,7 @@ pub fn read_response(s: &mut TlsConn) -> Result<Response, String> {
 }
 
 /// `GET path` on a kept-alive TLS connection.
-pub fn get(s: &mut TlsConn, path: &str) -> Result<Response, String> {
+pub(crate) fn get(s: &mut TlsConn, path: &str) -> Result<Response, String> {
     exchange(
         s,
         format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").as_bytes(),
@@ -197,14 +197,14 @@ pub fn get(s: &mut TlsConn, path: &str) -> Result<Response, String> {
 }
 
 /// The serial number of the leaf certificate the server presented (big-endian, as encoded).
-pub fn served_serial(s: &TlsConn) -> Vec<u8> {
+pub(crate) fn served_serial(s: &TlsConn) -> Vec<u8> {
     let leaf = &s.conn.peer_certificates().expect("a server certificate")[0];
     serial_of(leaf.as_ref())
 }
 
 /// The serial number of a DER certificate: Certificate ::= SEQUENCE { tbs SEQUENCE {
 /// [0] version OPTIONAL, serialNumber INTEGER, ... } ... }.
-pub fn serial_of(der: &[u8]) -> Vec<u8> {
+pub(crate) fn serial_of(der: &[u8]) -> Vec<u8> {
     let (tag, cert, _) = der_item(der);
     assert_eq!(tag, 0x30, "certificate is a SEQUENCE");
     let (tag, tbs, _) = der_item(cert);
@@ -235,7 +235,7 @@ fn der_item(b: &[u8]) -> (u8, &[u8], &[u8]) {
 }
 
 /// Send a signal to a process.
-pub fn signal(pid: u32, sig: libc::c_int) {
+pub(crate) fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) with a child's pid; no memory is shared.
     #[allow(unsafe_code)]
     let r = unsafe { libc::kill(pid as libc::pid_t, sig) };

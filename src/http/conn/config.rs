@@ -36,6 +36,7 @@ const fn secs(text: &str) -> Duration {
 /// The guard's limits (flags of `mbx-relay serve`, see [`GuardArgs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardConfig {
+    /// Most connections open at once (`--max-connections`).
     pub max_connections: usize,
     pub(crate) header_timeout: Duration,
     pub(crate) body_timeout: Duration,
@@ -49,14 +50,18 @@ pub struct GuardConfig {
 /// The limits on request bodies and failed authentications, per client address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyGuardConfig {
+    /// Time allowed for a body's first byte (`--body-first-byte-timeout`).
     pub first_byte_timeout: Duration,
     /// Bytes per second a body must average after its first byte (with the first-byte timeout
     /// as slack).
     pub min_rate: u64,
+    /// Request-body bytes held at once for one client address (`--max-body-bytes-per-address`).
     pub bytes_per_address: u64,
+    /// Request-body bytes held at once for one hop key (`--max-body-bytes-per-key`).
     pub bytes_per_key: u64,
     /// Longest wait for room in the shared body budget.
     pub budget_wait: Duration,
+    /// Failed hop authentications per client address per minute (`--auth-failures-per-minute`).
     pub auth_failures_per_minute: u32,
 }
 
@@ -114,6 +119,7 @@ pub struct GuardArgs {
     #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub(crate) max_connections_per_address: usize,
     #[command(flatten)]
+    /// Request-body flags.
     pub body: BodyGuardArgs,
 }
 

@@ -29,7 +29,7 @@ pub(crate) struct AddressSlot {
 
 impl OpenPerAddress {
     /// A table allowing `cap` open connections per address.
-    pub fn new(cap: usize) -> Arc<Self> {
+    pub(super) fn new(cap: usize) -> Arc<Self> {
         Arc::new(OpenPerAddress {
             cap: cap.max(1),
             open: Mutex::new(HashMap::new()),

@@ -15,7 +15,7 @@ pub(crate) struct StreamingHeld(Arc<AtomicUsize>);
 
 impl Streaming {
     /// Count one streamed response until the handle drops.
-    pub fn hold(&self) -> StreamingHeld {
+    pub(crate) fn hold(&self) -> StreamingHeld {
         self.0.fetch_add(1, Ordering::AcqRel);
         StreamingHeld(self.0.clone())
     }

@@ -15,7 +15,7 @@ use super::{Relay, RelayOpts, GENEROUS};
 
 /// The store backend of a test relay.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// A fjall store directory (`--store-dir`), as `mbx-relay serve` does by default.
     #[default]
     Fjall,
@@ -26,17 +26,17 @@ pub enum Backend {
 
 impl Backend {
     /// Options for a relay on this backend with these extra arguments.
-    pub fn opts(self, args: &[&str]) -> RelayOpts {
+    pub(crate) fn opts(self, args: &[&str]) -> RelayOpts {
         RelayOpts::args(args).on(self)
     }
 
     /// [`Relay::start`] on this backend.
-    pub fn start(self, args: &[&str]) -> Relay {
+    pub(crate) fn start(self, args: &[&str]) -> Relay {
         Relay::launch(self.opts(args)).expect("relay starts")
     }
 
     /// [`Relay::start_generous`] on this backend.
-    pub fn start_generous(self, args: &[&str]) -> Relay {
+    pub(crate) fn start_generous(self, args: &[&str]) -> Relay {
         let mut all: Vec<&str> = GENEROUS.to_vec();
         all.extend_from_slice(args);
         self.start(&all)
@@ -45,7 +45,7 @@ impl Backend {
 
 /// True when PostgreSQL's server binaries are installed; else prints a skip line for `test`
 /// (the same rule as `PgCluster::start_or_skip`: `.ci/run` installs them).
-pub fn postgres_available(test: &str) -> bool {
+pub(crate) fn postgres_available(test: &str) -> bool {
     if find_bindir().is_some() {
         return true;
     }
@@ -67,7 +67,7 @@ extern "C" fn stop_cluster_at_exit() {
 }
 
 /// A fresh empty database on the binary's shared cluster (started on first use), as a URL.
-pub fn fresh_database() -> String {
+pub(crate) fn fresh_database() -> String {
     let cluster = CLUSTER.get_or_init(|| {
         let c = PgCluster::start_or_skip("backend").expect("PostgreSQL server binaries");
         // SAFETY: registers a plain `extern "C" fn()`; it runs once, at process exit.
@@ -81,7 +81,7 @@ pub fn fresh_database() -> String {
 
 /// Runs `sql` with `psql` on the database `db_url` and returns its unaligned, tuples-only output
 /// (`|` between columns, one row a line), for assertions on rows the protocol does not show.
-pub fn psql(db_url: &str, sql: &str) -> String {
+pub(crate) fn psql(db_url: &str, sql: &str) -> String {
     let bindir = find_bindir().expect("PostgreSQL binaries");
     relay_testkit::cluster::psql(&bindir, db_url, sql)
         .unwrap_or_else(|e| panic!("psql {sql:?}: {e}"))

@@ -26,8 +26,8 @@ mod backend;
 #[allow(unused_imports)]
 pub(crate) use backend::backend_tests;
 #[allow(unused_imports)]
-pub use backend::{fresh_database, postgres_available, psql, Backend};
-pub use relay_testkit::powercut;
+pub(crate) use backend::{fresh_database, postgres_available, psql, Backend};
+pub(crate) use relay_testkit::powercut;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -43,10 +43,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 /// Path of the binary built with this package.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mbx-relay");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_mbx-relay");
 
 /// The binary under test: `MBX_RELAY_TEST_BIN` if set, else [`BIN`].
-pub fn relay_bin() -> String {
+pub(crate) fn relay_bin() -> String {
     std::env::var("MBX_RELAY_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
 }
 
@@ -58,7 +58,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_RESPONSE: usize = 64 << 20;
 
 /// Flags that lift the per-minute rate limits, for tests that make many calls on one relay.
-pub const GENEROUS: &[&str] = &[
+pub(crate) const GENEROUS: &[&str] = &[
     "--pushes-per-minute",
     "1000000",
     "--enrol-per-minute",
@@ -72,7 +72,7 @@ pub const GENEROUS: &[&str] = &[
 /// Run `mbx-relay ARGS` with the environment's `MBX_RELAY_*` variables removed and `env` set;
 /// the process must end by itself within 20 s (a refused start, or `serve --check`): one that
 /// keeps running is killed and fails the test.
-pub fn relay_exits(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+pub(crate) fn relay_exits(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(relay_bin());
     cmd.args(args)
         .stdin(Stdio::null())
@@ -97,31 +97,31 @@ pub fn relay_exits(args: &[&str], env: &[(&str, &str)]) -> std::process::Output 
 }
 
 /// The `relay-tool` binary, built next to `mbx-relay` by `cargo test --workspace`.
-pub fn relay_tool_bin() -> PathBuf {
+pub(crate) fn relay_tool_bin() -> PathBuf {
     Path::new(BIN).with_file_name("relay-tool")
 }
 
 /// The `powercut` binary (a FUSE filesystem whose power a test can cut), built next to
 /// `mbx-relay` by `cargo test --workspace`.
-pub fn powercut_bin() -> PathBuf {
+pub(crate) fn powercut_bin() -> PathBuf {
     Path::new(BIN).with_file_name("powercut")
 }
 
 /// A powercut mount (see [`powercut::Powercut`]) with these extra arguments.
-pub fn powercut_mount(args: &[&str]) -> powercut::Powercut {
+pub(crate) fn powercut_mount(args: &[&str]) -> powercut::Powercut {
     powercut::Powercut::mount(&powercut_bin(), args)
 }
 
 /// Run `relay-tool` with `args` and the variables `env` (no terminal, so no progress display;
 /// the store, key and failpoint variables of the test's own environment are not passed on).
-pub fn relay_tool_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+pub(crate) fn relay_tool_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     relay_tool_command(args, env)
         .output()
         .expect("run relay-tool")
 }
 
 /// [`relay_tool`] with the file-mode creation mask `umask` in the child only.
-pub fn relay_tool_umask(args: &[&str], umask: u32) -> std::process::Output {
+pub(crate) fn relay_tool_umask(args: &[&str], umask: u32) -> std::process::Output {
     with_umask(&mut relay_tool_command(args, &[]), umask)
         .output()
         .expect("run relay-tool")
@@ -129,7 +129,7 @@ pub fn relay_tool_umask(args: &[&str], umask: u32) -> std::process::Output {
 
 /// Sets `umask` in the child `cmd` starts, between fork and exec. The test process's own mask
 /// is process-wide and shared by every test thread of the binary, so it is never changed.
-pub fn with_umask(cmd: &mut Command, umask: u32) -> &mut Command {
+pub(crate) fn with_umask(cmd: &mut Command, umask: u32) -> &mut Command {
     use std::os::unix::process::CommandExt as _;
     // SAFETY: runs in the forked child before exec; umask is async-signal-safe and cannot fail.
     unsafe {
@@ -141,7 +141,7 @@ pub fn with_umask(cmd: &mut Command, umask: u32) -> &mut Command {
 }
 
 /// The `relay-tool` command of [`relay_tool_env`], not yet run.
-pub fn relay_tool_command(args: &[&str], env: &[(&str, &str)]) -> Command {
+pub(crate) fn relay_tool_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let bin = relay_tool_bin();
     assert!(
         bin.exists(),
@@ -160,13 +160,13 @@ pub fn relay_tool_command(args: &[&str], env: &[(&str, &str)]) -> Command {
 }
 
 /// [`relay_tool_env`] without extra variables.
-pub fn relay_tool(args: &[&str]) -> std::process::Output {
+pub(crate) fn relay_tool(args: &[&str]) -> std::process::Output {
     relay_tool_env(args, &[])
 }
 
 /// Run the load generator `relay-bench` (relay-bench's binary: `cargo test --workspace` builds
 /// it for that package's own tests) with `args`.
-pub fn relay_bench(args: &[&str]) -> std::process::Output {
+pub(crate) fn relay_bench(args: &[&str]) -> std::process::Output {
     Command::new(relay_testkit::bins::path("relay-bench"))
         .args(args)
         .output()
@@ -174,7 +174,7 @@ pub fn relay_bench(args: &[&str]) -> std::process::Output {
 }
 
 /// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -182,12 +182,12 @@ pub fn now_ms() -> i64 {
 }
 
 /// ISO 8601 UTC with milliseconds, as JavaScript `toISOString()` prints it.
-pub fn iso(ms: i64) -> String {
+pub(crate) fn iso(ms: i64) -> String {
     relay_wire::time::iso_ms(ms as u64)
 }
 
 /// Lowercase hex SHA-256 of bytes (the protocol's `wire_hash`).
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -195,7 +195,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// `n` random bytes.
-pub fn random_bytes(n: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
     rand::thread_rng().fill_bytes(&mut v);
     v
@@ -204,7 +204,7 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
 /// A relay whose store fsyncs fail while the returned trigger file exists (the failpoints
 /// build's persist-failure watcher checks it every 20 ms), with the work dir holding the trigger.
 #[cfg(feature = "failpoints")]
-pub fn relay_with_fsync_trigger() -> (Relay, PathBuf, tempfile::TempDir) {
+pub(crate) fn relay_with_fsync_trigger() -> (Relay, PathBuf, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();
     let trigger = work.path().join("fsync-fails");
     let relay = Relay::launch(RelayOpts::args(GENEROUS).env(
@@ -217,7 +217,7 @@ pub fn relay_with_fsync_trigger() -> (Relay, PathBuf, tempfile::TempDir) {
 
 /// Poll `f` every 50 ms until it returns `Some`, for at most `limit` (`None` then): for what a
 /// relay does in the background (sweeps, heartbeats, leases), never for a fixed sleep.
-pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = f() {
@@ -231,7 +231,7 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
 }
 
 /// A line `<name>: <n> kB` of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
-pub fn proc_status_kib(pid: u32, name: &str) -> u64 {
+pub(crate) fn proc_status_kib(pid: u32, name: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     s.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -241,12 +241,12 @@ pub fn proc_status_kib(pid: u32, name: &str) -> u64 {
 
 /// Connects from a chosen loopback source address (std cannot bind before connecting;
 /// loopback answers on all of 127/8, so a socket bound to 127.0.0.N is another client address).
-pub struct Dialer {
+pub(crate) struct Dialer {
     rt: tokio::runtime::Runtime,
 }
 
 impl Dialer {
-    pub fn new() -> Dialer {
+    pub(crate) fn new() -> Dialer {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()
@@ -255,7 +255,11 @@ impl Dialer {
     }
 
     /// A blocking connection from `from` to `to`.
-    pub fn connect(&self, from: std::net::Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    pub(crate) fn connect(
+        &self,
+        from: std::net::Ipv4Addr,
+        to: SocketAddr,
+    ) -> std::io::Result<TcpStream> {
         self.rt.block_on(async {
             let s = tokio::net::TcpSocket::new_v4()?;
             s.bind(SocketAddr::new(from.into(), 0))?;
@@ -268,7 +272,7 @@ impl Dialer {
 }
 
 /// A fresh random host public key in protocol form (never enrolled anywhere).
-pub fn random_pubkey() -> String {
+pub(crate) fn random_pubkey() -> String {
     SigningKey::generate().public_b64()
 }
 
@@ -278,7 +282,7 @@ pub fn random_pubkey() -> String {
 
 /// A running `mbx-relay serve` child process. Killed (SIGKILL) on drop; when the test is
 /// panicking, the tail of its stderr is printed to help debugging.
-pub struct Relay {
+pub(crate) struct Relay {
     child: Option<Child>,
     addr: SocketAddr,
     /// The `--metrics-listen` address, when the relay printed `metrics listening on`.
@@ -300,7 +304,7 @@ pub struct Relay {
 
 /// Options for [`Relay::launch`]: extra arguments, environment and an optional store directory.
 #[derive(Default, Clone)]
-pub struct RelayOpts {
+pub(crate) struct RelayOpts {
     /// Arguments appended after `serve --listen 127.0.0.1:0 --store-dir <dir>`.
     pub args: Vec<String>,
     /// Extra environment variables for the child.
@@ -320,46 +324,46 @@ pub struct RelayOpts {
 
 impl RelayOpts {
     /// Options with these extra arguments.
-    pub fn args(args: &[&str]) -> Self {
+    pub(crate) fn args(args: &[&str]) -> Self {
         RelayOpts {
             args: args.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         }
     }
     /// Adds an environment variable.
-    pub fn env(mut self, k: &str, v: &str) -> Self {
+    pub(crate) fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.to_string(), v.to_string()));
         self
     }
     /// Uses this store directory.
-    pub fn store(mut self, dir: &Path) -> Self {
+    pub(crate) fn store(mut self, dir: &Path) -> Self {
         self.store = Some(dir.to_path_buf());
         self
     }
     /// Passes neither `--listen` nor `--store-dir`; see [`RelayOpts::bare`].
-    pub fn bare(mut self) -> Self {
+    pub(crate) fn bare(mut self) -> Self {
         self.bare = true;
         self
     }
     /// Starts the relay with this umask (set in the child only, see [`with_umask`]).
-    pub fn umask(mut self, umask: u32) -> Self {
+    pub(crate) fn umask(mut self, umask: u32) -> Self {
         self.umask = Some(umask);
         self
     }
     /// Runs the relay on this backend (a fresh database for PostgreSQL unless one is given).
-    pub fn on(mut self, backend: Backend) -> Self {
+    pub(crate) fn on(mut self, backend: Backend) -> Self {
         self.backend = backend;
         self
     }
     /// Runs the relay on this PostgreSQL database (e.g. a second process on one database).
-    pub fn db(mut self, url: &str) -> Self {
+    pub(crate) fn db(mut self, url: &str) -> Self {
         self.backend = Backend::Postgres;
         self.db = Some(url.to_string());
         self
     }
     /// Uses the store of `relay` (its directory, backend and database), e.g. to start another
     /// process on it after `relay` was stopped, or a second process on one database.
-    pub fn same_store(mut self, relay: &Relay) -> Self {
+    pub(crate) fn same_store(mut self, relay: &Relay) -> Self {
         self.store = Some(relay.store.clone());
         self.backend = relay.backend();
         self.db = relay.db.clone();
@@ -370,12 +374,12 @@ impl RelayOpts {
 impl Relay {
     /// Starts a relay on a free loopback port with a fresh temporary store and these extra
     /// arguments (e.g. `&["--max-queue-items", "3"]`). Panics if it does not come up.
-    pub fn start(args: &[&str]) -> Relay {
+    pub(crate) fn start(args: &[&str]) -> Relay {
         Relay::launch(RelayOpts::args(args)).expect("relay starts")
     }
 
     /// [`Relay::start`] with [`GENEROUS`] rate limits plus these arguments.
-    pub fn start_generous(args: &[&str]) -> Relay {
+    pub(crate) fn start_generous(args: &[&str]) -> Relay {
         let mut all: Vec<&str> = GENEROUS.to_vec();
         all.extend_from_slice(args);
         Relay::start(&all)
@@ -383,7 +387,7 @@ impl Relay {
 
     /// Starts a relay with full options; `Err` carries the exit status and stderr when the
     /// process exits or stays silent instead of printing its `listening on` line.
-    pub fn launch(opts: RelayOpts) -> Result<Relay, String> {
+    pub(crate) fn launch(opts: RelayOpts) -> Result<Relay, String> {
         let work = tempfile::tempdir().map_err(|e| e.to_string())?;
         let store = opts
             .store
@@ -447,7 +451,7 @@ impl Relay {
     /// Starts the relay on its store and SIGKILLs it `after` later, listening or not: a crash
     /// at a chosen moment of its start-up (e.g. inside a schema migration). Returns whether it
     /// had printed `listening on` by then.
-    pub fn start_killed_after(&mut self, after: Duration) -> bool {
+    pub(crate) fn start_killed_after(&mut self, after: Duration) -> bool {
         assert!(self.child.is_none(), "relay still running");
         let mut child = self
             .command()
@@ -530,33 +534,33 @@ impl Relay {
     }
 
     /// The address the relay listens on.
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The `listening on ...` line the relay printed at its last start.
-    pub fn listening_line(&self) -> &str {
+    pub(crate) fn listening_line(&self) -> &str {
         &self.listening_line
     }
 
     /// The private metrics address (started with `--metrics-listen 127.0.0.1:0`).
-    pub fn metrics_addr(&self) -> SocketAddr {
+    pub(crate) fn metrics_addr(&self) -> SocketAddr {
         self.metrics_addr
             .expect("relay started with --metrics-listen")
     }
 
     /// `GET /metrics` on the private metrics listener.
-    pub fn metrics(&self) -> Response {
+    pub(crate) fn metrics(&self) -> Response {
         send(self.metrics_addr(), "GET", "/metrics", &[], b"")
     }
 
     /// The store directory (on PostgreSQL: where relay.key and the admin socket are).
-    pub fn store_dir(&self) -> &Path {
+    pub(crate) fn store_dir(&self) -> &Path {
         &self.store
     }
 
     /// The backend the relay's store is on.
-    pub fn backend(&self) -> Backend {
+    pub(crate) fn backend(&self) -> Backend {
         if self.db.is_some() {
             Backend::Postgres
         } else {
@@ -565,22 +569,22 @@ impl Relay {
     }
 
     /// The PostgreSQL database URL, on [`Backend::Postgres`].
-    pub fn db_url(&self) -> Option<&str> {
+    pub(crate) fn db_url(&self) -> Option<&str> {
         self.db.as_deref()
     }
 
     /// Everything the relay wrote to stderr so far (all runs of this `Relay`).
-    pub fn stderr_log(&self) -> String {
+    pub(crate) fn stderr_log(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
     /// The child's process id, while running.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
 
     /// Kills the process with SIGKILL (no chance to clean up) and waits for it.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -589,7 +593,7 @@ impl Relay {
 
     /// Sends SIGTERM and waits up to `timeout` for a clean exit; returns the exit code
     /// (`None` if killed by a signal). Falls back to SIGKILL after the timeout and panics.
-    pub fn terminate(&mut self, timeout: Duration) -> Option<i32> {
+    pub(crate) fn terminate(&mut self, timeout: Duration) -> Option<i32> {
         let mut c = self.child.take()?;
         // SAFETY: plain kill(2) on our own child's pid.
         unsafe {
@@ -611,7 +615,7 @@ impl Relay {
 
     /// Kills the relay (SIGKILL) and starts it again on the same store with the same arguments
     /// and environment. The port may change; [`Relay::addr`] follows it.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill9();
         self.spawn().expect("relay restarts");
     }
@@ -619,7 +623,7 @@ impl Relay {
     /// A power cut under a running relay: SIGKILL, then `pc` forgets everything not durable,
     /// then the relay starts again on the same store (which must be on `pc`). Returns the bytes
     /// written but not synced when the power went (see [`powercut::Powercut::cut`]).
-    pub fn power_cut(&mut self, pc: &mut powercut::Powercut) -> u64 {
+    pub(crate) fn power_cut(&mut self, pc: &mut powercut::Powercut) -> u64 {
         self.kill9();
         let unsynced = pc.cut();
         self.spawn().expect("relay restarts after a power cut");
@@ -629,7 +633,7 @@ impl Relay {
     /// [`Relay::power_cut`] in the other order: the power goes while the relay runs (its
     /// fsyncs in flight fail, its open handles write nothing more), then SIGKILL and a restart.
     /// A kill first lets every fsync already sent complete (the kernel waits for the answer).
-    pub fn power_cut_while_running(&mut self, pc: &mut powercut::Powercut) -> u64 {
+    pub(crate) fn power_cut_while_running(&mut self, pc: &mut powercut::Powercut) -> u64 {
         let unsynced = pc.cut();
         self.kill9();
         self.spawn().expect("relay restarts after a power cut");
@@ -637,13 +641,13 @@ impl Relay {
     }
 
     /// Starts the relay again after [`Relay::kill9`] or [`Relay::terminate`].
-    pub fn start_again(&mut self) -> Result<(), String> {
+    pub(crate) fn start_again(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "relay still running");
         self.spawn()
     }
 
     /// One HTTP request (see [`send`]).
-    pub fn send(
+    pub(crate) fn send(
         &self,
         method: &str,
         path: &str,
@@ -654,29 +658,29 @@ impl Relay {
     }
 
     /// Unauthenticated GET.
-    pub fn get(&self, path: &str) -> Response {
+    pub(crate) fn get(&self, path: &str) -> Response {
         self.send("GET", path, &[], b"")
     }
 
     /// Unauthenticated POST of raw bytes as JSON.
-    pub fn post(&self, path: &str, body: &[u8]) -> Response {
+    pub(crate) fn post(&self, path: &str, body: &[u8]) -> Response {
         self.send("POST", path, &[], body)
     }
 
     /// Unauthenticated POST of a JSON value.
-    pub fn post_json(&self, path: &str, body: &Value) -> Response {
+    pub(crate) fn post_json(&self, path: &str, body: &Value) -> Response {
         self.post(path, body.to_string().as_bytes())
     }
 
     /// `GET /v2/relay/info` (asserted 200), parsed.
-    pub fn info(&self) -> Value {
+    pub(crate) fn info(&self) -> Value {
         let r = self.get("/v2/relay/info");
         assert_eq!(r.status, 200, "info: {}", r.text());
         r.json()
     }
 
     /// The relay's public key, from info.
-    pub fn pubkey(&self) -> String {
+    pub(crate) fn pubkey(&self) -> String {
         self.info()["relay_pubkey"]
             .as_str()
             .expect("relay_pubkey")
@@ -684,12 +688,12 @@ impl Relay {
     }
 
     /// The current epoch, from info.
-    pub fn epoch(&self) -> String {
+    pub(crate) fn epoch(&self) -> String {
         self.info()["epoch"].as_str().expect("epoch").to_string()
     }
 
     /// Asserts the relay still answers `GET /v2/relay/info` with 200 (used after hostile input).
-    pub fn assert_alive(&self) {
+    pub(crate) fn assert_alive(&self) {
         let r = self.get("/v2/relay/info");
         assert_eq!(r.status, 200, "relay stopped serving: {}", r.text());
         assert!(r.json()["relay_pubkey"].is_string());
@@ -717,7 +721,7 @@ impl Drop for Relay {
 
 /// One HTTP response: status, headers (names lowercased) and the de-chunked body.
 #[derive(Debug, Clone)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -725,12 +729,12 @@ pub struct Response {
 
 impl Response {
     /// The body as (lossy) text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The body parsed as JSON; panics with the body text if it is not JSON.
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "status {} body is not JSON ({e}): {}",
@@ -741,7 +745,7 @@ impl Response {
     }
 
     /// The first value of a header (name case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
             .iter()
@@ -750,14 +754,14 @@ impl Response {
     }
 
     /// Asserts the status and that the body is exactly the JSON object `{"error": msg}`.
-    pub fn assert_error(&self, status: u16, msg: &str) {
+    pub(crate) fn assert_error(&self, status: u16, msg: &str) {
         assert_eq!(self.status, status, "body: {}", self.text());
         assert_eq!(self.json(), json!({ "error": msg }), "status {status}");
     }
 
     /// Asserts the status and that the body is a JSON object with a non-empty `error` string;
     /// returns the parsed body.
-    pub fn assert_some_error(&self, status: u16) -> Value {
+    pub(crate) fn assert_some_error(&self, status: u16) -> Value {
         assert_eq!(self.status, status, "body: {}", self.text());
         let v = self.json();
         let e = v["error"]
@@ -768,7 +772,7 @@ impl Response {
     }
 
     /// Asserts 200 and returns the parsed body.
-    pub fn ok(&self) -> Value {
+    pub(crate) fn ok(&self) -> Value {
         assert_eq!(self.status, 200, "expected 200, body: {}", self.text());
         self.json()
     }
@@ -777,7 +781,7 @@ impl Response {
 /// Sends one HTTP/1.1 request on a fresh connection (`Connection: close`) and reads the whole
 /// answer. Adds `Host`, `Content-Length` (for a body or a POST) and, for a non-empty body,
 /// `Content-Type: application/json` unless the caller gives its own. Panics on I/O errors.
-pub fn send(
+pub(crate) fn send(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -789,7 +793,7 @@ pub fn send(
 
 /// [`send`], with I/O and parse failures as `Err` instead of a panic (for requests to a relay
 /// that may be killed meanwhile).
-pub fn try_send(
+pub(crate) fn try_send(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -821,7 +825,7 @@ pub fn try_send(
 
 /// Writes exactly `bytes` on a new connection, half-closes nothing, and reads until the server
 /// closes (or the read timeout). Returns what came back, possibly empty.
-pub fn send_raw(addr: SocketAddr, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+pub(crate) fn send_raw(addr: SocketAddr, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(IO_TIMEOUT))?;
     s.set_write_timeout(Some(IO_TIMEOUT))?;
@@ -836,7 +840,7 @@ pub fn send_raw(addr: SocketAddr, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 /// Reads until EOF, a connection reset after some data, or the read timeout.
-pub fn read_until_close(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_until_close(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     loop {
@@ -865,7 +869,7 @@ pub fn read_until_close(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 
 /// Reads exactly one response from a kept-alive connection (its length must be known from
 /// Content-Length or chunked framing) and parses it.
-pub fn read_one_response(s: &mut TcpStream) -> Result<Response, String> {
+pub(crate) fn read_one_response(s: &mut TcpStream) -> Result<Response, String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     while !response_complete(&out) {
@@ -907,7 +911,7 @@ fn response_complete(raw: &[u8]) -> bool {
 }
 
 /// Parses an HTTP/1.1 response (status line, headers, body by Content-Length or chunked).
-pub fn parse_response(raw: &[u8]) -> Result<Response, String> {
+pub(crate) fn parse_response(raw: &[u8]) -> Result<Response, String> {
     let end = header_end(raw).ok_or("no end of headers")?;
     let head = std::str::from_utf8(&raw[..end]).map_err(|_| "non-UTF-8 head")?;
     let mut lines = head.split("\r\n");
@@ -980,14 +984,14 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
 // ---------------------------------------------------------------------------------------------
 
 /// A test host: a name and an Ed25519 host key.
-pub struct Host {
+pub(crate) struct Host {
     pub name: String,
     pub key: SigningKey,
 }
 
 /// How to sign one hop; the defaults make a valid v2 hop (with `x-mbx-key`, fresh `ts`).
 #[derive(Default)]
-pub struct Hop {
+pub(crate) struct Hop {
     /// `x-mbx-ts` to send (default: now).
     pub ts_ms: Option<i64>,
     /// Leave out `x-mbx-key` (a v1 caller, found by name).
@@ -1003,7 +1007,7 @@ pub struct Hop {
 }
 
 /// The path a hop signs: with its query for `/v2/...`, bare for `/v1/...` (docs/protocol.md §2).
-pub fn hop_signed_path(path: &str) -> String {
+pub(crate) fn hop_signed_path(path: &str) -> String {
     if path.starts_with("/v2/") {
         path.to_string()
     } else {
@@ -1012,7 +1016,7 @@ pub fn hop_signed_path(path: &str) -> String {
 }
 
 /// The signed hop payload: canonical of `{"method","path","ts","body": M:P:TS:BODY}`.
-pub fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
+pub(crate) fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
     canonical_json(&json!({
         "method": method,
         "path": path,
@@ -1023,7 +1027,7 @@ pub fn hop_payload(method: &str, path: &str, ts: &str, body: &str) -> String {
 
 impl Host {
     /// A new host with a fresh random key.
-    pub fn new(name: &str) -> Host {
+    pub(crate) fn new(name: &str) -> Host {
         Host {
             name: name.to_string(),
             key: SigningKey::generate(),
@@ -1031,19 +1035,19 @@ impl Host {
     }
 
     /// A new host, enrolled on `relay` (asserts success).
-    pub fn enrolled(relay: &Relay, name: &str) -> Host {
+    pub(crate) fn enrolled(relay: &Relay, name: &str) -> Host {
         let h = Host::new(name);
         h.enrol(relay);
         h
     }
 
     /// The host public key in protocol form.
-    pub fn pubkey(&self) -> String {
+    pub(crate) fn pubkey(&self) -> String {
         self.key.public_b64()
     }
 
     /// The hop headers for one request.
-    pub fn hop_headers(
+    pub(crate) fn hop_headers(
         &self,
         method: &str,
         path: &str,
@@ -1080,7 +1084,7 @@ impl Host {
     }
 
     /// A request with a hop signed as `hop` says, plus extra headers.
-    pub fn call_with(
+    pub(crate) fn call_with(
         &self,
         relay: &Relay,
         method: &str,
@@ -1098,7 +1102,7 @@ impl Host {
 
     /// A request with a valid v2 hop to the relay at `addr`; `Err` on an I/O failure (a relay
     /// killed meanwhile) instead of a panic.
-    pub fn try_call_at(
+    pub(crate) fn try_call_at(
         &self,
         addr: SocketAddr,
         method: &str,
@@ -1111,12 +1115,12 @@ impl Host {
     }
 
     /// A request with a valid v2 hop (`x-mbx-key` included).
-    pub fn call(&self, relay: &Relay, method: &str, path: &str, body: &[u8]) -> Response {
+    pub(crate) fn call(&self, relay: &Relay, method: &str, path: &str, body: &[u8]) -> Response {
         self.call_with(relay, method, path, body, &Hop::default(), &[])
     }
 
     /// A request with a valid v1 hop (no `x-mbx-key`; the relay finds the host by name).
-    pub fn call_v1(&self, relay: &Relay, method: &str, path: &str, body: &[u8]) -> Response {
+    pub(crate) fn call_v1(&self, relay: &Relay, method: &str, path: &str, body: &[u8]) -> Response {
         let hop = Hop {
             v1: true,
             ..Hop::default()
@@ -1125,17 +1129,17 @@ impl Host {
     }
 
     /// Signed GET.
-    pub fn get(&self, relay: &Relay, path: &str) -> Response {
+    pub(crate) fn get(&self, relay: &Relay, path: &str) -> Response {
         self.call(relay, "GET", path, b"")
     }
 
     /// Signed POST of a JSON value.
-    pub fn post_json(&self, relay: &Relay, path: &str, body: &Value) -> Response {
+    pub(crate) fn post_json(&self, relay: &Relay, path: &str, body: &Value) -> Response {
         self.call(relay, "POST", path, body.to_string().as_bytes())
     }
 
     /// `POST /v1/relay/challenge {"host","pubkey"}`.
-    pub fn challenge(&self, relay: &Relay) -> Response {
+    pub(crate) fn challenge(&self, relay: &Relay) -> Response {
         relay.post_json(
             "/v1/relay/challenge",
             &json!({"host": self.name, "pubkey": self.pubkey()}),
@@ -1144,7 +1148,7 @@ impl Host {
 
     /// The enrol body for a challenge: `{"host","pubkey","owner_fp","sig"}` with `sig` over
     /// canonical(`{"v":1,"challenge","host","pubkey","owner_fp"}`) by `signer` (default: own key).
-    pub fn enrol_body(
+    pub(crate) fn enrol_body(
         &self,
         challenge: &str,
         owner_fp: &str,
@@ -1162,7 +1166,7 @@ impl Host {
 
     /// Challenge then enrol with this owner_fp; returns the enrol response (the challenge is
     /// asserted 200).
-    pub fn try_enrol(&self, relay: &Relay, owner_fp: &str) -> Response {
+    pub(crate) fn try_enrol(&self, relay: &Relay, owner_fp: &str) -> Response {
         let c = self.challenge(relay);
         assert_eq!(c.status, 200, "challenge for {}: {}", self.name, c.text());
         let challenge = c.json()["challenge"]
@@ -1176,19 +1180,19 @@ impl Host {
     }
 
     /// Challenge and enrol; asserts `200 {"ok":true}`.
-    pub fn enrol(&self, relay: &Relay) {
+    pub(crate) fn enrol(&self, relay: &Relay) {
         let r = self.try_enrol(relay, "");
         assert_eq!(r.status, 200, "enrol {}: {}", self.name, r.text());
         assert_eq!(r.json(), json!({"ok": true}));
     }
 
     /// `POST /v2/relay/items {"items": items}`.
-    pub fn push(&self, relay: &Relay, items: &[Value]) -> Response {
+    pub(crate) fn push(&self, relay: &Relay, items: &[Value]) -> Response {
         self.post_json(relay, "/v2/relay/items", &json!({ "items": items }))
     }
 
     /// Pushes and returns the `results` array (asserts 200 and one result per item).
-    pub fn push_results(&self, relay: &Relay, items: &[Value]) -> Vec<Value> {
+    pub(crate) fn push_results(&self, relay: &Relay, items: &[Value]) -> Vec<Value> {
         let r = self.push(relay, items).ok();
         let res = r["results"]
             .as_array()
@@ -1199,18 +1203,18 @@ impl Host {
     }
 
     /// Pushes one item and returns its result.
-    pub fn push_one(&self, relay: &Relay, item: &Value) -> Value {
+    pub(crate) fn push_one(&self, relay: &Relay, item: &Value) -> Value {
         self.push_results(relay, std::slice::from_ref(item))
             .remove(0)
     }
 
     /// `GET /v2/relay/items<query>` (query including its leading `?`, or empty).
-    pub fn pull(&self, relay: &Relay, query: &str) -> Response {
+    pub(crate) fn pull(&self, relay: &Relay, query: &str) -> Response {
         self.get(relay, &format!("/v2/relay/items{query}"))
     }
 
     /// Pulls every item after `after` by following `last_seq` (bounded to 1,000 pages).
-    pub fn pull_all(&self, relay: &Relay, after: u64) -> Vec<Value> {
+    pub(crate) fn pull_all(&self, relay: &Relay, after: u64) -> Vec<Value> {
         let mut out = Vec::new();
         let mut after = after;
         for _ in 0..1000 {
@@ -1227,7 +1231,7 @@ impl Host {
     }
 
     /// `POST /v2/relay/ack {"epoch","through"}`.
-    pub fn ack(&self, relay: &Relay, epoch: &str, through: Value) -> Response {
+    pub(crate) fn ack(&self, relay: &Relay, epoch: &str, through: Value) -> Response {
         self.post_json(
             relay,
             "/v2/relay/ack",
@@ -1236,7 +1240,7 @@ impl Host {
     }
 
     /// `POST /v1/relay/enc-key {"enc_pub","sig"}` with a valid signature.
-    pub fn publish_enc(&self, relay: &Relay, enc_pub: &str) -> Response {
+    pub(crate) fn publish_enc(&self, relay: &Relay, enc_pub: &str) -> Response {
         let sig = self.key.sign(
             canonical_json(&json!({"v":1, "host": self.name, "enc_pub": enc_pub})).as_bytes(),
         );
@@ -1248,7 +1252,7 @@ impl Host {
     }
 
     /// The sender-list body signed by this host: `{"list":{...},"sig"}`.
-    pub fn sender_list(&self, senders: &[String], iat_ms: i64) -> Value {
+    pub(crate) fn sender_list(&self, senders: &[String], iat_ms: i64) -> Value {
         let list = json!({
             "v": 1, "type": "relay-senders", "host_pubkey": self.pubkey(),
             "senders": senders, "iat": iso(iat_ms),
@@ -1258,7 +1262,12 @@ impl Host {
     }
 
     /// `POST /v2/relay/senders` with a list signed by this host.
-    pub fn publish_senders(&self, relay: &Relay, senders: &[String], iat_ms: i64) -> Response {
+    pub(crate) fn publish_senders(
+        &self,
+        relay: &Relay,
+        senders: &[String],
+        iat_ms: i64,
+    ) -> Response {
         self.post_json(
             relay,
             "/v2/relay/senders",
@@ -1268,12 +1277,12 @@ impl Host {
 
     /// A sealed envelope from this host to `agent@<target name>` for each target, as an
     /// `envelope` item for those targets (same wire bytes for all), with a fresh ULID.
-    pub fn envelope_to(&self, targets: &[&Host]) -> Value {
+    pub(crate) fn envelope_to(&self, targets: &[&Host]) -> Value {
         envelope_item(self, targets)
     }
 
     /// `info` with this host's hop (so it includes `you`).
-    pub fn info(&self, relay: &Relay) -> Value {
+    pub(crate) fn info(&self, relay: &Relay) -> Value {
         self.get(relay, "/v2/relay/info").ok()
     }
 }
@@ -1285,7 +1294,7 @@ impl Host {
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// A fresh ULID (26 Crockford base32 chars: 48-bit ms time, 80 random bits).
-pub fn ulid() -> String {
+pub(crate) fn ulid() -> String {
     let t = now_ms() as u128;
     let r = u128::from_be_bytes({
         let mut b = [0u8; 16];
@@ -1300,7 +1309,7 @@ pub fn ulid() -> String {
 }
 
 /// A valid sealed agentmbx v3 envelope (random 32-byte epk, 24-byte nonce, non-empty body).
-pub fn sealed_envelope(id: &str, from: &str, to: &[String]) -> Value {
+pub(crate) fn sealed_envelope(id: &str, from: &str, to: &[String]) -> Value {
     let cipher = b64(&random_bytes(48));
     json!({
         "v": 3, "id": id, "ts": iso(now_ms()), "from": from, "to": to,
@@ -1318,7 +1327,7 @@ pub fn sealed_envelope(id: &str, from: &str, to: &[String]) -> Value {
 
 /// Serialises `v` (an object) to exactly `len` bytes by adding an unknown `"pad"` string field
 /// (unknown fields are allowed in envelopes). Panics if `v` is already longer.
-pub fn pad_json_to(v: &Value, len: usize) -> Vec<u8> {
+pub(crate) fn pad_json_to(v: &Value, len: usize) -> Vec<u8> {
     let mut v = v.clone();
     v["pad"] = json!("");
     let base = serde_json::to_vec(&v).expect("json").len();
@@ -1330,7 +1339,7 @@ pub fn pad_json_to(v: &Value, len: usize) -> Vec<u8> {
 }
 
 /// A push item `{"kind","item_id","targets":[{"host_pubkey","wire_b64"}]}`.
-pub fn item(kind: &str, item_id: &str, targets: &[(String, Vec<u8>)]) -> Value {
+pub(crate) fn item(kind: &str, item_id: &str, targets: &[(String, Vec<u8>)]) -> Value {
     let t: Vec<Value> = targets
         .iter()
         .map(|(pk, wire)| json!({"host_pubkey": pk, "wire_b64": b64(wire)}))
@@ -1339,7 +1348,7 @@ pub fn item(kind: &str, item_id: &str, targets: &[(String, Vec<u8>)]) -> Value {
 }
 
 /// The sealed envelope wire bytes (compact JSON) from `sender` to `agent@<target>` for targets.
-pub fn envelope_wire(id: &str, sender: &Host, targets: &[&Host]) -> Vec<u8> {
+pub(crate) fn envelope_wire(id: &str, sender: &Host, targets: &[&Host]) -> Vec<u8> {
     let to: Vec<String> = targets
         .iter()
         .map(|t| format!("agent@{}", t.name))
@@ -1348,7 +1357,7 @@ pub fn envelope_wire(id: &str, sender: &Host, targets: &[&Host]) -> Vec<u8> {
 }
 
 /// An `envelope` item with a fresh ULID for these targets (same wire bytes for each).
-pub fn envelope_item(sender: &Host, targets: &[&Host]) -> Value {
+pub(crate) fn envelope_item(sender: &Host, targets: &[&Host]) -> Value {
     let id = ulid();
     let wire = envelope_wire(&id, sender, targets);
     item(
@@ -1362,7 +1371,7 @@ pub fn envelope_item(sender: &Host, targets: &[&Host]) -> Value {
 }
 
 /// An `envelope` item whose wire is exactly `len` bytes (padded), for size and quota tests.
-pub fn envelope_item_sized(sender: &Host, targets: &[&Host], len: usize) -> Value {
+pub(crate) fn envelope_item_sized(sender: &Host, targets: &[&Host], len: usize) -> Value {
     let id = ulid();
     let to: Vec<String> = targets
         .iter()
@@ -1381,12 +1390,12 @@ pub fn envelope_item_sized(sender: &Host, targets: &[&Host], len: usize) -> Valu
 }
 
 /// The wire bytes of an item's first target.
-pub fn item_wire(item: &Value) -> Vec<u8> {
+pub(crate) fn item_wire(item: &Value) -> Vec<u8> {
     unb64(item["targets"][0]["wire_b64"].as_str().expect("wire_b64")).expect("base64")
 }
 
 /// A receipt record `{"v":1,"type":"receipt","msg","recipient","state","at","seq"}`.
-pub fn receipt_record(msg: &str, recipient: &str, seq: u64) -> Value {
+pub(crate) fn receipt_record(msg: &str, recipient: &str, seq: u64) -> Value {
     json!({
         "v": 1, "type": "receipt", "msg": msg, "recipient": recipient,
         "state": "delivered", "at": iso(now_ms()), "seq": seq,
@@ -1394,7 +1403,7 @@ pub fn receipt_record(msg: &str, recipient: &str, seq: u64) -> Value {
 }
 
 /// The item id of a receipt record: `receipt:<msg>:<recipient>:<seq>`.
-pub fn receipt_item_id(rec: &Value) -> String {
+pub(crate) fn receipt_item_id(rec: &Value) -> String {
     format!(
         "receipt:{}:{}:{}",
         rec["msg"].as_str().unwrap_or(""),
@@ -1404,13 +1413,13 @@ pub fn receipt_item_id(rec: &Value) -> String {
 }
 
 /// Receipt wire bytes: canonical(`{"rec","sig"}`) with `sig` by `signer` over canonical(rec).
-pub fn receipt_wire(rec: &Value, signer: &SigningKey) -> Vec<u8> {
+pub(crate) fn receipt_wire(rec: &Value, signer: &SigningKey) -> Vec<u8> {
     let sig = signer.sign(canonical_json(rec).as_bytes());
     canonical_json(&json!({"rec": rec, "sig": sig})).into_bytes()
 }
 
 /// A valid `receipt` item pushed by `sender` (who signs it) to `target`; returns the item.
-pub fn receipt_item(sender: &Host, target: &Host) -> Value {
+pub(crate) fn receipt_item(sender: &Host, target: &Host) -> Value {
     let rec = receipt_record(&ulid(), &format!("agent@{}", sender.name), 1);
     let wire = receipt_wire(&rec, &sender.key);
     item(
@@ -1422,7 +1431,7 @@ pub fn receipt_item(sender: &Host, target: &Host) -> Value {
 
 /// A rotation body `{"rotation":{"rec","old_sig","new_sig"}}` for `rec.host = host_name`, from
 /// `old` to `new`, signed by both keys (override with `old_signer`/`new_signer`).
-pub fn rotation(
+pub(crate) fn rotation(
     host_name: &str,
     old: &SigningKey,
     new: &SigningKey,
@@ -1438,7 +1447,11 @@ pub fn rotation(
 }
 
 /// A rotation body for an arbitrary record, signed by the two given keys.
-pub fn rotation_from_rec(rec: &Value, old_signer: &SigningKey, new_signer: &SigningKey) -> Value {
+pub(crate) fn rotation_from_rec(
+    rec: &Value,
+    old_signer: &SigningKey,
+    new_signer: &SigningKey,
+) -> Value {
     let c = canonical_json(rec);
     json!({"rotation": {
         "rec": rec,
@@ -1452,7 +1465,7 @@ pub fn rotation_from_rec(rec: &Value, old_signer: &SigningKey, new_signer: &Sign
 // ---------------------------------------------------------------------------------------------
 
 /// True for a UUID v4 string (`xxxxxxxx-xxxx-4xxx-[89ab]xxx-xxxxxxxxxxxx`, lowercase hex).
-pub fn is_uuid_v4(s: &str) -> bool {
+pub(crate) fn is_uuid_v4(s: &str) -> bool {
     let b = s.as_bytes();
     if b.len() != 36 {
         return false;
@@ -1472,7 +1485,7 @@ pub fn is_uuid_v4(s: &str) -> bool {
 }
 
 /// True for `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub fn is_iso_ms(s: &str) -> bool {
+pub(crate) fn is_iso_ms(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 24
         && b.iter().enumerate().all(|(i, c)| match i {
@@ -1486,7 +1499,7 @@ pub fn is_iso_ms(s: &str) -> bool {
 }
 
 /// Sorted key names of a JSON object (for exact-field assertions).
-pub fn keys_of(v: &Value) -> Vec<String> {
+pub(crate) fn keys_of(v: &Value) -> Vec<String> {
     let mut k: Vec<String> = v
         .as_object()
         .unwrap_or_else(|| panic!("not an object: {v}"))
@@ -1498,7 +1511,7 @@ pub fn keys_of(v: &Value) -> Vec<String> {
 }
 
 /// Asserts an object has exactly these keys.
-pub fn assert_keys(v: &Value, expected: &[&str]) {
+pub(crate) fn assert_keys(v: &Value, expected: &[&str]) {
     let mut e: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
     e.sort();
     assert_eq!(keys_of(v), e, "fields of {v}");
@@ -1510,7 +1523,7 @@ pub fn assert_keys(v: &Value, expected: &[&str]) {
 /// "targets":[{"host_pubkey","seq","wire_hash"}],"at"}` matching the pushed `item` (wire hash of
 /// each target's decoded wire), and `sig` verifying with `relay_pubkey` over canonical(accept).
 /// Returns the seqs per target, in order.
-pub fn verify_accept(
+pub(crate) fn verify_accept(
     result: &Value,
     item: &Value,
     sender: &Host,
@@ -1575,7 +1588,7 @@ pub fn verify_accept(
 }
 
 /// Asserts a result is `rejected:<reason>` with `"targets":[]` and no accept/sig.
-pub fn assert_rejected(result: &Value, reason: &str) {
+pub(crate) fn assert_rejected(result: &Value, reason: &str) {
     assert_eq!(
         result["status"],
         json!(format!("rejected:{reason}")),
@@ -1597,8 +1610,8 @@ pub fn assert_rejected(result: &Value, reason: &str) {
 }
 
 /// The reference wire vectors (copied into `tests/fixtures/`).
-pub fn wire_vectors() -> Value {
+pub(crate) fn wire_vectors() -> Value {
     serde_json::from_str(include_str!("../../fixtures/wire-vectors.json")).expect("vectors parse")
 }
 
-pub use relay_testkit::files::{modes, reachable_by_others};
+pub(crate) use relay_testkit::files::{modes, reachable_by_others};
