@@ -25,6 +25,7 @@
 
 mod backend;
 mod combine;
+mod ctx;
 mod db;
 mod fence;
 mod invariants;
