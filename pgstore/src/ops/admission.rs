@@ -25,6 +25,9 @@ pub(crate) fn admission(ctx: &Ctx, target: &Key32) -> Result<Admission> {
 /// Each of `targets`' enrolment and sender list, in `targets` order, from one snapshot;
 /// the caller awaits it instead of blocking.
 pub(crate) fn admissions(ctx: &Ctx, targets: &[Key32]) -> Answer<Vec<Admission>> {
+    if targets.is_empty() {
+        return Answer::ready(Ok(Vec::new()));
+    }
     let targets = targets.to_vec();
     ctx.read_async(move |c| Box::pin(async move { read(c, &targets).await }))
 }
@@ -32,9 +35,6 @@ pub(crate) fn admissions(ctx: &Ctx, targets: &[Key32]) -> Answer<Vec<Admission>>
 /// The admission rows of `targets`: one statement, prepared once per connection (every push
 /// runs it).
 async fn read(c: &Conn, targets: &[Key32]) -> OpResult<Vec<Admission>> {
-    if targets.is_empty() {
-        return Ok(Vec::new());
-    }
     // One key (a single push) as a scalar: PostgreSQL keeps a generic plan of that, where an
     // array's custom plan was made again on every call (114 us of its CPU per push).
     let keys = if targets.len() == 1 {
