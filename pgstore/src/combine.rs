@@ -17,12 +17,12 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use relay_store::{InsertOutcome, InsertRequest, Result, StoreError};
+use relay_store::{InsertOutcome, InsertRequest, Pending, Result, StoreError};
 use tokio::sync::oneshot;
 
+use crate::ctx::Ctx;
 use crate::ops::insert::Push;
 use crate::stats::{PoolStats, STATS};
-use crate::store::PgStore;
 
 /// Insert transactions of one store handle running at once: one committing while the next
 /// one's pushes gather, and one more, so a slow commit does not stall every push behind it.
@@ -38,9 +38,16 @@ struct Waiting {
     answer: oneshot::Sender<Result<Vec<InsertOutcome>>>,
 }
 
+/// The inserts of one store handle: each push joins a group ([`Groups`]) and the groups run
+/// as insert transactions on the store's runtime.
+pub(crate) struct Combiner {
+    ctx: Ctx,
+    groups: Groups,
+}
+
 /// The queue of pushes and how many groups are running.
 #[derive(Default)]
-pub(crate) struct Combiner {
+struct Groups {
     state: Mutex<State>,
 }
 
@@ -61,7 +68,7 @@ enum Turn {
     Alone(Vec<InsertRequest>),
 }
 
-impl Combiner {
+impl Groups {
     fn enqueue(&self, reqs: Vec<InsertRequest>) -> Turn {
         let Ok(mut s) = self.state.lock() else {
             return Turn::Alone(reqs);
@@ -104,18 +111,46 @@ impl Combiner {
     }
 }
 
-impl PgStore {
+impl Combiner {
+    pub(crate) fn new(ctx: Ctx) -> Combiner {
+        Combiner {
+            ctx,
+            groups: Groups::default(),
+        }
+    }
+
+    /// Insert one item over all its targets atomically.
+    pub(crate) fn insert(self: &Arc<Self>, req: InsertRequest) -> Pending<InsertOutcome> {
+        let me = Arc::clone(self);
+        self.ctx.spawn(async move {
+            me.insert_grouped(vec![req])
+                .await?
+                .pop()
+                .ok_or_else(|| StoreError::Engine("postgres: an insert answered no outcome".into()))
+        })
+    }
+
+    /// Insert several items, each its own atomic operation, in one transaction (with the
+    /// other pushes waiting then): one commit, as the keyspace's one group commit.
+    pub(crate) fn insert_many(
+        self: &Arc<Self>,
+        reqs: Vec<InsertRequest>,
+    ) -> Pending<Vec<InsertOutcome>> {
+        let me = Arc::clone(self);
+        self.ctx.spawn(async move { me.insert_grouped(reqs).await })
+    }
+
     /// Insert `reqs` (one push), grouped with the pushes that arrive while others commit.
-    pub(crate) async fn insert_grouped(
-        &self,
+    async fn insert_grouped(
+        self: &Arc<Self>,
         reqs: Vec<InsertRequest>,
     ) -> Result<Vec<InsertOutcome>> {
-        match self.inner.combiner.enqueue(reqs) {
+        match self.groups.enqueue(reqs) {
             Turn::Alone(reqs) => self.insert_tx(reqs).await,
             Turn::Wait { answer, start_task } => {
                 if start_task {
-                    let s = self.clone();
-                    self.spawn_task(async move { s.run_groups().await });
+                    let me = Arc::clone(self);
+                    self.ctx.spawn_task(async move { me.run_groups().await });
                 }
                 answer.await.unwrap_or(Err(StoreError::Closed))
             }
@@ -125,11 +160,11 @@ impl PgStore {
     /// Run groups until the queue is empty.
     async fn run_groups(&self) {
         let mut slot = Slot {
-            combiner: &self.inner.combiner,
+            groups: &self.groups,
             ended: false,
         };
         loop {
-            let group = slot.combiner.next_group();
+            let group = slot.groups.next_group();
             if group.is_empty() {
                 slot.ended = true;
                 return;
@@ -150,13 +185,13 @@ impl PgStore {
         }
     }
 
-    /// The insert transaction (`ops/insert.rs`, two round trips), retried as every write.
-    pub(crate) async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
+    /// The insert transaction (`ops/insert.rs`), retried as every write.
+    async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
         let push = Push {
             reqs: Arc::new(reqs),
-            now: self.now_ms(),
+            now: self.ctx.now_ms(),
         };
-        self.inner.db.run(push).await
+        self.ctx.db.run(push).await
     }
 }
 
@@ -164,14 +199,14 @@ impl PgStore {
 /// queue is empty, or here if the task ends otherwise (a panic, the runtime shutting down), so a
 /// lost task never leaves pushes queued with no task to run them.
 struct Slot<'a> {
-    combiner: &'a Combiner,
+    groups: &'a Groups,
     ended: bool,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.ended {
-            if let Ok(mut s) = self.combiner.state.lock() {
+            if let Ok(mut s) = self.groups.state.lock() {
                 s.running = s.running.saturating_sub(1);
             }
         }
@@ -249,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_group_takes_queued_pushes_up_to_its_item_bound() {
-        let c = Combiner::default();
+        let c = Groups::default();
         let waits: Vec<_> = [300, 200, 100, 5]
             .into_iter()
             .map(|n| c.enqueue((0..n).map(|_| req()).collect()))
@@ -282,7 +317,7 @@ mod tests {
 
     #[test]
     fn a_group_task_that_ends_early_gives_its_slot_back() {
-        let c = Combiner::default();
+        let c = Groups::default();
         assert!(matches!(
             c.enqueue(vec![req()]),
             Turn::Wait {
@@ -291,7 +326,7 @@ mod tests {
             }
         ));
         drop(Slot {
-            combiner: &c,
+            groups: &c,
             ended: false,
         });
         assert!(
@@ -305,7 +340,7 @@ mod tests {
             "the next push starts a task for what is queued"
         );
         drop(Slot {
-            combiner: &c,
+            groups: &c,
             ended: true,
         });
         assert_eq!(
@@ -317,7 +352,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_runs_the_push_alone() {
-        let c = Combiner::default();
+        let c = Groups::default();
         for _ in 0..MAX_QUEUED {
             assert!(matches!(c.enqueue(vec![req()]), Turn::Wait { .. }));
         }

@@ -75,6 +75,17 @@ pub(crate) async fn bounded<T>(op: impl Future<Output = Result<T>>) -> Result<T>
 pub(crate) struct Conn(Option<deadpool_postgres::Object>, MakeRustls);
 
 impl Conn {
+    /// Run `sql` prepared once per connection (the pool's statement cache): the reads that
+    /// requests make again and again.
+    pub(crate) async fn query_cached(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> OpResult<Vec<tokio_postgres::Row>> {
+        let st = self.prepare_cached(sql).await?;
+        Ok(self.query(&st, params).await?)
+    }
+
     /// Take this connection out of the pool and close it.
     fn discard(&mut self) {
         if let Some(o) = self.0.take() {
@@ -187,6 +198,15 @@ impl From<StoreError> for OpError {
 /// What an operation body returns.
 pub(crate) type OpResult<T> = std::result::Result<T, OpError>;
 
+impl From<OpError> for StoreError {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::Db(e) => db_err(e),
+            OpError::Store(e) => e,
+        }
+    }
+}
+
 /// A boxed operation body run inside one transaction.
 pub(crate) type Body<'a, T> = Pin<Box<dyn Future<Output = OpResult<T>> + Send + 'a>>;
 
@@ -274,12 +294,15 @@ impl Db {
     /// [`MAX_ATTEMPTS`] times. The answer exists only after `COMMIT` returned. A connection
     /// lost during COMMIT leaves the outcome unknown: that is answered as an error (never a
     /// success), whose retry by the client is deduplicated by the write's key.
-    pub(crate) async fn tx<T, F>(&self, body: F) -> Result<T>
+    ///
+    /// `body` is handed `args` by reference, so an attempt run again needs no copy of them.
+    pub(crate) async fn tx<A, T, F>(&self, args: &A, body: F) -> Result<T>
     where
-        F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
+        A: Sync,
+        F: for<'t> FnMut(&'t Transaction<'t>, &'t A) -> Body<'t, T> + Send,
         T: Send,
     {
-        self.run(InTx(body)).await
+        self.run(InTx { args, body }).await
     }
 
     /// [`Db::tx`]'s retry discipline around any [`Attempt`] (one that sends its own BEGIN and
@@ -340,18 +363,6 @@ impl Db {
             .map_err(pool_err)
     }
 
-    /// Run `sql` on a pooled connection, prepared once per connection: the reads outside a
-    /// write transaction that requests make again and again.
-    pub(crate) async fn query_cached(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>> {
-        let c = self.conn().await?;
-        let st = c.prepare_cached(sql).await.map_err(db_err)?;
-        c.query(&st, params).await.map_err(db_err)
-    }
-
     /// A connection of its own, outside the pool, set up as the pooled ones are: the caller
     /// drives its `Connection` (`crate::watch` listens on it).
     ///
@@ -393,34 +404,39 @@ pub(crate) trait Attempt<T>: Send {
         T: 'c;
 }
 
-/// A body run inside a deadpool transaction ([`Db::tx`]).
-struct InTx<F>(F);
+/// A body and its arguments, run inside a deadpool transaction ([`Db::tx`]).
+struct InTx<'a, A, F> {
+    args: &'a A,
+    body: F,
+}
 
-impl<T, F> Attempt<T> for InTx<F>
+impl<A, T, F> Attempt<T> for InTx<'_, A, F>
 where
-    F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
+    A: Sync,
+    F: for<'t> FnMut(&'t Transaction<'t>, &'t A) -> Body<'t, T> + Send,
     T: Send,
 {
     fn once<'c>(&'c mut self, c: &'c mut Conn) -> Tried<'c, T>
     where
         T: 'c,
     {
-        Box::pin(attempt_once(c, &mut self.0))
+        Box::pin(attempt_once(c, self.args, &mut self.body))
     }
 }
 
 /// One attempt of [`Db::tx`] on `c`: the body's result, committed when `Ok`, and whether a
 /// failure came from the COMMIT itself (its outcome then unknown when the connection broke).
-async fn attempt_once<T, F>(c: &mut Conn, body: &mut F) -> (OpResult<T>, bool)
+async fn attempt_once<A, T, F>(c: &mut Conn, args: &A, body: &mut F) -> (OpResult<T>, bool)
 where
-    F: for<'t> FnMut(&'t Transaction<'t>) -> Body<'t, T> + Send,
+    A: Sync,
+    F: for<'t> FnMut(&'t Transaction<'t>, &'t A) -> Body<'t, T> + Send,
     T: Send,
 {
     let t = match c.transaction().await {
         Ok(t) => t,
         Err(e) => return (Err(OpError::Db(e)), false),
     };
-    match body(&t).await {
+    match body(&t, args).await {
         Ok(v) => (t.commit().await.map(|()| v).map_err(OpError::Db), true),
         Err(e) => {
             let _ = t.rollback().await;

@@ -71,40 +71,40 @@ impl PgStore {
     /// `Engine` on database errors.
     #[doc(hidden)]
     pub fn bookkeeping_errors_for_tests(&self) -> Result<Vec<String>> {
-        let s = self.clone();
-        self.block(async move {
-            let c = s.inner.db.conn().await?;
-            let mut out = Vec::new();
-            for (what, sql) in CHECKS {
-                let rows = c.query(*sql, &[]).await.map_err(db_err)?;
-                if !rows.is_empty() {
-                    out.push(format!("{what} ({} rows)", rows.len()));
+        self.ctx().read(|c| {
+            Box::pin(async move {
+                let mut out = Vec::new();
+                for (what, sql) in CHECKS {
+                    let rows = c.query(*sql, &[]).await.map_err(db_err)?;
+                    if !rows.is_empty() {
+                        out.push(format!("{what} ({} rows)", rows.len()));
+                    }
                 }
-            }
-            // The sender index holds exactly one row per (sender named, target).
-            let lists = c
-                .query("SELECT target, senders FROM sender_lists", &[])
-                .await
-                .map_err(db_err)?;
-            let mut want = std::collections::BTreeSet::new();
-            for r in &lists {
-                let target: Vec<u8> = r.get(0);
-                let senders: &[u8] = r.get(1);
-                for sender in senders.chunks(32) {
-                    want.insert((sender.to_vec(), target.clone()));
+                // The sender index holds exactly one row per (sender named, target).
+                let lists = c
+                    .query("SELECT target, senders FROM sender_lists", &[])
+                    .await
+                    .map_err(db_err)?;
+                let mut want = std::collections::BTreeSet::new();
+                for r in &lists {
+                    let target: Vec<u8> = r.get(0);
+                    let senders: &[u8] = r.get(1);
+                    for sender in senders.chunks(32) {
+                        want.insert((sender.to_vec(), target.clone()));
+                    }
                 }
-            }
-            let have: std::collections::BTreeSet<(Vec<u8>, Vec<u8>)> = c
-                .query("SELECT sender, target FROM sender_index", &[])
-                .await
-                .map_err(db_err)?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            if want != have {
-                out.push("the sender index differs from the lists".into());
-            }
-            Ok(out)
+                let have: std::collections::BTreeSet<(Vec<u8>, Vec<u8>)> = c
+                    .query("SELECT sender, target FROM sender_index", &[])
+                    .await
+                    .map_err(db_err)?
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect();
+                if want != have {
+                    out.push("the sender index differs from the lists".into());
+                }
+                Ok(out)
+            })
         })
     }
 }

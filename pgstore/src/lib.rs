@@ -9,22 +9,27 @@
 //! rows moved in the same transaction as the items they count. Bytes are stored exactly
 //! (`bytea`). seq = max(head + 1, now_ms), never reused (the head lives in `queues`).
 //!
-//! Files: `db` (pool, transactions, retry, deadlines), `fence` (only the current primary of the
-//! newest timeline is used), `combine` (concurrent pushes share one insert
-//! transaction: group commit), `pipeline` (a write in two round trips: BEGIN with
-//! its locking reads, its writes with COMMIT), `schema` (versioned migrations), `store` (handle,
-//! runtime bridge), `tls` (sslmode / sslrootcert, the rustls connector), `stats` (the pool's
-//! counters, which the server shows as metrics), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what is missing:
-//! nothing now), `ops/` (one file per group: `meta`, `oplog`, `enrol`, `lists`, `admission`
-//! (the reads admitting a push, in one statement), `queue`
-//! (insert, pull, ack), `sweep`, `rebind` (rotation, revoke/purge), `admin` (idle expiry,
-//! hosts, stats), `process` (the process rows, the queue heads of the one-second poll), `dump`, `backup` (the logical backup of one snapshot), `restore` (a backup
-//! into an empty database, in one transaction), `lease` (leases, the shared challenge book)), `invariants` (the
-//! bookkeeping recount tests run), `watch` (LISTEN/NOTIFY between the relay processes on one
-//! database: cross-process wake). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
+//! Files, from the ground up: `tls` (sslmode / sslrootcert, the rustls connector), `stats`
+//! (the pool's counters, which the server shows as metrics), `fence` (only the current primary
+//! of the newest timeline is used), `db` (pool, transactions, retry, deadlines), `schema`
+//! (versioned migrations), `pipeline` (a write in two round trips: BEGIN with its locking
+//! reads, its writes with COMMIT), `ctx` (what every operation runs with: the one write and
+//! read helpers on the store's runtime), `watch` (LISTEN/NOTIFY between the relay processes on
+//! one database: cross-process wake), `ops/` (one file per group, each a function of `&Ctx`:
+//! `kind` (an item's stored kind), `meta`, `oplog`, `enrol`, `invite`, `lists`, `admission`
+//! (the reads admitting a push, in one statement), `insert` and `insert_plan` (a batch of
+//! items in one transaction), `queue` (pull, cursors, usage, delete), `pull`, `ack`, `sweep`,
+//! `rebind` (rotation, revoke/purge), `admin` (idle expiry, hosts, stats), `process` (the
+//! process rows, the queue heads of the one-second poll), `dump`, `backup` (the logical backup
+//! of one snapshot), `restore` (a backup into an empty database, in one transaction), `lease`
+//! (leases, the shared challenge book)), `combine` (concurrent pushes share one insert
+//! transaction: group commit), `store` (the handle: open, runtime, close), `invariants` (the
+//! bookkeeping recount tests run), `backend` (`impl RelayStore`; [`UNIMPLEMENTED`] names what
+//! is missing: nothing now). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
 
 mod backend;
 mod combine;
+mod ctx;
 mod db;
 mod fence;
 mod invariants;

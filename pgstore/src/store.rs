@@ -1,15 +1,13 @@
 //! The `PgStore` handle: opening (url, durability check, migrations), its own small runtime on
-//! which every database call runs, and the bridge from that runtime to callers: writes, and the
-//! reads of every request (enrolment, admission), resolve through a oneshot the caller awaits;
-//! other reads block the caller (inside a multi-thread tokio runtime through `block_in_place`,
-//! so the caller's other tasks keep running).
+//! which every database call runs ([`crate::ctx`]: what operations run with), and closing.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use relay_store::{Clock, LogRetention, OpenOptions, Pending, Result, StoreError};
-use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+use relay_store::{OpenOptions, Result, StoreError};
+use tokio::runtime::Runtime;
 
+use crate::combine::Combiner;
+use crate::ctx::{run_blocking, Ctx};
 use crate::db::Db;
 
 /// Threads of the store's runtime. The work is waiting on the database, not computing, and one
@@ -26,17 +24,12 @@ pub struct PgStore {
 }
 
 pub(crate) struct Inner {
-    pub(crate) db: Db,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) retention: LogRetention,
-    /// The database name and host for messages (never the password).
-    pub(crate) label: String,
-    /// The last relay-log append submitted through this handle: appends run in the order
-    /// they were submitted, as the keyspace's single writer runs them.
-    pub(crate) log_order: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// What every operation runs with.
+    pub(crate) ctx: Ctx,
     /// Pushes waiting to share an insert transaction (`combine`).
-    pub(crate) combiner: crate::combine::Combiner,
-    handle: Handle,
+    pub(crate) inserts: Arc<Combiner>,
+    /// The database name and host for messages (never the password).
+    label: String,
     rt: Mutex<Option<Runtime>>,
 }
 
@@ -87,15 +80,12 @@ impl PgStore {
                 return Err(e);
             }
         };
+        let ctx = Ctx::new(db, opts.clock, opts.log_retention, handle);
         Ok(PgStore {
             inner: Arc::new(Inner {
-                db,
-                clock: opts.clock,
-                retention: opts.log_retention,
+                inserts: Arc::new(Combiner::new(ctx.clone())),
+                ctx,
                 label: label_of(url),
-                log_order: Mutex::new(None),
-                combiner: Default::default(),
-                handle,
                 rt: Mutex::new(Some(rt)),
             }),
         })
@@ -106,70 +96,15 @@ impl PgStore {
         &self.inner.label
     }
 
-    /// Run `fut` on the store's runtime and block until it finishes (reads, admin calls),
-    /// within the operation deadline ([`crate::db::bounded`]).
-    pub(crate) fn block<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = Result<T>> + Send + 'static,
-    ) -> Result<T> {
-        run_blocking(&self.inner.handle, crate::db::bounded(fut))
-    }
-
-    /// Run `fut` on the store's runtime; the answer resolves with its result (writes, and reads
-    /// an async caller awaits), within the operation deadline ([`crate::db::bounded`]).
-    pub(crate) fn spawn<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = Result<T>> + Send + 'static,
-    ) -> Pending<T> {
-        self.spawn_queued(crate::db::bounded(fut))
-    }
-
-    /// [`PgStore::spawn`] without the deadline: for a write that first waits its turn behind
-    /// others and bounds its own database part.
-    pub(crate) fn spawn_queued<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = Result<T>> + Send + 'static,
-    ) -> Pending<T> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.inner.handle.spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        Pending::from_receiver(rx)
-    }
-
-    /// Run `fut` on the store's runtime, answering through its own channel (streams).
-    pub(crate) fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
-        self.inner.handle.spawn(fut);
-    }
-
-    /// Now, by the store's clock.
-    pub(crate) fn now_ms(&self) -> u64 {
-        self.inner.clock.now_ms()
-    }
-}
-
-/// Block the calling thread on `fut` running on `handle`'s runtime. Inside a multi-thread
-/// runtime the wait is marked blocking, so that runtime moves its other tasks elsewhere.
-fn run_blocking<T: Send + 'static>(
-    handle: &Handle,
-    fut: impl Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    handle.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    let wait = move || rx.recv().unwrap_or(Err(StoreError::Closed));
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        _ => wait(),
+    /// What this store's operations run with.
+    pub(crate) fn ctx(&self) -> &Ctx {
+        &self.inner.ctx
     }
 }
 
 impl Inner {
     pub(crate) fn shutdown(&self) {
-        self.db.close();
+        self.ctx.db.close();
         if let Some(rt) = self.rt.lock().ok().and_then(|mut r| r.take()) {
             // Never blocks (a drop inside another runtime must not).
             rt.shutdown_background();

@@ -10,7 +10,7 @@
 //! process's [`tag`] (so a process skips its own), then entries, at most [`MAX_PAYLOAD`] bytes
 //! (PostgreSQL's limit is 8000).
 //!
-//! Receiving: [`PgStore::start_watch`] keeps one connection of its own (outside the pool)
+//! Receiving: [`start_watch`] keeps one connection of its own (outside the pool)
 //! listening, reconnecting every [`RECONNECT_EVERY`] while it cannot. After each (re)connection
 //! it delivers `Resumed`: what was committed while nobody listened is found by the waiters
 //! looking again. A connection lost without a word is found by TCP keepalive (10 s); meanwhile
@@ -25,7 +25,7 @@ use relay_store::{Key32, StoreEvent, StoreEvents, WATCH_BACKLOG};
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
-use crate::store::PgStore;
+use crate::ctx::Ctx;
 
 /// The notification channel (one per database).
 pub(crate) const CHANNEL: &str = "mbx_relay";
@@ -131,17 +131,16 @@ pub(crate) fn parse(payload: &str) -> Option<StoreEvent> {
     }
 }
 
-impl PgStore {
-    /// Start listening for other processes' changes; the relay takes them from the answer.
-    /// The listener ends when the answer is dropped or the store closes.
-    pub(crate) fn start_watch(&self) -> StoreEvents {
-        let (tx, rx) = mpsc::channel(WATCH_BACKLOG);
-        let s = self.clone();
-        self.spawn_task(async move {
+/// Start listening for other processes' changes; the relay takes them from the answer.
+/// The listener ends when the answer is dropped or the store closes.
+pub(crate) fn start_watch(ctx: &Ctx) -> StoreEvents {
+    let (tx, rx) = mpsc::channel(WATCH_BACKLOG);
+    let s = ctx.clone();
+    ctx.spawn_task(async move {
             let mut first = true;
             while !tx.is_closed() {
                 tokio::select! {
-                    ended = s.listen_once(&tx) => match ended {
+                    ended = listen_once(&s, &tx) => match ended {
                         Err(e) if first => tracing::warn!(error = %e, "postgres: cannot listen for other processes' changes; retrying (the one-second poll covers them meanwhile)"),
                         Err(e) => tracing::warn!(error = %e, "postgres: the listening connection ended; reconnecting"),
                         Ok(()) => {}
@@ -153,41 +152,40 @@ impl PgStore {
                 tokio::time::sleep(RECONNECT_EVERY).await;
             }
         });
-        rx
-    }
+    rx
+}
 
-    /// One listening connection, until it ends: `LISTEN`, `Resumed`, then every notification.
-    async fn listen_once(&self, tx: &mpsc::Sender<StoreEvent>) -> relay_store::Result<()> {
-        let (client, mut conn) = crate::db::bounded(self.inner.db.dedicated()).await?;
-        let listen_sql = format!("LISTEN {CHANNEL}");
-        let mut listen = Box::pin(client.batch_execute(&listen_sql));
-        let mut listening = false;
-        poll_fn(|cx| {
-            if !listening {
-                if let Poll::Ready(r) = listen.as_mut().poll(cx) {
-                    r.map_err(crate::db::db_err)?;
-                    listening = true;
-                    let _ = tx.try_send(StoreEvent::Resumed);
-                }
+/// One listening connection, until it ends: `LISTEN`, `Resumed`, then every notification.
+async fn listen_once(ctx: &Ctx, tx: &mpsc::Sender<StoreEvent>) -> relay_store::Result<()> {
+    let (client, mut conn) = crate::db::bounded(ctx.db.dedicated()).await?;
+    let listen_sql = format!("LISTEN {CHANNEL}");
+    let mut listen = Box::pin(client.batch_execute(&listen_sql));
+    let mut listening = false;
+    poll_fn(|cx| {
+        if !listening {
+            if let Poll::Ready(r) = listen.as_mut().poll(cx) {
+                r.map_err(crate::db::db_err)?;
+                listening = true;
+                let _ = tx.try_send(StoreEvent::Resumed);
             }
-            loop {
-                match conn.poll_message(cx) {
-                    Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
-                        if let Some(ev) = parse(n.payload()) {
-                            if tx.try_send(ev).is_err() {
-                                crate::stats::PoolStats::add(&crate::stats::STATS.watch_dropped, 1);
-                            }
+        }
+        loop {
+            match conn.poll_message(cx) {
+                Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
+                    if let Some(ev) = parse(n.payload()) {
+                        if tx.try_send(ev).is_err() {
+                            crate::stats::PoolStats::add(&crate::stats::STATS.watch_dropped, 1);
                         }
                     }
-                    Poll::Ready(Some(Ok(_))) => {}
-                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(crate::db::db_err(e))),
-                    Poll::Ready(None) => return Poll::Ready(Ok(())),
-                    Poll::Pending => return Poll::Pending,
                 }
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(crate::db::db_err(e))),
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
             }
-        })
-        .await
-    }
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

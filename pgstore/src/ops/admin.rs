@@ -5,22 +5,32 @@ use deadpool_postgres::Transaction;
 use relay_store::rules;
 use relay_store::{HostFilter, HostRow, IdleReport, Key32, Result, Stats, Usage};
 
+use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{db_err, key32, u, OpResult};
 use crate::ops::lists::write_list;
 use crate::ops::{enrol, oplog, Answer};
-use crate::store::PgStore;
 
 /// Most hosts one listing reads (bounded: enrolments are capped far below this).
 const MAX_HOSTS: i64 = 10_000_000;
 
-async fn expire_idle_in(
-    t: &Transaction<'_>,
+/// What one idle-expiry call scans: from when, idle how long, after which key, how many.
+#[derive(Clone, Copy)]
+struct IdleScan {
     now_ms: u64,
     idle_ms: u64,
     after: Option<Key32>,
     max: i64,
-    keep: relay_store::LogRetention,
-) -> OpResult<IdleReport> {
+}
+
+async fn expire_idle_in(t: &Transaction<'_>, a: &IdleScan, env: WriteEnv) -> OpResult<IdleReport> {
+    let IdleScan {
+        now_ms,
+        idle_ms,
+        after,
+        max,
+    } = *a;
+    // The call's own time decides and is logged (the caller's clock), as in the keyspace.
+    let env = WriteEnv { now: now_ms, ..env };
     t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
         .await?;
     let after = after.map(|k| k.to_vec()).unwrap_or_default();
@@ -66,7 +76,7 @@ async fn expire_idle_in(
     }
     let (report, entry) = scan.finish(idle_ms);
     if let Some(entry) = entry {
-        oplog::append(t, now_ms, keep, entry.kind, &entry.detail).await?;
+        oplog::append(t, env, entry.kind, &entry.detail).await?;
     }
     Ok(report)
 }
@@ -74,23 +84,19 @@ async fn expire_idle_in(
 /// Delete live enrolments idle `idle_ms` with an empty queue, scanning at most `max` rows
 /// after `after`; logged when any went.
 pub(crate) fn expire_idle(
-    store: &PgStore,
+    ctx: &Ctx,
     now_ms: u64,
     idle_ms: u64,
     after: Option<Key32>,
     max: usize,
 ) -> Answer<IdleReport> {
-    let s = store.clone();
-    let max = i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1);
-    store.spawn(async move {
-        let keep = s.inner.retention;
-        s.inner
-            .db
-            .tx(|t| {
-                Box::pin(async move { expire_idle_in(t, now_ms, idle_ms, after, max, keep).await })
-            })
-            .await
-    })
+    let scan = IdleScan {
+        now_ms,
+        idle_ms,
+        after,
+        max: i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1),
+    };
+    ctx.write(scan, |t, scan, env| Box::pin(expire_idle_in(t, scan, env)))
 }
 
 /// Every enrolment passing `filter`, in key order, handed to `each`; answers how many.
@@ -98,48 +104,49 @@ pub(crate) fn expire_idle(
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`, or what `each` returned.
 pub(crate) fn hosts(
-    store: &PgStore,
+    ctx: &Ctx,
     filter: &HostFilter,
     each: &mut dyn FnMut(&HostRow) -> Result<()>,
 ) -> Result<u64> {
-    let s = store.clone();
-    let rows = store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let cols = enrol::COLS
-            .split(", ")
-            .map(|c| format!("e.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT {cols}, e.last_seen_day, COALESCE(q.items, 0), \
+    let rows = ctx.read(|c| {
+        Box::pin(async move {
+            let cols = enrol::COLS
+                .split(", ")
+                .map(|c| format!("e.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {cols}, e.last_seen_day, COALESCE(q.items, 0), \
                          COALESCE(q.bytes, 0), a.at_ms, b.at_ms \
                      FROM enrolments e LEFT JOIN queues q ON q.target = e.host_pubkey \
                      LEFT JOIN enc_ads a ON a.host_pubkey = e.host_pubkey \
                      LEFT JOIN enc_ads_v2 b ON b.host_pubkey = e.host_pubkey \
                      ORDER BY e.host_pubkey LIMIT $1"
-                ),
-                &[&MAX_HOSTS],
-            )
-            .await
-            .map_err(db_err)?;
-        rows.iter()
-            .map(|r| {
-                Ok(HostRow {
-                    enrolment: enrol::from_row(r)?,
-                    last_seen_day: r
-                        .get::<_, Option<i32>>(8)
-                        .map(|d| u32::try_from(d).unwrap_or(0)),
-                    queue: Usage {
-                        items: u(r.get(9)),
-                        bytes: u(r.get(10)),
-                    },
-                    enc_ad_v1_at_ms: r.get::<_, Option<i64>>(11).map(u),
-                    enc_ad_v2_at_ms: r.get::<_, Option<i64>>(12).map(u),
+                    ),
+                    &[&MAX_HOSTS],
+                )
+                .await?;
+            let hosts = rows
+                .iter()
+                .map(|r| {
+                    Ok(HostRow {
+                        enrolment: enrol::from_row(r)?,
+                        last_seen_day: r
+                            .get::<_, Option<i32>>(8)
+                            .map(|d| u32::try_from(d).unwrap_or(0)),
+                        queue: Usage {
+                            items: u(r.get(9)),
+                            bytes: u(r.get(10)),
+                        },
+                        enc_ad_v1_at_ms: r.get::<_, Option<i64>>(11).map(u),
+                        enc_ad_v2_at_ms: r.get::<_, Option<i64>>(12).map(u),
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>>>()?;
+            Ok(hosts)
+        })
     })?;
     let mut n = 0;
     for row in rows.iter().filter(|r| filter.matches(r)) {
@@ -153,65 +160,64 @@ pub(crate) fn hosts(
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn stats(store: &PgStore) -> Result<Stats> {
-    let meta = super::meta::meta(store)?;
-    let s = store.clone();
-    store.block(async move {
-        let mut c = s.inner.db.conn().await?;
-        let t = crate::db::snapshot(&mut c).await?;
-        let one = |sql: &'static str| {
-            let t = &t;
-            async move {
-                t.query_one(sql, &[])
-                    .await
-                    .map_err(db_err)
-                    .map(|r| r.get::<_, Option<i64>>(0))
-            }
-        };
-        let live = one("SELECT live_enrolments FROM meta WHERE id = 1").await?;
-        let revoked = one("SELECT revoked_enrolments FROM meta WHERE id = 1").await?;
-        let items = one("SELECT sum(items)::BIGINT FROM queues").await?;
-        let bytes = one("SELECT sum(bytes)::BIGINT FROM queues").await?;
-        let dedup = one("SELECT count(*) FROM dedup").await?;
-        let v1 = one("SELECT count(*) FROM enc_ads").await?;
-        let v2 = one("SELECT count(*) FROM enc_ads_v2").await?;
-        let oldest = one("SELECT min(accepted_at_ms) FROM items").await?;
-        let disk = one("SELECT pg_database_size(current_database())").await?;
-        let top = t
-            .query(
-                "SELECT target, items, bytes FROM queues WHERE items > 0 \
+pub(crate) fn stats(ctx: &Ctx) -> Result<Stats> {
+    let meta = super::meta::meta(ctx)?;
+    ctx.read(|c| {
+        Box::pin(async move {
+            let t = crate::db::snapshot(c).await?;
+            let one = |sql: &'static str| {
+                let t = &t;
+                async move {
+                    t.query_one(sql, &[])
+                        .await
+                        .map_err(db_err)
+                        .map(|r| r.get::<_, Option<i64>>(0))
+                }
+            };
+            let live = one("SELECT live_enrolments FROM meta WHERE id = 1").await?;
+            let revoked = one("SELECT revoked_enrolments FROM meta WHERE id = 1").await?;
+            let items = one("SELECT sum(items)::BIGINT FROM queues").await?;
+            let bytes = one("SELECT sum(bytes)::BIGINT FROM queues").await?;
+            let dedup = one("SELECT count(*) FROM dedup").await?;
+            let v1 = one("SELECT count(*) FROM enc_ads").await?;
+            let v2 = one("SELECT count(*) FROM enc_ads_v2").await?;
+            let oldest = one("SELECT min(accepted_at_ms) FROM items").await?;
+            let disk = one("SELECT pg_database_size(current_database())").await?;
+            let top = t
+                .query(
+                    "SELECT target, items, bytes FROM queues WHERE items > 0 \
                  ORDER BY items DESC, target LIMIT 10",
-                &[],
-            )
-            .await
-            .map_err(db_err)?;
-        let top_targets = top
-            .iter()
-            .map(|r| {
-                Ok((
-                    key32(r.get::<_, &[u8]>(0), "queue target")?,
-                    Usage {
-                        items: u(r.get(1)),
-                        bytes: u(r.get(2)),
-                    },
-                ))
+                    &[],
+                )
+                .await?;
+            let top_targets = top
+                .iter()
+                .map(|r| {
+                    Ok((
+                        key32(r.get::<_, &[u8]>(0), "queue target")?,
+                        Usage {
+                            items: u(r.get(1)),
+                            bytes: u(r.get(2)),
+                        },
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let n = |v: Option<i64>| v.map_or(0, u);
+            Ok(Stats {
+                meta,
+                live_enrolments: n(live),
+                revoked_enrolments: n(revoked),
+                queued: Usage {
+                    items: n(items),
+                    bytes: n(bytes),
+                },
+                top_targets,
+                dedup_rows: n(dedup),
+                enc_ads_v1: n(v1),
+                enc_ads_v2: n(v2),
+                oldest_queued_ms: oldest.map(u),
+                disk_bytes: n(disk),
             })
-            .collect::<Result<Vec<_>>>()?;
-        let n = |v: Option<i64>| v.map_or(0, u);
-        Ok(Stats {
-            meta,
-            live_enrolments: n(live),
-            revoked_enrolments: n(revoked),
-            queued: Usage {
-                items: n(items),
-                bytes: n(bytes),
-            },
-            top_targets,
-            dedup_rows: n(dedup),
-            enc_ads_v1: n(v1),
-            enc_ads_v2: n(v2),
-            oldest_queued_ms: oldest.map(u),
-            disk_bytes: n(disk),
         })
     })
 }

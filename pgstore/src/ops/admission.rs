@@ -4,17 +4,19 @@
 
 use relay_store::{Admission, Key32, Result, StoreError};
 
+use crate::ctx::Ctx;
+use crate::db::{Conn, OpResult};
 use crate::ops::enrol::{self, COLS};
 use crate::ops::lists::{list_from_row, LIST_COLS};
 use crate::ops::Answer;
-use crate::store::PgStore;
 
 /// `target`'s enrolment and sender list, from one snapshot.
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn admission(store: &PgStore, target: &Key32) -> Result<Admission> {
-    let read = store.block(read(store.clone(), vec![*target]))?;
+pub(crate) fn admission(ctx: &Ctx, target: &Key32) -> Result<Admission> {
+    let target = *target;
+    let read = ctx.read(move |c| Box::pin(async move { read(c, &[target]).await }))?;
     read.into_iter()
         .next()
         .ok_or_else(|| StoreError::Corrupt("admission read: no row".into()))
@@ -22,16 +24,17 @@ pub(crate) fn admission(store: &PgStore, target: &Key32) -> Result<Admission> {
 
 /// Each of `targets`' enrolment and sender list, in `targets` order, from one snapshot;
 /// the caller awaits it instead of blocking.
-pub(crate) fn admissions(store: &PgStore, targets: &[Key32]) -> Answer<Vec<Admission>> {
-    store.spawn(read(store.clone(), targets.to_vec()))
+pub(crate) fn admissions(ctx: &Ctx, targets: &[Key32]) -> Answer<Vec<Admission>> {
+    if targets.is_empty() {
+        return Answer::ready(Ok(Vec::new()));
+    }
+    let targets = targets.to_vec();
+    ctx.read_async(move |c| Box::pin(async move { read(c, &targets).await }))
 }
 
 /// The admission rows of `targets`: one statement, prepared once per connection (every push
 /// runs it).
-async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
-    if targets.is_empty() {
-        return Ok(Vec::new());
-    }
+async fn read(c: &Conn, targets: &[Key32]) -> OpResult<Vec<Admission>> {
     // One key (a single push) as a scalar: PostgreSQL keeps a generic plan of that, where an
     // array's custom plan was made again on every call (114 us of its CPU per push).
     let keys = if targets.len() == 1 {
@@ -52,12 +55,11 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
         qualified("e", COLS),
         qualified("l", LIST_COLS)
     );
-    let db = &s.inner.db;
-    let rows = match &targets[..] {
-        [one] => db.query_cached(&sql, &[&one.as_slice()]).await?,
+    let rows = match targets {
+        [one] => c.query_cached(&sql, &[&one.as_slice()]).await?,
         many => {
             let keys: Vec<&[u8]> = many.iter().map(|k| k.as_slice()).collect();
-            db.query_cached(&sql, &[&keys]).await?
+            c.query_cached(&sql, &[&keys]).await?
         }
     };
     if rows.len() != targets.len() {
@@ -65,11 +67,12 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
             "admission read: {} rows for {} targets",
             rows.len(),
             targets.len()
-        )));
+        ))
+        .into());
     }
     // The sender list's columns follow the enrolment's.
     let list_at = COLS.split(',').count();
-    targets
+    let read = targets
         .iter()
         .zip(&rows)
         .map(|(t, r)| {
@@ -80,7 +83,8 @@ async fn read(s: PgStore, targets: Vec<Key32>) -> Result<Vec<Admission>> {
                 senders: listed.then(|| list_from_row(*t, r, list_at)).transpose()?,
             })
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(read)
 }
 
 /// `cols` (a comma-separated column list) each prefixed with `table.`.

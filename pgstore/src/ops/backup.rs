@@ -12,12 +12,11 @@ use relay_store::{
     BackupError, BackupSummary, EncAd, EncAdV2, OpEntry, Result, SenderList, StoreError,
     SCHEMA_VERSION,
 };
-use tokio::runtime::RuntimeFlavor;
 use tokio_postgres::Row;
 
+use crate::ctx::Ctx;
 use crate::db::{db_err, key32, u};
-use crate::ops::{enrol, lists, queue};
-use crate::store::PgStore;
+use crate::ops::{enrol, kind, lists};
 
 /// Rows fetched per page (items carry their wire bytes: about 1 MB a page at 1 KiB each).
 const PAGE: i64 = 1_000;
@@ -78,7 +77,7 @@ fn item(r: &Row) -> Result<Record> {
     Ok(Record::Item(ItemRow {
         target: key32(r.get(0), "item target")?,
         seq: u(r.get(1)),
-        kind: queue::kind_of(r.get(2))?,
+        kind: kind::kind_of(r.get(2))?,
         item_id: r.get(3),
         sender: key32(r.get(4), "item sender")?,
         wire: r.get(5),
@@ -200,16 +199,16 @@ fn meta(r: &Row) -> Result<MetaRecord> {
 /// # Errors
 /// `Io` when `out` fails, `Store` for database errors.
 pub(crate) fn backup_to(
-    store: &PgStore,
+    ctx: &Ctx,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> std::result::Result<BackupSummary, BackupError> {
     // Pages of records; `None` marks the end (a stream that stops without it is an error).
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Option<Vec<Record>>>>(4);
-    let s = store.clone();
-    store.spawn_task(async move {
+    let s = ctx.clone();
+    ctx.spawn_task(async move {
         let res: Result<()> = async {
-            let mut c = s.inner.db.conn().await?;
+            let mut c = s.db.conn().await?;
             let t = crate::db::snapshot(&mut c).await?;
             let m = t
                 .query_one(
@@ -253,12 +252,7 @@ pub(crate) fn backup_to(
             let _ = tx.send(Err(e)).await;
         }
     });
-    let mut next = || match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| rx.blocking_recv())
-        }
-        _ => rx.blocking_recv(),
-    };
+    let mut next = || crate::ctx::block_on_wait(|| rx.blocking_recv());
     let first = next().ok_or(StoreError::Closed)??.unwrap_or_default();
     let Some(Record::Meta(m)) = first.first() else {
         return Err(StoreError::Corrupt("the backup did not start with meta".into()).into());
@@ -269,7 +263,7 @@ pub(crate) fn backup_to(
             schema_version: SCHEMA_VERSION,
             relay_pubkey: m.relay_pubkey,
             epoch: m.epoch.clone(),
-            created_ms: store.now_ms(),
+            created_ms: ctx.now_ms(),
             backend: "postgres".into(),
         },
     )?;

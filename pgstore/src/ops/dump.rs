@@ -8,10 +8,9 @@ use std::io::Write;
 
 use relay_store::{DumpOptions, Result, StoreError};
 use serde_json::{Map, Value};
-use tokio::runtime::RuntimeFlavor;
 
+use crate::ctx::Ctx;
 use crate::db::db_err;
-use crate::store::PgStore;
 
 /// Dumped tables with their primary key columns, in dump order.
 const TABLES: &[(&str, &[&str])] = &[
@@ -66,7 +65,7 @@ fn line(table: &str, pk: &[&str], row: Value) -> String {
 /// # Errors
 /// `Corrupt` for an unknown table name, `Engine`, `Io` when `out` fails.
 pub(crate) fn dump(
-    store: &PgStore,
+    ctx: &Ctx,
     out: &mut dyn Write,
     opts: &DumpOptions,
 ) -> Result<Vec<(String, u64)>> {
@@ -79,10 +78,10 @@ pub(crate) fn dump(
     };
     let with_wire = opts.with_wire;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Chunk>>(4);
-    let s = store.clone();
-    store.spawn_task(async move {
+    let s = ctx.clone();
+    ctx.spawn_task(async move {
         let res: Result<()> = async {
-            let mut c = s.inner.db.conn().await?;
+            let mut c = s.db.conn().await?;
             let t = crate::db::snapshot(&mut c).await?;
             for (table, pk) in tables {
                 let json = if table == "items" && !with_wire {
@@ -128,12 +127,7 @@ pub(crate) fn dump(
         }
     });
     let mut counts = Vec::new();
-    let mut next = || match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| rx.blocking_recv())
-        }
-        _ => rx.blocking_recv(),
-    };
+    let mut next = || crate::ctx::block_on_wait(|| rx.blocking_recv());
     while let Some(chunk) = next() {
         match chunk? {
             Chunk::Lines(l) => out

@@ -10,9 +10,9 @@ use relay_store::rules::{self, enrol::Step};
 use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use tokio_postgres::Row;
 
-use crate::db::{db_err, i, key32, u, OpResult};
+use crate::ctx::{Ctx, WriteEnv};
+use crate::db::{i, key32, u, Conn, OpResult};
 use crate::ops::{invite, oplog, Answer};
-use crate::store::PgStore;
 
 /// The columns [`from_row`] reads, in order.
 pub(crate) const COLS: &str = "host_pubkey, host_name, owner_fp, account, authorized_by, \
@@ -31,11 +31,11 @@ pub(crate) fn from_row(r: &Row) -> Result<Enrolment> {
     })
 }
 
-/// The enrolment of `key`: read by every signed request (its hop check).
-async fn read_enrolment(s: PgStore, key: Key32) -> Result<Option<Enrolment>> {
+/// The enrolment of `key` on `c`: read by every signed request (its hop check).
+async fn read_enrolment(c: &Conn, key: Key32) -> OpResult<Option<Enrolment>> {
     let sql = format!("SELECT {COLS} FROM enrolments WHERE host_pubkey = $1");
-    let rows = s.inner.db.query_cached(&sql, &[&key.as_slice()]).await?;
-    rows.first().map(from_row).transpose()
+    let rows = c.query_cached(&sql, &[&key.as_slice()]).await?;
+    Ok(rows.first().map(from_row).transpose()?)
 }
 
 /// The enrolment of `pk` inside `t`; `lock`: `FOR UPDATE` (writers), else `FOR SHARE`.
@@ -106,12 +106,8 @@ async fn live_by_name(t: &Transaction<'_>, name: &str, limit: usize) -> OpResult
     Ok(rows.iter().map(from_row).collect::<Result<_>>()?)
 }
 
-async fn enrol_in(
-    t: &Transaction<'_>,
-    req: EnrolRequest,
-    now: u64,
-    keep: relay_store::LogRetention,
-) -> OpResult<EnrolOutcome> {
+async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpResult<EnrolOutcome> {
+    let now = env.now;
     let live_count: i64 = t
         .query_one(
             "SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE",
@@ -141,47 +137,39 @@ async fn enrol_in(
     }
     write(t, &new).await?;
     if let Some(hash) = &redeem {
-        invite::redeem(t, hash, &new.host_pubkey, now, keep).await?;
+        invite::redeem(t, hash, &new.host_pubkey, env).await?;
     }
     match &stored {
         Some(old) => {
             let detail = log_text::re_enrolled(old, &new);
-            oplog::append(t, now, keep, "re-enrol", &detail).await?;
+            oplog::append(t, env, "re-enrol", &detail).await?;
         }
         None => {
             bump(t, 1, 0).await?;
-            oplog::append(t, now, keep, "enrol", &log_text::enrolled(&new)).await?;
+            oplog::append(t, env, "enrol", &log_text::enrolled(&new)).await?;
         }
     }
     Ok(Step::outcome_after_write(first))
 }
 
 /// Enrol (the keyspace's rules; see the module doc).
-pub(crate) fn enrol(store: &PgStore, req: EnrolRequest) -> Answer<EnrolOutcome> {
-    let s = store.clone();
-    store.spawn(async move {
-        let (now, keep) = (s.now_ms(), s.inner.retention);
-        s.inner
-            .db
-            .tx(|t| {
-                let req = req.clone();
-                Box::pin(async move { enrol_in(t, req, now, keep).await })
-            })
-            .await
-    })
+pub(crate) fn enrol(ctx: &Ctx, req: EnrolRequest) -> Answer<EnrolOutcome> {
+    ctx.write(req, |t, req, env| Box::pin(enrol_in(t, req.clone(), env)))
 }
 
 /// The enrolment of a key, live or revoked.
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn enrolment(store: &PgStore, key: &Key32) -> Result<Option<Enrolment>> {
-    store.block(read_enrolment(store.clone(), *key))
+pub(crate) fn enrolment(ctx: &Ctx, key: &Key32) -> Result<Option<Enrolment>> {
+    let key = *key;
+    ctx.read(move |c| Box::pin(read_enrolment(c, key)))
 }
 
 /// `enrolment` answered later: the caller awaits it instead of blocking.
-pub(crate) fn enrolment_async(store: &PgStore, key: &Key32) -> Answer<Option<Enrolment>> {
-    store.spawn(read_enrolment(store.clone(), *key))
+pub(crate) fn enrolment_async(ctx: &Ctx, key: &Key32) -> Answer<Option<Enrolment>> {
+    let key = *key;
+    ctx.read_async(move |c| Box::pin(read_enrolment(c, key)))
 }
 
 /// Which of `keys` are live now: one statement for all of them (the relay asks every
@@ -189,19 +177,22 @@ pub(crate) fn enrolment_async(store: &PgStore, key: &Key32) -> Answer<Option<Enr
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn live_keys(store: &PgStore, keys: &[Key32]) -> Result<Vec<Key32>> {
+pub(crate) fn live_keys(ctx: &Ctx, keys: &[Key32]) -> Result<Vec<Key32>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let (s, keys) = (store.clone(), keys.to_vec());
-    store.block(async move {
-        let list: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-        let sql = "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
-                   AND revoked_at_ms IS NULL";
-        let rows = s.inner.db.query_cached(sql, &[&list]).await?;
-        rows.iter()
-            .map(|r| key32(r.get::<_, &[u8]>(0), "enrolment key"))
-            .collect()
+    let keys = keys.to_vec();
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let list: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+            let sql = "SELECT host_pubkey FROM enrolments WHERE host_pubkey = ANY($1::bytea[]) \
+                       AND revoked_at_ms IS NULL";
+            let rows = c.query_cached(sql, &[&list]).await?;
+            Ok(rows
+                .iter()
+                .map(|r| key32(r.get::<_, &[u8]>(0), "enrolment key"))
+                .collect::<Result<_>>()?)
+        })
     })
 }
 
@@ -210,25 +201,25 @@ pub(crate) fn live_keys(store: &PgStore, keys: &[Key32]) -> Result<Vec<Key32>> {
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
 pub(crate) fn live_enrolments_by_name(
-    store: &PgStore,
+    ctx: &Ctx,
     name: &str,
     limit: usize,
 ) -> Result<Vec<Enrolment>> {
-    let (s, folded) = (store.clone(), name.to_lowercase());
+    let folded = name.to_lowercase();
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
                      AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
-                ),
-                &[&folded, &limit],
-            )
-            .await
-            .map_err(db_err)?;
-        rows.iter().map(from_row).collect()
+                    ),
+                    &[&folded, &limit],
+                )
+                .await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_>>()?)
+        })
     })
 }
 
@@ -236,16 +227,15 @@ pub(crate) fn live_enrolments_by_name(
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn live_enrolment_count(store: &PgStore) -> Result<u64> {
-    let s = store.clone();
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let n: i64 = c
-            .query_one("SELECT live_enrolments FROM meta WHERE id = 1", &[])
-            .await
-            .map_err(db_err)?
-            .get(0);
-        Ok(u(n))
+pub(crate) fn live_enrolment_count(ctx: &Ctx) -> Result<u64> {
+    ctx.read(|c| {
+        Box::pin(async move {
+            let n: i64 = c
+                .query_one("SELECT live_enrolments FROM meta WHERE id = 1", &[])
+                .await?
+                .get(0);
+            Ok(u(n))
+        })
     })
 }
 
@@ -255,7 +245,7 @@ pub(crate) fn live_enrolment_count(store: &PgStore) -> Result<u64> {
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
 pub(crate) fn enrolments_by_fingerprint(
-    store: &PgStore,
+    ctx: &Ctx,
     prefix: &str,
     limit: usize,
 ) -> Result<Vec<Enrolment>> {
@@ -264,48 +254,38 @@ pub(crate) fn enrolments_by_fingerprint(
         .filter(|c| *c != '-')
         .map(|c| c.to_ascii_lowercase())
         .collect();
-    let s = store.clone();
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let rows = c
-            .query(
-                &format!("SELECT {COLS} FROM enrolments ORDER BY host_pubkey"),
-                &[],
-            )
-            .await
-            .map_err(db_err)?;
-        let mut out = Vec::new();
-        for r in &rows {
-            let e = from_row(r)?;
-            if fingerprint(&e.host_pubkey)
-                .replace('-', "")
-                .starts_with(&want)
-            {
-                out.push(e);
-                if out.len() >= limit {
-                    break;
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let rows = c
+                .query(
+                    &format!("SELECT {COLS} FROM enrolments ORDER BY host_pubkey"),
+                    &[],
+                )
+                .await?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let e = from_row(r)?;
+                if fingerprint(&e.host_pubkey)
+                    .replace('-', "")
+                    .starts_with(&want)
+                {
+                    out.push(e);
+                    if out.len() >= limit {
+                        break;
+                    }
                 }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     })
 }
 
 /// Record last-seen days (`rules::seen::advances`: live keys only, never moving a day
 /// back); answers rows written.
-pub(crate) fn record_seen(store: &PgStore, mut seen: Vec<(Key32, u32)>) -> Answer<u64> {
+pub(crate) fn record_seen(ctx: &Ctx, mut seen: Vec<(Key32, u32)>) -> Answer<u64> {
     // Rows locked and updated in key order, as inserts lock them (no lock-order deadlock).
     seen.sort_unstable();
-    let s = store.clone();
-    store.spawn(async move {
-        s.inner
-            .db
-            .tx(|t| {
-                let seen = seen.clone();
-                Box::pin(async move { record_seen_in(t, &seen).await })
-            })
-            .await
-    })
+    ctx.write(seen, |t, seen, _| Box::pin(record_seen_in(t, seen)))
 }
 
 /// Read the enrolment rows of `seen` (sorted by key) at once, locked in key order, and write

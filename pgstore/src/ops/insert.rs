@@ -25,7 +25,7 @@ use tokio_postgres::Row;
 
 use crate::db::{i, key32, u, Attempt, Conn, OpResult, Tried};
 use crate::ops::insert_plan::{plan, Plan};
-use crate::ops::queue::kind_code;
+use crate::ops::kind::kind_code;
 use crate::pipeline::{begin_with, commit_with, rollback};
 
 /// Lock the enrolments ($1: targets and senders that must be live) shared, create the missing

@@ -7,53 +7,46 @@ use deadpool_postgres::Transaction;
 use relay_store::rules::invite::admits;
 use relay_store::{log_text, Invite, InviteHash, InviteOutcome, Key32};
 
+use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, u, OpResult};
 use crate::ops::{oplog, Answer};
-use crate::store::PgStore;
 
 /// Store an invite after pruning the expired ones, unless `max` unexpired ones are stored.
-pub(crate) fn put_invite(store: &PgStore, invite: Invite, max: u64) -> Answer<InviteOutcome> {
-    let s = store.clone();
-    store.spawn(async move {
-        let (now, keep) = (s.now_ms(), s.inner.retention);
-        s.inner
-            .db
-            .tx(|t| {
-                let invite = invite.clone();
-                Box::pin(async move {
-                    t.execute("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
-                        .await?;
-                    let pruned = t
-                        .execute("DELETE FROM invites WHERE expires_ms <= $1", &[&i(now)])
-                        .await?;
-                    let unexpired: i64 = t
-                        .query_one(
-                            "SELECT count(*) FROM invites WHERE hash <> $1",
-                            &[&invite.hash.as_slice()],
-                        )
-                        .await?
-                        .get(0);
-                    if !admits(u(unexpired), max) {
-                        return Ok(InviteOutcome::Full);
-                    }
-                    t.execute(
-                        "INSERT INTO invites (hash, created_ms, expires_ms, note) \
+pub(crate) fn put_invite(ctx: &Ctx, invite: Invite, max: u64) -> Answer<InviteOutcome> {
+    ctx.write(invite, move |t, invite, env| {
+        Box::pin(async move {
+            let now = env.now;
+            t.execute("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
+                .await?;
+            let pruned = t
+                .execute("DELETE FROM invites WHERE expires_ms <= $1", &[&i(now)])
+                .await?;
+            let unexpired: i64 = t
+                .query_one(
+                    "SELECT count(*) FROM invites WHERE hash <> $1",
+                    &[&invite.hash.as_slice()],
+                )
+                .await?
+                .get(0);
+            if !admits(u(unexpired), max) {
+                return Ok(InviteOutcome::Full);
+            }
+            t.execute(
+                "INSERT INTO invites (hash, created_ms, expires_ms, note) \
                              VALUES ($1, $2, $3, $4) ON CONFLICT (hash) DO UPDATE SET \
                              created_ms = $2, expires_ms = $3, note = $4",
-                        &[
-                            &invite.hash.as_slice(),
-                            &i(invite.created_ms),
-                            &i(invite.expires_ms),
-                            &invite.note,
-                        ],
-                    )
-                    .await?;
-                    let detail = log_text::invite_issued(&invite, pruned);
-                    oplog::append(t, now, keep, "invite", &detail).await?;
-                    Ok(InviteOutcome::Issued)
-                })
-            })
-            .await
+                &[
+                    &invite.hash.as_slice(),
+                    &i(invite.created_ms),
+                    &i(invite.expires_ms),
+                    &invite.note,
+                ],
+            )
+            .await?;
+            let detail = log_text::invite_issued(invite, pruned);
+            oplog::append(t, env, "invite", &detail).await?;
+            Ok(InviteOutcome::Issued)
+        })
     })
 }
 
@@ -78,11 +71,10 @@ pub(crate) async fn redeem(
     t: &Transaction<'_>,
     hash: &InviteHash,
     key: &Key32,
-    now: u64,
-    keep: relay_store::LogRetention,
+    env: WriteEnv,
 ) -> OpResult<()> {
     t.execute("DELETE FROM invites WHERE hash = $1", &[&hash.as_slice()])
         .await?;
     let detail = log_text::invite_redeemed(hash, key);
-    oplog::append(t, now, keep, "invite-redeemed", &detail).await
+    oplog::append(t, env, "invite-redeemed", &detail).await
 }

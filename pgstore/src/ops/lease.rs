@@ -8,45 +8,38 @@ use std::sync::Arc;
 use relay_store::rules::challenge_book;
 use relay_store::{ChallengeBook, ChallengeIssue, Key32, Pending};
 
+use crate::ctx::Ctx;
 use crate::db::i;
 use crate::ops::Answer;
-use crate::store::PgStore;
 
 /// Take or renew lease `name` for `holder` until now + `ttl_ms`: true when `holder` holds
 /// it now (it held it, or the previous holder's time ran out). Times are the processes'
 /// clocks: keep them in step (NTP) and the ttl well above their skew.
-pub(crate) fn try_lease(store: &PgStore, name: &str, holder: &str, ttl_ms: u64) -> Answer<bool> {
-    let (s, name, holder) = (store.clone(), name.to_string(), holder.to_string());
-    store.spawn(async move {
-        let now = s.now_ms();
-        let until = i(now.saturating_add(ttl_ms));
-        s.inner
-            .db
-            .tx(|t| {
-                let (name, holder) = (name.clone(), holder.clone());
-                Box::pin(async move {
-                    let r = t
-                        .query_opt(
-                            "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3) \
+pub(crate) fn try_lease(ctx: &Ctx, name: &str, holder: &str, ttl_ms: u64) -> Answer<bool> {
+    let lease = (name.to_string(), holder.to_string());
+    ctx.write(lease, move |t, (name, holder), env| {
+        let (now, until) = (i(env.now), i(env.now.saturating_add(ttl_ms)));
+        Box::pin(async move {
+            let r = t
+                .query_opt(
+                    "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3) \
                              ON CONFLICT (name) DO UPDATE SET holder = $2, until_ms = $3 \
                              WHERE leases.holder = $2 OR leases.until_ms < $4 \
                              RETURNING holder",
-                            &[&name, &holder, &until, &i(now)],
-                        )
-                        .await?;
-                    Ok(r.is_some())
-                })
-            })
-            .await
+                    &[name, holder, &until, &now],
+                )
+                .await?;
+            Ok(r.is_some())
+        })
     })
 }
 
 /// The challenge book in the database, shared by every process on it.
-pub(crate) struct PgChallenges(pub(crate) PgStore);
+pub(crate) struct PgChallenges(Ctx);
 
 impl PgChallenges {
-    pub(crate) fn shared(store: &PgStore) -> Arc<dyn ChallengeBook> {
-        Arc::new(PgChallenges(store.clone()))
+    pub(crate) fn shared(ctx: &Ctx) -> Arc<dyn ChallengeBook> {
+        Arc::new(PgChallenges(ctx.clone()))
     }
 }
 
@@ -59,106 +52,93 @@ impl ChallengeBook for PgChallenges {
         lifetime_ms: u64,
         max: u64,
     ) -> Pending<ChallengeIssue> {
-        let s = self.0.clone();
-        self.0.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let challenge = challenge.clone();
-                    Box::pin(async move {
-                        // One issuer at a time, so the cap holds across processes: the
-                        // `meta` row's lock (a row lock, not LOCK TABLE, which CockroachDB and
-                        // YugabyteDB lack; docs/scale-out.md). Consuming deletes concurrently,
-                        // which can only lower the count.
-                        //
-                        // A challenge need not survive a crash (fjall's book lives in memory:
-                        // the host asks again), so this commit does not wait for the WAL
-                        // flush. It would otherwise hold the `meta` lock through one fsync per
-                        // challenge, making every issuer queue behind the disk.
-                        t.batch_execute("SET LOCAL synchronous_commit = off")
-                            .await?;
-                        t.query_one("SELECT id FROM meta WHERE id = 1 FOR UPDATE", &[])
-                            .await?;
-                        // Expired rows go first: `NOT challenge_book::is_open` in SQL (a
-                        // count over the table, not a read of every row).
-                        t.execute(
-                            "DELETE FROM challenges WHERE expires_ms <= $1",
-                            &[&i(now_ms)],
-                        )
-                        .await?;
-                        let others: i64 = t
-                            .query_one(
-                                "SELECT count(*) FROM challenges WHERE host_pubkey <> $1",
-                                &[&key.as_slice()],
-                            )
-                            .await?
-                            .get(0);
-                        if !challenge_book::admits(u64::try_from(others).unwrap_or(u64::MAX), max) {
-                            return Ok(ChallengeIssue::Full);
-                        }
-                        t.execute(
-                            "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
+        self.0.write(challenge, move |t, challenge, _| {
+            Box::pin(async move {
+                // One issuer at a time, so the cap holds across processes: the
+                // `meta` row's lock (a row lock, not LOCK TABLE, which CockroachDB and
+                // YugabyteDB lack; docs/scale-out.md). Consuming deletes concurrently,
+                // which can only lower the count.
+                //
+                // A challenge need not survive a crash (fjall's book lives in memory:
+                // the host asks again), so this commit does not wait for the WAL
+                // flush. It would otherwise hold the `meta` lock through one fsync per
+                // challenge, making every issuer queue behind the disk.
+                t.batch_execute("SET LOCAL synchronous_commit = off")
+                    .await?;
+                t.query_one("SELECT id FROM meta WHERE id = 1 FOR UPDATE", &[])
+                    .await?;
+                // Expired rows go first: `NOT challenge_book::is_open` in SQL (a
+                // count over the table, not a read of every row).
+                t.execute(
+                    "DELETE FROM challenges WHERE expires_ms <= $1",
+                    &[&i(now_ms)],
+                )
+                .await?;
+                let others: i64 = t
+                    .query_one(
+                        "SELECT count(*) FROM challenges WHERE host_pubkey <> $1",
+                        &[&key.as_slice()],
+                    )
+                    .await?
+                    .get(0);
+                if !challenge_book::admits(u64::try_from(others).unwrap_or(u64::MAX), max) {
+                    return Ok(ChallengeIssue::Full);
+                }
+                t.execute(
+                    "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
                              VALUES ($1, $2, $3) ON CONFLICT (host_pubkey) DO UPDATE \
                              SET challenge = $2, expires_ms = $3",
-                            &[
-                                &key.as_slice(),
-                                &challenge,
-                                &i(challenge_book::expires_at(now_ms, lifetime_ms)),
-                            ],
-                        )
-                        .await?;
-                        Ok(ChallengeIssue::Issued)
-                    })
-                })
-                .await
+                    &[
+                        &key.as_slice(),
+                        challenge,
+                        &i(challenge_book::expires_at(now_ms, lifetime_ms)),
+                    ],
+                )
+                .await?;
+                Ok(ChallengeIssue::Issued)
+            })
         })
     }
 
     fn pending(&self, key: &Key32, now_ms: u64) -> Pending<Option<String>> {
-        let (s, key) = (self.0.clone(), *key);
-        self.0.spawn(async move {
-            let c = s.inner.db.conn().await?;
-            let r = c
-                .query_opt(
-                    "SELECT challenge, expires_ms FROM challenges WHERE host_pubkey = $1",
-                    &[&key.as_slice()],
+        let key = *key;
+        self.0.read_async(move |c| {
+            Box::pin(async move {
+                let r = c
+                    .query_opt(
+                        "SELECT challenge, expires_ms FROM challenges WHERE host_pubkey = $1",
+                        &[&key.as_slice()],
+                    )
+                    .await?;
+                Ok(
+                    r.filter(|r| challenge_book::is_open(crate::db::u(r.get(1)), now_ms))
+                        .map(|r| r.get(0)),
                 )
-                .await
-                .map_err(crate::db::db_err)?;
-            Ok(
-                r.filter(|r| challenge_book::is_open(crate::db::u(r.get(1)), now_ms))
-                    .map(|r| r.get(0)),
-            )
+            })
         })
     }
 
     fn consume(&self, key: &Key32, challenge: &str) -> Pending<()> {
-        let (s, key, challenge) = (self.0.clone(), *key, challenge.to_string());
-        self.0.spawn(async move {
-            s.inner
-                .db
-                .tx(|t| {
-                    let challenge = challenge.clone();
-                    Box::pin(async move {
-                        let r = t
-                            .query_opt(
-                                "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
-                                &[&key.as_slice()],
-                            )
-                            .await?;
-                        let Some(r) = r else { return Ok(()) };
-                        let stored: String = r.get(0);
-                        if challenge_book::same(&stored, &challenge) {
-                            t.execute(
-                                "DELETE FROM challenges WHERE host_pubkey = $1",
-                                &[&key.as_slice()],
-                            )
-                            .await?;
-                        }
-                        Ok(())
-                    })
-                })
-                .await
+        let (key, challenge) = (*key, challenge.to_string());
+        self.0.write(challenge, move |t, challenge, _| {
+            Box::pin(async move {
+                let r = t
+                    .query_opt(
+                        "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
+                        &[&key.as_slice()],
+                    )
+                    .await?;
+                let Some(r) = r else { return Ok(()) };
+                let stored: String = r.get(0);
+                if challenge_book::same(&stored, challenge) {
+                    t.execute(
+                        "DELETE FROM challenges WHERE host_pubkey = $1",
+                        &[&key.as_slice()],
+                    )
+                    .await?;
+                }
+                Ok(())
+            })
         })
     }
 }

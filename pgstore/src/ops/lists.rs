@@ -5,9 +5,9 @@ use deadpool_postgres::Transaction;
 use relay_store::rules;
 use relay_store::{EncAd, EncAdV2, EncAds, Key32, Result, SenderList, SenderListOutcome};
 
-use crate::db::{db_err, i, key32, u, OpResult};
+use crate::ctx::Ctx;
+use crate::db::{i, key32, u, OpResult};
 use crate::ops::{enrol, Answer};
-use crate::store::PgStore;
 
 /// Sender keys stored as one `bytea` of 32-byte keys.
 pub(crate) fn pack(keys: &[Key32]) -> Vec<u8> {
@@ -96,64 +96,50 @@ pub(crate) async fn write_list(
 }
 
 /// Store a (verified) v1 enc ad, replacing the key's previous one.
-pub(crate) fn put_enc_ad(store: &PgStore, ad: EncAd) -> Answer<()> {
-    let s = store.clone();
-    store.spawn(async move {
-        s.inner
-            .db
-            .tx(|t| {
-                let ad = ad.clone();
-                Box::pin(async move {
-                    t.execute(
-                        "INSERT INTO enc_ads (host_pubkey, enc_pub, sig, at_ms) \
+pub(crate) fn put_enc_ad(ctx: &Ctx, ad: EncAd) -> Answer<()> {
+    ctx.write(ad, |t, ad, _| {
+        Box::pin(async move {
+            t.execute(
+                "INSERT INTO enc_ads (host_pubkey, enc_pub, sig, at_ms) \
                          VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
                          SET enc_pub = $2, sig = $3, at_ms = $4",
-                        &[
-                            &ad.host_pubkey.as_slice(),
-                            &ad.enc_pub,
-                            &ad.sig,
-                            &i(ad.at_ms),
-                        ],
-                    )
-                    .await?;
-                    Ok(())
-                })
-            })
-            .await
+                &[
+                    &ad.host_pubkey.as_slice(),
+                    &ad.enc_pub,
+                    &ad.sig,
+                    &i(ad.at_ms),
+                ],
+            )
+            .await?;
+            Ok(())
+        })
     })
 }
 
 /// Store a (verified) v2 enc ad whatever its `iat`; `false`, storing nothing, when the key
 /// is not enrolled and live at commit time (`rules::enc_ad::stores_v2`; the enrolment row
 /// is share-locked until commit, so a revocation cannot slip in before the write).
-pub(crate) fn put_enc_ad_v2(store: &PgStore, ad: EncAdV2) -> Answer<bool> {
-    let s = store.clone();
-    store.spawn(async move {
-        s.inner
-            .db
-            .tx(|t| {
-                let ad = ad.clone();
-                Box::pin(async move {
-                    let owner = enrol::get(t, &ad.host_pubkey, false).await?;
-                    if !rules::enc_ad::stores_v2(owner.as_ref()) {
-                        return Ok(false);
-                    }
-                    t.execute(
-                        "INSERT INTO enc_ads_v2 (host_pubkey, record, sig, at_ms) \
+pub(crate) fn put_enc_ad_v2(ctx: &Ctx, ad: EncAdV2) -> Answer<bool> {
+    ctx.write(ad, |t, ad, _| {
+        Box::pin(async move {
+            let owner = enrol::get(t, &ad.host_pubkey, false).await?;
+            if !rules::enc_ad::stores_v2(owner.as_ref()) {
+                return Ok(false);
+            }
+            t.execute(
+                "INSERT INTO enc_ads_v2 (host_pubkey, record, sig, at_ms) \
                          VALUES ($1, $2, $3, $4) ON CONFLICT (host_pubkey) DO UPDATE \
                          SET record = $2, sig = $3, at_ms = $4",
-                        &[
-                            &ad.host_pubkey.as_slice(),
-                            &ad.record,
-                            &ad.sig,
-                            &i(ad.at_ms),
-                        ],
-                    )
-                    .await?;
-                    Ok(true)
-                })
-            })
-            .await
+                &[
+                    &ad.host_pubkey.as_slice(),
+                    &ad.record,
+                    &ad.sig,
+                    &i(ad.at_ms),
+                ],
+            )
+            .await?;
+            Ok(true)
+        })
     })
 }
 
@@ -161,63 +147,56 @@ pub(crate) fn put_enc_ad_v2(store: &PgStore, ad: EncAdV2) -> Answer<bool> {
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn enc_ad(store: &PgStore, key: &Key32) -> Result<Option<EncAd>> {
-    Ok(enc_ads(store, key)?.v1)
+pub(crate) fn enc_ad(ctx: &Ctx, key: &Key32) -> Result<Option<EncAd>> {
+    Ok(enc_ads(ctx, key)?.v1)
 }
 
 /// Both enc ads of a key, from one snapshot.
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn enc_ads(store: &PgStore, key: &Key32) -> Result<EncAds> {
-    let (s, key) = (store.clone(), *key);
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        // One statement: one snapshot.
-        let r = c
-            .query_one(
-                "SELECT a.enc_pub, a.sig, a.at_ms, b.record, b.sig, b.at_ms FROM \
+pub(crate) fn enc_ads(ctx: &Ctx, key: &Key32) -> Result<EncAds> {
+    let key = *key;
+    ctx.read(move |c| {
+        Box::pin(async move {
+            // One statement: one snapshot.
+            let r = c
+                .query_one(
+                    "SELECT a.enc_pub, a.sig, a.at_ms, b.record, b.sig, b.at_ms FROM \
                  (SELECT 1) one \
                  LEFT JOIN enc_ads a ON a.host_pubkey = $1 \
                  LEFT JOIN enc_ads_v2 b ON b.host_pubkey = $1",
-                &[&key.as_slice()],
-            )
-            .await
-            .map_err(db_err)?;
-        let v1 = r.get::<_, Option<String>>(0).map(|enc_pub| EncAd {
-            host_pubkey: key,
-            enc_pub,
-            sig: r.get(1),
-            at_ms: u(r.get(2)),
-        });
-        let v2 = r.get::<_, Option<Vec<u8>>>(3).map(|record| EncAdV2 {
-            host_pubkey: key,
-            record,
-            sig: r.get(4),
-            at_ms: u(r.get(5)),
-        });
-        Ok(EncAds { v1, v2 })
+                    &[&key.as_slice()],
+                )
+                .await?;
+            let v1 = r.get::<_, Option<String>>(0).map(|enc_pub| EncAd {
+                host_pubkey: key,
+                enc_pub,
+                sig: r.get(1),
+                at_ms: u(r.get(2)),
+            });
+            let v2 = r.get::<_, Option<Vec<u8>>>(3).map(|record| EncAdV2 {
+                host_pubkey: key,
+                record,
+                sig: r.get(4),
+                at_ms: u(r.get(5)),
+            });
+            Ok(EncAds { v1, v2 })
+        })
     })
 }
 
 /// Store a (verified) sender list if strictly newer than the stored one.
-pub(crate) fn put_sender_list(store: &PgStore, list: SenderList) -> Answer<SenderListOutcome> {
-    let s = store.clone();
-    store.spawn(async move {
-        s.inner
-            .db
-            .tx(|t| {
-                let list = list.clone();
-                Box::pin(async move {
-                    let stored = get_list(t, &list.target).await?;
-                    if !rules::lists::accepts(stored.as_ref(), &list) {
-                        return Ok(SenderListOutcome::NotNewer);
-                    }
-                    write_list(t, &list.target, Some(&list)).await?;
-                    Ok(SenderListOutcome::Stored)
-                })
-            })
-            .await
+pub(crate) fn put_sender_list(ctx: &Ctx, list: SenderList) -> Answer<SenderListOutcome> {
+    ctx.write(list, |t, list, _| {
+        Box::pin(async move {
+            let stored = get_list(t, &list.target).await?;
+            if !rules::lists::accepts(stored.as_ref(), list) {
+                return Ok(SenderListOutcome::NotNewer);
+            }
+            write_list(t, &list.target, Some(list)).await?;
+            Ok(SenderListOutcome::Stored)
+        })
     })
 }
 
@@ -225,13 +204,16 @@ pub(crate) fn put_sender_list(store: &PgStore, list: SenderList) -> Answer<Sende
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn sender_list(store: &PgStore, target: &Key32) -> Result<Option<SenderList>> {
-    let (s, target) = (store.clone(), *target);
-    store.block(async move {
-        let sql = format!("SELECT {LIST_COLS} FROM sender_lists WHERE target = $1");
-        let rows = s.inner.db.query_cached(&sql, &[&target.as_slice()]).await?;
-        rows.first()
-            .map(|r| list_from_row(target, r, 0))
-            .transpose()
+pub(crate) fn sender_list(ctx: &Ctx, target: &Key32) -> Result<Option<SenderList>> {
+    let target = *target;
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let sql = format!("SELECT {LIST_COLS} FROM sender_lists WHERE target = $1");
+            let rows = c.query_cached(&sql, &[&target.as_slice()]).await?;
+            Ok(rows
+                .first()
+                .map(|r| list_from_row(target, r, 0))
+                .transpose()?)
+        })
     })
 }

@@ -1,7 +1,8 @@
-//! The store's operations, one file per group. Writes run as one transaction each
-//! ([`crate::db::Db::tx`], or [`crate::db::Db::run`] for push and ack, which pipeline their
-//! statements: [`crate::pipeline`]); reads as one read-only snapshot transaction where they read more
-//! than one row.
+//! The store's operations, one file per group, each run through [`crate::ctx::Ctx`]: writes
+//! as one transaction each ([`crate::ctx::Ctx::write`], or [`crate::db::Db::run`] for push and
+//! ack, which pipeline their statements: [`crate::pipeline`]); reads on a pooled connection
+//! ([`crate::ctx::Ctx::read`]), as one read-only snapshot transaction where they read more than
+//! one row.
 
 pub(crate) mod ack;
 pub(crate) mod admin;
@@ -12,6 +13,7 @@ pub(crate) mod enrol;
 pub(crate) mod insert;
 pub(crate) mod insert_plan;
 pub(crate) mod invite;
+pub(crate) mod kind;
 pub(crate) mod lease;
 pub(crate) mod lists;
 pub(crate) mod meta;

@@ -4,24 +4,24 @@
 
 use deadpool_postgres::Transaction;
 use relay_store::rules::log::{self as rule, Admission, ChainCheck, Trim, MAX_DROP_PER_APPEND};
-use relay_store::{LogCheckpoint, LogRetention, LogVerdict, OpEntry, Result};
+use relay_store::{LogCheckpoint, LogVerdict, OpEntry, Result};
 
-use crate::db::{db_err, i, key32, u, OpResult};
-use crate::store::PgStore;
+use crate::ctx::{Ctx, WriteEnv};
+use crate::db::{i, key32, u, OpResult};
 
 fn hash32(v: Option<Vec<u8>>, what: &str) -> Result<Option<[u8; 32]>> {
     v.map(|b| key32(&b, what)).transpose()
 }
 
-/// Append an entry inside the current transaction. Locks the `meta` row, so appends from
-/// several processes form one chain.
+/// Append an entry at `env.now` inside the current transaction. Locks the `meta` row, so
+/// appends from several processes form one chain.
 pub(crate) async fn append(
     t: &Transaction<'_>,
-    at_ms: u64,
-    keep: LogRetention,
+    env: WriteEnv,
     kind: &str,
     detail: &str,
 ) -> OpResult<()> {
+    let WriteEnv { now: at_ms, keep } = env;
     let row = t
         .query_one(
             "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash, ops_enrol_held FROM meta \
@@ -104,28 +104,24 @@ async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
 }
 
 /// Append to the relay log.
-pub(crate) fn log_op(store: &PgStore, kind: &str, detail: &str) -> super::Answer<()> {
-    let (kind, detail) = (kind.to_string(), detail.to_string());
-    let s = store.clone();
+pub(crate) fn log_op(ctx: &Ctx, kind: &str, detail: &str) -> super::Answer<()> {
+    let entry = (kind.to_string(), detail.to_string());
     let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let before = store
-        .inner
+    let before = ctx
         .log_order
         .lock()
         .ok()
         .and_then(|mut last| last.replace(done_rx));
     // The deadline runs from this append's turn, not from its submission (a queue of
     // appends would otherwise time out behind each other).
-    store.spawn_queued(async move {
+    let c = ctx.clone();
+    ctx.spawn_queued(async move {
         if let Some(before) = before {
             let _ = before.await; // answered or dropped: either way its turn is over
         }
         let _done = done; // signals the next append when this one ends, however it ends
-        let now = s.now_ms();
-        let keep = s.inner.retention;
-        crate::db::bounded(s.inner.db.tx(|t| {
-            let (kind, detail) = (kind.clone(), detail.clone());
-            Box::pin(async move { append(t, now, keep, &kind, &detail).await })
+        crate::db::bounded(c.tx(entry, |t, (kind, detail), env| {
+            Box::pin(append(t, env, kind, detail))
         }))
         .await
     })
@@ -135,29 +131,30 @@ pub(crate) fn log_op(store: &PgStore, kind: &str, detail: &str) -> super::Answer
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn ops(store: &PgStore, limit: usize) -> Result<Vec<OpEntry>> {
-    let s = store.clone();
+pub(crate) fn ops(ctx: &Ctx, limit: usize) -> Result<Vec<OpEntry>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let rows = c
-            .query(
-                "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq DESC LIMIT $1",
-                &[&limit],
-            )
-            .await
-            .map_err(db_err)?;
-        rows.iter()
-            .map(|r| {
-                Ok(OpEntry {
-                    seq: u(r.get(0)),
-                    at_ms: u(r.get(1)),
-                    kind: r.get(2),
-                    detail: r.get(3),
-                    hash: key32(r.get::<_, &[u8]>(4), "ops hash")?,
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let rows = c
+                .query(
+                    "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq DESC LIMIT $1",
+                    &[&limit],
+                )
+                .await?;
+            let entries = rows
+                .iter()
+                .map(|r| {
+                    Ok(OpEntry {
+                        seq: u(r.get(0)),
+                        at_ms: u(r.get(1)),
+                        kind: r.get(2),
+                        detail: r.get(3),
+                        hash: key32(r.get::<_, &[u8]>(4), "ops hash")?,
+                    })
                 })
-            })
-            .collect()
+                .collect::<Result<_>>()?;
+            Ok(entries)
+        })
     })
 }
 
@@ -166,46 +163,44 @@ pub(crate) fn ops(store: &PgStore, limit: usize) -> Result<Vec<OpEntry>> {
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
-pub(crate) fn verify_log(store: &PgStore) -> Result<LogVerdict> {
-    let s = store.clone();
-    store.block(async move {
-        let mut c = s.inner.db.conn().await?;
-        let t = crate::db::snapshot(&mut c).await?;
-        let m = t
-            .query_one(
-                "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",
-                &[],
-            )
-            .await
-            .map_err(db_err)?;
-        let checkpoint = match (m.get::<_, Option<i64>>(2), m.get::<_, Option<Vec<u8>>>(3)) {
-            (Some(seq), Some(h)) => Some(LogCheckpoint {
-                seq: u(seq),
-                hash: key32(&h, "ops checkpoint")?,
-            }),
-            _ => None,
-        };
-        let next = u(m.get(0));
-        let head = hash32(m.get(1), "meta ops_head")?;
-        let rows = t
-            .query(
-                "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq",
-                &[],
-            )
-            .await
-            .map_err(db_err)?;
-        let mut check = ChainCheck::new(checkpoint);
-        for r in &rows {
-            let (seq, at_ms, kind, detail): (i64, i64, &str, &str) =
-                (r.get(0), r.get(1), r.get(2), r.get(3));
-            let ok = match <[u8; 32]>::try_from(r.get::<_, &[u8]>(4)) {
-                Ok(hash) => check.entry(u(seq), u(at_ms), kind, detail, &hash),
-                Err(_) => check.fail_next(format!("entry {seq}'s hash is not 32 bytes")),
+pub(crate) fn verify_log(ctx: &Ctx) -> Result<LogVerdict> {
+    ctx.read(|c| {
+        Box::pin(async move {
+            let t = crate::db::snapshot(c).await?;
+            let m = t
+                .query_one(
+                    "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash FROM meta WHERE id = 1",
+                    &[],
+                )
+                .await?;
+            let checkpoint = match (m.get::<_, Option<i64>>(2), m.get::<_, Option<Vec<u8>>>(3)) {
+                (Some(seq), Some(h)) => Some(LogCheckpoint {
+                    seq: u(seq),
+                    hash: key32(&h, "ops checkpoint")?,
+                }),
+                _ => None,
             };
-            if !ok {
-                break;
+            let next = u(m.get(0));
+            let head = hash32(m.get(1), "meta ops_head")?;
+            let rows = t
+                .query(
+                    "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq",
+                    &[],
+                )
+                .await?;
+            let mut check = ChainCheck::new(checkpoint);
+            for r in &rows {
+                let (seq, at_ms, kind, detail): (i64, i64, &str, &str) =
+                    (r.get(0), r.get(1), r.get(2), r.get(3));
+                let ok = match <[u8; 32]>::try_from(r.get::<_, &[u8]>(4)) {
+                    Ok(hash) => check.entry(u(seq), u(at_ms), kind, detail, &hash),
+                    Err(_) => check.fail_next(format!("entry {seq}'s hash is not 32 bytes")),
+                };
+                if !ok {
+                    break;
+                }
             }
-        }
-        Ok(check.finish(Some(next), head))
+            Ok(check.finish(Some(next), head))
+        })
     })
 }

@@ -5,8 +5,8 @@
 use relay_store::{Key32, Page, QueuedItem, Result};
 use tokio_postgres::types::ToSql;
 
-use crate::db::{db_err, i, key32, u, OpError, OpResult};
-use crate::ops::queue::kind_of;
+use crate::db::{i, key32, u, OpResult};
+use crate::ops::kind::kind_of;
 use crate::pipeline::{commit_with, rollback};
 
 const HEAD: &str = "SELECT head_seq, acked_through FROM queues WHERE target = $1";
@@ -26,70 +26,64 @@ pub(crate) async fn pull(
     after: u64,
     limit: i64,
     max_bytes: u64,
-) -> Result<Page> {
-    let run = async {
-        let (head, sizes, items) = (
-            c.prepare_cached(HEAD).await?,
-            c.prepare_cached(SIZES).await?,
-            c.prepare_cached(ITEMS).await?,
-        );
-        let t = target.as_slice();
-        let (after, more_limit) = (i(after), limit + 1);
-        let (p0, p1): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
-            (&[&t], &[&t, &after, &more_limit]);
-        let (begun, q, sizes) = tokio::join!(biased;
-            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
-            c.query_opt(&head, p0),
-            c.query(&sizes, p1),
-        );
-        begun?;
-        let (q, sizes) = match (q, sizes) {
-            (Ok(q), Ok(s)) => (q, s),
-            (Err(e), _) | (_, Err(e)) => return rollback(c, e.into()).await.0,
-        };
-        let (head_seq, acked_through) = q.map_or((0, 0), |r| (u(r.get(0)), u(r.get(1))));
-        let mut take = 0i64;
-        let mut bytes = 0u64;
-        let mut more = false;
-        for r in &sizes {
-            let b = u(r.get(0));
-            if take >= limit || (take > 0 && bytes.saturating_add(b) > max_bytes) {
-                more = true;
-                break;
-            }
-            bytes = bytes.saturating_add(b);
-            take += 1;
-        }
-        let read = async {
-            if take == 0 {
-                return Ok(Vec::new());
-            }
-            Ok(c.query(&items, &[&t, &after, &take]).await?)
-        };
-        let rows: Vec<tokio_postgres::Row> = commit_with(c, read).await.0?;
-        let items = rows
-            .iter()
-            .map(|r| {
-                Ok(QueuedItem {
-                    seq: u(r.get(0)),
-                    kind: kind_of(r.get(1))?,
-                    item_id: r.get(2),
-                    sender: key32(r.get::<_, &[u8]>(3), "item sender")?,
-                    wire: r.get(4),
-                    accepted_at_ms: u(r.get(5)),
-                    expires_at_ms: u(r.get(6)),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        OpResult::Ok(Page {
-            items,
-            head_seq,
-            acked_through,
-            more,
-        })
+) -> OpResult<Page> {
+    let (head, sizes, items) = (
+        c.prepare_cached(HEAD).await?,
+        c.prepare_cached(SIZES).await?,
+        c.prepare_cached(ITEMS).await?,
+    );
+    let t = target.as_slice();
+    let (after, more_limit) = (i(after), limit + 1);
+    let (p0, p1): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
+        (&[&t], &[&t, &after, &more_limit]);
+    let (begun, q, sizes) = tokio::join!(biased;
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+        c.query_opt(&head, p0),
+        c.query(&sizes, p1),
+    );
+    begun?;
+    let (q, sizes) = match (q, sizes) {
+        (Ok(q), Ok(s)) => (q, s),
+        (Err(e), _) | (_, Err(e)) => return rollback(c, e.into()).await.0,
     };
-    run.await.map_err(|e| match e {
-        OpError::Db(e) => db_err(e),
-        OpError::Store(e) => e,
+    let (head_seq, acked_through) = q.map_or((0, 0), |r| (u(r.get(0)), u(r.get(1))));
+    let mut take = 0i64;
+    let mut bytes = 0u64;
+    let mut more = false;
+    for r in &sizes {
+        let b = u(r.get(0));
+        if take >= limit || (take > 0 && bytes.saturating_add(b) > max_bytes) {
+            more = true;
+            break;
+        }
+        bytes = bytes.saturating_add(b);
+        take += 1;
+    }
+    let read = async {
+        if take == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(c.query(&items, &[&t, &after, &take]).await?)
+    };
+    let rows: Vec<tokio_postgres::Row> = commit_with(c, read).await.0?;
+    let items = rows
+        .iter()
+        .map(|r| {
+            Ok(QueuedItem {
+                seq: u(r.get(0)),
+                kind: kind_of(r.get(1))?,
+                item_id: r.get(2),
+                sender: key32(r.get::<_, &[u8]>(3), "item sender")?,
+                wire: r.get(4),
+                accepted_at_ms: u(r.get(5)),
+                expires_at_ms: u(r.get(6)),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Page {
+        items,
+        head_seq,
+        acked_through,
+        more,
     })
 }

@@ -1,7 +1,5 @@
-//! Mail: insert (the rules of keyspace/src/ops/insert.rs: every target live at commit time,
-//! dedup per (sender, item_id, target) with the wire hash deciding duplicate vs conflict,
-//! inclusive quotas for new targets, seq = max(head + 1, now_ms), all or nothing), pulls,
-//! cursors, usage, ack and single-item delete.
+//! Mail besides the insert (`ops/insert.rs`, grouped by `combine`): pulls, cursors, usage,
+//! dedup rows, ack and single-item delete, and the queue-row helpers the other writes share.
 //!
 //! A target's `queues` row holds its head, acked cursor and its usage; every write to a queue
 //! locks that row first (`FOR UPDATE`, several targets in key order), so inserts, acks, sweeps
@@ -10,33 +8,13 @@
 //! themselves (a deadlock between two accounts' orders is retried by `Db::tx`).
 
 use deadpool_postgres::Transaction;
-use relay_store::{
-    AckOutcome, Cursor, DedupRow, InsertOutcome, InsertRequest, ItemKind, Key32, Page, Result,
-    StoreError, Usage,
-};
+use relay_store::{AckOutcome, Cursor, DedupRow, Key32, Page, Result, Usage};
 
-use crate::db::{db_err, i, key32, u, OpResult};
+use crate::ctx::Ctx;
+use crate::db::{i, key32, u, OpResult};
 use crate::ops::ack::Ack;
 use crate::ops::pull;
 use crate::ops::Answer;
-use crate::store::PgStore;
-
-pub(crate) fn kind_code(k: ItemKind) -> i16 {
-    match k {
-        ItemKind::Envelope => 0,
-        ItemKind::Receipt => 1,
-        ItemKind::Expired => 2,
-    }
-}
-
-pub(crate) fn kind_of(code: i16) -> Result<ItemKind> {
-    match code {
-        0 => Ok(ItemKind::Envelope),
-        1 => Ok(ItemKind::Receipt),
-        2 => Ok(ItemKind::Expired),
-        other => Err(StoreError::Corrupt(format!("item kind {other} is unknown"))),
-    }
-}
 
 /// A locked queue row: head and usage of one target.
 #[derive(Debug, Clone, Copy, Default)]
@@ -151,53 +129,35 @@ pub(crate) async fn start_dedup_horizon(
     Ok(())
 }
 
-/// Insert one item over all its targets atomically.
-pub(crate) fn insert(store: &PgStore, req: InsertRequest) -> Answer<InsertOutcome> {
-    let s = store.clone();
-    store.spawn(async move {
-        s.insert_grouped(vec![req])
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::Engine("postgres: an insert answered no outcome".into()))
-    })
-}
-
-/// Insert several items, each its own atomic operation, in one transaction (with the other
-/// pushes waiting then: `combine`): one commit, as the keyspace's one group commit.
-pub(crate) fn insert_many(store: &PgStore, reqs: Vec<InsertRequest>) -> Answer<Vec<InsertOutcome>> {
-    let s = store.clone();
-    store.spawn(async move { s.insert_grouped(reqs).await })
-}
-
 /// The dedup row of (sender, item_id, target).
 ///
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
 pub(crate) fn dedup(
-    store: &PgStore,
+    ctx: &Ctx,
     sender: &Key32,
     item_id: &str,
     target: &Key32,
 ) -> Result<Option<DedupRow>> {
-    let (s, sender, target, item_id) = (store.clone(), *sender, *target, item_id.to_string());
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let r = c
-            .query_opt(
-                "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
-                 WHERE target = $1 AND sender = $2 AND item_id = $3",
-                &[&target.as_slice(), &sender.as_slice(), &item_id],
-            )
-            .await
-            .map_err(db_err)?;
-        r.map(|r| {
-            Ok(DedupRow {
-                wire_hash: key32(r.get::<_, &[u8]>(0), "dedup wire hash")?,
-                seq: u(r.get(1)),
-                accepted_at_ms: u(r.get(2)),
-            })
+    let (sender, target, item_id) = (*sender, *target, item_id.to_string());
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let r = c
+                .query_opt(
+                    "SELECT wire_hash, seq, accepted_at_ms FROM dedup \
+                     WHERE target = $1 AND sender = $2 AND item_id = $3",
+                    &[&target.as_slice(), &sender.as_slice(), &item_id],
+                )
+                .await?;
+            let row = r.map(|r| {
+                Ok::<_, relay_store::StoreError>(DedupRow {
+                    wire_hash: key32(r.get::<_, &[u8]>(0), "dedup wire hash")?,
+                    seq: u(r.get(1)),
+                    accepted_at_ms: u(r.get(2)),
+                })
+            });
+            Ok(row.transpose()?)
         })
-        .transpose()
     })
 }
 
@@ -207,17 +167,16 @@ pub(crate) fn dedup(
 /// # Errors
 /// `Engine`, `Corrupt`, `Closed`.
 pub(crate) fn pull(
-    store: &PgStore,
+    ctx: &Ctx,
     target: &Key32,
     after: u64,
     limit: usize,
     max_bytes: u64,
 ) -> Result<Page> {
-    let (s, target) = (store.clone(), *target);
+    let target = *target;
     let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX - 1);
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        pull::pull(&c, &target, after, limit, max_bytes).await
+    ctx.read(move |c| {
+        Box::pin(async move { pull::pull(c, &target, after, limit, max_bytes).await })
     })
 }
 
@@ -225,55 +184,57 @@ pub(crate) fn pull(
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn cursor(store: &PgStore, target: &Key32) -> Result<Cursor> {
-    let (s, target) = (store.clone(), *target);
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let q = c
-            .query_opt(
-                "SELECT head_seq, acked_through FROM queues WHERE target = $1",
-                &[&target.as_slice()],
-            )
-            .await
-            .map_err(db_err)?;
-        Ok(q.map_or(Cursor::default(), |r| Cursor {
-            head_seq: u(r.get(0)),
-            acked_through: u(r.get(1)),
-        }))
+pub(crate) fn cursor(ctx: &Ctx, target: &Key32) -> Result<Cursor> {
+    let target = *target;
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let q = c
+                .query_opt(
+                    "SELECT head_seq, acked_through FROM queues WHERE target = $1",
+                    &[&target.as_slice()],
+                )
+                .await?;
+            Ok(q.map_or(Cursor::default(), |r| Cursor {
+                head_seq: u(r.get(0)),
+                acked_through: u(r.get(1)),
+            }))
+        })
     })
 }
 
-fn usage_query(
-    store: &PgStore,
-    sql: &'static str,
-    a: Vec<u8>,
-    b: Option<Vec<u8>>,
-) -> Result<Usage> {
-    let s = store.clone();
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let r = match &b {
-            Some(b) => c.query_opt(sql, &[&a, b]).await,
-            None => c.query_opt(sql, &[&a]).await,
-        }
-        .map_err(db_err)?;
-        Ok(r.map_or(Usage::default(), |r| Usage {
-            items: u(r.get(0)),
-            bytes: u(r.get(1)),
-        }))
+/// The usage row `sql` finds for the key(s) `keys` (none: zero).
+fn usage_query(ctx: &Ctx, sql: &'static str, keys: UsageKeys) -> Result<Usage> {
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let r = match &keys {
+                UsageKeys::Target(t) => c.query_opt(sql, &[t]).await,
+                UsageKeys::Pair(t, s) => c.query_opt(sql, &[t, s]).await,
+                UsageKeys::Account(a) => c.query_opt(sql, &[a]).await,
+            }?;
+            Ok(r.map_or(Usage::default(), |r| Usage {
+                items: u(r.get(0)),
+                bytes: u(r.get(1)),
+            }))
+        })
     })
+}
+
+/// The key of a usage row.
+enum UsageKeys {
+    Target(Vec<u8>),
+    Pair(Vec<u8>, Vec<u8>),
+    Account(String),
 }
 
 /// Queue usage of a target.
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn usage_target(store: &PgStore, target: &Key32) -> Result<Usage> {
+pub(crate) fn usage_target(ctx: &Ctx, target: &Key32) -> Result<Usage> {
     usage_query(
-        store,
+        ctx,
         "SELECT items, bytes FROM queues WHERE target = $1",
-        target.to_vec(),
-        None,
+        UsageKeys::Target(target.to_vec()),
     )
 }
 
@@ -281,12 +242,11 @@ pub(crate) fn usage_target(store: &PgStore, target: &Key32) -> Result<Usage> {
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn usage_sender(store: &PgStore, sender: &Key32, target: &Key32) -> Result<Usage> {
+pub(crate) fn usage_sender(ctx: &Ctx, sender: &Key32, target: &Key32) -> Result<Usage> {
     usage_query(
-        store,
+        ctx,
         "SELECT items, bytes FROM usage_sender WHERE target = $1 AND sender = $2",
-        target.to_vec(),
-        Some(sender.to_vec()),
+        UsageKeys::Pair(target.to_vec(), sender.to_vec()),
     )
 }
 
@@ -294,62 +254,45 @@ pub(crate) fn usage_sender(store: &PgStore, sender: &Key32, target: &Key32) -> R
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn usage_account(store: &PgStore, account: &str) -> Result<Usage> {
-    let (s, account) = (store.clone(), account.to_string());
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        let r = c
-            .query_opt(
-                "SELECT items, bytes FROM usage_account WHERE account = $1",
-                &[&account],
-            )
-            .await
-            .map_err(db_err)?;
-        Ok(r.map_or(Usage::default(), |r| Usage {
-            items: u(r.get(0)),
-            bytes: u(r.get(1)),
-        }))
-    })
+pub(crate) fn usage_account(ctx: &Ctx, account: &str) -> Result<Usage> {
+    usage_query(
+        ctx,
+        "SELECT items, bytes FROM usage_account WHERE account = $1",
+        UsageKeys::Account(account.to_string()),
+    )
 }
 
 /// Delete the target's items with seq <= through and record acked_through.
-pub(crate) fn ack(store: &PgStore, target: &Key32, through: u64) -> Answer<AckOutcome> {
-    let s = store.clone();
+pub(crate) fn ack(ctx: &Ctx, target: &Key32, through: u64) -> Answer<AckOutcome> {
     let ack = Ack {
         target: *target,
         through,
-        now: s.now_ms(),
+        now: ctx.now_ms(),
     };
-    store.spawn(async move { s.inner.db.run(ack).await })
+    let db = ctx.db.clone();
+    ctx.spawn(async move { db.run(ack).await })
 }
 
 /// Delete one queued item (and its usage); false if it was not queued.
-pub(crate) fn delete_item(store: &PgStore, target: &Key32, seq: u64) -> Answer<bool> {
-    let (s, target) = (store.clone(), *target);
-    store.spawn(async move {
-        let now = s.now_ms();
-        s.inner
-            .db
-            .tx(|t| {
-                Box::pin(async move {
-                    lock_queue(t, &target).await?;
-                    let r = t
-                        .query_opt(
-                            "DELETE FROM items WHERE target = $1 AND seq = $2 \
-                             RETURNING sender, account, bytes, item_id",
-                            &[&target.as_slice(), &i(seq)],
-                        )
-                        .await?;
-                    let Some(r) = r else { return Ok(false) };
-                    let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
-                    start_dedup_horizon(t, &target, &sender, r.get(3), now).await?;
-                    let account: Option<String> = r.get(1);
-                    let bytes: i64 = r.get(2);
-                    add_queue_usage(t, &target, -1, -bytes).await?;
-                    add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
-                    Ok(true)
-                })
-            })
-            .await
+pub(crate) fn delete_item(ctx: &Ctx, target: &Key32, seq: u64) -> Answer<bool> {
+    ctx.write((*target, seq), |t, &(target, seq), env| {
+        Box::pin(async move {
+            lock_queue(t, &target).await?;
+            let r = t
+                .query_opt(
+                    "DELETE FROM items WHERE target = $1 AND seq = $2 \
+                     RETURNING sender, account, bytes, item_id",
+                    &[&target.as_slice(), &i(seq)],
+                )
+                .await?;
+            let Some(r) = r else { return Ok(false) };
+            let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
+            start_dedup_horizon(t, &target, &sender, r.get(3), env.now).await?;
+            let account: Option<String> = r.get(1);
+            let bytes: i64 = r.get(2);
+            add_queue_usage(t, &target, -1, -bytes).await?;
+            add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
+            Ok(true)
+        })
     })
 }

@@ -12,12 +12,13 @@ use relay_store::{
     log_text, Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeRequest,
 };
 
+use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, OpResult};
+use crate::ops::kind::kind_of;
 use crate::ops::lists::{get_list, write_list};
-use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue, start_dedup_horizon};
+use crate::ops::queue::{add_queue_usage, add_usage, lock_queue, start_dedup_horizon};
 use crate::ops::sweep::{notify, SharedNotice};
 use crate::ops::{enrol, oplog, Answer};
-use crate::store::PgStore;
 
 /// Take `old` out of every other target's list, putting `new` in its place (a rotation) or
 /// nothing (a revocation), through `sender_index`. Answers how many lists changed.
@@ -64,9 +65,9 @@ async fn rebind_in(
     t: &Transaction<'_>,
     old: &Key32,
     new: &Key32,
-    now: u64,
-    keep: relay_store::LogRetention,
+    env: WriteEnv,
 ) -> OpResult<RebindOutcome> {
+    let now = env.now;
     // The meta row first (the log and the counters), as enrolments take it.
     t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
         .await?;
@@ -104,7 +105,7 @@ async fn rebind_in(
     )
     .await?;
     let detail = log_text::rotated(old, new, moved);
-    oplog::append(t, now, keep, "rotate-key", &detail).await?;
+    oplog::append(t, env, "rotate-key", &detail).await?;
     Ok(RebindOutcome::Moved { moved })
 }
 
@@ -221,11 +222,10 @@ async fn move_queue(t: &Transaction<'_>, old: &Key32, new: &Key32, now: u64) -> 
 
 async fn revoke_key_in(
     t: &Transaction<'_>,
-    req: &RevokeRequest,
-    notice: &SharedNotice,
-    now: u64,
-    keep: relay_store::LogRetention,
+    (req, notice): &(RevokeRequest, SharedNotice),
+    env: WriteEnv,
 ) -> OpResult<RevokeOutcome> {
+    let now = env.now;
     t.query_one("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
         .await?;
     let mut rev = match Revocation::start(req, enrol::get(t, &req.key, true).await?) {
@@ -275,39 +275,21 @@ async fn revoke_key_in(
         }
     }
     let (entry, outcome) = rev.finish();
-    oplog::append(t, now, keep, entry.kind, &entry.detail).await?;
+    oplog::append(t, env, entry.kind, &entry.detail).await?;
     Ok(outcome)
 }
 
 /// Key rotation (see the module doc).
-pub(crate) fn rebind(store: &PgStore, old: Key32, new: Key32) -> Answer<RebindOutcome> {
-    let s = store.clone();
-    store.spawn(async move {
-        let (now, keep) = (s.now_ms(), s.inner.retention);
-        s.inner
-            .db
-            .tx(|t| Box::pin(async move { rebind_in(t, &old, &new, now, keep).await }))
-            .await
+pub(crate) fn rebind(ctx: &Ctx, old: Key32, new: Key32) -> Answer<RebindOutcome> {
+    ctx.write((old, new), |t, (old, new), env| {
+        Box::pin(rebind_in(t, old, new, env))
     })
 }
 
 /// An admin's revocation and/or purge of one key, in one transaction.
-pub(crate) fn revoke_key(
-    store: &PgStore,
-    req: RevokeRequest,
-    notice: NoticeFn,
-) -> Answer<RevokeOutcome> {
-    let s = store.clone();
+pub(crate) fn revoke_key(ctx: &Ctx, req: RevokeRequest, notice: NoticeFn) -> Answer<RevokeOutcome> {
     let notice: SharedNotice = Arc::new(Mutex::new(notice));
-    let req = Arc::new(req);
-    store.spawn(async move {
-        let (now, keep) = (s.now_ms(), s.inner.retention);
-        s.inner
-            .db
-            .tx(|t| {
-                let (req, notice) = (Arc::clone(&req), Arc::clone(&notice));
-                Box::pin(async move { revoke_key_in(t, &req, &notice, now, keep).await })
-            })
-            .await
+    ctx.write((req, notice), |t, args, env| {
+        Box::pin(revoke_key_in(t, args, env))
     })
 }

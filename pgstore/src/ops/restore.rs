@@ -12,7 +12,7 @@ use relay_store::{BackupError, BackupSummary, Key32, LogRetention, StoreError, S
 use tokio_postgres::types::ToSql;
 
 use crate::db::{db_err, i, Db};
-use crate::ops::{lists, oplog, queue};
+use crate::ops::{kind, lists, oplog};
 
 /// Records per multi-row statement.
 const BATCH: usize = 2_000;
@@ -164,7 +164,7 @@ async fn flush(t: &Transaction<'_>, recs: &mut Vec<Record>) -> Result<(), Backup
                 wire,
             ) = cols!(
                 Record::Item(it) =>
-                target: k(&it.target), seq: i(it.seq), kind: queue::kind_code(it.kind),
+                target: k(&it.target), seq: i(it.seq), kind: kind::kind_code(it.kind),
                 item_id: it.item_id.clone(), sender: k(&it.sender),
                 bytes: i(it.wire.len() as u64), wire_hash: it.wire_hash.to_vec(),
                 accepted: i(it.accepted_at_ms), expires: i(it.expires_at_ms),
@@ -339,7 +339,11 @@ pub(crate) async fn restore(
         .map_err(engine)?;
     let detail = backup::restore_log_detail(&summary, &epoch);
     // relay-tool's offline writers bound the log as `mbx-relay serve` does by default.
-    oplog::append(&t, now_ms, LogRetention::default(), "restore", &detail)
+    let env = crate::ctx::WriteEnv {
+        now: now_ms,
+        keep: LogRetention::default(),
+    };
+    oplog::append(&t, env, "restore", &detail)
         .await
         .map_err(|e| match e {
             crate::db::OpError::Db(e) => engine(e),
@@ -350,7 +354,7 @@ pub(crate) async fn restore(
     Ok((summary, epoch))
 }
 
-impl crate::PgStore {
+impl crate::store::PgStore {
     /// Build a new relay in the empty database at `url` from the backup `file` (format 5),
     /// rotating the epoch and logging the restore; answers the file's summary and the new
     /// epoch. Runs on its own thread and runtime, so any caller may block on it.

@@ -10,11 +10,12 @@ use deadpool_postgres::Transaction;
 use relay_store::rules::{self, sweep::Prune};
 use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas, SweepReport};
 
+use crate::ctx::Ctx;
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::insert::insert_batch;
-use crate::ops::queue::{add_queue_usage, add_usage, kind_of, lock_queue, start_dedup_horizon};
+use crate::ops::kind::kind_of;
+use crate::ops::queue::{add_queue_usage, add_usage, lock_queue, start_dedup_horizon};
 use crate::ops::Answer;
-use crate::store::PgStore;
 
 /// Parameters of one sweep call.
 #[derive(Clone, Copy)]
@@ -36,7 +37,7 @@ pub(crate) type SharedNotice = Arc<Mutex<NoticeFn>>;
 
 /// One sweep call (see the module doc); `more` says whether to call again.
 pub(crate) fn sweep(
-    store: &PgStore,
+    ctx: &Ctx,
     now_ms: u64,
     dedup_horizon_ms: u64,
     quotas: Quotas,
@@ -52,20 +53,13 @@ pub(crate) fn sweep(
         max: i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1),
     };
     let notice: SharedNotice = Arc::new(Mutex::new(notice));
-    let s = store.clone();
-    store.spawn(async move {
-        s.inner
-            .db
-            .tx(|t| {
-                let notice = Arc::clone(&notice);
-                Box::pin(async move {
-                    let mut report = SweepReport::default();
-                    expire(t, a, &notice, &mut report).await?;
-                    prune_dedup(t, a, &mut report).await?;
-                    Ok(report)
-                })
-            })
-            .await
+    ctx.write(notice, move |t, notice, _| {
+        Box::pin(async move {
+            let mut report = SweepReport::default();
+            expire(t, a, notice, &mut report).await?;
+            prune_dedup(t, a, &mut report).await?;
+            Ok(report)
+        })
     })
 }
 
