@@ -19,6 +19,7 @@ mod error;
 mod hop;
 mod info;
 mod invite;
+mod item_ids;
 mod key;
 mod keycache;
 mod legacy;
@@ -57,8 +58,8 @@ pub use key::{
 };
 pub use key::{KeySource, KEY_ENV, KEY_FILE};
 pub use metrics::{encode_commit_stats, latency_histogram, Metrics};
-pub use pull::{PullQuery, PullStart};
-pub use push::check_wire;
+pub use pull::{Pull, PullQuery};
+pub use push::{check_wire, parse_push};
 pub use rate::{address_key, ip_key, AddrKey, RateTable};
 /// The key every layer names a host by (a hop's key, a queue's target), and the largest item the
 /// store accepts: re-exported so the HTTP layer sees the relay, never the store.

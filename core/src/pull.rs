@@ -6,7 +6,6 @@ use base64::Engine as _;
 use relay_store::{AckOutcome, Page};
 use serde_json::{json, Value};
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::code::ErrorCode;
@@ -22,27 +21,25 @@ const ACK_BEYOND_HEAD: &str = "ack beyond the last allocated seq: treat as an ep
 /// floors it; we delete nothing on a malformed ack).
 const ACK_NOT_A_SEQ: &str = "ack through is not a non-negative integer";
 
-/// How a pull goes on after [`Relay::pull_start`].
-pub enum PullStart {
-    /// The answer's JSON text (or the queue had items, or no wait was asked or allowed).
-    Answer(Vec<u8>),
-    /// Nothing to answer yet: wait with [`Relay::pull_wait`].
-    Wait(PullWait),
-}
-
-/// A registered, still empty pull: only what its answer needs (kept small: thousands may wait).
-pub struct PullWait {
-    ticket: Ticket,
+/// A pull under way, between [`Relay::pull_open`] and its answer: only what its pages need
+/// (kept small: thousands may wait). Its pages are read with [`Relay::pull_page`], each under a
+/// byte bound the caller chose just before the read (the HTTP layer's memory account charges a
+/// page before it is read, the first and a woken one alike); [`Relay::pull_wake`] waits between.
+pub struct Pull {
+    /// Registered for wake-ups when the pull may wait (`wait` asked and under the waiter cap).
+    ticket: Option<Ticket>,
     deadline: tokio::time::Instant,
     target: relay_store::Key32,
     after: u64,
     limit: usize,
-    /// The page's byte bound (see [`PullQuery::max_bytes`]).
-    max_bytes: u64,
     /// The epoch the answer carries (checked when the pull started).
     epoch: String,
     /// The `epoch` the pull asked for, checked again after an epoch change.
     asked_epoch: Option<String>,
+    /// The key's enrolment was looked at again before the first wait.
+    checked_live: bool,
+    /// Evicted by a newer wait of the key, or shutdown: the next page is the answer.
+    ending: bool,
 }
 
 /// The query of a pull, as received (each parameter absent or its raw text).
@@ -56,9 +53,6 @@ pub struct PullQuery<'a> {
     pub epoch: Option<&'a str>,
     /// Seconds to hold the request while the queue is empty (mbx-relay extension).
     pub wait: Option<&'a str>,
-    /// A smaller page byte bound than `--max-pull-bytes` (the HTTP layer's memory account may
-    /// have room for less); a page still holds at least one item.
-    pub max_bytes: Option<u64>,
 }
 
 impl Relay {
@@ -88,100 +82,97 @@ impl Relay {
         })
     }
 
-    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue, up to its wait: the
-    /// checks, the waiter's registration and the first read. The answer's JSON text (see
-    /// [`page_json`]) when it has one now; else what [`Relay::pull_wait`] needs, so the caller
-    /// can park the wait as a small future and free the request's own state (a waiter's
-    /// memory). With `wait` (docs/protocol.md §8) and nothing above `after`, the answer waits for
-    /// a durable push to the caller, the deadline, an eviction by a newer wait of the key, or
-    /// shutdown; past the relay's waiter cap it is given at once.
+    /// `GET /v2/relay/items?after&limit&epoch&wait` for the caller's queue: the checks and,
+    /// with `wait` (docs/protocol.md §8), the waiter's registration (before any read, so a push
+    /// that becomes durable after it wakes the pull); past the relay's waiter cap the pull
+    /// does not wait. Nothing is read yet: the caller reads pages with [`Relay::pull_page`]
+    /// (the first at once) and waits with [`Relay::pull_wake`] while a page is not the answer,
+    /// so it can park the wait as a small future and free the request's own state.
     ///
     /// # Errors
-    /// 400 bad `wait`; 409 wrong epoch (also after an epoch change while waiting);
-    /// 401 `bad relay hop` when the key lost its live enrolment before the wait began;
-    /// 503 store failure.
-    pub async fn pull_start(
-        &self,
-        caller: &Caller,
-        q: PullQuery<'_>,
-    ) -> Result<PullStart, RelayError> {
+    /// 400 bad `wait`; 409 wrong epoch.
+    pub fn pull_open(&self, caller: &Caller, q: PullQuery<'_>) -> Result<Pull, RelayError> {
         let epoch = self.pull_epoch(q.epoch)?;
         let after = Self::parse_after(q.after);
         let wait = parse_wait(q.wait)?;
         let limit = pull_limit(q.limit, self.limits.max_pull);
-        let max_bytes = q.max_bytes.map_or(self.limits.max_pull_bytes, |b| {
-            b.min(self.limits.max_pull_bytes)
-        });
-        // Registered before the first read, so a push that becomes durable after it wakes us.
         let ticket = match wait {
             Some(w) => self.wake.register(caller.key).ok().map(|t| (t, w)),
             None => None,
         };
-        let Some((ticket, wait)) = ticket else {
-            let text = self
-                .read_page_then(caller.key, after, limit, max_bytes, move |page| {
-                    page_json(&epoch, after, &page)
-                })
-                .await?;
-            return Ok(PullStart::Answer(text));
+        let now = tokio::time::Instant::now();
+        let (ticket, deadline) = match ticket {
+            Some((t, w)) => (Some(t), now + w),
+            None => (None, now),
         };
-        let deadline = tokio::time::Instant::now() + wait;
-        let page = self.read_page(caller.key, after, limit, max_bytes).await?;
-        if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
-            return Ok(PullStart::Answer(page_json(&epoch, after, &page)));
-        }
-        // A revocation between the hop check and the registration woke nobody: look again.
-        self.ensure_live(&caller.key)?;
-        Ok(PullStart::Wait(PullWait {
+        Ok(Pull {
             ticket,
             deadline,
             target: caller.key,
             after,
             limit,
-            max_bytes,
             epoch,
             asked_epoch: q.epoch.map(str::to_owned),
-        }))
+            checked_live: false,
+            ending: false,
+        })
     }
 
-    /// The rest of a waiting pull: wait for a wake or the deadline, then answer the page.
+    /// Read one page of `pull` of about `max_bytes` (at most `--max-pull-bytes`; at least one
+    /// item) off the async workers: its answer's JSON text (see [`page_json`]) when the page
+    /// holds items, the pull does not wait, its deadline passed or it is ending; `None` when
+    /// it should wait ([`Relay::pull_wake`]) and read again.
     ///
     /// # Errors
-    /// As [`Relay::pull_start`]; 401 `bad relay hop` when the key is revoked, rotated away or
-    /// expired while waiting ([`super::revoke_watch`]).
-    pub async fn pull_wait(self: Arc<Self>, w: PullWait) -> Result<Vec<u8>, RelayError> {
-        let PullWait {
-            ticket,
-            deadline,
-            target,
-            after,
-            limit,
-            max_bytes,
-            mut epoch,
-            asked_epoch,
-        } = w;
-        loop {
-            let woken = tokio::select! {
-                w = ticket.woken() => Some(w),
-                () = tokio::time::sleep_until(deadline) => None,
-            };
-            match woken {
-                // The key lost its enrolment: the answer its next hop would get, now.
-                Some(w) if w.revoked() => return Err(RelayError::bad_hop()),
-                // An epoch change answers as a fresh pull would (409 when `epoch` is gone).
-                Some(w) if w.epoch() => epoch = self.pull_epoch(asked_epoch.as_deref())?,
-                // Evicted by a newer wait of this key, or shutdown: answer the page now.
-                Some(w) if w.ending() => {
-                    let page = self.read_page(target, after, limit, max_bytes).await?;
-                    return Ok(page_json(&epoch, after, &page));
-                }
-                _ => {}
-            }
-            let page = self.read_page(target, after, limit, max_bytes).await?;
-            if !page.items.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(page_json(&epoch, after, &page));
-            }
+    /// 401 `bad relay hop` when the key lost its live enrolment before the first wait; 503 store
+    /// failure.
+    pub async fn pull_page(
+        &self,
+        pull: &mut Pull,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, RelayError> {
+        let max_bytes = max_bytes.min(self.limits.max_pull_bytes);
+        let (epoch, after) = (pull.epoch.clone(), pull.after);
+        let may_wait = pull.ticket.is_some() && !pull.ending;
+        let deadline = pull.deadline;
+        let text = self
+            .read_page_then(pull.target, after, pull.limit, max_bytes, move |page| {
+                let answer =
+                    !may_wait || !page.items.is_empty() || tokio::time::Instant::now() >= deadline;
+                answer.then(|| page_json(&epoch, after, &page))
+            })
+            .await?;
+        if text.is_none() && !pull.checked_live {
+            // A revocation between the hop check and the registration woke nobody: look again.
+            self.ensure_live(&pull.target)?;
+            pull.checked_live = true;
         }
+        Ok(text)
+    }
+
+    /// Wait for a wake of `pull` or its deadline (then read its page again).
+    ///
+    /// # Errors
+    /// 401 `bad relay hop` when the key is revoked, rotated away or expired while waiting
+    /// ([`super::revoke_watch`]); 409 when an epoch change leaves the pull's `epoch` behind.
+    pub async fn pull_wake(&self, pull: &mut Pull) -> Result<(), RelayError> {
+        let Some(ticket) = &pull.ticket else {
+            return Ok(());
+        };
+        let woken = tokio::select! {
+            w = ticket.woken() => Some(w),
+            () = tokio::time::sleep_until(pull.deadline) => None,
+        };
+        match woken {
+            // The key lost its enrolment: the answer its next hop would get, now.
+            Some(w) if w.revoked() => return Err(RelayError::bad_hop()),
+            // An epoch change answers as a fresh pull would (409 when `epoch` is gone).
+            Some(w) if w.epoch() => pull.epoch = self.pull_epoch(pull.asked_epoch.as_deref())?,
+            // Evicted by a newer wait of this key, or shutdown: the next page is the answer.
+            Some(w) if w.ending() => pull.ending = true,
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The epoch a pull answers with: the given one if current (else 409), or the current one.

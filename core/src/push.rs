@@ -12,7 +12,7 @@ use relay_store::{
 use serde_json::Value;
 
 use super::reason::{Reason, Rejection};
-use super::{Caller, Relay, RelayError, Reply};
+use super::{item_ids, Caller, Relay, RelayError, Reply};
 use relay_wire::accept::{hex, sha256, AcceptParts, AcceptTarget};
 use relay_wire::canonical::write_string;
 use relay_wire::envelope::envelope_wire_error;
@@ -97,14 +97,57 @@ impl Relay {
 
     /// `POST /v2/relay/items` → `{"results":[...]}`, one result per item, in order, as JSON
     /// text: exactly what serialising the answer as a `serde_json::Value` gives (sorted keys),
-    /// written without the value tree. The body is parsed into a borrowed [`Node`] tree (no
-    /// copy of its strings: the push hot path).
+    /// written without the value tree. A sender past its push rate is answered from a scan of
+    /// the body that builds no tree ([`Self::push_rate_refused`]); otherwise the body is parsed
+    /// into a borrowed [`Node`] tree (no copy of its strings: the push hot path) and pushed
+    /// ([`Self::push_tree`]). The HTTP adapter runs the same steps, the large parses off its
+    /// async workers.
     ///
     /// # Errors
     /// 400 `malformed JSON: ...` as [`crate::parse_json`]; 400 when `items` is not an array or
     /// holds more than `max_batch`; 503 on store failure.
     pub async fn push_json(&self, caller: &Caller, body: &[u8]) -> Result<Vec<u8>, RelayError> {
-        let tree: Node<'_> = crate::parse_json_as(body)?;
+        if self.push_rate_exhausted(caller) {
+            return self.push_rate_refused(body);
+        }
+        let tree: Node<'_> = parse_push(body)?;
+        self.push_tree(caller, &tree).await
+    }
+
+    /// Whether the caller's pushes this minute are used up (nothing counted): checked before a
+    /// push body is parsed, so a sender past its rate never costs a tree.
+    pub fn push_rate_exhausted(&self, caller: &Caller) -> bool {
+        self.sender_rate.wait(&caller.key, self.now_ms()).is_some()
+    }
+
+    /// The answer to a push whose sender is past its rate: every item `rejected:rate` with its
+    /// echoed id, the same 400s as a parsed push, read by a scan that keeps only the item ids
+    /// (no tree: memory is the ids, at most `max_batch` of them).
+    ///
+    /// # Errors
+    /// As [`Self::push_json`] (no store is read).
+    pub fn push_rate_refused(&self, body: &[u8]) -> Result<Vec<u8>, RelayError> {
+        let max_batch = self.limits.max_batch;
+        let bad_batch =
+            || RelayError::bad_request(format!("batch must be an array of at most {max_batch}"));
+        let ids = item_ids::scan(body, max_batch)?.ok_or_else(bad_batch)?;
+        let reason: Rejection = Reason::Rate.into();
+        let results = ids
+            .iter()
+            .map(|id| {
+                self.metrics.rejected(&reason.reason);
+                Some(rejected_text(id, &reason))
+            })
+            .collect();
+        Ok(results_text(results))
+    }
+
+    /// [`Self::push_json`] over a tree already parsed (borrowed from the body, or owned when it
+    /// was parsed on another thread).
+    ///
+    /// # Errors
+    /// As [`Self::push_json`].
+    pub async fn push_tree(&self, caller: &Caller, tree: &Node<'_>) -> Result<Vec<u8>, RelayError> {
         // One text for both, the reference relay's.
         let bad_batch = || {
             RelayError::bad_request(format!(
@@ -494,6 +537,15 @@ fn accepted_text(
     }
     out.push_str("]}");
     out
+}
+
+/// A push body parsed into its borrowed tree (the same parser and error texts as
+/// [`crate::parse_json`]).
+///
+/// # Errors
+/// 400 `malformed JSON: ...`.
+pub fn parse_push(body: &[u8]) -> Result<Node<'_>, RelayError> {
+    crate::parse_json_as(body)
 }
 
 /// The `item_id` a rejected result echoes: the item's `item_id` when it is a string, else `""`

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libfuzzer_sys::fuzz_target;
 use mbx_relay_fuzz::{fields, text, Fixture};
 use relay_core::EncLookup;
-use relay_core::{PullQuery, PullStart};
+use relay_core::PullQuery;
 use relay_core::{parse_json, Reply};
 use relay_wire::canonical::canonical_json;
 use relay_wire::keys::{b64, SigningKey};
@@ -186,16 +186,15 @@ fn run(f: &Fixture, mode: u8, body: &[u8]) {
                 epoch: present(2).then_some(epoch.as_str()),
                 // No wait: a held pull would stall the fuzzer; waiting is tested end to end.
                 wait: None,
-                max_bytes: None,
             };
             // The page is JSON text written without a value tree: it must parse.
-            rt.block_on(relay.pull_start(&f.caller_b, q))
-                .map(|start| match start {
-                    PullStart::Answer(page) => {
-                        serde_json::from_slice::<Value>(&page).expect("a pull page is valid JSON")
-                    }
-                    PullStart::Wait(_) => unreachable!("a pull without wait= never waits"),
+            relay.pull_open(&f.caller_b, q).and_then(|mut pull| {
+                let max = relay.limits().max_pull_bytes;
+                rt.block_on(relay.pull_page(&mut pull, max)).map(|page| {
+                    let page = page.expect("a pull without wait= never waits");
+                    serde_json::from_slice::<Value>(&page).expect("a pull page is valid JSON")
                 })
+            })
         }
         15 => rt.block_on(relay.push_v1(&f.caller_a, body)),
         16 => parsed.and_then(|v| rt.block_on(relay.ack_v1(&f.caller_b, &v))),

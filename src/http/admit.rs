@@ -3,8 +3,9 @@
 //! fresh ts costs a header parse and one store read, before any body memory is held), the body
 //! read under its memory reservation ([`super::body`]), the hop's signature over it
 //! ([`super::hop_gate`]), then the key's share charged (only now that the key proved itself),
-//! the parse cost charged before any parse ([`super::parse_cost`]), and the JSON parse for rows
-//! that want one (large bodies off the async workers). Every byte held is in one memory account
+//! the parse cost charged before any parse ([`super::parse_cost`]: what the route's way of
+//! reading its body holds), and the JSON parse for rows that want one (large bodies off the
+//! async workers, [`super::off_worker`]). Every byte held is in one memory account
 //! ([`super::account`]). What it admits is the verified caller (or none, for open routes), the
 //! bytes and the memory they hold; what it refuses is answered here, with the client address
 //! when a signed hop failed (the pipeline counts it in the public window).
@@ -28,7 +29,8 @@ use super::call::Call;
 use super::client_addr::client_addr;
 use super::hop_gate::Refusal;
 use super::metrics::RequestRefusal;
-use super::parse_cost::tree_cost;
+use super::off_worker::OffWorker;
+use super::parse_cost::{parse_cost, Parse};
 use super::route::{Access, Route};
 use super::{retry_after, App};
 use relay_core::{parse_json, Caller, HopHeaders, RelayError};
@@ -40,7 +42,7 @@ pub(crate) struct Admitted {
     pub(crate) caller: Option<Caller>,
     pub(crate) parts: Parts,
     pub(crate) body: Vec<u8>,
-    /// The body parsed, for rows that say `json`.
+    /// The body parsed, for [`Parse::Value`] rows.
     pub(crate) json: Value,
     pub(crate) held: Held,
 }
@@ -154,7 +156,11 @@ pub(crate) async fn admit(
     };
     let (caller, bytes) = match check {
         None => (None, bytes),
-        Some(check) => match app.hop_gate.verify(&addr, check, bytes).await {
+        Some(check) => match app
+            .hop_gate
+            .verify(&app.off_worker, &addr, check, bytes)
+            .await
+        {
             (Ok(c), bytes) => {
                 relay.note_seen(&c.key); // a hop-authenticated request: an in-memory note
                 (Some(c), bytes)
@@ -167,17 +173,16 @@ pub(crate) async fn admit(
             return Err(body_refused(r.into(), body).into());
         }
     }
-    // What parsing the body will hold, charged before any parse (here, or in the relay for a
-    // push, whose tree borrows its strings from the body; a JSON row's tree copies them).
-    if !bytes.is_empty() {
-        let copies = if route.json { bytes.len() as u64 } else { 0 };
-        let cost = tree_cost(&bytes).saturating_add(copies);
+    // What parsing the body will hold, charged before any parse (here, or by the handler of a
+    // push, which reads its own tree).
+    let cost = parse_cost(route.parse, &bytes);
+    if cost > 0 {
         if let Err(r) = held.grow_to(held.held().saturating_add(cost)).await {
             return Err(body_refused(r.into(), body).into());
         }
     }
-    let json = if route.json {
-        match parse(bytes).await {
+    let json = if route.parse == Parse::Value {
+        match parse(&app.off_worker, bytes).await {
             (Ok(v), b) => (v, b),
             (Err(e), _) => return Err(reply_response(Err(e)).into()),
         }
@@ -194,22 +199,9 @@ pub(crate) async fn admit(
     })
 }
 
-/// Bodies up to this size are parsed on the async worker that read them; larger ones on a
-/// blocking thread, so a parse never stalls the workers that answer everyone else.
-const INLINE_PARSE_MAX: usize = 64 * 1024;
-
-/// `bytes` parsed as JSON (off the async workers when large); the bytes come back.
-async fn parse(bytes: Vec<u8>) -> (Result<Value, RelayError>, Vec<u8>) {
-    if bytes.len() <= INLINE_PARSE_MAX {
-        return (parse_json(&bytes), bytes);
-    }
-    match tokio::task::spawn_blocking(move || (parse_json(&bytes), bytes)).await {
-        Ok(r) => r,
-        Err(_) => (
-            Err(RelayError::unavailable("request parse was interrupted")),
-            Vec::new(),
-        ),
-    }
+/// `bytes` parsed as JSON (on `pool`, off the async workers, when large); the bytes come back.
+async fn parse(pool: &OffWorker, bytes: Vec<u8>) -> (Result<Value, RelayError>, Vec<u8>) {
+    pool.over(bytes, |b| parse_json(b)).await
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

@@ -19,7 +19,7 @@ pub(crate) struct Call<W> {
     pub(crate) parts: Parts,
     /// The body as received (empty for routes that read none).
     pub(crate) body: Vec<u8>,
-    /// The body parsed, for rows that say `json` (else `null`).
+    /// The body parsed, for [`super::parse_cost::Parse::Value`] rows (else `null`).
     pub(crate) json: Value,
     /// The memory the request holds, counted until the call ends (a handler that waits long
     /// drops it first).

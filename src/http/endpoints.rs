@@ -10,11 +10,13 @@ use super::account::{Held, Refused as MemoryRefused};
 use super::answer::{json_response, memory_refused, reply_response, text_reply_response};
 use super::call::Call;
 use super::conn::{Answer, Streaming};
-use super::{held_body, parked, retry_after};
+use super::off_worker::INLINE_PARSE_MAX;
+use super::{held_body, parked, retry_after, App};
 use relay_core::EncLookup;
 use relay_core::ErrorCode;
+use relay_core::{parse_push, Pull, PullQuery};
 use relay_core::{Caller, RelayError};
-use relay_core::{PullQuery, PullStart};
+use relay_wire::json_node::Node;
 
 /// Where a recent durable write proves the store writable, reuse it; else write the heartbeat.
 const HEALTH_FRESH_MS: u64 = 5_000;
@@ -121,55 +123,101 @@ pub(crate) fn put_sender_list(c: Call<Caller>) -> Answer {
     Box::pin(async move { reply_response(c.app.relay.put_sender_list(&c.who, &c.json).await) })
 }
 
-/// `POST /v2/relay/items`: the body is read as a borrowed tree and the results arrive as
-/// finished JSON text (no value tree: the push hot path).
+/// `POST /v2/relay/items`: a sender past its push rate is answered from a scan of the body that
+/// builds no tree; otherwise the body is parsed into its tree (borrowed, on the async worker,
+/// when small; owning its strings, on the off-worker pool, when large) and pushed. The results
+/// arrive as finished JSON text (no value tree: the push hot path). What the parse holds was
+/// charged at admission ([`super::parse_cost::Parse::Push`]) and stays held until the answer.
 pub(crate) fn push(c: Call<Caller>) -> Answer {
-    Box::pin(async move { text_reply_response(c.app.relay.push_json(&c.who, &c.body).await) })
+    Box::pin(async move {
+        let Call {
+            app,
+            who,
+            body,
+            _held: held,
+            ..
+        } = c;
+        let relay = app.relay.clone();
+        let answer = if relay.push_rate_exhausted(&who) {
+            app.off_worker
+                .over(body, move |b| relay.push_rate_refused(b))
+                .await
+                .0
+        } else if body.len() <= INLINE_PARSE_MAX {
+            match parse_push(&body) {
+                Ok(tree) => relay.push_tree(&who, &tree).await,
+                Err(e) => Err(e),
+            }
+        } else {
+            let parsed = app
+                .off_worker
+                .over(body, |b| parse_push(b).map(Node::into_owned));
+            match parsed.await.0 {
+                Ok(tree) => relay.push_tree(&who, &tree).await,
+                Err(e) => Err(e),
+            }
+        };
+        drop(held);
+        text_reply_response(answer)
+    })
 }
 
 /// `GET /v2/relay/items`: the page arrives as finished JSON text (no value tree: the drain hot
 /// path); a pull with `wait` that finds nothing parks until a push or its timeout.
 ///
-/// A page's memory is in the account from before it is read until its last byte is written
-/// ([`held_body`]): the largest page bound whose charge ([`page_charge`]) fits the caller's
-/// shares and the budget now is the page's byte bound (halving down to one item's size), so a
-/// key or address that holds many unread pages gets smaller pages, then 429, never gigabytes.
-/// A parked pull holds nothing while it waits; its page is charged when it is answered.
+/// Every page read, the first and a woken pull's alike ([`next_page`]), is in the account from
+/// before it is read until its last byte is written ([`held_body`]): the largest page bound
+/// whose charge ([`page_charge`]) fits the caller's shares and the budget now is the page's
+/// byte bound (halving down to one item's size), so a key or address that holds many unread
+/// pages gets smaller pages, then 429, never gigabytes. A parked pull holds nothing while it
+/// waits.
 pub(crate) fn pull(c: Call<Caller>) -> Answer {
     let q = c.query();
     // A pull may wait up to a minute: hold nothing of the request meanwhile (its head, body
-    // and their memory are a waiter's largest cost); the page is held for the key alone.
+    // and their memory are a waiter's largest cost); each page is held for the key alone.
     let Call { app, who, .. } = c;
     Box::pin(async move {
-        let relay = &app.relay;
-        let mut held = app.memory.for_key(who.key);
-        let max_bytes = match reserve_page(relay.limits(), &mut held).await {
-            Ok(b) => b,
-            Err(r) => return memory_refused(r),
-        };
         let pq = PullQuery {
             after: q.get("after").map(String::as_str),
             limit: q.get("limit").map(String::as_str),
             epoch: q.get("epoch").map(String::as_str),
             wait: q.get("wait").map(String::as_str),
-            max_bytes: Some(max_bytes),
         };
-        match relay.pull_start(&who, pq).await {
-            Ok(PullStart::Answer(text)) => page_response(text, held),
-            Ok(PullStart::Wait(w)) => {
-                held.shrink_to(0);
-                // Parked as a small future: the request's own futures end here.
-                let relay = relay.clone();
-                parked::response(async move {
-                    match relay.pull_wait(w).await {
-                        Ok(text) => page_response(text, held),
-                        Err(e) => text_reply_response(Err(e)),
-                    }
-                })
-            }
-            Err(e) => text_reply_response(Err(e)),
+        let mut pull = match app.relay.pull_open(&who, pq) {
+            Ok(p) => p,
+            Err(e) => return text_reply_response(Err(e)),
+        };
+        if let Some(answer) = next_page(&app, who.key, &mut pull).await {
+            return answer;
         }
+        // Parked as a small future: the request's own futures end here.
+        parked::response(async move {
+            loop {
+                if let Err(e) = app.relay.pull_wake(&mut pull).await {
+                    return text_reply_response(Err(e));
+                }
+                if let Some(answer) = next_page(&app, who.key, &mut pull).await {
+                    return answer;
+                }
+            }
+        })
     })
+}
+
+/// The next page of `pull`, charged to `key` before it is read: its answer, or `None` when the
+/// pull waits on (nothing held then).
+async fn next_page(app: &App, key: relay_core::Key32, pull: &mut Pull) -> Option<Response> {
+    let relay = &app.relay;
+    let mut held = app.memory.for_key(key);
+    let max_bytes = match reserve_page(relay.limits(), &mut held).await {
+        Ok(b) => b,
+        Err(r) => return Some(memory_refused(r)),
+    };
+    match relay.pull_page(pull, max_bytes).await {
+        Ok(Some(text)) => Some(page_response(text, held)),
+        Ok(None) => None,
+        Err(e) => Some(text_reply_response(Err(e))),
+    }
 }
 
 /// Bytes charged per item of a page besides its wire bytes: the JSON around it, its seq, kind,
@@ -219,18 +267,15 @@ async fn reserve_page(limits: &relay_core::Limits, held: &mut Held) -> Result<u6
 /// How often a pull whose key's share is full looks again.
 const KEY_TURN: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// A page's answer holding its text's bytes until written; when the text outgrew the charge
-/// and no room is left, the shared budget is not asked to wait: the page goes out counted as
-/// charged.
+/// A page's answer holding its text's bytes until written: the charge shrinks to the text's
+/// length; a text that outgrew it (a page may pass its bound by part of an item) takes the room
+/// that is free now, else goes out counted as charged (it was read: refusing it would waste it).
 fn page_response(text: Vec<u8>, mut held: Held) -> Response {
     let len = text.len() as u64;
     if len <= held.held() {
         held.shrink_to(len);
-    } else if let Err(r) = held.grow_now(len) {
-        if held.held() == 0 {
-            // A woken pull whose page finds no room: its shares or the budget are full.
-            return memory_refused(r);
-        }
+    } else {
+        let _ = held.grow_now(len);
     }
     held_body::json_holding(text, held)
 }

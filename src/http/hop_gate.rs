@@ -1,11 +1,11 @@
 //! The gate in front of every signed hop: failed authentications are counted per client address
 //! (IPv4 address, IPv6 /64) over a one-minute window, and an address past it is answered 429
 //! before its hop is looked at; a hop is checked from its headers before any body memory is
-//! reserved, and its signature where [`Verifier`] puts it.
+//! reserved, and its signature where [`OffWorker`] puts it.
 
 use std::time::Duration;
 
-use super::verify::Verifier;
+use super::off_worker::OffWorker;
 use relay_core::{address_key, AddrKey, RateTable};
 use relay_core::{Caller, HopCheck, HopHeaders, Relay, RelayError, Status};
 
@@ -25,10 +25,9 @@ pub(crate) enum Refusal {
     Store(RelayError),
 }
 
-/// The per-address failure window and the signature checker.
+/// The per-address failure window.
 pub(crate) struct HopGate {
     failures: RateTable<AddrKey>,
-    verifier: Verifier,
 }
 
 impl HopGate {
@@ -36,7 +35,6 @@ impl HopGate {
     pub(crate) fn new(per_minute: u32) -> Self {
         HopGate {
             failures: RateTable::new(per_minute, FAILURE_TABLE_CAP),
-            verifier: Verifier::default(),
         }
     }
 
@@ -61,17 +59,19 @@ impl HopGate {
             .map_err(|e| self.refusal(&key, e))
     }
 
-    /// The signature check of `check` over `body`; the body comes back.
+    /// The signature check of `check` over `body` (run where `pool` puts it); the body comes
+    /// back.
     ///
     /// # Errors
     /// A [`Refusal`]; a failed check is counted.
     pub(crate) async fn verify(
         &self,
+        pool: &OffWorker,
         addr: &str,
         check: HopCheck,
         body: Vec<u8>,
     ) -> (Result<Caller, Refusal>, Vec<u8>) {
-        let (r, body) = self.verifier.verify(check, body).await;
+        let (r, body) = pool.verify(check, body).await;
         (r.map_err(|e| self.refusal(&address_key(addr), e)), body)
     }
 

@@ -16,6 +16,7 @@ mod events;
 mod held_body;
 pub(crate) mod hop_gate;
 pub(crate) mod metrics;
+pub(crate) mod off_worker;
 mod parked;
 mod parse_cost;
 pub(crate) mod pipeline;
@@ -25,7 +26,6 @@ pub(crate) mod route;
 pub(crate) mod status;
 pub(crate) mod tls;
 pub(crate) mod tls_cert;
-mod verify;
 
 use std::sync::Arc;
 
@@ -42,8 +42,10 @@ pub(crate) struct App {
     pub memory: Arc<account::MemoryAccount>,
     /// What `/status` reports besides live figures.
     pub(crate) status: status::StatusFacts,
-    /// Failed hop authentications per address, and where signatures are checked.
+    /// Failed hop authentications per address.
     pub(crate) hop_gate: hop_gate::HopGate,
+    /// Where large bodies' signatures are checked and their JSON parsed.
+    pub(crate) off_worker: off_worker::OffWorker,
 }
 
 /// The public listener's service: every request goes through the pipeline.

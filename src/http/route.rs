@@ -2,7 +2,8 @@
 //! extension's events stream and `/health`), saying everything the pipeline
 //! ([`super::pipeline`]) needs to admit a request before its handler runs: method and path
 //! (one text, also the `/metrics` label), who may call it and with what handler, its body cap,
-//! whether its body is JSON, and the headers every answer carries. Anything else — another path
+//! how its body is parsed (which decides what the parse is charged), and the headers every
+//! answer carries. Anything else — another path
 //! or another method, `/metrics` included (it is served on `--metrics-listen` only) — is
 //! `404 {"error":"not found"}`.
 //!
@@ -15,6 +16,7 @@ use super::body::{MAX_BODY, MAX_RECORD_BODY, MAX_SMALL_BODY};
 use super::call::Call;
 use super::conn::Answer;
 use super::endpoints as e;
+use super::parse_cost::Parse;
 use relay_core::Caller;
 
 /// A handler: the admitted call in, the answer out.
@@ -43,8 +45,9 @@ pub(crate) struct Route {
     pub(crate) access: Access,
     /// Largest body accepted (413 past it, from the declared length or the bytes received).
     pub(crate) body_cap: usize,
-    /// The body is parsed as JSON before the handler (a parse error answers 400).
-    pub(crate) json: bool,
+    /// How the body is parsed: [`Parse::Value`] before the handler (a parse error answers
+    /// 400), the pushes by their handlers; the account is charged for it before any parse.
+    pub(crate) parse: Parse,
     /// Headers added to every answer of this route, refusals included.
     pub(crate) headers: &'static [(&'static str, &'static str)],
 }
@@ -61,15 +64,23 @@ const fn row(label: &'static str, access: Access) -> Route {
         label,
         access,
         body_cap: MAX_BODY,
-        json: false,
+        parse: Parse::Unparsed,
         headers: &[],
+    }
+}
+
+/// A signed push row: a full-size body its handler parses as `parse` says.
+const fn push(label: &'static str, parse: Parse, handler: Handler<Caller>) -> Route {
+    Route {
+        parse,
+        ..row(label, Access::Signed(handler))
     }
 }
 
 /// A signed route whose JSON body (at most `body_cap` bytes) is parsed before its handler.
 const fn json(label: &'static str, body_cap: usize, handler: Handler<Caller>) -> Route {
     Route {
-        json: true,
+        parse: Parse::Value,
         body_cap,
         ..row(label, Access::Signed(handler))
     }
@@ -79,7 +90,7 @@ const fn json(label: &'static str, body_cap: usize, handler: Handler<Caller>) ->
 const fn enrolment(label: &'static str, handler: Handler<()>) -> Route {
     Route {
         body_cap: MAX_SMALL_BODY,
-        json: true,
+        parse: Parse::Value,
         ..row(label, Access::Enrolment(handler))
     }
 }
@@ -105,14 +116,14 @@ pub(crate) static ROUTES: [Route; 17] = [
     row("GET /v1/relay/enc-key", Access::Signed(e::get_enc_ad_v1)),
     row("GET /v2/relay/enc-key", Access::Signed(e::get_enc_ad_v2)),
     json("POST /v2/relay/senders", MAX_BODY, e::put_sender_list),
-    row("POST /v2/relay/items", Access::Signed(e::push)),
+    push("POST /v2/relay/items", Parse::Push, e::push),
     Route {
         headers: &[(WAIT_MAX_HEADER, WAIT_MAX)],
         ..row("GET /v2/relay/items", Access::Signed(e::pull))
     },
     json("POST /v2/relay/ack", MAX_RECORD_BODY, e::ack),
-    // The body's bytes, not parsed here: v1 envelopes are stored as sent (their key order).
-    row("POST /v1/relay/messages", Access::Signed(e::push_v1)),
+    // The body's bytes, parsed by the relay: v1 envelopes are stored as sent (their key order).
+    push("POST /v1/relay/messages", Parse::PushV1, e::push_v1),
     row("GET /v1/relay/messages", Access::Signed(e::pull_v1)),
     json("POST /v1/relay/ack", MAX_RECORD_BODY, e::ack_v1),
     row("GET /v2/relay/events", Access::Signed(e::events)),

@@ -447,6 +447,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         )),
         memory,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
+        off_worker: crate::http::off_worker::OffWorker::default(),
         status: crate::http::status::StatusFacts {
             backend: config.store.backend_name(),
             location: config.store.to_string(),

@@ -32,6 +32,7 @@ mod backup_move;
 mod hardening_account;
 mod hardening_body;
 mod hardening_clients;
+mod hardening_combined;
 mod hardening_conn_per_address;
 mod hardening_disk;
 mod hardening_enrol_nets;

@@ -50,6 +50,25 @@ impl<'a> Node<'a> {
             _ => None,
         }
     }
+
+    /// The same tree owning its strings (a copy of each borrowed one), so it can outlive the
+    /// text it was parsed from: what a parse on another thread hands back. Arrays and objects
+    /// keep their allocations (collected in place).
+    pub fn into_owned(self) -> Node<'static> {
+        match self {
+            Node::Null => Node::Null,
+            Node::Bool(b) => Node::Bool(b),
+            Node::Number(n) => Node::Number(n),
+            Node::Text(s) => Node::Text(Cow::Owned(s.into_owned())),
+            Node::Array(items) => Node::Array(items.into_iter().map(Node::into_owned).collect()),
+            Node::Object(members) => Node::Object(
+                members
+                    .into_iter()
+                    .map(|(k, v)| (Cow::Owned(k.into_owned()), v.into_owned()))
+                    .collect(),
+            ),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Node<'de> {
@@ -108,5 +127,23 @@ impl<'de> Visitor<'de> for NodeVisitor {
             members.push((key, map.next_value()?));
         }
         Ok(Node::Object(members))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owned_tree_reads_as_the_borrowed_one() {
+        let text = br#"{"items":[{"item_id":"a\"b","n":1.5,"ok":true,"x":null}],"k":"v"}"#.to_vec();
+        let borrowed: Node<'_> = serde_json::from_slice(&text).unwrap();
+        let expected = format!("{borrowed:?}");
+        let owned: Node<'static> = borrowed.into_owned();
+        drop(text);
+        let item = &owned.get("items").and_then(Node::as_array).unwrap()[0];
+        assert_eq!(item.get("item_id").and_then(Node::as_str), Some("a\"b"));
+        assert!(matches!(item.get("n"), Some(Node::Number(n)) if *n == 1.5));
+        assert_eq!(expected, format!("{owned:?}"));
     }
 }
