@@ -89,15 +89,27 @@ pub(crate) fn parse_cost(parse: Parse, body: &[u8]) -> u64 {
     }
 }
 
+/// How deep the parser nests before it refuses the body (`serde_json`'s recursion limit): no
+/// tree is built past that point, so the scan stops counting there.
+const PARSE_DEPTH_LIMIT: u32 = 128;
+
 /// One pass over `body`: tokens outside strings counted byte by byte, strings skipped with
-/// `memchr` (so a body of long strings, a push's `wire_b64`, costs about one `memchr` pass).
+/// `memchr` (so a body of long strings, a push's `wire_b64`, costs about one `memchr` pass),
+/// up to where the parse would refuse it for its depth.
 fn scan(body: &[u8]) -> Scan {
     let mut s = Scan {
         values: 1,
         ..Scan::default()
     };
+    let mut depth: u32 = 0;
     let mut i = 0;
     while i < body.len() {
+        match body[i] {
+            b'[' | b'{' if depth >= PARSE_DEPTH_LIMIT => return s,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
         match body[i] {
             b'"' => {
                 let (end, escapes) = string_end(body, i + 1);
@@ -187,6 +199,11 @@ mod tests {
         assert_eq!((found.strings, found.escaped), (1 + 7 + 1 + 3, 7 + 3));
         // An unterminated string ends the scan.
         assert_eq!(scan(br#"["abc"#).values, 2);
+        // Nothing past the parser's depth limit is counted (the parse stops there).
+        let deep = format!("{}1{}", "{\"a\":".repeat(100_000), "}".repeat(100_000));
+        let found = scan(deep.as_bytes());
+        assert_eq!(found.objects, u64::from(PARSE_DEPTH_LIMIT));
+        assert!(serde_json::from_str::<serde_json::Value>(&deep).is_err());
     }
 
     #[test]
