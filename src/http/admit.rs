@@ -201,7 +201,7 @@ pub(crate) async fn admit(
 
 /// `bytes` parsed as JSON (on `pool`, off the async workers, when large); the bytes come back.
 async fn parse(pool: &OffWorker, bytes: Vec<u8>) -> (Result<Value, RelayError>, Vec<u8>) {
-    pool.over(bytes, |b| parse_json(b)).await
+    pool.over(bytes, parse_json).await
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
