@@ -858,7 +858,7 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
         .map(|(_, f)| (0..kinds.len()).map(f).collect())
         .collect();
     if let Some(targets) = &targets {
-        names.extend(["fjall target".to_owned(), "fjall".to_owned()]);
+        names.extend(["fjall target".to_owned(), "fjall met?".to_owned()]);
         for (row, t) in cells.iter_mut().zip(targets) {
             match t {
                 Some((what, verdict)) => row.extend([what.clone(), verdict.text()]),
@@ -909,6 +909,14 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
     );
     for ((label, _), c) in rows.iter().zip(&cells) {
         println!("{}", line(label, c));
+    }
+    if targets
+        .iter()
+        .flatten()
+        .flatten()
+        .any(|(_, v)| matches!(v, report::Verdict::NotApplicable(_)))
+    {
+        println!("{}", report::NOT_APPLICABLE_NOTE);
     }
     for (k, kind) in kinds.iter().enumerate() {
         if rounds > 1 {

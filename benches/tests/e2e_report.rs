@@ -79,12 +79,13 @@ fn memory_and_start_up_are_not_judged_below_a_million_queued_items() {
     for i in [6, 7] {
         match &v[i] {
             Some(Verdict::NotApplicable(why)) => {
-                assert!(why.contains("MBX_BENCH_DRAIN_ITEMS=1000000"), "{why}")
+                assert_eq!(why, "100000 queued")
             }
             other => panic!("row {i}: {other:?}"),
         }
     }
     assert_eq!(v[4], Some(Verdict::Met), "rates are judged at any size");
+    assert!(report::NOT_APPLICABLE_NOTE.contains("MBX_BENCH_DRAIN_ITEMS=1000000"));
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub struct Medians {
 /// Items queued the memory and start-up targets are stated for.
 pub const TARGET_QUEUED: f64 = 1_000_000.0;
 
+/// Printed under the table when a verdict is not applicable.
+pub const NOT_APPLICABLE_NOTE: &str = "n/a: the memory and start-up targets are for 1,000,000 \
+     queued items (MBX_BENCH_DRAIN_ITEMS=1000000)";
+
 /// A figure against its target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -61,10 +65,7 @@ pub fn targets(m: &Medians) -> Vec<Option<(String, Verdict)>> {
         if m.queued >= TARGET_QUEUED {
             Verdict::of(ok)
         } else {
-            Verdict::NotApplicable(format!(
-                "{} queued; set MBX_BENCH_DRAIN_ITEMS=1000000",
-                m.queued
-            ))
+            Verdict::NotApplicable(format!("{:.0} queued", m.queued))
         }
     };
     vec![
