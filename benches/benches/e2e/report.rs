@@ -8,30 +8,31 @@ use std::path::Path;
 
 /// The medians of one store the targets are about.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Medians {
-    pub single_ips: f64,
-    pub single_p99_ms: f64,
-    pub batch_ips: f64,
-    pub drain_ips: f64,
-    pub rss_pushed_mib: f64,
-    pub rss_restarted_mib: f64,
-    pub startup_queued_ms: f64,
+pub(crate) struct Medians {
+    pub(crate) single_ips: f64,
+    pub(crate) single_p99_ms: f64,
+    pub(crate) batch_ips: f64,
+    pub(crate) drain_ips: f64,
+    pub(crate) rss_pushed_mib: f64,
+    pub(crate) rss_restarted_mib: f64,
+    pub(crate) startup_queued_ms: f64,
     /// Items queued before the restart and the drain.
-    pub queued: f64,
+    pub(crate) queued: f64,
     /// Failed requests over all phases and rounds.
-    pub errors: f64,
+    pub(crate) errors: f64,
 }
 
 /// Items queued the memory and start-up targets are stated for.
-pub const TARGET_QUEUED: f64 = 1_000_000.0;
+pub(crate) const TARGET_QUEUED: f64 = 1_000_000.0;
 
 /// Printed under the table when a verdict is not applicable.
-pub const NOT_APPLICABLE_NOTE: &str = "n/a: the memory and start-up targets are for 1,000,000 \
+pub(crate) const NOT_APPLICABLE_NOTE: &str =
+    "n/a: the memory and start-up targets are for 1,000,000 \
      queued items (MBX_BENCH_DRAIN_ITEMS=1000000)";
 
 /// A figure against its target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Met,
     NotMet,
     /// The run cannot say (why).
@@ -48,7 +49,7 @@ impl Verdict {
     }
 
     /// The table's text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self {
             Verdict::Met => "met".into(),
             Verdict::NotMet => "NOT met".into(),
@@ -60,7 +61,7 @@ impl Verdict {
 /// What each table row is held to: `(target text, verdict)`, in the table's row order
 /// (single pushes, its CPU, batches, its CPU, drain, its CPU, RSS, start-up, errors); CPU rows
 /// have no target.
-pub fn targets(m: &Medians) -> Vec<Option<(String, Verdict)>> {
+pub(crate) fn targets(m: &Medians) -> Vec<Option<(String, Verdict)>> {
     let at_size = |ok: bool| {
         if m.queued >= TARGET_QUEUED {
             Verdict::of(ok)
@@ -98,7 +99,7 @@ pub fn targets(m: &Medians) -> Vec<Option<(String, Verdict)>> {
 
 /// The first line of `BIN --version` (`mbx-relay 0.1.0 (commit abc123def456)`): the commit of
 /// the binary measured, which may differ from the checkout's.
-pub fn binary_version(bin: &Path) -> String {
+pub(crate) fn binary_version(bin: &Path) -> String {
     std::process::Command::new(bin)
         .arg("--version")
         .output()
@@ -111,7 +112,7 @@ pub fn binary_version(bin: &Path) -> String {
 
 /// The machine: CPU model, cores, memory and kernel, from `/proc` (what cannot be read is left
 /// out).
-pub fn machine() -> String {
+pub(crate) fn machine() -> String {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
@@ -138,12 +139,12 @@ pub fn machine() -> String {
 
 /// One group of the plot: a measurement, its unit, the target (and whether higher is better),
 /// and one bar per store.
-pub struct Group {
-    pub title: String,
-    pub unit: &'static str,
-    pub target: Option<f64>,
-    pub higher_is_better: bool,
-    pub bars: Vec<(String, f64)>,
+pub(crate) struct Group {
+    pub(crate) title: String,
+    pub(crate) unit: &'static str,
+    pub(crate) target: Option<f64>,
+    pub(crate) higher_is_better: bool,
+    pub(crate) bars: Vec<(String, f64)>,
 }
 
 const W: f64 = 760.0;
@@ -178,7 +179,7 @@ fn number(v: f64) -> String {
 /// The plot as an SVG document: each group its own linear scale from 0, its target a dashed
 /// line, each bar green when it meets the target and red when not (grey without one);
 /// `footer` lines say what was measured where.
-pub fn svg(title: &str, groups: &[Group], footer: &[String]) -> String {
+pub(crate) fn svg(title: &str, groups: &[Group], footer: &[String]) -> String {
     let rows: f64 = groups.iter().map(|g| g.bars.len() as f64).sum();
     let h = TOP + rows * BAR + groups.len() as f64 * GAP + 20.0 + footer.len() as f64 * 16.0;
     let mut s = String::new();
