@@ -172,6 +172,18 @@ fn doctor_diagnoses_beside_a_running_daemon_and_the_daemon_log_lines_carry_times
     let checks = doctor_checks(&v);
     assert!(checks["host daemon"].0, "{v}");
     assert!(!checks["relay reachable"].0, "{v}");
+    // The relay comes back only once the daemon has noticed the outage (else a watcher between
+    // two pulls might never see it).
+    let logged = |what: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || logged("retrying")),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     relay.spawn(None);
     assert!(
         wait_until(Duration::from_secs(30), || std::fs::read_to_string(&log)
