@@ -4,7 +4,9 @@
 //! per relay process, the load split evenly), and prints the figures of every store side by side:
 //! single-item pushes at 64 senders (MBX_BENCH_SINGLE_SENDERS), batches of 100 × 1 KiB, drain
 //! of the queued items, resident memory and start-up time with them queued, and the CPU per
-//! item of the relays and PostgreSQL.
+//! item of the relays and PostgreSQL. The report names the binary's commit and the machine, holds
+//! each fjall figure against its target (met / NOT met / n/a) and draws the figures against the
+//! targets as an SVG (`MBX_BENCH_PLOT`, default `e2e.svg` beside the relay binary).
 //!
 //! Run: `cargo build --release -p mbx-relay && cargo bench -p relay-bench --bench e2e`.
 //! Knobs (environment): MBX_BENCH_STORE (`fjall`, the default, `postgres` or `both`),
@@ -15,7 +17,8 @@
 //! MBX_BENCH_BATCH_SENDERS (default 8),
 //! MBX_BENCH_TARGETS (default 8), MBX_BENCH_RELAY_BIN / MBX_BENCH_TOOL_BIN (binaries),
 //! MBX_PG_BINDIR (PostgreSQL's binaries, as the tests' cluster finds them),
-//! MBX_BENCH_PG_SETTINGS (extra `name=value` server settings, separated by spaces).
+//! MBX_BENCH_PG_SETTINGS (extra `name=value` server settings, separated by spaces),
+//! MBX_BENCH_PLOT (where the SVG goes).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -26,6 +29,9 @@ use std::time::{Duration, Instant};
 
 use relay_testkit::cluster::PgCluster;
 use serde_json::Value;
+
+#[path = "e2e/report.rs"]
+mod report;
 
 /// How long a relay may take to come up or go down before the bench gives up.
 const START_LIMIT: Duration = Duration::from_secs(120);
@@ -832,13 +838,37 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
             Box::new(|k| format!("{:.0}", all[k].iter().map(|f| f.errors).sum::<f64>())),
         ),
     ];
-    let names: Vec<String> = kinds.iter().map(|k| k.name()).collect();
-    let cells: Vec<Vec<String>> = rows
+    let medians = |k: usize| report::Medians {
+        single_ips: med(k, &|f| f.single_ips),
+        single_p99_ms: med(k, &|f| f.single_p99),
+        batch_ips: med(k, &|f| f.batch_ips),
+        drain_ips: med(k, &|f| f.drain_ips),
+        rss_pushed_mib: med(k, &|f| f.rss_pushed),
+        rss_restarted_mib: med(k, &|f| f.rss_restarted),
+        startup_queued_ms: med(k, &|f| f.startup_queued_ms),
+        queued: med(k, &|f| f.queued),
+        errors: all[k].iter().map(|f| f.errors).sum(),
+    };
+    let fjall = kinds.iter().position(|k| *k == Kind::Fjall);
+    // The fjall targets and whether the fjall column meets each (two more columns).
+    let targets = fjall.map(|fj| report::targets(&medians(fj)));
+    let mut names: Vec<String> = kinds.iter().map(|k| k.name()).collect();
+    let mut cells: Vec<Vec<String>> = rows
         .iter()
         .map(|(_, f)| (0..kinds.len()).map(f).collect())
         .collect();
+    if let Some(targets) = &targets {
+        names.extend(["fjall target".to_owned(), "fjall met?".to_owned()]);
+        for (row, t) in cells.iter_mut().zip(targets) {
+            match t {
+                Some((what, verdict)) => row.extend([what.clone(), verdict.text()]),
+                None => row.extend([String::new(), String::new()]),
+            }
+        }
+    }
+    let columns = names.len();
     let w0 = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
-    let wk: Vec<usize> = (0..kinds.len())
+    let wk: Vec<usize> = (0..columns)
         .map(|k| {
             cells
                 .iter()
@@ -854,6 +884,9 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
          {rounds} round(s), stores alternating, medians)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    let version = report::binary_version(&relay_bin());
+    let machine = report::machine();
+    println!("binary: {version}; machine: {machine}");
     println!(
         "load average (1 min) while measuring: {:.2} .. {:.2}",
         loads.iter().copied().fold(f64::INFINITY, f64::min),
@@ -876,6 +909,14 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
     );
     for ((label, _), c) in rows.iter().zip(&cells) {
         println!("{}", line(label, c));
+    }
+    if targets
+        .iter()
+        .flatten()
+        .flatten()
+        .any(|(_, v)| matches!(v, report::Verdict::NotApplicable(_)))
+    {
+        println!("{}", report::NOT_APPLICABLE_NOTE);
     }
     for (k, kind) in kinds.iter().enumerate() {
         if rounds > 1 {
@@ -918,10 +959,59 @@ fn print_table(kinds: &[Kind], all: &[Vec<Figures>], sizes: &Sizes, rounds: u64)
     if let (Some(p1), Some(p2)) = (find(Kind::Postgres(1)), find(Kind::Postgres(2))) {
         println!("PostgreSQL, 2 relays / 1 relay: {}", ratios(p2, p1));
     }
-    if find(Kind::Fjall).is_some() {
-        println!(
-            "fjall targets: single >= 5,000 items/s, p99 < 50 ms; batches >= 40,000 items/s; \
-             drain >= 100,000 items/s; RSS < 64 MiB and start-up < 200 ms with 1,000,000 queued"
-        );
+    let groups = plot_groups(kinds, &medians);
+    let footer = [
+        format!(
+            "{}; {rounds} round(s), medians; {queued} items queued for the drain",
+            version
+        ),
+        format!(
+            "{machine}; load average {:.2} .. {:.2}",
+            loads.iter().copied().fold(f64::INFINITY, f64::min),
+            loads.iter().copied().fold(0.0, f64::max)
+        ),
+    ];
+    let plot = std::env::var_os("MBX_BENCH_PLOT")
+        .map_or_else(|| relay_bin().with_file_name("e2e.svg"), PathBuf::from);
+    let svg = report::svg("mbx-relay e2e bench against its targets", &groups, &footer);
+    match std::fs::write(&plot, svg) {
+        Ok(()) => println!("plot: {}", plot.display()),
+        Err(e) => eprintln!("e2e: plot not written to {}: {e}", plot.display()),
     }
+}
+
+/// The plot's groups: each measurement with a target, one bar per store.
+fn plot_groups(kinds: &[Kind], medians: &dyn Fn(usize) -> report::Medians) -> Vec<report::Group> {
+    let m: Vec<report::Medians> = (0..kinds.len()).map(medians).collect();
+    let group = |title: &str, unit, target, higher_is_better, get: fn(&report::Medians) -> f64| {
+        report::Group {
+            title: title.to_owned(),
+            unit,
+            target: Some(target),
+            higher_is_better,
+            bars: kinds
+                .iter()
+                .zip(&m)
+                .map(|(k, m)| (k.name(), get(m)))
+                .collect(),
+        }
+    };
+    vec![
+        group("single-item pushes", "items/s", 5_000.0, true, |m| {
+            m.single_ips
+        }),
+        group("single-item push p99", "ms", 50.0, false, |m| {
+            m.single_p99_ms
+        }),
+        group("batches of 100", "items/s", 40_000.0, true, |m| m.batch_ips),
+        group("drain (pull + ack)", "items/s", 100_000.0, true, |m| {
+            m.drain_ips
+        }),
+        group("RSS after restart, queued", "MiB", 64.0, false, |m| {
+            m.rss_restarted_mib
+        }),
+        group("start-up, queued", "ms", 200.0, false, |m| {
+            m.startup_queued_ms
+        }),
+    ]
 }

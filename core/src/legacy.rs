@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use relay_store::{ItemKind, Key32, NewTarget, NEVER_EXPIRES};
+use relay_store::{AckOutcome, ItemKind, Key32, NewTarget, NEVER_EXPIRES};
 use serde_json::{json, Value};
 
 use super::enc_ad::pick_one;
@@ -241,9 +241,13 @@ impl Relay {
         let obj = expect_object(body)?;
         let cursor = floor_seq(obj.get("cursor").map_or(0.0, to_number));
         let head = self.store.cursor(&caller.key)?.head_seq;
-        self.write(self.store.ack(&caller.key, cursor.min(head)))
+        let outcome = self
+            .write(self.store.ack(&caller.key, cursor.min(head)))
             .await?;
         relay_os::failpoint::hit("relay-ack-after-commit");
+        if let AckOutcome::Acked { deleted, .. } = outcome {
+            self.metrics.acked(deleted);
+        }
         Ok(json!({ "ok": true }))
     }
 }

@@ -1,12 +1,15 @@
-//! In-process metrics of the relay rules for `/metrics`, as prometheus-client metrics: item
-//! outcomes by status and reason, store-write and pull-read latency as seen by the relay, items per commit
+//! In-process metrics of the relay rules for `/metrics`, as prometheus-client metrics: pushed
+//! item outcomes by status (a rejection also by reason), items delivered by pulls, acked and
+//! expired, store-write and pull-read latency as seen by the relay, items per commit
 //! submission, and the health of the last store write. Everything is bounded: rejections are
 //! labelled by [`Reason`]'s fixed text, a closed set. The server registers them
 //! ([`Metrics::register`]) beside its own and encodes the text.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric as _, LabelSetEncoder,
+};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -23,11 +26,21 @@ pub(crate) const LATENCY_BOUNDS: [f64; 13] = [
 ];
 const SIZE_BOUNDS: [f64; 9] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
 
-/// The labels of `mbx_relay_items_total`: outcome and, for a rejection, its fixed reason text.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// The labels of `mbx_relay_items_total`: the outcome and, for a rejection only, its fixed
+/// reason text (`{status="accepted"}`, `{status="rejected",reason="rate"}`: no empty label).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct ItemLabels {
     status: &'static str,
-    reason: &'static str,
+    reason: Option<&'static str>,
+}
+
+impl EncodeLabelSet for ItemLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+        match self.reason {
+            Some(reason) => [("status", self.status), ("reason", reason)].encode(encoder),
+            None => [("status", self.status)].encode(encoder),
+        }
+    }
 }
 
 /// A latency histogram with [`LATENCY_BOUNDS`].
@@ -39,6 +52,12 @@ pub fn latency_histogram() -> Histogram {
 pub struct Metrics {
     /// Keyed by outcome and [`Reason::as_wire_str`]: never more entries than reasons + 2.
     items: Family<ItemLabels, Counter>,
+    /// Items handed to their target in pull answers (an item pulled again counts again).
+    delivered: Counter,
+    /// Items an ack removed from their target's queue.
+    acked: Counter,
+    /// Items this process's retention sweeps removed unacked.
+    expired: Counter,
     /// Wall time of each awaited store write (submit to durable answer), seconds.
     pub(crate) store_write: Histogram,
     /// Wall time of each pull's page read (blocking-thread wait included), seconds.
@@ -53,11 +72,11 @@ pub struct Metrics {
 
 const ACCEPTED: ItemLabels = ItemLabels {
     status: "accepted",
-    reason: "",
+    reason: None,
 };
 const DUPLICATE: ItemLabels = ItemLabels {
     status: "duplicate",
-    reason: "",
+    reason: None,
 };
 
 impl Default for Metrics {
@@ -68,6 +87,9 @@ impl Default for Metrics {
         let _ = items.get_or_create(&DUPLICATE);
         Metrics {
             items,
+            delivered: Counter::default(),
+            acked: Counter::default(),
+            expired: Counter::default(),
             store_write: latency_histogram(),
             store_read: latency_histogram(),
             items_per_submit: Histogram::new(SIZE_BOUNDS),
@@ -83,9 +105,24 @@ impl Metrics {
     pub fn rejected(&self, reason: &Reason) {
         let labels = ItemLabels {
             status: "rejected",
-            reason: reason.as_wire_str(),
+            reason: Some(reason.as_wire_str()),
         };
         self.items.get_or_create(&labels).inc();
+    }
+
+    /// Count `n` items handed out in a pull answer.
+    pub(crate) fn delivered(&self, n: usize) {
+        self.delivered.inc_by(n as u64);
+    }
+
+    /// Count `n` items an ack removed.
+    pub(crate) fn acked(&self, n: u64) {
+        self.acked.inc_by(n);
+    }
+
+    /// Count `n` items a retention sweep removed.
+    pub(crate) fn expired(&self, n: u64) {
+        self.expired.inc_by(n);
     }
 
     /// Count a stored item: a duplicate when every target had it already.
@@ -120,6 +157,21 @@ impl Metrics {
             "items",
             "Pushed items by outcome and rejection reason",
             self.items.clone(),
+        );
+        registry.register(
+            "items_delivered",
+            "Items handed to their target in pull answers, v2 and v1 (an item pulled again counts again)",
+            self.delivered.clone(),
+        );
+        registry.register(
+            "items_acked",
+            "Items removed from their target's queue by its ack",
+            self.acked.clone(),
+        );
+        registry.register(
+            "items_expired",
+            "Items removed unacked past the retention by this process's sweeps",
+            self.expired.clone(),
         );
         registry.register(
             "store_write_seconds",
@@ -223,14 +275,28 @@ mod tests {
     }
 
     #[test]
-    fn histogram_and_reasons_render() {
+    fn histograms_reasons_and_item_counters_render_with_no_empty_label() {
         let m = Metrics::default();
         m.store_write.observe(0.003);
         m.rejected(&Reason::Rate);
         m.rejected(&Reason::Rate);
         let s = text(&m);
         assert!(s.contains("mbx_relay_items_total{status=\"rejected\",reason=\"rate\"} 2"));
-        assert!(s.contains("mbx_relay_items_total{status=\"accepted\",reason=\"\"} 0"));
+        assert!(
+            s.contains("mbx_relay_items_total{status=\"accepted\"} 0\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("mbx_relay_items_total{status=\"duplicate\"} 0\n"),
+            "{s}"
+        );
+        assert!(!s.contains("reason=\"\""), "no empty reason label: {s}");
+        for name in ["delivered", "acked", "expired"] {
+            assert!(
+                s.contains(&format!("mbx_relay_items_{name}_total 0\n")),
+                "{s}"
+            );
+        }
         assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.005\"} 1"));
         assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.002\"} 0"));
         assert!(s.contains("mbx_relay_store_write_seconds_bucket{le=\"0.05\"} 1"));

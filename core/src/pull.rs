@@ -216,12 +216,18 @@ impl Relay {
         let store = self.store.clone();
         let t = std::time::Instant::now();
         let read = tokio::task::spawn_blocking(move || {
-            store.pull(&target, after, limit, max_bytes).map(then)
+            store
+                .pull(&target, after, limit, max_bytes)
+                .map(|page| (page.items.len(), then(page)))
         })
         .await;
         self.metrics.store_read.observe(t.elapsed().as_secs_f64());
-        read.map_err(|_| RelayError::unavailable("store read was interrupted"))?
-            .map_err(RelayError::from)
+        let (items, answer) = read
+            .map_err(|_| RelayError::unavailable("store read was interrupted"))?
+            .map_err(RelayError::from)?;
+        // Every page read here is answered (an empty one while a pull waits counts nothing).
+        self.metrics.delivered(items);
+        Ok(answer)
     }
 
     /// `POST /v2/relay/ack {"epoch","through"}`.
@@ -271,9 +277,12 @@ impl Relay {
                 acked_through,
                 deleted,
                 head_seq,
-            } => Ok(
-                json!({ "acked_through": acked_through, "deleted": deleted, "head_seq": head_seq }),
-            ),
+            } => {
+                self.metrics.acked(deleted);
+                Ok(
+                    json!({ "acked_through": acked_through, "deleted": deleted, "head_seq": head_seq }),
+                )
+            }
             AckOutcome::BeyondHead { head_seq } => Err(answer(
                 Status::BadRequest,
                 ErrorCode::BadAck,

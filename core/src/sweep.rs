@@ -81,6 +81,7 @@ impl Relay {
                     notice_fn(self.key.clone()),
                 ))
                 .await?;
+            self.metrics.expired(report.expired);
             total.expired += report.expired;
             total.notices += report.notices;
             total.dedup_pruned += report.dedup_pruned;

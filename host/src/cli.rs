@@ -45,7 +45,7 @@ pub fn run(args: HostArgs) -> ExitCode {
         HostCommand::Init { .. } => None,
         _ => super::hostdir::require_host(&args.dir).err().map(Err),
     };
-    // A running daemon serves the command or refuses it by name (doctor included).
+    // A running daemon serves the command or refuses it by name; doctor runs beside it.
     let routed = routed.or_else(|| super::local::route(&args.dir, &args.command));
     if routed.is_none() && matches!(args.command, HostCommand::Doctor) {
         return super::doctor::run(&args.dir, args.json);

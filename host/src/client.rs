@@ -37,7 +37,7 @@ impl Answer {
 /// stored (none: the bundled web roots). Every request of the host (sync, run and its watcher,
 /// rotate, doctor, a `send` the daemon seals) goes through a [`RelayClient`] built from the
 /// stored one ([`super::store::HostStore::endpoint_of`]): there is no other way to build a client.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Endpoint {
     /// The relay's base URL.
     pub url: String,

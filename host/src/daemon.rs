@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::args::RunArgs;
+use super::daemon_log::daemon_log;
+use super::doctor::StoreFacts;
 use super::identity::Identity;
 use super::local::{self, Reply, Request};
 use super::mailbox::{inbox, inbox_show, quarantine, queue_message, status, Out};
@@ -82,7 +84,7 @@ pub(crate) fn run(dir: &Path, args: &RunArgs) -> Out {
     // As `sync` does: an interrupted key rotation is finished first, so the keys loaded below are
     // the host's current ones (`rotate` is refused while the daemon runs).
     if super::rotate::finish_pending(dir)?.is_some() {
-        eprintln!("host daemon: finished the interrupted key rotation");
+        daemon_log!("finished the interrupted key rotation");
     }
     let id = Identity::load(dir)?;
     let mut store = HostStore::open(dir).map_err(|e| {
@@ -116,6 +118,7 @@ pub(crate) fn run(dir: &Path, args: &RunArgs) -> Out {
         std::process::id(),
         local::socket_path(dir).display()
     );
+    daemon_log!("started (pid {})", std::process::id());
     let mut d = Daemon {
         dir,
         id,
@@ -135,6 +138,10 @@ pub(crate) fn run(dir: &Path, args: &RunArgs) -> Out {
     let passes = d.passes;
     drop(d);
     let _ = std::fs::remove_file(local::socket_path(dir));
+    match &result {
+        Ok(()) => daemon_log!("stopped after {passes} pass(es)"),
+        Err(e) => daemon_log!("stopped after {passes} pass(es): {e}"),
+    }
     result?;
     Ok((
         json!({"stopped": true, "passes": passes}),
@@ -192,7 +199,7 @@ fn on_stop_signal(tx: mpsc::Sender<Event>) -> Result<(), HostError> {
                 _ = tokio::time::sleep(STOP_GRACE) => {}
             }
         });
-        eprintln!("host daemon: stop: the pass in flight was abandoned");
+        daemon_log!("stop: the pass in flight was abandoned");
         std::process::exit(0);
     })
 }
@@ -273,6 +280,12 @@ impl Daemon<'_> {
             Request::Inbox => inbox(&self.store),
             Request::InboxShow { id } => inbox_show(&self.store, &id),
             Request::Quarantine => quarantine(&self.store),
+            Request::DoctorFacts => {
+                let facts = StoreFacts::read(&self.store)?;
+                let v = serde_json::to_value(facts)
+                    .map_err(|e| HostError::Store(format!("doctor facts: {e}")))?;
+                Ok((v, String::new()))
+            }
         }
     }
 
@@ -300,7 +313,7 @@ impl Daemon<'_> {
             Ok(last_full) => {
                 self.last_full = last_full;
                 if self.failures > 0 {
-                    eprintln!("host daemon: the relay answers again");
+                    daemon_log!("the relay answers again");
                 }
                 self.failures = 0;
                 self.next_pass = now + self.idle_or_due()?;
@@ -313,7 +326,7 @@ impl Daemon<'_> {
                 self.agents = Agents::default();
                 self.failures = self.failures.saturating_add(1);
                 if self.failures == 1 {
-                    eprintln!("host daemon: pass failed, retrying: {e}");
+                    daemon_log!("pass failed, retrying: {e}");
                 }
                 self.next_pass = now + reconnect_delay(&self.opts, self.failures);
             }

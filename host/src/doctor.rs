@@ -4,18 +4,22 @@
 //! this host's key, read from the relay's signed `you`), enc-key ad present and fresh, allowlist
 //! published for the pinned peers, clock skew against the relay's `Date` header; first, that
 //! other local users can reach nothing in the host directory. It reaches the relay through the
-//! stored endpoint (URL and `--ca`), exactly as `sync` does.
+//! stored endpoint (URL and `--ca`), exactly as `sync` does. While `host run` holds the store,
+//! doctor runs beside it: the daemon hands over what doctor reads from the store
+//! ([`StoreFacts`], through its socket) and doctor does the rest itself, changing nothing.
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::client::RelayClient;
+use super::client::{Endpoint, RelayClient};
 use super::enc_ad::{RelayView, RENEW_BEFORE_MS};
+use super::hostdir::command;
 use super::identity::Identity;
 use super::rotate;
-use super::store::HostStore;
+use super::store::{HostStore, Peer, RelayConfig};
 use super::sync::SyncOptions;
 use super::trust::hint_ca;
 use super::{now_ms, HostError};
@@ -88,6 +92,57 @@ pub(crate) fn line(c: &Check) -> String {
     }
 }
 
+/// What the checks read from the host store: read here when no daemon runs, else by the daemon
+/// that holds the store and handed over its socket ([`super::local::doctor_facts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoreFacts {
+    name: String,
+    /// The new key of an interrupted rotation.
+    rotating_to: Option<String>,
+    relay: Option<RelayConfig>,
+    /// How to reach it (its URL and `relay set --ca`), as `sync` does.
+    endpoint: Option<Endpoint>,
+    peers: Vec<Peer>,
+    /// The publication record (it names the pinned keys published with, enrol.rs).
+    published: Option<String>,
+}
+
+impl StoreFacts {
+    /// Read them from `store`.
+    ///
+    /// # Errors
+    /// A damaged store record.
+    pub(crate) fn read(store: &HostStore) -> Result<StoreFacts, HostError> {
+        let relay = store.relay()?;
+        let endpoint = relay.as_ref().map(|r| store.endpoint_of(r)).transpose()?;
+        Ok(StoreFacts {
+            name: store.name()?.unwrap_or_default(),
+            rotating_to: rotate::pending(store)?.map(|i| i.new_pub),
+            relay,
+            endpoint,
+            peers: store.peers()?,
+            published: store.published()?,
+        })
+    }
+}
+
+/// The store's facts and, when a daemon holds the store, a check line naming it.
+fn store_facts(dir: &Path) -> Result<(StoreFacts, Option<Check>), HostError> {
+    match super::local::doctor_facts(dir) {
+        None => Ok((StoreFacts::read(&HostStore::open(dir)?)?, None)),
+        Some(answer) => {
+            let (pid, value) = answer?;
+            let facts = serde_json::from_value(value)
+                .map_err(|e| HostError::Store(format!("the host daemon's answer: {e}")))?;
+            let line = ok(
+                "host daemon",
+                format!("running (pid {pid}); the store read through it"),
+            );
+            Ok((facts, Some(line)))
+        }
+    }
+}
+
 /// Run every check (later checks that need the relay are skipped once it cannot be used).
 ///
 /// # Errors
@@ -100,17 +155,17 @@ pub(crate) fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
         return Ok(out);
     }
     let id = Identity::load(dir)?;
-    let store = HostStore::open(dir)?;
-    let name = store.name()?.unwrap_or_default();
-    let cmd = |rest: &str| format!("run `{}`", store.command(rest));
-    if let Some(i) = rotate::pending(&store)? {
+    let (facts, daemon) = store_facts(dir)?;
+    out.extend(daemon);
+    let cmd = |rest: &str| format!("run `{}`", command(dir, rest));
+    if let Some(new_pub) = &facts.rotating_to {
         out.push(fail(
             "key rotation",
-            format!("a rotation to {} was interrupted", fp(&i.new_pub)),
+            format!("a rotation to {} was interrupted", fp(new_pub)),
             format!("{} (or `host sync`) to finish it", cmd("rotate")),
         ));
     }
-    let Some(relay) = store.relay()? else {
+    let (Some(relay), Some(endpoint)) = (&facts.relay, &facts.endpoint) else {
         out.push(fail(
             "relay configured",
             "no relay set",
@@ -119,7 +174,7 @@ pub(crate) fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
         return Ok(out);
     };
     let opts = SyncOptions::from_env();
-    let client = RelayClient::new(&store.endpoint_of(&relay)?, &name, &id.host, opts.timeout)?;
+    let client = RelayClient::new(endpoint, &facts.name, &id.host, opts.timeout)?;
     let info = match client.get("/v2/relay/info", None, true) {
         Ok(a) if a.status == 200 => a.body,
         Ok(a) => {
@@ -128,7 +183,7 @@ pub(crate) fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
                 format!("{} answered {}", relay.url, a.error()),
                 format!(
                     "check the URL and that the relay runs (`{}` to change it)",
-                    store.command("relay set URL")
+                    command(dir, "relay set URL")
                 ),
             ));
             return Ok(out);
@@ -157,7 +212,10 @@ pub(crate) fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
             format!("pinned {}, served {}", fp(&relay.relay_pubkey), fp(served)),
             format!(
                 "ask the operator; if the new key is confirmed: `{}`",
-                store.command(&format!("relay set {} --key {}", relay.url, fp(served)))
+                command(
+                    dir,
+                    &format!("relay set {} --key {}", relay.url, fp(served))
+                )
             ),
         ));
         return Ok(out);
@@ -182,9 +240,9 @@ pub(crate) fn checks(dir: &Path) -> Result<Vec<Check>, HostError> {
                 you.and_then(|y| y["host"].as_str()).unwrap_or("?")
             ),
         ));
-        out.push(enc_ad_check(&info, &id.enc.public_b64(), opts, &store));
+        out.push(enc_ad_check(&info, &id.enc.public_b64(), opts, dir));
     }
-    out.push(allowlist_check(&store)?);
+    out.push(allowlist_check(&facts, dir));
     out.push(clock_check(&client));
     Ok(out)
 }
@@ -219,9 +277,9 @@ fn permissions_check(dir: &Path) -> Check {
 
 /// The relay holds our current enc key, v2 ad not expiring within a day (and the v1 pair when
 /// this host publishes it).
-fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions, store: &HostStore) -> Check {
+fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions, dir: &Path) -> Check {
     const NAME: &str = "enc-key ad";
-    let fix = &format!("run `{}` (it republishes the ad)", store.command("sync"));
+    let fix = &format!("run `{}` (it republishes the ad)", command(dir, "sync"));
     let RelayView::Known {
         enc_pub: v2,
         exp,
@@ -259,35 +317,34 @@ fn enc_ad_check(info: &Value, enc_pub: &str, opts: SyncOptions, store: &HostStor
 }
 
 /// Pinned peers exist and the allowlist naming them was published after the last peer change.
-fn allowlist_check(store: &HostStore) -> Result<Check, HostError> {
+fn allowlist_check(facts: &StoreFacts, dir: &Path) -> Check {
     const NAME: &str = "allowlist";
-    let peers = store.peers()?;
-    if peers.is_empty() {
-        return Ok(fail(
+    if facts.peers.is_empty() {
+        return fail(
             NAME,
             "no peer pinned: nobody may push to this host once an allowlist is published",
-            format!("pin each peer: `{}`", store.command("peer add NAME PUBKEY")),
-        ));
+            format!("pin each peer: `{}`", command(dir, "peer add NAME PUBKEY")),
+        );
     }
-    // The publication record names the pinned keys it was published with (enrol.rs).
-    let published = store.published()?.unwrap_or_default();
-    let missing: Vec<&str> = peers
+    let published = facts.published.as_deref().unwrap_or_default();
+    let missing: Vec<&str> = facts
+        .peers
         .iter()
         .filter(|p| !published.contains(&p.pubkey))
         .map(|p| p.name.as_str())
         .collect();
     if !missing.is_empty() {
-        return Ok(fail(
+        return fail(
             NAME,
             format!(
                 "not published for {} since the last peer change",
                 missing.join(", ")
             ),
-            format!("run `{}`", store.command("sync")),
-        ));
+            format!("run `{}`", command(dir, "sync")),
+        );
     }
-    let names: Vec<&str> = peers.iter().map(|p| p.name.as_str()).collect();
-    Ok(ok(NAME, format!("published for {}", names.join(", "))))
+    let names: Vec<&str> = facts.peers.iter().map(|p| p.name.as_str()).collect();
+    ok(NAME, format!("published for {}", names.join(", ")))
 }
 
 /// This host's clock against the relay's `Date` header.

@@ -9,8 +9,8 @@
 //! `mailbox`), [`hostdir`] (the `--dir` directory: made by `init`,
 //! required owner-only by the rest), [`rotate`] (own key rotation), [`retired`] (peers'
 //! retired keys), [`explain`] (why a row waits), [`doctor`] (checks with fixes), [`daemon`]
-//! (`host run`: passes as mail arrives), with [`watch`] (its long-poll) and [`local`] (its socket
-//! for `send` and the read commands); [`trace`] (opt-in stage timestamps for latency benches).
+//! (`host run`: passes as mail arrives), with [`watch`] (its long-poll), [`local`] (its socket
+//! for `send`, the read commands and doctor) and [`daemon_log`] (its timestamped log lines); [`trace`] (opt-in stage timestamps for latency benches).
 //!
 //! Layering: `mbx-host` builds on `relay-wire` and `relay-os` only; it never links the server
 //! (`mbx-relay`), the relay's rules (`relay-core`) or the relay's store crates (Cargo.toml).
@@ -19,6 +19,7 @@ pub(crate) mod args;
 pub mod cli;
 pub mod client;
 pub(crate) mod daemon;
+pub(crate) mod daemon_log;
 pub(crate) mod doctor;
 pub(crate) mod enc_ad;
 pub(crate) mod enrol;

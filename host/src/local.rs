@@ -56,6 +56,8 @@ pub enum Request {
     },
     /// `quarantine`: the refused items and why.
     Quarantine,
+    /// What `host doctor` reads from the store the daemon holds ([`super::doctor::StoreFacts`]).
+    DoctorFacts,
 }
 
 /// The daemon's answer: its pid and the command's result (`value` and `text`, or `error`).
@@ -136,13 +138,13 @@ pub fn route(dir: &Path, cmd: &HostCommand) -> Option<Out> {
             show: Some(InboxCommand::Show { id }),
         } => Request::InboxShow { id: id.clone() },
         HostCommand::Quarantine => Request::Quarantine,
+        // Doctor asks for the store's facts itself and checks the rest beside the daemon.
+        HostCommand::Doctor => return None,
         _ => Request::Ping,
     };
-    // No socket, or a stale one a killed daemon left: no daemon; the store lock decides.
-    let stream = UnixStream::connect(socket_path(dir)).ok()?;
     let is_send = matches!(req, Request::Send { .. });
     let is_ping = matches!(req, Request::Ping);
-    let reply = match exchange(stream, &req) {
+    let reply = match ask(dir, &req)? {
         Ok(r) => r,
         Err(e) => {
             let hint = if is_send {
@@ -163,6 +165,28 @@ pub fn route(dir: &Path, cmd: &HostCommand) -> Option<Out> {
         ))));
     }
     Some(reply.into_out())
+}
+
+/// Hand `req` to the daemon running for `dir`: `None` when none answers (no socket, or a stale
+/// one a killed daemon left; then the store lock decides).
+fn ask(dir: &Path, req: &Request) -> Option<Result<Reply, String>> {
+    let stream = UnixStream::connect(socket_path(dir)).ok()?;
+    Some(exchange(stream, req))
+}
+
+/// What `host doctor` reads from the host store, from the daemon running for `dir` (it holds the
+/// store's lock): its pid and the facts as JSON; `None` when no daemon answers.
+pub(crate) fn doctor_facts(dir: &Path) -> Option<Result<(u32, Value), HostError>> {
+    let reply = match ask(dir, &Request::DoctorFacts)? {
+        Ok(r) => r,
+        Err(e) => {
+            return Some(Err(HostError::Store(format!(
+                "the host daemon did not answer ({e})"
+            ))))
+        }
+    };
+    let pid = reply.pid;
+    Some(reply.into_out().map(|(v, _)| (pid, v)))
 }
 
 /// Send one request line and read one reply line.

@@ -114,20 +114,35 @@ pub(crate) fn rotate(dir: &Path) -> Result<(Value, String), HostError> {
         None => (start(dir, &mut store)?, false),
     };
     drop(store);
-    let v = finish(dir, intent)?;
+    let mut v = finish(dir, intent)?;
+    // The record both keys signed, for the peers' `peer rotate --record` (it verifies the new
+    // key by the old one's signature; a bare NEWKEY is only as good as how it was passed on).
+    let new_fp = v["new_fingerprint"].as_str().unwrap_or_default().to_owned();
+    let record = dir.join(format!("rotation-{new_fp}.json"));
+    let body = v["rotation"].to_string();
+    std::fs::write(&record, format!("{body}\n")).map_err(|e| {
+        HostError::Store(format!(
+            "rotated, but the record could not be written to {}: {e} (`host rotate --json` \
+             prints it)",
+            record.display()
+        ))
+    })?;
+    v["record_file"] = record.display().to_string().into();
     let verb = if resumed {
         "finished the interrupted rotation"
     } else {
         "rotated"
     };
+    let name = v["name"].as_str().unwrap_or_default();
     let text = format!(
-        "{verb}: host key {} replaces {} (retired, kept in {}); {}\n\
-         every peer runs: mbx-relay host --dir PEER_DIR peer rotate {} {}",
-        v["new_fingerprint"].as_str().unwrap_or(""),
+        "{verb}: host key {new_fp} replaces {} (retired, kept in {}); {}\n\
+         the rotation record both keys signed is {}: give it to every peer, who runs\n  \
+         mbx-relay host --dir PEER_DIR peer rotate {name} --record rotation-{new_fp}.json\n\
+         (a peer that confirmed the new key another way may give it instead of --record: {})",
         v["old_fingerprint"].as_str().unwrap_or(""),
         v["retired_file"].as_str().unwrap_or(""),
         v["relay"].as_str().unwrap_or(""),
-        v["name"].as_str().unwrap_or(""),
+        record.display(),
         v["new_pubkey"].as_str().unwrap_or(""),
     );
     Ok((v, text))

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use super::client::{Endpoint, RelayClient};
+use super::daemon_log::daemon_log;
 use super::identity::Identity;
 use super::sync::SyncOptions;
 use super::trust::hint_ca;
@@ -121,7 +122,7 @@ pub(crate) fn watch(
                 Ok(c) => client = Some((pos.endpoint.clone(), c)),
                 Err(e) => {
                     // The pass fails on the same CA and stops the daemon; wait for it.
-                    eprintln!("host daemon: watcher: {e}");
+                    daemon_log!("watcher: {e}");
                     client = None;
                     pos = shared.newer_than(pos.generation, PASS_WAIT);
                     continue;
@@ -144,10 +145,7 @@ pub(crate) fn watch(
             Err(e) => {
                 failures = failures.saturating_add(1);
                 if failures == 1 {
-                    eprintln!(
-                        "host daemon: watcher: pull failed, retrying: {}",
-                        hint_ca(e)
-                    );
+                    daemon_log!("watcher: pull failed, retrying: {}", hint_ca(e));
                 }
                 std::thread::sleep(reconnect_delay(&opts.sync, failures));
                 pos = shared.newer_than(pos.generation, Duration::ZERO);
@@ -156,7 +154,7 @@ pub(crate) fn watch(
             Ok((a, header)) => {
                 if failures > 0 {
                     failures = 0;
-                    eprintln!("host daemon: watcher: the relay answers again");
+                    daemon_log!("watcher: the relay answers again");
                     // The relay is back: pushes that were backed off can go.
                     if !wake() {
                         return;
@@ -181,8 +179,8 @@ pub(crate) fn watch(
                     // Busy or refusing: back off like a failure, without counting as one.
                     _ => {
                         if !refused {
-                            eprintln!(
-                                "host daemon: watcher: the relay refused the pull ({}), retrying",
+                            daemon_log!(
+                                "watcher: the relay refused the pull ({}), retrying",
                                 a.error()
                             );
                             refused = true;

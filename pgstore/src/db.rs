@@ -136,12 +136,30 @@ impl Drop for Conn {
     }
 }
 
-/// Map a client error to a store error (the text names the server's reason; no row data).
+/// Map a client error to a store error (the text names the server's reason, or the client's
+/// error with its causes, e.g. `error connecting to server: Connection refused (os error 111)`;
+/// no row data).
 pub(crate) fn db_err(e: tokio_postgres::Error) -> StoreError {
     match e.as_db_error() {
         Some(d) => StoreError::Engine(format!("postgres: {} ({})", d.message(), d.code().code())),
-        None => StoreError::Engine(format!("postgres: {e}")),
+        None => StoreError::Engine(format!("postgres: {}", with_causes(&e))),
     }
+}
+
+/// Most causes named after an error (a bound on the text).
+const MAX_CAUSES: usize = 4;
+
+/// `error: cause: its cause ...`: tokio-postgres's own text names only the kind of failure.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    for _ in 0..MAX_CAUSES {
+        let Some(c) = cause else { break };
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {

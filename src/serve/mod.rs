@@ -444,6 +444,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             &memory,
             tls.clone(),
             Box::new(store_link::StoreLink),
+            config.store.dir().map(std::path::Path::to_path_buf),
         )),
         memory,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),

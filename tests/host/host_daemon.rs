@@ -1,6 +1,7 @@
 //! `mbx-relay host run` as real processes: two daemons exchange mail through relay crashes, `send`
 //! and the read commands reach a running daemon over its socket, other commands get a clear
-//! refusal, and SIGTERM/SIGINT stop a daemon promptly with exit code 0; two daemons on
+//! refusal, `doctor` runs beside a daemon, the daemon's log lines carry their time, and
+//! SIGTERM/SIGINT stop a daemon promptly with exit code 0; two daemons on
 //! `powercut` exchange mail exactly once through power cuts.
 
 use crate::daemon_util;
@@ -110,6 +111,109 @@ fn send_reaches_a_running_daemon_and_other_commands_name_its_pid() {
     b.sync();
     let got: BTreeSet<String> = b.inbox_ids().into_iter().collect();
     assert_eq!(got, BTreeSet::from([id, id2]));
+}
+
+/// The `checks` of a `host doctor --json` answer, by name: (ok, detail).
+fn doctor_checks(v: &serde_json::Value) -> std::collections::BTreeMap<String, (bool, String)> {
+    v["checks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no checks: {v}"))
+        .iter()
+        .map(|c| {
+            let name = c["check"].as_str().unwrap().to_owned();
+            let detail = c["detail"].as_str().unwrap_or_default().to_owned();
+            (name, (c["ok"] == true, detail))
+        })
+        .collect()
+}
+
+#[test]
+fn doctor_diagnoses_beside_a_running_daemon_and_the_daemon_log_lines_carry_timestamps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut relay = RelayProc::start(tmp.path(), &[]);
+    let (a, _b) = paired(tmp.path(), &relay);
+    let started = relay_wire::time::iso_ms(mbx_host::now_ms() - 1_000);
+    let log = tmp.path().join("alpha-daemon.log");
+    let mut da = Daemon::start_logged(&a, &["--poll-secs", "1"], &log);
+
+    // Every check runs while the daemon holds the store: the store read through its socket.
+    let v = a
+        .run(&["doctor"])
+        .unwrap_or_else(|e| panic!("doctor beside the daemon: {e}"));
+    assert_eq!(v["ok"], true, "{v}");
+    let checks = doctor_checks(&v);
+    let (ok, detail) = &checks["host daemon"];
+    assert!(
+        *ok && detail.contains(&format!("pid {}", da.pid)),
+        "{detail}"
+    );
+    for name in [
+        "store permissions",
+        "relay reachable",
+        "relay key",
+        "enrolment",
+        "allowlist",
+        "clock",
+    ] {
+        assert!(checks.get(name).is_some_and(|c| c.0), "{name}: {v}");
+    }
+    // The daemon still serves: a send after the diagnosis is pushed.
+    a.send("beta", "after doctor", "still here");
+    assert!(wait_until(Duration::from_secs(10), || a
+        .count("envelope_relay-accepted")
+        == 1));
+
+    // With the relay gone, doctor says so (exit 1) beside the daemon, which logs the outage and
+    // the return with the time of each.
+    relay.kill9();
+    let out = a.run_fp(&["doctor"], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = doctor_checks(&v);
+    assert!(checks["host daemon"].0, "{v}");
+    assert!(!checks["relay reachable"].0, "{v}");
+    // The relay comes back only once the daemon has noticed the outage (else a watcher between
+    // two pulls might never see it).
+    let logged = |what: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || logged("retrying")),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    relay.spawn(None);
+    assert!(
+        wait_until(Duration::from_secs(30), || std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("answers again")),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let (st, _) = da.stop_with(libc::SIGTERM, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+    let ended = relay_wire::time::iso_ms(mbx_host::now_ms() + 1_000);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for want in [
+        "host daemon: started (pid",
+        "retrying",
+        "answers again",
+        "host daemon: stopped after",
+    ] {
+        assert!(text.contains(want), "{want}:\n{text}");
+    }
+    for line in text.lines() {
+        let (at, rest) = line.split_once(' ').unwrap_or(("", line));
+        assert!(
+            relay_wire::time::parse_iso_strict(at).is_some()
+                && started.as_str() <= at
+                && at <= ended.as_str()
+                && rest.starts_with("host daemon: "),
+            "a log line without its time: {line:?}"
+        );
+    }
 }
 
 #[test]

@@ -95,9 +95,11 @@ fn a_rotated_host_gets_its_queue_back_republishes_its_enc_ad_and_keeps_the_old_k
     );
     assert_eq!(keys["rotation_pending"], Value::Null);
 
-    // The peer takes the rotation record (both keys signed it) and retires the old key.
-    let record = tmp.path().join("rotation.json");
-    std::fs::write(&record, out["rotation"].to_string()).unwrap();
+    // The peer takes the rotation record (both keys signed it; `rotate` wrote it owner-only into
+    // the host directory) and retires the old key.
+    let record = std::path::PathBuf::from(out["record_file"].as_str().unwrap());
+    assert_eq!(record.parent(), Some(a.dir.as_path()), "{out}");
+    assert_eq!(mode(&record), 0o600);
     let pr = b.ok(&[
         "peer",
         "rotate",
@@ -247,11 +249,34 @@ fn an_envelope_pushed_before_the_peer_rotated_is_received_under_the_retired_key(
     let (a, b) = paired(tmp.path(), &relay);
     let id = b.send("alpha", "hi", "sent by the old key");
     assert_eq!(b.sync()["relay_accepted"], 1);
-    let new_pub = b.ok(&["rotate"])["new_pubkey"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    a.ok(&["peer", "rotate", "beta", &new_pub]);
+    // As text, `rotate` names the record file and the verified `peer rotate --record` first.
+    let mut cmd = std::process::Command::new(host_util::BIN);
+    cmd.arg("host").arg("--dir").arg(&b.dir).arg("rotate");
+    b.prepare(&mut cmd);
+    let rotated = cmd.output().unwrap();
+    assert!(rotated.status.success(), "{rotated:?}");
+    let text = String::from_utf8(rotated.stdout).unwrap();
+    let record = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("mbx-relay host --dir PEER_DIR peer rotate beta --record ")
+        })
+        .unwrap_or_else(|| panic!("no --record command in:\n{text}"))
+        .to_owned();
+    assert!(
+        text.contains(&format!("{}", b.dir.join(&record).display())),
+        "{text}"
+    );
+    let pr = a.ok(&[
+        "peer",
+        "rotate",
+        "beta",
+        "--record",
+        b.dir.join(&record).to_str().unwrap(),
+    ]);
+    let new_pub = pr["pubkey"].as_str().unwrap().to_owned();
+    assert_eq!(new_pub, host_key(&b).public_b64());
     let r = a.sync();
     assert_eq!(
         (r["received"].as_u64(), r["quarantined"].as_u64()),

@@ -2,7 +2,8 @@
 //! refused connections (at the global and per-address caps, a head past `--header-timeout`),
 //! requests, refusals and a push (names, labels and values; `promtool check metrics` clean;
 //! `le` labels without float noise; `mbx_relay_build_info` with the commit built; the
-//! `process_*` metrics), the JSON `/status`, and the TLS certificate's expiry as a metric and a
+//! `process_*` metrics), items delivered, acked and expired, every refusal reason at 0 from the
+//! start, the newest backup's time, the JSON `/status`, and the TLS certificate's expiry as a metric and a
 //! start-up warning, with a certificate made at test time.
 
 use crate::common;
@@ -246,28 +247,28 @@ fn metrics_count_requests_refusals_and_a_push_with_clean_labels() {
     assert_eq!(
         must(
             &text,
-            "mbx_relay_requests_total{route=\"GET /health\",status=\"200\"}"
+            "mbx_relay_requests_total{method=\"GET\",path=\"/health\",status=\"200\"}"
         ),
         1.0
     );
     assert_eq!(
         must(
             &text,
-            "mbx_relay_requests_total{route=\"unknown\",status=\"404\"}"
+            "mbx_relay_requests_total{method=\"other\",path=\"other\",status=\"404\"}"
         ),
         1.0
     );
     assert_eq!(
         must(
             &text,
-            "mbx_relay_requests_total{route=\"POST /v2/relay/items\",status=\"200\"}"
+            "mbx_relay_requests_total{method=\"POST\",path=\"/v2/relay/items\",status=\"200\"}"
         ),
         1.0
     );
     assert_eq!(
         must(
             &text,
-            "mbx_relay_request_seconds_count{route=\"POST /v2/relay/items\"}"
+            "mbx_relay_request_seconds_count{method=\"POST\",path=\"/v2/relay/items\"}"
         ),
         2.0,
         "the push and the 413"
@@ -275,7 +276,7 @@ fn metrics_count_requests_refusals_and_a_push_with_clean_labels() {
     assert_eq!(
         must(
             &text,
-            "mbx_relay_request_seconds_bucket{route=\"POST /v2/relay/items\",le=\"+Inf\"}"
+            "mbx_relay_request_seconds_bucket{method=\"POST\",path=\"/v2/relay/items\",le=\"+Inf\"}"
         ),
         2.0
     );
@@ -292,12 +293,11 @@ fn metrics_count_requests_refusals_and_a_push_with_clean_labels() {
         1.0
     );
     assert_eq!(
-        must(
-            &text,
-            "mbx_relay_items_total{status=\"accepted\",reason=\"\"}"
-        ),
+        must(&text, "mbx_relay_items_total{status=\"accepted\"}"),
         1.0
     );
+    assert!(!text.contains("=\"\""), "an empty label:\n{text}");
+    assert!(!text.contains("route="), "the old route label:\n{text}");
     assert!(must(&text, "mbx_relay_store_write_seconds_count") >= 1.0);
     assert!(
         must(&text, "mbx_relay_store_read_seconds_count") >= 1.0,
@@ -345,6 +345,114 @@ fn metrics_count_requests_refusals_and_a_push_with_clean_labels() {
             );
         }
     }
+    assert_eq!(promtool(&text), "", "promtool check metrics:\n{text}");
+}
+
+/// Every `reason` a request can be refused for (`mbx_relay_refusals_total`).
+const REFUSAL_REASONS: [&str; 12] = [
+    "public_window",
+    "enrol_window",
+    "auth_failure_window",
+    "body_per_address",
+    "body_per_key",
+    "body_budget",
+    "body_too_large",
+    "too_large",
+    "bad_hop",
+    "bad_enrolment",
+    "bad_signature",
+    "too_many_other",
+];
+
+/// Scrape until `series` is present and `ok` holds for its value (bounded).
+fn wait_sample(relay: &Relay, series: &str, ok: impl Fn(f64) -> bool) -> (f64, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = relay.metrics().text();
+        match sample(&text, series) {
+            Some(v) if ok(v) => return (v, text),
+            v if Instant::now() > deadline => panic!("{series} is {v:?}:\n{text}"),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn unix_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn items_delivered_acked_and_expired_are_counted_every_refusal_reason_starts_at_0_and_the_last_backup_is_a_metric(
+) {
+    let mut args = GENEROUS.to_vec();
+    args.extend([
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--retention",
+        "2s",
+        "--sweep-interval",
+        "1s",
+    ]);
+    let relay = Relay::start(&args);
+    // Before any request: every refusal reason and item counter has its series, at 0 (a
+    // `rate()` alert needs one), and a store never backed up says 0.
+    let (never, text) = wait_sample(&relay, "mbx_relay_last_backup_timestamp_seconds", |_| true);
+    assert_eq!(never, 0.0, "{text}");
+    for reason in REFUSAL_REASONS {
+        let series = format!("mbx_relay_refusals_total{{reason=\"{reason}\"}}");
+        assert_eq!(sample(&text, &series), Some(0.0), "{series}:\n{text}");
+    }
+    for name in ["delivered", "acked", "expired"] {
+        let series = format!("mbx_relay_items_{name}_total");
+        assert_eq!(sample(&text, &series), Some(0.0), "{series}:\n{text}");
+    }
+    assert_eq!(must(&text, "mbx_relay_store_write_failing"), 0.0);
+    let avail = must(&text, "mbx_relay_store_fs_avail_bytes");
+    let size = must(&text, "mbx_relay_store_fs_size_bytes");
+    assert!(avail > 0.0 && avail <= size, "{avail} of {size}");
+    assert_eq!(promtool(&text), "", "promtool check metrics:\n{text}");
+
+    // One item pulled and acked; a second left to expire.
+    let alice = Host::enrolled(&relay, "alice");
+    let bob = Host::enrolled(&relay, "bob");
+    let res = alice.push_one(&relay, &common::envelope_item(&alice, &[&bob]));
+    assert_eq!(res["status"], "accepted", "{res}");
+    let page = bob.pull(&relay, "").json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 1, "{page}");
+    let epoch = page["epoch"].as_str().unwrap();
+    let ack = bob.ack(&relay, epoch, page["last_seq"].clone());
+    assert_eq!(ack.status, 200, "{}", ack.text());
+    let res = alice.push_one(&relay, &common::envelope_item(&alice, &[&bob]));
+    assert_eq!(res["status"], "accepted", "{res}");
+    let (expired, text) = wait_sample(&relay, "mbx_relay_items_expired_total", |v| v >= 1.0);
+    // The item, and perhaps already its expiry notice to alice (notices expire too).
+    assert!(expired == 1.0 || expired == 2.0, "{expired}:\n{text}");
+    assert_eq!(must(&text, "mbx_relay_items_delivered_total"), 1.0);
+    assert_eq!(must(&text, "mbx_relay_items_acked_total"), 1.0);
+    assert_eq!(
+        must(&text, "mbx_relay_items_total{status=\"accepted\"}"),
+        2.0
+    );
+
+    // A backup through the running relay is the relay log's newest backup: the gauge follows
+    // within one store reading (10 s).
+    let before = unix_secs().floor();
+    let file = relay.store_dir().with_extension("backup");
+    let out = common::relay_tool(&[
+        "backup",
+        "--store-dir",
+        relay.store_dir().to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let after = unix_secs().ceil();
+    let (at, text) = wait_sample(&relay, "mbx_relay_last_backup_timestamp_seconds", |v| {
+        v > 0.0
+    });
+    assert!(before <= at && at <= after, "{before} <= {at} <= {after}");
     assert_eq!(promtool(&text), "", "promtool check metrics:\n{text}");
 }
 

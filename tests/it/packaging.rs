@@ -2,7 +2,8 @@
 //! variable `mbx-relay serve --help` names, with its default, and no other; the systemd units pass
 //! `systemd-analyze verify` (skipped with a line on stderr where the command is missing); the
 //! backup script makes a verified backup through the running relay's admin socket and keeps the
-//! newest 7.
+//! newest 7; the Prometheus alert rules pass `promtool check rules` and `promtool test rules`, and
+//! they and the Grafana dashboard use only metrics a real relay serves.
 use crate::common;
 
 use std::collections::BTreeMap;
@@ -256,4 +257,105 @@ fn the_health_probe_exits_0_for_a_healthy_relay_and_1_without_one() {
         stderr.contains("unhealthy") && stderr.contains(&url),
         "{stderr}"
     );
+}
+
+/// Run `promtool ARGS` in `packaging/prometheus/`; its output, asserted successful.
+fn promtool(args: &[&str]) -> String {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(packaging("prometheus"))
+        .output()
+        .expect("promtool (Debian package `prometheus`; .ci/run installs it)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{said}");
+    said
+}
+
+/// Every `mbx_relay_*` or `process_*` metric name in `text` (a histogram's series as the
+/// histogram's name).
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for prefix in ["mbx_relay_", "process_"] {
+        for (at, _) in text.match_indices(prefix) {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .map_or(name.clone(), str::to_owned);
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// The alert rules pass `promtool check rules`, and `promtool test rules` shows each alert
+/// firing on the series that should raise it and none on a healthy relay.
+#[test]
+fn the_alert_rules_pass_promtool_check_and_fire_when_they_should() {
+    let said = promtool(&["check", "rules", "mbx-relay-alerts.yml"]);
+    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
+    let tested = promtool(&["test", "rules", "mbx-relay-alerts.test.yml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    let rules = std::fs::read_to_string(packaging("prometheus/mbx-relay-alerts.yml")).unwrap();
+    for alert in [
+        "MbxRelayDown",
+        "MbxRelayStoreUnavailable",
+        "MbxRelayDiskFilling",
+        "MbxRelayCertificateExpiring",
+        "MbxRelayNoRecentBackup",
+        "MbxRelayRefusalsRising",
+    ] {
+        assert!(rules.contains(&format!("alert: {alert}\n")), "{alert}");
+    }
+}
+
+/// The dashboard and the alert rules read only metrics a real relay serves: every
+/// `mbx_relay_*` and `process_*` name they use is in a running relay's `/metrics` (the TLS
+/// certificate's expiry only with TLS: tests/it/observe.rs sees it there).
+#[test]
+fn the_dashboard_and_alert_rules_use_only_metrics_the_relay_serves() {
+    let dashboard = std::fs::read_to_string(packaging("grafana/mbx-relay-dashboard.json")).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard JSON");
+    assert_eq!(parsed["uid"], "mbx-relay");
+    assert!(parsed["panels"].as_array().unwrap().len() > 10);
+    let rules = std::fs::read_to_string(packaging("prometheus/mbx-relay-alerts.yml")).unwrap();
+    let relay = Relay::start(&["--metrics-listen", "127.0.0.1:0"]);
+    // Request series appear with the first request.
+    assert_eq!(relay.get("/health").status, 200);
+    // The store figures (queued items, the last backup) come with the first scrape's reading.
+    let served = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let text = relay.metrics().text();
+            if text.contains("mbx_relay_last_backup_timestamp_seconds")
+                || std::time::Instant::now() > deadline
+            {
+                break metric_names(&text);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let tls_only = "mbx_relay_tls_cert_not_after_seconds";
+    for (file, text) in [("dashboard", &dashboard), ("alert rules", &rules)] {
+        let used = metric_names(text);
+        assert!(
+            used.contains("mbx_relay_refusals_total"),
+            "{file}: {used:?}"
+        );
+        let missing: Vec<&String> = used
+            .iter()
+            .filter(|n| *n != tls_only && !served.contains(*n))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{file} uses {missing:?}; served: {served:?}"
+        );
+    }
 }

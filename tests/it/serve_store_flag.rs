@@ -65,4 +65,9 @@ fn an_unreachable_postgres_store_is_refused_at_start_without_its_password() {
         "{err}"
     );
     assert!(!err.contains("s3cret-pw"), "password in the error: {err}");
+    // The client's cause, not only "error connecting to server" (issue 39).
+    assert!(
+        err.contains("error connecting to server: ") && err.contains("refused"),
+        "{err}"
+    );
 }

@@ -22,8 +22,9 @@ const DEFAULT_IDLE_TIMEOUT: &str = "10s";
 const DEFAULT_FIRST_BYTE_TIMEOUT: &str = "5s";
 /// Default of `--auth-failures-per-minute`.
 const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 30;
-/// Default of `--body-min-rate` (bytes per second): far under what `--body-timeout` already
-/// asks of a full body (8 MiB in 60 s), so it cuts stalls, not slow honest links.
+/// Default of `--body-min-rate` (bytes per second; the flag's default text is `4KiB`, a test
+/// keeps the two equal): far under what `--body-timeout` already asks of a full body (8 MiB in
+/// 60 s), so it cuts stalls, not slow honest links.
 const DEFAULT_BODY_MIN_RATE: u64 = 4096;
 /// Default of `--body-budget-wait`.
 const DEFAULT_BODY_BUDGET_WAIT: &str = "5s";
@@ -102,13 +103,13 @@ pub struct GuardArgs {
     #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Time allowed for a request head, from when the relay waits for it.
-    #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = DEFAULT_HEADER_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = DEFAULT_HEADER_TIMEOUT, value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) header_timeout: Duration,
     /// Time allowed for a request body after its head, and for a client to read a response.
-    #[arg(long, env = "MBX_RELAY_BODY_TIMEOUT", default_value = DEFAULT_BODY_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, env = "MBX_RELAY_BODY_TIMEOUT", default_value = DEFAULT_BODY_TIMEOUT, value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) body_timeout: Duration,
     /// A connection silent this long while the relay waits for its next request is closed.
-    #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = DEFAULT_IDLE_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, env = "MBX_RELAY_IDLE_TIMEOUT", default_value = DEFAULT_IDLE_TIMEOUT, value_parser = parse_duration, value_name = "DURATION")]
     pub(crate) idle_timeout: Duration,
     /// Requests per client address (IPv6: per /64 prefix) per minute to info, health, metrics and
     /// unknown paths.
@@ -128,23 +129,23 @@ pub struct GuardArgs {
 #[command(next_help_heading = "Request bodies")]
 pub struct BodyGuardArgs {
     /// Time allowed for the first byte of a request body, from when the relay starts reading it.
-    #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = DEFAULT_FIRST_BYTE_TIMEOUT, value_parser = parse_duration)]
+    #[arg(long, env = "MBX_RELAY_BODY_FIRST_BYTE_TIMEOUT", default_value = DEFAULT_FIRST_BYTE_TIMEOUT, value_parser = parse_duration, value_name = "DURATION")]
     pub body_first_byte_timeout: Duration,
     /// Bytes per second a request body must keep up after its first byte, over every window as
     /// long as --body-first-byte-timeout (bytes sent early buy no time later); a slower body is
     /// cut off with 400.
-    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value_t = DEFAULT_BODY_MIN_RATE, value_parser = relay_core::parse_bytes)]
+    #[arg(long, env = "MBX_RELAY_BODY_MIN_RATE", default_value = "4KiB", value_parser = relay_core::parse_bytes, value_name = "BYTES")]
     pub body_min_rate: u64,
     /// Request-body bytes held at once for one client address (IPv6: per /64); a body that needs
-    /// more is answered 429. At least 8388608 (one full-size body).
-    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value_t = crate::http::body::DEFAULT_BODY_BYTES_PER_ADDRESS, value_parser = relay_core::parse_bytes)]
+    /// more is answered 429. At least 8MiB (one full-size body).
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_ADDRESS", default_value = "32MiB", value_parser = relay_core::parse_bytes, value_name = "BYTES")]
     pub max_body_bytes_per_address: u64,
     /// Request-body bytes held at once for one hop key (whatever the addresses); a body that
-    /// needs more is answered 429. At least 8388608 (one full-size body).
-    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value_t = crate::http::body::DEFAULT_BODY_BYTES_PER_KEY, value_parser = relay_core::parse_bytes)]
+    /// needs more is answered 429. At least 8MiB (one full-size body).
+    #[arg(long, env = "MBX_RELAY_MAX_BODY_BYTES_PER_KEY", default_value = "32MiB", value_parser = relay_core::parse_bytes, value_name = "BYTES")]
     pub max_body_bytes_per_key: u64,
     /// Longest a request body waits for room in the shared 256 MiB body budget; then 503.
-    #[arg(long, env = "MBX_RELAY_BODY_BUDGET_WAIT", default_value = DEFAULT_BODY_BUDGET_WAIT, value_parser = parse_duration)]
+    #[arg(long, env = "MBX_RELAY_BODY_BUDGET_WAIT", default_value = DEFAULT_BODY_BUDGET_WAIT, value_parser = parse_duration, value_name = "DURATION")]
     pub body_budget_wait: Duration,
     /// Failed hop authentications per client address (IPv6: per /64) per minute; past it, calls
     /// with a hop from that address are answered 429 without being checked.

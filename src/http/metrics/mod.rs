@@ -1,11 +1,16 @@
 //! `/metrics` in the Prometheus text format (0.0.4), built with prometheus-client: requests by
-//! route pattern and status with latency histograms, refusals by reason, connections open and
+//! method, path pattern and status with latency histograms, refusals by reason (every reason
+//! listed from the start, at 0, so a `rate()` alert has a series to read), connections open and
 //! refused ([`conn`]), the relay's item and store figures (relay-core's metrics and
-//! [`relay_state`]), the store backend's own counters (a collector the caller hands in: the PostgreSQL pool's), `mbx_relay_build_info` and the standard `process_*` metrics ([`process`]).
-//! Every label set is closed: routes are [`super::route::Route`] patterns, never raw paths.
+//! [`relay_state`]), the store backend's own counters (a collector the caller hands in: the
+//! PostgreSQL pool's), a directory store's filesystem ([`disk`]), `mbx_relay_build_info` and
+//! the standard `process_*` metrics ([`process`]).
+//! Every label set is closed: `method` and `path` are a [`super::route::Route`]'s, never the
+//! request's (an unmatched request counts as `method="other",path="other"`).
 //! Served only on the private `--metrics-listen` address ([`super::private`]).
 
 pub(crate) mod conn;
+pub(crate) mod disk;
 pub(crate) mod process;
 pub(crate) mod relay_state;
 pub(crate) mod store_cache;
@@ -33,13 +38,23 @@ const STORE_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    route: &'static str,
+    method: &'static str,
+    path: &'static str,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteLabel {
-    route: &'static str,
+struct RouteLabels {
+    method: &'static str,
+    path: &'static str,
+}
+
+impl RouteLabels {
+    /// The labels of a route's `METHOD /path` text; anything else is `other`, `other`.
+    fn of(route: &'static str) -> RouteLabels {
+        let (method, path) = route.split_once(' ').unwrap_or(("other", "other"));
+        RouteLabels { method, path }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,6 +99,22 @@ pub(crate) enum RequestRefusal {
 }
 
 impl RequestRefusal {
+    /// Every reason, for listing all of them at 0.
+    const ALL: [RequestRefusal; 12] = [
+        RequestRefusal::PublicWindow,
+        RequestRefusal::EnrolWindow,
+        RequestRefusal::AuthFailureWindow,
+        RequestRefusal::BodyPerAddress,
+        RequestRefusal::BodyPerKey,
+        RequestRefusal::BodyBudget,
+        RequestRefusal::BodyTooLarge,
+        RequestRefusal::TooLarge,
+        RequestRefusal::BadHop,
+        RequestRefusal::BadEnrolment,
+        RequestRefusal::BadSignature,
+        RequestRefusal::TooManyOther,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             RequestRefusal::PublicWindow => "public_window",
@@ -106,7 +137,7 @@ impl RequestRefusal {
 pub(crate) struct HttpMetrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    request_seconds: Family<RouteLabel, Histogram>,
+    request_seconds: Family<RouteLabels, Histogram>,
     refusals: Family<ReasonLabel, Counter>,
     /// The public listener's connections (shared with its accept loop).
     pub(crate) conn: Arc<conn::ConnMetrics>,
@@ -117,21 +148,28 @@ pub(crate) struct HttpMetrics {
 }
 
 impl HttpMetrics {
-    /// The metrics of a relay, its body budget, its TLS side (if any) and the store backend's own
-    /// counters (`backend`, registered under `mbx_relay_`: the HTTP layer knows no backend).
+    /// The metrics of a relay, its body budget, its TLS side (if any), the store backend's own
+    /// counters (`backend`, registered under `mbx_relay_`: the HTTP layer knows no backend) and
+    /// a directory store's filesystem (`store_dir`).
     pub(crate) fn new(
         relay: &Arc<Relay>,
         bodies: &Arc<MemoryAccount>,
         tls: Option<Arc<Tls>>,
         backend: Box<dyn prometheus_client::collector::Collector>,
+        store_dir: Option<std::path::PathBuf>,
     ) -> Self {
         let mut registry = Registry::with_labels(relay.metric_labels().into_iter());
         registry.register_collector(Box::new(process::ProcessCollector));
         let requests = Family::<RequestLabels, Counter>::default();
-        let request_seconds = Family::<RouteLabel, Histogram>::new_with_constructor(
+        let request_seconds = Family::<RouteLabels, Histogram>::new_with_constructor(
             relay_core::latency_histogram as fn() -> Histogram,
         );
         let refusals = Family::<ReasonLabel, Counter>::default();
+        for why in RequestRefusal::ALL {
+            let _ = refusals.get_or_create(&ReasonLabel {
+                reason: why.label(),
+            });
+        }
         let conn = Arc::new(conn::ConnMetrics::new());
         let store = store_cache::StoreCache::new(relay.store().clone());
         {
@@ -146,12 +184,12 @@ impl HttpMetrics {
             );
             ours.register(
                 "requests",
-                "HTTP requests answered, by route pattern and status",
+                "HTTP requests answered, by method, path pattern and status",
                 requests.clone(),
             );
             ours.register(
                 "request_seconds",
-                "Time from a request's head to its answer, by route pattern (a held pull counts its wait)",
+                "Time from a request's head to its answer, by method and path pattern (a held pull counts its wait)",
                 request_seconds.clone(),
             );
             ours.register(
@@ -162,6 +200,9 @@ impl HttpMetrics {
             conn.register(ours);
             relay.metrics.register(ours);
             ours.register_collector(backend);
+            if let Some(dir) = store_dir {
+                ours.register_collector(Box::new(disk::StoreDisk { dir }));
+            }
             ours.register_collector(Box::new(relay_state::RelayState {
                 relay: relay.clone(),
                 bodies: bodies.clone(),
@@ -180,13 +221,18 @@ impl HttpMetrics {
         }
     }
 
-    /// Count one answered request of `route` (its pattern label) that took `took`.
+    /// Count one answered request of `route` (its `METHOD /path` text) that took `took`.
     pub(crate) fn count(&self, route: &'static str, status: u16, took: Duration) {
+        let RouteLabels { method, path } = RouteLabels::of(route);
         self.requests
-            .get_or_create(&RequestLabels { route, status })
+            .get_or_create(&RequestLabels {
+                method,
+                path,
+                status,
+            })
             .inc();
         self.request_seconds
-            .get_or_create(&RouteLabel { route })
+            .get_or_create(&RouteLabels { method, path })
             .observe(took.as_secs_f64());
     }
 

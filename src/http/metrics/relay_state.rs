@@ -1,7 +1,8 @@
 //! The figures `/metrics` reads from the relay at each scrape (a prometheus-client collector):
-//! live enrolments against the cap, waiters, request-body memory in use, queued items and bytes
-//! (from the store cache, [`super::store_cache`]), the store's group-commit figures and the TLS
-//! certificate's expiry.
+//! live enrolments against the cap, waiters, request-body memory in use, whether store writes
+//! are failing, queued items and bytes
+//! and the newest backup the relay log records (from the store cache, [`super::store_cache`]),
+//! the store's group-commit figures and the TLS certificate's expiry.
 
 use std::sync::Arc;
 
@@ -69,6 +70,13 @@ impl Collector for RelayState {
             "The shared request-body budget",
             self.bodies.budget(),
         )?;
+        let (_, write_failing) = relay.metrics.write_health();
+        gauge(
+            &mut e,
+            "store_write_failing",
+            "1 while the last store write failed and none succeeded since (the store is unavailable; /health answers 503), else 0",
+            u64::from(write_failing),
+        )?;
         if let Some((f, _age)) = self.store.cached() {
             gauge(
                 &mut e,
@@ -87,6 +95,14 @@ impl Collector for RelayState {
                 "store_disk_bytes",
                 "Size of the store on disk (a database store: as its backend reports it)",
                 f.disk_bytes,
+            )?;
+            // 0 when the log holds no backup: "no backup in 26 h" fires on a relay never
+            // backed up, as it should.
+            gauge(
+                &mut e,
+                "last_backup_timestamp_seconds",
+                "When the newest backup the relay log records was taken (relay-tool backup: online, offline or beside a shared store), seconds since the Unix epoch; 0 for none",
+                f.last_backup_ms.unwrap_or(0) / 1_000,
             )?;
         }
         relay_core::encode_commit_stats(&mut e, &relay.store().commit_stats())?;

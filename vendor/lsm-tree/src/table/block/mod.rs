@@ -106,7 +106,7 @@ impl Block {
 
             #[cfg(feature = "lz4")]
             CompressionType::Lz4 => {
-                #[warn(unsafe_code)]
+                #[allow(unsafe_code)] // mbx-relay: was `warn`, a note on every build of a path dependency
                 let mut builder =
                     unsafe { Slice::builder_unzeroed(header.uncompressed_length as usize) };
 
@@ -167,7 +167,7 @@ impl Block {
                 #[expect(clippy::indexing_slicing)]
                 let raw_data = &buf[Header::serialized_len()..];
 
-                #[warn(unsafe_code)]
+                #[allow(unsafe_code)] // mbx-relay: was `warn`, a note on every build of a path dependency
                 let mut builder =
                     unsafe { Slice::builder_unzeroed(header.uncompressed_length as usize) };
 

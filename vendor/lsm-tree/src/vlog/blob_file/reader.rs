@@ -85,7 +85,7 @@ impl<'a> Reader<'a> {
 
             #[cfg(feature = "lz4")]
             CompressionType::Lz4 => {
-                #[warn(unsafe_code)]
+                #[allow(unsafe_code)] // mbx-relay: was `warn`, a note on every build of a path dependency
                 let mut builder = unsafe { UserValue::builder_unzeroed(real_val_len as usize) };
 
                 lz4_flex::decompress_into(&raw_data, &mut builder)
