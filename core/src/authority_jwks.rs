@@ -110,9 +110,11 @@ impl Jwks {
     pub(crate) fn lookup(&self, kid: &str) -> Lookup {
         let cached = self.cached.read().unwrap_or_else(|p| p.into_inner());
         let found = match &*cached {
-            Some(c) if c.fetched_at.elapsed() < self.timing.cache_life => {
-                c.keys.get(kid).cloned().map_or(Lookup::UnknownKid, Lookup::Key)
-            }
+            Some(c) if c.fetched_at.elapsed() < self.timing.cache_life => c
+                .keys
+                .get(kid)
+                .cloned()
+                .map_or(Lookup::UnknownKid, Lookup::Key),
             _ => Lookup::NoKeys,
         };
         if !matches!(found, Lookup::Key(_)) {
@@ -165,7 +167,10 @@ impl Jwks {
                 true
             }
             Err(e) => {
-                tracing::warn!(why, "token issuer key set not fetched, the cached set stays: {e}");
+                tracing::warn!(
+                    why,
+                    "token issuer key set not fetched, the cached set stays: {e}"
+                );
                 false
             }
         }

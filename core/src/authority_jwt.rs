@@ -101,7 +101,11 @@ impl PublicJwk {
                 }
                 PublicJwk::Rsa { n, e }
             }
-            _ => return Err(format!("key {kid}: not an OKP/Ed25519, EC/P-256 or RSA key")),
+            _ => {
+                return Err(format!(
+                    "key {kid}: not an OKP/Ed25519, EC/P-256 or RSA key"
+                ))
+            }
         };
         if let Some(alg) = o.get("alg") {
             if alg.as_str().and_then(Alg::from_name) != Some(key.alg()) {
@@ -133,7 +137,9 @@ fn strip_zeros(mut v: Vec<u8>) -> Vec<u8> {
 }
 
 fn text<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    o.get(name).and_then(Value::as_str).filter(|s| !s.is_empty())
+    o.get(name)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 /// A compact token split and decoded, its signature not yet checked.
@@ -229,7 +235,8 @@ mod tests {
     fn ed_key() -> (Ed25519KeyPair, PublicJwk) {
         let doc = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).unwrap();
         let pair = Ed25519KeyPair::from_pkcs8(doc.as_ref()).unwrap();
-        let jwk = json!({"kty":"OKP","crv":"Ed25519","kid":"a","x": b64(pair.public_key().as_ref())});
+        let jwk =
+            json!({"kty":"OKP","crv":"Ed25519","kid":"a","x": b64(pair.public_key().as_ref())});
         let (_, key) = PublicJwk::parse(&jwk).unwrap();
         (pair, key)
     }
@@ -238,9 +245,11 @@ mod tests {
     fn an_eddsa_token_verifies_with_its_key_and_not_with_another() {
         let (pair, key) = ed_key();
         let (_, other) = ed_key();
-        let token = compact(&json!({"alg":"EdDSA","kid":"a"}), &json!({"sub":"h"}), |m| {
-            pair.sign(m).as_ref().to_vec()
-        });
+        let token = compact(
+            &json!({"alg":"EdDSA","kid":"a"}),
+            &json!({"sub":"h"}),
+            |m| pair.sign(m).as_ref().to_vec(),
+        );
         let t = Unverified::parse(&token).unwrap();
         assert_eq!(t.kid, "a");
         assert_eq!(t.verify(&key).unwrap()["sub"], "h");
@@ -323,5 +332,4 @@ mod tests {
             assert!(PublicJwk::parse(&jwk).is_err(), "{jwk}");
         }
     }
-
 }

@@ -140,8 +140,7 @@ impl TokenAuthority {
         let (Some(iat), Some(exp)) = (seconds(c, "iat"), seconds(c, "exp")) else {
             return Err("the token has no iat or exp".into());
         };
-        if iat > now + CLOCK_SKEW_S || seconds(c, "nbf").is_some_and(|n| n > now + CLOCK_SKEW_S)
-        {
+        if iat > now + CLOCK_SKEW_S || seconds(c, "nbf").is_some_and(|n| n > now + CLOCK_SKEW_S) {
             return Err("the token is not valid yet".into());
         }
         if exp + CLOCK_SKEW_S <= now {
@@ -241,8 +240,9 @@ impl EnrolmentAuthority for TokenAuthority {
             Ok(g) => {
                 tracing::info!(account = %g.account, org = %g.org, client_id = %g.client_id,
                     sub = %g.sub, "account token accepted");
-                Ok(Decision::Allow {
-                    account: Some(g.account),
+                Ok(Decision::AllowClient {
+                    account: g.account,
+                    client_id: g.client_id,
                 })
             }
             Err(reason) => Ok(Decision::Deny {

@@ -64,9 +64,10 @@ impl TokenArgs {
             (Some(i), Some(a)) if !i.is_empty() && !a.is_empty() => (i.clone(), a.clone()),
             _ => return Err("--token-issuer and --token-audience go together".into()),
         };
-        let jwks_url = self.token_jwks_url.clone().unwrap_or_else(|| {
-            format!("{}/.well-known/jwks.json", issuer.trim_end_matches('/'))
-        });
+        let jwks_url = self
+            .token_jwks_url
+            .clone()
+            .unwrap_or_else(|| format!("{}/.well-known/jwks.json", issuer.trim_end_matches('/')));
         if !jwks_url.starts_with("https://") && !is_loopback_http(&jwks_url) {
             return Err(format!(
                 "--token-jwks-url {jwks_url}: the key set is fetched over https only"
@@ -98,7 +99,10 @@ impl TokenArgs {
 fn is_loopback_http(url: &str) -> bool {
     ["http://127.0.0.1", "http://[::1]", "http://localhost"]
         .iter()
-        .any(|p| url.strip_prefix(p).is_some_and(|r| r.is_empty() || r.starts_with([':', '/'])))
+        .any(|p| {
+            url.strip_prefix(p)
+                .is_some_and(|r| r.is_empty() || r.starts_with([':', '/']))
+        })
 }
 
 /// The issuer's key set over HTTPS (ureq on rustls, the host's trust set-up).

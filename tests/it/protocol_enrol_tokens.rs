@@ -9,6 +9,7 @@ use relay_wire::keys::SigningKey;
 use serde_json::{json, Value};
 
 use crate::common::*;
+use crate::live_util;
 use crate::token_issuer::{claims, proof, Issuer, IssuerKey, Serving, AUDIENCE};
 
 /// A relay of `issuer` with these key-set timings (refresh, cache life, retry).
@@ -33,7 +34,12 @@ fn enrol_with(relay: &Relay, h: &Host, proof: Value) -> Response {
 /// The proof of a host with a fresh cloud key and a good token of `key` inside `account`.
 fn good_proof(h: &Host, key: &IssuerKey, account: &str) -> Value {
     let cloud = SigningKey::generate();
-    proof(&h.key.public(), &h.key, &cloud, &key.mint(&claims(&cloud, account)))
+    proof(
+        &h.key.public(),
+        &h.key,
+        &cloud,
+        &key.mint(&claims(&cloud, account)),
+    )
 }
 
 fn denied(reason: &str) -> Value {
@@ -55,7 +61,11 @@ fn wait_until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
 fn enrol_once_keys_are_in(relay: &Relay, h: &Host, key: &IssuerKey) {
     wait_until(20, "the first key-set fetch", || {
         let r = enrol_with(relay, h, good_proof(h, key, "acme"));
-        assert!(r.status == 200 || r.json() == denied(UNAVAILABLE), "{}", r.text());
+        assert!(
+            r.status == 200 || r.json() == denied(UNAVAILABLE),
+            "{}",
+            r.text()
+        );
         r.status == 200
     });
 }
@@ -68,7 +78,11 @@ fn a_host_bound_token_enrols_and_every_broken_claim_or_binding_is_refused() {
     let relay = token_relay(&issuer, ["10m", "1h", "1m"]);
     let good = Host::new("good");
     enrol_once_keys_are_in(&relay, &good, &k1);
-    assert_eq!(good.pull(&relay, "").status, 200, "the enrolled host's hops work");
+    assert_eq!(
+        good.pull(&relay, "").status,
+        200,
+        "the enrolled host's hops work"
+    );
 
     // Each case: a new host, one thing wrong.
     let case = |name: &str, make: &dyn Fn(&Host) -> Value, reason: &str| {
@@ -118,7 +132,11 @@ fn a_host_bound_token_enrols_and_every_broken_claim_or_binding_is_refused() {
     );
     case(
         "no-client",
-        &|h| with_claims(h, &|c| c.as_object_mut().unwrap().retain(|k, _| k != "client_id")),
+        &|h| {
+            with_claims(h, &|c| {
+                c.as_object_mut().unwrap().retain(|k, _| k != "client_id")
+            })
+        },
         "the token has no usable client_id",
     );
     case(
@@ -126,7 +144,12 @@ fn a_host_bound_token_enrols_and_every_broken_claim_or_binding_is_refused() {
         &|h| {
             // The token is bound to another cloud key than the certificate certifies.
             let (cloud, other) = (SigningKey::generate(), SigningKey::generate());
-            proof(&h.key.public(), &h.key, &cloud, &k1.mint(&claims(&other, "acme")))
+            proof(
+                &h.key.public(),
+                &h.key,
+                &cloud,
+                &k1.mint(&claims(&other, "acme")),
+            )
         },
         "the token is bound to another key than the certified cloud key",
     );
@@ -145,7 +168,12 @@ fn a_host_bound_token_enrols_and_every_broken_claim_or_binding_is_refused() {
         &|_| {
             // A genuine certificate of another host, presented with its token by this host.
             let (other, cloud) = (SigningKey::generate(), SigningKey::generate());
-            proof(&other.public(), &other, &cloud, &k1.mint(&claims(&cloud, "acme")))
+            proof(
+                &other.public(),
+                &other,
+                &cloud,
+                &k1.mint(&claims(&cloud, "acme")),
+            )
         },
         "cloud_cert certifies another host key",
     );
@@ -154,7 +182,12 @@ fn a_host_bound_token_enrols_and_every_broken_claim_or_binding_is_refused() {
         &|h| {
             let cloud = SigningKey::generate();
             let forger = IssuerKey::new("k1");
-            proof(&h.key.public(), &h.key, &cloud, &forger.mint(&claims(&cloud, "acme")))
+            proof(
+                &h.key.public(),
+                &h.key,
+                &cloud,
+                &forger.mint(&claims(&cloud, "acme")),
+            )
         },
         "the token signature does not verify",
     );
@@ -197,7 +230,11 @@ fn an_unknown_kid_refetches_the_key_set_once_and_a_removed_key_stops_verifying()
     });
     // Five refusals asked for one fetch, and answered lookups ask for none.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(issuer.fetches(), 2, "one fetch for all the unknown-kid refusals");
+    assert_eq!(
+        issuer.fetches(),
+        2,
+        "one fetch for all the unknown-kid refusals"
+    );
 
     // The issuer drops k1. The next fetch (here asked for by another unknown kid) replaces the
     // set: k1's tokens stop verifying at once.
@@ -245,7 +282,11 @@ fn a_down_issuer_keeps_the_cached_keys_for_their_life_then_new_enrolments_fail_c
     let c = Host::new("c");
     wait_until(30, "the cache life to end", || {
         let r = enrol_with(&relay, &c, good_proof(&c, &k1, "acme"));
-        assert!(r.status == 200 || r.json() == denied(UNAVAILABLE), "{}", r.text());
+        assert!(
+            r.status == 200 || r.json() == denied(UNAVAILABLE),
+            "{}",
+            r.text()
+        );
         r.status == 403
     });
     assert!(
@@ -261,4 +302,95 @@ fn a_down_issuer_keeps_the_cached_keys_for_their_life_then_new_enrolments_fail_c
     wait_until(20, "the issuer back", || {
         enrol_with(&relay, &c, good_proof(&c, &k1, "acme")).status == 200
     });
+}
+
+/// Spec §8 "Revocation": `relay-tool deny` (through the admin socket) by host key revokes the
+/// host at once: its event stream ends and its waiting pull answers `401 bad relay hop` within
+/// a second, its next hop is refused and its token no longer enrols it; by `client_id` it
+/// refuses tokens of that client while others still enrol.
+#[test]
+fn a_deny_entry_ends_a_live_stream_within_a_second_and_refuses_the_host_and_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = IssuerKey::new("k1");
+    let issuer = Issuer::start(dir.path(), vec![k1.jwk()]);
+    let relay = token_relay(&issuer, ["10m", "1h", "1m"]);
+    let store = relay.store_dir().to_str().unwrap().to_string();
+    let bob = Host::new("bob");
+    enrol_once_keys_are_in(&relay, &bob, &k1);
+    let other = Host::new("other");
+    assert_eq!(
+        enrol_with(&relay, &other, good_proof(&other, &k1, "acme")).status,
+        200
+    );
+    let mut other_es = live_util::EventStream::open(&relay, &other);
+
+    let mut es = live_util::EventStream::open(&relay, &bob);
+    assert!(
+        es.wait_for("queued", Duration::from_secs(5)),
+        "{}",
+        es.text()
+    );
+    let mut pull = live_util::start_get(&relay, &bob, "/v2/relay/items?wait=60");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(live_util::still_waiting(&pull), "the pull waits");
+    let t = Instant::now();
+    let out = relay_tool(&[
+        "deny",
+        "--store-dir",
+        &store,
+        "--host",
+        &bob.pubkey(),
+        "--note",
+        "cloud key revoked",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (done["deny"].as_str(), done["revoked"].as_bool()),
+        (Some("host"), Some(true))
+    );
+    assert!(es.closed_within(Duration::from_secs(1)), "the stream ended");
+    let r = read_one_response(&mut pull).expect("the waiting pull is answered");
+    assert_eq!(r.status, 401, "{}", r.text());
+    let took = t.elapsed();
+    eprintln!("deny: stream and waiting pull ended {took:?} after relay-tool started");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    bob.get(&relay, "/v2/relay/items")
+        .assert_error(401, "bad relay hop");
+    let deny_list = "this host or its account client is on the relay's deny list";
+    assert_eq!(
+        enrol_with(&relay, &bob, good_proof(&bob, &k1, "acme")).json(),
+        denied(deny_list)
+    );
+    assert!(
+        !other_es.closed_within(Duration::from_millis(200)),
+        "another host's stream lives on"
+    );
+
+    let out = relay_tool(&["deny", "--store-dir", &store, "--client", "client-2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let with_client = |h: &Host, client: &str| {
+        let cloud = SigningKey::generate();
+        let mut c = claims(&cloud, "acme");
+        c["client_id"] = json!(client);
+        proof(&h.key.public(), &h.key, &cloud, &k1.mint(&c))
+    };
+    let carol = Host::new("carol");
+    assert_eq!(
+        enrol_with(&relay, &carol, with_client(&carol, "client-2")).json(),
+        denied(deny_list)
+    );
+    assert_eq!(
+        enrol_with(&relay, &carol, with_client(&carol, "client-3")).status,
+        200
+    );
 }
