@@ -18,6 +18,7 @@
 pub(crate) mod args;
 pub mod cli;
 pub mod client;
+pub(crate) mod cloud_key;
 pub(crate) mod daemon;
 pub(crate) mod doctor;
 pub(crate) mod enc_ad;

@@ -394,3 +394,60 @@ fn a_deny_entry_ends_a_live_stream_within_a_second_and_refuses_the_host_and_clie
         200
     );
 }
+
+/// Our host (`mbx-relay host`) enrols on a token relay: `cloud-key` prints the key and
+/// thumbprint the accounts service binds the token to; `relay set URL --token-file FILE` makes
+/// every enrolment send the file's token with the host's cloud-key certificate for that URL.
+#[test]
+fn our_host_enrols_on_a_token_relay_with_a_token_file() {
+    use relay_testkit::host::{free_port, HostCli, RelayProc};
+    let dir = tempfile::tempdir().unwrap();
+    let k1 = IssuerKey::new("k1");
+    let issuer = Issuer::start(dir.path(), vec![k1.jwk()]);
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut args = issuer.relay_args("10m", "1h", "1m");
+    let at = args.iter().position(|a| a == "--token-audience").unwrap();
+    args[at + 1] = url.clone();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let relay = RelayProc::start_on(dir.path(), port, "relay-store", &args);
+    assert_eq!(relay.url(), url);
+
+    let a = HostCli::init(dir.path(), "alpha");
+    a.ok(&["relay", "set", &url]);
+    let err = a.run(&["sync"]).expect_err("no token: refused");
+    assert!(err.contains("account token only"), "{err}");
+
+    let cloud = a.ok(&["cloud-key"]);
+    let jkt = cloud["jkt"].as_str().expect("jkt");
+    assert_eq!(a.ok(&["cloud-key"]), cloud, "made once");
+    let now = now_ms() as u64 / 1000;
+    let token = k1.mint(&json!({
+        "iss": crate::token_issuer::ISSUER, "aud": url, "sub": "alpha", "account": "acme",
+        "org": "org-1", "cnf": {"jkt": jkt}, "client_id": "client-1",
+        "iat": now, "exp": now + 600, "jti": "j1",
+    }));
+    let token_file = dir.path().join("relay.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    a.ok(&[
+        "relay",
+        "set",
+        &url,
+        "--token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    let mut report = Value::Null;
+    wait_until(20, "the host enrolled with its token", || {
+        match a.run(&["sync"]) {
+            Ok(v) => {
+                report = v;
+                true
+            }
+            Err(e) => {
+                assert!(e.contains("unavailable"), "{e}");
+                false
+            }
+        }
+    });
+    assert_eq!(report["enrolled"], true, "{report}");
+}
