@@ -32,14 +32,16 @@ pub fn a_deny_entry_refuses_its_subject_until_it_expires_and_survives_a_reopen(
     assert_eq!(put(entry(host.clone(), 1_000, 2_000)), DenyOutcome::Added);
     let long = 1_000 + 10 * MIN_DENY_MS;
     assert_eq!(put(entry(client("c1"), 1_000, long)), DenyOutcome::Added);
-    assert!(store.denied(&[host.clone()], 2_000).unwrap());
+    assert!(store.denied(std::slice::from_ref(&host), 2_000).unwrap());
     assert!(store
         .denied(&[DenySubject::Host(key(2)), client("c1")], 2_000)
         .unwrap());
     assert!(!store
         .denied(&[DenySubject::Host(key(2)), client("c2")], 2_000)
         .unwrap());
-    assert!(!store.denied(&[host.clone()], 1_000 + MIN_DENY_MS).unwrap());
+    assert!(!store
+        .denied(std::slice::from_ref(&host), 1_000 + MIN_DENY_MS)
+        .unwrap());
     assert!(store.denied(&[client("c1")], long - 1).unwrap());
     assert!(!store.denied(&[client("c1")], long).unwrap());
     let kinds: Vec<String> = store.ops(10).unwrap().into_iter().map(|o| o.kind).collect();
