@@ -137,14 +137,25 @@ impl Jwks {
             .and_then(Value::as_array)
             .ok_or("the JWKS has no keys array")?;
         let mut keys = HashMap::new();
+        let (mut skipped, mut first_why) = (0usize, None);
         for jwk in list {
             match PublicJwk::parse(jwk) {
                 Ok((kid, key)) if keys.len() < MAX_KEYS => {
                     keys.insert(kid, key);
                 }
-                Ok((kid, _)) => tracing::warn!(kid, "JWKS key skipped: more than {MAX_KEYS} keys"),
-                Err(why) => tracing::warn!("JWKS key skipped: {why}"),
+                Ok((kid, _)) => {
+                    skipped += 1;
+                    first_why.get_or_insert(format!("key {kid}: more than {MAX_KEYS} keys"));
+                }
+                Err(why) => {
+                    skipped += 1;
+                    first_why.get_or_insert(why);
+                }
             }
+        }
+        if let Some(why) = first_why {
+            // One line per fetch, however many keys the document holds.
+            tracing::warn!(skipped, "JWKS keys skipped, the first: {why}");
         }
         let n = keys.len();
         *self.cached.write().unwrap_or_else(|p| p.into_inner()) = Some(Cached {
