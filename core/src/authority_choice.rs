@@ -52,13 +52,16 @@ pub struct ForServe {
     pub authority: Arc<dyn EnrolmentAuthority>,
     /// The allow-list behind `authority`, when it is one: the reloader swaps its contents on change.
     pub allowlist: Option<Arc<AllowList>>,
+    /// The token authority, whose key set the server's refresher keeps fresh.
     pub tokens: Option<Arc<TokenAuthority>>,
 }
 
 /// What `--enrol-authority` reads besides its name: the allow-list file, the token settings.
 #[derive(Debug, Clone, Default)]
 pub struct AuthorityFiles<'a> {
+    /// `--enrol-allowlist`.
     pub allowlist: Option<&'a Path>,
+    /// `--token-issuer`, `--token-audience` and the key-set timing.
     pub tokens: Option<TokenSettings>,
 }
 

@@ -97,6 +97,7 @@ pub struct Jwks {
 }
 
 impl Jwks {
+    /// An empty set (nothing verifies until the first fetch) with this timing.
     pub fn new(timing: JwksTiming) -> Arc<Jwks> {
         Arc::new(Jwks {
             timing,

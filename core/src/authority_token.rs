@@ -28,7 +28,7 @@ use super::authority_jwks::{Jwks, JwksTiming, Lookup};
 use super::authority_jwt::Unverified;
 
 /// The longest token lifetime accepted (`exp - iat`), in seconds (spec §8: at most 15 minutes).
-pub const MAX_TOKEN_LIFETIME_S: u64 = 15 * 60;
+pub(crate) const MAX_TOKEN_LIFETIME_S: u64 = 15 * 60;
 /// Clock difference tolerated between the issuer, the host and this relay, in seconds.
 const CLOCK_SKEW_S: u64 = 60;
 /// The longest claim value read (account, org, client and host ids).
@@ -45,6 +45,7 @@ pub struct TokenSettings {
     pub issuer: String,
     /// This relay's URL (`aud`, and the cloud-key certificate's `aud`), exactly.
     pub audience: String,
+    /// When the issuer's key set is fetched and how long it is trusted.
     pub timing: JwksTiming,
 }
 
@@ -69,6 +70,7 @@ fn system_now_s() -> u64 {
 }
 
 impl TokenAuthority {
+    /// The authority for `settings`, its key set empty until the refresher's first fetch.
     pub fn new(settings: TokenSettings) -> Arc<TokenAuthority> {
         let jwks = Jwks::new(settings.timing);
         Arc::new(TokenAuthority {

@@ -11,7 +11,7 @@ use relay_store::{DenyEntry, DenyOutcome, DenySubject, RelayStore};
 use relay_store::{MAX_CLIENT_ID_CHARS, MAX_DENY_ENTRIES, MAX_REASON_CHARS};
 use serde_json::{json, Value};
 
-use relay_core::revoke::Revoker;
+use relay_core::Revoker;
 use relay_wire::keys::{b64, fingerprint};
 
 use super::line::one_line;
@@ -29,9 +29,11 @@ pub enum Target {
 /// One deny request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DenyAction {
+    /// Whom to deny.
     pub target: Target,
     /// How long the entry lasts from now (kept at least the longest token lifetime).
     pub ttl_ms: u64,
+    /// Why, for the relay log.
     pub note: String,
 }
 

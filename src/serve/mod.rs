@@ -266,8 +266,7 @@ fn enrolment_authority(config: &ServeConfig) -> Result<Authority, ServeError> {
         allowlist: config.enrol_allowlist.as_deref(),
         tokens: tokens.as_ref().map(|t| t.settings.clone()),
     };
-    let chosen = relay_core::for_serve(config.enrol_authority, with)
-        .map_err(ServeError::Config)?;
+    let chosen = relay_core::for_serve(config.enrol_authority, with).map_err(ServeError::Config)?;
     let source = match (&chosen.tokens, &tokens) {
         (Some(_), Some(t)) => Some(token_args::HttpsJwks::new(t).map_err(ServeError::Config)?),
         _ => None,

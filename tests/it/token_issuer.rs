@@ -24,18 +24,18 @@ use crate::common::now_ms;
 use crate::tls_util::Ca;
 
 /// The issuer URL the tokens carry (`iss`).
-pub const ISSUER: &str = "https://accounts.test";
+pub(crate) const ISSUER: &str = "https://accounts.test";
 /// The relay URL the tokens are for (`aud`).
-pub const AUDIENCE: &str = "https://relay.test";
+pub(crate) const AUDIENCE: &str = "https://relay.test";
 
 /// One signing key of the issuer.
-pub struct IssuerKey {
-    pub kid: String,
-    pub key: SigningKey,
+pub(crate) struct IssuerKey {
+    pub(crate) kid: String,
+    pub(crate) key: SigningKey,
 }
 
 impl IssuerKey {
-    pub fn new(kid: &str) -> IssuerKey {
+    pub(crate) fn new(kid: &str) -> IssuerKey {
         IssuerKey {
             kid: kid.to_string(),
             key: SigningKey::generate(),
@@ -43,13 +43,13 @@ impl IssuerKey {
     }
 
     /// Its public JWK.
-    pub fn jwk(&self) -> Value {
+    pub(crate) fn jwk(&self) -> Value {
         json!({"kty":"OKP","crv":"Ed25519","use":"sig","alg":"EdDSA","kid": self.kid,
             "x": URL_SAFE_NO_PAD.encode(self.key.public())})
     }
 
     /// A compact EdDSA token with these claims.
-    pub fn mint(&self, claims: &Value) -> String {
+    pub(crate) fn mint(&self, claims: &Value) -> String {
         let header = json!({"alg":"EdDSA","typ":"at+jwt","kid": self.kid});
         let signed = format!(
             "{}.{}",
@@ -62,7 +62,7 @@ impl IssuerKey {
 }
 
 /// The claims of a good 10-minute token for a host whose cloud key is `cloud`.
-pub fn claims(cloud: &SigningKey, account: &str) -> Value {
+pub(crate) fn claims(cloud: &SigningKey, account: &str) -> Value {
     let now = now_ms() as u64 / 1000;
     json!({
         "iss": ISSUER, "aud": AUDIENCE, "sub": "host-1", "account": account, "org": "org-1",
@@ -73,14 +73,19 @@ pub fn claims(cloud: &SigningKey, account: &str) -> Value {
 
 /// The enrol `proof` of a host: `token`, and the certificate of `cloud` signed by `signer`
 /// (the host key, unless a test forges it) naming `host_pub`.
-pub fn proof(host_pub: &[u8; 32], signer: &SigningKey, cloud: &SigningKey, token: &str) -> Value {
+pub(crate) fn proof(
+    host_pub: &[u8; 32],
+    signer: &SigningKey,
+    cloud: &SigningKey,
+    token: &str,
+) -> Value {
     let cert = certificate(host_pub, &cloud.public(), AUDIENCE, now_ms() as u64 / 1000);
     let sig = signer.sign_canonical(&cert);
     json!({"token": token, "cloud_cert": cert, "cloud_cert_sig": sig})
 }
 
 /// What the server answers at the key-set URL.
-pub enum Serving {
+pub(crate) enum Serving {
     /// `200` with this key set.
     Keys(Vec<Value>),
     /// `503`: the issuer is down.
@@ -88,9 +93,9 @@ pub enum Serving {
 }
 
 /// The running issuer.
-pub struct Issuer {
-    pub addr: SocketAddr,
-    pub ca_file: PathBuf,
+pub(crate) struct Issuer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) ca_file: PathBuf,
     serving: Arc<Mutex<Serving>>,
     fetches: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
@@ -98,7 +103,7 @@ pub struct Issuer {
 
 impl Issuer {
     /// Start serving `keys` over HTTPS on a free loopback port; the CA goes to `dir`.
-    pub fn start(dir: &Path, keys: Vec<Value>) -> Issuer {
+    pub(crate) fn start(dir: &Path, keys: Vec<Value>) -> Issuer {
         let ca = Ca::new("issuer test CA");
         let leaf = ca.leaf(1);
         let ca_file = ca.write(dir, "issuer-ca.pem");
@@ -145,22 +150,22 @@ impl Issuer {
     }
 
     /// The key-set URL.
-    pub fn jwks_url(&self) -> String {
+    pub(crate) fn jwks_url(&self) -> String {
         format!("https://localhost:{}/jwks", self.addr.port())
     }
 
     /// Serve this from now on.
-    pub fn serve(&self, what: Serving) {
+    pub(crate) fn serve(&self, what: Serving) {
         *self.serving.lock().unwrap() = what;
     }
 
     /// Key-set fetches answered so far (successful or not).
-    pub fn fetches(&self) -> usize {
+    pub(crate) fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
     }
 
     /// The relay flags of a relay trusting this issuer, with these key-set timings.
-    pub fn relay_args(&self, refresh: &str, cache_life: &str, retry: &str) -> Vec<String> {
+    pub(crate) fn relay_args(&self, refresh: &str, cache_life: &str, retry: &str) -> Vec<String> {
         [
             "--enrol-authority",
             "account-tokens",

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use mbx_relay::admin::deny::{self, DenyAction, Target as DenyTarget};
 use mbx_relay::admin::proto::Request;
-use relay_core::config::Limits;
-use relay_core::revoke::Revoker;
+use relay_core::{Limits, Revoker};
 use relay_store::{Clock, SystemClock};
 
 use crate::access::{self, Target};
@@ -23,7 +22,7 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
 /// # Errors
 /// Usage (no or both targets, a bad target, a ttl of 0 or over a year, a long note); the store's
 /// refusal or failure; `InUse` while a relay holds the store and its socket does not answer.
-pub fn run(
+pub(crate) fn run(
     t: &Target,
     host: Option<String>,
     client: Option<String>,

@@ -293,7 +293,7 @@ else on the store opened here.",
         #[arg(long, value_name = "ID")]
         client: Option<String>,
         /// How long the entry lasts (`24h`, `30d`; at least 15 minutes are kept).
-        #[arg(long, default_value = "24h", value_parser = relay_core::config::parse_duration)]
+        #[arg(long, default_value = "24h", value_parser = relay_core::parse_duration)]
         expires: std::time::Duration,
         /// Why, for the relay log (at most 200 characters).
         #[arg(long, default_value = "")]

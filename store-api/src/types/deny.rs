@@ -15,7 +15,9 @@ pub enum DenySubject {
 /// One deny-list entry.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DenyEntry {
+    /// Whom it refuses.
     pub subject: DenySubject,
+    /// When it was added.
     pub added_ms: u64,
     /// Refused until this time (its last refused millisecond is `expires_ms - 1`).
     pub expires_ms: u64,
