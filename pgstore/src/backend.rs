@@ -103,10 +103,10 @@ impl RelayStore for PgStore {
         invite::put_invite(self.ctx(), invite, max)
     }
     fn put_deny(&self, entry: DenyEntry, max: u64) -> Pending<DenyOutcome> {
-        deny::put_deny(self, entry, max)
+        deny::put_deny(self.ctx(), entry, max)
     }
     fn denied(&self, subjects: &[DenySubject], now_ms: u64) -> Result<bool> {
-        deny::denied(self, subjects, now_ms)
+        deny::denied(self.ctx(), subjects, now_ms)
     }
     fn hosts(
         &self,

@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use relay_core::authority_jwks::{JwksSource, JwksTiming, MAX_JWKS_BYTES};
-use relay_core::authority_token::TokenSettings;
-use relay_core::config::parse_duration;
+use relay_core::{parse_duration, JwksSource, JwksTiming, TokenSettings, MAX_JWKS_BYTES};
 
 const HEAD: &str = "Account tokens (--enrol-authority account-tokens)";
 /// The longest a key-set fetch may take.

@@ -6,9 +6,9 @@
 use relay_store::rules::deny::{admits, kept_until};
 use relay_store::{log_text, DenyEntry, DenyOutcome, DenySubject, Result};
 
-use crate::db::{db_err, i, u};
+use crate::ctx::Ctx;
+use crate::db::{i, u};
 use crate::ops::{oplog, Answer};
-use crate::store::PgStore;
 
 /// The table's `(kind, subject)` of a subject.
 fn columns(s: &DenySubject) -> (&'static str, Vec<u8>) {
@@ -20,53 +20,49 @@ fn columns(s: &DenySubject) -> (&'static str, Vec<u8>) {
 
 /// Store `entry` (kept until `kept_until`) after pruning the expired entries, unless `max`
 /// unexpired ones are stored.
-pub(crate) fn put_deny(store: &PgStore, entry: DenyEntry, max: u64) -> Answer<DenyOutcome> {
-    let s = store.clone();
-    store.spawn(async move {
-        let (now, keep) = (s.now_ms(), s.inner.retention);
-        s.inner
-            .db
-            .tx(|t| {
-                let entry = DenyEntry {
-                    expires_ms: kept_until(&entry),
-                    ..entry.clone()
-                };
-                Box::pin(async move {
-                    t.execute("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
-                        .await?;
-                    let pruned = t
-                        .execute("DELETE FROM deny_list WHERE expires_ms <= $1", &[&i(now)])
-                        .await?;
-                    let (kind, subject) = columns(&entry.subject);
-                    let unexpired: i64 = t
-                        .query_one(
-                            "SELECT count(*) FROM deny_list WHERE (kind, subject) <> ($1, $2)",
-                            &[&kind, &subject],
-                        )
-                        .await?
-                        .get(0);
-                    if !admits(u(unexpired), max) {
-                        return Ok(DenyOutcome::Full);
-                    }
-                    t.execute(
-                        "INSERT INTO deny_list (kind, subject, added_ms, expires_ms, note) \
-                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, subject) DO UPDATE SET \
-                         added_ms = $3, expires_ms = $4, note = $5",
-                        &[
-                            &kind,
-                            &subject,
-                            &i(entry.added_ms),
-                            &i(entry.expires_ms),
-                            &entry.note,
-                        ],
-                    )
-                    .await?;
-                    let detail = log_text::deny_added(&entry, pruned);
-                    oplog::append(t, now, keep, "deny", &detail).await?;
-                    Ok(DenyOutcome::Added)
-                })
-            })
-            .await
+pub(crate) fn put_deny(ctx: &Ctx, entry: DenyEntry, max: u64) -> Answer<DenyOutcome> {
+    let entry = DenyEntry {
+        expires_ms: kept_until(&entry),
+        ..entry
+    };
+    ctx.write(entry, move |t, entry, env| {
+        Box::pin(async move {
+            t.execute("SELECT 1 FROM meta WHERE id = 1 FOR UPDATE", &[])
+                .await?;
+            let pruned = t
+                .execute(
+                    "DELETE FROM deny_list WHERE expires_ms <= $1",
+                    &[&i(env.now)],
+                )
+                .await?;
+            let (kind, subject) = columns(&entry.subject);
+            let unexpired: i64 = t
+                .query_one(
+                    "SELECT count(*) FROM deny_list WHERE (kind, subject) <> ($1, $2)",
+                    &[&kind, &subject],
+                )
+                .await?
+                .get(0);
+            if !admits(u(unexpired), max) {
+                return Ok(DenyOutcome::Full);
+            }
+            t.execute(
+                "INSERT INTO deny_list (kind, subject, added_ms, expires_ms, note) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, subject) DO UPDATE SET \
+                 added_ms = $3, expires_ms = $4, note = $5",
+                &[
+                    &kind,
+                    &subject,
+                    &i(entry.added_ms),
+                    &i(entry.expires_ms),
+                    &entry.note,
+                ],
+            )
+            .await?;
+            let detail = log_text::deny_added(entry, pruned);
+            oplog::append(t, env, "deny", &detail).await?;
+            Ok(DenyOutcome::Added)
+        })
     })
 }
 
@@ -74,23 +70,23 @@ pub(crate) fn put_deny(store: &PgStore, entry: DenyEntry, max: u64) -> Answer<De
 ///
 /// # Errors
 /// `Engine`, `Closed`.
-pub(crate) fn denied(store: &PgStore, subjects: &[DenySubject], now_ms: u64) -> Result<bool> {
-    let s = store.clone();
+pub(crate) fn denied(ctx: &Ctx, subjects: &[DenySubject], now_ms: u64) -> Result<bool> {
     let wanted: Vec<(&'static str, Vec<u8>)> = subjects.iter().map(columns).collect();
-    store.block(async move {
-        let c = s.inner.db.conn().await?;
-        for (kind, subject) in &wanted {
-            let hit = c
-                .query_opt(
-                    "SELECT 1 FROM deny_list WHERE kind = $1 AND subject = $2 AND expires_ms > $3",
-                    &[kind, subject, &i(now_ms)],
-                )
-                .await
-                .map_err(db_err)?;
-            if hit.is_some() {
-                return Ok(true);
+    ctx.read(move |c| {
+        Box::pin(async move {
+            for (kind, subject) in &wanted {
+                let hit = c
+                    .query_opt(
+                        "SELECT 1 FROM deny_list WHERE kind = $1 AND subject = $2 \
+                         AND expires_ms > $3",
+                        &[kind, subject, &i(now_ms)],
+                    )
+                    .await?;
+                if hit.is_some() {
+                    return Ok(true);
+                }
             }
-        }
-        Ok(false)
+            Ok(false)
+        })
     })
 }
