@@ -27,6 +27,9 @@ pub struct AuthorityRequest<'a> {
 pub enum Decision {
     /// The key may enrol, inside this proven account if any (quotas and name uniqueness use it).
     Allow { account: Option<String> },
+    /// The key may enrol inside this proven account, for this client of the accounts service,
+    /// unless the deny list names that client (an account token's `client_id`).
+    AllowClient { account: String, client_id: String },
     /// A key with a live enrolment may re-enrol; a new key, without an account, only if its
     /// enrolment redeems this invite (`None`: it presented none) in its commit (single use).
     /// A missing, unknown, used or expired invite refuses a new key.
@@ -61,6 +64,9 @@ pub trait EnrolmentAuthority: Send + Sync {
 
 /// The reason shown when a new key's invite is unknown, redeemed already or expired.
 pub(crate) const INVITE_REFUSED_REASON: &str = "the invite code is unknown, used or expired";
+/// The reason shown when the deny list names the key or its token's client.
+pub(crate) const DENY_LIST_REASON: &str =
+    "this host or its account client is on the relay's deny list";
 /// The reason shown when the authority fails (errors, or panics).
 pub(crate) const UNAVAILABLE_REASON: &str = "the enrolment authority is unavailable";
 /// The longest reason shown, in UTF-16 code units as the reference counts them.

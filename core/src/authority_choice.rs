@@ -12,6 +12,7 @@ use super::allowlist::AllowList;
 #[cfg(feature = "failpoints")]
 use super::authority::{AuthorityRequest, Decision, Unavailable};
 use super::authority::{EnrolmentAuthority, HostKeyChallenge};
+use super::authority_token::{TokenAuthority, TokenSettings};
 use super::invite::Invites;
 
 /// Which authority `serve` runs (`--enrol-authority`).
@@ -24,6 +25,8 @@ pub enum AuthorityKind {
     AllowList,
     /// [`super::invite::Invites`]: only hosts presenting an unused invite code.
     Invite,
+    /// [`TokenAuthority`]: only hosts presenting a host-bound account token (the hosted relay).
+    AccountTokens,
 }
 
 impl std::str::FromStr for AuthorityKind {
@@ -33,19 +36,33 @@ impl std::str::FromStr for AuthorityKind {
             "challenge" => Ok(AuthorityKind::Challenge),
             "allowlist" => Ok(AuthorityKind::AllowList),
             "invite" => Ok(AuthorityKind::Invite),
+            "account-tokens" => Ok(AuthorityKind::AccountTokens),
             other => Err(format!(
-                "{other:?} is not an enrolment authority: challenge, allowlist or invite"
+                "{other:?} is not an enrolment authority: challenge, allowlist, invite or \
+                 account-tokens"
             )),
         }
     }
 }
 
-/// The authority `serve` runs, and the allow-list its reloader keeps current (if it is one).
+/// The authority `serve` runs, and the allow-list its reloader keeps current or the token
+/// authority whose key set its refresher keeps fresh (if it is one of those).
 pub struct ForServe {
     /// Who may enrol: checked on every enrolment.
     pub authority: Arc<dyn EnrolmentAuthority>,
     /// The allow-list behind `authority`, when it is one: the reloader swaps its contents on change.
     pub allowlist: Option<Arc<AllowList>>,
+    /// The token authority, whose key set the server's refresher keeps fresh.
+    pub tokens: Option<Arc<TokenAuthority>>,
+}
+
+/// What `--enrol-authority` reads besides its name: the allow-list file, the token settings.
+#[derive(Debug, Clone, Default)]
+pub struct AuthorityFiles<'a> {
+    /// `--enrol-allowlist`.
+    pub allowlist: Option<&'a Path>,
+    /// `--token-issuer`, `--token-audience` and the key-set timing.
+    pub tokens: Option<TokenSettings>,
 }
 
 /// The authority `serve` runs: `kind` (the allow-list read from `allowlist`), or with the
@@ -53,33 +70,51 @@ pub struct ForServe {
 /// [`test_stub`]).
 ///
 /// # Errors
-/// `allowlist` given without `kind` allowlist or missing with it; an allow-list that cannot be
-/// read; an unknown test authority name.
-pub fn for_serve(kind: AuthorityKind, allowlist: Option<&Path>) -> Result<ForServe, String> {
+/// An allow-list or token settings given without their `kind` or missing with it; an
+/// allow-list that cannot be read; token key-set timing out of order; an unknown test
+/// authority name.
+pub fn for_serve(kind: AuthorityKind, with: AuthorityFiles<'_>) -> Result<ForServe, String> {
     let only = |authority: Arc<dyn EnrolmentAuthority>| ForServe {
         authority,
         allowlist: None,
+        tokens: None,
     };
     #[cfg(feature = "failpoints")]
     if let Some(name) = std::env::var_os(test_stub::ENV) {
         return test_stub::by_name(&name.to_string_lossy()).map(only);
     }
-    match (kind, allowlist) {
-        (AuthorityKind::AllowList, Some(path)) => {
+    const STRAY_LIST: &str = "--enrol-allowlist is read only with --enrol-authority allowlist";
+    const STRAY_TOKENS: &str =
+        "--token-issuer and --token-audience are read only with --enrol-authority account-tokens";
+    match (kind, with.allowlist, with.tokens) {
+        (_, Some(_), _) if kind != AuthorityKind::AllowList => Err(STRAY_LIST.into()),
+        (_, _, Some(_)) if kind != AuthorityKind::AccountTokens => Err(STRAY_TOKENS.into()),
+        (AuthorityKind::AllowList, Some(path), _) => {
             let list = AllowList::load(path)?;
             Ok(ForServe {
                 authority: list.clone(),
                 allowlist: Some(list),
+                tokens: None,
             })
         }
-        (AuthorityKind::AllowList, None) => {
+        (AuthorityKind::AllowList, None, _) => {
             Err("--enrol-authority allowlist needs --enrol-allowlist FILE".into())
         }
-        (_, Some(_)) => {
-            Err("--enrol-allowlist is read only with --enrol-authority allowlist".into())
+        (AuthorityKind::AccountTokens, _, Some(settings)) => {
+            settings.timing.check()?;
+            let tokens = TokenAuthority::new(settings);
+            Ok(ForServe {
+                authority: tokens.clone(),
+                allowlist: None,
+                tokens: Some(tokens),
+            })
         }
-        (AuthorityKind::Challenge, None) => Ok(only(Arc::new(HostKeyChallenge))),
-        (AuthorityKind::Invite, None) => Ok(only(Arc::new(Invites))),
+        (AuthorityKind::AccountTokens, _, None) => Err(
+            "--enrol-authority account-tokens needs --token-issuer URL and --token-audience URL"
+                .into(),
+        ),
+        (AuthorityKind::Challenge, ..) => Ok(only(Arc::new(HostKeyChallenge))),
+        (AuthorityKind::Invite, ..) => Ok(only(Arc::new(Invites))),
     }
 }
 

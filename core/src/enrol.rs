@@ -2,11 +2,12 @@
 //! which the relay's [`EnrolmentAuthority`](super::authority::EnrolmentAuthority) must allow.
 //! Texts, statuses and codes are the reference relay's.
 
-use relay_store::{ChallengeIssue, EnrolOutcome, EnrolRequest, InviteClaim};
+use relay_store::{ChallengeIssue, DenySubject, EnrolOutcome, EnrolRequest, InviteClaim};
 use serde_json::{json, Map, Value};
 
 use super::authority::{
-    ask, denied_text, AuthorityRequest, Decision, INVITE_REFUSED_REASON, UNAVAILABLE_REASON,
+    ask, denied_text, AuthorityRequest, Decision, DENY_LIST_REASON, INVITE_REFUSED_REASON,
+    UNAVAILABLE_REASON,
 };
 use super::challenge::new_challenge;
 use super::code::ErrorCode;
@@ -126,7 +127,8 @@ impl Relay {
     /// Checks in the reference's order: presence, fields, open challenge, signature; the
     /// challenge is then consumed (a signed statement is good for one attempt: `proof` is not
     /// signed, so an open challenge must not let a copied statement try other proofs); then
-    /// the authority, then the store (revocation, account name, capacity).
+    /// the authority, the deny list (the key, and the token's client), then the store
+    /// (revocation, account name, capacity).
     ///
     /// # Errors
     /// 400 incomplete or `BAD_REQUEST`; 401 no pending challenge or bad signature; 403 `DENIED`
@@ -168,8 +170,13 @@ impl Relay {
             owner_fp,
             proof,
         };
+        let mut denied = vec![DenySubject::Host(pk)];
         let (account, invite) = match ask(self.authority.as_ref(), &request) {
             Ok(Decision::Allow { account }) => (account, InviteClaim::NotNeeded),
+            Ok(Decision::AllowClient { account, client_id }) => {
+                denied.push(DenySubject::Client(client_id));
+                (Some(account), InviteClaim::NotNeeded)
+            }
             Ok(Decision::Redeem { invite: Some(h) }) => (None, InviteClaim::Presented(h)),
             Ok(Decision::Redeem { invite: None }) => (None, InviteClaim::Missing),
             Ok(Decision::Deny { reason }) => {
@@ -181,6 +188,10 @@ impl Relay {
                 return Err(Refusal::Denied(Some(UNAVAILABLE_REASON)).into());
             }
         };
+        if self.store.denied(&denied, self.now_ms())? {
+            tracing::info!(key = %fingerprint(&pk), "enrolment refused: on the deny list");
+            return Err(Refusal::Denied(Some(DENY_LIST_REASON)).into());
+        }
         let outcome = self
             .write(self.store.enrol(EnrolRequest {
                 host_pubkey: pk,

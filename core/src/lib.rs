@@ -8,6 +8,9 @@
 mod allowlist;
 mod authority;
 mod authority_choice;
+mod authority_jwks;
+mod authority_jwt;
+mod authority_token;
 mod capacity;
 mod challenge;
 mod code;
@@ -45,7 +48,9 @@ use relay_store::{ChallengeBook, Clock, SharedStore};
 // The public surface: exactly what the server (src/), relay-tool, the benches, the fuzz targets
 // and the tests name; every module stays private.
 pub use authority::EnrolmentAuthority;
-pub use authority_choice::{for_serve, AuthorityKind, ForServe};
+pub use authority_choice::{for_serve, AuthorityFiles, AuthorityKind, ForServe};
+pub use authority_jwks::{Jwks, JwksSource, JwksTiming, MAX_JWKS_BYTES};
+pub use authority_token::{TokenAuthority, TokenSettings};
 pub use code::ErrorCode;
 pub use config::{default_duration, defaults, parse_bytes, parse_duration, Limits};
 pub use enc_ad::EncLookup;

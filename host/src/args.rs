@@ -49,6 +49,9 @@ pub enum HostCommand {
         #[arg(long)]
         body: Option<String>,
     },
+    /// Print this host's cloud key and its thumbprint (`{"cloud_pub","jkt"}`), making the key
+    /// on first use: the accounts service binds the host's relay tokens to it.
+    CloudKey,
     /// One pass: enrol if needed, publish enc ad and allowlist, push, pull, receive, ack, receipts.
     Sync,
     /// Received messages (`inbox show ID`: one message with its body).
@@ -100,6 +103,11 @@ pub enum RelayCommand {
         /// admits invited hosts only: sent with the next enrolment, forgotten once it succeeds.
         #[arg(long, value_name = "CODE")]
         invite: Option<String>,
+        /// A file holding the account token for a hosted relay (`--enrol-authority
+        /// account-tokens`), bound to this host's cloud key (`mbx-relay host cloud-key`): read
+        /// and sent, with the cloud-key certificate, at every enrolment.
+        #[arg(long, value_name = "FILE", conflicts_with = "invite")]
+        token_file: Option<PathBuf>,
     },
 }
 

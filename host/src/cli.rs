@@ -85,6 +85,7 @@ fn dispatch(a: &HostArgs) -> Out {
             ca,
             insecure_http,
             invite,
+            token_file,
         }) => relay_set(
             dir,
             url,
@@ -92,7 +93,17 @@ fn dispatch(a: &HostArgs) -> Out {
             ca.as_deref(),
             *insecure_http,
             invite.as_deref(),
+            token_file.as_deref(),
         ),
+        HostCommand::CloudKey => {
+            let v = super::cloud_key::describe(dir)?;
+            let text = format!(
+                "cloud key {} (thumbprint, the token's cnf.jkt: {})",
+                v["cloud_pub"].as_str().unwrap_or("-"),
+                v["jkt"].as_str().unwrap_or("-")
+            );
+            Ok((v, text))
+        }
         HostCommand::Peer(PeerCommand::Add { name, pubkey }) => peer_add(dir, name, pubkey),
         HostCommand::Peer(PeerCommand::Rotate {
             name,
@@ -154,6 +165,7 @@ fn relay_set(
     ca: Option<&Path>,
     insecure_http: bool,
     invite: Option<&str>,
+    token_file: Option<&Path>,
 ) -> Out {
     trust::check_relay_url(url, insecure_http, ca.is_some()).map_err(HostError::Usage)?;
     let invite = invite.map(str::trim);
@@ -243,6 +255,12 @@ fn relay_set(
     b.set_relay_ca(ca.as_deref())?;
     if invite.is_some() {
         b.set_enrol_invite(invite)?;
+    }
+    if let Some(file) = token_file {
+        let abs = std::path::absolute(file)
+            .map_err(|e| HostError::Usage(format!("--token-file {}: {e}", file.display())))?;
+        super::cloud_key::load_or_create(dir)?;
+        b.set_enrol_token_file(Some(&abs.to_string_lossy()))?;
     }
     b.commit()?;
     let how = if expect_fp.is_some() {

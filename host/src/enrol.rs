@@ -8,6 +8,8 @@
 //! expires: it is recorded with its times and republished daily, on any key or epoch change, and
 //! whenever the relay's `you.enc_ad` shows it missing, stale, for another key or expiring.
 
+use std::path::Path;
+
 use serde_json::{json, Value};
 
 use super::client::Answer;
@@ -39,7 +41,9 @@ impl Session<'_> {
     }
 
     /// Enrol with the host-key challenge unless the cache says this (relay, key, epoch, host) is
-    /// done; with the invite code `relay set --invite` stored, presented as `proof.invite`.
+    /// done; with the invite code `relay set --invite` stored, presented as `proof.invite`; with
+    /// the account-token file `relay set --token-file` named, its token and the cloud-key
+    /// certificate as `proof` (`super::cloud_key`).
     ///
     /// # Errors
     /// The relay refused the challenge or the enrolment, or could not be reached.
@@ -75,6 +79,16 @@ impl Session<'_> {
         let invite = self.store.enrol_invite()?;
         if let Some(code) = &invite {
             body["proof"] = json!({ "invite": code });
+        }
+        if let Some(file) = self.store.enrol_token_file()? {
+            let now_s = now_ms() / 1000;
+            body["proof"] = super::cloud_key::proof(
+                self.store.dir(),
+                &self.id.host,
+                Path::new(&file),
+                &self.relay.url,
+                now_s,
+            )?;
         }
         let a = self.client.post("/v1/relay/enrol", &body, false)?;
         if a.status != 200 {

@@ -18,6 +18,7 @@
 pub(crate) mod args;
 pub mod cli;
 pub mod client;
+pub(crate) mod cloud_key;
 pub(crate) mod daemon;
 pub(crate) mod daemon_log;
 pub(crate) mod doctor;

@@ -261,6 +261,7 @@ const META_RELAY: &str = "relay";
 const META_RELAY_CA: &str = "relay_ca";
 const META_ENROLLED: &str = "enrolled";
 const META_ENROL_INVITE: &str = "enrol_invite";
+const META_ENROL_TOKEN_FILE: &str = "enrol_token_file";
 const META_PUBLISHED: &str = "published";
 const META_PUBLISHED_AD: &str = "published_ad";
 const META_NEXT_ROW: &str = "next_row";
@@ -401,6 +402,14 @@ impl HostStore {
     /// succeeds (then cleared: a code is single use).
     pub(crate) fn enrol_invite(&self) -> Result<Option<String>, HostError> {
         self.meta_get(META_ENROL_INVITE)
+    }
+    /// The account-token file `relay set --token-file` named, read at every enrolment.
+    pub(crate) fn enrol_token_file(&self) -> Result<Option<String>, HostError> {
+        self.meta_get(META_ENROL_TOKEN_FILE)
+    }
+    /// This host's directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
     /// How to reach `relay` as `relay set` stored it (its URL and CA): every client of this
     /// host is built from it.
@@ -544,6 +553,10 @@ impl Batch<'_> {
     /// Record (or clear) the invite code the next enrolment presents.
     pub(crate) fn set_enrol_invite(&mut self, code: Option<&str>) -> Result<(), HostError> {
         self.set_cache(META_ENROL_INVITE, code)
+    }
+    /// Record (or clear) the account-token file sent with every enrolment.
+    pub(crate) fn set_enrol_token_file(&mut self, path: Option<&str>) -> Result<(), HostError> {
+        self.set_cache(META_ENROL_TOKEN_FILE, path)
     }
     /// Record (or clear, with `None`) the enrolment cache key.
     pub(crate) fn set_enrolled(&mut self, key: Option<&str>) -> Result<(), HostError> {

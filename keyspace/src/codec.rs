@@ -49,6 +49,7 @@ const ENROL_TAG: u8 = 0x00;
 const NAME_TAG: u8 = 0x01;
 const SEEN_TAG: u8 = 0x02;
 const INVITE_TAG: u8 = 0x03;
+const DENY_TAG: u8 = 0x04;
 const USAGE_TARGET: u8 = 0x00;
 const USAGE_SENDER: u8 = 0x01;
 const USAGE_ACCOUNT: u8 = 0x02;
@@ -240,6 +241,22 @@ pub(crate) const INVITE_PREFIX: [u8; 1] = [INVITE_TAG];
 
 pub(crate) fn is_invite_key(k: &[u8]) -> bool {
     k.first() == Some(&INVITE_TAG)
+}
+
+/// `0x04 ++ 0x00 ++ host key` or `0x04 ++ 0x01 ++ client id`: a deny-list entry
+/// (`relay_store::DenyEntry`).
+pub(crate) fn deny_key(subject: &relay_store::DenySubject) -> Vec<u8> {
+    match subject {
+        relay_store::DenySubject::Host(k) => cat(&[&[DENY_TAG, 0], k]),
+        relay_store::DenySubject::Client(c) => cat(&[&[DENY_TAG, 1], c.as_bytes()]),
+    }
+}
+
+/// The prefix of every deny-list row.
+pub(crate) const DENY_PREFIX: [u8; 1] = [DENY_TAG];
+
+pub(crate) fn is_deny_key(k: &[u8]) -> bool {
+    k.first() == Some(&DENY_TAG)
 }
 
 /// The first key after every enrolment row (`0x00 ++ host key`): the end of a scan over them.

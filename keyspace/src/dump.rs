@@ -125,6 +125,11 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             json!({ "invite": relay_store::log_text::invite_id(&i.hash), "created_ms": i.created_ms,
                     "expires_ms": i.expires_ms, "note": i.note })
         }
+        Part::Enrolments if codec::is_deny_key(k) => {
+            let e: relay_store::DenyEntry = codec::dec(v, "deny entry")?;
+            json!({ "deny": relay_store::log_text::deny_added(&e, 0), "added_ms": e.added_ms,
+                    "expires_ms": e.expires_ms })
+        }
         Part::Enrolments if codec::seen_key_parse(k).is_some() => {
             json!({ "day": codec::dec::<u32>(v, "last seen")? })
         }

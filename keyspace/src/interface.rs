@@ -10,15 +10,17 @@ use std::sync::Arc;
 
 use relay_store::{
     AckOutcome, BackupError, BackupSummary, ChallengeBook, CommitStats, Cursor, DedupRow,
-    DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome, EnrolRequest, Enrolment, HostFilter,
-    HostRow, IdleReport, InsertOutcome, InsertRequest, Invite, InviteOutcome, Key32, LogVerdict,
-    Meta, NoticeFn, OpEntry, Page, Pending, Quotas, RebindOutcome, RelayStore, Result,
-    RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome, Stats, SweepReport, Usage,
+    DenyEntry, DenyOutcome, DenySubject, DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome,
+    EnrolRequest, Enrolment, HostFilter, HostRow, IdleReport, InsertOutcome, InsertRequest, Invite,
+    InviteOutcome, Key32, LogVerdict, Meta, NoticeFn, OpEntry, Page, Pending, Quotas,
+    RebindOutcome, RelayStore, Result, RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome,
+    Stats, SweepReport, Usage,
 };
 
 use crate::codec::{self, UsageScope};
 use crate::ops::{
-    ack, enc_ad_v2, enrol, idle, insert, invite, lists, meta, oplog, rebind, revoke, seen, sweep,
+    ack, deny, enc_ad_v2, enrol, idle, insert, invite, lists, meta, oplog, rebind, revoke, seen,
+    sweep,
 };
 use crate::{dump, hosts, read, reader, stats, Store};
 
@@ -84,6 +86,12 @@ impl RelayStore for Store {
     }
     fn put_invite(&self, invite: Invite, max: u64) -> Pending<InviteOutcome> {
         self.submit(move |tx| invite::put_invite(tx, &invite, max))
+    }
+    fn put_deny(&self, entry: DenyEntry, max: u64) -> Pending<DenyOutcome> {
+        self.submit(move |tx| deny::put_deny(tx, &entry, max))
+    }
+    fn denied(&self, subjects: &[DenySubject], now_ms: u64) -> Result<bool> {
+        deny::denied(&*self.view()?, subjects, now_ms)
     }
     fn hosts(
         &self,

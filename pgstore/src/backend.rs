@@ -8,16 +8,16 @@ use std::sync::Arc;
 
 use relay_store::{
     AckOutcome, Admission, BackupError, BackupSummary, ChallengeBook, CommitStats, Cursor,
-    DedupRow, DumpOptions, EncAd, EncAdV2, EncAds, EnrolOutcome, EnrolRequest, Enrolment,
-    HostFilter, HostRow, IdleReport, InsertOutcome, InsertRequest, Invite, InviteOutcome, Key32,
-    LogVerdict, Meta, NoticeFn, OpEntry, Page, Pending, ProcessRow, Quotas, RebindOutcome,
-    RelayStore, Result, RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome, Stats,
-    StoreEvents, SweepReport, Usage,
+    DedupRow, DenyEntry, DenyOutcome, DenySubject, DumpOptions, EncAd, EncAdV2, EncAds,
+    EnrolOutcome, EnrolRequest, Enrolment, HostFilter, HostRow, IdleReport, InsertOutcome,
+    InsertRequest, Invite, InviteOutcome, Key32, LogVerdict, Meta, NoticeFn, OpEntry, Page,
+    Pending, ProcessRow, Quotas, RebindOutcome, RelayStore, Result, RevokeOutcome, RevokeRequest,
+    SenderList, SenderListOutcome, Stats, StoreEvents, SweepReport, Usage,
 };
 
 use crate::ops::lease::PgChallenges;
 use crate::ops::{
-    admin, admission, backup, dump, enrol, invite, lease, lists, meta, oplog, process, queue,
+    admin, admission, backup, deny, dump, enrol, invite, lease, lists, meta, oplog, process, queue,
     rebind, sweep,
 };
 use crate::store::PgStore;
@@ -101,6 +101,12 @@ impl RelayStore for PgStore {
     }
     fn put_invite(&self, invite: Invite, max: u64) -> Pending<InviteOutcome> {
         invite::put_invite(self.ctx(), invite, max)
+    }
+    fn put_deny(&self, entry: DenyEntry, max: u64) -> Pending<DenyOutcome> {
+        deny::put_deny(self.ctx(), entry, max)
+    }
+    fn denied(&self, subjects: &[DenySubject], now_ms: u64) -> Result<bool> {
+        deny::denied(self.ctx(), subjects, now_ms)
     }
     fn hosts(
         &self,

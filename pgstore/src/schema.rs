@@ -160,6 +160,17 @@ CREATE TABLE invites (
     note TEXT NOT NULL
 );
 ",
+    // 6: the deny list (`relay-tool deny`, spec §8 "Revocation"): by host key or client id.
+    r"
+CREATE TABLE deny_list (
+    kind TEXT NOT NULL,
+    subject BYTEA NOT NULL,
+    added_ms BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL,
+    note TEXT NOT NULL,
+    PRIMARY KEY (kind, subject)
+);
+",
 ];
 
 /// The schema version this binary writes.

@@ -4,6 +4,7 @@
 //! ([`client`]); both share one wire format ([`proto`]) and one JSON shape for figures ([`report`]).
 
 pub mod client;
+pub mod deny;
 pub mod hosts;
 pub mod invite;
 mod line;

@@ -4,7 +4,8 @@
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
 //!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`,
 //!   `hosts [name NAME] [revoked] [idle-for MS]`, `revoke TARGET [purge] [reason TEXT...]`,
-//!   `purge TARGET [reason TEXT...]`, `invite HASH CREATED_MS EXPIRES_MS [note TEXT...]`;
+//!   `purge TARGET [reason TEXT...]`, `invite HASH CREATED_MS EXPIRES_MS [note TEXT...]`,
+//!   `deny host TARGET|client ID TTL_MS [note TEXT...]`;
 //! - relay → client: a status line, `ok\n` or `error <reason>\n` (then the connection closes);
 //!   after `ok`, a stream of frames (a 4-byte big-endian length, then that many bytes, each at
 //!   most [`MAX_FRAME`]), an empty frame marking the end, and a final line `done <json>\n` or
@@ -56,6 +57,8 @@ pub enum Request {
     Processes,
     /// Store an enrolment invite (its code's hash only).
     Invite(relay_store::Invite),
+    /// Add a deny-list entry (a host entry revokes the host too).
+    Deny(crate::admin::deny::DenyAction),
 }
 
 impl Request {
@@ -95,6 +98,7 @@ impl Request {
                 line
             }
             Request::Invite(i) => format!("invite {}", super::invite::to_words(i)),
+            Request::Deny(a) => format!("deny {}", super::deny::to_words(a)),
         }
     }
 
@@ -131,9 +135,10 @@ impl Request {
             "log-verify" if rest.is_empty() => Ok(Request::LogVerify),
             "revoke" | "purge" => parse_revoke(verb == "revoke", &rest),
             "invite" => super::invite::parse(&rest).map(Request::Invite),
+            "deny" => super::deny::parse(&rest).map(Request::Deny),
             "backup" | "stats" | "log-verify" | "processes" => Err(format!("{verb} takes no arguments")),
             _ => Err(
-                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke, purge, processes or invite)"
+                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke, purge, processes, invite or deny)"
                     .to_string(),
             ),
         }

@@ -335,6 +335,18 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
             let verdict = store.verify_log().map_err(|e| e.to_string())?;
             Ok(log_verdict_json(&verdict))
         }
+        Request::Deny(action) => {
+            let revoker = ctx
+                .revoker
+                .as_ref()
+                .ok_or("this admin socket cannot deny hosts (no relay key)")?;
+            let done =
+                super::deny::run(store.as_ref(), revoker, action, uid, SystemClock.now_ms())?;
+            tracing::warn!(deny = %done["deny"].as_str().unwrap_or("-"),
+                key = %done["fingerprint"].as_str().unwrap_or("-"),
+                revoked = %done["revoked"], uid, "admin added a deny-list entry");
+            Ok(done)
+        }
         Request::Invite(invite) => {
             let done = super::invite::run(store.as_ref(), invite)?;
             tracing::info!(invite = %done["invite"].as_str().unwrap_or("-"), uid, "admin issued an enrolment invite");

@@ -117,14 +117,18 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_LOG_RETENTION", default_value = LOG_RETENTION_DEFAULT, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
     pub log_retention: Duration,
     /// Who may enrol: `challenge` (anyone who answers the host-key challenge), `allowlist`
-    /// (only the keys in --enrol-allowlist) or `invite` (only hosts presenting an unused
-    /// `relay-tool invite` code in the enrol body's `proof`).
+    /// (only the keys in --enrol-allowlist), `invite` (only hosts presenting an unused
+    /// `relay-tool invite` code in the enrol body's `proof`) or `account-tokens` (only hosts
+    /// presenting a host-bound token of --token-issuer).
     #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::AuthorityKind), help_heading = HEAD_WHERE)]
     pub enrol_authority: relay_core::AuthorityKind,
     /// The allow-list of `--enrol-authority allowlist`: one host key (base64) per line, `#`
     /// comments; reloaded when it changes and on SIGHUP.
     #[arg(long, env = "MBX_RELAY_ENROL_ALLOWLIST", value_name = "FILE", help_heading = HEAD_WHERE)]
     pub enrol_allowlist: Option<PathBuf>,
+    #[command(flatten)]
+    /// Account-token flags.
+    pub tokens: super::token_args::TokenArgs,
     #[command(flatten)]
     /// Connection and body guard flags.
     pub guard: crate::http::conn::GuardArgs,
@@ -180,6 +184,7 @@ impl ServeArgs {
             tls: self.tls,
             enrol_authority: self.enrol_authority,
             enrol_allowlist: self.enrol_allowlist,
+            tokens: self.tokens,
             log_retention: relay_store::LogRetention {
                 max_age_ms: u64::try_from(self.log_retention.as_millis()).unwrap_or(u64::MAX),
                 ..relay_store::LogRetention::default()

@@ -12,6 +12,7 @@
 pub mod args;
 mod store_key;
 mod store_link;
+pub mod token_args;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,8 @@ pub struct ServeConfig {
     /// Who may enrol (`--enrol-authority`) and the allow-list file it reads, if any.
     pub(crate) enrol_authority: relay_core::AuthorityKind,
     pub(crate) enrol_allowlist: Option<PathBuf>,
+    /// The account-token authority's flags (read with `--enrol-authority account-tokens`).
+    pub(crate) tokens: token_args::TokenArgs,
 }
 
 impl ServeConfig {
@@ -128,6 +131,12 @@ impl From<String> for ServeError {
     }
 }
 
+/// The enrolment authority chosen, and for the token authority the source of its key set.
+struct Authority {
+    chosen: relay_core::ForServe,
+    source: Option<token_args::HttpsJwks>,
+}
+
 /// What start-up checked before creating anything: the listeners bound, TLS loaded, the key
 /// found (or to be generated once the store is open).
 struct Checked {
@@ -135,7 +144,7 @@ struct Checked {
     metrics_listener: Option<tokio::net::TcpListener>,
     tls: Option<Arc<Tls>>,
     key: Option<FoundKey>,
-    authority: relay_core::ForServe,
+    authority: Authority,
 }
 
 /// The addresses `flag`'s value names (a name that does not resolve, or a bad port, is a
@@ -241,9 +250,9 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
         Pinned::NotYet => key_line,
     });
     let authority = enrolment_authority(config)?;
-    lines.push(match &authority.allowlist {
+    lines.push(match &authority.chosen.allowlist {
         Some(list) => format!("enrolment authority: allowlist ({} keys)", list.len()),
-        None => format!("enrolment authority: {}", authority.authority.name()),
+        None => format!("enrolment authority: {}", authority.chosen.authority.name()),
     });
     lines.push(store_line);
     Ok(lines)
@@ -251,9 +260,18 @@ pub async fn check(config: &ServeConfig) -> Result<Vec<String>, ServeError> {
 
 /// The enrolment authority the settings name (its allow-list read now: a bad one is a setting
 /// error).
-fn enrolment_authority(config: &ServeConfig) -> Result<relay_core::ForServe, ServeError> {
-    relay_core::for_serve(config.enrol_authority, config.enrol_allowlist.as_deref())
-        .map_err(ServeError::Config)
+fn enrolment_authority(config: &ServeConfig) -> Result<Authority, ServeError> {
+    let tokens = config.tokens.config().map_err(ServeError::Config)?;
+    let with = relay_core::AuthorityFiles {
+        allowlist: config.enrol_allowlist.as_deref(),
+        tokens: tokens.as_ref().map(|t| t.settings.clone()),
+    };
+    let chosen = relay_core::for_serve(config.enrol_authority, with).map_err(ServeError::Config)?;
+    let source = match (&chosen.tokens, &tokens) {
+        (Some(_), Some(t)) => Some(token_args::HttpsJwks::new(t).map_err(ServeError::Config)?),
+        _ => None,
+    };
+    Ok(Authority { chosen, source })
 }
 
 /// What `--check` learnt of the relay key a store pins.
@@ -408,7 +426,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
             Arc::new(SystemClock),
         )
         .await?
-        .with_authority(authority.authority.clone()),
+        .with_authority(authority.chosen.authority.clone()),
     );
 
     let addr = listener
@@ -426,9 +444,12 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let background = tokio::spawn(relay.clone().run_background(stop_rx.clone()));
     let reloader = crate::http::tls::spawn_reloader(tls.clone(), stop_rx.clone())
         .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
-    if let Some(list) = authority.allowlist {
+    if let Some(list) = authority.chosen.allowlist {
         list.spawn_reloader(stop_rx.clone())
             .map_err(|e| format!("cannot install the SIGHUP handler: {e}"))?;
+    }
+    if let (Some(tokens), Some(source)) = (&authority.chosen.tokens, authority.source) {
+        tokio::spawn(tokens.jwks().run(Arc::new(source), stop_rx.clone()));
     }
     let memory = Arc::new(crate::http::body::MemoryAccount::new(
         crate::http::body::BODY_BUDGET,

@@ -156,6 +156,15 @@ pub trait RelayStore: Send + Sync + 'static {
     /// first deleting the expired ones in the same operation; `Full`, storing no new invite,
     /// when `max` unexpired invites are stored. A new enrolment redeems it ([`EnrolRequest::invite`]).
     fn put_invite(&self, invite: Invite, max: u64) -> Pending<InviteOutcome>;
+    /// Add (or renew) a deny-list entry, stored until `rules::deny::kept_until`, first deleting
+    /// the expired ones in the same operation (one relay-log entry); `Full`, storing nothing,
+    /// when `max` unexpired entries are stored.
+    fn put_deny(&self, entry: DenyEntry, max: u64) -> Pending<DenyOutcome>;
+    /// Whether an unexpired deny entry at `now_ms` names one of `subjects`.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn denied(&self, subjects: &[DenySubject], now_ms: u64) -> Result<bool>;
     /// Every enrolment passing `filter`, in key order, handed to `each`; answers how many.
     ///
     /// # Errors

@@ -4,7 +4,8 @@
 
 use crate::fingerprint::fingerprint;
 use crate::types::{
-    Enrolment, Invite, InviteHash, Key32, RevokeReport, RevokeRequest, MAX_REASON_CHARS,
+    DenyEntry, DenySubject, Enrolment, Invite, InviteHash, Key32, RevokeReport, RevokeRequest,
+    MAX_REASON_CHARS,
 };
 
 /// `enrol`: a first enrolment: fingerprint, name, account, owner claim, authority.
@@ -107,6 +108,19 @@ pub fn invite_issued(i: &Invite, pruned: u64) -> String {
         invite_id(&i.hash),
         i.expires_ms,
         one_line_reason(&i.note)
+    )
+}
+
+/// `deny`: `host <fp>|client <id> until <ms>; N expired pruned; note: ...`.
+pub fn deny_added(e: &DenyEntry, pruned: u64) -> String {
+    let subject = match &e.subject {
+        DenySubject::Host(k) => format!("host {}", fingerprint(k)),
+        DenySubject::Client(c) => format!("client {}", one_line_reason(c)),
+    };
+    format!(
+        "{subject} until {}; {pruned} expired pruned; note: {}",
+        e.expires_ms,
+        one_line_reason(&e.note)
     )
 }
 

@@ -16,6 +16,7 @@ mod common;
 mod hardening_conn;
 mod live_util;
 mod tls_util;
+mod token_issuer;
 
 /// The host child-process harness, shared with the host test binary.
 mod host_util {
@@ -58,6 +59,7 @@ mod protocol_config;
 mod protocol_defaults;
 mod protocol_encad_v2;
 mod protocol_enrol_authority;
+mod protocol_enrol_tokens;
 mod protocol_expiry;
 mod protocol_hop_http;
 mod protocol_hostile;

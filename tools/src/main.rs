@@ -8,6 +8,7 @@
 
 mod access;
 mod backup;
+mod deny;
 mod epoch;
 mod fail;
 mod files;
@@ -272,6 +273,35 @@ the relay log). Through the running relay's admin socket, else on the store open
         #[arg(long)]
         json: bool,
     },
+    /// Deny a host key or an accounts-service client (spec §8 revocation).
+    #[command(
+        long_about = "Add a deny-list entry, kept until --expires (at least 15 minutes, the longest \
+account-token lifetime). --host KEY (base64 or fingerprint): the key may not enrol, and its enrolment \
+is revoked at once (its hops are refused, its event streams and waiting pulls end, on every relay \
+process sharing the store within a second). --client ID: account tokens naming this client_id are \
+refused. Through the running relay's admin socket (the accounts service's authenticated way in), \
+else on the store opened here.",
+        after_help = exit_codes()
+    )]
+    Deny {
+        #[command(flatten)]
+        store: access::StoreArgs,
+        /// The host key (base64) or its fingerprint (prefix).
+        #[arg(long, value_name = "KEY")]
+        host: Option<String>,
+        /// The accounts service's client_id.
+        #[arg(long, value_name = "ID")]
+        client: Option<String>,
+        /// How long the entry lasts (`24h`, `30d`; at least 15 minutes are kept).
+        #[arg(long, default_value = "24h", value_parser = relay_core::parse_duration)]
+        expires: std::time::Duration,
+        /// Why, for the relay log (at most 200 characters).
+        #[arg(long, default_value = "")]
+        note: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drop a host's queue without revoking it (each envelope's sender gets an expiry notice).
     #[command(after_help = exit_codes())]
     Purge {
@@ -307,6 +337,7 @@ impl Command {
             | Command::Hosts { json, .. }
             | Command::Revoke { json, .. }
             | Command::Invite { json, .. }
+            | Command::Deny { json, .. }
             | Command::Purge { json, .. } => *json,
             Command::Keygen(args) => args.json,
             Command::Completions(_) | Command::Man(_) => false,
@@ -444,6 +475,14 @@ fn run(command: Command) -> Result<(), Failure> {
             note,
             json,
         } => invite::run(&store.target()?, expires, &note, json),
+        Command::Deny {
+            store,
+            host,
+            client,
+            expires,
+            note,
+            json,
+        } => deny::run(&store.target()?, host, client, expires, &note, json),
         Command::Purge {
             store,
             key,

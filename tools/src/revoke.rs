@@ -78,7 +78,11 @@ fn offline(t: &Target, action: &Action) -> Result<Value, Failure> {
 /// The relay's own key (`MBX_RELAY_KEY`, else `relay.key` in the relay's directory), checked
 /// against the store's pinned one. A revocation without a purge queues no notice and so signs
 /// nothing: without a key it uses a throwaway one.
-fn relay_key(t: &Target, store: &dyn RelayStore, needed: bool) -> Result<SigningKey, Failure> {
+pub(crate) fn relay_key(
+    t: &Target,
+    store: &dyn RelayStore,
+    needed: bool,
+) -> Result<SigningKey, Failure> {
     let env = std::env::var(KEY_ENV).ok();
     let found = match &t.relay_dir {
         Some(dir) => load_existing_key(dir, env.as_deref()).map(|k| k.map(|(key, _)| key)),

@@ -8,6 +8,7 @@
 pub mod accept;
 pub(crate) mod batch_sign;
 pub mod canonical;
+pub mod cloud_key;
 pub mod enc_ad;
 pub mod envelope;
 pub mod hop;

@@ -2,6 +2,7 @@
 //! resolves once its group is durable.
 
 pub(crate) mod ack;
+pub(crate) mod deny;
 pub(crate) mod enc_ad_v2;
 pub(crate) mod enrol;
 pub(crate) mod idle;

@@ -8,6 +8,7 @@ pub(crate) mod ack;
 pub(crate) mod admin;
 pub(crate) mod admission;
 pub(crate) mod backup;
+pub(crate) mod deny;
 pub(crate) mod dump;
 pub(crate) mod enrol;
 pub(crate) mod insert;

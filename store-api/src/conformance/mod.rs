@@ -21,6 +21,7 @@
 )]
 
 pub mod backup;
+pub mod deny;
 pub mod keys;
 pub mod mail;
 pub mod meta;
@@ -77,6 +78,8 @@ macro_rules! conformance_tests {
             keys::an_invite_admits_one_new_key_once_before_it_expires,
             keys::issuing_an_invite_prunes_the_expired_and_caps_the_unexpired,
             keys::concurrent_enrolments_with_one_invite_admit_one_key,
+            deny::a_deny_entry_refuses_its_subject_until_it_expires_and_survives_a_reopen,
+            deny::adding_a_deny_entry_prunes_the_expired_and_caps_the_unexpired,
             keys::a_rotation_moves_the_queue_after_the_new_keys_items,
             keys::a_revoked_key_loses_its_enc_ads_lists_and_enrolment_as_in_a_rotation,
             keys::a_purge_deletes_the_queue_and_tells_each_envelope_sender_once,

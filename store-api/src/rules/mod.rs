@@ -6,6 +6,7 @@
 pub mod ack;
 pub mod challenge_book;
 pub mod dedup;
+pub mod deny;
 pub mod enc_ad;
 pub mod enrol;
 #[cfg(test)]

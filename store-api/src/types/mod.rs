@@ -2,6 +2,7 @@
 //! backend (the [`crate::RelayStore`] trait) and the crates above it, one file a topic.
 
 mod admin;
+mod deny;
 mod enrolment;
 mod error;
 mod lists;
@@ -11,6 +12,7 @@ mod open;
 mod pending;
 
 pub use admin::*;
+pub use deny::*;
 pub use enrolment::*;
 pub use error::*;
 pub use lists::*;
