@@ -79,7 +79,7 @@ impl RelayProc {
     /// Start (again) on the same port and store, optionally with a failpoint armed.
     pub fn spawn(&mut self, failpoint: Option<&str>) {
         assert!(self.child.is_none(), "relay already running");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             match self.try_spawn(failpoint) {
                 Ok(()) => return,
@@ -132,7 +132,7 @@ impl RelayProc {
                 let _ = tx.send(line);
             }
         });
-        match rx.recv_timeout(Duration::from_secs(20)) {
+        match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(line) if line.starts_with("listening on") => {
                 self.child = Some(child);
                 Ok(())

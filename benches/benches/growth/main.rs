@@ -78,7 +78,11 @@ fn main() -> Result<(), String> {
         "fjall" => &["fjall"],
         "postgres" => &["postgres"],
         "both" => &["fjall", "postgres"],
-        other => return Err(format!("MBX_GROWTH_STORE: `{other}` is not fjall, postgres or both")),
+        other => {
+            return Err(format!(
+                "MBX_GROWTH_STORE: `{other}` is not fjall, postgres or both"
+            ))
+        }
     };
     std::fs::create_dir_all(&cfg.out).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
     if cfg.faketime.is_none() {
@@ -101,10 +105,7 @@ fn main() -> Result<(), String> {
         std::fs::write(base.with_extension("svg"), plot::render(&doc))
             .map_err(|e| e.to_string())?;
         eprintln!("{}", run::table(&doc));
-        eprintln!(
-            "growth: wrote {0}.json and {0}.svg",
-            base.display()
-        );
+        eprintln!("growth: wrote {0}.json and {0}.svg", base.display());
         docs.push(doc);
     }
     println!(

@@ -30,7 +30,11 @@ fn nice_ceiling(v: f64) -> f64 {
 fn series(s: &mut String, pts: &[(f64, f64)], color: &str, dashed: bool, hollow: bool) {
     if pts.len() > 1 && !hollow {
         let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-        let dash = if dashed { r#" stroke-dasharray="6 4""# } else { "" };
+        let dash = if dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
             r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
@@ -128,10 +132,34 @@ pub fn render(d: &Doc) -> String {
     let pts = |rs: &[Round], y: &dyn Fn(&Round) -> f64| -> Vec<(f64, f64)> {
         rs.iter().map(|r| (x(gb(r)), y(r))).collect()
     };
-    series(&mut s, &pts(rounds, &|r| yt(r.items_per_s)), "#1f5fa8", false, false);
-    series(&mut s, &pts(rounds, &|r| yc(r.relay_cpu_us)), "#b5412b", true, false);
-    series(&mut s, &pts(base, &|r| yt(r.items_per_s)), "#1f5fa8", false, true);
-    series(&mut s, &pts(base, &|r| yc(r.relay_cpu_us)), "#b5412b", true, true);
+    series(
+        &mut s,
+        &pts(rounds, &|r| yt(r.items_per_s)),
+        "#1f5fa8",
+        false,
+        false,
+    );
+    series(
+        &mut s,
+        &pts(rounds, &|r| yc(r.relay_cpu_us)),
+        "#b5412b",
+        true,
+        false,
+    );
+    series(
+        &mut s,
+        &pts(base, &|r| yt(r.items_per_s)),
+        "#1f5fa8",
+        false,
+        true,
+    );
+    series(
+        &mut s,
+        &pts(base, &|r| yc(r.relay_cpu_us)),
+        "#b5412b",
+        true,
+        true,
+    );
     let _ = writeln!(
         s,
         r#"<text x="{LEFT}" y="{:.1}" font-size="11">solid: items/s; dashed: CPU µs/item; hollow: empty-store baseline. Commit {}, {} cores shared with the load generator.</text>"#,

@@ -133,7 +133,8 @@ fn commit() -> String {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let head = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     if dirty {
         format!("{head}-dirty")
     } else {
@@ -180,7 +181,9 @@ struct Target<'a> {
 
 impl Target<'_> {
     fn pid(&self) -> Result<u32, String> {
-        self.relay.pid().ok_or_else(|| "the relay is not running".into())
+        self.relay
+            .pid()
+            .ok_or_else(|| "the relay is not running".into())
     }
 
     /// Relay CPU, PostgreSQL CPU, bytes written by both, now.
@@ -222,7 +225,10 @@ impl Target<'_> {
 
     /// The store flags of relay-tool.
     fn tool_store_args(&self) -> Vec<String> {
-        let mut v = vec!["--store-dir".to_string(), self.relay.store.display().to_string()];
+        let mut v = vec![
+            "--store-dir".to_string(),
+            self.relay.store.display().to_string(),
+        ];
         if let Some(url) = &self.pg_url {
             v.extend(["--store".to_string(), url.clone()]);
         }
@@ -294,7 +300,12 @@ impl Generator {
             .args(["--url", url, "--json", "--drain", "--pause-before-drain"])
             .args(["--senders", &cfg.senders.to_string()])
             .args(["--batch", &cfg.batch.to_string()])
-            .args(["--targets", &hosts.to_string(), "--items", &items.to_string()])
+            .args([
+                "--targets",
+                &hosts.to_string(),
+                "--items",
+                &items.to_string(),
+            ])
             .args(["--round-items", &round.to_string(), "--item-bytes", "1024"])
             .args(["--timeout", "300"])
             .stdin(Stdio::piped())
@@ -348,7 +359,12 @@ fn errors(v: &Value) -> u64 {
 }
 
 /// Start a relay on a fresh store (a new directory, or a new database on `pg`).
-fn start<'a>(cfg: &Config, kind: &str, pg: Option<&'a PgCluster>, hosts: u64) -> Result<Target<'a>, String> {
+fn start<'a>(
+    cfg: &Config,
+    kind: &str,
+    pg: Option<&'a PgCluster>,
+    hosts: u64,
+) -> Result<Target<'a>, String> {
     let dir = tempfile::Builder::new()
         .prefix(&format!("growth-{kind}-"))
         .tempdir_in(&cfg.dir)
@@ -359,14 +375,27 @@ fn start<'a>(cfg: &Config, kind: &str, pg: Option<&'a PgCluster>, hosts: u64) ->
     let retention = format!("{RETENTION_SECS}s");
     let pg_url = pg.map(PgCluster::fresh_db);
     let mut args = vec![
-        "--max-queue-items", big, "--max-queue-bytes", big,
-        "--max-sender-items", big, "--max-sender-bytes", big,
-        "--max-account-items", big, "--max-account-bytes", big,
-        "--max-enrolments", &enrolments,
-        "--max-connections-per-address", "1024",
-        "--retention", &retention,
+        "--max-queue-items",
+        big,
+        "--max-queue-bytes",
+        big,
+        "--max-sender-items",
+        big,
+        "--max-sender-bytes",
+        big,
+        "--max-account-items",
+        big,
+        "--max-account-bytes",
+        big,
+        "--max-enrolments",
+        &enrolments,
+        "--max-connections-per-address",
+        "1024",
+        "--retention",
+        &retention,
         // Only the start-up sweeps: one at the end is what the bench measures.
-        "--sweep-interval", "30d",
+        "--sweep-interval",
+        "30d",
     ];
     if let Some(url) = &pg_url {
         args.extend(["--store", url]);
@@ -485,7 +514,10 @@ fn drive(
         e.restart_ms = Some(restart.as_secs_f64() * 1000.0);
         std::thread::sleep(Duration::from_millis(500));
         e.rss_restarted_mib = Some(t.rss("VmRSS")?);
-        eprintln!("growth: restart after kill -9: {:.0} ms", restart.as_secs_f64() * 1000.0);
+        eprintln!(
+            "growth: restart after kill -9: {:.0} ms",
+            restart.as_secs_f64() * 1000.0
+        );
         if let (Some(lib), Some(cut)) = (&cfg.faketime, first_round_cut) {
             e.sweep = Some(sweep(t, lib, cut)?);
             t.restart(Vec::new())?;
@@ -529,7 +561,10 @@ fn backup_and_verify(cfg: &Config, t: &Target, e: &mut End) -> Result<(), String
     let tool = relay_testkit::bins::path("relay-tool");
     let file = cfg.dir.join(format!(
         "growth-{}.mbxbak",
-        t.dir.file_name().and_then(|n| n.to_str()).unwrap_or("backup")
+        t.dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("backup")
     ));
     let t0 = Instant::now();
     let out = Command::new(&tool)
@@ -666,7 +701,11 @@ pub fn table(d: &Doc) -> String {
     let e = &g.end;
     let first = g.rounds.first().cloned().unwrap_or_default();
     let last = g.rounds.last().cloned().unwrap_or_default();
-    let max_rss = g.rounds.iter().map(|r| r.rss_mib).fold(e.rss_peak_mib, f64::max);
+    let max_rss = g
+        .rounds
+        .iter()
+        .map(|r| r.rss_mib)
+        .fold(e.rss_peak_mib, f64::max);
     s.push_str(&format!(
         "enrolment: {} hosts in {:.1} s ({:.0}/s, {:.0} µs relay CPU each)\n",
         g.enrol.hosts, g.enrol.seconds, g.enrol.per_s, g.enrol.relay_cpu_us

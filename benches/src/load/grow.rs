@@ -62,7 +62,9 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
     while pushed < a.items {
         k += 1;
         let items = round.min(a.items - pushed);
-        progress(&format!("round {k}: pushing {items} items onto {pushed} queued"));
+        progress(&format!(
+            "round {k}: pushing {items} items onto {pushed} queued"
+        ));
         let plan = push::Plan {
             info: &info,
             conns: &conns[..n],

@@ -140,7 +140,10 @@ pub(super) fn enrol_many(conn: &Conn, prefix: &str, n: usize) -> Result<Vec<Host
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("enrolment thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("enrolment thread panicked".into()))
+            })
             .collect()
     });
     let mut all = Vec::with_capacity(n);
