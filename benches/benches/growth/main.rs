@@ -29,18 +29,18 @@ use std::path::PathBuf;
 use relay_testkit::cluster::PgCluster;
 
 /// What a run is asked for (environment knobs).
-pub struct Config {
-    pub items: u64,
-    pub hosts: u64,
-    pub rounds: u64,
-    pub senders: u64,
-    pub batch: u64,
-    pub dir: PathBuf,
-    pub out: PathBuf,
-    pub baseline: bool,
+pub(crate) struct Config {
+    pub(crate) items: u64,
+    pub(crate) hosts: u64,
+    pub(crate) rounds: u64,
+    pub(crate) senders: u64,
+    pub(crate) batch: u64,
+    pub(crate) dir: PathBuf,
+    pub(crate) out: PathBuf,
+    pub(crate) baseline: bool,
     /// Keep the stores and their logs (MBX_GROWTH_KEEP=1).
-    pub keep: bool,
-    pub faketime: Option<PathBuf>,
+    pub(crate) keep: bool,
+    pub(crate) faketime: Option<PathBuf>,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {

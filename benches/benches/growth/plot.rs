@@ -51,7 +51,7 @@ fn series(s: &mut String, pts: &[(f64, f64)], color: &str, dashed: bool, hollow:
 }
 
 /// The chart of one store's run.
-pub fn render(d: &Doc) -> String {
+pub(crate) fn render(d: &Doc) -> String {
     let rounds: &[Round] = &d.growth.rounds;
     let base: &[Round] = d.baseline.as_ref().map_or(&[], |b| &b.rounds);
     let all = || rounds.iter().chain(base);

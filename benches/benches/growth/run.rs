@@ -25,99 +25,99 @@ const SETTLE: Duration = Duration::from_secs(mbx_relay::memory::TRIM_INTERVAL.as
 
 /// One round of pushes, with the relay's figures over it.
 #[derive(Serialize, Clone, Default)]
-pub struct Round {
-    pub round: u64,
+pub(crate) struct Round {
+    pub(crate) round: u64,
     /// Items queued when the round ended.
-    pub queued: u64,
+    pub(crate) queued: u64,
     /// The store's bytes on disk when the round ended.
-    pub store_bytes: u64,
-    pub items_per_s: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
+    pub(crate) store_bytes: u64,
+    pub(crate) items_per_s: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
     /// Relay CPU (user + system, all threads) per item of the round, in µs.
-    pub relay_cpu_us: f64,
+    pub(crate) relay_cpu_us: f64,
     /// PostgreSQL's CPU per item (all its processes), in µs; 0 on fjall.
-    pub pg_cpu_us: f64,
+    pub(crate) pg_cpu_us: f64,
     /// Bytes written to disk (relay, and PostgreSQL's processes) per byte accepted.
-    pub write_amp: f64,
-    pub rss_mib: f64,
+    pub(crate) write_amp: f64,
+    pub(crate) rss_mib: f64,
     /// The machine's 1-minute load average when the round ended.
-    pub load: f64,
-    pub errors: u64,
+    pub(crate) load: f64,
+    pub(crate) errors: u64,
 }
 
 /// A drain of everything queued.
 #[derive(Serialize, Clone, Default)]
-pub struct Drain {
-    pub items: u64,
+pub(crate) struct Drain {
+    pub(crate) items: u64,
     /// Items a sweep took before the drain (not errors).
-    pub missing: u64,
-    pub items_per_s: f64,
-    pub p99_ms: f64,
-    pub relay_cpu_us: f64,
-    pub pg_cpu_us: f64,
-    pub errors: u64,
+    pub(crate) missing: u64,
+    pub(crate) items_per_s: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) relay_cpu_us: f64,
+    pub(crate) pg_cpu_us: f64,
+    pub(crate) errors: u64,
 }
 
 /// The retention sweep of the first round's items.
 #[derive(Serialize, Clone, Default)]
-pub struct Sweep {
-    pub expired: u64,
-    pub notices: u64,
-    pub seconds: f64,
-    pub items_per_s: f64,
+pub(crate) struct Sweep {
+    pub(crate) expired: u64,
+    pub(crate) notices: u64,
+    pub(crate) seconds: f64,
+    pub(crate) items_per_s: f64,
 }
 
 /// What the run measured once everything was queued.
 #[derive(Serialize, Clone, Default)]
-pub struct End {
-    pub queued: u64,
-    pub store_bytes: u64,
+pub(crate) struct End {
+    pub(crate) queued: u64,
+    pub(crate) store_bytes: u64,
     /// Resident memory with everything queued, the relay at rest, and the peak of the run.
-    pub rss_rest_mib: f64,
-    pub rss_peak_mib: f64,
-    pub backup_s: f64,
-    pub backup_bytes: u64,
-    pub verify_s: f64,
+    pub(crate) rss_rest_mib: f64,
+    pub(crate) rss_peak_mib: f64,
+    pub(crate) backup_s: f64,
+    pub(crate) backup_bytes: u64,
+    pub(crate) verify_s: f64,
     /// From the kill -9 to `/health` answering 200 on the restarted relay.
-    pub restart_ms: Option<f64>,
-    pub rss_restarted_mib: Option<f64>,
-    pub sweep: Option<Sweep>,
-    pub drain: Drain,
+    pub(crate) restart_ms: Option<f64>,
+    pub(crate) rss_restarted_mib: Option<f64>,
+    pub(crate) sweep: Option<Sweep>,
+    pub(crate) drain: Drain,
 }
 
 /// Enrolment of the hosts.
 #[derive(Serialize, Clone, Default)]
-pub struct Enrol {
-    pub hosts: u64,
-    pub seconds: f64,
-    pub per_s: f64,
-    pub relay_cpu_us: f64,
+pub(crate) struct Enrol {
+    pub(crate) hosts: u64,
+    pub(crate) seconds: f64,
+    pub(crate) per_s: f64,
+    pub(crate) relay_cpu_us: f64,
 }
 
 /// One run on one store (the growth run, or the baseline's single round).
 #[derive(Serialize, Clone, Default)]
-pub struct Run {
-    pub items: u64,
-    pub hosts: u64,
-    pub item_bytes: u64,
-    pub enrol: Enrol,
-    pub rounds: Vec<Round>,
-    pub end: End,
+pub(crate) struct Run {
+    pub(crate) items: u64,
+    pub(crate) hosts: u64,
+    pub(crate) item_bytes: u64,
+    pub(crate) enrol: Enrol,
+    pub(crate) rounds: Vec<Round>,
+    pub(crate) end: End,
 }
 
 /// The document of one store.
 #[derive(Serialize, Clone, Default)]
-pub struct Doc {
-    pub store: String,
-    pub commit: String,
-    pub started_unix: u64,
-    pub cores: usize,
-    pub senders: u64,
-    pub batch: u64,
+pub(crate) struct Doc {
+    pub(crate) store: String,
+    pub(crate) commit: String,
+    pub(crate) started_unix: u64,
+    pub(crate) cores: usize,
+    pub(crate) senders: u64,
+    pub(crate) batch: u64,
     /// The empty-store baseline: a round's items over a round's share of the hosts.
-    pub baseline: Option<Run>,
-    pub growth: Run,
+    pub(crate) baseline: Option<Run>,
+    pub(crate) growth: Run,
 }
 
 /// `git describe`-like name of the code measured (with `-dirty` when it has changes).
@@ -146,7 +146,7 @@ fn commit() -> String {
 ///
 /// # Errors
 /// A relay, generator or tool that fails; the message says which.
-pub fn store(cfg: &Config, kind: &str, pg: Option<&PgCluster>) -> Result<Doc, String> {
+pub(crate) fn store(cfg: &Config, kind: &str, pg: Option<&PgCluster>) -> Result<Doc, String> {
     let mut doc = Doc {
         store: kind.to_string(),
         commit: commit(),
@@ -679,7 +679,7 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 /// The table of one store's run, with the targets of issue 40 beside the figures.
-pub fn table(d: &Doc) -> String {
+pub(crate) fn table(d: &Doc) -> String {
     let g = &d.growth;
     let mut s = format!(
         "\nmbx-relay growth bench, {} store, commit {}, {} cores shared with the generator; \

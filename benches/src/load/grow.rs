@@ -29,7 +29,7 @@ fn say(v: &impl Serialize) -> Result<String, Failure> {
 ///
 /// # Errors
 /// As `super::run`; a failed request anywhere makes the run fail after its last line.
-pub fn run(a: &BenchArgs) -> Result<(), Failure> {
+pub(super) fn run(a: &BenchArgs) -> Result<(), Failure> {
     let round = a.round_items.unwrap_or(a.items);
     if round == 0 {
         return Err(usage("--round-items must be at least 1"));
