@@ -145,7 +145,17 @@ impl Parts {
                             .compaction_strategy(few_l0_merges())
                             .filter_policy(FilterPolicy::disabled())
                             .index_block_pinning_policy(PinningPolicy::all(false)),
-                        _ => opts,
+                        // Small per-host rows (usage, seqs, enrolments, ...) read on every
+                        // push: their index and filter blocks stay in memory at every level.
+                        // IMPORTANT: fjall fills levels from the bottom and pins these blocks
+                        // only in L0/L1 by default; with 100,000 hosts, once `usage` sat in a
+                        // deep level each push's quota read loaded and checksummed its index
+                        // block through the small block cache again: relay CPU per batched
+                        // item 87 -> 481 µs at 800,000 queued (growth bench, 97 % of the
+                        // relay's CPU in `reader::usage`, docs/performance.md).
+                        _ => opts
+                            .index_block_pinning_policy(PinningPolicy::all(true))
+                            .filter_block_pinning_policy(PinningPolicy::all(true)),
                     }
                 })
                 .map_err(crate::engine_error)?

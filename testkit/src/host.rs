@@ -45,6 +45,8 @@ pub struct RelayProc {
     pub store: PathBuf,
     /// The `serve` arguments it was started with (a restart reuses them).
     pub args: Vec<String>,
+    /// Extra environment of the next starts (a bench's fake clock).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -61,6 +63,7 @@ impl RelayProc {
             port,
             store: dir.join(store_name),
             args: args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             child: None,
             log: dir.join(format!("{store_name}.log")),
         };
@@ -76,7 +79,7 @@ impl RelayProc {
     /// Start (again) on the same port and store, optionally with a failpoint armed.
     pub fn spawn(&mut self, failpoint: Option<&str>) {
         assert!(self.child.is_none(), "relay already running");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             match self.try_spawn(failpoint) {
                 Ok(()) => return,
@@ -113,6 +116,7 @@ impl RelayProc {
                 "1000000",
             ])
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env_remove("MBX_FAILPOINT")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -128,7 +132,7 @@ impl RelayProc {
                 let _ = tx.send(line);
             }
         });
-        match rx.recv_timeout(Duration::from_secs(20)) {
+        match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(line) if line.starts_with("listening on") => {
                 self.child = Some(child);
                 Ok(())
@@ -164,6 +168,11 @@ impl RelayProc {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is running.

@@ -10,6 +10,7 @@
 //! - [`daemon`]: a `host run` child process and a proxy that hides long-poll.
 //! - [`files`]: the permission bits of everything under a directory.
 //! - [`powercut`]: a `powercut` mount (a FUSE filesystem whose power a test can cut).
+//! - [`procfs`]: another process's CPU, memory and disk writes, read from `/proc` (benches).
 
 #![allow(
     clippy::unwrap_used,
@@ -24,4 +25,5 @@ pub mod files;
 pub mod ha;
 pub mod host;
 pub mod powercut;
+pub mod procfs;
 pub mod standby;

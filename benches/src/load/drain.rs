@@ -2,6 +2,7 @@
 //! (`GET /v2/relay/items`) and acks each page (`POST /v2/relay/ack`), all targets at once.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -137,7 +138,12 @@ fn drain_one(conn: &Conn, host: &Host, epoch: &str, limit: usize, expected: u64)
     one
 }
 
-/// Drain every receiver at once; `expected[i]` is what receiver `i` was accepted.
+/// Receivers draining at once: a thread each up to this many (the growth bench drains
+/// 100,000 queues; a thread per queue would be 100,000 threads).
+const MAX_DRAINERS: usize = 256;
+
+/// Drain every receiver, up to [`MAX_DRAINERS`] at once; `expected[i]` is what receiver `i` was
+/// accepted.
 pub(super) fn run(
     like: &Conn,
     receivers: &[&Host],
@@ -145,26 +151,33 @@ pub(super) fn run(
     limit: usize,
     expected: &[u64],
 ) -> Outcome {
-    let barrier = Barrier::new(receivers.len() + 1);
+    let workers = receivers.len().clamp(1, MAX_DRAINERS);
+    let barrier = Barrier::new(workers + 1);
+    let next = AtomicUsize::new(0);
     // Fresh connections: the relay may have been restarted since the push phase.
-    let conns: Vec<Conn> = receivers.iter().map(|_| like.fresh()).collect();
+    let conns: Vec<Conn> = (0..workers).map(|_| like.fresh()).collect();
     let (timed, cpu, ones) = std::thread::scope(|s| {
-        let handles: Vec<_> = receivers
+        let handles: Vec<_> = conns
             .iter()
-            .zip(&conns)
-            .zip(expected)
-            .map(|((host, conn), exp)| {
-                let barrier = &barrier;
+            .map(|conn| {
+                let (barrier, next) = (&barrier, &next);
                 s.spawn(move || {
                     barrier.wait();
-                    drain_one(conn, host, epoch, limit, *exp)
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let (Some(host), Some(exp)) = (receivers.get(i), expected.get(i)) else {
+                            return mine;
+                        };
+                        mine.push(drain_one(conn, host, epoch, limit, *exp));
+                    }
                 })
             })
             .collect();
         barrier.wait();
         let t0 = Instant::now();
         let cpu0 = process_cpu();
-        let ones: Vec<Option<One>> = handles.into_iter().map(|h| h.join().ok()).collect();
+        let ones: Vec<Option<Vec<One>>> = handles.into_iter().map(|h| h.join().ok()).collect();
         (t0.elapsed(), process_cpu().saturating_sub(cpu0), ones)
     });
     let mut out = Outcome {
@@ -176,16 +189,17 @@ pub(super) fn run(
         errors: Errors::default(),
         cpu,
     };
-    for one in ones {
-        match one {
-            Some(o) => {
-                out.items += o.items;
-                out.bytes += o.bytes;
-                out.pages += o.pages;
-                out.lat_us.extend(o.lat);
-                out.errors.merge(&o.errors);
-            }
-            None => out.errors.add("receiver panicked", 1),
+    for worker in ones {
+        let Some(worker) = worker else {
+            out.errors.add("receiver panicked", 1);
+            continue;
+        };
+        for o in worker {
+            out.items += o.items;
+            out.bytes += o.bytes;
+            out.pages += o.pages;
+            out.lat_us.extend(o.lat);
+            out.errors.merge(&o.errors);
         }
     }
     out

@@ -5,6 +5,7 @@
 
 mod client;
 mod drain;
+mod grow;
 mod hosts;
 mod latency;
 mod latency_svg;
@@ -29,7 +30,8 @@ use crate::fail::{Code, Failure};
 
 /// Most concurrent senders, targets or items a run may ask for (bounds threads and memory).
 const MAX_SENDERS: usize = 1024;
-const MAX_TARGETS: usize = 1024;
+/// Targets: the growth bench spreads its queue over 100,000 hosts.
+const MAX_TARGETS: usize = 1_000_000;
 const MAX_ITEMS: u64 = 100_000_000;
 
 /// Flags of `relay-bench`.
@@ -63,6 +65,12 @@ pub(crate) struct BenchArgs {
     /// (lets a harness measure the relay with the items queued, or restart it).
     #[arg(long, requires = "drain")]
     pub pause_before_drain: bool,
+    /// Growth mode: push --items in rounds of this many items onto queues left undrained, and
+    /// after each round print a `{"round":...}` JSON line on stdout and wait for a line on
+    /// stdin (a harness reads the relay's CPU, I/O, memory and store size between rounds);
+    /// one --senders value; JSON lines only.
+    #[arg(long, value_name = "ITEMS")]
+    pub round_items: Option<u64>,
     /// Print one JSON document instead of the text table.
     #[arg(long)]
     pub json: bool,
@@ -143,13 +151,18 @@ fn progress(msg: &str) {
 
 /// Wait for the harness to say go (one line on stdin), after saying we are paused.
 fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
+    tell_and_wait(&format!(
         "{{\"paused\":true,\"senders\":{senders},\"queued\":{queued}}}"
-    )
-    .and_then(|()| out.flush())
-    .map_err(|e| relay_err(format!("stdout: {e}")))?;
+    ))
+}
+
+/// Print `line` on stdout, then wait for the harness to say go (one line on stdin).
+fn tell_and_wait(line: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| relay_err(format!("stdout: {e}")))?;
+    drop(out);
     let mut line = String::new();
     std::io::stdin()
         .lock()
@@ -166,6 +179,9 @@ fn pause(senders: usize, queued: u64) -> Result<(), Failure> {
 pub(crate) fn run(a: &BenchArgs) -> Result<(), Failure> {
     if a.latency {
         return latency::run(a);
+    }
+    if a.round_items.is_some() {
+        return grow::run(a);
     }
     let report = measure(a)?;
     if let Some(path) = &a.svg {
@@ -247,11 +263,25 @@ fn tls_of(a: &BenchArgs) -> Result<ureq::tls::TlsConfig, Failure> {
     mbx_host::trust::tls_config(ca.as_deref()).map_err(usage)
 }
 
-/// Enrol, push, check, optionally drain, for every sweep point; the measurements.
+/// What every run starts with: the relay's facts, its own enrolled targets and senders (as
+/// many as the largest --senders value), the item size, a connection per sender.
+struct Setup {
+    conn: Conn,
+    info: hosts::RelayInfo,
+    targets: Vec<Target>,
+    senders: Vec<client::Host>,
+    plain_len: usize,
+    item_bytes: usize,
+    conns: Vec<Conn>,
+    /// How long enrolling every target and sender took.
+    enrol_time: Duration,
+}
+
+/// Check the flags against the relay, enrol the hosts and size the items.
 ///
 /// # Errors
 /// As [`run`].
-fn measure(a: &BenchArgs) -> Result<Report, Failure> {
+fn setup(a: &BenchArgs) -> Result<Setup, Failure> {
     validate(a)?;
     let timeout = Duration::from_secs(a.timeout);
     let conn = Conn::new(&a.url, timeout, tls_of(a)?);
@@ -268,6 +298,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
         "enrolling {} targets and {max_senders} senders (run {tag})",
         a.targets
     ));
+    let t0 = std::time::Instant::now();
     let targets: Vec<Target> = hosts::enrol_many(&conn, &format!("bench-{tag}-t"), a.targets)
         .map_err(relay_err)?
         .into_iter()
@@ -275,6 +306,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
         .collect();
     let senders =
         hosts::enrol_many(&conn, &format!("bench-{tag}-s"), max_senders).map_err(relay_err)?;
+    let enrol_time = t0.elapsed();
     let (plain_len, item_bytes) =
         payload::calibrate(&senders[0], &targets[0], a.item_bytes).map_err(relay_err)?;
     if item_bytes as u64 > info.max_item_bytes {
@@ -284,6 +316,33 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
         )));
     }
     let conns: Vec<Conn> = (0..max_senders).map(|_| conn.fresh()).collect();
+    Ok(Setup {
+        conn,
+        info,
+        targets,
+        senders,
+        plain_len,
+        item_bytes,
+        conns,
+        enrol_time,
+    })
+}
+
+/// Enrol, push, check, optionally drain, for every sweep point; the measurements.
+///
+/// # Errors
+/// As [`run`].
+fn measure(a: &BenchArgs) -> Result<Report, Failure> {
+    let Setup {
+        conn,
+        info,
+        targets,
+        senders,
+        plain_len,
+        item_bytes,
+        conns,
+        ..
+    } = setup(a)?;
     let mut points = Vec::new();
     for &n in &a.senders {
         progress(&format!(
@@ -296,6 +355,7 @@ fn measure(a: &BenchArgs) -> Result<Report, Failure> {
             senders: &senders[..n],
             targets: &targets,
             items: a.items,
+            first: 0,
             batch: a.batch,
             plain_len,
             item_bytes,

@@ -32,6 +32,9 @@ pub(super) struct Plan<'a> {
     pub senders: &'a [Host],
     pub targets: &'a [Target],
     pub items: u64,
+    /// Items each sender pushed before this plan (its round robin over the targets goes on
+    /// from there: the growth bench pushes round after round).
+    pub first: u64,
     pub batch: usize,
     pub plain_len: usize,
     pub item_bytes: usize,
@@ -120,7 +123,7 @@ fn build_round(plan: &Plan, done: &[u64], this_round: &[u64]) -> Result<Vec<Vec<
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..done.len())
             .map(|i| {
-                let (first, n) = (done[i], this_round[i]);
+                let (first, n) = (plan.first + done[i], this_round[i]);
                 s.spawn(move || {
                     build_batches(
                         &plan.senders[i],
