@@ -77,7 +77,15 @@ impl Netns {
         let (outer, inner) = (format!("{}/30", self.outer), format!("{}/30", self.inner));
         let name = self.name.as_str();
         ip(&[
-            "link", "add", &outer_if, "type", "veth", "peer", "name", &self.inner_if, "netns",
+            "link",
+            "add",
+            &outer_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.inner_if,
+            "netns",
             name,
         ])?;
         ip(&["addr", "add", &outer, "dev", &outer_if])?;
