@@ -19,8 +19,10 @@ use relay_testkit::cluster::{bindir_or_skip, PgCluster};
 use relay_testkit::netns::Netns;
 
 /// How long the partition lasts: past the store's 10 s operation deadline, so operations
-/// caught on a connection when the link went are abandoned at it, not only new ones refused.
-const CUT: Duration = Duration::from_secs(12);
+/// caught on a connection when the link went are abandoned at it, not only new ones refused;
+/// and past `pg_ha::ANSWER_BOUND` (14 s), so a push left hanging until the link returns fails
+/// the bound every answer is held to.
+const CUT: Duration = Duration::from_secs(15);
 /// The flapping link: down for half of each period, up for the other half.
 const FLAP_PERIOD: Duration = Duration::from_secs(2);
 const FLAPS: usize = 5;
