@@ -27,6 +27,11 @@ pub struct PgCluster {
     /// Extra `name=value` settings the server starts with (`-c`), e.g. a primary's
     /// `synchronous_standby_names` (crate::standby).
     pub(crate) settings: Vec<String>,
+    /// The address the server listens on and clients use: 127.0.0.1, or the inside of the
+    /// network namespace it runs in.
+    pub(crate) host: String,
+    /// The network namespace the server runs in (its file), when not the root's.
+    pub(crate) netns: Option<PathBuf>,
 }
 
 /// Where the PostgreSQL server binaries are: `$MBX_PG_BINDIR`, `pg_config --bindir`, the
@@ -145,6 +150,27 @@ impl PgCluster {
         PgCluster::start_in(bindir, node_dir()?, settings.iter().map(|s| s.to_string()))
     }
 
+    /// A cluster running inside the network namespace `ns`, listening on its inner address
+    /// and trusting connections from the root namespace's end of the pair (partition tests).
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`], or `pg_hba.conf` could not be extended.
+    pub fn start_in_netns(bindir: &Path, ns: &crate::netns::Netns) -> Result<PgCluster, String> {
+        let dir = node_dir()?;
+        let data = dir.path().join("data");
+        let mut cluster = PgCluster::node(bindir, dir, std::iter::empty())?;
+        cluster.host = ns.inner_addr().to_string();
+        cluster.netns = Some(ns.path());
+        cluster.initdb()?;
+        let hba = data.join("pg_hba.conf");
+        let mut text =
+            std::fs::read_to_string(&hba).map_err(|e| format!("reading pg_hba.conf: {e}"))?;
+        text.push_str(&format!("host all all {}/32 trust\n", ns.outer_addr()));
+        std::fs::write(&hba, text).map_err(|e| format!("writing pg_hba.conf: {e}"))?;
+        cluster.launch()?;
+        Ok(cluster)
+    }
+
     /// A cluster serving TLS (`ssl=on`) with the PEM certificate chain `cert` and key `key`
     /// (copied into the node's directory, owner-only, as the server demands).
     ///
@@ -175,17 +201,21 @@ impl PgCluster {
         dir: tempfile::TempDir,
         settings: impl Iterator<Item = String>,
     ) -> Result<PgCluster, String> {
-        let data = dir.path().join("data");
-        let mut initdb = Command::new(bindir.join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
-            .args(["--locale=C"]);
-        run_as_cluster_user(&mut initdb, "initdb")?;
         let mut cluster = PgCluster::node(bindir, dir, settings)?;
+        cluster.initdb()?;
         cluster.launch()?;
         Ok(cluster)
+    }
+
+    /// `initdb` into the node's `data`.
+    fn initdb(&self) -> Result<(), String> {
+        let mut initdb = Command::new(self.bindir.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .args(["--locale=C"]);
+        run_as_cluster_user(&mut initdb, "initdb")
     }
 
     /// A stopped node of `bindir`'s binaries on `dir` (its `data` filled already) with a free
@@ -202,6 +232,8 @@ impl PgCluster {
             child: None,
             next_db: std::sync::atomic::AtomicU32::new(0),
             settings: settings.collect(),
+            host: "127.0.0.1".to_string(),
+            netns: None,
         })
     }
 
@@ -220,7 +252,8 @@ impl PgCluster {
         let mut cmd = Command::new(self.bindir.join("postgres"));
         cmd.arg("-D")
             .arg(&data)
-            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("listen_addresses={}", self.host))
             .args(["-p", &self.port.to_string()])
             .arg("-c")
             .arg(format!(
@@ -233,14 +266,16 @@ impl PgCluster {
             cmd.arg("-c").arg(s);
         }
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
-        let child = as_cluster_user(&mut cmd)
-            .spawn()
-            .map_err(|e| format!("starting postgres: {e}"))?;
+        let child = match &self.netns {
+            None => as_cluster_user(&mut cmd).spawn(),
+            Some(ns) => spawn_in_netns(&mut cmd, ns),
+        }
+        .map_err(|e| format!("starting postgres: {e}"))?;
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let ready = Command::new(self.bindir.join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-q", "-h", &self.host, "-p", &self.port.to_string()])
                 .status()
                 .map(|s| s.success())
                 .unwrap_or(false);
@@ -278,7 +313,7 @@ impl PgCluster {
     pub(crate) fn client_args(&self) -> [String; 6] {
         [
             "-h",
-            "127.0.0.1",
+            &self.host,
             "-p",
             &self.port.to_string(),
             "-U",
@@ -287,7 +322,7 @@ impl PgCluster {
         .map(String::from)
     }
 
-    /// The TCP port the server listens on (127.0.0.1).
+    /// The TCP port the server listens on (on [`PgCluster::url`]'s host).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -304,7 +339,7 @@ impl PgCluster {
 
     /// A URL of database `db`.
     pub fn url_of(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+        format!("postgres://postgres@{}:{}/{db}", self.host, self.port)
     }
 
     /// Create a new empty database and return its URL (each test or relay takes its own).
@@ -413,6 +448,32 @@ pub(crate) fn run_as_cluster_user(cmd: &mut Command, what: &str) -> Result<(), S
         ));
     }
     Ok(())
+}
+
+/// Spawn `cmd` inside the network namespace of file `ns`, as `nobody` (only root makes
+/// namespaces): the child joins the namespace first, then drops to `nobody`.
+fn spawn_in_netns(cmd: &mut Command, ns: &Path) -> std::io::Result<Child> {
+    let file = std::fs::File::open(ns)?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    cmd.env("HOME", "/tmp");
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe system
+    // calls; `file` (and so `fd`) stays open until the spawn returned.
+    unsafe {
+        cmd.pre_exec(move || {
+            let ok = libc::setns(fd, libc::CLONE_NEWNET) == 0
+                && libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setgid(NOBODY) == 0
+                && libc::setuid(NOBODY) == 0;
+            if ok {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let child = cmd.spawn();
+    drop(file);
+    child
 }
 
 /// Run `cmd` as the cluster's user: `nobody` when we are root, else ourselves.

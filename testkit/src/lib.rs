@@ -8,6 +8,8 @@
 //! - [`host`]: a relay child process on a fixed port (it comes back at the same URL after a
 //!   crash) and hosts driven through the real `mbx-relay host` command.
 //! - [`daemon`]: a `host run` child process and a proxy that hides long-poll.
+//! - [`netns`]: a network namespace with a veth pair to the root's, cut and restored by a
+//!   test (partitions).
 //! - [`files`]: the permission bits of everything under a directory.
 //! - [`powercut`]: a `powercut` mount (a FUSE filesystem whose power a test can cut).
 //! - [`procfs`]: another process's CPU, memory and disk writes, read from `/proc` (benches).
@@ -24,6 +26,7 @@ pub mod daemon;
 pub mod files;
 pub mod ha;
 pub mod host;
+pub mod netns;
 pub mod powercut;
 pub mod procfs;
 pub mod standby;

@@ -48,6 +48,7 @@ mod observe;
 mod packaging;
 mod pg_failover;
 mod pg_ha;
+mod pg_partition;
 mod pg_relay;
 mod pg_scale;
 mod power_cut_epoch;

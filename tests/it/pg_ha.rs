@@ -14,6 +14,8 @@
 //!
 //! After each: every acknowledged item reached the receiver exactly once, and the receiver's
 //! acked cursor never moved back (no page's `head_seq` below it, no ack answered below it).
+//!
+//! The load and that checker ([`under_load`]) serve the partition drills too (`pg_partition`).
 
 use crate::common;
 use crate::pg_relay::{answered_of, assert_exactly_once, Answered};
@@ -29,7 +31,7 @@ use relay_wire::keys::SigningKey;
 use serde_json::{json, Value};
 
 /// Longest any answer may take: the store's operation deadline (10 s) with margin.
-const ANSWER_BOUND: Duration = Duration::from_secs(14);
+pub(crate) const ANSWER_BOUND: Duration = Duration::from_secs(14);
 /// Longest from a loss or switchover until both relays serve again: the monitor's 2 s
 /// unhealthy timeout and 4 s demote timeout, the keeper's promotion, and margin for a loaded
 /// 2-core machine.
@@ -41,13 +43,15 @@ const STEADY: Duration = Duration::from_millis(1_500);
 const SENDERS: usize = 4;
 const PUSH_PAUSE: Duration = Duration::from_millis(20);
 
-/// One push attempt: when it was sent and answered, at which relay, and whether it was a 200.
+/// One push attempt: when it was sent and answered, at which relay, and its status (`None`:
+/// no answer).
 #[derive(Clone, Copy)]
-struct Attempt {
-    sent: Instant,
-    answered: Instant,
-    relay: usize,
-    ok: bool,
+pub(crate) struct Attempt {
+    pub(crate) sent: Instant,
+    pub(crate) answered: Instant,
+    pub(crate) relay: usize,
+    pub(crate) ok: bool,
+    pub(crate) status: Option<u16>,
 }
 
 /// Push `item` until a relay answers 200, starting at relay `first` and switching relay after
@@ -72,12 +76,13 @@ fn push_until_accepted(
             "a push answered after {:?}",
             answered - sent
         );
-        let ok = matches!(&r, Ok(r) if r.status == 200);
+        let status = r.as_ref().ok().map(|r| r.status);
         log.lock().unwrap().push(Attempt {
             sent,
             answered,
             relay,
-            ok,
+            ok: status == Some(200),
+            status,
         });
         match r {
             Ok(r) if r.status == 200 => return (r.json()["results"][0].clone(), attempt > 0),
@@ -160,7 +165,7 @@ fn served_again(log: &[Attempt], from: Instant, relay: usize) -> Option<Duration
 }
 
 /// Wait until both relays answered a push sent after `from` with 200: (relay 0, relay 1).
-fn wait_both_serve(log: &Mutex<Vec<Attempt>>, from: Instant) -> (Duration, Duration) {
+pub(crate) fn wait_both_serve(log: &Mutex<Vec<Attempt>>, from: Instant) -> (Duration, Duration) {
     wait_for(SERVE_AGAIN, || {
         let log = log.lock().unwrap();
         Some((served_again(&log, from, 0)?, served_again(&log, from, 1)?))
@@ -169,7 +174,7 @@ fn wait_both_serve(log: &Mutex<Vec<Attempt>>, from: Instant) -> (Duration, Durat
 }
 
 /// The longest time in `[from, to]` without any 200 push answer: the outage senders saw.
-fn longest_gap(log: &[Attempt], from: Instant, to: Instant) -> Duration {
+pub(crate) fn longest_gap(log: &[Attempt], from: Instant, to: Instant) -> Duration {
     let mut oks: Vec<Instant> = log
         .iter()
         .filter(|a| a.ok && a.answered >= from && a.answered <= to)
@@ -186,7 +191,7 @@ fn longest_gap(log: &[Attempt], from: Instant, to: Instant) -> Duration {
 }
 
 /// `mbx_relay_<name>_total` from a relay's `/metrics`.
-fn counter(relay: &Relay, name: &str) -> f64 {
+pub(crate) fn counter(relay: &Relay, name: &str) -> f64 {
     let text = relay.metrics().text();
     // Its only series (labelled with the relay's `process` on a shared store).
     let line = format!("mbx_relay_{name}_total");
@@ -200,21 +205,19 @@ fn counter(relay: &Relay, name: &str) -> f64 {
 
 /// What a drill under load left: the acknowledged pushes, what the receiver got, and the
 /// relays (alive, for their metrics).
-struct Outcome {
-    answered: Vec<Answered>,
-    received: Vec<(String, u64)>,
-    relays: [Relay; 2],
+pub(crate) struct Outcome {
+    pub(crate) answered: Vec<Answered>,
+    pub(crate) received: Vec<(String, u64)>,
+    pub(crate) relays: [Relay; 2],
 }
 
-/// Two relays on `cluster`'s multi-host url, [`SENDERS`] senders pushing to one receiver that
-/// drains at either relay, and `drills` run while they do; then every acknowledged item must
-/// have reached the receiver exactly once.
-fn under_load(
-    cluster: &mut HaCluster,
-    drills: impl FnOnce(&mut HaCluster, &Mutex<Vec<Attempt>>, &mut Vec<String>),
+/// Two relays on the database `url`, [`SENDERS`] senders pushing to one receiver that drains
+/// at either relay, and `drills` run while they do; then every acknowledged item must have
+/// reached the receiver exactly once.
+pub(crate) fn under_load(
+    url: &str,
+    drills: impl FnOnce(&Mutex<Vec<Attempt>>, &mut Vec<String>),
 ) -> Outcome {
-    let db = cluster.fresh_db_name();
-    let url = cluster.url_of(&db);
     let key = SigningKey::generate();
     let mut args = GENEROUS.to_vec();
     args.extend(["--metrics-listen", "127.0.0.1:0"]);
@@ -222,10 +225,10 @@ fn under_load(
         Relay::launch(
             Backend::Postgres
                 .opts(&args)
-                .db(&url)
+                .db(url)
                 .env("MBX_RELAY_KEY", &key.seed_b64()),
         )
-        .expect("relay on the HA cluster's multi-host url")
+        .expect("a relay on the database url")
     };
     let relays = [launch(), launch()];
     let addrs = [relays[0].addr(), relays[1].addr()];
@@ -265,7 +268,7 @@ fn under_load(
             })
             .collect();
         std::thread::sleep(STEADY);
-        drills(cluster, &log, &mut report);
+        drills(&log, &mut report);
         std::thread::sleep(STEADY);
         stop.store(true, Ordering::SeqCst);
         for p in pushers {
@@ -300,7 +303,7 @@ fn under_load(
 }
 
 /// Each relay's store counters, printed.
-fn print_metrics(relays: &[Relay; 2]) {
+pub(crate) fn print_metrics(relays: &[Relay; 2]) {
     for r in relays {
         eprintln!(
             "pg_ha: relay metrics: reconnects {}, connections lost {}, reruns {}, commit unknown \
@@ -320,7 +323,9 @@ fn print_metrics(relays: &[Relay; 2]) {
 #[test]
 fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_nothing() {
     let mut cluster = HaCluster::start();
-    let outcome = under_load(&mut cluster, |cluster, log, report| {
+    let db = cluster.fresh_db_name();
+    let url = cluster.url_of(&db);
+    let outcome = under_load(&url, |log, report| {
         // (1) The primary's machine lost: the monitor promotes the standby.
         let old = cluster.primary().expect("a primary");
         let lost = Instant::now();
@@ -395,7 +400,9 @@ const POSTMASTER_KILLS: usize = 3;
 #[test]
 fn a_killed_postmaster_restarted_by_its_keeper_never_serves_stale_state_or_doubles_an_item() {
     let mut cluster = HaCluster::start();
-    let outcome = under_load(&mut cluster, |cluster, log, report| {
+    let db = cluster.fresh_db_name();
+    let url = cluster.url_of(&db);
+    let outcome = under_load(&url, |log, report| {
         for round in 1..=POSTMASTER_KILLS {
             let old = cluster.primary().expect("a primary");
             let timeline = cluster.timeline(old);
