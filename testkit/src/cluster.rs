@@ -268,7 +268,7 @@ impl PgCluster {
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         let child = match &self.netns {
             None => as_cluster_user(&mut cmd).spawn(),
-            Some(ns) => spawn_in_netns(&mut cmd, ns),
+            Some(ns) => in_netns_as_cluster_user(&mut cmd, ns).and_then(|c| c.spawn()),
         }
         .map_err(|e| format!("starting postgres: {e}"))?;
         self.child = Some(child);
@@ -437,7 +437,12 @@ pub(crate) fn node_dir() -> Result<tempfile::TempDir, String> {
 /// Run `cmd` (named `what` in errors) as the cluster's user to its end; `Err` with its
 /// stderr when it failed.
 pub(crate) fn run_as_cluster_user(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = as_cluster_user(cmd)
+    run_checked(as_cluster_user(cmd), what)
+}
+
+/// Run `cmd` (its user already set) to its end; `Err` with its stderr when it failed.
+pub(crate) fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("running {what}: {e}"))?;
@@ -450,16 +455,23 @@ pub(crate) fn run_as_cluster_user(cmd: &mut Command, what: &str) -> Result<(), S
     Ok(())
 }
 
-/// Spawn `cmd` inside the network namespace of file `ns`, as `nobody` (only root makes
-/// namespaces): the child joins the namespace first, then drops to `nobody`.
-fn spawn_in_netns(cmd: &mut Command, ns: &Path) -> std::io::Result<Child> {
+/// Make `cmd` run inside the network namespace of file `ns`, as `nobody` (only root makes
+/// namespaces): the child joins the namespace first, then drops to `nobody` (so not with
+/// [`as_cluster_user`], whose uid change would come before the join).
+///
+/// # Errors
+/// When the namespace's file cannot be opened.
+pub(crate) fn in_netns_as_cluster_user<'c>(
+    cmd: &'c mut Command,
+    ns: &Path,
+) -> std::io::Result<&'c mut Command> {
     let file = std::fs::File::open(ns)?;
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
     cmd.env("HOME", "/tmp");
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe system
-    // calls; `file` (and so `fd`) stays open until the spawn returned.
+    // calls; it owns `file`, so its descriptor stays open as long as the command.
     unsafe {
         cmd.pre_exec(move || {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
             let ok = libc::setns(fd, libc::CLONE_NEWNET) == 0
                 && libc::setgroups(0, std::ptr::null()) == 0
                 && libc::setgid(NOBODY) == 0
@@ -469,11 +481,9 @@ fn spawn_in_netns(cmd: &mut Command, ns: &Path) -> std::io::Result<Child> {
             } else {
                 Err(std::io::Error::last_os_error())
             }
-        });
-    }
-    let child = cmd.spawn();
-    drop(file);
-    child
+        })
+    };
+    Ok(cmd)
 }
 
 /// Run `cmd` as the cluster's user: `nobody` when we are root, else ourselves.

@@ -6,6 +6,11 @@
 //! a lost primary is replaced in seconds. A test kills a node's machine (its `pg_autoctl` and
 //! postmaster, SIGKILL), runs it again (it rejoins as a standby), asks for a switchover and
 //! waits for the states the monitor reports. Everything is stopped on drop.
+//!
+//! [`HaCluster::start_in_netns_or_skip`] runs each service in a network namespace of its own
+//! on one LAN ([`crate::netns::Lan`]; the relays in the root namespace reach the nodes over
+//! it), so a test can cut the network between any two of them ([`HaCluster::net`]). Either
+//! way the test's own queries go over the services' unix sockets, which no cut touches.
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -13,8 +18,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{
-    as_cluster_user, chown_tree, find_bindir, free_port, psql, run_as_cluster_user, running_as_root,
+    as_cluster_user, chown_tree, find_bindir, free_port, in_netns_as_cluster_user, psql,
+    run_checked, running_as_root,
 };
+use crate::netns::{Lan, Netns};
 
 /// The monitor's health-check timings (`pgautofailover.*`, milliseconds), against the
 /// defaults 5000 / 5000 / 2 / 2000 / 20000 / 30000: a node is checked every second, declared
@@ -55,7 +62,20 @@ struct Service {
     name: String,
     pgdata: PathBuf,
     port: u16,
+    /// The address it listens on and is known by: 127.0.0.1, or its namespace's.
+    host: String,
+    /// Its network namespace, when not the root's.
+    net: Option<Netns>,
     child: Option<Child>,
+}
+
+/// Which service of the cluster a test cuts off ([`HaCluster::net`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Member {
+    /// The pg_auto_failover monitor.
+    Monitor,
+    /// Data node `i` (0 or 1).
+    Node(usize),
 }
 
 /// A running monitor with two data nodes.
@@ -66,6 +86,8 @@ pub struct HaCluster {
     monitor: Service,
     nodes: Vec<Service>,
     next_db: u32,
+    /// The LAN the services' namespaces share (dropped after them).
+    lan: Option<Lan>,
 }
 
 /// One data node as the monitor reports it.
@@ -96,18 +118,38 @@ impl HaCluster {
     /// When PostgreSQL or `pg_autoctl` is missing (the drills do not skip: `.ci/run` installs
     /// `postgresql-15-auto-failover`), or the cluster does not come up.
     pub fn start() -> HaCluster {
+        HaCluster::start_on(None, "")
+    }
+
+    /// [`HaCluster::start`] with the monitor and each node in a network namespace of its own
+    /// on one LAN, which the relays (in the root namespace) reach too; `None` (a skip line for
+    /// `test`) when not root or `ip netns` is unavailable.
+    ///
+    /// # Panics
+    /// As [`HaCluster::start`].
+    pub fn start_in_netns_or_skip(test: &str) -> Option<HaCluster> {
+        let lan = Lan::create_or_skip(test)?;
+        Some(HaCluster::start_on(Some(lan), test))
+    }
+
+    fn start_on(lan: Option<Lan>, test: &str) -> HaCluster {
         let bindir = find_bindir()
             .expect("PostgreSQL server binaries not found (install postgresql; .ci/run does)");
         let autoctl = find_pg_autoctl(&bindir)
             .expect("pg_autoctl not found: install postgresql-15-auto-failover (.ci/run does)");
-        let mut c = HaCluster::create(bindir, autoctl).unwrap_or_else(|e| panic!("{e}"));
+        let mut c = HaCluster::create(bindir, autoctl, lan, test).unwrap_or_else(|e| panic!("{e}"));
         if let Err(e) = c.bring_up() {
             panic!("starting the pg_auto_failover cluster: {e}\n{}", c.logs());
         }
         c
     }
 
-    fn create(bindir: PathBuf, autoctl: PathBuf) -> Result<HaCluster, String> {
+    fn create(
+        bindir: PathBuf,
+        autoctl: PathBuf,
+        lan: Option<Lan>,
+        test: &str,
+    ) -> Result<HaCluster, String> {
         // Short: the unix sockets live here (a socket path has at most 107 bytes).
         let dir = tempfile::Builder::new()
             .prefix("mbx-ha-")
@@ -117,10 +159,18 @@ impl HaCluster {
             chown_tree(dir.path()).map_err(|e| format!("chown: {e}"))?;
         }
         let service = |name: &str| -> Result<Service, String> {
+            let net = match &lan {
+                Some(lan) => Some(lan.join(test).ok_or("`ip netns` unavailable")?),
+                None => None,
+            };
             Ok(Service {
                 name: name.to_string(),
                 pgdata: dir.path().join(name),
                 port: free_port().map_err(|e| format!("free port: {e}"))?,
+                host: net
+                    .as_ref()
+                    .map_or("127.0.0.1".to_string(), |n| n.inner_addr().to_string()),
+                net,
                 child: None,
             })
         };
@@ -133,25 +183,26 @@ impl HaCluster {
             monitor,
             nodes,
             next_db: 0,
+            lan,
         })
     }
 
     fn bring_up(&mut self) -> Result<(), String> {
         let m = &self.monitor;
         let (pgdata, port) = (m.pgdata.clone(), m.port.to_string());
-        let mut create = self.autoctl_cmd(&["create", "monitor", "--pgport", &port]);
+        let mut create = self.autoctl_cmd(m, &["create", "monitor", "--pgport", &port])?;
         create.arg("--pgdata").arg(&pgdata).args([
             "--hostname",
-            "127.0.0.1",
+            &m.host,
             "--auth",
             "trust",
             "--no-ssl",
         ]);
-        run_as_cluster_user(&mut create, "pg_autoctl create monitor")?;
-        let mut listen = self.autoctl_cmd(&["config", "set", "postgresql.listen_addresses"]);
-        listen.arg("127.0.0.1").arg("--pgdata").arg(&pgdata);
-        run_as_cluster_user(&mut listen, "pg_autoctl config set")?;
-        self.monitor.child = Some(self.spawn_logged("monitor", &["run"], &pgdata)?);
+        run_checked(&mut create, "pg_autoctl create monitor")?;
+        let mut listen = self.autoctl_cmd(m, &["config", "set", "postgresql.listen_addresses"])?;
+        listen.arg(&m.host).arg("--pgdata").arg(&pgdata);
+        run_checked(&mut listen, "pg_autoctl config set")?;
+        self.monitor.child = Some(self.spawn_logged(&self.monitor, &["run"])?);
         self.wait(START_TIMEOUT, "the monitor to answer", |c| {
             c.monitor_sql("SELECT 1").is_ok()
         })?;
@@ -168,6 +219,7 @@ impl HaCluster {
                     .any(|s| s.port == c.nodes[i].port && s.is(want))
             })?;
             self.tune_node(i)?;
+            self.trust_root_namespace(i)?;
         }
         self.wait_synchronous(START_TIMEOUT)
     }
@@ -175,10 +227,10 @@ impl HaCluster {
     /// `pg_autoctl create postgres ... --run` for node `i`.
     fn create_node(&mut self, i: usize) -> Result<(), String> {
         let n = &self.nodes[i];
-        let (name, pgdata, port) = (n.name.clone(), n.pgdata.clone(), n.port.to_string());
+        let (name, port) = (n.name.as_str(), n.port.to_string());
         let monitor = format!(
-            "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
-            self.monitor.port
+            "postgres://autoctl_node@{}:{}/pg_auto_failover?sslmode=disable",
+            self.monitor.host, self.monitor.port
         );
         let args = [
             "create",
@@ -186,11 +238,11 @@ impl HaCluster {
             "--pgport",
             &port,
             "--name",
-            &name,
+            name,
             "--hostname",
-            "127.0.0.1",
+            &n.host,
             "--listen",
-            "127.0.0.1",
+            &n.host,
             "--username",
             "postgres",
             "--dbname",
@@ -202,17 +254,33 @@ impl HaCluster {
             &monitor,
             "--run",
         ];
-        self.nodes[i].child = Some(self.spawn_logged(&name, &args, &pgdata)?);
+        self.nodes[i].child = Some(self.spawn_logged(n, &args)?);
         Ok(())
+    }
+
+    /// In namespaces: let node `i` take connections from the root namespace (the relays'
+    /// address on the LAN; on loopback initdb's rules already do), and reload it.
+    fn trust_root_namespace(&self, i: usize) -> Result<(), String> {
+        let Some(lan) = &self.lan else {
+            return Ok(());
+        };
+        let hba = self.nodes[i].pgdata.join("pg_hba.conf");
+        let mut text =
+            std::fs::read_to_string(&hba).map_err(|e| format!("reading pg_hba.conf: {e}"))?;
+        text.push_str(&format!("host all all {}/32 trust\n", lan.root_addr()));
+        std::fs::write(&hba, text).map_err(|e| format!("writing pg_hba.conf: {e}"))?;
+        self.node_sql(i, "SELECT pg_reload_conf()").map(|_| ())
     }
 
     /// Set node `i`'s keeper partition timeout ([`NETWORK_PARTITION_TIMEOUT_S`]) once it runs
     /// (its configuration complete); `config set` signals the running keeper to reload.
     fn tune_node(&self, i: usize) -> Result<(), String> {
         let t = NETWORK_PARTITION_TIMEOUT_S.to_string();
-        let mut set = self.autoctl_cmd(&["config", "set", "timeout.network_partition_timeout"]);
-        set.arg(&t).arg("--pgdata").arg(&self.nodes[i].pgdata);
-        let out = as_cluster_user(&mut set)
+        let n = &self.nodes[i];
+        let mut set =
+            self.autoctl_cmd(n, &["config", "set", "timeout.network_partition_timeout"])?;
+        set.arg(&t).arg("--pgdata").arg(&n.pgdata);
+        let out = set
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("pg_autoctl config set: {e}"))?;
@@ -226,10 +294,20 @@ impl HaCluster {
         ))
     }
 
-    /// `pg_autoctl <args>` with this cluster's environment (its config and state under the
-    /// temp dir, sockets in it, this PostgreSQL's binaries first on `PATH`).
-    fn autoctl_cmd(&self, args: &[&str]) -> Command {
+    /// `pg_autoctl <args>` for service `s`, as the cluster's user in `s`'s namespace, with
+    /// this cluster's environment (its config and state under the temp dir, sockets in it,
+    /// this PostgreSQL's binaries first on `PATH`).
+    fn autoctl_cmd(&self, s: &Service, args: &[&str]) -> Result<Command, String> {
         let mut c = Command::new(&self.autoctl);
+        match &s.net {
+            Some(net) => {
+                in_netns_as_cluster_user(&mut c, &net.path())
+                    .map_err(|e| format!("network namespace of {}: {e}", s.name))?;
+            }
+            None => {
+                as_cluster_user(&mut c);
+            }
+        }
         let d = self.dir.path();
         c.args(args)
             .env("PATH", format!("{}:/usr/bin:/bin", self.bindir.display()))
@@ -243,27 +321,26 @@ impl HaCluster {
             // The others find pg_ctl on PATH, or in the node's config.
             c.arg("--pgctl").arg(self.bindir.join("pg_ctl"));
         }
-        c
+        Ok(c)
     }
 
-    /// Spawn a long-running `pg_autoctl` in a process group of its own (so a machine loss kills
-    /// all of it at once), its output appended to `<name>.log`.
-    fn spawn_logged(&self, name: &str, args: &[&str], pgdata: &Path) -> Result<Child, String> {
+    /// Spawn a long-running `pg_autoctl` of service `s` in a process group of its own (so a
+    /// machine loss kills all of it at once), its output appended to `<name>.log`.
+    fn spawn_logged(&self, s: &Service, args: &[&str]) -> Result<Child, String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.path().join(format!("{name}.log")))
+            .open(self.dir.path().join(format!("{}.log", s.name)))
             .map_err(|e| format!("log: {e}"))?;
         let log2 = log.try_clone().map_err(|e| format!("log: {e}"))?;
-        let mut cmd = self.autoctl_cmd(args);
+        let mut cmd = self.autoctl_cmd(s, args)?;
         cmd.arg("--pgdata")
-            .arg(pgdata)
+            .arg(&s.pgdata)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
             .process_group(0);
-        as_cluster_user(&mut cmd)
-            .spawn()
+        cmd.spawn()
             .map_err(|e| format!("starting pg_autoctl {args:?}: {e}"))
     }
 
@@ -330,6 +407,12 @@ impl HaCluster {
             .collect()
     }
 
+    /// Node `i` as the monitor reports it (`None` if it does not answer).
+    pub fn state_of(&self, i: usize) -> Option<NodeState> {
+        let port = self.nodes[i].port;
+        self.states().into_iter().find(|s| s.port == port)
+    }
+
     /// The index of the node the monitor holds writable (reported and assigned `primary`, or
     /// `wait_primary`: a primary whose standby is not (yet) there).
     pub fn primary(&self) -> Option<usize> {
@@ -373,9 +456,12 @@ impl HaCluster {
         psql(&self.bindir, &self.node_url(i, "postgres"), sql)
     }
 
+    /// Over the node's unix socket (in the temp dir): no network cut stops the test's own
+    /// queries.
     fn node_url(&self, i: usize, db: &str) -> String {
         format!(
-            "postgres://postgres@127.0.0.1:{}/{db}?connect_timeout=2",
+            "postgres://postgres@/{db}?host={}&port={}&connect_timeout=2",
+            self.dir.path().display(),
             self.nodes[i].port
         )
     }
@@ -393,12 +479,41 @@ impl HaCluster {
         name
     }
 
-    /// A url naming both nodes that only a writable session satisfies (a relay's `--store`).
+    /// A url naming both nodes that only a writable session satisfies (a relay's `--store`);
+    /// without TLS, which the nodes do not serve (`--no-ssl`; off loopback the relay would
+    /// ask for `verify-full`).
     pub fn url_of(&self, db: &str) -> String {
+        let (a, b) = (&self.nodes[0], &self.nodes[1]);
         format!(
-            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db}?target_session_attrs=read-write",
-            self.nodes[0].port, self.nodes[1].port
+            "postgres://postgres@{}:{},{}:{}/{db}?target_session_attrs=read-write&sslmode=disable",
+            a.host, a.port, b.host, b.port
         )
+    }
+
+    /// The namespace of `member` (cut it, or drop packets between it and an address).
+    ///
+    /// # Panics
+    /// When the cluster was not started with [`HaCluster::start_in_netns_or_skip`].
+    pub fn net(&self, member: Member) -> &Netns {
+        let s = match member {
+            Member::Monitor => &self.monitor,
+            Member::Node(i) => &self.nodes[i],
+        };
+        s.net
+            .as_ref()
+            .expect("a cluster started with HaCluster::start_in_netns_or_skip")
+    }
+
+    /// The root namespace's address on the cluster's LAN: where the relays' connections come
+    /// from.
+    ///
+    /// # Panics
+    /// As [`HaCluster::net`].
+    pub fn root_addr(&self) -> std::net::Ipv4Addr {
+        self.lan
+            .as_ref()
+            .expect("a cluster started with HaCluster::start_in_netns_or_skip")
+            .root_addr()
     }
 
     /// Lose node `i`'s machine: SIGKILL to its `pg_autoctl` and its postmaster at once (their
@@ -449,8 +564,7 @@ impl HaCluster {
     /// # Errors
     /// When it cannot be started.
     pub fn restart_node(&mut self, i: usize) -> Result<(), String> {
-        let (name, pgdata) = (self.nodes[i].name.clone(), self.nodes[i].pgdata.clone());
-        let child = self.spawn_logged(&name, &["run"], &pgdata)?;
+        let child = self.spawn_logged(&self.nodes[i], &["run"])?;
         self.nodes[i].child = Some(child);
         Ok(())
     }
@@ -461,9 +575,9 @@ impl HaCluster {
     /// # Errors
     /// pg_autoctl's output when it failed.
     pub fn switchover(&self) -> Result<(), String> {
-        let mut c = self.autoctl_cmd(&["perform", "switchover", "--pgdata"]);
+        let mut c = self.autoctl_cmd(&self.monitor, &["perform", "switchover", "--pgdata"])?;
         c.arg(&self.monitor.pgdata);
-        run_as_cluster_user(&mut c, "pg_autoctl perform switchover")
+        run_checked(&mut c, "pg_autoctl perform switchover")
     }
 
     /// Every service's log so far (for failure messages).

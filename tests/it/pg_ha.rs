@@ -37,7 +37,7 @@ pub(crate) const ANSWER_BOUND: Duration = Duration::from_secs(14);
 /// 2-core machine.
 const SERVE_AGAIN: Duration = Duration::from_secs(40);
 /// How long the cluster may take to be synchronous again (a rejoin, a switchover).
-const RESYNC: Duration = Duration::from_secs(90);
+pub(crate) const RESYNC: Duration = Duration::from_secs(90);
 /// Load before the first drill and after the last.
 const STEADY: Duration = Duration::from_millis(1_500);
 const SENDERS: usize = 4;
@@ -108,10 +108,14 @@ fn drain_through_failovers(
     relays: [SocketAddr; 2],
     epoch: &str,
     done: &AtomicBool,
+    abort: &AtomicBool,
 ) -> Vec<(String, u64)> {
     let mut got = Vec::new();
     let (mut after, mut acked, mut at) = (0u64, 0u64, 0usize);
     for _ in 0..200_000 {
+        if abort.load(Ordering::SeqCst) {
+            return got;
+        }
         let finished = done.load(Ordering::SeqCst);
         let path = format!("/v2/relay/items?after={after}");
         let page = match host.try_call_at(relays[at], "GET", &path, b"") {
@@ -243,8 +247,12 @@ pub(crate) fn under_load(
     let (stop, senders_done) = (AtomicBool::new(false), AtomicBool::new(false));
     let mut received = Vec::new();
     let mut report = Vec::new();
+    let abort = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let rx = s.spawn(|| drain_through_failovers(&bob, addrs, &epoch, &senders_done));
+        // A failed drill stops the load and the drain at once (else the test would hang
+        // until the receiver's loop ran out).
+        let _stop = StopOnPanic([&stop, &abort]);
+        let rx = s.spawn(|| drain_through_failovers(&bob, addrs, &epoch, &senders_done, &abort));
         let pushers: Vec<_> = senders
             .iter()
             .enumerate()
@@ -299,6 +307,19 @@ pub(crate) fn under_load(
         answered,
         received,
         relays,
+    }
+}
+
+/// Sets its flags when dropped while a panic unwinds.
+struct StopOnPanic<'a>([&'a AtomicBool; 2]);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for flag in self.0 {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
     }
 }
 

@@ -1,21 +1,34 @@
-//! Network partitions between the relays and PostgreSQL, made by the tests themselves: the
-//! cluster runs inside a network namespace joined to the root namespace by a veth pair
-//! (relay-testkit's `Netns`, a private /30 such as 10.201.x.0/30), two relays in the root
-//! namespace reach it over that link, and the test sets the namespace's end of the link down
-//! (packets vanish, no error: open connections hang, new ones time out) and up again, under
-//! the load and history checker of the HA drills (`pg_ha::under_load`: four senders, a
-//! receiver draining at either relay).
+//! Network partitions, made by the tests themselves with network namespaces (relay-testkit's
+//! `Netns`), under the load and history checker of the HA drills (`pg_ha::under_load`: two
+//! relays in the root namespace, four senders, a receiver draining at either relay; over the
+//! whole history every acknowledged item reached the receiver exactly once, read from the
+//! nodes that survived, and its acked cursor never moved back).
 //!
-//! While cut, no push is acknowledged: each is answered 503 within the store's operation
-//! deadline. Restored, both relays serve again without a restart; over the whole history every
-//! acknowledged item reached the receiver exactly once and its acked cursor never moved back.
+//! A single PostgreSQL inside a namespace joined by a veth pair (a private /30 such as
+//! 10.201.x.0/30): the namespace's end of the link set down (packets vanish, no error: open
+//! connections hang, new ones time out) for longer than the store's operation deadline, and a
+//! link flapping. While cut, no push is acknowledged: each is answered 503 within the
+//! deadline; restored, both relays serve again without a restart.
+//!
+//! A pg_auto_failover cluster with the monitor and each node in a namespace of its own on one
+//! LAN (`HaCluster::start_in_netns_or_skip`): the relays cut from the primary but not the
+//! standby; the primary cut from its synchronous standby (its commits wait: 503, never a
+//! success the standby lacks); the monitor cut off (nothing changes: the primary keeps its
+//! standby and its role); the primary's replies to the relays lost while their packets still
+//! arrive (statements run, answers vanish). Each partition is held past the operation
+//! deadline, then healed; both relays must serve again and the cluster be synchronous again.
+//!
 //! Skipped (with a line saying why) when not root or `ip netns` is unavailable.
 
-use crate::pg_ha::{counter, longest_gap, print_metrics, under_load, wait_both_serve, Attempt};
+use crate::pg_ha::{
+    counter, longest_gap, print_metrics, under_load, wait_both_serve, Attempt, RESYNC,
+};
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use relay_testkit::cluster::{bindir_or_skip, PgCluster};
+use relay_testkit::ha::{HaCluster, Member};
 use relay_testkit::netns::Netns;
 
 /// How long the partition lasts: past the store's 10 s operation deadline, so operations
@@ -67,8 +80,9 @@ fn a_relay_cut_off_from_postgres_refuses_writes_with_503_and_serves_again_when_t
     };
     let url = net.url();
     let outcome = under_load(&url, |log, report| {
-        let cut = Instant::now();
         net.ns.cut();
+        // Taken once the link is down: a push sent while `ip` ran may still succeed.
+        let cut = Instant::now();
         std::thread::sleep(CUT);
         let restored = Instant::now();
         net.ns.restore();
@@ -139,4 +153,261 @@ fn a_link_flapping_every_two_seconds_neither_loses_nor_doubles_an_item_nor_moves
         !outcome.answered.is_empty() && !outcome.received.is_empty(),
         "the load ran"
     );
+}
+
+/// How long a partition between HA members lasts: past the store's 10 s operation deadline
+/// (operations caught by it are abandoned there, not only new ones refused), short of
+/// `pg_ha::ANSWER_BOUND`: the suite's normal tier holds one such cut per scenario.
+const HA_CUT: Duration = Duration::from_secs(11);
+/// How often the monitor's view is sampled during a partition.
+const SAMPLE: Duration = Duration::from_millis(250);
+
+/// What a partition of an HA cluster saw: when it was made and healed, which node was primary
+/// then, and when the monitor first stopped holding that node `primary` (its goal or its
+/// report), if it did.
+struct Partition {
+    from: Instant,
+    to: Instant,
+    primary: usize,
+    primary_left: Option<Instant>,
+}
+
+/// Make a partition with `cut` (given the primary's index), hold it for [`HA_CUT`] while
+/// sampling the monitor, heal it with `heal`, and wait until both relays serve again.
+fn hold_partition(
+    cluster: &HaCluster,
+    log: &Mutex<Vec<Attempt>>,
+    report: &mut Vec<String>,
+    what: &str,
+    cut: impl FnOnce(usize),
+    heal: impl FnOnce(usize),
+) -> Partition {
+    let primary = cluster.primary().expect("a primary");
+    cut(primary);
+    let from = Instant::now();
+    let mut primary_left = None;
+    while from.elapsed() < HA_CUT {
+        let state = cluster.state_of(primary);
+        let held = state.as_ref().is_none_or(|s| s.goal == "primary");
+        if !held && primary_left.is_none() {
+            primary_left = Some(Instant::now());
+            report.push(format!(
+                "{what}: after {:?} the monitor moved node {}: {:?}",
+                from.elapsed(),
+                primary + 1,
+                cluster.states()
+            ));
+        }
+        std::thread::sleep(SAMPLE);
+    }
+    heal(primary);
+    let to = Instant::now();
+    let (a, b) = wait_both_serve(log, to);
+    let log = log.lock().unwrap();
+    let during = answered_within(&log, from, to);
+    let refused = during.iter().filter(|a| !a.ok).count();
+    let slowest = during.iter().map(|a| a.answered - a.sent).max();
+    report.push(format!(
+        "{what} for {HA_CUT:?}: {} pushes acknowledged and {refused} refused meanwhile (slowest \
+         answer {slowest:?}); longest time without a 200 push {:?}; after the heal relay 1 \
+         served again after {a:?}, relay 2 after {b:?}",
+        during.len() - refused,
+        longest_gap(&log, from, Instant::now())
+    ));
+    Partition {
+        from,
+        to,
+        primary,
+        primary_left,
+    }
+}
+
+/// An HA cluster in namespaces under the HA load, `drill` run on it; then the cluster must be
+/// synchronous again. Returns at once when skipped.
+fn ha_partition_drill(
+    test: &str,
+    drill: impl FnOnce(&HaCluster, &Mutex<Vec<Attempt>>, &mut Vec<String>),
+) {
+    let Some(mut cluster) = HaCluster::start_in_netns_or_skip(test) else {
+        return;
+    };
+    let db = cluster.fresh_db_name();
+    let url = cluster.url_of(&db);
+    let outcome = under_load(&url, |log, report| {
+        drill(&cluster, log, report);
+        cluster
+            .wait_synchronous(RESYNC)
+            .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
+    });
+    print_metrics(&outcome.relays);
+    assert!(
+        !outcome.answered.is_empty() && !outcome.received.is_empty(),
+        "the load ran"
+    );
+    let duplicates = outcome
+        .answered
+        .iter()
+        .filter(|a| a.2 == "duplicate")
+        .count();
+    eprintln!("pg_ha: {duplicates} pushes answered duplicate (a retry of what had committed)");
+}
+
+/// The attempts answered from `from` to `to`, whenever sent (a push sent just before a
+/// partition may wait in it until the deadline).
+fn answered_within(log: &[Attempt], from: Instant, to: Instant) -> Vec<Attempt> {
+    log.iter()
+        .filter(|a| a.answered >= from && a.answered <= to)
+        .copied()
+        .collect()
+}
+
+/// No push sent into `p` was acknowledged while the partition held and the monitor still held
+/// its primary, and pushes were refused meanwhile (at the deadline, or at once).
+fn assert_none_acknowledged_while_primary_held(log: &Mutex<Vec<Attempt>>, p: &Partition) {
+    let log = log.lock().unwrap();
+    let held_until = p.primary_left.unwrap_or(p.to);
+    let acked: Vec<_> = within(&log, p.from, held_until)
+        .into_iter()
+        .filter(|a| a.ok)
+        .map(|a| a.answered - p.from)
+        .collect();
+    assert!(
+        acked.is_empty(),
+        "pushes acknowledged during the partition (after {acked:?}), the primary unchanged"
+    );
+    assert!(
+        answered_within(&log, p.from, p.to).iter().any(|a| !a.ok),
+        "pushes were refused during the partition"
+    );
+}
+
+/// The relays cut from the primary both ways (silently: its namespace drops what comes from
+/// the root namespace and what it sends there), not from the standby: their sessions to the
+/// primary hang or time out, the standby refuses a read-write session, so every push is
+/// refused until the heal; the monitor sees both nodes and keeps its primary.
+fn relays_cut_from_the_primary(c: &HaCluster, log: &Mutex<Vec<Attempt>>, r: &mut Vec<String>) {
+    let root = c.root_addr();
+    let what = "relays cut from the primary (both ways)";
+    let p = hold_partition(
+        c,
+        log,
+        r,
+        what,
+        |p| {
+            c.net(Member::Node(p)).drop_from(root);
+            c.net(Member::Node(p)).drop_to(root);
+        },
+        |p| {
+            c.net(Member::Node(p)).undrop_from(root);
+            c.net(Member::Node(p)).undrop_to(root);
+        },
+    );
+    assert_none_acknowledged_while_primary_held(log, &p);
+    assert_eq!(p.primary_left, None, "the monitor kept its primary");
+}
+
+/// The primary cut from its synchronous standby both ways: while the monitor holds it
+/// `primary` (synchronous), a COMMIT waits for a standby it cannot reach and is refused at
+/// the deadline (and cancelled on the server), never acknowledged.
+fn primary_cut_from_standby(c: &HaCluster, log: &Mutex<Vec<Attempt>>, r: &mut Vec<String>) {
+    let what = "primary cut from its standby (both ways)";
+    let standby = |p: usize| c.net(Member::Node(1 - p)).inner_addr();
+    let p = hold_partition(
+        c,
+        log,
+        r,
+        what,
+        |p| {
+            c.net(Member::Node(p)).drop_from(standby(p));
+            c.net(Member::Node(p)).drop_to(standby(p));
+        },
+        |p| {
+            c.net(Member::Node(p)).undrop_from(standby(p));
+            c.net(Member::Node(p)).undrop_to(standby(p));
+        },
+    );
+    assert_none_acknowledged_while_primary_held(log, &p);
+}
+
+/// The monitor's link down: the primary still streams to its standby, so it neither demotes
+/// itself nor stops committing, and the relays keep serving.
+fn monitor_cut_off(c: &HaCluster, log: &Mutex<Vec<Attempt>>, r: &mut Vec<String>) {
+    let what = "monitor cut off (its link down)";
+    let net = c.net(Member::Monitor);
+    let p = hold_partition(c, log, r, what, |_| net.cut(), |_| net.restore());
+    let acked = answered_within(&log.lock().unwrap(), p.from, p.to)
+        .iter()
+        .any(|a| a.ok);
+    assert!(
+        acked,
+        "pushes were acknowledged while the monitor was cut off"
+    );
+    c.wait_synchronous(RESYNC)
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    assert_eq!(c.primary(), Some(p.primary), "the same primary");
+}
+
+/// One direction only: the primary's packets to the relays dropped, theirs still arriving.
+/// Statements (COMMITs among them) run while their answers vanish: each push is refused at
+/// the deadline, and its retry after the heal is a `duplicate` of what committed.
+fn primary_replies_lost(c: &HaCluster, log: &Mutex<Vec<Attempt>>, r: &mut Vec<String>) {
+    let root = c.root_addr();
+    let what = "the primary's packets to the relays dropped (theirs still arrive)";
+    let p = hold_partition(
+        c,
+        log,
+        r,
+        what,
+        |p| c.net(Member::Node(p)).drop_to(root),
+        |p| c.net(Member::Node(p)).undrop_to(root),
+    );
+    assert_none_acknowledged_while_primary_held(log, &p);
+    assert_eq!(p.primary_left, None, "the monitor kept its primary");
+}
+
+/// The four partitions between HA members, one after another on one cluster (one cluster
+/// start instead of four: the suite's normal tier); each alone below (`--ignored`).
+#[test]
+fn partitions_between_ha_members_acknowledge_nothing_the_survivors_lack_and_heal_without_restarts()
+{
+    ha_partition_drill("pg_partition::ha", |c, log, r| {
+        relays_cut_from_the_primary(c, log, r);
+        c.wait_synchronous(RESYNC)
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+        primary_cut_from_standby(c, log, r);
+        c.wait_synchronous(RESYNC)
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+        monitor_cut_off(c, log, r);
+        primary_replies_lost(c, log, r);
+    });
+}
+
+#[test]
+#[ignore = "one HA partition alone (about a minute): the normal tier runs all four on one cluster"]
+fn relays_cut_from_the_primary_but_not_the_standby_get_503_and_serve_again_without_a_failover() {
+    ha_partition_drill(
+        "pg_partition::relays_from_primary",
+        relays_cut_from_the_primary,
+    );
+}
+
+#[test]
+#[ignore = "one HA partition alone (about a minute): the normal tier runs all four on one cluster"]
+fn a_primary_cut_from_its_synchronous_standby_acknowledges_no_write_the_standby_lacks() {
+    ha_partition_drill(
+        "pg_partition::primary_from_standby",
+        primary_cut_from_standby,
+    );
+}
+
+#[test]
+#[ignore = "one HA partition alone (about a minute): the normal tier runs all four on one cluster"]
+fn the_monitor_cut_off_changes_no_role_and_the_relays_keep_serving() {
+    ha_partition_drill("pg_partition::monitor", monitor_cut_off);
+}
+
+#[test]
+#[ignore = "one HA partition alone (about a minute): the normal tier runs all four on one cluster"]
+fn an_asymmetric_cut_losing_the_primarys_replies_acknowledges_nothing_and_retries_dedupe() {
+    ha_partition_drill("pg_partition::asymmetric", primary_replies_lost);
 }
