@@ -40,6 +40,8 @@ pub const MONITOR_SETTINGS: [(&str, u32); 6] = [
 pub const NETWORK_PARTITION_TIMEOUT_S: u32 = 2;
 /// How long the cluster may take to come up, or a node to reach a state.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// Lines of each service's log a failure message shows.
+const LOG_LINES: usize = 150;
 /// How long a stopping service may take before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -218,10 +220,16 @@ impl HaCluster {
                     .iter()
                     .any(|s| s.port == c.nodes[i].port && s.is(want))
             })?;
+        }
+        self.wait_synchronous(START_TIMEOUT)?;
+        // Once both keepers are settled: done between node1's start and node2's join, twice
+        // (two clusters starting at once on a loaded machine) node1's keeper lost its
+        // node-active service as node2 joined and never recovered (cause not found).
+        for i in 0..self.nodes.len() {
             self.tune_node(i)?;
             self.trust_root_namespace(i)?;
         }
-        self.wait_synchronous(START_TIMEOUT)
+        Ok(())
     }
 
     /// `pg_autoctl create postgres ... --run` for node `i`.
@@ -586,8 +594,8 @@ impl HaCluster {
         for s in std::iter::once(&self.monitor).chain(&self.nodes) {
             let log = std::fs::read_to_string(self.dir.path().join(format!("{}.log", s.name)))
                 .unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            out.push_str(&format!("--- {} (last 40 lines)\n", s.name));
+            let tail: Vec<&str> = log.lines().rev().take(LOG_LINES).collect();
+            out.push_str(&format!("--- {} (last {LOG_LINES} lines)\n", s.name));
             for l in tail.into_iter().rev() {
                 out.push_str(l);
                 out.push('\n');
