@@ -62,7 +62,7 @@ impl Relay {
         let mut rv = tokio::time::interval(super::revoke_watch::REVOKE_REFRESH);
         rv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         hb.tick().await; // written at startup already
-        // The other processes on a shared store: their changes, this one's row (`super::peers`).
+                         // The other processes on a shared store: their changes, this one's row (`super::peers`).
         let mut peers = shared.then(|| tokio::spawn(self.clone().run_peers(stop.clone())));
         loop {
             tokio::select! {

@@ -49,5 +49,4 @@ impl Relay {
         }
         Ok(expired)
     }
-
 }

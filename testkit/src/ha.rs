@@ -13,8 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{
-    as_cluster_user, chown_tree, find_bindir, free_port, psql, run_as_cluster_user, running_as_root,
+    as_cluster_user, chown_tree, find_bindir, free_port, psql, run_as_cluster_user,
 };
+use crate::privilege::running_as_root;
 
 /// The monitor's health-check timings (`pgautofailover.*`, milliseconds), against the
 /// defaults 5000 / 5000 / 2 / 2000 / 20000 / 30000: a node is checked every second, declared

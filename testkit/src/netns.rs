@@ -44,7 +44,7 @@ impl Netns {
     /// # Panics
     /// When the namespace was made but its link could not be set up (a failure, not a skip).
     pub fn create_or_skip(test: &str) -> Option<Netns> {
-        if !crate::cluster::running_as_root() {
+        if !crate::privilege::running_as_root() {
             eprintln!("SKIP {test}: network namespaces need root");
             return None;
         }
