@@ -175,7 +175,7 @@ pub(crate) async fn admit(
     }
     // What parsing the body will hold, charged before any parse (here, or by the handler of a
     // push, which reads its own tree).
-    let cost = parse_cost(route.parse, &bytes);
+    let cost = parse_cost(route.parse, &bytes, relay.limits().max_item_bytes);
     if cost > 0 {
         if let Err(r) = held.grow_to(held.held().saturating_add(cost)).await {
             return Err(body_refused(r.into(), body).into());

@@ -24,6 +24,7 @@ pub(crate) mod private;
 pub(crate) mod retry_after;
 pub(crate) mod route;
 pub(crate) mod status;
+pub(crate) mod status_facts;
 pub(crate) mod tls;
 pub(crate) mod tls_cert;
 
@@ -41,14 +42,9 @@ pub(crate) struct App {
     /// shared, per address before a hop is proven, per key after ([`account`]).
     pub memory: Arc<account::MemoryAccount>,
     /// What `/status` reports besides live figures.
-    pub(crate) status: status::StatusFacts,
+    pub(crate) status: status_facts::StatusFacts,
     /// Failed hop authentications per address.
     pub(crate) hop_gate: hop_gate::HopGate,
     /// Where large bodies' signatures are checked and their JSON parsed.
     pub(crate) off_worker: off_worker::OffWorker,
-}
-
-/// The public listener's service: every request goes through the pipeline.
-pub(crate) fn service(app: Arc<App>, public_per_minute: u32) -> Arc<pipeline::Public> {
-    pipeline::Public::new(app, public_per_minute)
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::conn::GuardConfig;
 use super::metrics::process::ProcessFacts;
 use super::metrics::{COMMIT, VERSION};
-use super::tls::Tls;
+use super::status_facts::StatusFacts;
 use super::tls_cert::now_unix;
 use super::App;
 use relay_core::Limits;
@@ -19,21 +19,11 @@ use relay_core::Limits;
 /// Longest `/status` waits for fresh store figures.
 const STORE_WAIT: Duration = Duration::from_millis(500);
 
-/// What `/status` reports that is fixed at start.
-pub(crate) struct StatusFacts {
-    /// `directory` or `postgres`.
-    pub backend: &'static str,
-    /// The store's location, without secrets (a directory, or `postgres://host:port/db`).
-    pub location: String,
-    pub guard: GuardConfig,
-    pub tls: Option<std::sync::Arc<Tls>>,
-}
-
 /// The document.
 pub(crate) async fn document(app: &App) -> Value {
     let m = &app.http_metrics;
     let relay = &app.relay;
-    let facts = &app.status;
+    let facts: &StatusFacts = &app.status;
     let store = m.store.get(STORE_WAIT).await;
     let refused: Map<String, Value> = m
         .conn

@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 use relay_store::{OpenOptions, SystemClock};
 
+use crate::http::pipeline::Public;
 use crate::http::tls::Tls;
-use crate::http::{service, App, TrustProxy};
+use crate::http::{App, TrustProxy};
 use crate::store_open::{open_store, open_store_with, StoreSpec};
 use relay_core::{load_existing_key, load_or_create_key, start_relay, Limits};
 use relay_os::private::{require_private, Kind};
@@ -470,7 +471,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         memory,
         hop_gate: crate::http::hop_gate::HopGate::new(config.guard.body.auth_failures_per_minute),
         off_worker: crate::http::off_worker::OffWorker::default(),
-        status: crate::http::status::StatusFacts {
+        status: crate::http::status_facts::StatusFacts {
             backend: config.store.backend_name(),
             location: config.store.to_string(),
             guard: config.guard.clone(),
@@ -521,7 +522,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
     let watchdog = crate::notify::spawn_watchdog(stop_rx.clone());
     let served = crate::http::conn::serve(
         listener,
-        service(app, config.guard.public_per_minute),
+        Public::new(app, config.guard.public_per_minute),
         config.guard.clone(),
         tls,
         observed,

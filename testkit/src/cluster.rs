@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::privilege::running_as_root;
+
 /// The uid/gid of `nobody`/`nogroup`: who runs the cluster when we are root.
 const NOBODY: u32 = 65_534;
 /// How long the server may take to accept connections after a start.
@@ -59,11 +61,6 @@ pub fn find_bindir() -> Option<PathBuf> {
     candidates
         .into_iter()
         .find(|d| d.join("initdb").is_file() && d.join("postgres").is_file())
-}
-
-pub(crate) fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 pub(crate) fn free_port() -> std::io::Result<u16> {

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{
     as_cluster_user, chown_tree, find_bindir, free_port, in_netns_as_cluster_user, psql,
-    run_checked, running_as_root,
+    run_checked,
 };
 use crate::netns::{Lan, Netns};
+use crate::privilege::running_as_root;
 
 /// The monitor's health-check timings (`pgautofailover.*`, milliseconds), against the
 /// defaults 5000 / 5000 / 2 / 2000 / 20000 / 30000: a node is checked every second, declared

@@ -30,5 +30,6 @@ pub mod ha;
 pub mod host;
 pub mod netns;
 pub mod powercut;
+mod privilege;
 pub mod procfs;
 pub mod standby;

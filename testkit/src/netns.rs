@@ -64,7 +64,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 
 /// Whether this process may make namespaces (root); else a skip line for `test`.
 fn may_make_namespaces(test: &str) -> bool {
-    let root = crate::cluster::running_as_root();
+    let root = crate::privilege::running_as_root();
     if !root {
         eprintln!("SKIP {test}: network namespaces need root");
     }
