@@ -300,7 +300,7 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn the_alert_rules_pass_promtool_check_and_fire_when_they_should() {
     let said = promtool(&["check", "rules", "mbx-relay-alerts.yml"]);
-    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
     let tested = promtool(&["test", "rules", "mbx-relay-alerts.test.yml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
     let rules = std::fs::read_to_string(packaging("prometheus/mbx-relay-alerts.yml")).unwrap();
@@ -308,6 +308,7 @@ fn the_alert_rules_pass_promtool_check_and_fire_when_they_should() {
         "MbxRelayDown",
         "MbxRelayStoreUnavailable",
         "MbxRelayDiskFilling",
+        "MbxRelayPostgresDiskFilling",
         "MbxRelayCertificateExpiring",
         "MbxRelayNoRecentBackup",
         "MbxRelayRefusalsRising",
