@@ -24,6 +24,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import probelib  # noqa: E402 (next to this file)
+
 BIN = {}
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("MBX_")}
 
@@ -39,41 +42,16 @@ def text(b):
     return (b or b"").decode("utf-8", "replace")
 
 
-class Relay:
-    """`mbx-relay serve` on a loopback port; `addr` once it printed `listening on`."""
+def start(store, extra=(), env=None):
+    """A relay on `store` (probelib.Relay: loopback, a metrics listener), with no MBX_* variable
+    but `env`'s; `stop(graceful=True)` ends it as systemd does and keeps the store."""
+    e = dict(CLEAN_ENV)
+    e.update(env or {})
+    return probelib.Relay(BIN["mbx-relay"], extra, store=store, env=e, generous=False)
 
-    def __init__(self, store_dir, extra=(), env=None):
-        e = dict(CLEAN_ENV)
-        e.update(env or {})
-        self.p = subprocess.Popen(
-            [BIN["mbx-relay"], "serve", "--store-dir", store_dir, "--listen", "127.0.0.1:0", *extra],
-            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        self.addr = None
-        self.metrics = None
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            line = text(self.p.stdout.readline())
-            if not line:
-                break
-            m = re.match(r"metrics listening on (\S+)", line)
-            if m:
-                self.metrics = m.group(1)
-            m = re.match(r"listening on (\S+)", line)
-            if m:
-                self.addr = m.group(1)
-                break
-        if self.addr is None:
-            self.stop()
-            raise RuntimeError("relay did not start: " + text(self.p.stderr.read())[-2000:])
 
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+def hostport(addr):
+    return f"{addr[0]}:{addr[1]}"
 
 
 def keygen():
@@ -87,8 +65,8 @@ def keygen():
 def item1(tmp):
     """A restored store started without its key: exit 2, no key written, --check agrees."""
     orig, restored, bak = f"{tmp}/orig", f"{tmp}/restored", f"{tmp}/b.mbxbak"
-    r = Relay(orig)
-    r.stop()
+    r = start(orig)
+    r.stop(graceful=True)
     seed = open(f"{orig}/relay.key").read().strip()
     b = run([BIN["relay-tool"], "backup", "--store-dir", orig, bak])
     if b.returncode != 0:
@@ -145,20 +123,20 @@ def item3(tmp):
             "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "ext.cnf", cwd=tmp)
     os.chmod(f"{tmp}/leaf.key", 0o600)
     os.chmod(f"{tmp}/ca.key", 0o600)
-    r = Relay(f"{tmp}/s", ["--tls-cert", f"{tmp}/leaf.pem", "--tls-key", f"{tmp}/leaf.key"])
+    r = start(f"{tmp}/s", ["--tls-cert", f"{tmp}/leaf.pem", "--tls-key", f"{tmp}/leaf.key"])
     try:
-        url = f"https://{r.addr}/health"
+        url = f"{r.url('https')}/health"
         with_ca = run([BIN["mbx-relay"], "health", "--url", url, "--ca", f"{tmp}/ca.pem"])
         without = run([BIN["mbx-relay"], "health", "--url", url])
     finally:
-        r.stop()
+        r.stop(graceful=True)
     # The CA certificate served as the relay's own (the issue's CaUsedAsEndEntity).
-    r = Relay(f"{tmp}/s2", ["--tls-cert", f"{tmp}/ca.pem", "--tls-key", f"{tmp}/ca.key"])
+    r = start(f"{tmp}/s2", ["--tls-cert", f"{tmp}/ca.pem", "--tls-key", f"{tmp}/ca.key"])
     try:
-        ca_as_leaf = run([BIN["mbx-relay"], "health", "--url", f"https://{r.addr}/health",
+        ca_as_leaf = run([BIN["mbx-relay"], "health", "--url", f"{r.url('https')}/health",
                           "--ca", f"{tmp}/ca.pem"])
     finally:
-        r.stop()
+        r.stop(graceful=True)
     raw = re.compile(r"Other\(|OtherError|CaUsedAsEndEntity|UnknownIssuer")
     said = text(without.stderr).strip() + " | " + text(ca_as_leaf.stderr).strip()
     ok = (with_ca.returncode == 0 and without.returncode == 1 and ca_as_leaf.returncode == 1
@@ -172,18 +150,18 @@ def item4(tmp):
     bench = BIN["relay-bench"]
     usage = run([bench, "--no-such-flag"])
     unreachable = run([bench, "--url", "http://127.0.0.1:9", "--items", "10"], timeout=60)
-    r = Relay(f"{tmp}/s", ["--pushes-per-minute", "2"])
+    r = start(f"{tmp}/s", ["--pushes-per-minute", "2"])
     try:
-        failing = run([bench, "--url", f"http://{r.addr}", "--senders", "1", "--targets", "2",
+        failing = run([bench, "--url", r.url(), "--senders", "1", "--targets", "2",
                        "--items", "400", "--batch", "50"], timeout=300)
     finally:
-        r.stop()
-    r = Relay(f"{tmp}/s2")
+        r.stop(graceful=True)
+    r = start(f"{tmp}/s2")
     try:
-        good = run([bench, "--url", f"http://{r.addr}", "--senders", "2", "--targets", "2",
+        good = run([bench, "--url", r.url(), "--senders", "2", "--targets", "2",
                     "--items", "200", "--batch", "50"], timeout=300)
     finally:
-        r.stop()
+        r.stop(graceful=True)
     ok = (usage.returncode == 2 and unreachable.returncode == 1 and failing.returncode == 1
           and good.returncode == 0)
     return ok, (f"usage {usage.returncode}, unreachable {unreachable.returncode}, a run with "
@@ -207,7 +185,7 @@ def host(dir_, *args, env=None, timeout=120):
 
 def two_hosts(tmp, relay):
     """alice and bob enrolled on `relay`, peers of each other; bob received one message."""
-    url = f"http://{relay.addr}"
+    url = relay.url()
     keys = {}
     for name in ("alice", "bob"):
         d = f"{tmp}/{name}"
@@ -225,7 +203,7 @@ def two_hosts(tmp, relay):
 
 def item5(tmp):
     """Broken pipes end quietly (SIGPIPE, as cat), never a panic."""
-    r = Relay(f"{tmp}/s")
+    r = start(f"{tmp}/s")
     try:
         alice, bob = two_hosts(tmp, r)
         results = {
@@ -235,7 +213,7 @@ def item5(tmp):
         }
         run([BIN["relay-tool"], "backup", "--store-dir", f"{tmp}/s", f"{tmp}/b.mbxbak"])
     finally:
-        r.stop()
+        r.stop(graceful=True)
     results["relay-tool verify FILE"] = closed_stdout([BIN["relay-tool"], "verify", f"{tmp}/b.mbxbak"])
     bad = {k: v for k, v in results.items()
            if v[0] != -signal.SIGPIPE or "panicked" in v[1] or v[1].strip()}
@@ -246,12 +224,12 @@ def item5(tmp):
 def item6(tmp):
     """One exit-code scheme and one JSON error shape."""
     seen, ok = [], True
-    r = Relay(f"{tmp}/s")
+    r = start(f"{tmp}/s")
     try:
         in_use = run([BIN["mbx-relay"], "serve", "--store-dir", f"{tmp}/s", "--listen", "127.0.0.1:0"],
                      timeout=60)
     finally:
-        r.stop()
+        r.stop(graceful=True)
     other = keygen()
     wrong_key = run([BIN["mbx-relay"], "serve", "--store-dir", f"{tmp}/s", "--listen", "127.0.0.1:0"],
                     env={"MBX_RELAY_KEY": other["seed"]}, timeout=60)
@@ -281,7 +259,7 @@ def item6(tmp):
 
 def item7(tmp):
     """host doctor runs while host run is up; the daemon's log lines carry their time."""
-    r = Relay(f"{tmp}/s")
+    r = start(f"{tmp}/s")
     daemon = None
     try:
         alice, _bob = two_hosts(tmp, r)
@@ -302,7 +280,7 @@ def item7(tmp):
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 _, err = daemon.communicate()
-        r.stop()
+        r.stop(graceful=True)
     lines = [l for l in text(err).splitlines() if l.strip()]
     stamped = [l for l in lines if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", l)]
     out = text(doctor.stdout) + text(doctor.stderr)
@@ -316,7 +294,7 @@ def item7(tmp):
 def item8(tmp):
     """backup - streams to stdout (no file named -), verifies, and counts as a backup."""
     store = f"{tmp}/s"
-    r = Relay(store, ["--metrics-listen", "127.0.0.1:0"])
+    r = start(store)
     try:
         with open(f"{tmp}/stream.mbxbak", "wb") as f:
             online = run([BIN["relay-tool"], "backup", "--store-dir", store, "-"], stdout=f, cwd=tmp)
@@ -325,14 +303,14 @@ def item8(tmp):
         last = None
         deadline = time.time() + 40
         while time.time() < deadline:
-            body = urllib.request.urlopen(f"http://{r.metrics}/metrics", timeout=10).read().decode()
+            body = urllib.request.urlopen(f"http://{hostport(r.metrics)}/metrics", timeout=10).read().decode()
             m = re.search(r"^mbx_relay_last_backup_timestamp_seconds\S* (\S+)$", body, re.M)
             last = float(m.group(1)) if m else None
             if last:
                 break
             time.sleep(2)
     finally:
-        r.stop()
+        r.stop(graceful=True)
     with open(f"{tmp}/offline.mbxbak", "wb") as f:
         offline = run([BIN["relay-tool"], "backup", "--store-dir", store, "-"], stdout=f, cwd=tmp)
     verify2 = run([BIN["relay-tool"], "verify", f"{tmp}/offline.mbxbak"])
