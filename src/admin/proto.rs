@@ -190,7 +190,11 @@ fn parse_dump(words: &[&str]) -> Result<Request, String> {
 fn parse_backup_kept(words: &[&str]) -> Result<Request, String> {
     let usage = || "usage: backup-kept CHECKSUM [file TEXT...]".to_string();
     let (checksum, rest) = words.split_first().ok_or_else(usage)?;
-    if checksum.len() != 64 || !checksum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if checksum.len() != 64
+        || !checksum
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
         return Err("backup-kept: the checksum must be 64 lower-case hex digits".to_string());
     }
     let file = match rest.split_first() {

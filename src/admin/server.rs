@@ -466,17 +466,29 @@ mod tests {
                 checksum: checksum.to_string(),
                 file: "/backups/b.bak".into(),
             };
-            client::request(dir.path(), &request).unwrap().unwrap().finish()
+            client::request(dir.path(), &request)
+                .unwrap()
+                .unwrap()
+                .finish()
         };
-        assert!(matches!(kept(&"ab".repeat(32)), Err(ClientError::Refused(_))));
+        assert!(matches!(
+            kept(&"ab".repeat(32)),
+            Err(ClientError::Refused(_))
+        ));
         kept(&summary.checksum).unwrap();
         let newest = newest_log_entry().unwrap();
         assert_eq!(newest["kind"], "backup");
         let detail = newest["detail"].as_str().unwrap();
         assert!(detail.contains(&summary.checksum), "{detail}");
-        assert!(detail.contains("kept by relay-tool as /backups/b.bak"), "{detail}");
+        assert!(
+            detail.contains("kept by relay-tool as /backups/b.bak"),
+            "{detail}"
+        );
         // Recorded once: a second confirmation of the same stream is refused.
-        assert!(matches!(kept(&summary.checksum), Err(ClientError::Refused(_))));
+        assert!(matches!(
+            kept(&summary.checksum),
+            Err(ClientError::Refused(_))
+        ));
 
         let mut reply = client::request(dir.path(), &Request::Stats)
             .unwrap()

@@ -510,7 +510,9 @@ fn a_streamed_backup_counts_only_once_relay_tool_kept_it() {
         detail.contains(&format!("kept by relay-tool as {}", file.display())),
         "{detail}"
     );
-    let (at, _) = wait_sample(&relay, "mbx_relay_last_backup_timestamp_seconds", |v| v > 0.0);
+    let (at, _) = wait_sample(&relay, "mbx_relay_last_backup_timestamp_seconds", |v| {
+        v > 0.0
+    });
     assert!((at - unix_secs()).abs() < 120.0, "{at}");
 }
 

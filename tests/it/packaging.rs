@@ -366,7 +366,15 @@ fn the_dashboard_and_alert_rules_use_only_metrics_the_relay_serves() {
 fn resolved_features(selection: &[&str]) -> BTreeMap<String, std::collections::BTreeSet<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "--locked", "--offline", "-e", "no-dev", "--prefix", "none"])
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "no-dev",
+            "--prefix",
+            "none",
+        ])
         .args(["-f", "{p} {f}"])
         .args(selection)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -175,7 +175,9 @@ mod tests {
     }
 
     fn log(store: &Store, kind: &str, n: usize) {
-        let pending: Vec<_> = (0..n).map(|i| store.log_op(kind, &format!("{i}"))).collect();
+        let pending: Vec<_> = (0..n)
+            .map(|i| store.log_op(kind, &format!("{i}")))
+            .collect();
         for p in pending {
             p.wait().unwrap();
         }
@@ -207,6 +209,9 @@ mod tests {
         assert_eq!(third.backup_ms, Some(newer));
         // Other kinds never count.
         log(&store, "restore", 1);
-        assert_eq!(newest_backup(&store, Some(third)).unwrap().backup_ms, Some(newer));
+        assert_eq!(
+            newest_backup(&store, Some(third)).unwrap().backup_ms,
+            Some(newer)
+        );
     }
 }

@@ -87,7 +87,10 @@ pub fn the_newest_entry_of_a_kind_is_found_however_deep_in_the_log(backend: &dyn
     for p in pending {
         p.wait().unwrap();
     }
-    let found = store.newest_op_of("backup").unwrap().expect("a backup entry");
+    let found = store
+        .newest_op_of("backup")
+        .unwrap()
+        .expect("a backup entry");
     assert_eq!((found.seq, found.detail.as_str()), (1, "second"));
     assert_eq!(store.newest_op_of("enrol").unwrap().unwrap().seq, 2_001);
     assert_eq!(store.newest_op_of("restore").unwrap(), None);
