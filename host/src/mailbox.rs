@@ -78,6 +78,9 @@ pub(crate) fn queue_message(
 pub(crate) fn inbox(store: &HostStore) -> Out {
     let rows = store.inbox()?;
     let mut text = format!("{} message(s)", rows.len());
+    if !rows.is_empty() {
+        text.push_str(" (id, from: owner@PEER is peer PEER's owner, date, subject)");
+    }
     let v: Vec<Value> = rows
         .iter()
         .map(|m| {
@@ -99,7 +102,7 @@ pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
     let text = format!(
         "id: {}\nfrom: {}\ndate: {}\nsubject: {}\nrelay seq: {}, received {}\n\n{}",
         m.id,
-        m.from,
+        sender_text(&m.from),
         m.ts,
         m.subject,
         m.relay_seq,
@@ -109,6 +112,18 @@ pub(crate) fn inbox_show(store: &HostStore, id: &str) -> Out {
     let v = json!({"id": m.id, "from": m.from, "subject": m.subject, "body": m.body, "ts": m.ts,
                    "relay_seq": m.relay_seq, "received_at": iso_ms(m.received_at)});
     Ok((v, text))
+}
+
+/// A sender address in words: `owner@alpha` is how agentmbx addresses the owner of host
+/// alpha, and the receiver took it only from that peer (signed by its host key, the address
+/// naming it), so the text says which peer it is.
+fn sender_text(from: &str) -> String {
+    match from.rsplit_once('@') {
+        Some(("owner", host)) => {
+            format!("{from} (the owner of peer {host}: signed by {host}'s host key)")
+        }
+        _ => from.to_string(),
+    }
 }
 
 pub(crate) fn quarantine(store: &HostStore) -> Out {

@@ -196,6 +196,9 @@ impl RelayStore for Store {
     fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
         oplog::newest(&*self.view()?, limit)
     }
+    fn newest_op_of(&self, kind: &str) -> Result<Option<OpEntry>> {
+        oplog::newest_of(&*self.view()?, kind)
+    }
     /// From the checkpoint over the durable snapshot, naming the first entry that does not
     /// match.
     fn verify_log(&self) -> Result<LogVerdict> {

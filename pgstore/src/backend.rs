@@ -194,6 +194,9 @@ impl RelayStore for PgStore {
     fn ops(&self, limit: usize) -> Result<Vec<OpEntry>> {
         oplog::ops(self.ctx(), limit)
     }
+    fn newest_op_of(&self, kind: &str) -> Result<Option<OpEntry>> {
+        oplog::newest_of(self.ctx(), kind)
+    }
     fn verify_log(&self) -> Result<LogVerdict> {
         oplog::verify_log(self.ctx())
     }

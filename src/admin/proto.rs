@@ -2,7 +2,7 @@
 //!
 //! One request per connection:
 //! - client → relay: one request line (at most [`MAX_REQUEST_LINE`] bytes, `\n`-terminated):
-//!   `backup`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`,
+//!   `backup`, `backup-kept CHECKSUM [file TEXT...]`, `stats`, `log [LIMIT]`, `dump [partition NAME] [with-wire]`, `log-verify`,
 //!   `hosts [name NAME] [revoked] [idle-for MS]`, `revoke TARGET [purge] [reason TEXT...]`,
 //!   `purge TARGET [reason TEXT...]`, `invite HASH CREATED_MS EXPIRES_MS [note TEXT...]`,
 //!   `deny host TARGET|client ID TTL_MS [note TEXT...]`;
@@ -31,8 +31,18 @@ pub const MAX_LOG_LIMIT: usize = 1000;
 /// One admin request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Stream one consistent backup file.
+    /// Stream one consistent backup file. The relay log records it only on
+    /// [`Request::BackupKept`]: a stream is not yet a backup anyone kept.
     Backup,
+    /// The client kept the backup this relay streamed with this checksum: written, fsync'd and
+    /// verified (or, streamed on, every byte passed on and its whole-stream checksum matched).
+    /// The relay then records it in its relay log (`mbx_relay_last_backup_timestamp_seconds`).
+    BackupKept {
+        /// The streamed backup's checksum (64 hex digits, the `done` line's `checksum`).
+        checksum: String,
+        /// Where the client kept it (a file name, or `stdout`), for the log entry.
+        file: String,
+    },
     /// Whole-store figures, one JSON object.
     Stats,
     /// The relay log, newest first, as JSON lines.
@@ -66,6 +76,12 @@ impl Request {
     pub(crate) fn to_line(&self) -> String {
         match self {
             Request::Backup => "backup".to_string(),
+            Request::BackupKept { checksum, file } if file.is_empty() => {
+                format!("backup-kept {checksum}")
+            }
+            Request::BackupKept { checksum, file } => {
+                format!("backup-kept {checksum} file {}", one_line(file))
+            }
             Request::Stats => "stats".to_string(),
             Request::Processes => "processes".to_string(),
             Request::Log { limit } => format!("log {limit}"),
@@ -118,6 +134,7 @@ impl Request {
         let rest: Vec<&str> = words.collect();
         match verb {
             "backup" if rest.is_empty() => Ok(Request::Backup),
+            "backup-kept" => parse_backup_kept(&rest),
             "stats" if rest.is_empty() => Ok(Request::Stats),
             "processes" if rest.is_empty() => Ok(Request::Processes),
             "log" => match rest.as_slice() {
@@ -138,7 +155,7 @@ impl Request {
             "deny" => super::deny::parse(&rest).map(Request::Deny),
             "backup" | "stats" | "log-verify" | "processes" => Err(format!("{verb} takes no arguments")),
             _ => Err(
-                "unknown request (expected backup, stats, log, dump, hosts, log-verify, revoke, purge, processes, invite or deny)"
+                "unknown request (expected backup, backup-kept, stats, log, dump, hosts, log-verify, revoke, purge, processes, invite or deny)"
                     .to_string(),
             ),
         }
@@ -166,6 +183,28 @@ fn parse_dump(words: &[&str]) -> Result<Request, String> {
     Ok(Request::Dump {
         partition,
         with_wire,
+    })
+}
+
+/// `CHECKSUM [file TEXT...]` (64 lower-case hex digits; the file name is the rest).
+fn parse_backup_kept(words: &[&str]) -> Result<Request, String> {
+    let usage = || "usage: backup-kept CHECKSUM [file TEXT...]".to_string();
+    let (checksum, rest) = words.split_first().ok_or_else(usage)?;
+    if checksum.len() != 64
+        || !checksum
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err("backup-kept: the checksum must be 64 lower-case hex digits".to_string());
+    }
+    let file = match rest.split_first() {
+        None => String::new(),
+        Some((&"file", text)) if !text.is_empty() => text.join(" "),
+        _ => return Err(usage()),
+    };
+    Ok(Request::BackupKept {
+        checksum: (*checksum).to_string(),
+        file,
     })
 }
 
@@ -245,6 +284,14 @@ mod tests {
     fn requests_round_trip() {
         let all = [
             Request::Backup,
+            Request::BackupKept {
+                checksum: "ab".repeat(32),
+                file: String::new(),
+            },
+            Request::BackupKept {
+                checksum: "0f".repeat(32),
+                file: "/backups/relay 1.mbxbak".into(),
+            },
             Request::Stats,
             Request::Processes,
             Request::Log { limit: 7 },
@@ -334,6 +381,11 @@ mod tests {
             b"revoke ab12 nonsense",
             b"purge ab12 purge",
             b"purge",
+            b"backup-kept",
+            b"backup-kept abc",
+            b"backup-kept ABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABAB",
+            b"backup-kept abababababababababababababababababababababababababababababababab file",
+            b"backup-kept abababababababababababababababababababababababababababababababab x",
         ] {
             let err = Request::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");

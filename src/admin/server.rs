@@ -4,13 +4,14 @@
 //! Every blocking store call runs in `spawn_blocking`; its output reaches the socket through a
 //! bounded channel, so a slow or vanished client stalls (then aborts) only its own request.
 
+use std::collections::VecDeque;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use relay_store::{Clock, DumpOptions, SharedStore, SystemClock};
+use relay_store::{BackupSummary, Clock, DumpOptions, SharedStore, SystemClock};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -30,6 +31,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Size of the chunks the blocking side hands to the socket writer.
 const CHUNK: usize = 64 * 1024;
+/// Streamed backups remembered until their client says it kept them (`backup-kept`); the
+/// oldest is forgotten beyond this (a client that never confirms costs nothing more).
+const MAX_UNCONFIRMED_BACKUPS: usize = 8;
 
 /// Start serving the admin socket at `<store_dir>/admin.sock` for `store`.
 ///
@@ -74,6 +78,7 @@ pub(crate) fn spawn_with(
         store,
         revoker,
         max_enrolments,
+        streamed: Mutex::default(),
     });
     Ok(tokio::spawn(accept_loop(listener, ctx, guard)))
 }
@@ -101,6 +106,14 @@ struct Ctx {
     revoker: Option<Revoker>,
     /// The serving relay's `--max-enrolments`, for `stats`.
     max_enrolments: Option<u64>,
+    /// Backups streamed whose client has not yet said it kept them, newest last.
+    streamed: Mutex<VecDeque<BackupSummary>>,
+}
+
+impl Ctx {
+    fn streamed(&self) -> std::sync::MutexGuard<'_, VecDeque<BackupSummary>> {
+        self.streamed.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 async fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, _guard: SocketFile) {
@@ -273,11 +286,38 @@ fn run(ctx: &Ctx, uid: u32, request: &Request, out: &mut dyn Write) -> Result<Va
                 .map_err(|e| e.to_string())?;
             out.flush()
                 .map_err(|e| format!("writing to the admin client: {e}"))?;
-            let detail = backup_log_detail(&summary, "online backup through the admin socket");
-            store.log_op("backup", &detail).wait().map_err(|e| {
-                format!("backup streamed, but recording it in the relay log failed: {e}")
-            })?;
-            Ok(summary_json(&summary))
+            // Not a backup yet: the relay log records it once the client kept it
+            // (`backup-kept`), so the last-backup metric never counts a file that was not
+            // fsync'd and verified.
+            let answer = summary_json(&summary);
+            let mut streamed = ctx.streamed();
+            if streamed.len() >= MAX_UNCONFIRMED_BACKUPS {
+                streamed.pop_front();
+            }
+            streamed.push_back(summary);
+            Ok(answer)
+        }
+        Request::BackupKept { checksum, file } => {
+            let summary = {
+                let mut streamed = ctx.streamed();
+                let at = streamed.iter().position(|s| &s.checksum == checksum);
+                at.and_then(|i| streamed.remove(i)).ok_or_else(|| {
+                    format!(
+                        "no backup with checksum {checksum} awaits its record here (streamed by \
+                         another relay process, before a restart, or already recorded); nothing recorded"
+                    )
+                })?
+            };
+            let how = if file.is_empty() {
+                "online backup through the admin socket, kept by relay-tool".to_string()
+            } else {
+                format!("online backup through the admin socket, kept by relay-tool as {file}")
+            };
+            store
+                .log_op("backup", &backup_log_detail(&summary, &how))
+                .wait()
+                .map_err(|e| format!("recording the backup in the relay log failed: {e}"))?;
+            Ok(json!({ "recorded": true, "checksum": summary.checksum }))
         }
         Request::Stats => {
             let stats = store.stats().map_err(|e| e.to_string())?;
@@ -408,18 +448,47 @@ mod tests {
         assert_eq!(done["checksum"], summary.checksum.as_str());
         assert_eq!(done["file_bytes"], bytes.len() as u64);
 
-        let mut reply = client::request(dir.path(), &Request::Log { limit: 5 })
-            .unwrap()
-            .unwrap();
-        let mut log = String::new();
-        reply.read_to_string(&mut log).unwrap();
-        reply.finish().unwrap();
-        let newest: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+        let newest_log_entry = || {
+            let mut reply = client::request(dir.path(), &Request::Log { limit: 5 })
+                .unwrap()
+                .unwrap();
+            let mut log = String::new();
+            reply.read_to_string(&mut log).unwrap();
+            reply.finish().unwrap();
+            log.lines()
+                .next()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        };
+        // Streamed is not kept: nothing is recorded until the client says it kept the file.
+        assert!(newest_log_entry().is_none_or(|e| e["kind"] != "backup"));
+        let kept = |checksum: &str| {
+            let request = Request::BackupKept {
+                checksum: checksum.to_string(),
+                file: "/backups/b.bak".into(),
+            };
+            client::request(dir.path(), &request)
+                .unwrap()
+                .unwrap()
+                .finish()
+        };
+        assert!(matches!(
+            kept(&"ab".repeat(32)),
+            Err(ClientError::Refused(_))
+        ));
+        kept(&summary.checksum).unwrap();
+        let newest = newest_log_entry().unwrap();
         assert_eq!(newest["kind"], "backup");
-        assert!(newest["detail"]
-            .as_str()
-            .unwrap()
-            .contains(&summary.checksum));
+        let detail = newest["detail"].as_str().unwrap();
+        assert!(detail.contains(&summary.checksum), "{detail}");
+        assert!(
+            detail.contains("kept by relay-tool as /backups/b.bak"),
+            "{detail}"
+        );
+        // Recorded once: a second confirmation of the same stream is refused.
+        assert!(matches!(
+            kept(&summary.checksum),
+            Err(ClientError::Refused(_))
+        ));
 
         let mut reply = client::request(dir.path(), &Request::Stats)
             .unwrap()

@@ -288,6 +288,12 @@ pub trait RelayStore: Send + Sync + 'static {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     fn ops(&self, limit: usize) -> Result<Vec<OpEntry>>;
+    /// The newest relay-log entry of `kind`, or `None`: the whole retained log is searched
+    /// (at most its `LogRetention::max_entries`), newest first, holding one entry at a time.
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn newest_op_of(&self, kind: &str) -> Result<Option<OpEntry>>;
     /// Recompute the relay-log hash chain.
     ///
     /// # Errors

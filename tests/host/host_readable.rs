@@ -114,7 +114,12 @@ fn inbox_show_prints_one_message_with_its_body() {
     let (code, out, err) = text(&b, &["inbox", "show", &id]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("id: {id}")), "{out}");
-    assert!(out.contains("from: owner@alpha"), "{out}");
+    assert!(
+        out.contains("from: owner@alpha (the owner of peer alpha: signed by alpha's host key)"),
+        "{out}"
+    );
+    let (_, list, _) = text(&b, &["inbox"]);
+    assert!(list.contains("owner@PEER is peer PEER's owner"), "{list}");
     assert!(out.contains("subject: the subject"), "{out}");
     assert!(out.ends_with("\n\nline one\nline two\n"), "{out:?}");
     let v: Value = b.ok(&["inbox", "show", &id]);

@@ -456,6 +456,66 @@ fn items_delivered_acked_and_expired_are_counted_every_refusal_reason_starts_at_
     assert_eq!(promtool(&text), "", "promtool check metrics:\n{text}");
 }
 
+/// The relay log's backup entries, newest first (`relay-tool log --json`, through the relay).
+fn logged_backups(relay: &Relay) -> Vec<Value> {
+    let out = common::relay_tool(&[
+        "log",
+        "--store-dir",
+        relay.store_dir().to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "backup")
+        .collect()
+}
+
+/// `mbx_relay_last_backup_timestamp_seconds` counts only a backup that was kept: a stream the
+/// client took whole but never kept (relay-tool killed before its fsync, a file that did not
+/// verify) is no backup, so the relay log records none until `relay-tool backup` has written,
+/// fsync'd and verified its file (it then says so: `backup-kept`).
+#[test]
+fn a_streamed_backup_counts_only_once_relay_tool_kept_it() {
+    let mut args = GENEROUS.to_vec();
+    args.extend(["--metrics-listen", "127.0.0.1:0"]);
+    let relay = Relay::start(&args);
+    let request = mbx_relay::admin::proto::Request::Backup;
+    let mut reply = mbx_relay::admin::client::request(relay.store_dir(), &request)
+        .unwrap()
+        .expect("the relay answers on its admin socket");
+    let mut bytes = Vec::new();
+    reply.read_to_end(&mut bytes).unwrap();
+    let done = reply.finish().unwrap();
+    assert!(done["checksum"].as_str().is_some(), "{done}");
+    assert!(
+        logged_backups(&relay).is_empty(),
+        "a stream nobody kept was recorded as a backup"
+    );
+
+    let file = relay.store_dir().with_extension("kept.mbxbak");
+    let out = common::relay_tool(&[
+        "backup",
+        "--store-dir",
+        relay.store_dir().to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let logged = logged_backups(&relay);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let detail = logged[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("kept by relay-tool as {}", file.display())),
+        "{detail}"
+    );
+    let (at, _) = wait_sample(&relay, "mbx_relay_last_backup_timestamp_seconds", |v| {
+        v > 0.0
+    });
+    assert!((at - unix_secs()).abs() < 120.0, "{at}");
+}
+
 #[test]
 fn status_reports_the_relay_from_the_private_listener() {
     let mut args = GENEROUS.to_vec();

@@ -300,7 +300,7 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn the_alert_rules_pass_promtool_check_and_fire_when_they_should() {
     let said = promtool(&["check", "rules", "mbx-relay-alerts.yml"]);
-    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
     let tested = promtool(&["test", "rules", "mbx-relay-alerts.test.yml"]);
     assert!(tested.contains("SUCCESS"), "{tested}");
     let rules = std::fs::read_to_string(packaging("prometheus/mbx-relay-alerts.yml")).unwrap();
@@ -308,6 +308,7 @@ fn the_alert_rules_pass_promtool_check_and_fire_when_they_should() {
         "MbxRelayDown",
         "MbxRelayStoreUnavailable",
         "MbxRelayDiskFilling",
+        "MbxRelayPostgresDiskFilling",
         "MbxRelayCertificateExpiring",
         "MbxRelayNoRecentBackup",
         "MbxRelayRefusalsRising",
@@ -358,4 +359,62 @@ fn the_dashboard_and_alert_rules_use_only_metrics_the_relay_serves() {
             "{file} uses {missing:?}; served: {served:?}"
         );
     }
+}
+
+/// Every package's features as `cargo tree` resolves them for `selection` (the lock file as
+/// is, no network), keyed by name and version.
+fn resolved_features(selection: &[&str]) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "no-dev",
+            "--prefix",
+            "none",
+        ])
+        .args(["-f", "{p} {f}"])
+        .args(selection)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree {selection:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut packages: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim_end_matches(" (*)");
+        let mut words = line.splitn(3, ' ');
+        let (Some(name), Some(version)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let features = words.next().unwrap_or("");
+        packages
+            .entry(format!("{name} {version}"))
+            .or_default()
+            .insert(features.to_string());
+    }
+    packages
+}
+
+/// `cargo run --release -- serve` after `cargo build --release --workspace` reuses what the
+/// workspace build compiled (issue 39 item 10: it recompiled 61 crates): every package the relay
+/// builds resolves the same features in both builds, so no dependency is built twice.
+#[test]
+fn the_relay_package_resolves_the_features_a_workspace_build_does() {
+    let package = resolved_features(&["-p", "mbx-relay"]);
+    let workspace = resolved_features(&["--workspace"]);
+    assert!(package.len() > 100, "{package:?}");
+    let differ: Vec<String> = package
+        .iter()
+        .filter_map(|(p, f)| {
+            let w = workspace.get(p)?;
+            (w != f).then(|| format!("{p}: package {f:?}, workspace {w:?}"))
+        })
+        .collect();
+    assert!(differ.is_empty(), "features differ: {differ:#?}");
 }

@@ -95,14 +95,21 @@ def canonical(v) -> str:
 
 
 class Relay:
-    def __init__(self, binary, extra=(), enrol_per_minute=100000):
+    """A release relay on loopback with its metrics listener. `store`: a store directory of the
+    caller's (kept after `stop`), else one in a temporary directory; `generous`: the push and
+    enrolment windows opened wide (off to give those flags in `extra`); `env`: the relay's
+    environment (default: the caller's)."""
+
+    def __init__(self, binary, extra=(), enrol_per_minute=100000, store=None, env=None,
+                 generous=True):
         self.dir = tempfile.mkdtemp(prefix="mbx-probe-")
-        args = [binary, "serve", "--listen", "127.0.0.1:0", "--store-dir",
-                os.path.join(self.dir, "store"), "--metrics-listen", "127.0.0.1:0",
-                "--pushes-per-minute", "100000", "--enrol-per-minute", str(enrol_per_minute),
-                "--enrol-per-minute-v4-24", "100000", *extra]
+        self.store = store or os.path.join(self.dir, "store")
+        windows = ["--pushes-per-minute", "100000", "--enrol-per-minute", str(enrol_per_minute),
+                   "--enrol-per-minute-v4-24", "100000"] if generous else []
+        args = [binary, "serve", "--listen", "127.0.0.1:0", "--store-dir", self.store,
+                "--metrics-listen", "127.0.0.1:0", *windows, *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+                                     text=True, env=env)
         self.addr = self.metrics = None
         deadline = time.time() + 30
         while self.addr is None and time.time() < deadline:
@@ -116,6 +123,9 @@ class Relay:
                 self.addr = (m.group(1), int(m.group(2)))
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
 
+    def url(self, scheme="http"):
+        return f"{scheme}://{self.addr[0]}:{self.addr[1]}"
+
     def mib(self, field):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
@@ -128,7 +138,15 @@ class Relay:
             parts = f.read().rsplit(")", 1)[1].split()
         return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self):
+    def stop(self, graceful=False):
+        """Kill the relay (`graceful`: SIGTERM, as systemd stops it) and remove its temporary
+        directory."""
+        if graceful and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
         self.proc.kill()
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -3,7 +3,9 @@
 //! with the store opened here (a directory store: offline; a PostgreSQL store: beside its
 //! relays, one REPEATABLE READ snapshot). The file appears under its name only once it is
 //! complete, fsync'd and verified. FILE `-` streams the backup to stdout instead (a pipe into
-//! compression or object storage), its summary on stderr.
+//! compression or object storage), its summary on stderr; the stream is summed as it passes.
+//! The relay log records a backup only once it was kept that way (online: the tool tells the
+//! relay, `backup-kept`), so the last-backup metric never counts a backup that failed.
 
 use std::path::Path;
 
@@ -17,6 +19,7 @@ use crate::fail::{Code, Failure};
 use crate::files::AtomicFile;
 use crate::progress::{self, Counting};
 use crate::show;
+use crate::stream_sum::Summed;
 
 /// Run the command; prints the counts and checksum on success (one JSON object with `json`).
 /// An existing FILE is refused (exit 2) unless `force`, before the store is asked for anything.
@@ -53,6 +56,7 @@ pub(crate) fn run(
             out.sync()?;
             let summary = check(&out, done["checksum"].as_str().unwrap_or(""))?;
             out.commit()?;
+            record_kept(target, &summary.checksum, &file.display().to_string())?;
             (
                 summary,
                 "online, through the running relay (recorded in its relay log)",
@@ -120,7 +124,10 @@ fn to_stdout(target: &access::Target, json: bool) -> Result<(), Failure> {
         ));
     }
     let via = access::relay_or_store(target, &Request::Backup)?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let mut out = Summed::new(std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::io::stdout().lock(),
+    ));
     let write_err =
         |e: std::io::Error| Failure::new(Code::Store, format!("writing the backup to stdout: {e}"));
     let (mut v, how) = match via {
@@ -130,6 +137,9 @@ fn to_stdout(target: &access::Target, json: bool) -> Result<(), Failure> {
             let done = reply
                 .finish()
                 .map_err(|e| Failure::from(e).context("the relay could not finish the backup"))?;
+            let checksum = done["checksum"].as_str().unwrap_or("");
+            passed_whole(&out, checksum)?;
+            record_kept(target, checksum, "stdout")?;
             (
                 done,
                 "online, through the running relay (recorded in its relay log)",
@@ -138,6 +148,7 @@ fn to_stdout(target: &access::Target, json: bool) -> Result<(), Failure> {
         Via::Local(store) => {
             let summary = store.backup_to(&mut out, &mut |_| {})?;
             out.flush().map_err(write_err)?;
+            passed_whole(&out, &summary.checksum)?;
             let detail = if target.shared() {
                 "backup by relay-tool to stdout"
             } else {
@@ -165,6 +176,38 @@ fn to_stdout(target: &access::Target, json: bool) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The stream passed to stdout ends with the whole-stream sum the writer made (`checksum`).
+fn passed_whole<W: std::io::Write>(out: &Summed<W>, checksum: &str) -> Result<(), Failure> {
+    if out.matches(checksum) {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            Code::Backup,
+            "the stream passed to stdout is not what was written (checksums differ); not recorded as a backup",
+        ))
+    }
+}
+
+/// Tell the relay that streamed it that its backup was kept (fsync'd and verified, or passed
+/// on whole): only then does its relay log record the backup, which
+/// `mbx_relay_last_backup_timestamp_seconds` reports.
+fn record_kept(target: &access::Target, checksum: &str, file: &str) -> Result<(), Failure> {
+    let request = Request::BackupKept {
+        checksum: checksum.to_string(),
+        file: file.to_string(),
+    };
+    let recorded = match target.ask_relay(&request) {
+        Ok(Some(reply)) => reply.finish().map(|_| ()).map_err(Failure::from),
+        Ok(None) => Err(Failure::new(Code::Store, "the relay no longer answers")),
+        Err(f) => Err(f),
+    };
+    recorded.map_err(|f| {
+        f.context(&format!(
+            "backup kept as {file}, but the relay did not record it in its relay log"
+        ))
+    })
 }
 
 /// An existing FILE (or a link there) is kept unless `--force`: a backup named like

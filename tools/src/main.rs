@@ -19,6 +19,7 @@ mod progress;
 mod restore;
 mod revoke;
 mod show;
+mod stream_sum;
 mod swap;
 
 use std::path::PathBuf;

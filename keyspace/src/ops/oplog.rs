@@ -198,23 +198,46 @@ pub(crate) fn verify(v: &SnapView) -> Result<LogVerdict> {
 
 /// The newest `limit` entries of a snapshot, newest first.
 pub(crate) fn newest(v: &SnapView, limit: usize) -> Result<Vec<OpEntry>> {
+    let mut out = Vec::with_capacity(limit.min(1024));
+    if limit > 0 {
+        newest_first(v, |e| {
+            out.push(e);
+            out.len() < limit
+        })?;
+    }
+    Ok(out)
+}
+
+/// The newest entry of `kind` in a snapshot (the whole retained log searched, one entry held).
+pub(crate) fn newest_of(v: &SnapView, kind: &str) -> Result<Option<OpEntry>> {
+    let mut found = None;
+    newest_first(v, |e| {
+        if e.kind == kind {
+            found = Some(e);
+        }
+        found.is_none()
+    })?;
+    Ok(found)
+}
+
+/// Hand the retained entries to `more`, newest first, while it answers true.
+fn newest_first(v: &SnapView, mut more: impl FnMut(OpEntry) -> bool) -> Result<()> {
     let lo = checkpoint(v)?.map_or(0, |c| c.seq + 1);
     let lo = codec::ops_key(lo);
     let range = (Bound::Included(lo.as_slice()), Bound::Unbounded);
-    let mut out = Vec::with_capacity(limit.min(1024));
     for g in v.snap.range::<&[u8], _>(v.parts.ks(Part::Ops), range).rev() {
-        if out.len() >= limit {
-            break;
-        }
         let (k, val) = g.into_inner().map_err(crate::engine_error)?;
         let e: StoredOp = codec::dec(&val, "ops")?;
-        out.push(OpEntry {
+        let entry = OpEntry {
             seq: codec::ops_key_parse(&k).unwrap_or(u64::MAX),
             at_ms: e.at_ms,
             kind: e.kind,
             detail: e.detail,
             hash: e.hash,
-        });
+        };
+        if !more(entry) {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
 }

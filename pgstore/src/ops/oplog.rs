@@ -141,20 +141,40 @@ pub(crate) fn ops(ctx: &Ctx, limit: usize) -> Result<Vec<OpEntry>> {
                     &[&limit],
                 )
                 .await?;
-            let entries = rows
-                .iter()
-                .map(|r| {
-                    Ok(OpEntry {
-                        seq: u(r.get(0)),
-                        at_ms: u(r.get(1)),
-                        kind: r.get(2),
-                        detail: r.get(3),
-                        hash: key32(r.get::<_, &[u8]>(4), "ops hash")?,
-                    })
-                })
-                .collect::<Result<_>>()?;
+            let entries = rows.iter().map(op_entry).collect::<Result<_>>()?;
             Ok(entries)
         })
+    })
+}
+
+/// The newest entry of `kind`: a backward walk of the primary key that stops at the first
+/// match, so it reads at most the retained log (no index on `kind` to keep up on every append).
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn newest_of(ctx: &Ctx, kind: &str) -> Result<Option<OpEntry>> {
+    let kind = kind.to_string();
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let row = c
+                .query_opt(
+                    "SELECT seq, at_ms, kind, detail, hash FROM ops WHERE kind = $1 \
+                     ORDER BY seq DESC LIMIT 1",
+                    &[&kind],
+                )
+                .await?;
+            Ok(row.as_ref().map(op_entry).transpose()?)
+        })
+    })
+}
+
+fn op_entry(r: &tokio_postgres::Row) -> Result<OpEntry> {
+    Ok(OpEntry {
+        seq: u(r.get(0)),
+        at_ms: u(r.get(1)),
+        kind: r.get(2),
+        detail: r.get(3),
+        hash: key32(r.get::<_, &[u8]>(4), "ops hash")?,
     })
 }
 

@@ -1,6 +1,6 @@
 //! Whole-store figures (queued items and bytes, enrolments, size on disk, the newest backup the
-//! relay log records) for `/metrics` and `/status`, read by `RelayStore::stats` and
-//! `RelayStore::ops` at most every [`MAX_AGE`] and by one read at a time.
+//! relay log records) for `/metrics` and `/status`, read by `RelayStore::stats` and the relay
+//! log at most every [`MAX_AGE`] and by one read at a time.
 //! A reader waits at most the time it is given for a fresh reading and otherwise gets the last
 //! one (with its age), so a slow store never holds a scrape or `/status` past that.
 
@@ -12,13 +12,14 @@ use tokio::sync::Notify;
 
 /// How long a reading is reused.
 pub(crate) const MAX_AGE: Duration = Duration::from_secs(10);
-/// Relay-log entries the first reading searches for the newest backup (newest first): every
-/// backup is logged (`relay-tool backup` online, offline or beside a shared store), so this is
+/// Newest relay-log entries each reading looks at for a backup logged since the last one. The
+/// newest backup is exact whatever this is: when the entries logged since the last reading do
+/// not all fit (and at the first reading), the whole retained log is searched once instead
+/// (`RelayStore::newest_op_of`, at most the log's 200,000 entries).
+pub(crate) const RECENT_SCAN: usize = 256;
+/// The relay-log kind of a backup: logged only once the backup was kept (fsync'd and verified
+/// by relay-tool, or passed on whole), online, offline or beside a shared store, so this is
 /// what the store itself says, surviving restarts and seen by every process of a shared store.
-pub(crate) const FIRST_BACKUP_SCAN: usize = 10_000;
-/// Entries each later reading searches: far more than are logged between two readings.
-pub(crate) const LATER_BACKUP_SCAN: usize = 256;
-/// The relay-log kind of a backup.
 const BACKUP_KIND: &str = "backup";
 
 /// The figures of one reading.
@@ -34,9 +35,19 @@ pub(crate) struct StoreFigures {
     pub last_backup_ms: Option<u64>,
 }
 
+/// What the last reading found in the relay log, so the next one reads only what came since.
+#[derive(Debug, Clone, Copy)]
+struct LogMark {
+    /// The newest backup then (ms).
+    backup_ms: Option<u64>,
+    /// The newest entry's seq then (`None`: the log was empty).
+    head_seq: Option<u64>,
+}
+
 #[derive(Default)]
 struct State {
     last: Option<(Instant, StoreFigures)>,
+    mark: Option<LogMark>,
     reading: bool,
 }
 
@@ -86,25 +97,20 @@ impl StoreCache {
     }
 
     /// One `stats` and relay-log read on a blocking thread; the result (if any) replaces the
-    /// last reading (the newest backup only moves forward).
+    /// last reading.
     async fn refresh(self: Arc<Self>) {
         let store = self.store.clone();
-        let known = self.cached().map(|(f, _)| f.last_backup_ms);
-        let scan = if known.is_some() {
-            LATER_BACKUP_SCAN
-        } else {
-            FIRST_BACKUP_SCAN
-        };
+        let mark = self.lock().mark;
         let stats = tokio::task::spawn_blocking(move || {
             let st = store.stats()?;
-            let backup = newest_backup(&store.ops(scan)?);
-            Ok::<_, relay_store::StoreError>((st, backup))
+            let mark = newest_backup(store.as_ref(), mark)?;
+            Ok::<_, relay_store::StoreError>((st, mark))
         })
         .await;
         let mut s = self.lock();
         s.reading = false;
         match stats {
-            Ok(Ok((st, backup))) => {
+            Ok(Ok((st, mark))) => {
                 let f = StoreFigures {
                     queued_items: st.queued.items,
                     queued_bytes: st.queued.bytes,
@@ -112,9 +118,10 @@ impl StoreCache {
                     revoked_enrolments: st.revoked_enrolments,
                     disk_bytes: st.disk_bytes,
                     oldest_queued_ms: st.oldest_queued_ms,
-                    last_backup_ms: backup.max(known.flatten()),
+                    last_backup_ms: mark.backup_ms,
                 };
                 s.last = Some((Instant::now(), f));
+                s.mark = Some(mark);
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "store figures not read"),
             Err(e) => tracing::debug!(error = %e, "store figures task failed"),
@@ -124,36 +131,87 @@ impl StoreCache {
     }
 }
 
-/// When the newest backup among `ops` was logged (ms).
-fn newest_backup(ops: &[relay_store::OpEntry]) -> Option<u64> {
-    ops.iter()
-        .filter(|op| op.kind == BACKUP_KIND)
-        .map(|op| op.at_ms)
-        .max()
+/// The newest backup the relay log records, exactly: from the newest [`RECENT_SCAN`] entries
+/// when they hold one, or reach back to what the last reading (`before`) saw; else (the first
+/// reading, or more logged since than fit) by searching the whole retained log.
+fn newest_backup(
+    store: &dyn relay_store::RelayStore,
+    before: Option<LogMark>,
+) -> relay_store::Result<LogMark> {
+    let recent = store.ops(RECENT_SCAN)?;
+    let head_seq = recent.first().map(|e| e.seq);
+    let in_recent = recent.iter().find(|e| e.kind == BACKUP_KIND);
+    let whole_log = recent.len() < RECENT_SCAN;
+    let backup_ms = match (in_recent, before) {
+        (Some(e), _) => Some(e.at_ms),
+        (None, _) if whole_log => None,
+        (None, Some(b)) if reaches_back(&recent, b.head_seq) => b.backup_ms,
+        (None, _) => store.newest_op_of(BACKUP_KIND)?.map(|e| e.at_ms),
+    };
+    Ok(LogMark {
+        backup_ms,
+        head_seq,
+    })
+}
+
+/// True when `recent` (newest first) holds every entry after `head_seq`.
+fn reaches_back(recent: &[relay_store::OpEntry], head_seq: Option<u64>) -> bool {
+    match (recent.last(), head_seq) {
+        (Some(oldest), Some(head)) => oldest.seq <= head,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relay_keyspace::Store;
+    use relay_store::{OpenOptions, RelayStore};
 
-    fn op(seq: u64, at_ms: u64, kind: &str) -> relay_store::OpEntry {
-        relay_store::OpEntry {
-            seq,
-            at_ms,
-            kind: kind.into(),
-            detail: String::new(),
-            hash: [0; 32],
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenOptions::default()).unwrap();
+        (dir, store)
+    }
+
+    fn log(store: &Store, kind: &str, n: usize) {
+        let pending: Vec<_> = (0..n)
+            .map(|i| store.log_op(kind, &format!("{i}")))
+            .collect();
+        for p in pending {
+            p.wait().unwrap();
         }
     }
 
+    fn backup_at(store: &Store) -> u64 {
+        store.newest_op_of(BACKUP_KIND).unwrap().unwrap().at_ms
+    }
+
     #[test]
-    fn the_newest_backup_is_the_latest_backup_entry_and_other_kinds_do_not_count() {
-        assert_eq!(newest_backup(&[]), None);
+    fn the_newest_backup_is_found_however_many_entries_follow_it_first_reading_and_later() {
+        let (_dir, store) = store();
+        let none = newest_backup(&store, None).unwrap();
+        assert_eq!(none.backup_ms, None);
+        log(&store, "backup", 1);
+        let at = backup_at(&store);
+        // Far more entries than one reading looks at, before the first reading.
+        log(&store, "enrol", 3 * RECENT_SCAN);
+        let first = newest_backup(&store, None).unwrap();
+        assert_eq!(first.backup_ms, Some(at));
+        // Later readings: a few entries since (the window reaches back), then many.
+        log(&store, "enrol", 3);
+        let second = newest_backup(&store, Some(first)).unwrap();
+        assert_eq!(second.backup_ms, Some(at));
+        log(&store, "backup", 1);
+        let newer = backup_at(&store);
+        log(&store, "enrol", 2 * RECENT_SCAN);
+        let third = newest_backup(&store, Some(second)).unwrap();
+        assert_eq!(third.backup_ms, Some(newer));
+        // Other kinds never count.
+        log(&store, "restore", 1);
         assert_eq!(
-            newest_backup(&[op(3, 30, "enrol"), op(2, 20, "restore")]),
-            None
+            newest_backup(&store, Some(third)).unwrap().backup_ms,
+            Some(newer)
         );
-        let ops = [op(5, 50, "enrol"), op(4, 40, "backup"), op(1, 10, "backup")];
-        assert_eq!(newest_backup(&ops), Some(40));
     }
 }

@@ -73,6 +73,29 @@ pub fn the_relay_log_lists_newest_first_and_its_chain_verifies(backend: &dyn Bac
     );
 }
 
+/// The newest entry of a kind is found however many entries of other kinds followed it, and
+/// a kind never logged is `None`.
+pub fn the_newest_entry_of_a_kind_is_found_however_deep_in_the_log(backend: &dyn Backend) {
+    let store = backend.open(TestClock::new(1));
+    let store = &*store;
+    assert_eq!(store.newest_op_of("backup").unwrap(), None);
+    store.log_op("backup", "first").wait().unwrap();
+    store.log_op("backup", "second").wait().unwrap();
+    let pending: Vec<_> = (0..2_000)
+        .map(|i| store.log_op("enrol", &format!("entry {i}")))
+        .collect();
+    for p in pending {
+        p.wait().unwrap();
+    }
+    let found = store
+        .newest_op_of("backup")
+        .unwrap()
+        .expect("a backup entry");
+    assert_eq!((found.seq, found.detail.as_str()), (1, "second"));
+    assert_eq!(store.newest_op_of("enrol").unwrap().unwrap().seq, 2_001);
+    assert_eq!(store.newest_op_of("restore").unwrap(), None);
+}
+
 /// A holder renews its own lease; on a store several processes share (one with a shared
 /// challenge book) another holder is refused until the lease lapses.
 pub fn a_lease_holder_keeps_its_lease(backend: &dyn Backend) {

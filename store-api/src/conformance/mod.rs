@@ -94,6 +94,7 @@ macro_rules! conformance_tests {
             keys::idle_expiry_takes_only_live_idle_keys_with_empty_queues,
             meta::meta_epoch_heartbeat_and_the_pinned_relay_key,
             meta::the_relay_log_lists_newest_first_and_its_chain_verifies,
+            meta::the_newest_entry_of_a_kind_is_found_however_deep_in_the_log,
             meta::enrolment_churn_never_pushes_other_entries_out_of_the_relay_log,
             meta::a_lease_holder_keeps_its_lease,
             meta::a_shared_challenge_book_is_bounded_expiring_and_single_use,
