@@ -32,6 +32,9 @@ pub(crate) fn enrol_req(k: u8) -> EnrolRequest {
         authority_rank: 0,
         max_live: 100,
         invite: relay_store::InviteClaim::NotNeeded,
+        org: None,
+        client_id: None,
+        denied_if: Vec::new(),
     }
 }
 

@@ -53,6 +53,8 @@ pub fn decide(
                 host_name: req.host_name,
                 owner_fp: req.owner_fp,
                 account: req.account,
+                org: req.org,
+                client_id: req.client_id,
                 authorized_by: req.authorized_by,
                 authority_rank: req.authority_rank,
                 ..e.clone()
@@ -90,6 +92,8 @@ pub fn decide(
                     authority_rank: req.authority_rank,
                     enrolled_at_ms: now_ms,
                     revoked_at_ms: None,
+                    org: req.org,
+                    client_id: req.client_id,
                 },
                 first: true,
             }
@@ -130,6 +134,9 @@ mod tests {
             authority_rank: rank,
             max_live: 2,
             invite: InviteClaim::NotNeeded,
+            org: None,
+            client_id: None,
+            denied_if: Vec::new(),
         }
     }
 
