@@ -119,22 +119,24 @@ impl Jwks {
         })
     }
 
-    /// Ask for a fetch, and when one is under way or allowed now (the last began at least
-    /// `unknown_kid_every` ago), the wait for it to finish, at most [`FETCH_WAIT`]; `None` when
-    /// fetches are rate-limited now (the fetch asked for comes when they are allowed).
+    /// The wait for a fetch, at most [`FETCH_WAIT`]: for the one under way, else for one asked
+    /// for now when allowed (the last began at least `unknown_kid_every` ago); `None` when
+    /// fetches are rate-limited now (a fetch is asked for all the same, and comes when allowed).
+    /// A fetch under way is awaited without asking for another: the lookup after it asks when
+    /// the key is still missing.
     pub(crate) fn fetch_now(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let seen = self.finished.subscribe();
+        // Subscribed before the check: a fetch running then is awaited even when it finishes
+        // before the wait is first polled.
+        let mut seen = self.finished.subscribe();
         let (last, running) = *self.attempt.lock().unwrap_or_else(|p| p.into_inner());
-        let allowed = last.is_none_or(|t| t.elapsed() >= self.timing.unknown_kid_every);
-        self.want.store(true, Ordering::SeqCst);
-        self.wanted.notify_one();
-        if !running && !allowed {
-            return None;
+        if !running {
+            self.want.store(true, Ordering::SeqCst);
+            self.wanted.notify_one();
+            if last.is_some_and(|t| t.elapsed() < self.timing.unknown_kid_every) {
+                return None;
+            }
         }
-        // `seen` saw the count as it was before the check above: a fetch running then is awaited
-        // even when it finishes before this future is first polled.
         Some(async move {
-            let mut seen = seen;
             let _ = tokio::time::timeout(FETCH_WAIT, seen.changed()).await;
         })
     }

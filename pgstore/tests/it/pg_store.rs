@@ -463,7 +463,9 @@ fn migration_3_counts_the_relay_logs_enrolment_entries() {
     // Back to schema 2, as a store written before the budget.
     exec_sql(
         &url,
-        "DROP TABLE deny_list; DROP TABLE invites; DROP TABLE processes; \
+        "DROP INDEX enrolments_live_client; \
+         ALTER TABLE enrolments DROP COLUMN org, DROP COLUMN client_id; \
+         DROP TABLE deny_list; DROP TABLE invites; DROP TABLE processes; \
          ALTER TABLE meta DROP COLUMN ops_enrol_held; \
          DELETE FROM schema_version WHERE version >= 3",
     );
