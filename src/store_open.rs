@@ -201,22 +201,23 @@ fn postgres_label(url: &str) -> &str {
 }
 
 /// Check a backup file end to end (magic, format, every checksum, counts, the relay-log
-/// chain) without opening any store: format 5, the logical stream every backend writes
+/// chain) without opening any store: formats 5 and 6, the logical stream every backend writes
 /// (`relay_store::backup`), or the fjall keyspace's raw formats 1-4.
 ///
 /// # Errors
 /// [`BackupError`] naming what is wrong and where.
 pub fn verify_backup_file(file: &Path) -> Result<BackupSummary, BackupError> {
-    match relay_store::backup::read_format(file)? {
-        relay_store::backup::LOGICAL_FORMAT_VERSION => relay_store::backup::verify(file),
-        _ => relay_keyspace::verify_backup(file),
+    if relay_store::backup::is_logical(relay_store::backup::read_format(file)?) {
+        relay_store::backup::verify(file)
+    } else {
+        relay_keyspace::verify_backup(file)
     }
 }
 
 /// Build the new store `spec` names from a backup file, rotating the epoch and logging the
 /// restore as every restore does; answers the file's summary and the new epoch. A directory
 /// must not exist yet; a PostgreSQL database must hold no relay (its restore is one
-/// transaction: a failure leaves it empty). Format 5 restores into either backend; the raw
+/// transaction: a failure leaves it empty). Formats 5 and 6 restore into either backend; the raw
 /// formats 1-4 only into a directory (restore there, then back it up again to move it).
 ///
 /// # Errors
@@ -226,7 +227,7 @@ pub fn restore_into(file: &Path, spec: &StoreSpec) -> Result<(BackupSummary, Str
         StoreSpec::Dir(dir) => relay_keyspace::restore_backup(file, dir),
         StoreSpec::Postgres(url) => {
             let format = relay_store::backup::read_format(file)?;
-            if format != relay_store::backup::LOGICAL_FORMAT_VERSION {
+            if !relay_store::backup::is_logical(format) {
                 return Err(BackupError::Io {
                     context: format!(
                         "backup format {format} holds the fjall store's raw rows and restores only \

@@ -50,6 +50,9 @@ fn main() {
                 authority_rank: 0,
                 max_live: 1_000_000,
                 invite: relay_keyspace::InviteClaim::NotNeeded,
+                org: None,
+                client_id: None,
+                denied_if: Vec::new(),
             })
             .wait()
             .unwrap();

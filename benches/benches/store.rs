@@ -107,6 +107,9 @@ fn fjall_open(dir: &Path) -> Store {
                 authority_rank: 0,
                 max_live: u64::MAX,
                 invite: relay_keyspace::InviteClaim::NotNeeded,
+                org: None,
+                client_id: None,
+                denied_if: Vec::new(),
             })
             .wait()
             .expect("enrol");

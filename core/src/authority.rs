@@ -4,7 +4,9 @@
 //! ([`super::allowlist`]) or invited hosts ([`super::invite`]). A refusal or a failing authority
 //! answers `403 DENIED` and nothing is stored.
 
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 
 use serde_json::Value;
 
@@ -27,9 +29,14 @@ pub struct AuthorityRequest<'a> {
 pub enum Decision {
     /// The key may enrol, inside this proven account if any (quotas and name uniqueness use it).
     Allow { account: Option<String> },
-    /// The key may enrol inside this proven account, for this client of the accounts service,
-    /// unless the deny list names that client (an account token's `client_id`).
-    AllowClient { account: String, client_id: String },
+    /// The key may enrol inside this proven account and organisation, for this client of the
+    /// accounts service, unless the deny list names that client (an account token's
+    /// `client_id`); the enrolment records all three.
+    AllowClient {
+        account: String,
+        org: String,
+        client_id: String,
+    },
     /// A key with a live enrolment may re-enrol; a new key, without an account, only if its
     /// enrolment redeems this invite (`None`: it presented none) in its commit (single use).
     /// A missing, unknown, used or expired invite refuses a new key.
@@ -60,7 +67,16 @@ pub trait EnrolmentAuthority: Send + Sync {
     /// # Errors
     /// [`Unavailable`] when the authority cannot decide now.
     fn authorize(&self, req: &AuthorityRequest<'_>) -> Result<Decision, Unavailable>;
+    /// Before [`Self::authorize`]: a bounded wait for something under way that may change its
+    /// answer (the account-token authority's key-set fetch for a token's unknown `kid`). The
+    /// default, and every request with nothing to wait for: `None`.
+    fn settle(&self, _req: &AuthorityRequest<'_>) -> Option<Settle> {
+        None
+    }
 }
+
+/// What [`EnrolmentAuthority::settle`] answers: a bounded wait.
+pub type Settle = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// The reason shown when a new key's invite is unknown, redeemed already or expired.
 pub(crate) const INVITE_REFUSED_REASON: &str = "the invite code is unknown, used or expired";
@@ -87,6 +103,20 @@ impl EnrolmentAuthority for HostKeyChallenge {
     fn authorize(&self, _req: &AuthorityRequest<'_>) -> Result<Decision, Unavailable> {
         Ok(Decision::Allow { account: None })
     }
+}
+
+/// Wait as `authority` asks ([`EnrolmentAuthority::settle`]), then ask it ([`ask`]).
+pub(crate) async fn settle_then_ask(
+    authority: &dyn EnrolmentAuthority,
+    req: &AuthorityRequest<'_>,
+) -> Result<Decision, Unavailable> {
+    let wait = catch_unwind(AssertUnwindSafe(|| authority.settle(req)))
+        .ok()
+        .flatten();
+    if let Some(wait) = wait {
+        wait.await;
+    }
+    ask(authority, req)
 }
 
 /// Ask `authority`, turning a panic into [`Unavailable`] like an error: a broken authority

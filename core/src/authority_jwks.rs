@@ -7,15 +7,19 @@
 //!
 //! Lookups never wait for the network (the authority answers on the request task); fetching is
 //! the refresher's ([`Jwks::run`]), through a [`JwksSource`] the server supplies (relay-core
-//! links no HTTP client).
+//! links no HTTP client). An enrolment whose token names a `kid` the set lacks may first wait
+//! for the fetch it asks for ([`Jwks::fetch_now`]), at most [`FETCH_WAIT`], when that fetch is
+//! under way or allowed now: so a key the issuer has just rotated in verifies on the first try,
+//! and while fetches are rate-limited nobody waits for nothing.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::authority_jwt::PublicJwk;
@@ -24,6 +28,8 @@ use super::authority_jwt::PublicJwk;
 pub const MAX_JWKS_BYTES: u64 = 256 * 1024;
 /// Most keys kept from one set (an issuer publishes a few: current, next, previous).
 const MAX_KEYS: usize = 64;
+/// The longest an enrolment waits for a key-set fetch its unknown `kid` asked for.
+pub(crate) const FETCH_WAIT: Duration = Duration::from_secs(5);
 
 /// Where the key set comes from: the issuer's JWKS URL, fetched by the server's HTTPS client.
 pub trait JwksSource: Send + Sync + 'static {
@@ -94,6 +100,10 @@ pub struct Jwks {
     /// A lookup asked for a fetch since the last one began.
     want: AtomicBool,
     wanted: Notify,
+    /// When the last fetch began (`None`: none yet) and whether it is still running.
+    attempt: Mutex<(Option<Instant>, bool)>,
+    /// Counts finished fetches (good or failed): what an enrolment waiting for one watches.
+    finished: watch::Sender<u64>,
 }
 
 impl Jwks {
@@ -104,20 +114,49 @@ impl Jwks {
             cached: RwLock::new(None),
             want: AtomicBool::new(false),
             wanted: Notify::new(),
+            attempt: Mutex::new((None, false)),
+            finished: watch::Sender::new(0),
         })
     }
 
-    /// The key named `kid`, if the set in force holds it; otherwise a fetch is asked for.
-    pub(crate) fn lookup(&self, kid: &str) -> Lookup {
+    /// The wait for a fetch, at most [`FETCH_WAIT`]: for the one under way, else for one asked
+    /// for now when allowed (the last began at least `unknown_kid_every` ago); `None` when
+    /// fetches are rate-limited now (a fetch is asked for all the same, and comes when allowed).
+    /// A fetch under way is awaited without asking for another: the lookup after it asks when
+    /// the key is still missing.
+    pub(crate) fn fetch_now(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        // Subscribed before the check: a fetch running then is awaited even when it finishes
+        // before the wait is first polled.
+        let mut seen = self.finished.subscribe();
+        let (last, running) = *self.attempt.lock().unwrap_or_else(|p| p.into_inner());
+        if !running {
+            self.want.store(true, Ordering::SeqCst);
+            self.wanted.notify_one();
+            if last.is_some_and(|t| t.elapsed() < self.timing.unknown_kid_every) {
+                return None;
+            }
+        }
+        Some(async move {
+            let _ = tokio::time::timeout(FETCH_WAIT, seen.changed()).await;
+        })
+    }
+
+    /// The key named `kid`, if the set in force holds it (asking for nothing).
+    pub(crate) fn peek(&self, kid: &str) -> Lookup {
         let cached = self.cached.read().unwrap_or_else(|p| p.into_inner());
-        let found = match &*cached {
+        match &*cached {
             Some(c) if c.fetched_at.elapsed() < self.timing.cache_life => c
                 .keys
                 .get(kid)
                 .cloned()
                 .map_or(Lookup::UnknownKid, Lookup::Key),
             _ => Lookup::NoKeys,
-        };
+        }
+    }
+
+    /// The key named `kid`, if the set in force holds it; otherwise a fetch is asked for.
+    pub(crate) fn lookup(&self, kid: &str) -> Lookup {
+        let found = self.peek(kid);
         if !matches!(found, Lookup::Key(_)) {
             self.want.store(true, Ordering::SeqCst);
             self.wanted.notify_one();
@@ -168,12 +207,13 @@ impl Jwks {
 
     /// Fetch once and install; the outcome goes to the log.
     async fn refresh(&self, source: &Arc<dyn JwksSource>, why: &'static str) -> bool {
+        *self.attempt.lock().unwrap_or_else(|p| p.into_inner()) = (Some(Instant::now()), true);
         self.want.store(false, Ordering::SeqCst);
         let s = source.clone();
         let doc = tokio::task::spawn_blocking(move || s.fetch())
             .await
             .unwrap_or_else(|e| Err(format!("fetch task failed: {e}")));
-        match doc.and_then(|d| self.install(&d)) {
+        let ok = match doc.and_then(|d| self.install(&d)) {
             Ok(n) => {
                 tracing::info!(why, keys = n, "token issuer key set fetched");
                 true
@@ -185,7 +225,10 @@ impl Jwks {
                 );
                 false
             }
-        }
+        };
+        self.attempt.lock().unwrap_or_else(|p| p.into_inner()).1 = false;
+        self.finished.send_modify(|n| *n += 1);
+        ok
     }
 
     /// Until a lookup asks for a fetch (a wake-up left from before the last fetch began is

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use relay_wire::cloud_key::thumbprint;
 use relay_wire::keys::{parse_pubkey, verify_canonical};
 
-use super::authority::{AuthorityRequest, Decision, EnrolmentAuthority, Unavailable};
+use super::authority::{AuthorityRequest, Decision, EnrolmentAuthority, Settle, Unavailable};
 use super::authority_jwks::{Jwks, JwksTiming, Lookup};
 use super::authority_jwt::Unverified;
 
@@ -83,6 +83,12 @@ impl TokenAuthority {
     /// The key set the server's refresher keeps fresh ([`Jwks::run`]).
     pub fn jwks(&self) -> Arc<Jwks> {
         self.jwks.clone()
+    }
+
+    /// The token in `req`'s proof, unverified, if it has one that parses.
+    fn token(req: &AuthorityRequest<'_>) -> Option<Unverified> {
+        let token = req.proof?.get("token")?.as_str()?;
+        Unverified::parse(token).ok()
     }
 
     /// The checks of spec §8 in order: proof shape, token signature by a key in force, claims,
@@ -237,6 +243,17 @@ impl EnrolmentAuthority for TokenAuthority {
     fn rank(&self) -> u8 {
         2
     }
+    /// A token whose `kid` the set in force lacks (or with no set in force) waits for the fetch
+    /// that asks for, when it is under way or allowed now ([`Jwks::fetch_now`]).
+    fn settle(&self, req: &AuthorityRequest<'_>) -> Option<Settle> {
+        let token = Self::token(req)?;
+        if matches!(self.jwks.peek(&token.kid), Lookup::Key(_)) {
+            return None;
+        }
+        let wait = self.jwks.fetch_now()?;
+        Some(Box::pin(wait))
+    }
+
     fn authorize(&self, req: &AuthorityRequest<'_>) -> Result<Decision, Unavailable> {
         match self.check(req)? {
             Ok(g) => {
@@ -244,6 +261,7 @@ impl EnrolmentAuthority for TokenAuthority {
                     sub = %g.sub, "account token accepted");
                 Ok(Decision::AllowClient {
                     account: g.account,
+                    org: g.org,
                     client_id: g.client_id,
                 })
             }

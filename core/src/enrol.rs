@@ -6,8 +6,8 @@ use relay_store::{ChallengeIssue, DenySubject, EnrolOutcome, EnrolRequest, Invit
 use serde_json::{json, Map, Value};
 
 use super::authority::{
-    ask, denied_text, AuthorityRequest, Decision, DENY_LIST_REASON, INVITE_REFUSED_REASON,
-    UNAVAILABLE_REASON,
+    denied_text, settle_then_ask, AuthorityRequest, Decision, DENY_LIST_REASON,
+    INVITE_REFUSED_REASON, UNAVAILABLE_REASON,
 };
 use super::challenge::new_challenge;
 use super::code::ErrorCode;
@@ -127,8 +127,8 @@ impl Relay {
     /// Checks in the reference's order: presence, fields, open challenge, signature; the
     /// challenge is then consumed (a signed statement is good for one attempt: `proof` is not
     /// signed, so an open challenge must not let a copied statement try other proofs); then
-    /// the authority, the deny list (the key, and the token's client), then the store
-    /// (revocation, account name, capacity).
+    /// the authority, then the store: in the enrolment's commit the deny list (the key, and the
+    /// token's client), revocation, account name, capacity.
     ///
     /// # Errors
     /// 400 incomplete or `BAD_REQUEST`; 401 no pending challenge or bad signature; 403 `DENIED`
@@ -170,11 +170,17 @@ impl Relay {
             owner_fp,
             proof,
         };
-        let mut denied = vec![DenySubject::Host(pk)];
-        let (account, invite) = match ask(self.authority.as_ref(), &request) {
+        let mut denied_if = vec![DenySubject::Host(pk)];
+        let (mut org, mut client) = (None, None);
+        let (account, invite) = match settle_then_ask(self.authority.as_ref(), &request).await {
             Ok(Decision::Allow { account }) => (account, InviteClaim::NotNeeded),
-            Ok(Decision::AllowClient { account, client_id }) => {
-                denied.push(DenySubject::Client(client_id));
+            Ok(Decision::AllowClient {
+                account,
+                org: o,
+                client_id,
+            }) => {
+                denied_if.push(DenySubject::Client(client_id.clone()));
+                (org, client) = (Some(o), Some(client_id));
                 (Some(account), InviteClaim::NotNeeded)
             }
             Ok(Decision::Redeem { invite: Some(h) }) => (None, InviteClaim::Presented(h)),
@@ -188,16 +194,15 @@ impl Relay {
                 return Err(Refusal::Denied(Some(UNAVAILABLE_REASON)).into());
             }
         };
-        if self.store.denied(&denied, self.now_ms())? {
-            tracing::info!(key = %fingerprint(&pk), "enrolment refused: on the deny list");
-            return Err(Refusal::Denied(Some(DENY_LIST_REASON)).into());
-        }
         let outcome = self
             .write(self.store.enrol(EnrolRequest {
                 host_pubkey: pk,
                 host_name: host.to_owned(),
                 owner_fp: owner_fp.to_owned(),
                 account,
+                org,
+                client_id: client,
+                denied_if,
                 authorized_by: self.authority.name().to_owned(),
                 authority_rank: self.authority.rank(),
                 max_live: self.limits.max_enrolments,
@@ -215,6 +220,10 @@ impl Relay {
             EnrolOutcome::Revoked => Err(Refusal::Revoked.into()),
             EnrolOutcome::NameTaken => Err(Refusal::NameTaken(host).into()),
             EnrolOutcome::Capacity => Err(Refusal::Full.into()),
+            EnrolOutcome::Denied => {
+                tracing::info!(key = %fingerprint(&pk), "enrolment refused: on the deny list");
+                Err(Refusal::Denied(Some(DENY_LIST_REASON)).into())
+            }
             EnrolOutcome::InviteRefused => {
                 tracing::info!(key = %fingerprint(&pk), "enrolment refused: no redeemable invite");
                 let reason = match invite {

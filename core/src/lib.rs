@@ -49,7 +49,7 @@ use relay_store::{ChallengeBook, Clock, SharedStore};
 
 // The public surface: exactly what the server (src/), relay-tool, the benches, the fuzz targets
 // and the tests name; every module stays private.
-pub use authority::EnrolmentAuthority;
+pub use authority::{EnrolmentAuthority, Settle};
 pub use authority_choice::{for_serve, AuthorityFiles, AuthorityKind, ForServe};
 pub use authority_jwks::{Jwks, JwksSource, JwksTiming, MAX_JWKS_BYTES};
 pub use authority_token::{TokenAuthority, TokenSettings};

@@ -125,6 +125,9 @@ mod tests {
                 authority_rank: 0,
                 max_live: 100,
                 invite: relay_store::InviteClaim::NotNeeded,
+                org: None,
+                client_id: None,
+                denied_if: Vec::new(),
             })
             .wait()
             .unwrap();

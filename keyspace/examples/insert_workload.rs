@@ -78,6 +78,9 @@ fn enrol_all(store: &Store) -> Result<(), Box<dyn Error>> {
                 authority_rank: 0,
                 max_live: u64::MAX,
                 invite: relay_store::InviteClaim::NotNeeded,
+                org: None,
+                client_id: None,
+                denied_if: Vec::new(),
             })
             .wait()?;
     }

@@ -46,8 +46,8 @@ pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
 /// to restore it: schema newer than the binary). The layout of a record is unchanged. An older format restores into a
 /// store of its schema, which is migrated before the restore is logged (building what the
 /// format lacked, the log's chain included).
-/// Format 5 is the logical, backend-neutral stream of `relay_store::backup`, which
-/// `RelayStore::backup_to` writes; this file still reads and restores formats 1-4 (raw partition
+/// Formats 5 and 6 are the logical, backend-neutral stream of `relay_store::backup`, which
+/// `RelayStore::backup_to` writes (6); this file still reads and restores formats 1-4 (raw partition
 /// rows) and writes format 4 only through the test hook [`backup_closed_store_for_tests`].
 pub const BACKUP_FORMAT_VERSION: u32 = relay_store::backup::LOGICAL_FORMAT_VERSION;
 
@@ -405,12 +405,12 @@ impl LogChain {
 }
 
 /// Check a backup file offline: magic, format, every frame's crc32, counts, whole-file checksum
-/// (formats 1-4 here, format 5 by `relay_store::backup::verify`).
+/// (formats 1-4 here, formats 5 and 6 by `relay_store::backup::verify`).
 ///
 /// # Errors
 /// A distinct [`BackupError`] for wrong magic, newer format, damage (with offset) and truncation.
 pub fn verify_backup(path: &Path) -> Result<BackupSummary, BackupError> {
-    if relay_store::backup::read_format(path)? == relay_store::backup::LOGICAL_FORMAT_VERSION {
+    if relay_store::backup::is_logical(relay_store::backup::read_format(path)?) {
         return relay_store::backup::verify(path);
     }
     read_backup(path, &mut |_, _, _| Ok(()))
@@ -453,7 +453,7 @@ fn build(file: &Path, new_dir: &Path, summary: &BackupSummary) -> Result<String,
     {
         let engine = open_engine(new_dir, true)?;
         let parts = &engine.parts;
-        if summary.format_version == relay_store::backup::LOGICAL_FORMAT_VERSION {
+        if relay_store::backup::is_logical(summary.format_version) {
             crate::logical::fill(file, parts)?;
         } else {
             let mut batch = DirectBatch::new(parts);

@@ -154,6 +154,13 @@ fn enc_with_capacity<T: Serialize>(v: &T, capacity: usize) -> Vec<u8> {
     postcard::to_extend(v, Vec::with_capacity(capacity)).unwrap_or_default()
 }
 
+/// Decode an enrolment row (rows written before `org` and `client_id` read with both `None`:
+/// [`relay_store::Enrolment::from_stored`]).
+pub(crate) fn dec_enrolment(bytes: &[u8]) -> Result<relay_store::Enrolment> {
+    relay_store::Enrolment::from_stored(bytes)
+        .map_err(|e| StoreError::Corrupt(format!("bad enrolment record: {e}")))
+}
+
 /// Decode a value (owned, or borrowing `bytes` like [`ItemView`]), naming the partition when it
 /// is damaged.
 pub(crate) fn dec<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T> {
@@ -457,7 +464,8 @@ mod tests {
     }
 
     /// A stored `Enrolment` reads back field for field as an [`EnrolmentView`], with and
-    /// without an account and a revocation; a truncated record is refused.
+    /// without an account and a revocation (whatever org and client follow); a record cut
+    /// inside the view's fields is refused.
     #[test]
     fn enrolment_view_reads_enrolments() {
         for (account, revoked) in [(None, None), (Some("acct:é\"x".to_string()), Some(7u64))] {
@@ -470,6 +478,8 @@ mod tests {
                 authority_rank: 3,
                 enrolled_at_ms: 1_700_000_000_000,
                 revoked_at_ms: revoked,
+                org: account.clone(),
+                client_id: Some("client".into()),
             };
             let stored = enc(&e);
             let v: EnrolmentView = dec(&stored, "enrolment").unwrap();
@@ -496,7 +506,10 @@ mod tests {
                     revoked
                 )
             );
-            assert!(dec::<EnrolmentView>(&stored[..stored.len() - 1], "enrolment").is_err());
+            // The view stops before `org` and `client_id`: cut inside its own fields, refused.
+            let tail = enc(&(&e.org, &e.client_id)).len();
+            let cut = &stored[..stored.len() - tail - 1];
+            assert!(dec::<EnrolmentView>(cut, "enrolment").is_err());
         }
     }
 

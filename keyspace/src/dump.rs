@@ -13,9 +13,7 @@ use serde_json::{json, Value};
 use crate::codec::{self, hex, meta_key, EncAdKey, ItemRecord, StoredOp, UsageScope};
 use crate::parts::Part;
 use crate::reader::SnapView;
-use relay_store::{
-    DedupRow, DumpOptions, EncAd, EncAdV2, Enrolment, Result, SenderList, StoreError, Usage,
-};
+use relay_store::{DedupRow, DumpOptions, EncAd, EncAdV2, Result, SenderList, StoreError, Usage};
 
 /// Write every partition as JSON lines (one object per record) from one snapshot.
 /// Returns the record count per partition written.
@@ -134,10 +132,11 @@ fn value_json(p: Part, k: &[u8], v: &[u8], with_wire: bool) -> Result<Value> {
             json!({ "day": codec::dec::<u32>(v, "last seen")? })
         }
         Part::Enrolments => {
-            let e: Enrolment = codec::dec(v, "enrolment")?;
+            let e = codec::dec_enrolment(v)?;
             json!({ "host_pubkey": b64(&e.host_pubkey), "host_name": e.host_name, "owner_fp": e.owner_fp,
                     "account": e.account, "authorized_by": e.authorized_by, "authority_rank": e.authority_rank,
-                    "enrolled_at_ms": e.enrolled_at_ms, "revoked_at_ms": e.revoked_at_ms })
+                    "enrolled_at_ms": e.enrolled_at_ms, "revoked_at_ms": e.revoked_at_ms,
+                    "org": e.org, "client_id": e.client_id })
         }
         Part::EncAds => match codec::enc_ad_key_parse(k) {
             Some(EncAdKey::V2(_)) => {

@@ -7,7 +7,7 @@ use crate::codec::{self, UsageScope};
 use crate::ops::seen;
 use crate::parts::Part;
 use crate::reader::{self, SnapView};
-use relay_store::{Enrolment, HostFilter, HostRow, Result};
+use relay_store::{HostFilter, HostRow, Result};
 
 /// Hand every enrolment that passes `filter` to `each`, in host-key order, from one
 /// snapshot. Returns how many were handed on.
@@ -26,7 +26,7 @@ pub(crate) fn hosts(
         let Some(pk) = codec::enrol_key_parse(&k) else {
             continue;
         };
-        let enrolment: Enrolment = codec::dec(&val, "enrolment")?;
+        let enrolment = codec::dec_enrolment(&val)?;
         let ads = reader::enc_ads(v, &pk)?;
         let row = HostRow {
             enrolment,

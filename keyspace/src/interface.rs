@@ -66,6 +66,9 @@ impl RelayStore for Store {
     fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
         read::enrolments_by_fingerprint(&*self.view()?, prefix, limit)
     }
+    fn live_enrolments_by_client(&self, client_id: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        read::live_enrolments_by_client(&*self.view()?, client_id, limit)
+    }
     fn record_seen(&self, seen: Vec<(Key32, u32)>) -> Pending<u64> {
         self.submit(move |tx| seen::record_seen(tx, &seen))
     }

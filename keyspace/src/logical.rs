@@ -1,4 +1,4 @@
-//! The logical backup (format 5, `relay_store::backup`) of a fjall store: the partitions of one
+//! The logical backup (format 6, `relay_store::backup`; format 5 restores too) of a fjall store: the partitions of one
 //! snapshot read as typed records, and a new store built from such records (the indexes,
 //! counters and usage rows derived from them, as the operations would have written them).
 
@@ -82,7 +82,7 @@ pub(crate) fn write(
         put(
             &mut w,
             Record::Enrolment(EnrolmentRecord {
-                enrolment: codec::dec(&val, "enrolments")?,
+                enrolment: codec::dec_enrolment(&val)?,
                 last_seen_day,
             }),
         )?;
@@ -186,6 +186,20 @@ pub(crate) fn write(
                 hash: e.hash,
             }),
         )?;
+    }
+    for g in v
+        .snap
+        .prefix(v.parts.ks(Part::Enrolments), codec::INVITE_PREFIX)
+    {
+        let (_, val) = g.into_inner().map_err(crate::engine_error)?;
+        put(&mut w, Record::Invite(codec::dec(&val, "invite")?))?;
+    }
+    for g in v
+        .snap
+        .prefix(v.parts.ks(Part::Enrolments), codec::DENY_PREFIX)
+    {
+        let (_, val) = g.into_inner().map_err(crate::engine_error)?;
+        put(&mut w, Record::Deny(codec::dec(&val, "deny entry")?))?;
     }
     let summary = w.finish()?;
     progress(summary.file_bytes);
@@ -342,6 +356,20 @@ impl<'a> Fill<'a> {
                 };
                 self.put(Part::Ops, &codec::ops_key(e.seq), codec::enc(&stored))?;
             }
+            Record::Invite(i) => {
+                self.put(
+                    Part::Enrolments,
+                    &codec::invite_key(&i.hash),
+                    codec::enc(&i),
+                )?;
+            }
+            Record::Deny(d) => {
+                self.put(
+                    Part::Enrolments,
+                    &codec::deny_key(&d.subject),
+                    codec::enc(&d),
+                )?;
+            }
         }
         Ok(())
     }
@@ -367,7 +395,7 @@ impl<'a> Fill<'a> {
     }
 }
 
-/// Write every record of the (verified) format-5 `file` into the empty store `parts`.
+/// Write every record of the (verified) logical `file` into the empty store `parts`.
 pub(crate) fn fill(file: &Path, parts: &Parts) -> Result<(), BackupError> {
     let mut r = BackupReader::open(file)?;
     let mut f = Fill {

@@ -28,12 +28,40 @@ pub(crate) fn enrolments_by_fingerprint(
     prefix: &str,
     limit: usize,
 ) -> Result<Vec<Enrolment>> {
-    const PAGE: usize = 1024;
     let want: String = prefix
         .chars()
         .filter(|c| *c != '-')
         .map(|c| c.to_ascii_lowercase())
         .collect();
+    scan_enrolments(v, limit, |pk, val| {
+        if fingerprint(pk).replace('-', "").starts_with(&want) {
+            codec::dec_enrolment(val).map(Some)
+        } else {
+            Ok(None)
+        }
+    })
+}
+
+/// Live enrolments recorded with `client_id`, at most `limit`, in key order. Reads every
+/// enrolment row once, a page at a time: for an admin's deny, not a request path.
+pub(crate) fn live_enrolments_by_client(
+    v: &SnapView,
+    client_id: &str,
+    limit: usize,
+) -> Result<Vec<Enrolment>> {
+    scan_enrolments(v, limit, |_, val| {
+        let e = codec::dec_enrolment(val)?;
+        Ok((e.revoked_at_ms.is_none() && e.client_id.as_deref() == Some(client_id)).then_some(e))
+    })
+}
+
+/// The enrolments `pick` keeps, at most `limit`, over every enrolment row in key order.
+fn scan_enrolments(
+    v: &SnapView,
+    limit: usize,
+    mut pick: impl FnMut(&Key32, &[u8]) -> Result<Option<Enrolment>>,
+) -> Result<Vec<Enrolment>> {
+    const PAGE: usize = 1024;
     let (first, end) = codec::enrol_rows();
     let mut lo_bound = Bound::Included(first);
     let mut out = Vec::new();
@@ -52,8 +80,8 @@ pub(crate) fn enrolments_by_fingerprint(
             let Some(pk) = codec::enrol_key_parse(k) else {
                 continue;
             };
-            if fingerprint(&pk).replace('-', "").starts_with(&want) {
-                out.push(codec::dec(val, "enrolment")?);
+            if let Some(e) = pick(&pk, val)? {
+                out.push(e);
                 if out.len() >= limit {
                     return Ok(out);
                 }

@@ -116,7 +116,7 @@ pub(crate) fn meta(r: &impl Reader) -> Result<relay_store::Meta> {
 
 pub(crate) fn enrolment(r: &impl Reader, pk: &Key32) -> Result<Option<Enrolment>> {
     r.get(Part::Enrolments, &codec::enrol_key(pk))?
-        .map(|v| codec::dec(&v, "enrolment"))
+        .map(|v| codec::dec_enrolment(&v))
         .transpose()
 }
 

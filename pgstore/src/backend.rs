@@ -78,6 +78,9 @@ impl RelayStore for PgStore {
     fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>> {
         enrol::enrolments_by_fingerprint(self.ctx(), prefix, limit)
     }
+    fn live_enrolments_by_client(&self, client_id: &str, limit: usize) -> Result<Vec<Enrolment>> {
+        enrol::live_enrolments_by_client(self.ctx(), client_id, limit)
+    }
     fn live_keys(&self, keys: &[Key32]) -> Result<Vec<Key32>> {
         enrol::live_keys(self.ctx(), keys)
     }

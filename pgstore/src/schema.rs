@@ -171,6 +171,13 @@ CREATE TABLE deny_list (
     PRIMARY KEY (kind, subject)
 );
 ",
+    // 7: an enrolment records the account token's organisation and client (a deny entry for
+    // the client finds its live hosts through the index).
+    r"
+ALTER TABLE enrolments ADD COLUMN org TEXT, ADD COLUMN client_id TEXT;
+CREATE INDEX enrolments_live_client ON enrolments (client_id)
+    WHERE revoked_at_ms IS NULL AND client_id IS NOT NULL;
+",
 ];
 
 /// The schema version this binary writes.

@@ -4,7 +4,8 @@
 //! revokes the key's enrolment in the same admin action ([`super::revoke`]): its hops are refused
 //! and its event streams and waiting pulls end at once on this relay and within
 //! `REVOKE_REFRESH` on every other process sharing the store. A client entry refuses the
-//! account tokens naming that `client_id` (`relay_core::enrol`). The relay runs this for its
+//! account tokens naming that `client_id` (`relay_core::enrol`) and revokes, as a host entry
+//! does, every live enrolment recorded with it. The relay runs this for its
 //! admin socket; relay-tool on a stopped store. One code for both.
 
 use relay_store::{DenyEntry, DenyOutcome, DenySubject, RelayStore};
@@ -116,9 +117,54 @@ pub fn run(
                     "expires_ms": expires_ms, "revoked": revoked })
         }
         DenySubject::Client(c) => {
-            json!({ "deny": "client", "client_id": c, "expires_ms": expires_ms })
+            let revoked = revoke_client(store, revoker, &c, action, uid)?;
+            json!({ "deny": "client", "client_id": c, "expires_ms": expires_ms,
+                    "revoked": revoked })
         }
     })
+}
+
+/// Hosts revoked per round of [`revoke_client`].
+const CLIENT_PAGE: usize = 100;
+
+/// Revoke every live enrolment recorded with `client` (the entry is stored first, so no new
+/// one appears while this runs); answers how many were revoked. Run again (the same deny) after
+/// a crash halfway: the entry refuses their enrolments meanwhile, and the hosts left are
+/// revoked then.
+fn revoke_client(
+    store: &dyn RelayStore,
+    revoker: &Revoker,
+    client: &str,
+    action: &DenyAction,
+    uid: u32,
+) -> Result<u64, String> {
+    let mut revoked = 0u64;
+    loop {
+        let live = store
+            .live_enrolments_by_client(client, CLIENT_PAGE)
+            .map_err(|e| e.to_string())?;
+        if live.is_empty() {
+            return Ok(revoked);
+        }
+        // Every round revokes what it read (or fails): the live set shrinks, the loop ends.
+        for e in &live {
+            let revoke = Action {
+                target: b64(&e.host_pubkey),
+                revoke: true,
+                purge: false,
+                reason: format!("deny list (client {client}): {}", action.note),
+            };
+            let done = revoke::run(store, revoker, &revoke, uid)?;
+            if done["revoked"] == true {
+                revoked += 1;
+            } else if done["already_revoked"] != true {
+                return Err(format!(
+                    "revoking {} of client {client} left it live",
+                    fingerprint(&e.host_pubkey)
+                ));
+            }
+        }
+    }
 }
 
 /// The request words after `deny`: `host TARGET|client ID TTL_MS [note TEXT...]`.

@@ -122,6 +122,12 @@ pub trait RelayStore: Send + Sync + 'static {
     /// # Errors
     /// `Closed`, `Corrupt`, `Engine`.
     fn enrolments_by_fingerprint(&self, prefix: &str, limit: usize) -> Result<Vec<Enrolment>>;
+    /// Live enrolments recorded with this accounts-service `client_id`, at most `limit`, in
+    /// key order (a deny entry for the client revokes them).
+    ///
+    /// # Errors
+    /// `Closed`, `Corrupt`, `Engine`.
+    fn live_enrolments_by_client(&self, client_id: &str, limit: usize) -> Result<Vec<Enrolment>>;
     /// Which of `keys` have a live (enrolled, not revoked) enrolment now, in any order: the
     /// relay asks it for the keys with waiting pulls and streams, to end those of keys revoked,
     /// rotated or expired by another process. One read per key unless a backend has better.

@@ -75,7 +75,11 @@ pub(crate) fn run(
                     ""
                 }
             ),
-            _ => format!("client {}", done["client_id"].as_str().unwrap_or("-")),
+            _ => format!(
+                "client {} ({} live enrolments of it revoked)",
+                done["client_id"].as_str().unwrap_or("-"),
+                done["revoked"].as_u64().unwrap_or(0)
+            ),
         };
         println!(
             "denied {what} until {} (recorded in the relay log)",

@@ -11,11 +11,16 @@ use crate::writer::Tx;
 use relay_store::rules::{self, enrol::Step};
 use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 
-use super::{invite, oplog};
+use super::{deny, invite, oplog};
 
 /// Enrol (idempotent; never clears a revocation; a weaker authority never overwrites a
 /// stronger one's account; name unique only inside a proven account).
 pub(crate) fn enrol(tx: &mut Tx<'_>, req: EnrolRequest) -> Result<EnrolOutcome> {
+    // In the enrolment's commit: a deny entry added before it refuses it (the writer is one
+    // thread, so no entry lands between this read and the write).
+    if deny::denied(tx, &req.denied_if, tx.now_ms)? {
+        return Ok(EnrolOutcome::Denied);
+    }
     let stored = reader::enrolment(tx, &req.host_pubkey)?;
     let max_live = req.max_live;
     let invite = match &req.invite {

@@ -44,7 +44,7 @@ pub(crate) fn expire_idle(
         let Some(pk) = codec::enrol_key_parse(&k) else {
             continue;
         };
-        let e: Enrolment = codec::dec(&v, "enrolment")?;
+        let e = codec::dec_enrolment(&v)?;
         // A revoked row never expires (the rule says so too; this skips two reads).
         let expires = e.revoked_at_ms.is_none() && {
             let day = seen::day_of(tx, &pk)?;

@@ -10,6 +10,9 @@ use crate::db::{db_err, key32, u, OpResult};
 use crate::ops::lists::write_list;
 use crate::ops::{enrol, oplog, Answer};
 
+/// The first column after an enrolment's ([`enrol::COLS`]).
+const N: usize = enrol::N_COLS;
+
 /// Most hosts one listing reads (bounded: enrolments are capped far below this).
 const MAX_HOSTS: i64 = 10_000_000;
 
@@ -53,11 +56,11 @@ async fn expire_idle_in(t: &Transaction<'_>, a: &IdleScan, env: WriteEnv) -> OpR
     for r in rows.iter().take(scan.take()) {
         let e = enrol::from_row(r)?;
         let day = r
-            .get::<_, Option<i32>>(8)
+            .get::<_, Option<i32>>(N)
             .map(|d| u32::try_from(d).unwrap_or(0));
         let queue = Usage {
-            items: u(r.get(9)),
-            bytes: u(r.get(10)),
+            items: u(r.get(N + 1)),
+            bytes: u(r.get(N + 2)),
         };
         let expires = rules::idle::expires(&e, day, queue, now_ms, idle_ms);
         if expires {
@@ -134,14 +137,14 @@ pub(crate) fn hosts(
                     Ok(HostRow {
                         enrolment: enrol::from_row(r)?,
                         last_seen_day: r
-                            .get::<_, Option<i32>>(8)
+                            .get::<_, Option<i32>>(N)
                             .map(|d| u32::try_from(d).unwrap_or(0)),
                         queue: Usage {
-                            items: u(r.get(9)),
-                            bytes: u(r.get(10)),
+                            items: u(r.get(N + 1)),
+                            bytes: u(r.get(N + 2)),
                         },
-                        enc_ad_v1_at_ms: r.get::<_, Option<i64>>(11).map(u),
-                        enc_ad_v2_at_ms: r.get::<_, Option<i64>>(12).map(u),
+                        enc_ad_v1_at_ms: r.get::<_, Option<i64>>(N + 3).map(u),
+                        enc_ad_v2_at_ms: r.get::<_, Option<i64>>(N + 4).map(u),
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;

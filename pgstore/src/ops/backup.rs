@@ -32,7 +32,7 @@ fn enrolment(r: &Row) -> Result<Record> {
     Ok(Record::Enrolment(EnrolmentRecord {
         enrolment: enrol::from_row(r)?,
         last_seen_day: r
-            .get::<_, Option<i32>>(8)
+            .get::<_, Option<i32>>(enrol::N_COLS)
             .map(|d| u32::try_from(d).unwrap_or(0)),
     }))
 }
@@ -120,6 +120,24 @@ fn op(r: &Row) -> Result<Record> {
     }))
 }
 
+fn invite(r: &Row) -> Result<Record> {
+    Ok(Record::Invite(relay_store::Invite {
+        hash: hash(r.get(0), "invite hash")?,
+        created_ms: u(r.get(1)),
+        expires_ms: u(r.get(2)),
+        note: r.get(3),
+    }))
+}
+
+fn deny_entry(r: &Row) -> Result<Record> {
+    Ok(Record::Deny(relay_store::DenyEntry {
+        subject: super::deny::subject_of(r.get(0), r.get(1))?,
+        added_ms: u(r.get(2)),
+        expires_ms: u(r.get(3)),
+        note: r.get(4),
+    }))
+}
+
 /// The queries, in record order (kinds must come in `RecordKind` order).
 fn queries() -> Vec<(String, RowFn)> {
     vec![
@@ -168,6 +186,16 @@ fn queries() -> Vec<(String, RowFn)> {
             "SELECT seq, at_ms, kind, detail, hash FROM ops ORDER BY seq".into(),
             op,
         ),
+        (
+            "SELECT hash, created_ms, expires_ms, note FROM invites ORDER BY hash".into(),
+            invite,
+        ),
+        (
+            "SELECT kind, subject, added_ms, expires_ms, note FROM deny_list \
+             ORDER BY kind, subject"
+                .into(),
+            deny_entry,
+        ),
     ]
 }
 
@@ -193,7 +221,7 @@ fn meta(r: &Row) -> Result<MetaRecord> {
     })
 }
 
-/// Stream one snapshot as a format-5 backup to `out`. `progress` gets the bytes written.
+/// Stream one snapshot as a logical (format 6) backup to `out`. `progress` gets the bytes written.
 /// Records nothing itself (callers log the backup).
 ///
 /// # Errors

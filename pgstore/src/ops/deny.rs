@@ -4,14 +4,28 @@
 //! `meta` row (as invites do), so the cap holds across processes.
 
 use relay_store::rules::deny::{admits, kept_until};
-use relay_store::{log_text, DenyEntry, DenyOutcome, DenySubject, Result};
+use relay_store::{log_text, DenyEntry, DenyOutcome, DenySubject, Result, StoreError};
 
 use crate::ctx::Ctx;
-use crate::db::{i, u};
+use deadpool_postgres::GenericClient;
+
+use crate::db::{i, key32, u, OpResult};
 use crate::ops::{oplog, Answer};
 
+/// The subject of a row's `(kind, subject)` ([`columns`] read back).
+pub(crate) fn subject_of(kind: &str, subject: &[u8]) -> Result<DenySubject> {
+    let bad = || StoreError::Corrupt(format!("a deny_list row of kind {kind:?} is malformed"));
+    match kind {
+        "host" => key32(subject, "deny_list host").map(DenySubject::Host),
+        "client" => String::from_utf8(subject.to_vec())
+            .map(DenySubject::Client)
+            .map_err(|_| bad()),
+        _ => Err(bad()),
+    }
+}
+
 /// The table's `(kind, subject)` of a subject.
-fn columns(s: &DenySubject) -> (&'static str, Vec<u8>) {
+pub(crate) fn columns(s: &DenySubject) -> (&'static str, Vec<u8>) {
     match s {
         DenySubject::Host(k) => ("host", k.to_vec()),
         DenySubject::Client(c) => ("client", c.as_bytes().to_vec()),
@@ -66,27 +80,33 @@ pub(crate) fn put_deny(ctx: &Ctx, entry: DenyEntry, max: u64) -> Answer<DenyOutc
     })
 }
 
+/// Whether an unexpired entry at `now_ms` names one of `subjects`, read on `c` (a connection,
+/// or an enrolment's transaction).
+pub(crate) async fn denied_in(
+    c: &impl GenericClient,
+    subjects: &[DenySubject],
+    now_ms: u64,
+) -> OpResult<bool> {
+    for s in subjects {
+        let (kind, subject) = columns(s);
+        let hit = c
+            .query_opt(
+                "SELECT 1 FROM deny_list WHERE kind = $1 AND subject = $2 AND expires_ms > $3",
+                &[&kind, &subject, &i(now_ms)],
+            )
+            .await?;
+        if hit.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Whether an unexpired entry at `now_ms` names one of `subjects`.
 ///
 /// # Errors
 /// `Engine`, `Closed`.
 pub(crate) fn denied(ctx: &Ctx, subjects: &[DenySubject], now_ms: u64) -> Result<bool> {
-    let wanted: Vec<(&'static str, Vec<u8>)> = subjects.iter().map(columns).collect();
-    ctx.read(move |c| {
-        Box::pin(async move {
-            for (kind, subject) in &wanted {
-                let hit = c
-                    .query_opt(
-                        "SELECT 1 FROM deny_list WHERE kind = $1 AND subject = $2 \
-                         AND expires_ms > $3",
-                        &[kind, subject, &i(now_ms)],
-                    )
-                    .await?;
-                if hit.is_some() {
-                    return Ok(true);
-                }
-            }
-            Ok(false)
-        })
-    })
+    let subjects = subjects.to_vec();
+    ctx.read(move |c| Box::pin(async move { denied_in(&**c, &subjects, now_ms).await }))
 }

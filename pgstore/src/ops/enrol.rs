@@ -12,11 +12,13 @@ use tokio_postgres::Row;
 
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, Conn, OpResult};
-use crate::ops::{invite, oplog, Answer};
+use crate::ops::{deny, invite, oplog, Answer};
 
 /// The columns [`from_row`] reads, in order.
 pub(crate) const COLS: &str = "host_pubkey, host_name, owner_fp, account, authorized_by, \
-                               authority_rank, enrolled_at_ms, revoked_at_ms";
+                               authority_rank, enrolled_at_ms, revoked_at_ms, org, client_id";
+/// How many columns [`COLS`] names (a query's next column has this index).
+pub(crate) const N_COLS: usize = 10;
 
 pub(crate) fn from_row(r: &Row) -> Result<Enrolment> {
     Ok(Enrolment {
@@ -28,6 +30,8 @@ pub(crate) fn from_row(r: &Row) -> Result<Enrolment> {
         authority_rank: u8::try_from(r.get::<_, i16>(5)).unwrap_or(u8::MAX),
         enrolled_at_ms: u(r.get(6)),
         revoked_at_ms: r.get::<_, Option<i64>>(7).map(u),
+        org: r.get(8),
+        client_id: r.get(9),
     })
 }
 
@@ -56,11 +60,11 @@ pub(crate) async fn get(
 pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
     t.execute(
         "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
-             authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms, org, client_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
          ON CONFLICT (host_pubkey) DO UPDATE SET host_name = $2, name_folded = $3, \
              owner_fp = $4, account = $5, authorized_by = $6, authority_rank = $7, \
-             enrolled_at_ms = $8, revoked_at_ms = $9",
+             enrolled_at_ms = $8, revoked_at_ms = $9, org = $10, client_id = $11",
         &[
             &e.host_pubkey.as_slice(),
             &e.host_name,
@@ -71,6 +75,8 @@ pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
             &i16::from(e.authority_rank),
             &i(e.enrolled_at_ms),
             &e.revoked_at_ms.map(i),
+            &e.org,
+            &e.client_id,
         ],
     )
     .await?;
@@ -115,6 +121,11 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
         )
         .await?
         .get(0);
+    // Under the `meta` row lock that `put_deny` takes too: an entry committed before this
+    // refuses it, one committed after finds it enrolled.
+    if deny::denied_in(t, &req.denied_if, now).await? {
+        return Ok(EnrolOutcome::Denied);
+    }
     let stored = get(t, &req.host_pubkey, true).await?;
     let max_live = req.max_live;
     let invite = match &req.invite {
@@ -276,6 +287,32 @@ pub(crate) fn enrolments_by_fingerprint(
                 }
             }
             Ok(out)
+        })
+    })
+}
+
+/// Live enrolments recorded with `client_id`, at most `limit`, in key order.
+///
+/// # Errors
+/// `Engine`, `Corrupt`, `Closed`.
+pub(crate) fn live_enrolments_by_client(
+    ctx: &Ctx,
+    client_id: &str,
+    limit: usize,
+) -> Result<Vec<Enrolment>> {
+    let client_id = client_id.to_owned();
+    ctx.read(move |c| {
+        Box::pin(async move {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {COLS} FROM enrolments WHERE client_id = $1 \
+                         AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
+                    ),
+                    &[&client_id, &i64::try_from(limit).unwrap_or(i64::MAX)],
+                )
+                .await?;
+            Ok(rows.iter().map(from_row).collect::<Result<_>>()?)
         })
     })
 }

@@ -1,4 +1,4 @@
-//! Restoring a logical backup (format 5, `relay_store::backup`) into a new, empty PostgreSQL
+//! Restoring a logical backup (format 5 or 6, `relay_store::backup`) into a new, empty PostgreSQL
 //! database: the file is verified first (nothing is touched when it is bad), then the schema,
 //! every record, the derived rows (quota counters, sender index, enrolment counts), a new epoch
 //! and the relay-log entry "restore" are written in ONE transaction: a failure leaves the
@@ -12,7 +12,7 @@ use relay_store::{BackupError, BackupSummary, Key32, LogRetention, StoreError, S
 use tokio_postgres::types::ToSql;
 
 use crate::db::{db_err, i, Db};
-use crate::ops::{kind, lists, oplog};
+use crate::ops::{deny, kind, lists, oplog};
 
 /// Records per multi-row statement.
 const BATCH: usize = 2_000;
@@ -55,7 +55,7 @@ async fn flush(t: &Transaction<'_>, recs: &mut Vec<Record>) -> Result<(), Backup
     match kind {
         relay_store::backup::RecordKind::Meta => {}
         relay_store::backup::RecordKind::Enrolment => {
-            let (pk, name, folded, owner, account, by, rank, at, revoked, seen) = cols!(
+            let (pk, name, folded, owner, account, by, rank, at, revoked, seen, org, client) = cols!(
                 Record::Enrolment(e) =>
                 pk: k(&e.enrolment.host_pubkey),
                 name: e.enrolment.host_name.clone(),
@@ -66,16 +66,21 @@ async fn flush(t: &Transaction<'_>, recs: &mut Vec<Record>) -> Result<(), Backup
                 rank: i16::from(e.enrolment.authority_rank),
                 at: i(e.enrolment.enrolled_at_ms),
                 revoked: e.enrolment.revoked_at_ms.map(i),
-                seen: e.last_seen_day.map(|d| i32::try_from(d).unwrap_or(i32::MAX))
+                seen: e.last_seen_day.map(|d| i32::try_from(d).unwrap_or(i32::MAX)),
+                org: e.enrolment.org.clone(),
+                client: e.enrolment.client_id.clone()
             );
             exec(
                 t,
                 "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
-                 authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms, last_seen_day) \
+                 authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms, last_seen_day, org, \
+                 client_id) \
                  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::int2[], $8::int8[], $9::int8[], $10::int4[])",
+                 $6::text[], $7::int2[], $8::int8[], $9::int8[], $10::int4[], $11::text[], \
+                 $12::text[])",
                 &[
-                    &pk, &name, &folded, &owner, &account, &by, &rank, &at, &revoked, &seen,
+                    &pk, &name, &folded, &owner, &account, &by, &rank, &at, &revoked, &seen, &org,
+                    &client,
                 ],
             )
             .await?;
@@ -230,6 +235,33 @@ async fn flush(t: &Transaction<'_>, recs: &mut Vec<Record>) -> Result<(), Backup
                 "INSERT INTO ops (seq, at_ms, kind, detail, hash) \
                  SELECT * FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::bytea[])",
                 &[&seq, &at, &kind, &detail, &hash],
+            )
+            .await?;
+        }
+        relay_store::backup::RecordKind::Invite => {
+            let (hash, created, expires, note) = cols!(
+                Record::Invite(v) =>
+                hash: v.hash.to_vec(), created: i(v.created_ms), expires: i(v.expires_ms), note: v.note
+            );
+            exec(
+                t,
+                "INSERT INTO invites (hash, created_ms, expires_ms, note) \
+                 SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[], $4::text[])",
+                &[&hash, &created, &expires, &note],
+            )
+            .await?;
+        }
+        relay_store::backup::RecordKind::Deny => {
+            let (kind, subject, added, expires, note) = cols!(
+                Record::Deny(d) =>
+                kind: deny::columns(&d.subject).0, subject: deny::columns(&d.subject).1,
+                added: i(d.added_ms), expires: i(d.expires_ms), note: d.note
+            );
+            exec(
+                t,
+                "INSERT INTO deny_list (kind, subject, added_ms, expires_ms, note) \
+                 SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::text[])",
+                &[&kind, &subject, &added, &expires, &note],
             )
             .await?;
         }

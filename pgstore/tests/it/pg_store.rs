@@ -32,6 +32,9 @@ pub(crate) fn enrol_req(k: u8) -> EnrolRequest {
         authority_rank: 0,
         max_live: 100,
         invite: relay_store::InviteClaim::NotNeeded,
+        org: None,
+        client_id: None,
+        denied_if: Vec::new(),
     }
 }
 
@@ -460,7 +463,9 @@ fn migration_3_counts_the_relay_logs_enrolment_entries() {
     // Back to schema 2, as a store written before the budget.
     exec_sql(
         &url,
-        "DROP TABLE deny_list; DROP TABLE invites; DROP TABLE processes; \
+        "DROP INDEX enrolments_live_client; \
+         ALTER TABLE enrolments DROP COLUMN org, DROP COLUMN client_id; \
+         DROP TABLE deny_list; DROP TABLE invites; DROP TABLE processes; \
          ALTER TABLE meta DROP COLUMN ops_enrol_held; \
          DELETE FROM schema_version WHERE version >= 3",
     );

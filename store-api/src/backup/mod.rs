@@ -1,9 +1,12 @@
-//! The logical backup file (format 5): one backend-neutral stream of typed records, written and
-//! read here once for every backend, so a backup of one backend restores into another.
+//! The logical backup file (format 6; format 5 still reads): one backend-neutral stream of
+//! typed records, written and read here once for every backend, so a backup of one backend
+//! restores into another. Format 6 adds the enrolment's `org` and `client_id` and two record
+//! kinds after the relay log: invites (their hashes) and deny-list entries; a format-5 file has
+//! ten kinds (its trailer lists ten counts) and enrolments without those two fields.
 //!
 //! Layout (integers little-endian):
 //! ```text
-//! magic "MBXRBAK\0" | format u32 (5) | crc32(magic, format) u32
+//! magic "MBXRBAK\0" | format u32 (6) | crc32(magic, format) u32
 //! header_len u32 | postcard Header | crc32(header_len, Header) u32
 //! records: 0x01 | kind u8 | len u32 | crc32(0x01, kind, len) u32 | postcard Record | crc32(Record) u32
 //! (the frame head has its own checksum, so a damaged length reads as damage, not truncation)
@@ -12,7 +15,7 @@
 //! The magic and the first frame are those of the keyspace's formats 1-4 (its raw partition
 //! rows), so one reader tells every format apart by the format field. Records come in
 //! [`RecordKind`] order: meta (exactly one, first), enrolments, enc ads v1 and v2, sender lists,
-//! queues, items, dedup rows, dedup horizons, relay-log entries. Every length read from a file
+//! queues, items, dedup rows, dedup horizons, relay-log entries, invites, deny entries. Every length read from a file
 //! is bounded before anything is allocated for it, and verifying a file needs no store.
 //!
 //! What is NOT in the stream, because every backend derives it from the records on restore:
@@ -48,8 +51,16 @@ use crate::BackupSummary;
 
 /// The file's first bytes (shared with formats 1-4).
 pub const BACKUP_MAGIC: [u8; 8] = *b"MBXRBAK\0";
-/// The logical format this module writes and reads.
-pub const LOGICAL_FORMAT_VERSION: u32 = 5;
+/// The logical format this module writes (and the newest it reads).
+pub const LOGICAL_FORMAT_VERSION: u32 = 6;
+/// The oldest logical format it reads (older ones are fjall's raw rows).
+pub const FIRST_LOGICAL_FORMAT: u32 = 5;
+/// Whether a file of `format` is a logical stream (read here), not the fjall raw rows of
+/// formats 1-4.
+pub fn is_logical(format: u32) -> bool {
+    (FIRST_LOGICAL_FORMAT..=LOGICAL_FORMAT_VERSION).contains(&format)
+}
+
 /// Longest header accepted.
 const MAX_HEADER: u32 = 4_096;
 /// Longest record accepted: far above any record written (items are capped well below a MiB).

@@ -5,9 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::checked::{damaged, CheckedRead};
+use super::record::kinds_in;
 use super::{
-    DedupRecord, Header, ItemRow, Record, RecordKind, LOGICAL_FORMAT_VERSION, MAX_RECORD,
-    TAG_RECORD, TAG_TRAILER,
+    DedupRecord, Header, ItemRow, Record, RecordKind, FIRST_LOGICAL_FORMAT, LOGICAL_FORMAT_VERSION,
+    MAX_RECORD, TAG_RECORD, TAG_TRAILER,
 };
 use crate::rules::log::ChainCheck;
 use crate::{
@@ -185,24 +186,26 @@ pub fn read_format(path: &Path) -> Result<u32, BackupError> {
 /// once through [`verify`] (touching nothing when the file is bad), then to build.
 pub struct BackupReader {
     c: CheckedRead,
+    format: u32,
     header: Header,
     tally: Option<Tally>,
     summary: Option<BackupSummary>,
 }
 
 impl BackupReader {
-    /// Open a format-5 file and read its header.
+    /// Open a logical (format 5 or 6) file and read its header.
     ///
     /// # Errors
     /// As [`read_format`], `Damaged` when the file is an older (raw, per-backend) format.
     pub fn open(path: &Path) -> Result<BackupReader, BackupError> {
         let (mut c, format) = CheckedRead::open(path)?;
-        if format != LOGICAL_FORMAT_VERSION {
+        if !super::is_logical(format) {
             return Err(damaged(
                 8,
                 format!(
                     "format {format} holds one backend's raw rows, not the logical records of \
-                     format {LOGICAL_FORMAT_VERSION}: only a fjall store restores it"
+                     formats {FIRST_LOGICAL_FORMAT}-{LOGICAL_FORMAT_VERSION}: only a fjall store \
+                     restores it"
                 ),
             ));
         }
@@ -211,6 +214,7 @@ impl BackupReader {
             postcard::from_bytes(&hb).map_err(|e| damaged(hoff, format!("bad header: {e}")))?;
         Ok(BackupReader {
             c,
+            format,
             header,
             tally: Some(Tally::new()),
             summary: None,
@@ -242,7 +246,7 @@ impl BackupReader {
                 if crc32fast::hash(&head) != head_crc {
                     return Err(damaged(at, "record head checksum mismatch"));
                 }
-                let kind = RecordKind::from_u8(kb)
+                let kind = RecordKind::from_u8(kb, self.format)
                     .ok_or_else(|| damaged(at, format!("unknown record kind {kb}")))?;
                 if blen > MAX_RECORD {
                     return Err(damaged(at, format!("record length {blen} out of bounds")));
@@ -252,7 +256,7 @@ impl BackupReader {
                 if crc32fast::hash(&body) != crc {
                     return Err(damaged(at, "record checksum mismatch"));
                 }
-                let rec = Record::decode(kind, &body)
+                let rec = Record::decode(kind, &body, self.format)
                     .map_err(|e| damaged(at, format!("bad {} record: {e}", kind.name())))?;
                 if let Some(t) = &mut self.tally {
                     t.record(&rec).map_err(|why| damaged(at, why))?;
@@ -269,16 +273,18 @@ impl BackupReader {
 
     fn trailer(&mut self, at: u64) -> Result<(), BackupError> {
         let [n] = self.c.bytes::<1>()?;
-        if usize::from(n) != RecordKind::ALL.len() {
+        let kinds = kinds_in(self.format);
+        if usize::from(n) != kinds {
             return Err(damaged(at, format!("trailer lists {n} record kinds")));
         }
         let mut listed = [0u64; RecordKind::ALL.len()];
-        for c in &mut listed {
+        for c in &mut listed[..kinds] {
             *c = u64::from_le_bytes(self.c.bytes()?);
         }
         let sum = self.c.whole_file_sum(at)?;
         let tally = self.tally.take().unwrap_or_else(Tally::new);
-        let counts = tally.counts();
+        let mut counts = tally.counts();
+        counts.truncate(kinds);
         for (i, (name, found)) in counts.iter().enumerate() {
             if listed[i] != *found {
                 return Err(BackupError::CountMismatch {
@@ -291,7 +297,7 @@ impl BackupReader {
         self.c.at_end()?;
         let log = tally.finish().map_err(|why| damaged(at, why))?;
         self.summary = Some(BackupSummary {
-            format_version: LOGICAL_FORMAT_VERSION,
+            format_version: self.format,
             schema_version: self.header.schema_version,
             relay_pubkey: self.header.relay_pubkey,
             epoch: self.header.epoch.clone(),
@@ -310,7 +316,7 @@ impl BackupReader {
     }
 }
 
-/// Check a format-5 file end to end without any store: magic, format, every frame's crc32,
+/// Check a logical (format 5 or 6) file end to end without any store: magic, format, every frame's crc32,
 /// order, counts, the whole-file checksum, and the relay log's chain.
 ///
 /// # Errors

@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DedupRow, EncAd, EncAdV2, Enrolment, ItemKind, Key32, SenderList};
+use crate::{
+    DedupRow, DenyEntry, EncAd, EncAdV2, Enrolment, EnrolmentBeforeClient, Invite, ItemKind, Key32,
+    SenderList,
+};
 
 /// The file header: who the backup belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +49,13 @@ pub struct EnrolmentRecord {
     pub enrolment: Enrolment,
     /// Day number (since the epoch) the host was last seen, if ever.
     pub last_seen_day: Option<u32>,
+}
+
+/// An [`EnrolmentRecord`] as format 5 wrote it (its enrolment without `org` and `client_id`).
+#[derive(Deserialize)]
+struct EnrolmentRecordFormat5 {
+    enrolment: EnrolmentBeforeClient,
+    last_seen_day: Option<u32>,
 }
 
 /// A target's queue position: the last seq handed out and what is acked (kept even when the
@@ -136,6 +146,10 @@ pub enum Record {
     DedupGone(DedupGone),
     /// A relay-log entry, with its chain hash.
     Op(crate::OpEntry),
+    /// One unredeemed invite (its hash, never a code; format 6 on).
+    Invite(Invite),
+    /// One deny-list entry (format 6 on).
+    Deny(DenyEntry),
 }
 
 /// The kinds, in stream order (the frame's kind byte is the index).
@@ -162,11 +176,15 @@ pub enum RecordKind {
     DedupGone = 8,
     /// [`Record::Op`].
     Op = 9,
+    /// [`Record::Invite`] (format 6 on).
+    Invite = 10,
+    /// [`Record::Deny`] (format 6 on).
+    Deny = 11,
 }
 
 impl RecordKind {
     /// Every kind, in stream order.
-    pub const ALL: [RecordKind; 10] = [
+    pub const ALL: [RecordKind; 12] = [
         RecordKind::Meta,
         RecordKind::Enrolment,
         RecordKind::EncAd,
@@ -177,6 +195,8 @@ impl RecordKind {
         RecordKind::Dedup,
         RecordKind::DedupGone,
         RecordKind::Op,
+        RecordKind::Invite,
+        RecordKind::Deny,
     ];
 
     /// The name counts are reported under.
@@ -192,11 +212,26 @@ impl RecordKind {
             RecordKind::Dedup => "dedup",
             RecordKind::DedupGone => "dedup_horizons",
             RecordKind::Op => "ops",
+            RecordKind::Invite => "invites",
+            RecordKind::Deny => "deny_list",
         }
     }
 
-    pub(crate) fn from_u8(b: u8) -> Option<RecordKind> {
-        RecordKind::ALL.get(usize::from(b)).copied()
+    /// The kind of a frame's kind byte in a file of `format`.
+    pub(crate) fn from_u8(b: u8, format: u32) -> Option<RecordKind> {
+        RecordKind::ALL[..kinds_in(format)]
+            .get(usize::from(b))
+            .copied()
+    }
+}
+
+/// How many kinds (the first of [`RecordKind::ALL`]) a file of `format` has: format 5 has
+/// neither invites nor deny entries.
+pub(crate) fn kinds_in(format: u32) -> usize {
+    if format <= 5 {
+        10
+    } else {
+        RecordKind::ALL.len()
     }
 }
 
@@ -224,6 +259,8 @@ impl Record {
             Record::Dedup(_) => RecordKind::Dedup,
             Record::DedupGone(_) => RecordKind::DedupGone,
             Record::Op(_) => RecordKind::Op,
+            Record::Invite(_) => RecordKind::Invite,
+            Record::Deny(_) => RecordKind::Deny,
         }
     }
 
@@ -239,6 +276,8 @@ impl Record {
             Record::Item(v) => postcard::to_extend(v, out),
             Record::Dedup(v) => postcard::to_extend(v, out),
             Record::DedupGone(v) => postcard::to_extend(v, out),
+            Record::Invite(v) => postcard::to_extend(v, out),
+            Record::Deny(v) => postcard::to_extend(v, out),
             Record::Op(e) => postcard::to_extend(
                 &OpWire {
                     seq: e.seq,
@@ -254,11 +293,24 @@ impl Record {
         r.unwrap_or_default()
     }
 
-    /// Decode a body of `kind`.
-    pub(crate) fn decode(kind: RecordKind, b: &[u8]) -> Result<Record, postcard::Error> {
+    /// Decode a body of `kind` from a file of `format`.
+    pub(crate) fn decode(
+        kind: RecordKind,
+        b: &[u8],
+        format: u32,
+    ) -> Result<Record, postcard::Error> {
         Ok(match kind {
             RecordKind::Meta => Record::Meta(postcard::from_bytes(b)?),
+            RecordKind::Enrolment if format <= 5 => {
+                let r: EnrolmentRecordFormat5 = postcard::from_bytes(b)?;
+                Record::Enrolment(EnrolmentRecord {
+                    enrolment: r.enrolment.into(),
+                    last_seen_day: r.last_seen_day,
+                })
+            }
             RecordKind::Enrolment => Record::Enrolment(postcard::from_bytes(b)?),
+            RecordKind::Invite => Record::Invite(postcard::from_bytes(b)?),
+            RecordKind::Deny => Record::Deny(postcard::from_bytes(b)?),
             RecordKind::EncAd => Record::EncAd(postcard::from_bytes(b)?),
             RecordKind::EncAdV2 => Record::EncAdV2(postcard::from_bytes(b)?),
             RecordKind::SenderList => Record::SenderList(postcard::from_bytes(b)?),

@@ -1,6 +1,7 @@
-//! Rules of the logical backup (format 5): a backup of one store restores into a new store of
-//! the backend with every record kind intact, a new epoch and a logged restore; dedup, seqs,
-//! queues and the dedup horizons behave as they did before.
+//! Rules of the logical backup (format 6): a backup of one store restores into a new store of
+//! the backend with every record kind intact (invites and deny entries included), a new epoch
+//! and a logged restore; dedup, seqs, queues and the dedup horizons behave as they did before;
+//! a format-5 file (no invites, deny entries, enrolment org or client) still restores.
 
 use std::path::PathBuf;
 
@@ -8,7 +9,8 @@ use super::support::*;
 use super::Backend;
 use crate::backup::{self, Record, RecordKind};
 use crate::{
-    Clock as _, EncAd, EncAdV2, HostFilter, InsertOutcome, Key32, LogVerdict, RelayStore,
+    Clock as _, DenyEntry, DenyOutcome, DenySubject, EncAd, EncAdV2, EnrolOutcome, EnrolRequest,
+    HostFilter, InsertOutcome, Invite, InviteClaim, InviteOutcome, Key32, LogVerdict, RelayStore,
     RevokeOutcome, RevokeRequest, SenderList, SenderListOutcome,
 };
 
@@ -96,12 +98,10 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
     let (a, t, gone, relay) = (key(1), key(2), key(3), key(900));
     s.pin_relay_pubkey(relay).wait().expect("pin");
     s.heartbeat(t0 + 5).wait().expect("heartbeat");
-    let acct = s
-        .enrol(enrol_req(a, "Alpha", Some("acct"), 1))
-        .wait()
-        .expect("enrol");
+    let acct = s.enrol(token_enrol(a, "Alpha")).wait().expect("enrol");
     assert_eq!(acct, crate::EnrolOutcome::Enrolled);
     enrol(&*s, t, "target");
+    put_invite_and_deny(&*s, t0);
     enrol(&*s, gone, "gone");
     s.record_seen(vec![(a, crate::utc_day(t0))])
         .wait()
@@ -265,13 +265,152 @@ pub fn a_backup_restores_every_record_kind_with_a_new_epoch(b: &dyn Backend) {
         "{} after {head}",
         next.seq
     );
+    // The invite and the deny entry came back: the entry refuses, the invite admits one key.
+    let now = clock.now_ms();
+    assert!(r
+        .denied(&[DenySubject::Client("denied-client".into())], now)
+        .expect("denied"));
+    assert!(r
+        .denied(&[DenySubject::Host(key(66))], now)
+        .expect("denied"));
+    assert_eq!(
+        r.enrol(invited(key(12))).wait().expect("enrol"),
+        EnrolOutcome::Enrolled
+    );
+    assert_eq!(
+        r.enrol(invited(key(13))).wait().expect("enrol"),
+        EnrolOutcome::InviteRefused,
+        "the invite is single-use after a restore too"
+    );
+    r.close().expect("close");
+}
+
+/// An enrolment of `pk` by a token authority: account, org and client recorded.
+fn token_enrol(pk: Key32, name: &str) -> EnrolRequest {
+    EnrolRequest {
+        org: Some("org-1".into()),
+        client_id: Some("client-1".into()),
+        ..enrol_req(pk, name, Some("acct"), 1)
+    }
+}
+
+/// The invite code hash [`put_invite_and_deny`] stores.
+const INVITE_HASH: [u8; 32] = [0x5A; 32];
+
+/// A new key's enrolment redeeming the stored invite.
+fn invited(pk: Key32) -> EnrolRequest {
+    EnrolRequest {
+        invite: InviteClaim::Presented(INVITE_HASH),
+        ..enrol_req(pk, "guest", None, 0)
+    }
+}
+
+/// Store an invite and two deny entries (a client, a host key) that outlive the test.
+fn put_invite_and_deny(s: &dyn RelayStore, now: u64) {
+    let day = 24 * 3600 * 1000;
+    let invite = Invite {
+        hash: INVITE_HASH,
+        created_ms: now,
+        expires_ms: now + day,
+        note: "for bob".into(),
+    };
+    assert_eq!(
+        s.put_invite(invite, 10).wait().expect("invite"),
+        InviteOutcome::Issued
+    );
+    for subject in [
+        DenySubject::Client("denied-client".into()),
+        DenySubject::Host(key(66)),
+    ] {
+        let entry = DenyEntry {
+            subject,
+            added_ms: now,
+            expires_ms: now + day,
+            note: "revoked".into(),
+        };
+        assert_eq!(
+            s.put_deny(entry, 10).wait().expect("deny"),
+            DenyOutcome::Added
+        );
+    }
+}
+
+/// A format-5 file (written before invites, deny entries and the enrolment's org and client
+/// were backed up) verifies and restores into this backend: its enrolments without org and
+/// client, and no invite or deny entry.
+pub fn a_format_5_backup_still_restores(b: &dyn Backend) {
+    let clock = TestClock::new(crate::SystemClock.now_ms());
+    let s = b.open(clock.clone());
+    let (a, t) = (key(1), key(2));
+    let enrolled = s.enrol(token_enrol(a, "alpha")).wait().expect("enrol");
+    assert_eq!(enrolled, EnrolOutcome::Enrolled);
+    enrol(&*s, t, "target");
+    put_invite_and_deny(&*s, clock.now_ms());
+    stored_seqs(&insert(&*s, a, "m1", &[(t, b"body")]));
+    let six = TempFile::new("format6");
+    {
+        let mut out = std::fs::File::create(&six.0).expect("create the backup file");
+        s.backup_to(&mut out, &mut |_| {}).expect("backup");
+    }
+    let before = s.enrolment(&a).expect("enrolment").expect("enrolled");
+    s.close().expect("close");
+
+    let five = TempFile::new("format5");
+    let format5 = |kind: RecordKind, body: Vec<u8>| match kind {
+        RecordKind::Invite | RecordKind::Deny => Vec::new(),
+        RecordKind::Enrolment => {
+            let Ok(Record::Enrolment(r)) = Record::decode(kind, &body, 6) else {
+                panic!("an enrolment record")
+            };
+            let e = r.enrolment;
+            let old = (
+                (
+                    e.host_pubkey,
+                    e.host_name,
+                    e.owner_fp,
+                    e.account,
+                    e.authorized_by,
+                    e.authority_rank,
+                    e.enrolled_at_ms,
+                    e.revoked_at_ms,
+                ),
+                r.last_seen_day,
+            );
+            vec![postcard::to_stdvec(&old).expect("encode")]
+        }
+        _ => vec![body],
+    };
+    rewrite_as(&six.0, &five.0, 5, &format5);
+    let summary = backup::verify(&five.0).expect("a format-5 file verifies");
+    assert_eq!(summary.format_version, 5);
+    assert_eq!(summary.counts.len(), 10, "{:?}", summary.counts);
+
+    let r = b.restore(&five.0, clock.clone());
+    let e = r.enrolment(&a).expect("enrolment").expect("restored");
+    assert_eq!(
+        e,
+        crate::Enrolment {
+            org: None,
+            client_id: None,
+            ..before
+        }
+    );
+    assert_eq!(r.pull(&t, 0, 10, u64::MAX).expect("pull").items.len(), 1);
+    let now = clock.now_ms();
+    assert!(!r
+        .denied(&[DenySubject::Host(key(66))], now)
+        .expect("denied"));
+    assert_eq!(
+        r.enrol(invited(key(12))).wait().expect("enrol"),
+        EnrolOutcome::InviteRefused
+    );
     r.close().expect("close");
 }
 
 /// What [`rewrite`] writes in place of one record body.
 type Rewrite<'a> = dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>> + 'a;
 
-/// A copy of the format-5 backup `src` with every record body passed through `each` (which
+/// A copy of the backup `src` with every record body passed through `each` (which
 /// answers the bodies to write in its place: none, itself, several, another), every frame's
 /// checksums, the trailer's counts and the whole-file sha256 recomputed: damage only the
 /// reader's rules can see.
@@ -280,11 +419,29 @@ fn rewrite(
     dst: &std::path::Path,
     each: &dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>>,
 ) {
+    rewrite_as(src, dst, backup::LOGICAL_FORMAT_VERSION, each);
+}
+
+/// [`rewrite`] into a file of `format` (its format field, and the trailer's count of kinds).
+fn rewrite_as(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    format: u32,
+    each: &dyn Fn(RecordKind, Vec<u8>) -> Vec<Vec<u8>>,
+) {
     use sha2::Digest;
     let b = std::fs::read(src).expect("read the backup");
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
     let header_end = 16 + 4 + u32_at(16) + 4;
     let mut out = b[..header_end].to_vec();
+    out[8..12].copy_from_slice(&format.to_le_bytes());
+    let crc = crc32fast::hash(&out[..12]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    let kinds = if format <= 5 {
+        10
+    } else {
+        RecordKind::ALL.len()
+    };
     let mut counts = [0u64; RecordKind::ALL.len()];
     let mut i = header_end;
     while b[i] == 0x01 {
@@ -304,8 +461,8 @@ fn rewrite(
         }
     }
     assert_eq!(b[i], 0xFF, "the trailer follows the records");
-    out.extend_from_slice(&[0xFF, RecordKind::ALL.len() as u8]);
-    for n in counts {
+    out.extend_from_slice(&[0xFF, kinds as u8]);
+    for n in &counts[..kinds] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     let sum: [u8; 32] = sha2::Sha256::digest(&out).into();
@@ -345,7 +502,11 @@ pub fn a_backup_with_repeated_items_or_dedup_rows_or_an_oversized_item_is_refuse
         }
     };
     let first_item = std::cell::Cell::new(true);
-    let oversized = |kind: RecordKind, body: Vec<u8>| match Record::decode(kind, &body) {
+    let oversized = |kind: RecordKind, body: Vec<u8>| match Record::decode(
+        kind,
+        &body,
+        backup::LOGICAL_FORMAT_VERSION,
+    ) {
         Ok(Record::Item(mut it)) if first_item.replace(false) => {
             it.wire = vec![b'x'; crate::MAX_ITEM_BYTES_ACCEPTED as usize + 1];
             vec![Record::Item(it).encode_into(Vec::new())]

@@ -80,6 +80,7 @@ macro_rules! conformance_tests {
             keys::concurrent_enrolments_with_one_invite_admit_one_key,
             deny::a_deny_entry_refuses_its_subject_until_it_expires_and_survives_a_reopen,
             deny::adding_a_deny_entry_prunes_the_expired_and_caps_the_unexpired,
+            deny::an_enrolment_records_its_client_and_a_deny_entry_refuses_it_in_its_commit,
             keys::a_rotation_moves_the_queue_after_the_new_keys_items,
             keys::a_revoked_key_loses_its_enc_ads_lists_and_enrolment_as_in_a_rotation,
             keys::a_purge_deletes_the_queue_and_tells_each_envelope_sender_once,
@@ -100,6 +101,7 @@ macro_rules! conformance_tests {
             meta::a_shared_challenge_book_is_bounded_expiring_and_single_use,
             backup::a_backup_restores_every_record_kind_with_a_new_epoch,
             backup::a_backup_with_repeated_items_or_dedup_rows_or_an_oversized_item_is_refused,
+            backup::a_format_5_backup_still_restores,
         );
     };
     (@each $new:expr; $($module:ident :: $check:ident),* $(,)?) => {

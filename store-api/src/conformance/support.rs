@@ -59,6 +59,9 @@ pub fn enrol_req(pk: Key32, name: &str, account: Option<&str>, rank: u8) -> Enro
         authority_rank: rank,
         max_live: 1_000_000,
         invite: crate::InviteClaim::NotNeeded,
+        org: None,
+        client_id: None,
+        denied_if: Vec::new(),
     }
 }
 

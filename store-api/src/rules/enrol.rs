@@ -7,6 +7,10 @@ use crate::types::{EnrolOutcome, EnrolRequest, Enrolment, Invite, InviteClaim, I
 
 /// What an enrol request asks of the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per enrolment, moved straight into the backend's write"
+)]
 pub enum Step {
     /// Answer this and write nothing.
     Answer(EnrolOutcome),
@@ -53,6 +57,8 @@ pub fn decide(
                 host_name: req.host_name,
                 owner_fp: req.owner_fp,
                 account: req.account,
+                org: req.org,
+                client_id: req.client_id,
                 authorized_by: req.authorized_by,
                 authority_rank: req.authority_rank,
                 ..e.clone()
@@ -90,6 +96,8 @@ pub fn decide(
                     authority_rank: req.authority_rank,
                     enrolled_at_ms: now_ms,
                     revoked_at_ms: None,
+                    org: req.org,
+                    client_id: req.client_id,
                 },
                 first: true,
             }
@@ -130,6 +138,9 @@ mod tests {
             authority_rank: rank,
             max_live: 2,
             invite: InviteClaim::NotNeeded,
+            org: None,
+            client_id: None,
+            denied_if: Vec::new(),
         }
     }
 

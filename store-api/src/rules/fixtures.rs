@@ -31,5 +31,7 @@ pub(crate) fn enrolment(
         authority_rank: rank,
         enrolled_at_ms,
         revoked_at_ms: revoked.then_some(enrolled_at_ms),
+        org: None,
+        client_id: None,
     }
 }

@@ -10,7 +10,7 @@ pub mod deny;
 pub mod enc_ad;
 pub mod enrol;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod idle;
 pub mod insert;
 pub mod invite;

@@ -21,6 +21,59 @@ pub struct Enrolment {
     pub enrolled_at_ms: u64,
     /// When it was revoked (never undone); `None` while live.
     pub revoked_at_ms: Option<u64>,
+    /// The proven organisation (an account token's `org`), if any.
+    pub org: Option<String>,
+    /// The accounts-service client that enrolled it (an account token's `client_id`), if any:
+    /// a deny-list entry for that client revokes it.
+    pub client_id: Option<String>,
+}
+
+/// An enrolment as written before enrolments recorded an organisation and a client (fjall
+/// rows written then, backup format 5). Postcard is positional, so such bytes are exactly this
+/// layout: [`Enrolment`]'s first eight fields.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct EnrolmentBeforeClient {
+    host_pubkey: Key32,
+    host_name: String,
+    owner_fp: String,
+    account: Option<String>,
+    authorized_by: String,
+    authority_rank: u8,
+    enrolled_at_ms: u64,
+    revoked_at_ms: Option<u64>,
+}
+
+impl From<EnrolmentBeforeClient> for Enrolment {
+    fn from(e: EnrolmentBeforeClient) -> Enrolment {
+        Enrolment {
+            host_pubkey: e.host_pubkey,
+            host_name: e.host_name,
+            owner_fp: e.owner_fp,
+            account: e.account,
+            authorized_by: e.authorized_by,
+            authority_rank: e.authority_rank,
+            enrolled_at_ms: e.enrolled_at_ms,
+            revoked_at_ms: e.revoked_at_ms,
+            org: None,
+            client_id: None,
+        }
+    }
+}
+
+impl Enrolment {
+    /// Decode a stored enrolment that is nothing but its postcard bytes: one written before
+    /// `org` and `client_id` existed ends where they would start, and reads with both `None`.
+    ///
+    /// # Errors
+    /// The bytes are neither layout.
+    pub fn from_stored(bytes: &[u8]) -> Result<Enrolment, postcard::Error> {
+        match postcard::from_bytes::<Enrolment>(bytes) {
+            Err(postcard::Error::DeserializeUnexpectedEnd) => {
+                postcard::from_bytes::<EnrolmentBeforeClient>(bytes).map(Enrolment::from)
+            }
+            other => other,
+        }
+    }
 }
 
 /// What `enrol` is asked to record.
@@ -34,6 +87,14 @@ pub struct EnrolRequest {
     pub owner_fp: String,
     /// A proven account, if the authority proved one.
     pub account: Option<String>,
+    /// A proven organisation, if the authority proved one.
+    pub org: Option<String>,
+    /// The accounts-service client the authority named, if any.
+    pub client_id: Option<String>,
+    /// Refused (`Denied`, nothing written) when an unexpired deny entry names one of these at
+    /// commit time: the check and the enrolment are one commit, so an entry added before it
+    /// refuses it and one added after finds it enrolled (and revokes it).
+    pub denied_if: Vec<crate::DenySubject>,
     /// Which authority admitted it.
     pub authorized_by: String,
     /// That authority's strength.
@@ -73,6 +134,8 @@ pub enum EnrolOutcome {
     /// A new key presented no invite where one is needed, or its invite is not stored (never
     /// issued, redeemed already) or has expired.
     InviteRefused,
+    /// An unexpired deny entry names one of [`EnrolRequest::denied_if`].
+    Denied,
 }
 
 /// The SHA-256 of an invite code: the store keeps only this, never the code.
@@ -192,4 +255,35 @@ pub struct IdleReport {
     pub expired: u64,
     /// Where the next call continues (`None`: the scan reached the end).
     pub next: Option<Key32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_enrolment_stored_before_org_and_client_reads_with_neither() {
+        let e = crate::rules::fixtures::enrolment(7, Some("acct"), 2, 1_000, true);
+        // The earlier layout: the same fields, in order, without the last two.
+        let old = postcard::to_stdvec(&(
+            e.host_pubkey,
+            &e.host_name,
+            &e.owner_fp,
+            &e.account,
+            &e.authorized_by,
+            e.authority_rank,
+            e.enrolled_at_ms,
+            e.revoked_at_ms,
+        ))
+        .unwrap();
+        assert_eq!(Enrolment::from_stored(&old).unwrap(), e);
+        let now = Enrolment {
+            org: Some("org".into()),
+            client_id: Some("c".into()),
+            ..e
+        };
+        let stored = postcard::to_stdvec(&now).unwrap();
+        assert_eq!(Enrolment::from_stored(&stored).unwrap(), now);
+        assert!(Enrolment::from_stored(&old[..old.len() - 2]).is_err());
+    }
 }
