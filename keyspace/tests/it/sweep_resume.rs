@@ -42,7 +42,13 @@ fn insert(store: &Store, sender: Key32, id: &str, target: Key32) -> u64 {
     stored_seqs(&out)[0].seq
 }
 
-fn fixture() -> (tempfile::TempDir, std::sync::Arc<TestClock>, Store, Key32, Key32) {
+fn fixture() -> (
+    tempfile::TempDir,
+    std::sync::Arc<TestClock>,
+    Store,
+    Key32,
+    Key32,
+) {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock::new(T0);
     let store = open_with(dir.path(), clock.clone());
@@ -115,7 +121,10 @@ fn a_dedup_prune_run_resumes_after_its_last_pruned_row() {
 
     let second = sweep(&store, T0 + 10, horizon, 1);
     assert_eq!(second.dedup_pruned, 1);
-    assert!(gone("a") && gone("b") && !gone("early"), "resumed after `a`");
+    assert!(
+        gone("a") && gone("b") && !gone("early"),
+        "resumed after `a`"
+    );
     let third = sweep(&store, T0 + 10, horizon, 1);
     assert_eq!((third.dedup_pruned, third.more), (1, false), "the run ends");
     assert!(gone("c") && !gone("early"));
