@@ -29,6 +29,7 @@ use fjall::{PersistMode, Slice};
 
 use crate::commit_stats::CommitCounters;
 use crate::ops::oplog::{LogStage, LogTx};
+use crate::ops::sweep::SweepFrom;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView, ViewSlot};
 use crate::recover::{self, Recovery};
@@ -89,6 +90,9 @@ pub(crate) struct Tx<'a> {
     pub log_retention: LogRetention,
     /// Stored rows read by range scans in this group (for [`crate::CommitStats::rows_scanned`]).
     scanned: std::cell::Cell<u64>,
+    /// Where the running sweep continues (`ops::sweep`): the writer's committed position,
+    /// moved by a sweep job and kept only if the group commits.
+    pub(crate) sweep_from: SweepFrom,
 }
 
 impl<'a> Tx<'a> {
@@ -173,7 +177,7 @@ impl Tx<'_> {
         want_value: impl Fn(&[u8]) -> bool,
     ) -> Result<Vec<(Slice, Option<Slice>)>> {
         let mut out = Vec::new();
-        if limit == 0 {
+        if limit == 0 || inverted(lo, hi) {
             return Ok(out);
         }
         let mut pending = self.overlay[part as usize].range::<[u8], _>((lo, hi));
@@ -229,6 +233,17 @@ impl Tx<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Whether `lo..hi` holds no key because it is inverted (a resumed sweep whose position lies
+/// past a moved-back clock's bound): `BTreeMap::range` panics on such bounds.
+fn inverted(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Unbounded, _) | (_, Bound::Unbounded) => false,
+        (Bound::Included(l), Bound::Included(h)) => l > h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Excluded(h))
+        | (Bound::Excluded(l), Bound::Included(h)) => l >= h,
     }
 }
 
@@ -292,6 +307,8 @@ pub(crate) struct Writer {
     unflushed: u64,
     /// How the relay log is bounded.
     log_retention: LogRetention,
+    /// Where the running sweep continues, as of the last committed group (reset by a failed one).
+    sweep_from: SweepFrom,
 }
 
 impl Writer {
@@ -317,6 +334,7 @@ impl Writer {
             on_idle,
             unflushed: 0,
             log_retention,
+            sweep_from: SweepFrom::default(),
         }
     }
 
@@ -390,6 +408,7 @@ impl Writer {
             now_ms: 0,
             log_retention: self.log_retention,
             scanned: Default::default(),
+            sweep_from: self.sweep_from.clone(),
         };
         let mut replies = Vec::with_capacity(jobs.len());
         for j in jobs {
@@ -398,6 +417,7 @@ impl Writer {
         }
         let overlay = std::mem::take(&mut tx.overlay);
         self.counters.scanned(tx.scanned.get());
+        let sweep_from = std::mem::take(&mut tx.sweep_from);
         drop(tx);
         let wrote = overlay.iter().any(|m| !m.is_empty());
         let outcome = self.commit(&parts, &overlay).map(|bytes| {
@@ -408,6 +428,7 @@ impl Writer {
         }
         match &outcome {
             Ok(()) => {
+                self.sweep_from = sweep_from;
                 if wrote {
                     self.recovery.group_ok();
                 }
@@ -432,6 +453,8 @@ impl Writer {
             Err(why) => {
                 self.recovery.group_failed(why);
                 self.clear_cache();
+                // Rows it passed may not be deleted: the next sweep starts at the beginning.
+                self.sweep_from = SweepFrom::default();
             }
         }
         let err = outcome.err();

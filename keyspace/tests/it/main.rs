@@ -24,4 +24,5 @@ mod open;
 mod pull_hints;
 mod revoke;
 mod sender_index;
+mod sweep_resume;
 mod usage_prop;
