@@ -185,8 +185,10 @@ fn doctor_diagnoses_beside_a_running_daemon_and_the_daemon_log_lines_carry_times
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     relay.spawn(None);
+    // The watcher retries with a jittered backoff capped at 30 s (`watch::reconnect_delay`): the
+    // connection refusals while the relay was down may have grown it to the cap.
     assert!(
-        wait_until(Duration::from_secs(30), || std::fs::read_to_string(&log)
+        wait_until(Duration::from_secs(75), || std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("answers again")),
         "{}",
