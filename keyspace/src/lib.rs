@@ -68,6 +68,7 @@ mod reader;
 mod recover;
 mod stats;
 mod store;
+mod sweep_from;
 mod writer;
 
 pub use backup_file::{restore_backup, verify_backup, BACKUP_FORMAT_VERSION, BACKUP_MAGIC};

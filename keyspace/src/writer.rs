@@ -29,10 +29,10 @@ use fjall::{PersistMode, Slice};
 
 use crate::commit_stats::CommitCounters;
 use crate::ops::oplog::{LogStage, LogTx};
-use crate::ops::sweep::SweepFrom;
 use crate::parts::{Part, Parts};
 use crate::reader::{Reader, SnapView, ViewSlot};
 use crate::recover::{self, Recovery};
+use crate::sweep_from::SweepFrom;
 use relay_store::{Clock, LogRetention, Result, StoreError};
 
 /// How long the writer waits for work before it counts as idle.

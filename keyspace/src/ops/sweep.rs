@@ -4,7 +4,7 @@
 //! expired, purged) before the horizon.
 //!
 //! A run (calls until `more` is false) is linear in the rows it touches: each call resumes after
-//! the last row the previous one handled ([`SweepFrom`]), not at the start of the index, where
+//! the last row the previous one handled (`crate::sweep_from::SweepFrom`), not at the start of the index, where
 //! the deletions of the run lie as tombstones until compaction (re-reading them made a run of
 //! N rows cost N² / max: 48 % of the relay's CPU late in a 200,000-item sweep, growth bench).
 
@@ -20,28 +20,7 @@ use relay_store::rules::{self, sweep::Prune};
 use relay_store::{ExpiredItem, NoticeFn, Quotas, Result, SweepReport};
 
 use super::{insert, queue};
-
-/// Where the calls of a running sweep continue: the last expiry and dedup-prune index rows it
-/// handled (`None`: from the start). Held by the writer, moved only by committed groups.
-///
-/// Safe to skip what lies before: every row there was deleted by this run, and rows written
-/// since sort after it (an item expires at its acceptance time + retention, a prune row is keyed
-/// by now, both past every earlier call's now). The one exception, a key rotation moving a due
-/// item to a lower key mid-run, is expired by the next run: a call that finds nothing more
-/// resets the position, so every run starts at the beginning.
-#[derive(Clone, Default)]
-pub(crate) struct SweepFrom {
-    expiry: Option<Slice>,
-    dedup: Option<Slice>,
-}
-
-/// The lower bound of a scan: after the run's last row, else the start of `prefix`.
-fn from<'a>(last: &'a Option<Slice>, prefix: &'a [u8]) -> Bound<&'a [u8]> {
-    match last {
-        Some(k) => Bound::Excluded(k.as_ref()),
-        None => Bound::Included(prefix),
-    }
-}
+use crate::sweep_from::{from, SweepFrom};
 
 /// Parameters of one sweep call.
 pub(crate) struct SweepArgs {
