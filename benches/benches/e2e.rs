@@ -28,6 +28,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use relay_testkit::cluster::PgCluster;
+use relay_testkit::procfs::{cluster_cpu, cpu as proc_cpu, load_average, mib as proc_mib};
 use serde_json::Value;
 
 #[path = "e2e/report.rs"]
@@ -205,17 +206,6 @@ fn stop_relay(mut r: Relay) {
     }
 }
 
-/// A memory figure of `pid` from /proc (`VmRSS`: resident now, `VmHWM`: peak resident), in MiB.
-fn proc_mib(pid: u32, field: &str) -> Result<f64, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
-}
-
 /// How long the bench lets a relay that just finished pushing settle before reading its RSS:
 /// one heap-trim period and a second to spare.
 const SETTLE: Duration = Duration::from_secs(mbx_relay::memory::TRIM_INTERVAL.as_secs() + 1);
@@ -322,60 +312,6 @@ fn thousands(x: f64) -> String {
         out.push(c);
     }
     out
-}
-
-/// CPU (user + system) `pid` has used so far, with that of its children it waited for when
-/// `children` (PostgreSQL's postmaster reaps its backends: their CPU lands there).
-fn proc_cpu(pid: u32, children: bool) -> Result<Duration, String> {
-    let f = proc_stat(pid)?;
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let t = ticks(11) + ticks(12) + if children { ticks(13) + ticks(14) } else { 0 };
-    Ok(ticks_to_duration(t))
-}
-
-/// The fields of `/proc/<pid>/stat` after the `(comm)`: state is [0], ppid [1], utime [11],
-/// stime [12], cutime [13], cstime [14].
-fn proc_stat(pid: u32) -> Result<Vec<String>, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
-    let rest = s.rsplit_once(')').map(|(_, r)| r).ok_or("bad /proc stat")?;
-    Ok(rest.split_whitespace().map(str::to_string).collect())
-}
-
-fn ticks_to_duration(t: u64) -> Duration {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_millis(t * 1000 / hz)
-}
-
-/// CPU the whole PostgreSQL cluster has used: the postmaster with the backends it reaped, plus
-/// the backends (and background processes) still running.
-fn cluster_cpu(postmaster: u32) -> Result<Duration, String> {
-    let mut total = proc_cpu(postmaster, true)?;
-    let me = postmaster.to_string();
-    for e in std::fs::read_dir("/proc")
-        .map_err(|e| format!("/proc: {e}"))?
-        .flatten()
-    {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        // A backend may end between the listing and the read: it is then counted in cutime.
-        if let Ok(f) = proc_stat(pid) {
-            if f.get(1) == Some(&me) {
-                total += proc_cpu(pid, true).unwrap_or_default();
-            }
-        }
-    }
-    Ok(total)
-}
-
-/// The 1-minute load average (how busy the shared machine was).
-fn load_average() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0.0)
 }
 
 fn errors_of(phase: &Value) -> u64 {
