@@ -98,8 +98,10 @@ fn find_env(cmd: &clap::Command, long: &str) -> Option<String> {
         .or_else(|| cmd.get_subcommands().find_map(|s| find_env(s, long)))
 }
 
-/// Every argument in `cmd`'s tree that has no help text, as `command path --flag` (a test
-/// walks both binaries with it: help on every flag).
+/// Every argument in `cmd`'s tree that has no help text, as `command path --flag`, and every
+/// flag whose value placeholder is its multi-word field name (clap's default: `<MAX_SENDER_ITEMS>`
+/// where `<N>` or `<BYTES>` names the kind of value), as `command path --flag <PLACEHOLDER>` (a
+/// test walks both binaries with it: help on every flag).
 pub fn undocumented(cmd: &clap::Command) -> Vec<String> {
     let mut out = Vec::new();
     walk(cmd, cmd.get_name(), &mut out);
@@ -115,6 +117,16 @@ fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
                 .get_long()
                 .map_or_else(|| id.to_string(), |l| format!("--{l}"));
             out.push(format!("{path} {name}"));
+        }
+        let placeholders = a
+            .get_value_names()
+            .filter(|_| a.get_action().takes_values());
+        let field_named = placeholders
+            .unwrap_or_default()
+            .iter()
+            .find(|v| v.contains('_'));
+        if let (Some(long), Some(v)) = (a.get_long(), field_named) {
+            out.push(format!("{path} --{long} <{v}>"));
         }
     }
     if cmd.get_about().is_none() && cmd.get_long_about().is_none() {

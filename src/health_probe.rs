@@ -13,7 +13,11 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, clap::Args)]
 pub struct HealthArgs {
     /// The relay's health URL (`https://relay.example/health` for a TLS relay).
-    #[arg(long, default_value = "http://127.0.0.1:8787/health")]
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:8787/health"
+    )]
     pub url: String,
     /// Trust only this CA (PEM) for an https --url: a private CA, or a self-signed relay
     /// certificate (default: the bundled web roots).

@@ -138,6 +138,6 @@ pub enum PeerCommand {
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Seconds between pulls when the relay does not hold pulls (no `x-mbx-wait-max` header).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) poll_secs: u64,
 }

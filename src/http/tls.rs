@@ -65,7 +65,7 @@ pub struct TlsArgs {
     pub tls_key: Option<PathBuf>,
     /// TLS handshakes per client address (IPv6: per /64) per minute; past it, a new connection
     /// from that address is closed before its handshake.
-    #[arg(long, env = "MBX_RELAY_TLS_HANDSHAKES_PER_MINUTE", default_value_t = DEFAULT_HANDSHAKES_PER_MINUTE)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_TLS_HANDSHAKES_PER_MINUTE", default_value_t = DEFAULT_HANDSHAKES_PER_MINUTE)]
     pub tls_handshakes_per_minute: u32,
 }
 

@@ -25,33 +25,33 @@ pub struct ServeArgs {
     #[arg(long)]
     pub check: bool,
     /// Address to listen on (`127.0.0.1:0` picks a free port).
-    #[arg(long, env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787", help_heading = HEAD_WHERE)]
+    #[arg(long, value_name = "ADDR", env = "MBX_RELAY_LISTEN", default_value = "127.0.0.1:8787", help_heading = HEAD_WHERE)]
     pub listen: String,
     /// Private address for `GET /metrics` (e.g. `127.0.0.1:9187`); unset: metrics are not served.
-    #[arg(long, env = "MBX_RELAY_METRICS_LISTEN", help_heading = HEAD_WHERE)]
+    #[arg(long, value_name = "ADDR", env = "MBX_RELAY_METRICS_LISTEN", help_heading = HEAD_WHERE)]
     pub(crate) metrics_listen: Option<String>,
     /// Store directory (created on first start; holds relay.key unless MBX_RELAY_KEY is set).
-    #[arg(long, env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data", help_heading = HEAD_WHERE)]
+    #[arg(long, value_name = "DIR", env = "MBX_RELAY_STORE_DIR", default_value = "./relay-data", help_heading = HEAD_WHERE)]
     pub store_dir: PathBuf,
     /// The store: a directory, or `postgres://user@host:port/db` (default: the directory
     /// --store-dir). A directory here takes the place of --store-dir (it then holds relay.key
     /// and the admin socket too).
-    #[arg(long, env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse, help_heading = HEAD_WHERE)]
+    #[arg(long, value_name = "URL", env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse, help_heading = HEAD_WHERE)]
     pub store: Option<StoreSpec>,
     /// Take the client address from a proxy header: off, xff or cloudflare.
-    #[arg(long, env = "MBX_RELAY_TRUST_PROXY", default_value = "off", help_heading = HEAD_WHERE)]
+    #[arg(long, value_name = "MODE", env = "MBX_RELAY_TRUST_PROXY", default_value = "off", help_heading = HEAD_WHERE)]
     pub(crate) trust_proxy: TrustProxy,
     /// Largest item (sealed body) accepted, in bytes.
     #[arg(long, env = "MBX_RELAY_MAX_ITEM_BYTES", default_value = "512KiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_ITEMS)]
     pub max_item_bytes: u64,
     /// Most items in one push.
-    #[arg(long, env = "MBX_RELAY_MAX_BATCH", default_value_t = d::MAX_BATCH, help_heading = HEAD_ITEMS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_BATCH", default_value_t = d::MAX_BATCH, help_heading = HEAD_ITEMS)]
     pub max_batch: usize,
     /// Most target hosts of one item.
-    #[arg(long, env = "MBX_RELAY_MAX_TARGETS", default_value_t = d::MAX_TARGETS, help_heading = HEAD_ITEMS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_TARGETS", default_value_t = d::MAX_TARGETS, help_heading = HEAD_ITEMS)]
     pub max_targets: usize,
     /// Most items one pull returns.
-    #[arg(long, env = "MBX_RELAY_MAX_PULL", default_value_t = d::MAX_PULL, help_heading = HEAD_ITEMS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_PULL", default_value_t = d::MAX_PULL, help_heading = HEAD_ITEMS)]
     pub max_pull: usize,
     /// Most item bytes one pull returns.
     #[arg(long, env = "MBX_RELAY_MAX_PULL_BYTES", default_value = "8MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_ITEMS)]
@@ -60,43 +60,43 @@ pub struct ServeArgs {
     #[arg(long, env = "MBX_RELAY_RETENTION", default_value = d::RETENTION, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_ITEMS)]
     pub retention: Duration,
     /// Pushes per sender host key per minute.
-    #[arg(long, env = "MBX_RELAY_PUSHES_PER_MINUTE", default_value_t = d::PUSHES_PER_MINUTE, help_heading = HEAD_RATES)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_PUSHES_PER_MINUTE", default_value_t = d::PUSHES_PER_MINUTE, help_heading = HEAD_RATES)]
     pub pushes_per_minute: u32,
     /// Most items queued for one host.
-    #[arg(long, env = "MBX_RELAY_MAX_QUEUE_ITEMS", default_value_t = d::MAX_QUEUE_ITEMS, help_heading = HEAD_QUOTAS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_QUEUE_ITEMS", default_value_t = d::MAX_QUEUE_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_queue_items: u64,
     /// Most bytes queued for one host.
     #[arg(long, env = "MBX_RELAY_MAX_QUEUE_BYTES", default_value = "50MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_QUOTAS)]
     pub max_queue_bytes: u64,
     /// Most items one sender has queued at the relay (all its targets together).
-    #[arg(long, env = "MBX_RELAY_MAX_SENDER_ITEMS", default_value_t = d::MAX_SENDER_ITEMS, help_heading = HEAD_QUOTAS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_SENDER_ITEMS", default_value_t = d::MAX_SENDER_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_sender_items: u64,
     /// Most bytes one sender has queued at the relay (all its targets together).
     #[arg(long, env = "MBX_RELAY_MAX_SENDER_BYTES", default_value = "20MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_QUOTAS)]
     pub max_sender_bytes: u64,
     /// Most items queued for one account (all its hosts together).
-    #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_ITEMS", default_value_t = d::MAX_ACCOUNT_ITEMS, help_heading = HEAD_QUOTAS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_ACCOUNT_ITEMS", default_value_t = d::MAX_ACCOUNT_ITEMS, help_heading = HEAD_QUOTAS)]
     pub max_account_items: u64,
     /// Most bytes queued for one account (all its hosts together).
     #[arg(long, env = "MBX_RELAY_MAX_ACCOUNT_BYTES", default_value = "50MiB", value_parser = parse_bytes, value_name = "BYTES", help_heading = HEAD_QUOTAS)]
     pub max_account_bytes: u64,
     /// Most live enrolments; past it, enrolling answers 503 (a warning is logged at 90 %).
-    #[arg(long, env = "MBX_RELAY_MAX_ENROLMENTS", default_value_t = d::MAX_ENROLMENTS, help_heading = HEAD_QUOTAS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_ENROLMENTS", default_value_t = d::MAX_ENROLMENTS, help_heading = HEAD_QUOTAS)]
     pub max_enrolments: u64,
     /// Most enrolment challenges outstanding at once.
-    #[arg(long, env = "MBX_RELAY_MAX_CHALLENGES", default_value_t = d::MAX_CHALLENGES, help_heading = HEAD_QUOTAS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_CHALLENGES", default_value_t = d::MAX_CHALLENGES, help_heading = HEAD_QUOTAS)]
     pub max_challenges: usize,
     /// Challenge, enrol and rotate calls per client address (IPv6: per /64) per minute.
-    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE", default_value_t = d::ENROL_PER_MINUTE, help_heading = HEAD_RATES)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_ENROL_PER_MINUTE", default_value_t = d::ENROL_PER_MINUTE, help_heading = HEAD_RATES)]
     pub enrol_per_minute: u32,
     /// Challenge, enrol and rotate calls per IPv4 /24 per minute (all its addresses together).
-    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V4_24", default_value_t = d::ENROL_PER_MINUTE_V4_24, help_heading = HEAD_RATES)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_ENROL_PER_MINUTE_V4_24", default_value_t = d::ENROL_PER_MINUTE_V4_24, help_heading = HEAD_RATES)]
     pub enrol_per_minute_v4_24: u32,
     /// Challenge, enrol and rotate calls per IPv6 /48 per minute (all its /64s together).
-    #[arg(long, env = "MBX_RELAY_ENROL_PER_MINUTE_V6_48", default_value_t = d::ENROL_PER_MINUTE_V6_48, help_heading = HEAD_RATES)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_ENROL_PER_MINUTE_V6_48", default_value_t = d::ENROL_PER_MINUTE_V6_48, help_heading = HEAD_RATES)]
     pub enrol_per_minute_v6_48: u32,
     /// Most live enrolments sharing one host name.
-    #[arg(long, env = "MBX_RELAY_MAX_PER_NAME", default_value_t = d::MAX_PER_NAME, help_heading = HEAD_QUOTAS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_PER_NAME", default_value_t = d::MAX_PER_NAME, help_heading = HEAD_QUOTAS)]
     pub max_per_name: usize,
     /// How often the retention sweep runs.
     #[arg(long, env = "MBX_RELAY_SWEEP_INTERVAL", default_value = d::SWEEP_INTERVAL, value_parser = parse_duration, value_name = "DURATION", help_heading = HEAD_TIMES)]
@@ -120,7 +120,7 @@ pub struct ServeArgs {
     /// (only the keys in --enrol-allowlist), `invite` (only hosts presenting an unused
     /// `relay-tool invite` code in the enrol body's `proof`) or `account-tokens` (only hosts
     /// presenting a host-bound token of --token-issuer).
-    #[arg(long, env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::AuthorityKind), help_heading = HEAD_WHERE)]
+    #[arg(long, value_name = "KIND", env = "MBX_RELAY_ENROL_AUTHORITY", default_value = "challenge", value_parser = clap::value_parser!(relay_core::AuthorityKind), help_heading = HEAD_WHERE)]
     pub enrol_authority: relay_core::AuthorityKind,
     /// The allow-list of `--enrol-authority allowlist`: one host key (base64) per line, `#`
     /// comments; reloaded when it changes and on SIGHUP.

@@ -22,11 +22,11 @@ use crate::files::require_dir;
 pub(crate) struct StoreArgs {
     /// The relay's store directory; with a PostgreSQL `--store`, the relay's own `--store-dir`
     /// (its admin socket and relay.key), optional.
-    #[arg(long, env = "MBX_RELAY_STORE_DIR")]
+    #[arg(long, value_name = "DIR", env = "MBX_RELAY_STORE_DIR")]
     pub store_dir: Option<PathBuf>,
     /// The store as `mbx-relay serve --store` names it: a directory, or
     /// `postgres://user[:password]@host:port/db` (the password is never printed).
-    #[arg(long, env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse)]
+    #[arg(long, value_name = "STORE", env = "MBX_RELAY_STORE", value_parser = StoreSpec::parse)]
     pub store: Option<StoreSpec>,
 }
 

@@ -217,7 +217,7 @@ else print how many entries verified.",
         #[arg(long)]
         revoked: bool,
         /// Only hosts last seen this long ago or longer (`30d`, `12h`; day resolution).
-        #[arg(long, value_parser = relay_core::parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = relay_core::parse_duration)]
         idle_for: Option<std::time::Duration>,
         /// JSON lines, one object per enrolment.
         #[arg(long)]
@@ -265,7 +265,7 @@ the relay log). Through the running relay's admin socket, else on the store open
         #[command(flatten)]
         store: access::StoreArgs,
         /// How long the code stays valid (`7d`, `12h`; at most 90d).
-        #[arg(long, default_value = "7d", value_parser = relay_core::parse_duration)]
+        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = relay_core::parse_duration)]
         expires: std::time::Duration,
         /// Whom it is for, for the relay log (at most 200 characters).
         #[arg(long, default_value = "")]
@@ -294,7 +294,7 @@ else on the store opened here.",
         #[arg(long, value_name = "ID")]
         client: Option<String>,
         /// How long the entry lasts (`24h`, `30d`; at least 15 minutes are kept).
-        #[arg(long, default_value = "24h", value_parser = relay_core::parse_duration)]
+        #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = relay_core::parse_duration)]
         expires: std::time::Duration,
         /// Why, for the relay log (at most 200 characters).
         #[arg(long, default_value = "")]
@@ -510,6 +510,9 @@ mod tests {
     #[test]
     fn every_flag_and_command_has_help() {
         let missing = mbx_relay::cli_docs::undocumented(&super::Cli::command());
-        assert!(missing.is_empty(), "without help: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "without help, or a field name for a placeholder: {missing:?}"
+        );
     }
 }

@@ -100,7 +100,7 @@ impl Default for GuardConfig {
 #[command(next_help_heading = "Connections")]
 pub struct GuardArgs {
     /// Most connections served at once; one more is answered 503 and closed.
-    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Time allowed for a request head, from when the relay waits for it.
     #[arg(long, env = "MBX_RELAY_HEADER_TIMEOUT", default_value = DEFAULT_HEADER_TIMEOUT, value_parser = parse_duration, value_name = "DURATION")]
@@ -113,11 +113,11 @@ pub struct GuardArgs {
     pub(crate) idle_timeout: Duration,
     /// Requests per client address (IPv6: per /64 prefix) per minute to info, health, metrics and
     /// unknown paths.
-    #[arg(long, env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = DEFAULT_PUBLIC_PER_MINUTE)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_PUBLIC_PER_MINUTE", default_value_t = DEFAULT_PUBLIC_PER_MINUTE)]
     pub(crate) public_per_minute: u32,
     /// Most connections open at once from one client address (IPv6: per /64); one more is
     /// answered 429 and closed. Counts the socket address: behind a reverse proxy, the proxy.
-    #[arg(long, env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub(crate) max_connections_per_address: usize,
     #[command(flatten)]
     /// Request-body flags.
@@ -149,7 +149,7 @@ pub struct BodyGuardArgs {
     pub body_budget_wait: Duration,
     /// Failed hop authentications per client address (IPv6: per /64) per minute; past it, calls
     /// with a hop from that address are answered 429 without being checked.
-    #[arg(long, env = "MBX_RELAY_AUTH_FAILURES_PER_MINUTE", default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE)]
+    #[arg(long, value_name = "N", env = "MBX_RELAY_AUTH_FAILURES_PER_MINUTE", default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE)]
     pub(crate) auth_failures_per_minute: u32,
 }
 
