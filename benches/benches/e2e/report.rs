@@ -6,6 +6,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use relay_bench::chart::esc;
+
 /// The medians of one store the targets are about.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Medians {
@@ -153,12 +155,6 @@ const RIGHT: f64 = 120.0;
 const TOP: f64 = 50.0;
 const BAR: f64 = 18.0;
 const GAP: f64 = 34.0;
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 fn number(v: f64) -> String {
     if v >= 100.0 {

@@ -4,6 +4,8 @@
 
 use std::fmt::Write;
 
+use relay_bench::chart::nice_ceiling;
+
 use crate::run::{Doc, Round};
 
 const W: f64 = 720.0;
@@ -12,19 +14,6 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 80.0;
 const TOP: f64 = 60.0;
 const BOTTOM: f64 = 80.0;
-
-/// A "nice" axis top at or above `v` (1, 2 or 5 times a power of ten).
-fn nice_ceiling(v: f64) -> f64 {
-    if !v.is_finite() || v <= 0.0 {
-        return 1.0;
-    }
-    let p = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|c| *c >= v)
-        .unwrap_or(10.0 * p)
-}
 
 /// One series as a polyline with a marker per point.
 fn series(s: &mut String, pts: &[(f64, f64)], color: &str, dashed: bool, hollow: bool) {

@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use relay_bench::chart::esc;
+
 /// One receiver kind's percentiles, in milliseconds.
 pub(super) struct Bars {
     pub label: String,
@@ -26,13 +28,6 @@ fn x(ms: f64) -> f64 {
     let (lo, hi) = (f64::from(LO_EXP), f64::from(HI_EXP));
     let e = ms.max(1e-9).log10().clamp(lo, hi);
     LEFT + (e - lo) / (hi - lo) * (W - LEFT - RIGHT)
-}
-
-/// Text safe inside SVG.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The chart as an SVG document; `footer` says when and from what it was measured

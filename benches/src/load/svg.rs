@@ -5,6 +5,8 @@
 
 use std::fmt::Write;
 
+use relay_bench::chart::{esc, nice_ceiling};
+
 /// One sweep point: senders, items/s, p99 ms.
 pub(super) struct Point {
     pub senders: usize,
@@ -18,26 +20,6 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 80.0;
 const TOP: f64 = 70.0;
 const BOTTOM: f64 = 76.0;
-
-/// A "nice" axis top at or above `v` (1, 2 or 5 times a power of ten).
-fn nice_ceiling(v: f64) -> f64 {
-    if !v.is_finite() || v <= 0.0 {
-        return 1.0;
-    }
-    let p = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|c| *c >= v)
-        .unwrap_or(10.0 * p)
-}
-
-/// Text safe inside SVG.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// The chart as an SVG document; `footer` says when and from what it was measured
 /// ([`provenance`]).
