@@ -2,7 +2,7 @@
 //! the batch's size, and two round trips ([`crate::pipeline`]):
 //!
 //! 1. BEGIN, [`LOCK`] (enrolments shared, missing queue rows created, queue rows for update,
-//!    each in key order) and [`READ`] (account usage rows for update, dedup and sender-share
+//!    each in key order, then the targets' accounts) and [`READ`] (account usage rows for update, dedup and sender-share
 //!    rows), in one flight. READ's snapshot is taken after LOCK holds its locks, so it sees
 //!    every commit of an earlier holder of those rows.
 //! 2. The decision in memory, by `relay_store::rules::insert` for each item in order
@@ -33,6 +33,13 @@ use crate::pipeline::{begin_with, commit_with, rollback};
 /// statement's own (locked until COMMIT) and invisible to its own `q` part, so it is returned
 /// by `n`; one created by another transaction after this statement's snapshot is in neither
 /// and is locked afterwards ([`lock_late_queues`]).
+///
+/// Last (`al`, after every queue lock, so no cycle with them), the accounts of the live targets
+/// are locked in account order by a transaction advisory lock (class 1296193601, "MBXA", and the
+/// account's hash): an account with no usage row
+/// yet has no row for READ to lock, and without this two pushes to two of its targets would
+/// both read it empty and both pass its quota. READ's snapshot is taken after these locks, so
+/// it sees the usage of every earlier holder. Its one row (kind 2) is skipped by the reader.
 const LOCK: &str = "WITH e AS MATERIALIZED (\
         SELECT host_pubkey, account FROM enrolments \
         WHERE host_pubkey = ANY($1::bytea[]) AND revoked_at_ms IS NULL \
@@ -41,10 +48,14 @@ const LOCK: &str = "WITH e AS MATERIALIZED (\
     n AS (INSERT INTO queues (target) SELECT host_pubkey FROM t ORDER BY host_pubkey \
         ON CONFLICT (target) DO NOTHING RETURNING target, head_seq, items, bytes), \
     q AS MATERIALIZED (SELECT target, head_seq, items, bytes FROM queues \
-        WHERE target IN (SELECT host_pubkey FROM t) ORDER BY target FOR UPDATE OF queues) \
+        WHERE target IN (SELECT host_pubkey FROM t) ORDER BY target FOR UPDATE OF queues), \
+    al AS MATERIALIZED (SELECT pg_advisory_xact_lock(1296193601, hashtext(a.account)) \
+        FROM (SELECT DISTINCT account FROM e \
+            WHERE host_pubkey = ANY($2::bytea[]) AND account IS NOT NULL ORDER BY account) a) \
     SELECT 0::smallint, host_pubkey, account, 0::bigint, 0::bigint, 0::bigint FROM e \
     UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM n \
-    UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM q";
+    UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM q \
+    UNION ALL SELECT 2::smallint, NULL::bytea, NULL::text, count(*), 0::bigint, 0::bigint FROM al";
 
 /// Lock the account usage rows of the live targets ($1), read the dedup rows of ($2, $3, $4)
 /// and the sender-share rows of ($5, $6): all covered by the locks LOCK took. Each key is
@@ -213,8 +224,12 @@ async fn read_locked(
     let locked = locked?;
     let first_read = first_read?;
     for r in &locked {
+        let kind = r.get::<_, i16>(0);
+        if kind == 2 {
+            continue;
+        }
         let key = key32(r.get::<_, &[u8]>(1), "locked key")?;
-        if r.get::<_, i16>(0) == 0 {
+        if kind == 0 {
             rows.live.insert(key, r.get(2));
         } else {
             rows.queues.insert(key, queue_state(r, 3));

@@ -9,6 +9,7 @@
 
 mod challenge_cap;
 mod conformance;
+mod pg_account_race;
 mod pg_deadline;
 mod pg_fence;
 mod pg_store;
