@@ -40,12 +40,6 @@ pub const WRITER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Most jobs answered by one fsync.
 pub(crate) const MAX_GROUP: usize = 1024;
-/// Jobs found queued at once from which the writer waits [`GATHER_WAIT`] for more before it
-/// runs the group (concurrent writers: each group costs a journal write, an fsync and a
-/// snapshot whatever its size; a lone writer never waits).
-const GATHER_FROM: usize = 2;
-/// How long a group with concurrent writers waits for more jobs (see [`GATHER_FROM`]).
-const GATHER_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
 /// Bound of the submission channel (callers block beyond it: backpressure).
 pub(crate) const CHANNEL_BOUND: usize = 4096;
 /// Entries of the writer's point-read cache before it is cleared.
@@ -354,22 +348,13 @@ impl Writer {
         while let Some(first) = self.next_job() {
             let mut jobs = Vec::with_capacity(64);
             jobs.push(first);
-            self.take_queued(&mut jobs);
-            if (GATHER_FROM..MAX_GROUP).contains(&jobs.len()) {
-                std::thread::sleep(GATHER_WAIT);
-                self.take_queued(&mut jobs);
+            while jobs.len() < MAX_GROUP {
+                match self.rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
             }
             self.group(jobs);
-        }
-    }
-
-    /// Add the jobs already queued to `jobs`, up to [`MAX_GROUP`].
-    fn take_queued(&self, jobs: &mut Vec<Job>) {
-        while jobs.len() < MAX_GROUP {
-            match self.rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
         }
     }
 
