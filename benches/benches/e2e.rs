@@ -45,12 +45,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 /// `mbx-relay` is another package's binary: cargo does not build it for this bench, so it is
-/// looked up in this build's `target/release/` (`cargo build --release -p mbx-relay`).
+/// looked up in this build's `target/release/` (`cargo build --release -p mbx-relay`), or
+/// `MBX_BENCH_RELAY_BIN`.
 fn relay_bin() -> PathBuf {
-    std::env::var_os("MBX_BENCH_RELAY_BIN").map_or_else(
-        || relay_testkit::bins::dir().join("mbx-relay"),
-        PathBuf::from,
-    )
+    relay_testkit::bins::relay()
 }
 
 /// The load generator: this package's own binary, which cargo builds for the bench.

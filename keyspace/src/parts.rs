@@ -11,13 +11,24 @@ use fjall::{
 
 use relay_store::Result;
 
-/// Memtable of `items` (wire bytes).
-const ITEMS_MEMTABLE: u64 = 8 * 1024 * 1024;
+/// Memtable of `items` (wire bytes). Counted in wire bytes, but the values go to blob files at
+/// flush: the table a flush writes holds only keys and blob pointers (~60 bytes an item), so an
+/// 8 MiB memtable made level-0 tables of ~0.5 MB, and every merge of twelve of them rewrote the
+/// whole of L1 (all of the queue's keys: their keys are target-ordered, each table spans all of
+/// them). Four times the memtable, a quarter of those rewrites per item: growth bench, 600,000
+/// queued, relay CPU per batched item 80 -> 96 µs (1.20x) over three rounds with 8 MiB and
+/// 80 -> 86 µs (1.08x) with 32 MiB (docs/performance.md). Still under the 64 MiB journal cap.
+const ITEMS_MEMTABLE: u64 = 32 * 1024 * 1024;
 /// Memtable of every other partition.
 const SMALL_MEMTABLE: u64 = 4 * 1024 * 1024;
 /// Level-0 tables of the items, dedup and expiry partitions before they are merged into L1
 /// (fjall's default: 4).
 const L0_TABLES_BEFORE_COMPACTION: u8 = 12;
+/// Table size of the items, dedup and expiry partitions (fjall's default: 64 MiB). L1 holds
+/// `L0_TABLES_BEFORE_COMPACTION` of them: 48 MiB instead of 768 MiB, so once a partition's keys
+/// outgrow it (about 800,000 items' keys) they move on to L2 and deeper in merges of a few
+/// tables each, instead of every level-0 merge rewriting one L1 that grows with the queue.
+const TABLE_TARGET: u64 = 4 * 1024 * 1024;
 
 /// Leveled compaction that waits for [`L0_TABLES_BEFORE_COMPACTION`] level-0 tables. For the
 /// partitions written on every push (items, dedup, expiry): their rows come in no useful key
@@ -25,7 +36,11 @@ const L0_TABLES_BEFORE_COMPACTION: u8 = 12;
 /// all of L1. Waiting for three times as many tables (still below fjall's write stall at 20)
 /// rewrites L1 a third as often; point reads check a few more (pinned) filters.
 fn few_l0_merges() -> Arc<Leveled> {
-    Arc::new(Leveled::default().with_l0_threshold(L0_TABLES_BEFORE_COMPACTION))
+    Arc::new(
+        Leveled::default()
+            .with_l0_threshold(L0_TABLES_BEFORE_COMPACTION)
+            .with_table_target_size(TABLE_TARGET),
+    )
 }
 
 /// The partition names, in backup/dump order.
@@ -102,6 +117,11 @@ pub(crate) struct Parts {
 
 impl Parts {
     /// Open (creating when absent) every partition of `db`.
+    ///
+    /// The options below apply when a partition is created: fjall keeps each keyspace's options
+    /// (memtable size, compaction strategy, block and blob settings) in its own meta keyspace and
+    /// reopens it with those, ignoring what is passed here. A store created by an older build
+    /// opens and runs with its old settings; a backup restored into a new store gets these.
     ///
     /// # Errors
     /// `Engine` when fjall cannot open a keyspace.

@@ -27,7 +27,8 @@ pub fn path(name: &str) -> PathBuf {
     p
 }
 
-/// The relay binary under test: `target/<profile>/mbx-relay`.
+/// The relay binary under test: `target/<profile>/mbx-relay`, or `MBX_BENCH_RELAY_BIN` when set
+/// (a bench comparing two builds of the relay with one generator; tests never set it).
 pub fn relay() -> PathBuf {
-    path("mbx-relay")
+    std::env::var_os("MBX_BENCH_RELAY_BIN").map_or_else(|| path("mbx-relay"), PathBuf::from)
 }

@@ -18,8 +18,10 @@
 //! growth`. Knobs (environment): MBX_GROWTH_ITEMS (default 10000000), MBX_GROWTH_HOSTS (enrolled
 //! target hosts, default 100000), MBX_GROWTH_ROUNDS (default 10), MBX_GROWTH_STORE (`fjall`, the
 //! default, `postgres` or `both`), MBX_GROWTH_DIR (where the stores live, default the temp dir),
-//! MBX_GROWTH_OUT, MBX_GROWTH_SKIP_BASELINE=1, MBX_GROWTH_KEEP=1 (keep the stores and logs), MBX_GROWTH_FAKETIME (libfaketime's
-//! library, default the Debian path), MBX_PG_BINDIR (PostgreSQL's binaries).
+//! MBX_GROWTH_OUT, MBX_GROWTH_SKIP_BASELINE=1, MBX_GROWTH_KEEP=1 (keep the stores and logs),
+//! MBX_GROWTH_ROUNDS_ONLY=1 (no backup, restart, sweep or drain), MBX_GROWTH_FAKETIME (libfaketime's
+//! library, default the Debian path), MBX_PG_BINDIR (PostgreSQL's binaries), MBX_BENCH_RELAY_BIN
+//! (another build of the relay).
 
 mod plot;
 mod run;
@@ -40,6 +42,9 @@ pub(crate) struct Config {
     pub(crate) baseline: bool,
     /// Keep the stores and their logs (MBX_GROWTH_KEEP=1).
     pub(crate) keep: bool,
+    /// Only the rounds: no backup, restart, sweep or drain at the end (MBX_GROWTH_ROUNDS_ONLY=1,
+    /// for comparing builds or settings on the growth curve alone).
+    pub(crate) rounds_only: bool,
     pub(crate) faketime: Option<PathBuf>,
 }
 
@@ -67,6 +72,7 @@ fn config() -> Config {
             .map_or_else(|| relay_testkit::bins::dir().join("growth"), PathBuf::from),
         baseline: std::env::var("MBX_GROWTH_SKIP_BASELINE").map_or(true, |v| v != "1"),
         keep: std::env::var("MBX_GROWTH_KEEP").is_ok_and(|v| v == "1"),
+        rounds_only: std::env::var("MBX_GROWTH_ROUNDS_ONLY").is_ok_and(|v| v == "1"),
         faketime: faketime.is_file().then_some(faketime),
     }
 }

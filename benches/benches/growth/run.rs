@@ -111,6 +111,8 @@ pub(crate) struct Run {
 pub(crate) struct Doc {
     pub(crate) store: String,
     pub(crate) commit: String,
+    /// The relay binary measured (another build's when MBX_BENCH_RELAY_BIN names one).
+    pub(crate) relay_bin: String,
     pub(crate) started_unix: u64,
     pub(crate) cores: usize,
     pub(crate) senders: u64,
@@ -150,6 +152,7 @@ pub(crate) fn store(cfg: &Config, kind: &str, pg: Option<&PgCluster>) -> Result<
     let mut doc = Doc {
         store: kind.to_string(),
         commit: commit(),
+        relay_bin: relay_testkit::bins::relay().display().to_string(),
         started_unix: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -508,6 +511,10 @@ fn drive(
     e.rss_peak_mib = t.rss("VmHWM")?;
     std::thread::sleep(SETTLE);
     e.rss_rest_mib = t.rss("VmRSS")?;
+    if cfg.rounds_only {
+        // The generator, left waiting to drain, is stopped when it is dropped.
+        return Ok(run);
+    }
     backup_and_verify(cfg, t, e)?;
     if full {
         let restart = t.restart(Vec::new())?;
