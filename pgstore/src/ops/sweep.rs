@@ -2,7 +2,7 @@
 //! each deletion in the same transaction as its sender's notice (inserted with dedup, quotas and
 //! the enrolment check like any insert; only to the sender), then prune dedup rows whose item
 //! left its queue (acked, expired, purged, deleted) before the horizon. At most `max` items per
-//! call.
+//! call, and at most [`MAX_PER_CALL`].
 
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +16,12 @@ use crate::ops::insert::insert_batch;
 use crate::ops::kind::kind_of;
 use crate::ops::queue::{add_queue_usage, add_usage, lock_queue, start_dedup_horizon};
 use crate::ops::Answer;
+
+/// Most items one call expires, whatever the caller asks: each costs several statements (a round
+/// trip each) in one transaction that holds its targets' queue locks against pushes; 1,000 in
+/// one call overran the store's 10 s deadline at load 20-30 (growth bench, docs/performance.md).
+/// `more` then says to call again, so a sweep run still finishes what is due.
+const MAX_PER_CALL: usize = 200;
 
 /// Parameters of one sweep call.
 #[derive(Clone, Copy)]
@@ -50,7 +56,7 @@ pub(crate) fn sweep(
         dedup_horizon_ms,
         quotas,
         retention_ms,
-        max: i64::try_from(max.max(1)).unwrap_or(i64::MAX - 1),
+        max: i64::try_from(max.clamp(1, MAX_PER_CALL)).unwrap_or(1),
     };
     let notice: SharedNotice = Arc::new(Mutex::new(notice));
     ctx.write(notice, move |t, notice, _| {

@@ -557,3 +557,40 @@ fn pushes_arriving_together_share_a_transaction_and_each_gets_its_own_outcome() 
     assert_eq!(page.items.len(), 40, "each item queued once");
     assert_eq!(s.usage_target(&[2; 32]).unwrap().items, 40);
 }
+
+#[test]
+fn a_sweep_call_expires_at_most_200_items_and_says_there_is_more() {
+    let Some(pg) = PgCluster::start_or_skip("pg_store") else {
+        return;
+    };
+    let s = open(&pg.fresh_db());
+    for k in [1, 2] {
+        s.enrol(enrol_req(k)).wait().unwrap();
+    }
+    let reqs: Vec<InsertRequest> = (0..250)
+        .map(|n| {
+            let mut r = item(&format!("x{n}"), 1, &[2], b"w");
+            r.quotas.max_queue_items = 1_000;
+            r.quotas.max_sender_items = 1_000;
+            r.retention_ms = 1;
+            r
+        })
+        .collect();
+    let out = s.insert_many(reqs).wait().unwrap();
+    let stored = out
+        .iter()
+        .filter(|o| matches!(o, InsertOutcome::Stored { .. }))
+        .count();
+    assert_eq!(stored, 250, "{:?}", out.last());
+    let later = u64::try_from(i64::MAX / 2).unwrap();
+    let sweep = || {
+        s.sweep(later, 0, quotas(), 1, 1_000, Box::new(|_, _| None))
+            .wait()
+            .unwrap()
+    };
+    let first = sweep();
+    assert_eq!((first.expired, first.more), (200, true), "{first:?}");
+    let second = sweep();
+    assert_eq!((second.expired, second.more), (50, false), "{second:?}");
+    assert_eq!(s.usage_target(&[2; 32]).unwrap().items, 0);
+}
