@@ -181,6 +181,16 @@ pub(crate) fn backend_counters() -> Vec<BackendCounter> {
             n(f.grouped_pushes),
         ),
         (
+            "pg_insert_flights",
+            "PostgreSQL insert transactions sent in one round trip, decided from a guess of the rows they read",
+            n(f.insert_flights),
+        ),
+        (
+            "pg_insert_flights_missed",
+            "Of those, the ones whose guess was wrong: nothing written, run again in two round trips",
+            n(f.insert_flights_missed),
+        ),
+        (
             "pg_listen_lost",
             "PostgreSQL connections listening for other relay processes' changes that ended or could not be made",
             n(f.listen_lost),

@@ -15,13 +15,16 @@
 //! alone (its memory is its caller's own, bounded by the server's connection limit).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use relay_store::{InsertOutcome, InsertRequest, Pending, Result, StoreError};
 use tokio::sync::oneshot;
 
 use crate::ctx::Ctx;
-use crate::ops::insert::Push;
+use crate::ops::insert::{Keys, Push};
+use crate::ops::insert_flight::Flight;
+use crate::ops::insert_plan::plan;
 use crate::stats::{PoolStats, STATS};
 
 /// Insert transactions of one store handle running at once: one committing while the next
@@ -43,6 +46,7 @@ struct Waiting {
 pub(crate) struct Combiner {
     ctx: Ctx,
     groups: Groups,
+    paths: PathCounters,
 }
 
 /// The queue of pushes and how many groups are running.
@@ -116,6 +120,7 @@ impl Combiner {
         Combiner {
             ctx,
             groups: Groups::default(),
+            paths: PathCounters::default(),
         }
     }
 
@@ -185,14 +190,83 @@ impl Combiner {
         }
     }
 
-    /// The insert transaction (`ops/insert.rs`), retried as every write.
+    /// The insert transaction, retried as every write: in one round trip when its rows are
+    /// guessed and the guess holds (`ops/insert_flight.rs`), else in two (`ops/insert.rs`).
     async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
+        let reqs = Arc::new(reqs);
+        let now = self.ctx.now_ms();
+        let guesses = &self.ctx.guesses;
+        let keys = Keys::of(&reqs);
+        if let Some(guess) = guesses.guess(&keys) {
+            let plan = plan(&reqs, &guess, now)?;
+            // The pushes behind this one guess what it leaves; forgotten if it does not.
+            guesses.learn(&keys, &plan.after);
+            PoolStats::add(&STATS.insert_flights, 1);
+            PoolStats::add(&self.paths.flights, 1);
+            let flight = Flight {
+                reqs: Arc::clone(&reqs),
+                now,
+                guess,
+                plan,
+            };
+            match self.ctx.db.run(flight).await {
+                Ok(Some(outcomes)) => return Ok(outcomes),
+                Ok(None) => {
+                    PoolStats::add(&STATS.insert_flights_missed, 1);
+                    PoolStats::add(&self.paths.missed, 1);
+                    guesses.forget(&keys);
+                }
+                Err(e) => {
+                    guesses.forget(&keys);
+                    return Err(e);
+                }
+            }
+        }
+        PoolStats::add(&self.paths.two_trips, 1);
         let push = Push {
-            reqs: Arc::new(reqs),
-            now: self.ctx.now_ms(),
+            reqs: Arc::clone(&reqs),
+            now,
         };
-        self.ctx.db.run(push).await
+        match self.ctx.db.run(push).await {
+            Ok(plan) => {
+                guesses.learn(&keys, &plan.after);
+                Ok(plan.outcomes)
+            }
+            Err(e) => {
+                guesses.forget(&keys);
+                Err(e)
+            }
+        }
     }
+
+    /// How this handle's insert transactions were sent so far.
+    pub(crate) fn paths(&self) -> InsertPaths {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        InsertPaths {
+            flights: get(&self.paths.flights),
+            missed: get(&self.paths.missed),
+            two_trips: get(&self.paths.two_trips),
+        }
+    }
+}
+
+/// How one store handle's insert transactions were sent (`PgStore::insert_paths`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InsertPaths {
+    /// Sent in one round trip, decided from a guess of their rows.
+    pub flights: u64,
+    /// Of those, the ones whose guess was wrong (nothing written; each then ran in two).
+    pub missed: u64,
+    /// Sent in two round trips (no guess, or after a miss).
+    pub two_trips: u64,
+}
+
+/// [`InsertPaths`]' counters.
+#[derive(Default)]
+struct PathCounters {
+    flights: AtomicU64,
+    missed: AtomicU64,
+    two_trips: AtomicU64,
 }
 
 /// A running group task's place in [`State::running`]: given back by `next_group` when the

@@ -20,6 +20,7 @@ use relay_store::{Clock, LogRetention, Pending, Result, StoreError};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::db::{bounded, Body, Conn, Db};
+use crate::guess::Guesses;
 
 /// The relay log's order of appends: the last one submitted (appends run in the order they
 /// were submitted, as the keyspace's single writer runs them).
@@ -43,6 +44,8 @@ pub(crate) struct Ctx {
     retention: LogRetention,
     handle: Handle,
     pub(crate) log_order: LogOrder,
+    /// What this handle's inserts left, guessed as what the next push reads (`crate::guess`).
+    pub(crate) guesses: Arc<Guesses>,
 }
 
 impl Ctx {
@@ -58,6 +61,7 @@ impl Ctx {
             retention,
             handle,
             log_order: LogOrder::default(),
+            guesses: Arc::default(),
         }
     }
 

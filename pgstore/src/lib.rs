@@ -32,6 +32,7 @@ mod combine;
 mod ctx;
 mod db;
 mod fence;
+mod guess;
 mod invariants;
 mod ops;
 mod pipeline;
@@ -42,6 +43,7 @@ mod tls;
 mod watch;
 
 pub use backend::UNIMPLEMENTED;
+pub use combine::InsertPaths;
 pub use schema::PG_SCHEMA_VERSION;
 pub use stats::{pool_figures, PoolFigures};
 pub use store::PgStore;

@@ -20,6 +20,8 @@ pub(crate) struct PoolStats {
     pub(crate) fenced: AtomicU64,
     pub(crate) insert_groups: AtomicU64,
     pub(crate) grouped_pushes: AtomicU64,
+    pub(crate) insert_flights: AtomicU64,
+    pub(crate) insert_flights_missed: AtomicU64,
     pub(crate) listen_lost: AtomicU64,
     pub(crate) watch_dropped: AtomicU64,
     /// A connection was lost or could not be made since the last operation that succeeded:
@@ -42,6 +44,8 @@ pub(crate) static STATS: PoolStats = PoolStats {
     fenced: AtomicU64::new(0),
     insert_groups: AtomicU64::new(0),
     grouped_pushes: AtomicU64::new(0),
+    insert_flights: AtomicU64::new(0),
+    insert_flights_missed: AtomicU64::new(0),
     listen_lost: AtomicU64::new(0),
     watch_dropped: AtomicU64::new(0),
     degraded: AtomicBool::new(false),
@@ -100,6 +104,12 @@ pub struct PoolFigures {
     pub insert_groups: u64,
     /// Pushes answered by those transactions (over `insert_groups`: the mean group size).
     pub grouped_pushes: u64,
+    /// Insert transactions sent in one round trip, decided from a guess of their rows
+    /// (`ops/insert_flight.rs`); the others (`insert_groups` less these, plus the misses) took
+    /// two.
+    pub insert_flights: u64,
+    /// Of those, the ones whose guess was wrong: nothing written, run again in two round trips.
+    pub insert_flights_missed: u64,
     /// Listening connections (`watch`) that ended or could not be made.
     pub listen_lost: u64,
     /// Other processes' notifications dropped because the relay had not taken the earlier
@@ -128,6 +138,8 @@ pub fn pool_figures() -> Option<PoolFigures> {
         fenced: get(&s.fenced),
         insert_groups: get(&s.insert_groups),
         grouped_pushes: get(&s.grouped_pushes),
+        insert_flights: get(&s.insert_flights),
+        insert_flights_missed: get(&s.insert_flights_missed),
         listen_lost: get(&s.listen_lost),
         watch_dropped: get(&s.watch_dropped),
     })

@@ -97,6 +97,12 @@ impl PgStore {
     }
 
     /// What this store's operations run with.
+    /// How this handle's insert transactions were sent: in one round trip (and how many of
+    /// those missed their guess) or in two.
+    pub fn insert_paths(&self) -> crate::combine::InsertPaths {
+        self.inner.inserts.paths()
+    }
+
     pub(crate) fn ctx(&self) -> &Ctx {
         &self.inner.ctx
     }
@@ -108,6 +114,13 @@ impl Inner {
         if let Some(rt) = self.rt.lock().ok().and_then(|mut r| r.take()) {
             // Never blocks (a drop inside another runtime must not).
             rt.shutdown_background();
+            let p = self.inserts.paths();
+            tracing::info!(
+                one_flight = p.flights,
+                one_flight_missed = p.missed,
+                two_trips = p.two_trips,
+                "postgres: how this store's insert transactions were sent"
+            );
         }
     }
 }

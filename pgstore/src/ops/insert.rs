@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 use relay_store::rules::insert::rows::{QueueState, Rows};
-use relay_store::{DedupRow, InsertOutcome, InsertRequest, Usage};
+use relay_store::{DedupRow, InsertOutcome, InsertRequest, Key32, Usage};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -39,7 +39,8 @@ use crate::pipeline::{begin_with, commit_with, rollback};
 /// account's hash): an account with no usage row
 /// yet has no row for READ to lock, and without this two pushes to two of its targets would
 /// both read it empty and both pass its quota. READ's snapshot is taken after these locks, so
-/// it sees the usage of every earlier holder. Its one row (kind 2) is skipped by the reader.
+/// it sees the usage of every earlier holder. Its one row (kind 2, which also keeps the count of
+/// what was locked in `mbx.insert_locks` for the single flight's guard) is skipped by the reader.
 const LOCK: &str = "WITH e AS MATERIALIZED (\
         SELECT host_pubkey, account FROM enrolments \
         WHERE host_pubkey = ANY($1::bytea[]) AND revoked_at_ms IS NULL \
@@ -55,7 +56,9 @@ const LOCK: &str = "WITH e AS MATERIALIZED (\
     SELECT 0::smallint, host_pubkey, account, 0::bigint, 0::bigint, 0::bigint FROM e \
     UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM n \
     UNION ALL SELECT 1::smallint, target, NULL::text, head_seq, items, bytes FROM q \
-    UNION ALL SELECT 2::smallint, NULL::bytea, NULL::text, count(*), 0::bigint, 0::bigint FROM al";
+    UNION ALL SELECT 2::smallint, NULL::bytea, set_config('mbx.insert_locks', \
+        (SELECT count(*) FROM e) || '/' || ((SELECT count(*) FROM t) - (SELECT count(*) FROM n) \
+            - (SELECT count(*) FROM q)), true), (SELECT count(*) FROM al), 0::bigint, 0::bigint";
 
 /// Lock the account usage rows of the live targets ($1), read the dedup rows of ($2, $3, $4)
 /// and the sender-share rows of ($5, $6): all covered by the locks LOCK took. Each key is
@@ -78,39 +81,59 @@ const READ: &str = "WITH a AS MATERIALIZED (\
     UNION ALL SELECT 2::smallint, NULL::bytea, NULL::bytea, account, NULL::bytea, items, bytes \
         FROM a";
 
-/// The plan's writes: new items ($1-$11) and their dedup rows, the moved queue rows
-/// ($12-$15), the usage added per sender share ($16-$19) and per account ($20-$22); then the
-/// other relay processes are told which queues grew (`crate::watch`: channel $23, payloads
-/// $24), delivered only if this transaction commits.
-const WRITE: &str = "WITH it AS (\
-        INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
-            accepted_at_ms, expires_at_ms, account) \
-        SELECT target, seq, kind, item_id, sender, wire, wire_hash, bytes, $9, expires, account \
-        FROM unnest($1::bytea[], $2::bigint[], $3::smallint[], $4::text[], $5::bytea[], \
-            $6::bytea[], $7::bytea[], $8::bigint[], $10::bigint[], $11::text[]) \
-            AS v(target, seq, kind, item_id, sender, wire, wire_hash, bytes, expires, account)), \
-    dd AS (\
-        INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
-        SELECT target, sender, item_id, wire_hash, seq, $9 \
-        FROM unnest($1::bytea[], $5::bytea[], $4::text[], $7::bytea[], $2::bigint[]) \
-            AS v(target, sender, item_id, wire_hash, seq)), \
-    qq AS (\
-        UPDATE queues q SET head_seq = v.head, items = v.items, bytes = v.bytes \
-        FROM unnest($12::bytea[], $13::bigint[], $14::bigint[], $15::bigint[]) \
-            AS v(target, head, items, bytes) WHERE q.target = v.target), \
-    us AS (\
-        INSERT INTO usage_sender (target, sender, items, bytes) \
-        SELECT * FROM unnest($16::bytea[], $17::bytea[], $18::bigint[], $19::bigint[]) \
-        ON CONFLICT (target, sender) DO UPDATE \
-        SET items = usage_sender.items + EXCLUDED.items, \
-            bytes = usage_sender.bytes + EXCLUDED.bytes), \
-    ua AS (\
-        INSERT INTO usage_account (account, items, bytes) \
-        SELECT * FROM unnest($20::text[], $21::bigint[], $22::bigint[]) \
-        ON CONFLICT (account) DO UPDATE \
-        SET items = usage_account.items + EXCLUDED.items, \
-            bytes = usage_account.bytes + EXCLUDED.bytes) \
-    SELECT pg_notify($23, p) FROM unnest($24::text[]) AS p";
+/// The plan's writes, each run only `$when` (an SQL condition, `true` for the two round trips):
+/// new items ($1-$11) and their dedup rows, the moved queue rows ($12-$15), the usage added per
+/// sender share ($16-$19) and per account ($20-$22). Stated once for both ways a push is sent:
+/// [`WRITE`] and the single flight's guarded write (`ops/insert_flight.rs`).
+macro_rules! write_parts {
+    ($when:literal) => {
+        concat!(
+            "it AS (\
+                INSERT INTO items (target, seq, kind, item_id, sender, wire, wire_hash, bytes, \
+                    accepted_at_ms, expires_at_ms, account) \
+                SELECT target, seq, kind, item_id, sender, wire, wire_hash, bytes, $9, expires, \
+                    account \
+                FROM unnest($1::bytea[], $2::bigint[], $3::smallint[], $4::text[], $5::bytea[], \
+                    $6::bytea[], $7::bytea[], $8::bigint[], $10::bigint[], $11::text[]) \
+                    AS v(target, seq, kind, item_id, sender, wire, wire_hash, bytes, expires, \
+                        account) \
+                WHERE ", $when, "), \
+            dd AS (\
+                INSERT INTO dedup (target, sender, item_id, wire_hash, seq, accepted_at_ms) \
+                SELECT target, sender, item_id, wire_hash, seq, $9 \
+                FROM unnest($1::bytea[], $5::bytea[], $4::text[], $7::bytea[], $2::bigint[]) \
+                    AS v(target, sender, item_id, wire_hash, seq) \
+                WHERE ", $when, "), \
+            qq AS (\
+                UPDATE queues q SET head_seq = v.head, items = v.items, bytes = v.bytes \
+                FROM unnest($12::bytea[], $13::bigint[], $14::bigint[], $15::bigint[]) \
+                    AS v(target, head, items, bytes) WHERE q.target = v.target AND ", $when, "), \
+            us AS (\
+                INSERT INTO usage_sender (target, sender, items, bytes) \
+                SELECT * FROM unnest($16::bytea[], $17::bytea[], $18::bigint[], $19::bigint[]) \
+                    WHERE ", $when, " \
+                ON CONFLICT (target, sender) DO UPDATE \
+                SET items = usage_sender.items + EXCLUDED.items, \
+                    bytes = usage_sender.bytes + EXCLUDED.bytes), \
+            ua AS (\
+                INSERT INTO usage_account (account, items, bytes) \
+                SELECT * FROM unnest($20::text[], $21::bigint[], $22::bigint[]) \
+                    WHERE ", $when, " \
+                ON CONFLICT (account) DO UPDATE \
+                SET items = usage_account.items + EXCLUDED.items, \
+                    bytes = usage_account.bytes + EXCLUDED.bytes)"
+        )
+    };
+}
+pub(crate) use write_parts;
+
+/// The plan's writes ([`write_parts`]); then the other relay processes are told which queues
+/// grew (`crate::watch`: channel $23, payloads $24), delivered only if this transaction commits.
+const WRITE: &str = concat!(
+    "WITH ",
+    write_parts!("true"),
+    " SELECT pg_notify($23, p) FROM unnest($24::text[]) AS p"
+);
 
 /// The fallback of a queue row created by another transaction after LOCK's snapshot: create
 /// (when still missing) and lock these targets' rows, in key order.
@@ -127,23 +150,26 @@ fn usage(items: i64, bytes: i64) -> Usage {
     }
 }
 
-/// A push: [`insert_batch`]'s statements in two round trips, rerun as every write.
+/// A push: [`insert_batch`]'s statements in two round trips, rerun as every write. Its answer
+/// is the whole plan: the outcomes, and the rows after it for the next push's guess
+/// (`crate::guess`).
 pub(crate) struct Push {
     pub reqs: Arc<Vec<InsertRequest>>,
     pub now: u64,
 }
 
-impl Attempt<Vec<InsertOutcome>> for Push {
-    fn once<'c>(&'c mut self, c: &'c mut Conn) -> Tried<'c, Vec<InsertOutcome>>
+impl Attempt<Plan> for Push {
+    fn once<'c>(&'c mut self, c: &'c mut Conn) -> Tried<'c, Plan>
     where
-        Vec<InsertOutcome>: 'c,
+        Plan: 'c,
     {
         Box::pin(async move {
             let c: &deadpool_postgres::Object = c;
             let (reqs, now) = (&self.reqs[..], self.now);
+            let keys = Keys::of(reqs);
             let decided = match prepare(c).await {
-                Ok(st) => match begin_with(c, read_locked(c, &st, reqs)).await {
-                    Ok(rows) => plan(reqs, rows, now).map(|p| (st, p)).map_err(Into::into),
+                Ok(st) => match begin_with(c, read_locked(c, &st, &keys)).await {
+                    Ok(rows) => plan(reqs, &rows, now).map(|p| (st, p)).map_err(Into::into),
                     Err(e) => Err(e),
                 },
                 Err(e) => return (Err(e.into()), false),
@@ -153,7 +179,7 @@ impl Attempt<Vec<InsertOutcome>> for Push {
                 Err(e) => return rollback(c, e).await,
             };
             let (r, sent) = commit_with(c, write(c, &st, reqs, &plan, now)).await;
-            (r.map(|()| plan.outcomes), sent)
+            (r.map(|()| plan), sent)
         })
     }
 }
@@ -166,8 +192,8 @@ pub(crate) async fn insert_batch(
     now: u64,
 ) -> OpResult<Vec<InsertOutcome>> {
     let st = prepare(t).await?;
-    let rows = read_locked(t, &st, reqs).await?;
-    let plan = plan(reqs, rows, now)?;
+    let rows = read_locked(t, &st, &Keys::of(reqs)).await?;
+    let plan = plan(reqs, &rows, now)?;
     write(t, &st, reqs, &plan, now).await?;
     Ok(plan.outcomes)
 }
@@ -183,36 +209,72 @@ async fn prepare(c: &impl GenericClient) -> Result<Statements, tokio_postgres::E
     ]))
 }
 
-/// Lock and read what the batch's outcomes depend on: LOCK and READ sent together.
-async fn read_locked(
+/// LOCK prepared on `c` (the single flight sends it too).
+pub(crate) async fn prepare_lock(
     c: &impl GenericClient,
-    st: &Statements,
-    reqs: &[InsertRequest],
-) -> OpResult<Rows> {
-    let targets: BTreeSet<&[u8]> = reqs
-        .iter()
-        .flat_map(|r| r.item.targets.iter().map(|x| x.target.as_slice()))
-        .collect();
-    // The senders that must be live are read (and locked) with the targets.
-    let enrolled: Vec<&[u8]> = reqs
-        .iter()
-        .filter(|r| r.require_live_sender)
-        .map(|r| r.item.sender.as_slice())
-        .chain(targets.iter().copied())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let targets: Vec<&[u8]> = targets.into_iter().collect();
-    let mut dk: BTreeSet<(&[u8], &[u8], &str)> = BTreeSet::new();
-    let mut sk: BTreeSet<(&[u8], &[u8])> = BTreeSet::new();
-    for r in reqs {
-        for tg in &r.item.targets {
-            dk.insert((&tg.target, &r.item.sender, &r.item.item_id));
-            sk.insert((&tg.target, &r.item.sender));
+) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+    c.prepare_cached(LOCK).await
+}
+
+/// The keys a batch's rule reads, each once and in key order (the order rows are locked in).
+pub(crate) struct Keys<'r> {
+    /// The targets, and the senders that must be live: their enrolments are read (and locked).
+    pub enrolled: Vec<&'r Key32>,
+    pub targets: Vec<&'r Key32>,
+    /// (target, sender, item_id) of every item's targets: their dedup rows.
+    pub dedup: Vec<(&'r Key32, &'r Key32, &'r str)>,
+    /// (target, sender): the sender-share usage rows.
+    pub shares: Vec<(&'r Key32, &'r Key32)>,
+}
+
+impl<'r> Keys<'r> {
+    pub(crate) fn of(reqs: &'r [InsertRequest]) -> Keys<'r> {
+        let targets: BTreeSet<&Key32> = reqs
+            .iter()
+            .flat_map(|r| r.item.targets.iter().map(|x| &x.target))
+            .collect();
+        let enrolled: BTreeSet<&Key32> = reqs
+            .iter()
+            .filter(|r| r.require_live_sender)
+            .map(|r| &r.item.sender)
+            .chain(targets.iter().copied())
+            .collect();
+        let mut dedup = BTreeSet::new();
+        let mut shares = BTreeSet::new();
+        for r in reqs {
+            for tg in &r.item.targets {
+                dedup.insert((&tg.target, &r.item.sender, r.item.item_id.as_str()));
+                shares.insert((&tg.target, &r.item.sender));
+            }
+        }
+        Keys {
+            enrolled: enrolled.into_iter().collect(),
+            targets: targets.into_iter().collect(),
+            dedup: dedup.into_iter().collect(),
+            shares: shares.into_iter().collect(),
         }
     }
-    let (dt, ds, di) = unzip3(dk);
-    let (st_, ss): (Vec<&[u8]>, Vec<&[u8]>) = sk.into_iter().unzip();
+
+    /// LOCK's parameters: the enrolments to lock, the targets.
+    pub(crate) fn lock_args(&self) -> (Vec<&'r [u8]>, Vec<&'r [u8]>) {
+        (slices(&self.enrolled), slices(&self.targets))
+    }
+}
+
+/// Keys as the `bytea[]` parameters they are sent as.
+pub(crate) fn slices<'r>(keys: &[&'r Key32]) -> Vec<&'r [u8]> {
+    keys.iter().map(|k| k.as_slice()).collect()
+}
+
+/// Lock and read what the batch's outcomes depend on: LOCK and READ sent together.
+async fn read_locked(c: &impl GenericClient, st: &Statements, keys: &Keys<'_>) -> OpResult<Rows> {
+    let (enrolled, targets) = keys.lock_args();
+    let (dt, ds, di) = unzip3(keys.dedup.iter().map(|(t, s, i)| (t.as_slice(), s.as_slice(), *i)));
+    let (st_, ss): (Vec<&[u8]>, Vec<&[u8]>) = keys
+        .shares
+        .iter()
+        .map(|(t, s)| (t.as_slice(), s.as_slice()))
+        .unzip();
     let [lock, read, _] = &st.0;
     let lock_params: [&(dyn ToSql + Sync); 2] = [&enrolled, &targets];
     let read_params: [&(dyn ToSql + Sync); 6] = [&targets, &dt, &ds, &di, &st_, &ss];
@@ -224,24 +286,24 @@ async fn read_locked(
     let locked = locked?;
     let first_read = first_read?;
     for r in &locked {
-        let kind = r.get::<_, i16>(0);
-        if kind == 2 {
-            continue;
-        }
-        let key = key32(r.get::<_, &[u8]>(1), "locked key")?;
-        if kind == 0 {
-            rows.live.insert(key, r.get(2));
-        } else {
-            rows.queues.insert(key, queue_state(r, 3));
+        match r.get::<_, i16>(0) {
+            0 => {
+                let key = key32(r.get::<_, &[u8]>(1), "locked key")?;
+                rows.live.insert(key, r.get(2));
+            }
+            1 => {
+                let key = key32(r.get::<_, &[u8]>(1), "locked key")?;
+                rows.queues.insert(key, queue_state(r, 3));
+            }
+            // The count of what was locked, for the single flight's guard.
+            _ => {}
         }
     }
-    let late: Vec<&[u8]> = targets
+    let late: Vec<&[u8]> = keys
+        .targets
         .iter()
-        .copied()
-        .filter(|k| {
-            key32(k, "target")
-                .is_ok_and(|k| rows.live.contains_key(&k) && !rows.queues.contains_key(&k))
-        })
+        .filter(|k| rows.live.contains_key(**k) && !rows.queues.contains_key(**k))
+        .map(|k| k.as_slice())
         .collect();
     if late.is_empty() {
         reads_into(&mut rows, &first_read)?;
@@ -253,7 +315,6 @@ async fn read_locked(
     }
     Ok(rows)
 }
-
 /// A queue row's head and usage from columns `at`, `at + 1`, `at + 2`.
 fn queue_state(r: &Row, at: usize) -> QueueState {
     QueueState {
@@ -313,7 +374,7 @@ async fn lock_late_queues(c: &impl GenericClient, late: &[&[u8]], rows: &mut Row
     Ok(())
 }
 
-fn unzip3<A, B, C>(it: impl IntoIterator<Item = (A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
+pub(crate) fn unzip3<A, B, C>(it: impl IntoIterator<Item = (A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for (x, y, z) in it {
         a.push(x);
@@ -334,85 +395,114 @@ async fn write(
     if plan.rows.is_empty() {
         return Ok(());
     }
-    let n = plan.rows.len();
-    let (mut target, mut seq, mut kind, mut item_id, mut sender) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut wire, mut hash, mut bytes, mut expires, mut account) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for (ri, row) in &plan.rows {
-        let req = &reqs[*ri];
-        let tg = &req.item.targets[row.target];
-        target.push(tg.target.as_slice());
-        seq.push(i(row.seq));
-        kind.push(kind_code(req.item.kind));
-        item_id.push(req.item.item_id.as_str());
-        sender.push(req.item.sender.as_slice());
-        wire.push(tg.wire.as_slice());
-        hash.push(tg.wire_hash.as_slice());
-        bytes.push(i(tg.wire.len() as u64));
-        expires.push(i(row.expires_at_ms));
-        account.push(row.account.as_deref());
-    }
-    let (qt, qh, qi, qb) = unzip4(
-        plan.queues
-            .iter()
-            .map(|(k, q)| (k.as_slice(), i(q.head), i(q.usage.items), i(q.usage.bytes))),
-    );
-    let (ut, us, ui, ub) = unzip4(
-        plan.senders
-            .iter()
-            .map(|((tk, sk), d)| (tk.as_slice(), sk.as_slice(), i(d.items), i(d.bytes))),
-    );
-    let (an, (ai, ab)): (Vec<&str>, (Vec<i64>, Vec<i64>)) = plan
-        .accounts
-        .iter()
-        .map(|(a, d)| (a.as_str(), (i(d.items), i(d.bytes))))
-        .unzip();
-    let woken = crate::watch::queued_payloads(plan.queues.iter().map(|(k, q)| (k, q.head)));
-    c.execute(
-        &st.0[2],
-        &[
-            &target,
-            &seq,
-            &kind,
-            &item_id,
-            &sender,
-            &wire,
-            &hash,
-            &bytes,
-            &i(now),
-            &expires,
-            &account,
-            &qt,
-            &qh,
-            &qi,
-            &qb,
-            &ut,
-            &us,
-            &ui,
-            &ub,
-            &an,
-            &ai,
-            &ab,
-            &crate::watch::CHANNEL,
-            &woken,
-        ],
-    )
-    .await?;
+    let args = WriteArgs::of(reqs, plan, now);
+    c.execute(&st.0[2], &args.params()).await?;
     Ok(())
 }
 
-fn unzip4<A, B, C, D>(
+/// The parameters of [`write_parts`] and the notification ($1-$24), built from a plan.
+pub(crate) struct WriteArgs<'a> {
+    target: Vec<&'a [u8]>,
+    seq: Vec<i64>,
+    kind: Vec<i16>,
+    item_id: Vec<&'a str>,
+    sender: Vec<&'a [u8]>,
+    wire: Vec<&'a [u8]>,
+    hash: Vec<&'a [u8]>,
+    bytes: Vec<i64>,
+    now: i64,
+    expires: Vec<i64>,
+    account: Vec<Option<&'a str>>,
+    queues: (Vec<&'a [u8]>, Vec<i64>, Vec<i64>, Vec<i64>),
+    shares: (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<i64>, Vec<i64>),
+    accounts: (Vec<&'a str>, Vec<i64>, Vec<i64>),
+    woken: Vec<String>,
+}
+
+impl<'a> WriteArgs<'a> {
+    pub(crate) fn of(reqs: &'a [InsertRequest], plan: &'a Plan, now: u64) -> WriteArgs<'a> {
+        let n = plan.rows.len();
+        let mut w = WriteArgs {
+            target: Vec::with_capacity(n),
+            seq: Vec::with_capacity(n),
+            kind: Vec::with_capacity(n),
+            item_id: Vec::with_capacity(n),
+            sender: Vec::with_capacity(n),
+            wire: Vec::with_capacity(n),
+            hash: Vec::with_capacity(n),
+            bytes: Vec::with_capacity(n),
+            now: i(now),
+            expires: Vec::with_capacity(n),
+            account: Vec::with_capacity(n),
+            queues: unzip4(
+                plan.queues
+                    .iter()
+                    .map(|(k, q)| (k.as_slice(), i(q.head), i(q.usage.items), i(q.usage.bytes))),
+            ),
+            shares: unzip4(
+                plan.senders
+                    .iter()
+                    .map(|((tk, sk), d)| (tk.as_slice(), sk.as_slice(), i(d.items), i(d.bytes))),
+            ),
+            accounts: unzip3(
+                plan.accounts
+                    .iter()
+                    .map(|(a, d)| (a.as_str(), i(d.items), i(d.bytes))),
+            ),
+            woken: crate::watch::queued_payloads(plan.queues.iter().map(|(k, q)| (k, q.head))),
+        };
+        for (ri, row) in &plan.rows {
+            let req = &reqs[*ri];
+            let tg = &req.item.targets[row.target];
+            w.target.push(tg.target.as_slice());
+            w.seq.push(i(row.seq));
+            w.kind.push(kind_code(req.item.kind));
+            w.item_id.push(req.item.item_id.as_str());
+            w.sender.push(req.item.sender.as_slice());
+            w.wire.push(tg.wire.as_slice());
+            w.hash.push(tg.wire_hash.as_slice());
+            w.bytes.push(i(tg.wire.len() as u64));
+            w.expires.push(i(row.expires_at_ms));
+            w.account.push(row.account.as_deref());
+        }
+        w
+    }
+
+    /// $1-$24 in order.
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 24] {
+        let (qt, qh, qi, qb) = &self.queues;
+        let (ut, us, ui, ub) = &self.shares;
+        let (an, ai, ab) = &self.accounts;
+        [
+            &self.target,
+            &self.seq,
+            &self.kind,
+            &self.item_id,
+            &self.sender,
+            &self.wire,
+            &self.hash,
+            &self.bytes,
+            &self.now,
+            &self.expires,
+            &self.account,
+            qt,
+            qh,
+            qi,
+            qb,
+            ut,
+            us,
+            ui,
+            ub,
+            an,
+            ai,
+            ab,
+            &crate::watch::CHANNEL,
+            &self.woken,
+        ]
+    }
+}
+
+pub(crate) fn unzip4<A, B, C, D>(
     it: impl IntoIterator<Item = (A, B, C, D)>,
 ) -> (Vec<A>, Vec<B>, Vec<C>, Vec<D>) {
     let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

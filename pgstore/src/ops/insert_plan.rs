@@ -19,11 +19,14 @@ pub(crate) struct Plan {
     /// Usage added per (target, sender) and per account.
     pub senders: Vec<((Key32, Key32), Usage)>,
     pub accounts: Vec<(String, Usage)>,
+    /// The rows as the batch leaves them (what the next push of this process guesses it
+    /// reads: `crate::guess`).
+    pub after: Rows,
 }
 
-/// Decide the batch `reqs` at `now` against `rows`.
-pub(crate) fn plan(reqs: &[InsertRequest], mut rows: Rows, now: u64) -> Result<Plan> {
-    let start = rows.clone();
+/// Decide the batch `reqs` at `now` against `start`.
+pub(crate) fn plan(reqs: &[InsertRequest], start: &Rows, now: u64) -> Result<Plan> {
+    let mut rows = start.clone();
     let mut out = Plan::default();
     for (ri, req) in reqs.iter().enumerate() {
         let d = decide(req, now, &rows)?;
@@ -42,23 +45,22 @@ pub(crate) fn plan(reqs: &[InsertRequest], mut rows: Rows, now: u64) -> Result<P
     };
     out.queues = rows
         .queues
-        .into_iter()
-        .filter(|(k, v)| start.queues.get(k).copied().unwrap_or_default() != *v)
+        .iter()
+        .filter(|(k, v)| start.queues.get(*k).copied().unwrap_or_default() != **v)
+        .map(|(k, v)| (*k, *v))
         .collect();
     out.senders = rows
         .senders
-        .into_iter()
-        .map(|(k, v)| (k, delta(v, start.senders.get(&k))))
+        .iter()
+        .map(|(k, v)| (*k, delta(*v, start.senders.get(k))))
         .filter(|(_, d)| *d != Usage::default())
         .collect();
     out.accounts = rows
         .accounts
-        .into_iter()
-        .map(|(k, v)| {
-            let d = delta(v, start.accounts.get(&k));
-            (k, d)
-        })
+        .iter()
+        .map(|(k, v)| (k.clone(), delta(*v, start.accounts.get(k))))
         .filter(|(_, d)| *d != Usage::default())
         .collect();
+    out.after = rows;
     Ok(out)
 }

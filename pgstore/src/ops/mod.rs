@@ -12,6 +12,7 @@ pub(crate) mod deny;
 pub(crate) mod dump;
 pub(crate) mod enrol;
 pub(crate) mod insert;
+pub(crate) mod insert_flight;
 pub(crate) mod insert_plan;
 pub(crate) mod invite;
 pub(crate) mod kind;

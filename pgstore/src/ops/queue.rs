@@ -269,15 +269,24 @@ pub(crate) fn ack(ctx: &Ctx, target: &Key32, through: u64) -> Answer<AckOutcome>
         through,
         now: ctx.now_ms(),
     };
-    let db = ctx.db.clone();
-    ctx.spawn(async move { db.run(ack).await })
+    let (db, guesses, target) = (ctx.db.clone(), std::sync::Arc::clone(&ctx.guesses), *target);
+    ctx.spawn(async move {
+        let acked = db.run(ack).await;
+        // The queue moved: the next push to it reads it again (`crate::guess`).
+        guesses.forget_target(&target);
+        acked
+    })
 }
 
 /// Delete one queued item (and its usage); false if it was not queued.
 pub(crate) fn delete_item(ctx: &Ctx, target: &Key32, seq: u64) -> Answer<bool> {
-    ctx.write((*target, seq), |t, &(target, seq), env| {
+    let guesses = std::sync::Arc::clone(&ctx.guesses);
+    ctx.write((*target, seq), move |t, &(target, seq), env| {
+        let guesses = std::sync::Arc::clone(&guesses);
         Box::pin(async move {
             lock_queue(t, &target).await?;
+            // The queue moves: the next push to it reads it again (`crate::guess`).
+            guesses.forget_target(&target);
             let r = t
                 .query_opt(
                     "DELETE FROM items WHERE target = $1 AND seq = $2 \

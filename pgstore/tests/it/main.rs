@@ -12,5 +12,6 @@ mod conformance;
 mod pg_account_race;
 mod pg_deadline;
 mod pg_fence;
+mod pg_flight;
 mod pg_store;
 mod pg_tls;
