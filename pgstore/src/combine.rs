@@ -223,15 +223,14 @@ impl Combiner {
             }
         }
         PoolStats::add(&self.paths.two_trips, 1);
+        guesses.forget(&keys);
         let push = Push {
             reqs: Arc::clone(&reqs),
             now,
+            guesses: Arc::clone(guesses),
         };
         match self.ctx.db.run(push).await {
-            Ok(plan) => {
-                guesses.learn(&keys, &plan.after);
-                Ok(plan.outcomes)
-            }
+            Ok(plan) => Ok(plan.outcomes),
             Err(e) => {
                 guesses.forget(&keys);
                 Err(e)

@@ -35,14 +35,23 @@ struct Known {
     /// Sender shares by target, then sender (so a target's are forgotten together).
     shares: HashMap<Key32, HashMap<Key32, Usage>>,
     accounts: HashMap<String, Usage>,
+    /// Sender shares held, over every target.
+    share_count: usize,
 }
 
 impl Known {
     fn full(&self) -> bool {
         self.live.len() > MAX_KEYS
             || self.queues.len() > MAX_KEYS
-            || self.shares.len() > MAX_KEYS
+            || self.share_count > MAX_KEYS
             || self.accounts.len() > MAX_KEYS
+    }
+
+    /// Forget a target's sender shares.
+    fn forget_shares(&mut self, target: &Key32) {
+        if let Some(gone) = self.shares.remove(target) {
+            self.share_count = self.share_count.saturating_sub(gone.len());
+        }
     }
 }
 
@@ -69,7 +78,11 @@ impl Guesses {
                 rows.accounts.insert(a.clone(), *k.accounts.get(a)?);
             }
         }
-        for (t, s) in keys.shares.iter().filter(|(t, _)| rows.live.contains_key(*t)) {
+        for (t, s) in keys
+            .shares
+            .iter()
+            .filter(|(t, _)| rows.live.contains_key(*t))
+        {
             rows.senders.insert((**t, **s), *k.shares.get(*t)?.get(*s)?);
         }
         Some(rows)
@@ -83,7 +96,10 @@ impl Guesses {
             *k = Known::default();
         }
         for key in &keys.enrolled {
-            let live = after.live.get(*key).map_or(Live::No, |a| Live::Yes(a.clone()));
+            let live = after
+                .live
+                .get(*key)
+                .map_or(Live::No, |a| Live::Yes(a.clone()));
             k.live.insert(**key, live);
         }
         for t in &keys.targets {
@@ -99,13 +115,26 @@ impl Guesses {
                 k.accounts.insert(a.clone(), usage);
             }
         }
-        for (t, s) in keys.shares.iter().filter(|(t, _)| after.live.contains_key(*t)) {
+        for (t, s) in keys
+            .shares
+            .iter()
+            .filter(|(t, _)| after.live.contains_key(*t))
+        {
             let usage = after.senders.get(&(**t, **s)).copied().unwrap_or_default();
-            k.shares.entry(**t).or_default().insert(**s, usage);
+            if k.shares
+                .entry(**t)
+                .or_default()
+                .insert(**s, usage)
+                .is_none()
+            {
+                k.share_count += 1;
+            }
         }
     }
 
-    /// Forget every row of `keys`: a guess of them was wrong, or the push failed.
+    /// Forget the rows of `keys`: a guess of them was wrong, the push failed, or a push of them
+    /// is about to read them in two round trips (the pushes beside it must not guess what it
+    /// is changing; it teaches them once it has decided: [`Guesses::learn`]).
     pub(crate) fn forget(&self, keys: &Keys<'_>) {
         let Ok(mut k) = self.known.lock() else { return };
         for key in &keys.enrolled {
@@ -115,7 +144,13 @@ impl Guesses {
         }
         for t in &keys.targets {
             k.queues.remove(*t);
-            k.shares.remove(*t);
+        }
+        for (t, s) in &keys.shares {
+            if let Some(shares) = k.shares.get_mut(*t) {
+                if shares.remove(*s).is_some() {
+                    k.share_count = k.share_count.saturating_sub(1);
+                }
+            }
         }
     }
 
@@ -123,10 +158,103 @@ impl Guesses {
     pub(crate) fn forget_target(&self, target: &Key32) {
         let Ok(mut k) = self.known.lock() else { return };
         k.queues.remove(target);
-        k.shares.remove(target);
+        k.forget_shares(target);
         if let Some(Live::Yes(Some(a))) = k.live.get(target) {
             let a = a.clone();
             k.accounts.remove(&a);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use relay_store::{InsertRequest, ItemKind, NewItem, NewTarget, Quotas};
+
+    use super::*;
+
+    fn req(sender: u8, target: u8) -> InsertRequest {
+        InsertRequest {
+            item: NewItem {
+                kind: ItemKind::Envelope,
+                item_id: "i".into(),
+                sender: [sender; 32],
+                targets: vec![NewTarget {
+                    target: [target; 32],
+                    wire: vec![0; 4],
+                    wire_hash: [0; 32],
+                }],
+            },
+            quotas: Quotas::all(10),
+            retention_ms: 1,
+            require_live_sender: true,
+        }
+    }
+
+    /// The rows after a push of 1 to 2: both live, 2's queue at head 7 with one item.
+    fn after() -> Rows {
+        let mut r = Rows::default();
+        r.live.insert([1; 32], None);
+        r.live.insert([2; 32], Some("acct".into()));
+        let usage = Usage { items: 1, bytes: 4 };
+        r.queues.insert([2; 32], QueueState { head: 7, usage });
+        r.senders.insert(([2; 32], [1; 32]), usage);
+        r.accounts.insert("acct".into(), usage);
+        r
+    }
+
+    #[test]
+    fn nothing_is_guessed_before_a_push_of_the_same_keys_taught_it() {
+        let g = Guesses::default();
+        let reqs = [req(1, 2)];
+        assert!(g.guess(&Keys::of(&reqs)).is_none());
+        g.learn(&Keys::of(&reqs), &after());
+        let rows = g.guess(&Keys::of(&reqs)).expect("learnt");
+        assert_eq!(rows.queues[&[2; 32]].head, 7);
+        assert_eq!(rows.accounts["acct"].items, 1);
+        assert_eq!(rows.senders[&([2; 32], [1; 32])].bytes, 4);
+        assert!(rows.dedup.is_empty(), "a dedup row is never guessed");
+        // Another sender to the same target: its share is unknown.
+        assert!(g.guess(&Keys::of(&[req(3, 2)])).is_none());
+    }
+
+    #[test]
+    fn a_moved_queue_or_a_miss_is_forgotten() {
+        let g = Guesses::default();
+        let reqs = [req(1, 2)];
+        g.learn(&Keys::of(&reqs), &after());
+        g.forget_target(&[2; 32]);
+        assert!(g.guess(&Keys::of(&reqs)).is_none());
+        g.learn(&Keys::of(&reqs), &after());
+        g.forget(&Keys::of(&reqs));
+        assert!(g.guess(&Keys::of(&reqs)).is_none());
+    }
+
+    #[test]
+    fn a_key_known_not_live_is_guessed_not_live() {
+        let g = Guesses::default();
+        let reqs = [req(1, 2)];
+        let mut rows = after();
+        rows.live.remove(&[2; 32]);
+        g.learn(&Keys::of(&reqs), &rows);
+        let guess = g.guess(&Keys::of(&reqs)).expect("learnt");
+        assert!(!guess.live.contains_key(&[2; 32]));
+        assert!(guess.queues.is_empty());
+    }
+
+    #[test]
+    fn the_tables_stay_bounded() {
+        let g = Guesses::default();
+        for n in 0..(MAX_KEYS as u32 + 10) {
+            let mut t = [0; 32];
+            t[..4].copy_from_slice(&n.to_be_bytes());
+            let mut r = req(1, 0);
+            r.item.targets[0].target = t;
+            let mut rows = after();
+            rows.live.insert(t, None);
+            rows.senders.insert((t, [1; 32]), Usage::default());
+            g.learn(&Keys::of(&[r]), &rows);
+        }
+        let k = g.known.lock().unwrap();
+        assert!(k.live.len() <= MAX_KEYS + 1 && k.share_count <= MAX_KEYS + 1);
     }
 }

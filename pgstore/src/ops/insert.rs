@@ -24,6 +24,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::db::{i, key32, u, Attempt, Conn, OpResult, Tried};
+use crate::guess::Guesses;
 use crate::ops::insert_plan::{plan, Plan};
 use crate::ops::kind::kind_code;
 use crate::pipeline::{begin_with, commit_with, rollback};
@@ -156,6 +157,9 @@ fn usage(items: i64, bytes: i64) -> Usage {
 pub(crate) struct Push {
     pub reqs: Arc<Vec<InsertRequest>>,
     pub now: u64,
+    /// Taught the rows the push leaves as soon as it has decided (under its locks, so in the
+    /// order the pushes commit), for the pushes behind it.
+    pub guesses: Arc<Guesses>,
 }
 
 impl Attempt<Plan> for Push {
@@ -178,6 +182,7 @@ impl Attempt<Plan> for Push {
                 Ok(d) => d,
                 Err(e) => return rollback(c, e).await,
             };
+            self.guesses.learn(&keys, &plan.after);
             let (r, sent) = commit_with(c, write(c, &st, reqs, &plan, now)).await;
             (r.map(|()| plan), sent)
         })
@@ -269,7 +274,11 @@ pub(crate) fn slices<'r>(keys: &[&'r Key32]) -> Vec<&'r [u8]> {
 /// Lock and read what the batch's outcomes depend on: LOCK and READ sent together.
 async fn read_locked(c: &impl GenericClient, st: &Statements, keys: &Keys<'_>) -> OpResult<Rows> {
     let (enrolled, targets) = keys.lock_args();
-    let (dt, ds, di) = unzip3(keys.dedup.iter().map(|(t, s, i)| (t.as_slice(), s.as_slice(), *i)));
+    let (dt, ds, di) = unzip3(
+        keys.dedup
+            .iter()
+            .map(|(t, s, i)| (t.as_slice(), s.as_slice(), *i)),
+    );
     let (st_, ss): (Vec<&[u8]>, Vec<&[u8]>) = keys
         .shares
         .iter()
@@ -400,6 +409,11 @@ async fn write(
     Ok(())
 }
 
+/// Array parameters of rows keyed by one key: the keys and three numbers (head or items, ...).
+pub(crate) type KeyColumns<'a> = (Vec<&'a [u8]>, Vec<i64>, Vec<i64>, Vec<i64>);
+/// Array parameters of rows keyed by (target, sender): the keys, items and bytes.
+pub(crate) type PairColumns<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<i64>, Vec<i64>);
+
 /// The parameters of [`write_parts`] and the notification ($1-$24), built from a plan.
 pub(crate) struct WriteArgs<'a> {
     target: Vec<&'a [u8]>,
@@ -413,8 +427,8 @@ pub(crate) struct WriteArgs<'a> {
     now: i64,
     expires: Vec<i64>,
     account: Vec<Option<&'a str>>,
-    queues: (Vec<&'a [u8]>, Vec<i64>, Vec<i64>, Vec<i64>),
-    shares: (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<i64>, Vec<i64>),
+    queues: KeyColumns<'a>,
+    shares: PairColumns<'a>,
     accounts: (Vec<&'a str>, Vec<i64>, Vec<i64>),
     woken: Vec<String>,
 }

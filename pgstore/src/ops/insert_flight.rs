@@ -31,7 +31,9 @@ use relay_store::{InsertOutcome, InsertRequest, Usage};
 use tokio_postgres::types::ToSql;
 
 use crate::db::{i, Attempt, Conn, Tried};
-use crate::ops::insert::{prepare_lock, slices, unzip3, unzip4, write_parts, Keys, WriteArgs};
+use crate::ops::insert::{
+    prepare_lock, slices, unzip3, unzip4, write_parts, KeyColumns, Keys, PairColumns, WriteArgs,
+};
 use crate::ops::insert_plan::Plan;
 
 /// The guard ($25-$41, beside WRITE's $1-$24) and the guarded writes. `ok` is whether every
@@ -89,7 +91,8 @@ impl Attempt<Option<Vec<InsertOutcome>>> for Flight {
     {
         Box::pin(async move {
             let c: &deadpool_postgres::Object = c;
-            let (lock, guarded) = match tokio::try_join!(prepare_lock(c), c.prepare_cached(GUARDED)) {
+            let (lock, guarded) = match tokio::try_join!(prepare_lock(c), c.prepare_cached(GUARDED))
+            {
                 Ok(st) => st,
                 Err(e) => return (Err(e.into()), false),
             };
@@ -130,9 +133,9 @@ struct GuardArgs<'a> {
     enrolled: Vec<&'a [u8]>,
     live: Vec<bool>,
     account: Vec<Option<&'a str>>,
-    queues: (Vec<&'a [u8]>, Vec<i64>, Vec<i64>, Vec<i64>),
+    queues: KeyColumns<'a>,
     dedup: (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<&'a str>),
-    shares: (Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<i64>, Vec<i64>),
+    shares: PairColumns<'a>,
     accounts: (Vec<&'a str>, Vec<i64>, Vec<i64>),
 }
 
@@ -140,8 +143,11 @@ impl<'a> GuardArgs<'a> {
     fn of(keys: &Keys<'a>, guess: &'a Rows) -> GuardArgs<'a> {
         let live = |k: &[u8; 32]| guess.live.contains_key(k);
         let zero = Usage::default();
-        let mut accounts: Vec<(&str, &Usage)> =
-            guess.accounts.iter().map(|(a, u)| (a.as_str(), u)).collect();
+        let mut accounts: Vec<(&str, &Usage)> = guess
+            .accounts
+            .iter()
+            .map(|(a, u)| (a.as_str(), u))
+            .collect();
         accounts.sort_unstable_by_key(|(a, _)| *a);
         GuardArgs {
             enrolled: slices(&keys.enrolled),

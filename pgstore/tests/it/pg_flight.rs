@@ -115,7 +115,10 @@ fn a_queue_emptied_by_another_process_stores_the_push_the_guess_would_refuse() {
     let (seq, dup) = seq_of(&out);
     assert!(!dup && seq > head);
     let paths = a.insert_paths();
-    assert!(paths.missed >= 1, "the full-queue guess was not used: {paths:?}");
+    assert!(
+        paths.missed >= 1,
+        "the full-queue guess was not used: {paths:?}"
+    );
     assert_eq!(a.usage_target(&[2; 32]).unwrap().items, 1);
     bookkeeping_holds(&a);
 }
@@ -190,11 +193,18 @@ fn two_processes_racing_the_same_items_store_each_once_with_one_seq() {
             out
         })
     };
-    let (ta, tb) = (push(Arc::clone(&a), b"mine-a"), push(Arc::clone(&b), b"mine-b"));
+    let (ta, tb) = (
+        push(Arc::clone(&a), b"mine-a"),
+        push(Arc::clone(&b), b"mine-b"),
+    );
     let (oa, ob) = (ta.join().unwrap(), tb.join().unwrap());
     let page = a.pull(&[2; 32], 0, 10_000, u64::MAX).unwrap();
     let extra = (0..IDS).filter(|n| n % 4 == 0).count();
-    assert_eq!(page.items.len(), 1 + IDS + extra, "each id stored exactly once");
+    assert_eq!(
+        page.items.len(),
+        1 + IDS + extra,
+        "each id stored exactly once"
+    );
     let mut seqs: Vec<u64> = page.items.iter().map(|i| i.seq).collect();
     seqs.dedup();
     assert_eq!(seqs.len(), page.items.len(), "a seq handed out twice");
@@ -203,7 +213,10 @@ fn two_processes_racing_the_same_items_store_each_once_with_one_seq() {
             (InsertOutcome::Stored { .. }, InsertOutcome::Stored { .. }) => {
                 let (sx, sy) = (seq_of(x), seq_of(y));
                 assert_eq!(sx.0, sy.0, "r{n}: one item, one seq");
-                assert!(sx.1 != sy.1, "r{n}: exactly one of the two stored it: {sx:?} {sy:?}");
+                assert!(
+                    sx.1 != sy.1,
+                    "r{n}: exactly one of the two stored it: {sx:?} {sy:?}"
+                );
                 assert!(n % 3 != 0, "r{n}: two different byte strings both stored");
             }
             (InsertOutcome::Conflict { .. }, InsertOutcome::Stored { .. })
