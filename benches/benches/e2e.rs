@@ -18,7 +18,7 @@
 //! MBX_BENCH_TARGETS (default 8), MBX_BENCH_RELAY_BIN / MBX_BENCH_TOOL_BIN (binaries),
 //! MBX_PG_BINDIR (PostgreSQL's binaries, as the tests' cluster finds them),
 //! MBX_BENCH_PG_SETTINGS (extra `name=value` server settings, separated by spaces),
-//! MBX_BENCH_PLOT (where the SVG goes).
+//! MBX_BENCH_PLOT (where the SVG goes), MBX_BENCH_LOG_DIR (keep the relays' logs there).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -126,10 +126,15 @@ struct StoreArgs {
 /// `/health` answers 200.
 fn start_relay(store: &StoreArgs, port: u16) -> Result<Relay, String> {
     let dir = &store.dir;
+    // MBX_BENCH_LOG_DIR keeps the relays' logs after the run (else they go with the store).
+    let log_path = match std::env::var_os("MBX_BENCH_LOG_DIR") {
+        Some(d) => PathBuf::from(d).join(format!("relay-{port}.log")),
+        None => dir.with_extension("log"),
+    };
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.with_extension("log"))
+        .open(log_path)
         .map_err(|e| format!("relay log: {e}"))?;
     let big = "1000000000000";
     let t0 = Instant::now();
@@ -623,7 +628,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// With `shared_preload_libraries=pg_stat_statements` in MBX_BENCH_PG_SETTINGS: the statements
-/// that cost PostgreSQL most over the whole run (calls, execution and planning ms, rows).
+/// that cost PostgreSQL most over the whole run (calls, times planned, execution and planning
+/// ms, rows; planning is counted with `pg_stat_statements.track_planning=on`).
 fn print_statements(cluster: &PgCluster) -> Result<(), String> {
     let settings = std::env::var("MBX_BENCH_PG_SETTINGS").unwrap_or_default();
     if !settings.contains("pg_stat_statements") {
@@ -639,11 +645,17 @@ fn print_statements(cluster: &PgCluster) -> Result<(), String> {
     let top = relay_testkit::cluster::psql(
         &bindir,
         &url,
-        "SELECT calls, round(total_exec_time), round(total_plan_time), rows, \
+        "SELECT calls, plans, round(total_exec_time), round(total_plan_time), rows, \
          left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements \
          ORDER BY total_exec_time + total_plan_time DESC LIMIT 15",
     )?;
-    println!("\nPostgreSQL statements (calls | exec ms | plan ms | rows | query):\n{top}");
+    println!("\nPostgreSQL statements (calls | plans | exec ms | plan ms | rows | query):\n{top}");
+    let deadlocks = relay_testkit::cluster::psql(
+        &bindir,
+        &url,
+        "SELECT sum(deadlocks), sum(xact_rollback) FROM pg_stat_database",
+    )?;
+    println!("deadlocks | rollbacks: {deadlocks}");
     Ok(())
 }
 
