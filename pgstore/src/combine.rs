@@ -47,9 +47,9 @@ pub(crate) struct Combiner {
     ctx: Ctx,
     groups: Groups,
     paths: PathCounters,
-    /// Held by a flight from its guess to its answer, and by a two-round-trip push while it
-    /// forgets its rows (`insert_tx`).
-    order: tokio::sync::Mutex<()>,
+    /// The turn: held by a flight from its guess to its answer, and by a two-round-trip push
+    /// from forgetting its rows until it has decided and taught them (`insert_tx`).
+    order: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The queue of pushes and how many groups are running.
@@ -124,7 +124,7 @@ impl Combiner {
             ctx,
             groups: Groups::default(),
             paths: PathCounters::default(),
-            order: tokio::sync::Mutex::new(()),
+            order: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -197,17 +197,19 @@ impl Combiner {
     /// The insert transaction, retried as every write: in one round trip when its rows are
     /// guessed and the guess holds (`ops/insert_flight.rs`), else in two (`ops/insert.rs`).
     ///
-    /// Flights of this handle run one at a time ([`Combiner::order`]), each guessing from what
-    /// the one before it committed: two flights sent at once reach their locks in either order,
-    /// and the one that guessed from the other's rows then misses if it locks first (13-19 % of
-    /// flights missed so, each costing a flight before its two round trips). Waiting costs
-    /// nothing the database would not make it wait: the groups of one handle share their
-    /// targets' queue rows, whose locks already make them commit one after another.
+    /// The insert transactions of this handle take their locks in turn ([`Combiner::order`]):
+    /// a flight from its guess to its answer, a two-round-trip push until it has decided. So a
+    /// flight guesses from what the one before it committed, or from what a two-round-trip
+    /// push decided under locks taken before this flight's. Without it, two sent at once reach
+    /// their locks in either order, and the one that guessed from the other's rows misses if it
+    /// locks first (13-19 % of flights missed so on h-rt, each costing a flight before its two
+    /// round trips). Waiting costs little the database would not make it wait: the groups of
+    /// one handle share their targets' queue rows, whose locks make them commit in turn anyway.
     async fn insert_tx(&self, reqs: Vec<InsertRequest>) -> Result<Vec<InsertOutcome>> {
         let reqs = Arc::new(reqs);
         let guesses = &self.ctx.guesses;
         let keys = Keys::of(&reqs);
-        let turn = self.order.lock().await;
+        let turn = Arc::clone(&self.order).lock_owned().await;
         let now = self.ctx.now_ms();
         if let Some(guess) = guesses.guess(&keys) {
             let mut plan = plan(&reqs, &guess, now)?;
@@ -237,13 +239,13 @@ impl Combiner {
         }
         PoolStats::add(&self.paths.two_trips, 1);
         // The flights behind this push must not guess what it is changing; it teaches the rows
-        // once it has decided, under its locks (`Push`), so they come after it.
+        // once it has decided, under its locks, and only then gives the turn on (`Push`).
         guesses.forget(&keys);
-        drop(turn);
         let push = Push {
             reqs: Arc::clone(&reqs),
             now,
             guesses: Arc::clone(guesses),
+            turn: Some(turn),
         };
         match self.ctx.db.run(push).await {
             Ok(plan) => Ok(plan.outcomes),

@@ -88,8 +88,9 @@ impl Guesses {
         Some(rows)
     }
 
-    /// `after`: the rows as a push of `keys` left them (committed, or about to be sent in one
-    /// flight, as the guess of the pushes behind it).
+    /// `after`: the rows as a push of `keys` left them (a flight once committed; a
+    /// two-round-trip push once decided, under its locks, so the flights guessing from it lock
+    /// after it).
     pub(crate) fn learn(&self, keys: &Keys<'_>, after: &Rows) {
         let Ok(mut k) = self.known.lock() else { return };
         if k.full() {

@@ -160,6 +160,9 @@ pub(crate) struct Push {
     /// Taught the rows the push leaves as soon as it has decided (under its locks, so in the
     /// order the pushes commit), for the pushes behind it.
     pub guesses: Arc<Guesses>,
+    /// The handle's turn (`crate::combine`), held until the rows are taught: no flight guesses
+    /// or locks in between, so the ones guessing from this push lock after it.
+    pub turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Attempt<Plan> for Push {
@@ -183,6 +186,7 @@ impl Attempt<Plan> for Push {
                 Err(e) => return rollback(c, e).await,
             };
             self.guesses.learn(&keys, &plan.after);
+            drop(self.turn.take());
             let (r, sent) = commit_with(c, write(c, &st, reqs, &plan, now)).await;
             (r.map(|()| plan), sent)
         })

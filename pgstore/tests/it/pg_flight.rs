@@ -237,3 +237,42 @@ fn two_processes_racing_the_same_items_store_each_once_with_one_seq() {
     );
     bookkeeping_holds(&a);
 }
+
+/// One handle alone (no other process writing): its concurrent pushes to one target run as
+/// groups, and a group's flight guesses from the group before it; sent at once, the later
+/// flight could take the queue row lock first and miss. Flights of one handle go one at a
+/// time (`combine`), so nothing this handle does alone makes a guess miss.
+#[test]
+fn one_process_alone_never_misses_its_own_guess() {
+    let Some((_pg, a, _b)) = two_processes("pg_flight") else {
+        return;
+    };
+    const THREADS: usize = 16;
+    const EACH: usize = 12;
+    let pushers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let a = Arc::clone(&a);
+            std::thread::spawn(move || {
+                for n in 0..EACH {
+                    let mut r = item(&format!("c{t}-{n}"), 1, &[2], b"w");
+                    r.quotas.max_queue_items = 1_000_000;
+                    r.quotas.max_sender_items = 1_000_000;
+                    let out = a.insert(r).wait();
+                    assert!(matches!(out, Ok(InsertOutcome::Stored { .. })), "{out:?}");
+                }
+            })
+        })
+        .collect();
+    for p in pushers {
+        p.join().unwrap();
+    }
+    let paths = a.insert_paths();
+    assert!(paths.flights > 0, "{paths:?}");
+    assert_eq!(
+        paths.missed, 0,
+        "a guess of this handle's own rows missed: {paths:?}"
+    );
+    let page = a.pull(&[2; 32], 0, 10_000, u64::MAX).unwrap();
+    assert_eq!(page.items.len(), 1 + THREADS * EACH);
+    bookkeeping_holds(&a);
+}
