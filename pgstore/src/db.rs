@@ -237,6 +237,8 @@ pub(crate) struct Db {
     session: std::sync::Arc<(tokio_postgres::Config, crate::tls::MakeRustls)>,
     /// The connector, again for cancel requests.
     tls: MakeRustls,
+    /// The check every connection passes when made, and again when taken after a while.
+    fence: Fence,
 }
 
 impl Db {
@@ -272,16 +274,22 @@ impl Db {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let fence = Fence::default();
         let pool = Pool::builder(mgr)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(OP_DEADLINE))
             .create_timeout(Some(OP_DEADLINE))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .post_create(fenced(Fence::default()))
+            .post_create(fenced(fence.clone()))
             .build()
             .map_err(|e| StoreError::Engine(format!("postgres pool: {e}")))?;
-        let db = Db { pool, session, tls };
+        let db = Db {
+            pool,
+            session,
+            tls,
+            fence,
+        };
         STATS.mark_opened();
         bounded(db.check_durable()).await?;
         Ok(db)
@@ -363,8 +371,33 @@ impl Db {
         }
     }
 
-    /// A pooled connection for a read outside a write transaction.
+    /// A pooled connection for a read outside a write transaction: one the fence admits
+    /// (checked again when its last check is over a second old; a connection refused leaves
+    /// the pool, and the next one is tried once).
     pub(crate) async fn conn(&self) -> Result<Conn> {
+        let mut refused = String::new();
+        for _ in 0..2 {
+            let mut c = self.pooled().await?;
+            let (id, created) = (
+                deadpool_postgres::Object::id(&c),
+                deadpool_postgres::Object::metrics(&c).created,
+            );
+            match self.fence.recheck(id, created, &c).await {
+                Ok(()) => return Ok(c),
+                Err(why) => {
+                    c.discard();
+                    STATS.degrade();
+                    refused = why;
+                }
+            }
+        }
+        Err(StoreError::Engine(format!(
+            "postgres: refusing the node: {refused}"
+        )))
+    }
+
+    /// A connection from the pool (a new one has passed the fence), not checked again yet.
+    async fn pooled(&self) -> Result<Conn> {
         let started = std::time::Instant::now();
         if self.pool.status().available == 0 {
             PoolStats::add(&STATS.waits, 1);
