@@ -20,6 +20,7 @@
 //!
 //! Skipped (with a line saying why) when not root or `ip netns` is unavailable.
 
+use crate::common::wait_for;
 use crate::pg_ha::{
     counter, longest_gap, print_metrics, under_load, wait_both_serve, Attempt, RESYNC,
 };
@@ -92,11 +93,16 @@ fn a_relay_cut_off_from_postgres_refuses_writes_with_503_and_serves_again_when_t
         net.ns.restore();
         // Sessions the server still holds open in a transaction begun before the cut (their
         // client gave up at its deadline): their row locks stall every push to the target.
-        let stale = net.pg.sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'mbx-relay' AND \
-             state LIKE 'idle in transaction%' AND clock_timestamp() - state_change > \
-             interval '12 s'",
-        );
+        // (Asked again for up to 3 s: the link takes a moment to carry packets.)
+        let stale = wait_for(Duration::from_secs(3), || {
+            net.pg
+                .sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'mbx-relay' \
+                     AND state LIKE 'idle in transaction%' AND clock_timestamp() - state_change \
+                     > interval '12 s'",
+                )
+                .ok()
+        });
         let (a, b) = wait_both_serve(log, restored);
         report.push(format!(
             "relay sessions idle in a transaction since before the cut's 12th second, right \
