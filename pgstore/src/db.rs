@@ -253,9 +253,17 @@ impl Db {
             .map_err(|e| StoreError::Engine(format!("bad postgres url: {e}")))?;
         let connector = crate::tls::connector(&mut cfg, &tls)?;
         // Every session asks for durable commits itself; the check below refuses a server
-        // (or role) where it does not hold.
+        // (or role) where it does not hold. And the server ends a session left idle inside a
+        // transaction past the operation deadline: a partition between a write's statements
+        // leaves its server session holding the target's row locks (stalling every push to
+        // it) until the relay's closed socket is heard of, which after a long cut waits for
+        // TCP's backed-off retransmission (seen: 11.4 s after a 15 s cut healed). The streams
+        // (dump, backup, restore) lift it for their own transactions.
         if cfg.get_options().is_none() {
-            cfg.options("-c synchronous_commit=on");
+            cfg.options(format!(
+                "-c synchronous_commit=on -c idle_in_transaction_session_timeout={}",
+                OP_DEADLINE.as_millis()
+            ));
         }
         cfg.application_name("mbx-relay");
         if cfg.get_connect_timeout().is_none() {
@@ -506,6 +514,17 @@ pub(crate) async fn snapshot(c: &mut deadpool_postgres::Object) -> Result<Transa
         .await
         .map_err(db_err)
 }
+
+/// [`snapshot`] for a stream, which may wait on its reader for longer than the operation
+/// deadline between statements: the server's idle-in-transaction limit lifted for it.
+pub(crate) async fn stream_snapshot(c: &mut deadpool_postgres::Object) -> Result<Transaction<'_>> {
+    let t = snapshot(c).await?;
+    t.batch_execute(UNBOUNDED_IDLE).await.map_err(db_err)?;
+    Ok(t)
+}
+
+/// Lifts the sessions' idle-in-transaction limit for the transaction it runs in.
+pub(crate) const UNBOUNDED_IDLE: &str = "SET LOCAL idle_in_transaction_session_timeout = 0";
 
 /// u64 → BIGINT. [`NEVER_EXPIRES`](relay_store::NEVER_EXPIRES) (u64::MAX) is `i64::MAX`;
 /// every other value saturates one below it, so "never" stays beyond any finite time or seq

@@ -108,6 +108,12 @@ fn a_relay_cut_off_from_postgres_refuses_writes_with_503_and_serves_again_when_t
             "relay sessions idle in a transaction since before the cut's 12th second, right \
              after the link returned: {stale:?}"
         ));
+        assert_eq!(
+            stale.as_deref(),
+            Some("0"),
+            "no relay session outlives its deadline idle in a transaction (its row locks \
+             would stall every push to the target after the heal)"
+        );
         let log = log.lock().unwrap();
         let during = within(&log, cut, restored);
         assert!(
