@@ -237,6 +237,8 @@ pub(crate) struct Db {
     session: std::sync::Arc<(tokio_postgres::Config, crate::tls::MakeRustls)>,
     /// The connector, again for cancel requests.
     tls: MakeRustls,
+    /// The check every connection passes when made, and again when taken after a while.
+    fence: Fence,
 }
 
 impl Db {
@@ -251,9 +253,17 @@ impl Db {
             .map_err(|e| StoreError::Engine(format!("bad postgres url: {e}")))?;
         let connector = crate::tls::connector(&mut cfg, &tls)?;
         // Every session asks for durable commits itself; the check below refuses a server
-        // (or role) where it does not hold.
+        // (or role) where it does not hold. And the server ends a session left idle inside a
+        // transaction past the operation deadline: a partition between a write's statements
+        // leaves its server session holding the target's row locks (stalling every push to
+        // it) until the relay's closed socket is heard of, which after a long cut waits for
+        // TCP's backed-off retransmission (seen: 11.4 s after a 15 s cut healed). The streams
+        // (dump, backup, restore) lift it for their own transactions.
         if cfg.get_options().is_none() {
-            cfg.options("-c synchronous_commit=on");
+            cfg.options(format!(
+                "-c synchronous_commit=on -c idle_in_transaction_session_timeout={}",
+                OP_DEADLINE.as_millis()
+            ));
         }
         cfg.application_name("mbx-relay");
         if cfg.get_connect_timeout().is_none() {
@@ -272,16 +282,22 @@ impl Db {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let fence = Fence::default();
         let pool = Pool::builder(mgr)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .wait_timeout(Some(OP_DEADLINE))
             .create_timeout(Some(OP_DEADLINE))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .post_create(fenced(Fence::default()))
+            .post_create(fenced(fence.clone()))
             .build()
             .map_err(|e| StoreError::Engine(format!("postgres pool: {e}")))?;
-        let db = Db { pool, session, tls };
+        let db = Db {
+            pool,
+            session,
+            tls,
+            fence,
+        };
         STATS.mark_opened();
         bounded(db.check_durable()).await?;
         Ok(db)
@@ -363,8 +379,33 @@ impl Db {
         }
     }
 
-    /// A pooled connection for a read outside a write transaction.
+    /// A pooled connection for a read outside a write transaction: one the fence admits
+    /// (checked again when its last check is over a second old; a connection refused leaves
+    /// the pool, and the next one is tried once).
     pub(crate) async fn conn(&self) -> Result<Conn> {
+        let mut refused = String::new();
+        for _ in 0..2 {
+            let mut c = self.pooled().await?;
+            let (id, created) = (
+                deadpool_postgres::Object::id(&c),
+                deadpool_postgres::Object::metrics(&c).created,
+            );
+            match self.fence.recheck(id, created, &c).await {
+                Ok(()) => return Ok(c),
+                Err(why) => {
+                    c.discard();
+                    STATS.degrade();
+                    refused = why;
+                }
+            }
+        }
+        Err(StoreError::Engine(format!(
+            "postgres: refusing the node: {refused}"
+        )))
+    }
+
+    /// A connection from the pool (a new one has passed the fence), not checked again yet.
+    async fn pooled(&self) -> Result<Conn> {
         let started = std::time::Instant::now();
         if self.pool.status().available == 0 {
             PoolStats::add(&STATS.waits, 1);
@@ -473,6 +514,17 @@ pub(crate) async fn snapshot(c: &mut deadpool_postgres::Object) -> Result<Transa
         .await
         .map_err(db_err)
 }
+
+/// [`snapshot`] for a stream, which may wait on its reader for longer than the operation
+/// deadline between statements: the server's idle-in-transaction limit lifted for it.
+pub(crate) async fn stream_snapshot(c: &mut deadpool_postgres::Object) -> Result<Transaction<'_>> {
+    let t = snapshot(c).await?;
+    t.batch_execute(UNBOUNDED_IDLE).await.map_err(db_err)?;
+    Ok(t)
+}
+
+/// Lifts the sessions' idle-in-transaction limit for the transaction it runs in.
+pub(crate) const UNBOUNDED_IDLE: &str = "SET LOCAL idle_in_transaction_session_timeout = 0";
 
 /// u64 → BIGINT. [`NEVER_EXPIRES`](relay_store::NEVER_EXPIRES) (u64::MAX) is `i64::MAX`;
 /// every other value saturates one below it, so "never" stays beyond any finite time or seq

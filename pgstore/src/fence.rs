@@ -1,14 +1,20 @@
-//! Fencing: the store takes a connection only to the current primary of the newest timeline,
-//! checked when the pool makes it (a failover or a restart ends every older connection). A
-//! node is refused, for reads as for writes, when it is a standby; when its timeline is older
-//! than the newest this store has seen (an old primary restarted beside a promoted standby);
-//! or when it requires a synchronous standby and none has received its whole WAL (an old
-//! primary the keeper restarted after its standby left to be promoted: what it recovered from
-//! its own WAL may never have reached the standby, and must not be served or built on).
+//! Fencing: the store uses a connection only to the current primary of the newest timeline,
+//! checked when the pool makes it and again when an operation takes it from the pool once
+//! its last check is older than [`RECHECK_AFTER`] (a primary cut off from its standby and
+//! its monitor stays up, and its pooled connections stay open, while the standby is promoted
+//! beside it). A node is refused, for reads as for writes, when it is a standby; when its
+//! timeline is older than the newest this store has seen (an old primary restarted beside a
+//! promoted standby); or when it requires a synchronous standby and none has received its
+//! whole WAL (an old primary the keeper restarted after its standby left to be promoted, or
+//! one cut off from its standby: what only it holds may never reach the standby, and must not
+//! be served or built on; and once the standby is promoted, what it lacks is newer).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use deadpool_postgres::ObjectId;
 
 use crate::stats::{PoolStats, STATS};
 
@@ -19,6 +25,12 @@ const STANDBY_CATCH_UP: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(25);
 /// At most one refusal logged per this long (a failover refuses every attempt for a while).
 const LOG_EVERY: Duration = Duration::from_secs(2);
+/// A pooled connection whose last check is older than this is checked again before an
+/// operation uses it: one or two round trips per connection per second at most.
+pub(crate) const RECHECK_AFTER: Duration = Duration::from_secs(1);
+/// Most connections whose last check is remembered (the pool holds 16 at a time; older
+/// entries belong to connections gone since, and a forgotten one is simply checked again).
+const MAX_REMEMBERED: usize = 64;
 
 /// What the node says about itself, in one round trip. The timeline is the one the primary
 /// writes WAL on now (the first eight hex digits of its current WAL file's name).
@@ -41,6 +53,8 @@ pub(crate) struct Fence(Arc<State>);
 #[derive(Default)]
 struct State {
     newest_timeline: AtomicU32,
+    /// When each pooled connection last passed the check.
+    checked: Mutex<HashMap<ObjectId, Instant>>,
     /// Milliseconds since `epoch` of the last refusal logged, plus one (0: none yet).
     last_logged: AtomicU64,
     epoch: std::sync::OnceLock<Instant>,
@@ -55,6 +69,43 @@ impl Fence {
             self.log_refusal(why);
         }
         verdict
+    }
+
+    /// Check a pooled connection again before an operation uses it, unless it passed within
+    /// [`RECHECK_AFTER`] (`created`: when the pool made it, and checked it). `Err`: the
+    /// connection must leave the pool.
+    pub(crate) async fn recheck(
+        &self,
+        id: ObjectId,
+        created: Instant,
+        client: &tokio_postgres::Client,
+    ) -> Result<(), String> {
+        let fresh = |t: Instant| t.elapsed() < RECHECK_AFTER;
+        let last = self.checked().get(&id).copied();
+        if last.map_or(fresh(created), fresh) {
+            return Ok(());
+        }
+        let verdict = self.admit(client).await;
+        let mut checked = self.checked();
+        match verdict {
+            Ok(()) => {
+                if checked.len() >= MAX_REMEMBERED {
+                    checked.retain(|_, t| t.elapsed() < RECHECK_AFTER);
+                }
+                checked.insert(id, Instant::now());
+            }
+            Err(_) => {
+                checked.remove(&id);
+            }
+        }
+        verdict
+    }
+
+    fn checked(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Instant>> {
+        self.0
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn check(&self, client: &tokio_postgres::Client) -> Result<(), String> {

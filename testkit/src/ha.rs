@@ -492,7 +492,13 @@ impl HaCluster {
     /// without TLS, which the nodes do not serve (`--no-ssl`; off loopback the relay would
     /// ask for `verify-full`).
     pub fn url_of(&self, db: &str) -> String {
-        let (a, b) = (&self.nodes[0], &self.nodes[1]);
+        self.url_listing_first(db, 0)
+    }
+
+    /// [`HaCluster::url_of`] with node `first` listed first: a multi-host url tries its hosts
+    /// in order and settles on the first writable one.
+    pub fn url_listing_first(&self, db: &str, first: usize) -> String {
+        let (a, b) = (&self.nodes[first], &self.nodes[1 - first]);
         format!(
             "postgres://postgres@{}:{},{}:{}/{db}?target_session_attrs=read-write&sslmode=disable",
             a.host, a.port, b.host, b.port

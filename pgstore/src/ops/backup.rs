@@ -237,7 +237,7 @@ pub(crate) fn backup_to(
     ctx.spawn_task(async move {
         let res: Result<()> = async {
             let mut c = s.db.conn().await?;
-            let t = crate::db::snapshot(&mut c).await?;
+            let t = crate::db::stream_snapshot(&mut c).await?;
             let m = t
                 .query_one(
                     "SELECT epoch, relay_pubkey, heartbeat_ms, created_ms, ops_next, ops_head, \

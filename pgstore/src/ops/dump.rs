@@ -82,7 +82,7 @@ pub(crate) fn dump(
     ctx.spawn_task(async move {
         let res: Result<()> = async {
             let mut c = s.db.conn().await?;
-            let t = crate::db::snapshot(&mut c).await?;
+            let t = crate::db::stream_snapshot(&mut c).await?;
             for (table, pk) in tables {
                 let json = if table == "items" && !with_wire {
                     "to_jsonb(t) - 'wire'"

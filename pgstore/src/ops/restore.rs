@@ -341,6 +341,9 @@ pub(crate) async fn restore(
     let db = Db::connect(url).await?;
     let mut c = db.conn().await?;
     let t = c.transaction().await.map_err(engine)?;
+    t.batch_execute(crate::db::UNBOUNDED_IDLE)
+        .await
+        .map_err(engine)?;
     if holds_a_relay(&t).await? {
         return Err(BackupError::Io {
             context: format!(

@@ -4,6 +4,11 @@
 //! promoted node are cut. Every read and write through the store is then refused, never
 //! answered from the old node (which would show the queue without the new item); once the old
 //! node is gone again the store serves the promoted node's state.
+//!
+//! And an old primary left running (as one cut off from its standby and its monitor stays up
+//! until its keeper demotes it): a relay that only reads keeps its pooled connections to it,
+//! while another relay, started after the promotion, writes on the promoted node. The reading
+//! relay must not answer from its old connections (checked again once they are a second old).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,4 +121,80 @@ fn an_old_primary_run_again_on_an_older_timeline_is_refused_for_reads_and_writes
     pair.primary.stop_immediate();
     let ids = until_ok("a read on the promoted node", || queued(store.as_ref()));
     assert_eq!(ids, ["before", "after"]);
+}
+
+/// Longer than the fence's one-second recheck: the reading store's pooled connection is due
+/// for a check again.
+const IDLE: Duration = Duration::from_millis(1_500);
+
+#[test]
+fn a_pooled_connection_to_an_old_primary_left_running_is_not_read_from_once_the_standby_took_over()
+{
+    let Some(pair) = PgPair::start_or_skip("pg_fence::left_running") else {
+        return;
+    };
+    let db = pair.primary.fresh_db_name();
+    // The standby listed first: once promoted it is the first writable host of the url.
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db}?target_session_attrs=read-write",
+        pair.standby.port(),
+        pair.primary.port()
+    );
+    let reader: Arc<dyn RelayStore> =
+        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the reading store"));
+    for k in [1, 2] {
+        assert_eq!(
+            reader.enrol(enrol_req(k)).wait().unwrap(),
+            EnrolOutcome::Enrolled
+        );
+    }
+    assert!(matches!(
+        reader.insert(push("before")).wait(),
+        Ok(InsertOutcome::Stored { .. })
+    ));
+    assert_eq!(queued(reader.as_ref()).unwrap(), ["before"]);
+
+    // The standby promoted (timeline 2), writable alone; the old primary left running on
+    // timeline 1, still asking for a synchronous standby (its commits wait: none comes).
+    pair.standby.promote().expect("promote");
+    pair.standby
+        .set_sync_standbys(None)
+        .expect("no standby required");
+    pair.primary
+        .set_sync_standbys(Some("no_such_standby"))
+        .expect("the old primary waits for a standby");
+    // Another relay, started now: its connections go to the promoted node.
+    let writer: Arc<dyn RelayStore> =
+        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the writing store"));
+    until_ok("a write on the promoted node", || {
+        match writer.insert(push("after")).wait() {
+            Ok(InsertOutcome::Stored { .. }) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    std::thread::sleep(IDLE);
+    let from = Instant::now();
+    let (mut refusals, mut answers) = (Vec::new(), 0);
+    while from.elapsed() < WHILE_STALE {
+        match queued(reader.as_ref()) {
+            Ok(ids) => {
+                assert_eq!(
+                    ids,
+                    ["before", "after"],
+                    "a read served the old primary's stale state"
+                );
+                answers += 1;
+            }
+            Err(e) => refusals.push(e),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "pg_fence: {} reads refused, {answers} answered (by the promoted node) in \
+         {WHILE_STALE:?}; first refusal: {:?}",
+        refusals.len(),
+        refusals.first()
+    );
+    assert!(answers > 0, "the reading store reached the promoted node");
 }
