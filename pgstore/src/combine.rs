@@ -22,8 +22,9 @@ use relay_store::{InsertOutcome, InsertRequest, Pending, Result, StoreError};
 use tokio::sync::oneshot;
 
 use crate::ctx::Ctx;
-use crate::ops::insert::{Keys, Push};
+use crate::ops::insert::Push;
 use crate::ops::insert_flight::Flight;
+use crate::ops::insert_keys::Keys;
 use crate::ops::insert_plan::plan;
 use crate::stats::{PoolStats, STATS};
 

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use relay_store::rules::insert::rows::{QueueState, Rows};
 use relay_store::{Key32, Usage};
 
-use crate::ops::insert::Keys;
+use crate::ops::insert_keys::Keys;
 
 /// Most keys one table holds (about 100 bytes each).
 const MAX_KEYS: usize = 16_384;

@@ -32,8 +32,9 @@ use tokio_postgres::types::ToSql;
 
 use crate::db::{i, Attempt, Conn, Tried};
 use crate::ops::insert::{
-    prepare_lock, slices, unzip3, unzip4, write_parts, KeyColumns, Keys, PairColumns, WriteArgs,
+    prepare_lock, unzip3, unzip4, write_parts, KeyColumns, PairColumns, WriteArgs,
 };
+use crate::ops::insert_keys::{slices, Keys};
 use crate::ops::insert_plan::Plan;
 
 /// The guard ($25-$41, beside WRITE's $1-$24) and the guarded writes. `ok` is whether every

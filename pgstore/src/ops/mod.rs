@@ -13,6 +13,7 @@ pub(crate) mod dump;
 pub(crate) mod enrol;
 pub(crate) mod insert;
 pub(crate) mod insert_flight;
+pub(crate) mod insert_keys;
 pub(crate) mod insert_plan;
 pub(crate) mod invite;
 pub(crate) mod kind;
