@@ -33,6 +33,8 @@ mod tests {
         assert_eq!(nice_ceiling(3.0), 5.0);
         assert_eq!(nice_ceiling(7.0), 10.0);
         assert_eq!(nice_ceiling(4_300.0), 5_000.0);
+        assert_eq!(nice_ceiling(5_001.0), 10_000.0);
+        assert_eq!(nice_ceiling(200.0), 200.0);
     }
 
     #[test]

@@ -228,14 +228,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nice_axis_tops() {
-        assert_eq!(nice_ceiling(0.0), 1.0);
-        assert_eq!(nice_ceiling(3.2), 5.0);
-        assert_eq!(nice_ceiling(5001.0), 10000.0);
-        assert_eq!(nice_ceiling(200.0), 200.0);
-    }
-
-    #[test]
     fn chart_has_one_marker_per_point_and_escapes_text() {
         let pts = [
             Point {
