@@ -2,7 +2,7 @@
 //!
 //! Why mimalloc: under batched pushes glibc malloc took about 14 % of the relay's CPU
 //! (`_int_malloc`, `_int_free`, `malloc_consolidate`; some 100 allocations per pushed item), and
-//! replacing it raised batched pushes by about 30 % at the same CPU (docs/performance.md).
+//! replacing it raised batched pushes by about 30 % at the same CPU (docs/performance-history.md).
 //!
 //! What keeps memory low: mimalloc keeps a thread's free pages in that thread until the thread
 //! allocates or collects again, so an idle worker would hold what it used at its peak. Every

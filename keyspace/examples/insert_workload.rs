@@ -1,6 +1,6 @@
 //! A fixed store workload for instruction counts (`valgrind --tool=callgrind`): single inserts
 //! from one thread (one job per group commit, so the count does not depend on scheduling),
-//! batches of 100, then a pull + ack drain of everything. Figures in docs/performance.md
+//! batches of 100, then a pull + ack drain of everything. Figures in docs/performance-history.md
 //! ("Issue 30", "The store path").
 //!
 //! `cargo build --release -p relay-keyspace --example insert_workload`, then

@@ -16,7 +16,7 @@ use crate::parts::Parts;
 const JOURNAL_CAP: u64 = 64 * 1024 * 1024;
 /// Block cache. 8 MiB keeps a relay with 1,000,000 items queued under 64 MiB resident; the
 /// point reads the push path depends on (dedup misses) stay fast because the dedup partition's
-/// filters are pinned outside the cache (`parts.rs`). Measured at 1M queued (docs/performance.md):
+/// filters are pinned outside the cache (`parts.rs`). Measured at 1M queued (docs/performance-history.md):
 /// 16 MiB gave 75–79 MiB resident, 8 MiB alone 55–59 MiB but 25% fewer batched pushes a second,
 /// 8 MiB with pinned dedup filters 58 MiB at the 16 MiB throughput within noise.
 const CACHE_BYTES: u64 = 8 * 1024 * 1024;

@@ -314,7 +314,7 @@ const MIGRATE_CHUNK: usize = 10_000;
 /// Schema 1 -> 2: the dedup prune index (`EXPIRY_DEDUP` rows) leaves `expiry` for its own
 /// partition. Both indexes are ordered by time; sharing one partition interleaved two
 /// growing key ranges, so every flushed table overlapped older ones and compaction rewrote
-/// them again and again (docs/performance.md). Moves in chunks: insert there, remove here.
+/// them again and again (docs/performance-history.md). Moves in chunks: insert there, remove here.
 fn move_dedup_index(parts: &Parts, from: Part, to: Part) -> Result<u64> {
     let end = [codec::EXPIRY_DEDUP + 1];
     let mut start = Bound::Included(vec![codec::EXPIRY_DEDUP]);

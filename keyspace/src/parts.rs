@@ -138,7 +138,7 @@ impl Parts {
                         // Item records (wire bytes, ~1 KiB and up) go to blob files once, at
                         // flush; compaction then moves only keys and blob pointers. Batched
                         // pushes: relay CPU per item 57 → 53 µs at 150,000 queued, and the
-                        // saving grows with the store (docs/performance.md).
+                        // saving grows with the store (docs/performance-history.md).
                         .with_kv_separation(Some(
                             KvSeparationOptions::default()
                                 .compression(CompressionType::None)
@@ -172,7 +172,7 @@ impl Parts {
                         // deep level each push's quota read loaded and checksummed its index
                         // block through the small block cache again: relay CPU per batched
                         // item 87 -> 481 µs at 800,000 queued (growth bench, 97 % of the
-                        // relay's CPU in `reader::usage`, docs/performance.md).
+                        // relay's CPU in `reader::usage`, docs/performance-history.md).
                         _ => opts
                             .index_block_pinning_policy(PinningPolicy::all(true))
                             .filter_block_pinning_policy(PinningPolicy::all(true)),

@@ -13,7 +13,7 @@ use crate::db::Db;
 /// Threads of the store's runtime. The work is waiting on the database, not computing, and one
 /// thread drives every connection with fewer cross-thread wakeups: with two, a single push at
 /// 64 senders cost 278 µs of relay CPU against 242 with one (medians of 3 alternating runs;
-/// docs/performance.md). A blocking read from a task of this runtime still works: the flavour
+/// docs/performance-history.md). A blocking read from a task of this runtime still works: the flavour
 /// stays multi-thread, so `block_in_place` hands the worker on.
 const RUNTIME_THREADS: usize = 1;
 
