@@ -38,7 +38,8 @@ const SELF_SQL: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN NOT pg_is_in_recovery() THEN \
        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END, \
      current_setting('synchronous_standby_names') <> '', \
-     CASE WHEN NOT pg_is_in_recovery() THEN pg_current_wal_flush_lsn()::text END";
+     CASE WHEN NOT pg_is_in_recovery() THEN pg_current_wal_flush_lsn()::text END, \
+     coalesce(host(inet_server_addr()), 'socket') || ':' || current_setting('port')";
 
 /// Standbys the node streams to: how many, how many it hides the state of (a role without
 /// `pg_read_all_stats`), and whether a synchronous one has flushed WAL up to `$1`.
@@ -58,6 +59,9 @@ struct State {
     /// Milliseconds since `epoch` of the last refusal logged, plus one (0: none yet).
     last_logged: AtomicU64,
     epoch: std::sync::OnceLock<Instant>,
+    /// The node (address and timeline) the last admitted connection went to: a change is
+    /// logged, so an operator (and a failed drill) can tell which node served when.
+    last_node: Mutex<Option<(String, u32)>>,
 }
 
 impl Fence {
@@ -134,7 +138,28 @@ impl Fence {
             self.standby_holds(client, &flushed).await?;
         }
         self.0.newest_timeline.fetch_max(timeline, Ordering::SeqCst);
+        self.note_node(row.get(4), timeline, wants_standby);
         Ok(())
+    }
+
+    /// Log the node a connection was admitted to when it is not the one before (once per
+    /// change, so at most a few lines per failover).
+    fn note_node(&self, node: String, timeline: u32, wants_standby: bool) {
+        let mut last = self
+            .0
+            .last_node
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.as_ref() == Some(&(node.clone(), timeline)) {
+            return;
+        }
+        tracing::info!(
+            node = %node,
+            timeline,
+            synchronous_standby_required = wants_standby,
+            "postgres: using this node as the primary"
+        );
+        *last = Some((node, timeline));
     }
 
     /// Wait (bounded) until a synchronous standby has flushed the node's WAL up to `flushed`.
