@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::ObjectId;
@@ -105,11 +105,8 @@ impl Fence {
         verdict
     }
 
-    fn checked(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Instant>> {
-        self.0
-            .checked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn checked(&self) -> MutexGuard<'_, HashMap<ObjectId, Instant>> {
+        locked(&self.0.checked)
     }
 
     async fn check(&self, client: &tokio_postgres::Client) -> Result<(), String> {
@@ -145,12 +142,11 @@ impl Fence {
     /// Log the node a connection was admitted to when it is not the one before (once per
     /// change, so at most a few lines per failover).
     fn note_node(&self, node: String, timeline: u32, wants_standby: bool) {
-        let mut last = self
-            .0
-            .last_node
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.as_ref() == Some(&(node.clone(), timeline)) {
+        let mut last = locked(&self.0.last_node);
+        if last
+            .as_ref()
+            .is_some_and(|(n, t)| *n == node && *t == timeline)
+        {
             return;
         }
         tracing::info!(
@@ -208,4 +204,10 @@ impl Fence {
             tracing::warn!(reason = %why, "postgres: refusing a node that is not the current primary");
         }
     }
+}
+
+/// The guarded state, even if a thread panicked holding it (what it guards stays consistent:
+/// a remembered check time or the last node logged).
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
