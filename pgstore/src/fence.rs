@@ -4,10 +4,12 @@
 //! its monitor stays up, and its pooled connections stay open, while the standby is promoted
 //! beside it). A node is refused, for reads as for writes, when it is a standby; when its
 //! timeline is older than the newest this store has seen (an old primary restarted beside a
-//! promoted standby); or when it requires a synchronous standby and none has received its
+//! promoted standby); when it requires a synchronous standby and none has received its
 //! whole WAL (an old primary the keeper restarted after its standby left to be promoted, or
 //! one cut off from its standby: what only it holds may never reach the standby, and must not
-//! be served or built on; and once the standby is promoted, what it lacks is newer).
+//! be served or built on; and once the standby is promoted, what it lacks is newer). A pull
+//! also asks, in its own flight, whether a synchronous standby streams from the node at that
+//! moment ([`SERVABLE_NOW`]), closing the second between two checks.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -47,6 +49,28 @@ const STANDBY_SQL: &str = "SELECT count(*), count(*) FILTER (WHERE sync_state IS
      coalesce(bool_or(sync_state IN ('sync', 'quorum') AND flush_lsn >= $1::text::pg_lsn), false) \
      FROM pg_stat_replication";
 
+/// Whether a read's answer may be served, asked in the read's own flight after its snapshot:
+/// true unless the node requires a synchronous standby and none streams from it now (one
+/// whose role hides the standbys' state counts as streaming, as in [`Fence::check`]). A
+/// standby is promoted only once it stopped streaming, and takes writes only after that, so
+/// a snapshot taken while it still streamed lacks none of its writes: this closes the second
+/// between two checks of a pooled connection, in which an old primary kept running beside
+/// its just promoted standby would answer its older state (the likeliest cause of a drill's
+/// receiver given a `head_seq` below the cursor it had just acked on the promoted node).
+pub(crate) const SERVABLE_NOW: &str = "SELECT current_setting('synchronous_standby_names') = '' \
+     OR EXISTS (SELECT 1 FROM pg_stat_replication \
+       WHERE sync_state IN ('sync', 'quorum') OR sync_state IS NULL)";
+
+/// The answer to a read [`SERVABLE_NOW`] refused (counted as a refusal).
+pub(crate) fn unservable() -> relay_store::StoreError {
+    PoolStats::add(&STATS.fenced, 1);
+    relay_store::StoreError::Engine(
+        "postgres: refusing the node: it requires a synchronous standby and none streams from \
+         it now (promoted, or gone)"
+            .into(),
+    )
+}
+
 /// The newest timeline this store has connected to; shared by the pool's connection hook.
 #[derive(Clone, Default)]
 pub(crate) struct Fence(Arc<State>);
@@ -59,9 +83,10 @@ struct State {
     /// Milliseconds since `epoch` of the last refusal logged, plus one (0: none yet).
     last_logged: AtomicU64,
     epoch: std::sync::OnceLock<Instant>,
-    /// The node (address and timeline) the last admitted connection went to: a change is
-    /// logged, so an operator (and a failed drill) can tell which node served when.
-    last_node: Mutex<Option<(String, u32)>>,
+    /// The node (address, timeline, whether it required a synchronous standby) the last
+    /// admitted connection went to: a change is logged, so an operator (and a failed drill)
+    /// can tell which node served when.
+    last_node: Mutex<Option<(String, u32, bool)>>,
 }
 
 impl Fence {
@@ -135,7 +160,9 @@ impl Fence {
             self.standby_holds(client, &flushed).await?;
         }
         self.0.newest_timeline.fetch_max(timeline, Ordering::SeqCst);
-        self.note_node(row.get(4), timeline, wants_standby);
+        let node: String = row.get(4);
+        tracing::debug!(node = %node, timeline, wants_standby, "postgres: admitted a connection");
+        self.note_node(node, timeline, wants_standby);
         Ok(())
     }
 
@@ -145,7 +172,7 @@ impl Fence {
         let mut last = locked(&self.0.last_node);
         if last
             .as_ref()
-            .is_some_and(|(n, t)| *n == node && *t == timeline)
+            .is_some_and(|(n, t, w)| *n == node && *t == timeline && *w == wants_standby)
         {
             return;
         }
@@ -155,7 +182,7 @@ impl Fence {
             synchronous_standby_required = wants_standby,
             "postgres: using this node as the primary"
         );
-        *last = Some((node, timeline));
+        *last = Some((node, timeline, wants_standby));
     }
 
     /// Wait (bounded) until a synchronous standby has flushed the node's WAL up to `flushed`.
@@ -174,6 +201,13 @@ impl Fence {
                 .map_err(|e| e.to_string())?;
             let (streams, hidden, holds): (i64, i64, bool) = (row.get(0), row.get(1), row.get(2));
             if holds || (streams > 0 && hidden == streams) {
+                tracing::debug!(
+                    streams,
+                    hidden,
+                    holds,
+                    flushed,
+                    "postgres: a synchronous standby holds the node's WAL"
+                );
                 return Ok(());
             }
             if Instant::now() >= until {

@@ -416,6 +416,21 @@ impl HaCluster {
             .collect()
     }
 
+    /// The monitor's events (state changes and their reasons) from event `after` on, one line
+    /// each (`id|time|node|reported|goal|description`): what a failed drill's report needs to
+    /// tell which node was assigned what, and when.
+    pub fn events(&self, after: u64) -> Vec<String> {
+        self.monitor_sql(&format!(
+            "SELECT eventid, to_char(eventtime, 'HH24:MI:SS.MS'), nodename, reportedstate, \
+             goalstate, description FROM pgautofailover.event WHERE eventid > {after} \
+             ORDER BY eventid"
+        ))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+    }
+
     /// Node `i` as the monitor reports it (`None` if it does not answer).
     pub fn state_of(&self, i: usize) -> Option<NodeState> {
         let port = self.nodes[i].port;

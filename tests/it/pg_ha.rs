@@ -230,7 +230,9 @@ pub(crate) fn under_load(
             Backend::Postgres
                 .opts(&args)
                 .db(url)
-                .env("MBX_RELAY_KEY", &key.seed_b64()),
+                .env("MBX_RELAY_KEY", &key.seed_b64())
+                // Every connection the fence admits, for a failed drill's report.
+                .env("RUST_LOG", "info,relay_pgstore::fence=debug"),
         )
         .expect("a relay on the database url")
     };
@@ -285,8 +287,15 @@ pub(crate) fn under_load(
         senders_done.store(true, Ordering::SeqCst);
         received = rx.join().expect("receiver");
     });
-    for r in &relays {
+    for (n, r) in relays.iter().enumerate() {
         r.assert_alive();
+        for line in r
+            .stderr_log()
+            .lines()
+            .filter(|l| l.contains("using this node"))
+        {
+            eprintln!("pg_ha: relay {}: {line}", n + 1);
+        }
     }
     let answered = answered.into_inner().unwrap();
     let retried = answered.iter().filter(|a| a.3).count();
@@ -445,6 +454,12 @@ fn a_killed_postmaster_restarted_by_its_keeper_never_serves_stale_state_or_doubl
                 killed.elapsed()
             ));
             std::thread::sleep(STEADY);
+        }
+        // The monitor's view of the whole drill, printed at once so a failed drill shows it
+        // too (the relays' logs name each node they used, and whether it required a
+        // synchronous standby).
+        for e in cluster.events(0) {
+            eprintln!("pg_ha: monitor event {e}");
         }
     });
     print_metrics(&outcome.relays);

@@ -9,6 +9,9 @@
 //! until its keeper demotes it): a relay that only reads keeps its pooled connections to it,
 //! while another relay, started after the promotion, writes on the promoted node. The reading
 //! relay must not answer from its old connections (checked again once they are a second old).
+//!
+//! And within that second: a pull on a connection just checked is refused once the synchronous
+//! standby stops streaming from the node (as a standby does before it is promoted).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,4 +200,47 @@ fn a_pooled_connection_to_an_old_primary_left_running_is_not_read_from_once_the_
         refusals.first()
     );
     assert!(answers > 0, "the reading store reached the promoted node");
+}
+
+/// A read on a pooled connection checked less than a second ago is refused once the node's
+/// synchronous standby has stopped streaming from it (here stopped; promoted, it stops the
+/// same way before it takes a write): in the drill, a receiver that had acked through an item
+/// on the just-promoted node was answered the old primary's older `head_seq` in that second.
+#[test]
+fn a_read_is_refused_as_soon_as_the_synchronous_standby_stops_streaming() {
+    let Some(mut pair) = PgPair::start_or_skip("pg_fence::standby_stops") else {
+        return;
+    };
+    let url = pair.url_of(&pair.primary.fresh_db_name());
+    let store: Arc<dyn RelayStore> =
+        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the postgres store"));
+    for k in [1, 2] {
+        assert_eq!(
+            store.enrol(enrol_req(k)).wait().unwrap(),
+            EnrolOutcome::Enrolled
+        );
+    }
+    assert!(matches!(
+        store.insert(push("before")).wait(),
+        Ok(InsertOutcome::Stored { .. })
+    ));
+    // Past the recheck interval, so this read checks its connection: fresh from `checked`.
+    std::thread::sleep(IDLE);
+    assert_eq!(queued(store.as_ref()).unwrap(), ["before"]);
+    let checked = Instant::now();
+    pair.standby.stop_immediate();
+    let stopped = checked.elapsed();
+    let first = queued(store.as_ref());
+    eprintln!("pg_fence: standby stopped {stopped:?} after the check; first read: {first:?}");
+    let refused = first.expect_err("a read answered after the standby stopped streaming");
+    assert!(
+        refused.contains("none streams from it now"),
+        "refused in the read's own flight, not by a later check: {refused}"
+    );
+
+    pair.standby.restart().expect("the standby runs again");
+    let ids = until_ok("a read once the standby streams again", || {
+        queued(store.as_ref())
+    });
+    assert_eq!(ids, ["before"]);
 }

@@ -710,7 +710,14 @@ impl Drop for Relay {
                 let from = lines.len().saturating_sub(40);
                 lines[from..].join("\n")
             };
-            eprintln!("---- relay stderr (last 40 lines) ----\n{tail}\n----");
+            // The whole log kept for a failure that needs more than its tail.
+            let kept = std::env::temp_dir().join(format!(
+                "relay-{}-{}.stderr",
+                std::process::id(),
+                self.addr().port()
+            ));
+            let kept = std::fs::write(&kept, &log).map(|()| kept.display().to_string());
+            eprintln!("---- relay stderr (last 40 lines; all of it: {kept:?}) ----\n{tail}\n----");
         }
     }
 }
