@@ -574,6 +574,26 @@ impl HaCluster {
         unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
     }
 
+    /// [`HaCluster::kill_postmaster`] with node `i`'s keeper held still (SIGSTOP to its
+    /// `pg_autoctl` processes) for `hold`, then let go (SIGCONT): held past the monitor's
+    /// unhealthy timeout, the monitor starts promoting the standby meanwhile, and the keeper
+    /// let go may start the old primary again, read-write on its old timeline beside the
+    /// standby being promoted, before it hears it is to be demoted (a race: it also may hear
+    /// first). Not held, a keeper often restarts the postmaster before the monitor notices,
+    /// and no promotion follows.
+    pub fn kill_postmaster_holding_keeper(&self, i: usize, hold: Duration) -> bool {
+        let keeper = self.nodes[i].child.as_ref().map(Child::id);
+        if let Some(k) = keeper {
+            kill_group(k, libc::SIGSTOP);
+        }
+        let killed = self.kill_postmaster(i);
+        std::thread::sleep(hold);
+        if let Some(k) = keeper {
+            kill_group(k, libc::SIGCONT);
+        }
+        killed
+    }
+
     /// The timeline node `i` is on (a primary's WAL insert timeline, a standby's replayed
     /// one), or `None` when it does not answer.
     pub fn timeline(&self, i: usize) -> Option<u32> {

@@ -7,10 +7,11 @@
 //! again without a restart; (2) the old primary run again rejoins as a standby and the cluster
 //! is synchronous again; (3) a planned switchover under load.
 //!
-//! The postmaster drill: three times, the primary's postmaster alone SIGKILLed; its keeper
-//! starts PostgreSQL again, read-write on its old timeline until the monitor has it demoted,
-//! while the standby may be promoted meanwhile. The relays must never serve or build on what
-//! only that old node holds (`relay-pgstore`'s fence).
+//! The postmaster drill: three times, the primary's postmaster alone SIGKILLed and its keeper
+//! held still for 3 s, so the monitor fails over every time; let go, the keeper may start
+//! PostgreSQL again, read-write on its old timeline, beside the standby being promoted, until
+//! it hears it is demoted (the report says for how long it did). The relays must never serve or build on what only that old node holds, nor read
+//! its older state once the standby took writes (`relay-pgstore`'s fence).
 //!
 //! After each: every acknowledged item reached the receiver exactly once, and the receiver's
 //! acked cursor never moved back (no page's `head_seq` below it, no ack answered below it).
@@ -40,6 +41,11 @@ const SERVE_AGAIN: Duration = Duration::from_secs(40);
 pub(crate) const RESYNC: Duration = Duration::from_secs(90);
 /// Load before the first drill and after the last.
 const STEADY: Duration = Duration::from_millis(1_500);
+/// How long the postmaster drill holds the killed primary's keeper still: past the monitor's
+/// 2 s unhealthy timeout, so every kill fails over (not held, the keeper often restarts the
+/// postmaster before the monitor notices), and within its 4 s demote timeout, so the keeper
+/// may still start the old primary again while the standby is being promoted.
+const KEEPER_HELD: Duration = Duration::from_millis(3_000);
 const SENDERS: usize = 4;
 const PUSH_PAUSE: Duration = Duration::from_millis(20);
 
@@ -424,6 +430,26 @@ fn two_relays_serve_through_a_lost_primary_a_rejoin_and_a_switchover_losing_noth
     }
 }
 
+/// For how long node `i` answered as a read-write primary within the next 8 s (`None`: never),
+/// polled every 50 ms over its unix socket.
+fn writable_again(cluster: &HaCluster, i: usize) -> Option<Duration> {
+    let from = Instant::now();
+    let (mut first, mut last) = (None, None);
+    while from.elapsed() < Duration::from_secs(8) {
+        if cluster
+            .node_sql(i, "SELECT NOT pg_is_in_recovery()")
+            .as_deref()
+            == Ok("t")
+        {
+            let now = Instant::now();
+            first.get_or_insert(now);
+            last = Some(now);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(last? - first?)
+}
+
 /// Postmaster kills in the postmaster drill, one after another on one cluster.
 const POSTMASTER_KILLS: usize = 3;
 
@@ -437,16 +463,25 @@ fn a_killed_postmaster_restarted_by_its_keeper_never_serves_stale_state_or_doubl
             let old = cluster.primary().expect("a primary");
             let timeline = cluster.timeline(old);
             let killed = Instant::now();
-            assert!(cluster.kill_postmaster(old), "the primary's postmaster");
-            let (a, b) = wait_both_serve(log, killed);
+            assert!(
+                cluster.kill_postmaster_holding_keeper(old, KEEPER_HELD),
+                "the primary's postmaster"
+            );
+            // Whether the keeper, let go, ran the old primary again read-write (what the drill
+            // is about), watched while the relays come back.
+            let (ran_again, (a, b)) = std::thread::scope(|s| {
+                let watch = s.spawn(|| writable_again(&cluster, old));
+                let served = wait_both_serve(log, killed);
+                (watch.join().expect("watching the old primary"), served)
+            });
             cluster
                 .wait_synchronous(RESYNC)
                 .unwrap_or_else(|e| panic!("{e}\n{}", cluster.logs()));
             let new = cluster.primary().expect("a primary");
             report.push(format!(
                 "postmaster kill {round}: node {} (timeline {timeline:?}) -> primary node {} \
-                 (timeline {:?}){}; relay 1 served again after {a:?}, relay 2 after {b:?}; \
-                 synchronous again after {:?}",
+                 (timeline {:?}){}; the old primary ran again read-write: {ran_again:?}; relay 1 \
+                 served again after {a:?}, relay 2 after {b:?}; synchronous again after {:?}",
                 old + 1,
                 new + 1,
                 cluster.timeline(new),
