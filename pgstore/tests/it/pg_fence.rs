@@ -41,6 +41,19 @@ fn queued(store: &dyn RelayStore) -> Result<Vec<String>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A store on `url` with host 1 (the sender) and host 2 (the target) enrolled.
+fn enrolled_store(url: &str) -> Arc<dyn RelayStore> {
+    let store: Arc<dyn RelayStore> =
+        Arc::new(PgStore::open(url, OpenOptions::default()).expect("open the postgres store"));
+    for k in [1, 2] {
+        assert_eq!(
+            store.enrol(enrol_req(k)).wait().unwrap(),
+            EnrolOutcome::Enrolled
+        );
+    }
+    store
+}
+
 /// Retry `f` until it answers `Ok` within [`SERVE_AGAIN`].
 fn until_ok<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
     let until = Instant::now() + SERVE_AGAIN;
@@ -59,14 +72,7 @@ fn an_old_primary_run_again_on_an_older_timeline_is_refused_for_reads_and_writes
         return;
     };
     let url = pair.url_of(&pair.primary.fresh_db_name());
-    let store: Arc<dyn RelayStore> =
-        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the postgres store"));
-    for k in [1, 2] {
-        assert_eq!(
-            store.enrol(enrol_req(k)).wait().unwrap(),
-            EnrolOutcome::Enrolled
-        );
-    }
+    let store = enrolled_store(&url);
     let stored = |r: Result<InsertOutcome, relay_store::StoreError>| match r {
         Ok(InsertOutcome::Stored { .. }) => Ok(()),
         other => Err(format!("{other:?}")),
@@ -143,14 +149,7 @@ fn a_pooled_connection_to_an_old_primary_left_running_is_not_read_from_once_the_
         pair.standby.port(),
         pair.primary.port()
     );
-    let reader: Arc<dyn RelayStore> =
-        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the reading store"));
-    for k in [1, 2] {
-        assert_eq!(
-            reader.enrol(enrol_req(k)).wait().unwrap(),
-            EnrolOutcome::Enrolled
-        );
-    }
+    let reader = enrolled_store(&url);
     assert!(matches!(
         reader.insert(push("before")).wait(),
         Ok(InsertOutcome::Stored { .. })
@@ -212,14 +211,7 @@ fn a_read_is_refused_as_soon_as_the_synchronous_standby_stops_streaming() {
         return;
     };
     let url = pair.url_of(&pair.primary.fresh_db_name());
-    let store: Arc<dyn RelayStore> =
-        Arc::new(PgStore::open(&url, OpenOptions::default()).expect("open the postgres store"));
-    for k in [1, 2] {
-        assert_eq!(
-            store.enrol(enrol_req(k)).wait().unwrap(),
-            EnrolOutcome::Enrolled
-        );
-    }
+    let store = enrolled_store(&url);
     assert!(matches!(
         store.insert(push("before")).wait(),
         Ok(InsertOutcome::Stored { .. })
