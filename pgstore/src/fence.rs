@@ -9,7 +9,7 @@
 //! one cut off from its standby: what only it holds may never reach the standby, and must not
 //! be served or built on; and once the standby is promoted, what it lacks is newer). A pull
 //! also asks, in its own flight, whether a synchronous standby streams from the node at that
-//! moment ([`SERVABLE_NOW`]), closing the second between two checks.
+//! moment ([`SERVABLE_NOW`]), and so does a cursor read, closing the second between two checks.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

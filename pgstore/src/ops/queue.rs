@@ -12,6 +12,7 @@ use relay_store::{AckOutcome, Cursor, DedupRow, Key32, Page, Result, Usage};
 
 use crate::ctx::Ctx;
 use crate::db::{i, key32, u, OpResult};
+use crate::fence::{unservable, SERVABLE_NOW};
 use crate::ops::ack::Ack;
 use crate::ops::pull;
 use crate::ops::Answer;
@@ -180,7 +181,9 @@ pub(crate) fn pull(
     })
 }
 
-/// Head and acked-through of a target.
+/// Head and acked-through of a target, read with the pull's check that the node may still
+/// answer (`crate::fence::SERVABLE_NOW`, sent after the read): a host is never shown a cursor
+/// older than one it saw on a promoted standby.
 ///
 /// # Errors
 /// `Engine`, `Closed`.
@@ -188,13 +191,21 @@ pub(crate) fn cursor(ctx: &Ctx, target: &Key32) -> Result<Cursor> {
     let target = *target;
     ctx.read(move |c| {
         Box::pin(async move {
-            let q = c
-                .query_opt(
-                    "SELECT head_seq, acked_through FROM queues WHERE target = $1",
-                    &[&target.as_slice()],
-                )
-                .await?;
-            Ok(q.map_or(Cursor::default(), |r| Cursor {
+            let (read, servable) = (
+                c.prepare_cached("SELECT head_seq, acked_through FROM queues WHERE target = $1")
+                    .await?,
+                c.prepare_cached(SERVABLE_NOW).await?,
+            );
+            let t = target.as_slice();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&t];
+            let (q, ok) = tokio::join!(biased;
+                c.query_opt(&read, &params),
+                c.query_one(&servable, &[]),
+            );
+            if !ok?.get::<_, bool>(0) {
+                return Err(unservable().into());
+            }
+            Ok(q?.map_or(Cursor::default(), |r| Cursor {
                 head_seq: u(r.get(0)),
                 acked_through: u(r.get(1)),
             }))

@@ -201,8 +201,8 @@ fn a_pooled_connection_to_an_old_primary_left_running_is_not_read_from_once_the_
     assert!(answers > 0, "the reading store reached the promoted node");
 }
 
-/// A read on a pooled connection checked less than a second ago is refused once the node's
-/// synchronous standby has stopped streaming from it (here stopped; promoted, it stops the
+/// A pull or cursor read on a pooled connection checked less than a second ago is refused once
+/// the node's synchronous standby has stopped streaming from it (here stopped; promoted, it stops the
 /// same way before it takes a write): in the drill, a receiver that had acked through an item
 /// on the just-promoted node was answered the old primary's older `head_seq` in that second.
 #[test]
@@ -228,6 +228,13 @@ fn a_read_is_refused_as_soon_as_the_synchronous_standby_stops_streaming() {
     assert!(
         refused.contains("none streams from it now"),
         "refused in the read's own flight, not by a later check: {refused}"
+    );
+    // The cursor alone (what `/info` and the error answers report) the same way.
+    let cursor = store.cursor(&[2; 32]).map_err(|e| e.to_string());
+    assert!(
+        matches!(&cursor, Err(e) if e.contains("none streams from it now")),
+        "the cursor read was refused in its own flight: {cursor:?} ({:?} after the check)",
+        checked.elapsed()
     );
 
     pair.standby.restart().expect("the standby runs again");
