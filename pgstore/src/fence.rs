@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::ObjectId;
 
+use crate::db::OpResult;
 use crate::stats::{PoolStats, STATS};
 
 /// How long a new connection waits for a synchronous standby to hold the node's WAL up to
@@ -61,14 +62,21 @@ pub(crate) const SERVABLE_NOW: &str = "SELECT current_setting('synchronous_stand
      OR EXISTS (SELECT 1 FROM pg_stat_replication \
        WHERE sync_state IN ('sync', 'quorum') OR sync_state IS NULL)";
 
-/// The answer to a read [`SERVABLE_NOW`] refused (counted as a refusal).
-pub(crate) fn unservable() -> relay_store::StoreError {
+/// [`SERVABLE_NOW`]'s row as the read's verdict: `Err` refuses the read (counted as a
+/// refusal), or carries the statement's own error.
+pub(crate) fn servable(
+    row: std::result::Result<tokio_postgres::Row, tokio_postgres::Error>,
+) -> OpResult<()> {
+    if row?.get::<_, bool>(0) {
+        return Ok(());
+    }
     PoolStats::add(&STATS.fenced, 1);
-    relay_store::StoreError::Engine(
+    Err(relay_store::StoreError::Engine(
         "postgres: refusing the node: it requires a synchronous standby and none streams from \
          it now (promoted, or gone)"
             .into(),
     )
+    .into())
 }
 
 /// The newest timeline this store has connected to; shared by the pool's connection hook.

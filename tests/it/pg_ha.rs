@@ -10,8 +10,9 @@
 //! The postmaster drill: three times, the primary's postmaster alone SIGKILLed and its keeper
 //! held still for 3 s, so the monitor fails over every time; let go, the keeper may start
 //! PostgreSQL again, read-write on its old timeline, beside the standby being promoted, until
-//! it hears it is demoted (the report says for how long it did). The relays must never serve or build on what only that old node holds, nor read
-//! its older state once the standby took writes (`relay-pgstore`'s fence).
+//! it hears it is demoted (the report says for how long it did). The relays must never serve
+//! or build on what only that old node holds, nor read its older state once the standby took
+//! writes (`relay-pgstore`'s fence).
 //!
 //! After each: every acknowledged item reached the receiver exactly once, and the receiver's
 //! acked cursor never moved back (no page's `head_seq` below it, no ack answered below it).

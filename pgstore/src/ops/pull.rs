@@ -7,7 +7,7 @@ use relay_store::{Key32, Page, QueuedItem, Result};
 use tokio_postgres::types::ToSql;
 
 use crate::db::{i, key32, u, OpResult};
-use crate::fence::{unservable, SERVABLE_NOW};
+use crate::fence::{servable, SERVABLE_NOW};
 use crate::ops::kind::kind_of;
 use crate::pipeline::{commit_with, rollback};
 
@@ -29,7 +29,7 @@ pub(crate) async fn pull(
     limit: i64,
     max_bytes: u64,
 ) -> OpResult<Page> {
-    let (head, sizes, items, servable) = (
+    let (head, sizes, items, check) = (
         c.prepare_cached(HEAD).await?,
         c.prepare_cached(SIZES).await?,
         c.prepare_cached(ITEMS).await?,
@@ -39,17 +39,17 @@ pub(crate) async fn pull(
     let (after, more_limit) = (i(after), limit + 1);
     let (p0, p1): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
         (&[&t], &[&t, &after, &more_limit]);
-    let (begun, q, sizes, servable) = tokio::join!(biased;
+    let (begun, q, sizes, servable_now) = tokio::join!(biased;
         c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
         c.query_opt(&head, p0),
         c.query(&sizes, p1),
-        c.query_one(&servable, &[]),
+        c.query_one(&check, &[]),
     );
     begun?;
-    let (q, sizes) = match (q, sizes, servable) {
-        (Ok(q), Ok(s), Ok(ok)) if ok.get::<_, bool>(0) => (q, s),
-        (Ok(_), Ok(_), Ok(_)) => return rollback(c, unservable().into()).await.0,
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return rollback(c, e.into()).await.0,
+    let (q, sizes) = match (q, sizes, servable(servable_now)) {
+        (Ok(q), Ok(s), Ok(())) => (q, s),
+        (Err(e), _, _) | (_, Err(e), _) => return rollback(c, e.into()).await.0,
+        (_, _, Err(e)) => return rollback(c, e).await.0,
     };
     let (head_seq, acked_through) = q.map_or((0, 0), |r| (u(r.get(0)), u(r.get(1))));
     let mut take = 0i64;

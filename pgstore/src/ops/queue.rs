@@ -12,7 +12,7 @@ use relay_store::{AckOutcome, Cursor, DedupRow, Key32, Page, Result, Usage};
 
 use crate::ctx::Ctx;
 use crate::db::{i, key32, u, OpResult};
-use crate::fence::{unservable, SERVABLE_NOW};
+use crate::fence::{servable, SERVABLE_NOW};
 use crate::ops::ack::Ack;
 use crate::ops::pull;
 use crate::ops::Answer;
@@ -191,20 +191,18 @@ pub(crate) fn cursor(ctx: &Ctx, target: &Key32) -> Result<Cursor> {
     let target = *target;
     ctx.read(move |c| {
         Box::pin(async move {
-            let (read, servable) = (
+            let (read, check) = (
                 c.prepare_cached("SELECT head_seq, acked_through FROM queues WHERE target = $1")
                     .await?,
                 c.prepare_cached(SERVABLE_NOW).await?,
             );
             let t = target.as_slice();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&t];
-            let (q, ok) = tokio::join!(biased;
+            let (q, now) = tokio::join!(biased;
                 c.query_opt(&read, &params),
-                c.query_one(&servable, &[]),
+                c.query_one(&check, &[]),
             );
-            if !ok?.get::<_, bool>(0) {
-                return Err(unservable().into());
-            }
+            servable(now)?;
             Ok(q?.map_or(Cursor::default(), |r| Cursor {
                 head_seq: u(r.get(0)),
                 acked_through: u(r.get(1)),
