@@ -18,6 +18,7 @@ pub(crate) mod insert_plan;
 pub(crate) mod invite;
 pub(crate) mod kind;
 pub(crate) mod lease;
+pub(crate) mod leave;
 pub(crate) mod lists;
 pub(crate) mod meta;
 pub(crate) mod oplog;

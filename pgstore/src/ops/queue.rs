@@ -11,9 +11,10 @@ use deadpool_postgres::Transaction;
 use relay_store::{AckOutcome, Cursor, DedupRow, Key32, Page, Result, Usage};
 
 use crate::ctx::Ctx;
-use crate::db::{i, key32, u, OpResult};
+use crate::db::{key32, u, OpResult};
 use crate::fence::{servable, SERVABLE_NOW};
 use crate::ops::ack::Ack;
+use crate::ops::leave::leave;
 use crate::ops::pull;
 use crate::ops::Answer;
 
@@ -49,6 +50,32 @@ pub(crate) async fn lock_queue(t: &Transaction<'_>, target: &Key32) -> OpResult<
             bytes: u(r.get(3)),
         },
     })
+}
+
+/// Lock (creating the missing ones) the `queues` rows of `targets` in key order, as
+/// [`lock_queue`] locks one: two statements whatever their number.
+pub(crate) async fn lock_queues(t: &Transaction<'_>, targets: &[Key32]) -> OpResult<()> {
+    let mut keys: Vec<&[u8]> = targets.iter().map(|k| k.as_slice()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    t.execute(
+        &t.prepare_cached(
+            "INSERT INTO queues (target) SELECT k FROM unnest($1::bytea[]) AS k ORDER BY k \
+             ON CONFLICT (target) DO NOTHING",
+        )
+        .await?,
+        &[&keys],
+    )
+    .await?;
+    t.execute(
+        &t.prepare_cached(
+            "SELECT 1 FROM queues WHERE target = ANY($1::bytea[]) ORDER BY target FOR UPDATE",
+        )
+        .await?,
+        &[&keys],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Move the sender-share and account usage of an item's scopes by (`items`, `bytes`); the
@@ -108,23 +135,6 @@ pub(crate) async fn add_queue_usage(
         )
         .await?,
         &[&target.as_slice(), &items, &bytes],
-    )
-    .await?;
-    Ok(())
-}
-
-/// The item (`target`, `sender`, `item_id`) left its queue at `now`: its dedup row's horizon
-/// starts (the sweep prunes it once `now` is past the horizon). Same transaction as the delete.
-pub(crate) async fn start_dedup_horizon(
-    t: &Transaction<'_>,
-    target: &Key32,
-    sender: &[u8],
-    item_id: &str,
-    now: u64,
-) -> OpResult<()> {
-    t.execute(
-        "UPDATE dedup SET gone_at_ms = $4 WHERE target = $1 AND sender = $2 AND item_id = $3",
-        &[&target.as_slice(), &sender, &item_id, &i(now)],
     )
     .await?;
     Ok(())
@@ -296,21 +306,7 @@ pub(crate) fn delete_item(ctx: &Ctx, target: &Key32, seq: u64) -> Answer<bool> {
             lock_queue(t, &target).await?;
             // The queue moves: the next push to it reads it again (`crate::guess`).
             guesses.forget_target(&target);
-            let r = t
-                .query_opt(
-                    "DELETE FROM items WHERE target = $1 AND seq = $2 \
-                     RETURNING sender, account, bytes, item_id",
-                    &[&target.as_slice(), &i(seq)],
-                )
-                .await?;
-            let Some(r) = r else { return Ok(false) };
-            let sender = key32(r.get::<_, &[u8]>(0), "item sender")?;
-            start_dedup_horizon(t, &target, &sender, r.get(3), env.now).await?;
-            let account: Option<String> = r.get(1);
-            let bytes: i64 = r.get(2);
-            add_queue_usage(t, &target, -1, -bytes).await?;
-            add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
-            Ok(true)
+            Ok(leave(t, target, seq, None, env.now).await?.is_some())
         })
     })
 }

@@ -15,8 +15,9 @@ use relay_store::{
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::kind::kind_of;
+use crate::ops::leave::leave;
 use crate::ops::lists::{get_list, write_list};
-use crate::ops::queue::{add_queue_usage, add_usage, lock_queue, start_dedup_horizon};
+use crate::ops::queue::{add_queue_usage, add_usage, lock_queue};
 use crate::ops::sweep::{notify, SharedNotice};
 use crate::ops::{enrol, oplog, Answer};
 
@@ -245,30 +246,26 @@ async fn revoke_key_in(
     if let Some((after, through)) = rev.purge_range(q.acked, q.head) {
         // `seq > after AND seq <= through`: the range as the rule means it, pinned by
         // `rules::revoke` `a_purge_takes_the_queue_after_the_acked_cursor_through_the_head`.
-        let rows = t
+        let seqs = t
             .query(
-                "DELETE FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 \
-                 RETURNING seq, kind, item_id, sender, account, bytes, accepted_at_ms, expires_at_ms",
+                "SELECT seq FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
                 &[&req.key.as_slice(), &i(after), &i(through)],
             )
             .await?;
-        let mut rows: Vec<&tokio_postgres::Row> = rows.iter().collect();
-        rows.sort_by_key(|r| r.get::<_, i64>(0));
-        for r in rows {
-            let sender = key32(r.get::<_, &[u8]>(3), "item sender")?;
-            let account: Option<String> = r.get(4);
-            let bytes: i64 = r.get(5);
-            start_dedup_horizon(t, &req.key, &sender, r.get(2), now).await?;
-            add_queue_usage(t, &req.key, -1, -bytes).await?;
-            add_usage(t, &req.key, &sender, account.as_deref(), -1, -bytes).await?;
+        // One item at a time, each before its own notice, as the sweep expires them.
+        for r in seqs {
+            let Some(left) = leave(t, req.key, u(r.get(0)), None, now).await? else {
+                continue;
+            };
+            let bytes = left.bytes;
             let gone = ExpiredItem {
-                target: req.key,
-                seq: u(r.get(0)),
-                kind: kind_of(r.get(1))?,
-                item_id: r.get(2),
-                sender,
-                accepted_at_ms: u(r.get(6)),
-                expires_at_ms: u(r.get(7)),
+                target: left.target,
+                seq: left.seq,
+                kind: kind_of(left.kind)?,
+                item_id: left.item_id,
+                sender: left.sender,
+                accepted_at_ms: left.accepted_at_ms,
+                expires_at_ms: left.expires_at_ms,
             };
             let noticed = notify(t, &gone, notice, req.quotas, req.retention_ms, now).await?;
             rev.purged(u(bytes), noticed);

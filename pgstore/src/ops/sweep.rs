@@ -14,7 +14,8 @@ use crate::ctx::Ctx;
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::insert::insert_batch;
 use crate::ops::kind::kind_of;
-use crate::ops::queue::{add_queue_usage, add_usage, lock_queue, start_dedup_horizon};
+use crate::ops::leave::leave;
+use crate::ops::queue::lock_queues;
 use crate::ops::Answer;
 
 /// Most items one call expires, whatever the caller asks: each costs several statements (a round
@@ -91,37 +92,24 @@ async fn expire(
         .map(|r| Ok((key32(r.get::<_, &[u8]>(0), "item target")?, r.get(1))))
         .collect::<relay_store::Result<_>>()?;
     // Queue rows locked in key order, as inserts do.
-    let mut targets: Vec<Key32> = due.iter().map(|(t, _)| *t).collect();
-    targets.sort_unstable();
-    targets.dedup();
-    for target in &targets {
-        lock_queue(t, target).await?;
-    }
+    let targets: Vec<Key32> = due.iter().map(|(t, _)| *t).collect();
+    lock_queues(t, &targets).await?;
     due.sort_unstable();
+    // One item at a time, each before its own notice: a notice's quota checks see the usage
+    // the items before it freed, and not the ones after, whatever the call's size.
     for (target, seq) in due {
-        let gone = t
-            .query_opt(
-                "DELETE FROM items WHERE target = $1 AND seq = $2 AND expires_at_ms <= $3 \
-                 RETURNING kind, item_id, sender, account, bytes, accepted_at_ms, expires_at_ms",
-                &[&target.as_slice(), &seq, &i(a.now_ms)],
-            )
-            .await?;
-        let Some(r) = gone else { continue };
-        let sender = key32(r.get::<_, &[u8]>(2), "item sender")?;
-        let account: Option<String> = r.get(3);
-        let bytes: i64 = r.get(4);
-        start_dedup_horizon(t, &target, &sender, r.get(1), a.now_ms).await?;
-        add_queue_usage(t, &target, -1, -bytes).await?;
-        add_usage(t, &target, &sender, account.as_deref(), -1, -bytes).await?;
+        let Some(gone) = leave(t, target, u(seq), Some(a.now_ms), a.now_ms).await? else {
+            continue;
+        };
         report.expired += 1;
         let expired = ExpiredItem {
             target,
-            seq: u(seq),
-            kind: kind_of(r.get(0))?,
-            item_id: r.get(1),
-            sender,
-            accepted_at_ms: u(r.get(5)),
-            expires_at_ms: u(r.get(6)),
+            seq: gone.seq,
+            kind: kind_of(gone.kind)?,
+            item_id: gone.item_id,
+            sender: gone.sender,
+            accepted_at_ms: gone.accepted_at_ms,
+            expires_at_ms: gone.expires_at_ms,
         };
         if notify(t, &expired, notice, a.quotas, a.retention_ms, a.now_ms).await? {
             report.notices += 1;
@@ -152,6 +140,19 @@ pub(crate) async fn notify(
     Ok(outcome.is_some_and(|o| relay_store::notice::notice_queued(&o)))
 }
 
+/// The pruning decided for dedup rows ($1 target, $2 sender, $3 item id): a row kept
+/// ($4 true: its item is queued again) has its horizon cleared, the others are deleted; one
+/// statement for all. Answers how many were deleted.
+const PRUNE: &str = "WITH k AS (\
+        SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::bool[]) \
+            AS k(target, sender, item_id, keep)), \
+    kept AS (UPDATE dedup d SET gone_at_ms = NULL FROM k \
+        WHERE k.keep AND d.target = k.target AND d.sender = k.sender AND d.item_id = k.item_id), \
+    gone AS (DELETE FROM dedup d USING k \
+        WHERE NOT k.keep AND d.target = k.target AND d.sender = k.sender \
+            AND d.item_id = k.item_id RETURNING 1) \
+    SELECT count(*) FROM gone";
+
 async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport) -> OpResult<()> {
     // Rows whose item left its queue before the horizon (`rules::sweep::past_horizon` in SQL,
     // `gone_at_ms < horizon`: the index finds them). What becomes of each is
@@ -167,23 +168,20 @@ async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport
         )
         .await?;
     report.more |= rules::sweep::more(rows.len(), take(a.max));
-    for r in rows.iter().take(take(a.max)) {
-        let (target, sender, item_id): (&[u8], &[u8], &str) = (r.get(0), r.get(1), r.get(2));
-        if rules::sweep::prune(r.get::<_, bool>(3)) == Prune::Keep {
-            t.execute(
-                "UPDATE dedup SET gone_at_ms = NULL \
-                 WHERE target = $1 AND sender = $2 AND item_id = $3",
-                &[&target, &sender, &item_id],
-            )
-            .await?;
-            continue;
-        }
-        report.dedup_pruned += t
-            .execute(
-                "DELETE FROM dedup WHERE target = $1 AND sender = $2 AND item_id = $3",
-                &[&target, &sender, &item_id],
-            )
-            .await?;
-    }
+    let rows = &rows[..rows.len().min(take(a.max))];
+    let keep: Vec<bool> = rows
+        .iter()
+        .map(|r| rules::sweep::prune(r.get::<_, bool>(3)) == Prune::Keep)
+        .collect();
+    let col = |n: usize| -> Vec<&[u8]> { rows.iter().map(|r| r.get::<_, &[u8]>(n)).collect() };
+    let item_ids: Vec<&str> = rows.iter().map(|r| r.get::<_, &str>(2)).collect();
+    let pruned: i64 = t
+        .query_one(
+            &t.prepare_cached(PRUNE).await?,
+            &[&col(0), &col(1), &item_ids, &keep],
+        )
+        .await?
+        .get(0);
+    report.dedup_pruned += u(pruned);
     Ok(())
 }

@@ -551,6 +551,55 @@ pub fn the_sweep_sends_no_notice_past_the_senders_cap_or_twice(backend: &dyn Bac
     backend.check_invariants(store);
 }
 
+/// An item leaving its queue (expired by the sweep, deleted by its host) gives back exactly what
+/// it was charged: its queue's usage, its sender's share and its target's account; an emptied
+/// share reads as none. Two items of one queue and account expire in one sweep call.
+pub fn an_item_leaving_its_queue_gives_back_its_usage(backend: &dyn Backend) {
+    let clock = TestClock::new(1_000);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    let (relay, s1, s2, t1, t2) = (key(1), key(2), key(3), key(4), key(5));
+    enrol(store, s1, "s1");
+    enrol(store, s2, "s2");
+    for (t, name) in [(t1, "t1"), (t2, "t2")] {
+        store
+            .enrol(enrol_req(t, name, Some("acct"), 2))
+            .wait()
+            .unwrap();
+    }
+    // Each wire is its id's bytes: 3, 4, 1 and 5.
+    insert_with(store, s1, "due", t1, 100); // expires at 1,100
+    insert_with(store, s1, "kept", t1, 1_000_000);
+    insert_with(store, s2, "x", t1, 100); // expires at 1,100
+    insert_with(store, s1, "other", t2, 1_000_000);
+    let usage = |items, bytes| Usage { items, bytes };
+    assert_eq!(store.usage_target(&t1).unwrap(), usage(3, 8));
+    assert_eq!(store.usage_account("acct").unwrap(), usage(4, 13));
+
+    clock.set(2_000);
+    let r = store
+        .sweep(2_000, 0, big_quotas(), 10_000, 100, notice_fn(relay))
+        .wait()
+        .unwrap();
+    assert_eq!((r.expired, r.notices, r.more), (2, 2, false), "{r:?}");
+    assert_eq!(store.usage_target(&t1).unwrap(), usage(1, 4));
+    assert_eq!(store.usage_sender(&s1, &t1).unwrap(), usage(1, 4));
+    assert_eq!(store.usage_sender(&s2, &t1).unwrap(), Usage::default());
+    assert_eq!(store.usage_account("acct").unwrap(), usage(2, 9));
+
+    let kept = store.pull(&t1, 0, 10, u64::MAX).unwrap().items;
+    assert_eq!(kept.len(), 1);
+    assert!(store.delete_item(&t1, kept[0].seq).wait().unwrap());
+    assert!(
+        !store.delete_item(&t1, kept[0].seq).wait().unwrap(),
+        "gone already"
+    );
+    assert_eq!(store.usage_target(&t1).unwrap(), Usage::default());
+    assert_eq!(store.usage_sender(&s1, &t1).unwrap(), Usage::default());
+    assert_eq!(store.usage_account("acct").unwrap(), usage(1, 5));
+    backend.check_invariants(store);
+}
+
 fn insert_with(store: &dyn RelayStore, sender: Key32, id: &str, target: Key32, retention_ms: u64) {
     let out = store
         .insert(InsertRequest {

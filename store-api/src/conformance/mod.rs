@@ -73,6 +73,7 @@ macro_rules! conformance_tests {
             mail::the_sweep_expires_notifies_and_prunes,
             mail::the_sweep_sends_no_notice_past_the_senders_cap_or_twice,
             mail::never_expiring_items_outlive_every_sweep_and_send_no_notice,
+            mail::an_item_leaving_its_queue_gives_back_its_usage,
             mail::never_expiring_items_count_against_quotas_and_leave_on_ack,
             keys::enrolment_rules,
             keys::an_invite_admits_one_new_key_once_before_it_expires,
