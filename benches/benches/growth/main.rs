@@ -6,8 +6,9 @@
 //! bytes written to disk per byte accepted (write amplification), and the store's bytes on
 //! disk. At the end, with everything queued: resident memory at rest, an online backup and its
 //! verify (`relay-tool`), restart time after kill -9, a retention sweep that expires the first
-//! round's items (a tenth; the relay restarted under libfaketime a retention period later), and
-//! a full drain. Before that, on another fresh store, the empty-store baseline: one round's
+//! round's items (a tenth; the relay restarted under libfaketime a retention period later; the
+//! later rounds were pushed after one restart with a longer retention, so they stay out of it
+//! however long it runs), and a full drain. Before that, on another fresh store, the empty-store baseline: one round's
 //! items over a round's share of the hosts (the same items per queue), drained at once.
 //!
 //! Output: one JSON document (stdout and `growth-<store>.json`), a table on stderr, and an SVG

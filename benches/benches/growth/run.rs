@@ -17,6 +17,11 @@ use crate::Config;
 
 /// Retention the relays run with: the sweep restarts the relay this much later by its clock.
 const RETENTION_SECS: u64 = 86_400;
+/// How much longer the items of the rounds after the first are kept when a sweep follows: the
+/// sweep's fake clock then finds the first round due and nothing else however long it runs
+/// (its calls each read the clock; a PostgreSQL sweep of 100,000 items ran for minutes and
+/// took the later rounds' items too, leaving the drain nothing).
+const LATER_ROUNDS_EXTRA_SECS: u64 = 30 * 86_400;
 /// Longest wait for the sweep's log line after the faked-clock start.
 const SWEEP_LIMIT: Duration = Duration::from_secs(1800);
 /// A relay that just stopped pushing is left this long before its resting memory is read: one
@@ -502,6 +507,10 @@ fn drive(
         marks = t.marks()?;
         if first_round_cut.is_none() {
             // Halfway between the first round's last answer and the second round's start.
+            if full && cfg.faketime.is_some() && !cfg.rounds_only {
+                keep_later_rounds_longer(t)?;
+                marks = t.marks()?;
+            }
             let gap = ended.elapsed().unwrap_or_default();
             first_round_cut = Some(ended + gap / 2);
         }
@@ -615,6 +624,19 @@ fn backup_and_verify(cfg: &Config, t: &Target, e: &mut End) -> Result<(), String
         e.verify_s
     );
     Ok(())
+}
+
+/// Restart the relay (between the first and second rounds) with the later rounds' longer
+/// retention ([`LATER_ROUNDS_EXTRA_SECS`]).
+fn keep_later_rounds_longer(t: &mut Target) -> Result<(), String> {
+    let later = format!("{}s", RETENTION_SECS + LATER_ROUNDS_EXTRA_SECS);
+    let args = &mut t.relay.args;
+    let at = args
+        .iter()
+        .position(|a| a == "--retention")
+        .ok_or("the relay runs without --retention")?;
+    args[at + 1] = later;
+    t.restart(Vec::new()).map(|_| ())
 }
 
 /// Restart the relay with its clock a retention period past `cut` (libfaketime): its start-up

@@ -306,7 +306,7 @@ pub(crate) fn delete_item(ctx: &Ctx, target: &Key32, seq: u64) -> Answer<bool> {
             lock_queue(t, &target).await?;
             // The queue moves: the next push to it reads it again (`crate::guess`).
             guesses.forget_target(&target);
-            Ok(leave(t, target, seq, None, env.now).await?.is_some())
+            Ok(!leave(t, &[(target, seq)], None, env.now).await?.is_empty())
         })
     })
 }

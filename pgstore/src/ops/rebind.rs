@@ -9,16 +9,14 @@ use std::sync::{Arc, Mutex};
 use deadpool_postgres::Transaction;
 use relay_store::rules::{self, revoke::Revocation, rotation};
 use relay_store::{
-    log_text, Enrolment, ExpiredItem, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeRequest,
+    log_text, Enrolment, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeRequest,
 };
 
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, OpResult};
-use crate::ops::kind::kind_of;
-use crate::ops::leave::leave;
+use crate::ops::leave::{due_from, leave_and_tell, runs, select_due, Due, SharedNotice};
 use crate::ops::lists::{get_list, write_list};
 use crate::ops::queue::{add_queue_usage, add_usage, lock_queue};
-use crate::ops::sweep::{notify, SharedNotice};
 use crate::ops::{enrol, oplog, Answer};
 
 /// Take `old` out of every other target's list, putting `new` in its place (a rotation) or
@@ -246,29 +244,33 @@ async fn revoke_key_in(
     if let Some((after, through)) = rev.purge_range(q.acked, q.head) {
         // `seq > after AND seq <= through`: the range as the rule means it, pinned by
         // `rules::revoke` `a_purge_takes_the_queue_after_the_acked_cursor_through_the_head`.
-        let seqs = t
+        let due = t
             .query(
-                "SELECT seq FROM items WHERE target = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
+                &t.prepare_cached(select_due!(
+                    "WHERE it.target = $1 AND it.seq > $2 AND it.seq <= $3 ORDER BY it.seq"
+                ))
+                .await?,
                 &[&req.key.as_slice(), &i(after), &i(through)],
             )
             .await?;
-        // One item at a time, each before its own notice, as the sweep expires them.
-        for r in seqs {
-            let Some(left) = leave(t, req.key, u(r.get(0)), None, now).await? else {
-                continue;
-            };
-            let bytes = left.bytes;
-            let gone = ExpiredItem {
-                target: left.target,
-                seq: left.seq,
-                kind: kind_of(left.kind)?,
-                item_id: left.item_id,
-                sender: left.sender,
-                accepted_at_ms: left.accepted_at_ms,
-                expires_at_ms: left.expires_at_ms,
-            };
-            let noticed = notify(t, &gone, notice, req.quotas, req.retention_ms, now).await?;
-            rev.purged(u(bytes), noticed);
+        let due: Vec<Due> = due
+            .iter()
+            .map(due_from)
+            .collect::<relay_store::Result<_>>()?;
+        for run in runs(&due) {
+            let left = leave_and_tell(
+                t,
+                &due[run],
+                None,
+                notice,
+                req.quotas,
+                req.retention_ms,
+                now,
+            )
+            .await?;
+            for (l, told) in left {
+                rev.purged(u(l.bytes), told);
+            }
         }
     }
     let (entry, outcome) = rev.finish();

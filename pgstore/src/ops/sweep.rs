@@ -8,13 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::Transaction;
 use relay_store::rules::{self, sweep::Prune};
-use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas, SweepReport};
+use relay_store::{Key32, NoticeFn, Quotas, SweepReport};
 
 use crate::ctx::Ctx;
-use crate::db::{i, key32, u, OpResult};
-use crate::ops::insert::insert_batch;
-use crate::ops::kind::kind_of;
-use crate::ops::leave::leave;
+use crate::db::{i, u, OpResult};
+use crate::ops::leave::{due_from, leave_and_tell, runs, select_due, Due, SharedNotice};
 use crate::ops::queue::lock_queues;
 use crate::ops::Answer;
 
@@ -38,9 +36,6 @@ struct SweepArgs {
 fn take(max: i64) -> usize {
     usize::try_from(max).unwrap_or(usize::MAX)
 }
-
-/// The notice builder, callable from the transaction's task (it is `Send`, not `Sync`).
-pub(crate) type SharedNotice = Arc<Mutex<NoticeFn>>;
 
 /// One sweep call (see the module doc); `more` says whether to call again.
 pub(crate) fn sweep(
@@ -76,68 +71,43 @@ async fn expire(
     notice: &SharedNotice,
     report: &mut SweepReport,
 ) -> OpResult<()> {
-    // `rules::sweep::due` in SQL (`expires_at_ms <= now`): the index finds the due rows, and the
-    // DELETE below states it again so a row changed since is left alone.
+    // `rules::sweep::due` in SQL (`expires_at_ms <= now`): the index finds the due rows, and
+    // LEAVE states it again so a row changed since is left alone.
     let due = t
         .query(
-            "SELECT target, seq FROM items WHERE expires_at_ms <= $1 \
-             ORDER BY expires_at_ms, target, seq LIMIT $2",
+            &t.prepare_cached(select_due!(
+                "WHERE it.expires_at_ms <= $1 ORDER BY it.expires_at_ms, it.target, it.seq \
+                 LIMIT $2"
+            ))
+            .await?,
             &[&i(a.now_ms), &(a.max + 1)],
         )
         .await?;
     report.more |= rules::sweep::more(due.len(), take(a.max));
-    let mut due: Vec<(Key32, i64)> = due
+    let mut due: Vec<Due> = due
         .iter()
         .take(take(a.max))
-        .map(|r| Ok((key32(r.get::<_, &[u8]>(0), "item target")?, r.get(1))))
+        .map(due_from)
         .collect::<relay_store::Result<_>>()?;
-    // Queue rows locked in key order, as inserts do.
-    let targets: Vec<Key32> = due.iter().map(|(t, _)| *t).collect();
+    // Queue rows locked in key order, as inserts do; the items leave in that order.
+    let targets: Vec<Key32> = due.iter().map(|d| d.target).collect();
     lock_queues(t, &targets).await?;
-    due.sort_unstable();
-    // One item at a time, each before its own notice: a notice's quota checks see the usage
-    // the items before it freed, and not the ones after, whatever the call's size.
-    for (target, seq) in due {
-        let Some(gone) = leave(t, target, u(seq), Some(a.now_ms), a.now_ms).await? else {
-            continue;
-        };
-        report.expired += 1;
-        let expired = ExpiredItem {
-            target,
-            seq: gone.seq,
-            kind: kind_of(gone.kind)?,
-            item_id: gone.item_id,
-            sender: gone.sender,
-            accepted_at_ms: gone.accepted_at_ms,
-            expires_at_ms: gone.expires_at_ms,
-        };
-        if notify(t, &expired, notice, a.quotas, a.retention_ms, a.now_ms).await? {
-            report.notices += 1;
-        }
+    due.sort_unstable_by_key(|d| (d.target, d.seq));
+    for run in runs(&due) {
+        let left = leave_and_tell(
+            t,
+            &due[run],
+            Some(a.now_ms),
+            notice,
+            a.quotas,
+            a.retention_ms,
+            a.now_ms,
+        )
+        .await?;
+        report.expired += left.len() as u64;
+        report.notices += left.iter().filter(|(_, told)| *told).count() as u64;
     }
     Ok(())
-}
-
-/// Queue the notice for an item that left its queue undelivered; true when a new one was
-/// queued. Only to the sender, and as any insert (not enrolled, full or told already: none).
-pub(crate) async fn notify(
-    t: &Transaction<'_>,
-    gone: &ExpiredItem,
-    notice: &SharedNotice,
-    quotas: Quotas,
-    retention_ms: u64,
-    now_ms: u64,
-) -> OpResult<bool> {
-    // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
-    let req = {
-        let f = notice.lock().unwrap_or_else(|p| p.into_inner());
-        relay_store::notice::notice_request(gone, &f, quotas, retention_ms, now_ms)
-    };
-    let Some(req) = req else { return Ok(false) };
-    let outcome = insert_batch(t, std::slice::from_ref(&req), now_ms)
-        .await?
-        .pop();
-    Ok(outcome.is_some_and(|o| relay_store::notice::notice_queued(&o)))
 }
 
 /// The pruning decided for dedup rows ($1 target, $2 sender, $3 item id): a row kept

@@ -553,7 +553,8 @@ pub fn the_sweep_sends_no_notice_past_the_senders_cap_or_twice(backend: &dyn Bac
 
 /// An item leaving its queue (expired by the sweep, deleted by its host) gives back exactly what
 /// it was charged: its queue's usage, its sender's share and its target's account; an emptied
-/// share reads as none. Two items of one queue and account expire in one sweep call.
+/// share reads as none. Three items of one queue and account, two of one sender, expire in one
+/// sweep call.
 pub fn an_item_leaving_its_queue_gives_back_its_usage(backend: &dyn Backend) {
     let clock = TestClock::new(1_000);
     let store = backend.open(clock.clone());
@@ -567,21 +568,23 @@ pub fn an_item_leaving_its_queue_gives_back_its_usage(backend: &dyn Backend) {
             .wait()
             .unwrap();
     }
-    // Each wire is its id's bytes: 3, 4, 1 and 5.
+    // Each wire is its id's bytes: 3, 4, 2, 1 and 5.
     insert_with(store, s1, "due", t1, 100); // expires at 1,100
     insert_with(store, s1, "kept", t1, 1_000_000);
+    insert_with(store, s1, "d2", t1, 100); // expires at 1,100
     insert_with(store, s2, "x", t1, 100); // expires at 1,100
     insert_with(store, s1, "other", t2, 1_000_000);
     let usage = |items, bytes| Usage { items, bytes };
-    assert_eq!(store.usage_target(&t1).unwrap(), usage(3, 8));
-    assert_eq!(store.usage_account("acct").unwrap(), usage(4, 13));
+    assert_eq!(store.usage_target(&t1).unwrap(), usage(4, 10));
+    assert_eq!(store.usage_sender(&s1, &t1).unwrap(), usage(3, 9));
+    assert_eq!(store.usage_account("acct").unwrap(), usage(5, 15));
 
     clock.set(2_000);
     let r = store
         .sweep(2_000, 0, big_quotas(), 10_000, 100, notice_fn(relay))
         .wait()
         .unwrap();
-    assert_eq!((r.expired, r.notices, r.more), (2, 2, false), "{r:?}");
+    assert_eq!((r.expired, r.notices, r.more), (3, 3, false), "{r:?}");
     assert_eq!(store.usage_target(&t1).unwrap(), usage(1, 4));
     assert_eq!(store.usage_sender(&s1, &t1).unwrap(), usage(1, 4));
     assert_eq!(store.usage_sender(&s2, &t1).unwrap(), Usage::default());
@@ -597,6 +600,39 @@ pub fn an_item_leaving_its_queue_gives_back_its_usage(backend: &dyn Backend) {
     assert_eq!(store.usage_target(&t1).unwrap(), Usage::default());
     assert_eq!(store.usage_sender(&s1, &t1).unwrap(), Usage::default());
     assert_eq!(store.usage_account("acct").unwrap(), usage(1, 5));
+    backend.check_invariants(store);
+}
+
+/// A sweep tells each sender in the order the items leave, one at a time: a notice's quota
+/// checks see the items before it gone and the ones after it still queued, however many leave
+/// in one call. Host a's item for b and b's item for a expire together; a's queue is first in
+/// key order, so b's notice finds b's queue still full (refused) and a's finds a's emptied.
+pub fn a_notice_sees_the_items_before_it_leave_and_not_the_ones_after(backend: &dyn Backend) {
+    let clock = TestClock::new(1_000);
+    let store = backend.open(clock.clone());
+    let store = &*store;
+    let (relay, a, b) = (key(1), key(2), key(3));
+    enrol(store, a, "a");
+    enrol(store, b, "b");
+    insert_with(store, b, "for-a", a, 100);
+    insert_with(store, a, "for-b", b, 100);
+    clock.set(2_000);
+    let one_item_queues = Quotas {
+        max_queue_items: 1,
+        ..big_quotas()
+    };
+    let r = store
+        .sweep(2_000, 0, one_item_queues, 10_000, 100, notice_fn(relay))
+        .wait()
+        .unwrap();
+    assert_eq!((r.expired, r.notices, r.more), (2, 1, false), "{r:?}");
+    let told_a = store.pull(&a, 0, 10, u64::MAX).unwrap().items;
+    assert_eq!(told_a.len(), 1);
+    assert_eq!(
+        (told_a[0].kind, told_a[0].sender),
+        (ItemKind::Expired, relay)
+    );
+    assert!(store.pull(&b, 0, 10, u64::MAX).unwrap().items.is_empty());
     backend.check_invariants(store);
 }
 

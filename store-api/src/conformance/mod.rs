@@ -74,6 +74,7 @@ macro_rules! conformance_tests {
             mail::the_sweep_sends_no_notice_past_the_senders_cap_or_twice,
             mail::never_expiring_items_outlive_every_sweep_and_send_no_notice,
             mail::an_item_leaving_its_queue_gives_back_its_usage,
+            mail::a_notice_sees_the_items_before_it_leave_and_not_the_ones_after,
             mail::never_expiring_items_count_against_quotas_and_leave_on_ack,
             keys::enrolment_rules,
             keys::an_invite_admits_one_new_key_once_before_it_expires,
