@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::ObjectId;
 
-use crate::db::OpResult;
+use crate::op_error::OpResult;
 use crate::stats::{PoolStats, STATS};
 
 /// How long a new connection waits for a synchronous standby to hold the node's WAL up to

@@ -34,6 +34,7 @@ mod db;
 mod fence;
 mod guess;
 mod invariants;
+mod op_error;
 mod ops;
 mod pipeline;
 mod schema;

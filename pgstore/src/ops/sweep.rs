@@ -1,8 +1,9 @@
 //! The retention sweep (relay-store's `rules::sweep` and `notice`): expire items past their time,
 //! each deletion in the same transaction as its sender's notice (inserted with dedup, quotas and
-//! the enrolment check like any insert; only to the sender), then prune dedup rows whose item
-//! left its queue (acked, expired, purged, deleted) before the horizon. At most `max` items per
-//! call, and at most [`MAX_PER_CALL`].
+//! the enrolment check like any insert; only to the sender), in runs of items that leave
+//! together (`ops/leave.rs`), then prune dedup rows whose item left its queue (acked, expired,
+//! purged, deleted) before the horizon, in one statement. At most `max` items per call, at most
+//! [`MAX_PER_CALL`] and [`MAX_RUNS_PER_CALL`] runs.
 
 use std::sync::{Arc, Mutex};
 
