@@ -348,6 +348,8 @@ async fn record_seen_in(t: &Transaction<'_>, seen: &[(Key32, u32)]) -> OpResult<
         );
     }
     let mut written = 0;
+    // Key -> the last day written to it (a key named twice keeps its later, larger day).
+    let mut days: HashMap<&Key32, i32> = HashMap::new();
     for (pk, day) in seen {
         let Some((live, last)) = stored.get_mut(pk) else {
             continue; // not enrolled
@@ -355,13 +357,20 @@ async fn record_seen_in(t: &Transaction<'_>, seen: &[(Key32, u32)]) -> OpResult<
         if !rules::seen::advances(*live, *last, *day) {
             continue;
         }
-        t.execute(
-            "UPDATE enrolments SET last_seen_day = $2 WHERE host_pubkey = $1",
-            &[&pk.as_slice(), &i32::try_from(*day).unwrap_or(i32::MAX)],
-        )
-        .await?;
+        days.insert(pk, i32::try_from(*day).unwrap_or(i32::MAX));
         *last = Some(*day);
         written += 1;
+    }
+    if !days.is_empty() {
+        let (keys, days): (Vec<&[u8]>, Vec<i32>) =
+            days.into_iter().map(|(k, d)| (k.as_slice(), d)).unzip();
+        // One statement for all (one round trip each held these rows' locks against pushes).
+        t.execute(
+            "UPDATE enrolments e SET last_seen_day = v.day \
+             FROM unnest($1::bytea[], $2::int[]) AS v(pk, day) WHERE e.host_pubkey = v.pk",
+            &[&keys, &days],
+        )
+        .await?;
     }
     Ok(written)
 }

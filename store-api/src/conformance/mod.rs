@@ -77,6 +77,7 @@ macro_rules! conformance_tests {
             mail::a_notice_sees_the_items_before_it_leave_and_not_the_ones_after,
             mail::never_expiring_items_count_against_quotas_and_leave_on_ack,
             keys::enrolment_rules,
+            keys::sightings_write_each_live_keys_latest_day_and_never_move_one_back,
             keys::an_invite_admits_one_new_key_once_before_it_expires,
             keys::issuing_an_invite_prunes_the_expired_and_caps_the_unexpired,
             keys::concurrent_enrolments_with_one_invite_admit_one_key,
