@@ -170,37 +170,66 @@ pub(crate) fn runs(due: &[Due]) -> Vec<Range<usize>> {
     out
 }
 
-/// What a run's items did: per item that left, its bytes and whether a new notice was queued.
+/// What items did: per item that left, its row and whether a new notice was queued.
 pub(crate) type LeftAndTold = Vec<(Left, bool)>;
 
-/// One run ([`runs`]) leaves ([`leave`]) and each envelope's sender gets its notice (built by
-/// `notice`; inserted with dedup, quotas and the enrolment check like any insert, in the run's
-/// order, in one batch).
-pub(crate) async fn leave_and_tell(
+/// How the senders of items that leave are told: `notice` builds each notice, inserted at `now`
+/// with `quotas` and `retention_ms` like any insert.
+pub(crate) struct Telling<'a> {
+    pub(crate) notice: &'a SharedNotice,
+    pub(crate) quotas: Quotas,
+    pub(crate) retention_ms: u64,
+    pub(crate) now: u64,
+}
+
+/// `due` (in the order they leave) leaves in runs ([`runs`]), at most `max_runs` of them, each
+/// run in one statement ([`leave`]; with `due_by`, only items due by then) followed by its
+/// notices. Answers what left and whether runs were left over for another call.
+pub(crate) async fn leave_in_runs(
+    t: &Transaction<'_>,
+    due: &[Due],
+    due_by: Option<u64>,
+    max_runs: usize,
+    tell: &Telling<'_>,
+) -> OpResult<(LeftAndTold, bool)> {
+    let runs = runs(due);
+    let mut out = Vec::with_capacity(due.len());
+    for run in runs.iter().take(max_runs) {
+        out.extend(leave_and_tell(t, &due[run.clone()], due_by, tell).await?);
+    }
+    Ok((out, runs.len() > max_runs))
+}
+
+/// One run leaves and each envelope's sender gets its notice (sender only; enrolment, quotas
+/// and dedup as any insert, in the run's order, in one batch).
+async fn leave_and_tell(
     t: &Transaction<'_>,
     run: &[Due],
     due_by: Option<u64>,
-    notice: &SharedNotice,
-    quotas: Quotas,
-    retention_ms: u64,
-    now: u64,
+    tell: &Telling<'_>,
 ) -> OpResult<LeftAndTold> {
     let keys: Vec<(Key32, u64)> = run.iter().map(|d| (d.target, d.seq)).collect();
-    let left = leave(t, &keys, due_by, now).await?;
+    let left = leave(t, &keys, due_by, tell.now).await?;
     // The rule (sender only; enrolment, quotas and dedup as any insert) is relay-store's.
     let (asked, reqs): (Vec<usize>, Vec<_>) = {
-        let f = notice.lock().unwrap_or_else(|p| p.into_inner());
+        let f = tell.notice.lock().unwrap_or_else(|p| p.into_inner());
         left.iter()
             .enumerate()
             .filter_map(|(n, l)| {
-                relay_store::notice::notice_request(&l.item, &f, quotas, retention_ms, now)
-                    .map(|r| (n, r))
+                relay_store::notice::notice_request(
+                    &l.item,
+                    &f,
+                    tell.quotas,
+                    tell.retention_ms,
+                    tell.now,
+                )
+                .map(|r| (n, r))
             })
             .unzip()
     };
     let mut told = vec![false; left.len()];
     if !reqs.is_empty() {
-        let outcomes = insert_batch(t, &reqs, now).await?;
+        let outcomes = insert_batch(t, &reqs, tell.now).await?;
         for (n, o) in asked.into_iter().zip(&outcomes) {
             told[n] = relay_store::notice::notice_queued(o);
         }

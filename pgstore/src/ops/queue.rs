@@ -52,21 +52,11 @@ pub(crate) async fn lock_queue(t: &Transaction<'_>, target: &Key32) -> OpResult<
     })
 }
 
-/// Lock (creating the missing ones) the `queues` rows of `targets` in key order, as
-/// [`lock_queue`] locks one: two statements whatever their number.
+/// Lock the `queues` rows of `targets` in key order, in one statement, as [`lock_queue`] locks
+/// one; for targets that hold queued items, whose rows exist (the insert that queued them made
+/// them).
 pub(crate) async fn lock_queues(t: &Transaction<'_>, targets: &[Key32]) -> OpResult<()> {
-    let mut keys: Vec<&[u8]> = targets.iter().map(|k| k.as_slice()).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    t.execute(
-        &t.prepare_cached(
-            "INSERT INTO queues (target) SELECT k FROM unnest($1::bytea[]) AS k ORDER BY k \
-             ON CONFLICT (target) DO NOTHING",
-        )
-        .await?,
-        &[&keys],
-    )
-    .await?;
+    let keys: Vec<&[u8]> = targets.iter().map(|k| k.as_slice()).collect();
     t.execute(
         &t.prepare_cached(
             "SELECT 1 FROM queues WHERE target = ANY($1::bytea[]) ORDER BY target FOR UPDATE",

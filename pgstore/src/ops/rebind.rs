@@ -14,7 +14,7 @@ use relay_store::{
 
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, OpResult};
-use crate::ops::leave::{due_from, leave_and_tell, runs, select_due, Due, SharedNotice};
+use crate::ops::leave::{due_from, leave_in_runs, select_due, Due, SharedNotice, Telling};
 use crate::ops::lists::{get_list, write_list};
 use crate::ops::queue::{add_queue_usage, add_usage, lock_queue};
 use crate::ops::{enrol, oplog, Answer};
@@ -257,20 +257,15 @@ async fn revoke_key_in(
             .iter()
             .map(due_from)
             .collect::<relay_store::Result<_>>()?;
-        for run in runs(&due) {
-            let left = leave_and_tell(
-                t,
-                &due[run],
-                None,
-                notice,
-                req.quotas,
-                req.retention_ms,
-                now,
-            )
-            .await?;
-            for (l, told) in left {
-                rev.purged(u(l.bytes), told);
-            }
+        let tell = Telling {
+            notice,
+            quotas: req.quotas,
+            retention_ms: req.retention_ms,
+            now,
+        };
+        let (left, _) = leave_in_runs(t, &due, None, usize::MAX, &tell).await?;
+        for (l, told) in left {
+            rev.purged(u(l.bytes), told);
         }
     }
     let (entry, outcome) = rev.finish();

@@ -13,14 +13,14 @@ use relay_store::{Key32, NoticeFn, Quotas, SweepReport};
 
 use crate::ctx::Ctx;
 use crate::db::{i, u, OpResult};
-use crate::ops::leave::{due_from, leave_and_tell, runs, select_due, Due, SharedNotice};
+use crate::ops::leave::{due_from, leave_in_runs, select_due, Due, SharedNotice, Telling};
 use crate::ops::queue::lock_queues;
 use crate::ops::Answer;
 
 /// Most items one call expires, whatever the caller asks (the relay asks 1,000).
 const MAX_PER_CALL: usize = 1_000;
 
-/// Most runs ([`runs`]) one call takes out: each is a few statements (a round trip each) in one
+/// Most runs (`leave::runs`) one call takes out: each is a few statements (a round trip each) in one
 /// transaction that holds its targets' queue locks against pushes, so a call of many short runs
 /// is bounded as the 200 items one by one (six to eight statements each) were bounded before;
 /// 1,000 items one by one overran the store's 10 s deadline at load 20-30 (growth bench,
@@ -98,22 +98,17 @@ async fn expire(
     let targets: Vec<Key32> = due.iter().map(|d| d.target).collect();
     lock_queues(t, &targets).await?;
     due.sort_unstable_by_key(|d| (d.target, d.seq));
-    let runs = runs(&due);
-    report.more |= runs.len() > MAX_RUNS_PER_CALL;
-    for run in runs.into_iter().take(MAX_RUNS_PER_CALL) {
-        let left = leave_and_tell(
-            t,
-            &due[run],
-            Some(a.now_ms),
-            notice,
-            a.quotas,
-            a.retention_ms,
-            a.now_ms,
-        )
-        .await?;
-        report.expired += left.len() as u64;
-        report.notices += left.iter().filter(|(_, told)| *told).count() as u64;
-    }
+    let tell = Telling {
+        notice,
+        quotas: a.quotas,
+        retention_ms: a.retention_ms,
+        now: a.now_ms,
+    };
+    let (left, runs_left) =
+        leave_in_runs(t, &due, Some(a.now_ms), MAX_RUNS_PER_CALL, &tell).await?;
+    report.more |= runs_left;
+    report.expired += left.len() as u64;
+    report.notices += left.iter().filter(|(_, told)| *told).count() as u64;
     Ok(())
 }
 
