@@ -66,7 +66,7 @@ pub(crate) fn write(
     }))?;
     let mut put = |w: &mut BackupWriter<'_>, r: Record| -> Result<(), BackupError> {
         w.record(&r)?;
-        if w.records_written() % PROGRESS_EVERY == 0 {
+        if w.records_written().is_multiple_of(PROGRESS_EVERY) {
             progress(w.bytes_written());
         }
         Ok(())

@@ -100,7 +100,7 @@ mod tests {
         ItemHint {
             sender: [n as u8; 32],
             item_id: format!("id-{n}").into(),
-            account: (n % 2 == 0).then(|| format!("acct-{n}").into()),
+            account: n.is_multiple_of(2).then(|| format!("acct-{n}").into()),
             bytes: n * 10,
             expires_at_ms: n * 1000,
         }

@@ -119,7 +119,7 @@ const WIRE_CHUNK: usize = 4096;
 fn wire_check_cost(text: &[u8], max_wire: u64) -> u64 {
     use base64::engine::general_purpose::STANDARD;
     use base64::Engine;
-    if text.is_empty() || text.len() % 4 != 0 {
+    if text.is_empty() || !text.len().is_multiple_of(4) {
         return 0;
     }
     let padding = text.iter().rev().take_while(|&&b| b == b'=').count().min(2);

@@ -516,7 +516,7 @@ pub async fn run_serve(config: ServeConfig) -> Result<(), ServeError> {
         .and_then(|()| out.flush())
         .map_err(|e| format!("stdout: {e}"))?;
     }
-    tracing::info!(%addr, store = %dir.display(), scheme = if tls.is_some() { "https" } else { "http" }, "serving");
+    tracing::info!(%addr, store = %dir.display(), scheme = if tls.is_some() { "https" } else { "http" }, curve_arithmetic = relay_wire::strict_stream::curve_arithmetic(), "serving");
     let observed = Some(app.http_metrics.clone());
     crate::notify::notify(&format!("READY=1\nSTATUS=serving on {addr}"));
     let watchdog = crate::notify::spawn_watchdog(stop_rx.clone());

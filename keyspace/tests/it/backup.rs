@@ -145,7 +145,7 @@ fn every_flipped_byte_and_truncation_is_refused() {
     let bad = dir.path().join("bad");
     let target = dir.path().join("restore-here");
     // Every byte of the header, the first records and the trailer; every third byte between.
-    let probe = |i: usize| i < 300 || i + 200 > good.len() || i % 3 == 0;
+    let probe = |i: usize| i < 300 || i + 200 > good.len() || i.is_multiple_of(3);
     for i in (0..good.len()).filter(|i| probe(*i)) {
         let mut b = good.clone();
         b[i] ^= 0x01;
