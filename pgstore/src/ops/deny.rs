@@ -87,19 +87,22 @@ pub(crate) async fn denied_in(
     subjects: &[DenySubject],
     now_ms: u64,
 ) -> OpResult<bool> {
-    for s in subjects {
-        let (kind, subject) = columns(s);
-        let hit = c
-            .query_opt(
-                "SELECT 1 FROM deny_list WHERE kind = $1 AND subject = $2 AND expires_ms > $3",
-                &[&kind, &subject, &i(now_ms)],
-            )
-            .await?;
-        if hit.is_some() {
-            return Ok(true);
-        }
+    if subjects.is_empty() {
+        return Ok(false);
     }
-    Ok(false)
+    let (kinds, names): (Vec<&str>, Vec<Vec<u8>>) = subjects.iter().map(columns).unzip();
+    let hit = c
+        .query_opt(
+            &c.prepare_cached(
+                "SELECT 1 FROM unnest($1::text[], $2::bytea[]) AS s(kind, subject) \
+                 JOIN deny_list d ON d.kind = s.kind AND d.subject = s.subject \
+                 WHERE d.expires_ms > $3 LIMIT 1",
+            )
+            .await?,
+            &[&kinds, &names, &i(now_ms)],
+        )
+        .await?;
+    Ok(hit.is_some())
 }
 
 /// Whether an unexpired entry at `now_ms` names one of `subjects`.

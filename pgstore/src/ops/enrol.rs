@@ -52,19 +52,24 @@ pub(crate) async fn get(
         "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1 {}",
         if lock { "FOR UPDATE" } else { "FOR SHARE" }
     );
-    let row = t.query_opt(&sql, &[&pk.as_slice()]).await?;
+    let row = t
+        .query_opt(&t.prepare_cached(&sql).await?, &[&pk.as_slice()])
+        .await?;
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
 /// Write `e` (insert or replace).
 pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
     t.execute(
-        "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
+        &t.prepare_cached(
+            "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
              authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms, org, client_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
          ON CONFLICT (host_pubkey) DO UPDATE SET host_name = $2, name_folded = $3, \
              owner_fp = $4, account = $5, authorized_by = $6, authority_rank = $7, \
              enrolled_at_ms = $8, revoked_at_ms = $9, org = $10, client_id = $11",
+        )
+        .await?,
         &[
             &e.host_pubkey.as_slice(),
             &e.host_name,
@@ -86,8 +91,11 @@ pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
 /// Add to the live and revoked counters in `meta`.
 pub(crate) async fn bump(t: &Transaction<'_>, live: i64, revoked: i64) -> OpResult<()> {
     t.execute(
-        "UPDATE meta SET live_enrolments = live_enrolments + $1, \
+        &t.prepare_cached(
+            "UPDATE meta SET live_enrolments = live_enrolments + $1, \
              revoked_enrolments = revoked_enrolments + $2 WHERE id = 1",
+        )
+        .await?,
         &[&live, &revoked],
     )
     .await?;
@@ -99,10 +107,11 @@ pub(crate) async fn bump(t: &Transaction<'_>, live: i64, revoked: i64) -> OpResu
 async fn live_by_name(t: &Transaction<'_>, name: &str, limit: usize) -> OpResult<Vec<Enrolment>> {
     let rows = t
         .query(
-            &format!(
+            &t.prepare_cached(&format!(
                 "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
                  AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
-            ),
+            ))
+            .await?,
             &[
                 &name.to_lowercase(),
                 &i64::try_from(limit).unwrap_or(i64::MAX),
@@ -116,22 +125,30 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
     let now = env.now;
     let live_count: i64 = t
         .query_one(
-            "SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE",
+            &t.prepare_cached("SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE")
+                .await?,
             &[],
         )
         .await?
         .get(0);
     // Under the `meta` row lock that `put_deny` takes too: an entry committed before this
-    // refuses it, one committed after finds it enrolled.
-    if deny::denied_in(t, &req.denied_if, now).await? {
+    // refuses it, one committed after finds it enrolled. The three reads go in one flight
+    // (tokio-postgres pipelines the statements of one connection polled together).
+    let invite = async {
+        match &req.invite {
+            relay_store::InviteClaim::Presented(hash) => invite::get(t, hash).await,
+            _ => Ok(None),
+        }
+    };
+    let (denied, stored, invite) = tokio::try_join!(
+        deny::denied_in(t, &req.denied_if, now),
+        get(t, &req.host_pubkey, true),
+        invite,
+    )?;
+    if denied {
         return Ok(EnrolOutcome::Denied);
     }
-    let stored = get(t, &req.host_pubkey, true).await?;
     let max_live = req.max_live;
-    let invite = match &req.invite {
-        relay_store::InviteClaim::Presented(hash) => invite::get(t, hash).await?,
-        _ => None,
-    };
     let live = u(live_count);
     let (new, first, redeem) =
         match rules::enrol::decide(stored.as_ref(), req, live, invite.as_ref(), now) {
@@ -146,7 +163,14 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
             return Ok(EnrolOutcome::NameTaken);
         }
     }
-    write(t, &new).await?;
+    // The row and the live counter in one flight (see the reads above).
+    let counted = async {
+        match stored {
+            Some(_) => Ok(()),
+            None => bump(t, 1, 0).await,
+        }
+    };
+    tokio::try_join!(write(t, &new), counted)?;
     if let Some(hash) = &redeem {
         invite::redeem(t, hash, &new.host_pubkey, env).await?;
     }
@@ -155,10 +179,7 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
             let detail = log_text::re_enrolled(old, &new);
             oplog::append(t, env, "re-enrol", &detail).await?;
         }
-        None => {
-            bump(t, 1, 0).await?;
-            oplog::append(t, env, "enrol", &log_text::enrolled(&new)).await?;
-        }
+        None => oplog::append(t, env, "enrol", &log_text::enrolled(&new)).await?,
     }
     Ok(Step::outcome_after_write(first))
 }
@@ -241,10 +262,13 @@ pub(crate) fn live_enrolments_by_name(
 pub(crate) fn live_enrolment_count(ctx: &Ctx) -> Result<u64> {
     ctx.read(|c| {
         Box::pin(async move {
-            let n: i64 = c
-                .query_one("SELECT live_enrolments FROM meta WHERE id = 1", &[])
-                .await?
-                .get(0);
+            let rows = c
+                .query_cached("SELECT live_enrolments FROM meta WHERE id = 1", &[])
+                .await?;
+            let n: i64 = rows
+                .first()
+                .map(|r| r.get(0))
+                .ok_or_else(|| relay_store::StoreError::Corrupt("no meta row".into()))?;
             Ok(u(n))
         })
     })

@@ -54,7 +54,10 @@ pub(crate) fn put_invite(ctx: &Ctx, invite: Invite, max: u64) -> Answer<InviteOu
 pub(crate) async fn get(t: &Transaction<'_>, hash: &InviteHash) -> OpResult<Option<Invite>> {
     let row = t
         .query_opt(
-            "SELECT created_ms, expires_ms, note FROM invites WHERE hash = $1 FOR UPDATE",
+            &t.prepare_cached(
+                "SELECT created_ms, expires_ms, note FROM invites WHERE hash = $1 FOR UPDATE",
+            )
+            .await?,
             &[&hash.as_slice()],
         )
         .await?;

@@ -63,31 +63,52 @@ impl ChallengeBook for PgChallenges {
                 // the host asks again), so this commit does not wait for the WAL
                 // flush. It would otherwise hold the `meta` lock through one fsync per
                 // challenge, making every issuer queue behind the disk.
-                t.batch_execute("SET LOCAL synchronous_commit = off")
-                    .await?;
-                t.query_one("SELECT id FROM meta WHERE id = 1 FOR UPDATE", &[])
-                    .await?;
-                // Expired rows go first: `NOT challenge_book::is_open` in SQL (a
-                // count over the table, not a read of every row).
-                t.execute(
-                    "DELETE FROM challenges WHERE expires_ms <= $1",
-                    &[&i(now_ms)],
-                )
-                .await?;
-                let others: i64 = t
-                    .query_one(
-                        "SELECT count(*) FROM challenges WHERE host_pubkey <> $1",
-                        &[&key.as_slice()],
-                    )
-                    .await?
-                    .get(0);
+                //
+                // The setting, the lock, the expired rows' deletion (`NOT
+                // challenge_book::is_open` in SQL: a count over the table, not a read of
+                // every row) and the count go in one flight: tokio-postgres pipelines the
+                // statements of one connection polled together, and the server runs them
+                // in this order, so the count is taken under the lock.
+                let (_, _, _, others) = tokio::try_join!(
+                    t.batch_execute("SET LOCAL synchronous_commit = off"),
+                    async {
+                        t.query_one(
+                            &t.prepare_cached("SELECT id FROM meta WHERE id = 1 FOR UPDATE")
+                                .await?,
+                            &[],
+                        )
+                        .await
+                    },
+                    async {
+                        t.execute(
+                            &t.prepare_cached("DELETE FROM challenges WHERE expires_ms <= $1")
+                                .await?,
+                            &[&i(now_ms)],
+                        )
+                        .await
+                    },
+                    async {
+                        t.query_one(
+                            &t.prepare_cached(
+                                "SELECT count(*) FROM challenges WHERE host_pubkey <> $1",
+                            )
+                            .await?,
+                            &[&key.as_slice()],
+                        )
+                        .await
+                    },
+                )?;
+                let others: i64 = others.get(0);
                 if !challenge_book::admits(u64::try_from(others).unwrap_or(u64::MAX), max) {
                     return Ok(ChallengeIssue::Full);
                 }
                 t.execute(
-                    "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
+                    &t.prepare_cached(
+                        "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
                              VALUES ($1, $2, $3) ON CONFLICT (host_pubkey) DO UPDATE \
                              SET challenge = $2, expires_ms = $3",
+                    )
+                    .await?,
                     &[
                         &key.as_slice(),
                         challenge,
@@ -105,11 +126,13 @@ impl ChallengeBook for PgChallenges {
         self.0.read_async(move |c| {
             Box::pin(async move {
                 let r = c
-                    .query_opt(
+                    .query_cached(
                         "SELECT challenge, expires_ms FROM challenges WHERE host_pubkey = $1",
                         &[&key.as_slice()],
                     )
-                    .await?;
+                    .await?
+                    .into_iter()
+                    .next();
                 Ok(
                     r.filter(|r| challenge_book::is_open(crate::db::u(r.get(1)), now_ms))
                         .map(|r| r.get(0)),
@@ -124,7 +147,10 @@ impl ChallengeBook for PgChallenges {
             Box::pin(async move {
                 let r = t
                     .query_opt(
-                        "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
+                        &t.prepare_cached(
+                            "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
+                        )
+                        .await?,
                         &[&key.as_slice()],
                     )
                     .await?;
@@ -132,7 +158,8 @@ impl ChallengeBook for PgChallenges {
                 let stored: String = r.get(0);
                 if challenge_book::same(&stored, challenge) {
                     t.execute(
-                        "DELETE FROM challenges WHERE host_pubkey = $1",
+                        &t.prepare_cached("DELETE FROM challenges WHERE host_pubkey = $1")
+                            .await?,
                         &[&key.as_slice()],
                     )
                     .await?;

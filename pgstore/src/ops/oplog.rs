@@ -24,8 +24,11 @@ pub(crate) async fn append(
     let WriteEnv { now: at_ms, keep } = env;
     let row = t
         .query_one(
-            "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash, ops_enrol_held FROM meta \
-             WHERE id = 1 FOR UPDATE",
+            &t.prepare_cached(
+                "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash, ops_enrol_held FROM meta \
+                 WHERE id = 1 FOR UPDATE",
+            )
+            .await?,
             &[],
         )
         .await?;
@@ -33,7 +36,11 @@ pub(crate) async fn append(
     let first = row.get::<_, Option<i64>>(2).map_or(0, |s| u(s) + 1);
     if rule::admission(kind, held_before, keep) == Admission::IfOldestIsEnrolment {
         let oldest = t
-            .query_opt("SELECT kind FROM ops WHERE seq = $1", &[&i(first)])
+            .query_opt(
+                &t.prepare_cached("SELECT kind FROM ops WHERE seq = $1")
+                    .await?,
+                &[&i(first)],
+            )
             .await?
             .is_some_and(|r| rule::is_enrolment_entry(r.get(0)));
         if !oldest {
@@ -42,21 +49,34 @@ pub(crate) async fn append(
     }
     let n = u(row.get(0));
     let hash = rule::next_hash(hash32(row.get(1), "meta ops_head")?, n, at_ms, kind, detail);
-    t.execute(
-        "INSERT INTO ops (seq, at_ms, kind, detail, hash) VALUES ($1, $2, $3, $4, $5)",
-        &[&i(n), &i(at_ms), &kind, &detail, &hash.as_slice()],
-    )
-    .await?;
-    t.execute(
-        "UPDATE meta SET ops_next = $1, ops_head = $2 WHERE id = 1",
-        &[&i(n + 1), &hash.as_slice()],
-    )
-    .await?;
     let mut trim = Trim::after_append(kind, first, n + 1, at_ms, keep, held_before);
-    drop_old(t, &mut trim).await?;
+    // The entry, the new head and the trim's read in one flight (tokio-postgres pipelines
+    // the statements of one connection polled together; the server runs them in this order).
+    let insert = async {
+        t.execute(
+            &t.prepare_cached(
+                "INSERT INTO ops (seq, at_ms, kind, detail, hash) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .await?,
+            &[&i(n), &i(at_ms), &kind, &detail, &hash.as_slice()],
+        )
+        .await?;
+        OpResult::Ok(())
+    };
+    let head = async {
+        t.execute(
+            &t.prepare_cached("UPDATE meta SET ops_next = $1, ops_head = $2 WHERE id = 1")
+                .await?,
+            &[&i(n + 1), &hash.as_slice()],
+        )
+        .await?;
+        OpResult::Ok(())
+    };
+    tokio::try_join!(insert, head, drop_old(t, &mut trim))?;
     if trim.held() != held_before {
         t.execute(
-            "UPDATE meta SET ops_enrol_held = $1 WHERE id = 1",
+            &t.prepare_cached("UPDATE meta SET ops_enrol_held = $1 WHERE id = 1")
+                .await?,
             &[&i(trim.held())],
         )
         .await?;
@@ -73,7 +93,10 @@ async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
     // newest).
     let rows = t
         .query(
-            "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 ORDER BY seq LIMIT $2",
+            &t.prepare_cached(
+                "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 ORDER BY seq LIMIT $2",
+            )
+            .await?,
             &[&i(first), &i(MAX_DROP_PER_APPEND)],
         )
         .await?;
@@ -90,12 +113,14 @@ async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
     }
     if let Some((seq, hash)) = last {
         t.execute(
-            "DELETE FROM ops WHERE seq >= $1 AND seq <= $2",
+            &t.prepare_cached("DELETE FROM ops WHERE seq >= $1 AND seq <= $2")
+                .await?,
             &[&i(first), &seq],
         )
         .await?;
         t.execute(
-            "UPDATE meta SET ops_cp_seq = $1, ops_cp_hash = $2 WHERE id = 1",
+            &t.prepare_cached("UPDATE meta SET ops_cp_seq = $1, ops_cp_hash = $2 WHERE id = 1")
+                .await?,
             &[&seq, &hash],
         )
         .await?;
