@@ -133,7 +133,8 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
         .get(0);
     // Under the `meta` row lock that `put_deny` takes too: an entry committed before this
     // refuses it, one committed after finds it enrolled. The three reads go in one flight
-    // (tokio-postgres pipelines the statements of one connection polled together).
+    // (tokio-postgres pipelines the statements of one connection polled together; `biased`
+    // sends them in this order).
     let invite = async {
         match &req.invite {
             relay_store::InviteClaim::Presented(hash) => invite::get(t, hash).await,
@@ -141,6 +142,7 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
         }
     };
     let (denied, stored, invite) = tokio::try_join!(
+        biased;
         deny::denied_in(t, &req.denied_if, now),
         get(t, &req.host_pubkey, true),
         invite,
@@ -170,7 +172,7 @@ async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpRe
             None => bump(t, 1, 0).await,
         }
     };
-    tokio::try_join!(write(t, &new), counted)?;
+    tokio::try_join!(biased; write(t, &new), counted)?;
     if let Some(hash) = &redeem {
         invite::redeem(t, hash, &new.host_pubkey, env).await?;
     }

@@ -68,8 +68,12 @@ impl ChallengeBook for PgChallenges {
                 // challenge_book::is_open` in SQL: a count over the table, not a read of
                 // every row) and the count go in one flight: tokio-postgres pipelines the
                 // statements of one connection polled together, and the server runs them
-                // in this order, so the count is taken under the lock.
+                // in the order they are sent. `biased` polls them in this order every time,
+                // so each is sent after the one before it even when its statement has to be
+                // prepared first (the first use on a connection): the count is taken under
+                // the lock.
                 let (_, _, _, others) = tokio::try_join!(
+                    biased;
                     t.batch_execute("SET LOCAL synchronous_commit = off"),
                     async {
                         t.query_one(

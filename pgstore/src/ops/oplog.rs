@@ -50,8 +50,10 @@ pub(crate) async fn append(
     let n = u(row.get(0));
     let hash = rule::next_hash(hash32(row.get(1), "meta ops_head")?, n, at_ms, kind, detail);
     let mut trim = Trim::after_append(kind, first, n + 1, at_ms, keep, held_before);
-    // The entry, the new head and the trim's read in one flight (tokio-postgres pipelines
-    // the statements of one connection polled together; the server runs them in this order).
+    // The entry, the new head and the trim's read in one flight: tokio-postgres pipelines
+    // the statements of one connection polled together, the server runs them in the order
+    // they are sent, and `biased` polls them in this order every time (so the trim reads
+    // after the entry is written, as when they were sent one by one).
     let insert = async {
         t.execute(
             &t.prepare_cached(
@@ -72,7 +74,7 @@ pub(crate) async fn append(
         .await?;
         OpResult::Ok(())
     };
-    tokio::try_join!(insert, head, drop_old(t, &mut trim))?;
+    tokio::try_join!(biased; insert, head, drop_old(t, &mut trim))?;
     if trim.held() != held_before {
         t.execute(
             &t.prepare_cached("UPDATE meta SET ops_enrol_held = $1 WHERE id = 1")
