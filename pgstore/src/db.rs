@@ -76,17 +76,6 @@ pub(crate) async fn bounded<T>(op: impl Future<Output = Result<T>>) -> Result<T>
 pub(crate) struct Conn(Option<deadpool_postgres::Object>, MakeRustls);
 
 impl Conn {
-    /// Run `sql` prepared once per connection (the pool's statement cache): the reads that
-    /// requests make again and again.
-    pub(crate) async fn query_cached(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> OpResult<Vec<tokio_postgres::Row>> {
-        let st = self.prepare_cached(sql).await?;
-        Ok(self.query(&st, params).await?)
-    }
-
     /// Take this connection out of the pool and close it.
     fn discard(&mut self) {
         if let Some(o) = self.0.take() {

@@ -28,6 +28,7 @@
 //! is missing: nothing now). The throwaway PostgreSQL of the tests is `relay-testkit`'s.
 
 mod backend;
+mod cached;
 mod combine;
 mod ctx;
 mod db;

@@ -4,6 +4,7 @@
 
 use relay_store::{Admission, Key32, Result, StoreError};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use crate::db::{Conn, OpResult};
 use crate::ops::enrol::{self, COLS};

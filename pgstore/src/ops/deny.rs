@@ -6,6 +6,7 @@
 use relay_store::rules::deny::{admits, kept_until};
 use relay_store::{log_text, DenyEntry, DenyOutcome, DenySubject, Result, StoreError};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use deadpool_postgres::GenericClient;
 
@@ -92,13 +93,10 @@ pub(crate) async fn denied_in(
     }
     let (kinds, names): (Vec<&str>, Vec<Vec<u8>>) = subjects.iter().map(columns).unzip();
     let hit = c
-        .query_opt(
-            &c.prepare_cached(
-                "SELECT 1 FROM unnest($1::text[], $2::bytea[]) AS s(kind, subject) \
+        .query_opt_cached(
+            "SELECT 1 FROM unnest($1::text[], $2::bytea[]) AS s(kind, subject) \
                  JOIN deny_list d ON d.kind = s.kind AND d.subject = s.subject \
                  WHERE d.expires_ms > $3 LIMIT 1",
-            )
-            .await?,
             &[&kinds, &names, &i(now_ms)],
         )
         .await?;

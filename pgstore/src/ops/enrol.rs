@@ -10,6 +10,7 @@ use relay_store::rules::{self, enrol::Step};
 use relay_store::{log_text, EnrolOutcome, EnrolRequest, Enrolment, Key32, Result};
 use tokio_postgres::Row;
 
+use crate::cached::Cached as _;
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, Conn, OpResult};
 use crate::ops::{deny, invite, oplog, Answer};
@@ -52,24 +53,19 @@ pub(crate) async fn get(
         "SELECT {COLS} FROM enrolments WHERE host_pubkey = $1 {}",
         if lock { "FOR UPDATE" } else { "FOR SHARE" }
     );
-    let row = t
-        .query_opt(&t.prepare_cached(&sql).await?, &[&pk.as_slice()])
-        .await?;
+    let row = t.query_opt_cached(&sql, &[&pk.as_slice()]).await?;
     Ok(row.as_ref().map(from_row).transpose()?)
 }
 
 /// Write `e` (insert or replace).
 pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
-    t.execute(
-        &t.prepare_cached(
-            "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
+    t.execute_cached(
+        "INSERT INTO enrolments (host_pubkey, host_name, name_folded, owner_fp, account, \
              authorized_by, authority_rank, enrolled_at_ms, revoked_at_ms, org, client_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
          ON CONFLICT (host_pubkey) DO UPDATE SET host_name = $2, name_folded = $3, \
              owner_fp = $4, account = $5, authorized_by = $6, authority_rank = $7, \
              enrolled_at_ms = $8, revoked_at_ms = $9, org = $10, client_id = $11",
-        )
-        .await?,
         &[
             &e.host_pubkey.as_slice(),
             &e.host_name,
@@ -90,12 +86,9 @@ pub(crate) async fn write(t: &Transaction<'_>, e: &Enrolment) -> OpResult<()> {
 
 /// Add to the live and revoked counters in `meta`.
 pub(crate) async fn bump(t: &Transaction<'_>, live: i64, revoked: i64) -> OpResult<()> {
-    t.execute(
-        &t.prepare_cached(
-            "UPDATE meta SET live_enrolments = live_enrolments + $1, \
+    t.execute_cached(
+        "UPDATE meta SET live_enrolments = live_enrolments + $1, \
              revoked_enrolments = revoked_enrolments + $2 WHERE id = 1",
-        )
-        .await?,
         &[&live, &revoked],
     )
     .await?;
@@ -106,12 +99,11 @@ pub(crate) async fn bump(t: &Transaction<'_>, live: i64, revoked: i64) -> OpResu
 /// the `meta` row lock serialises enrolments, so what is read stays true until `COMMIT`).
 async fn live_by_name(t: &Transaction<'_>, name: &str, limit: usize) -> OpResult<Vec<Enrolment>> {
     let rows = t
-        .query(
-            &t.prepare_cached(&format!(
+        .query_cached(
+            &format!(
                 "SELECT {COLS} FROM enrolments WHERE name_folded = $1 \
                  AND revoked_at_ms IS NULL ORDER BY host_pubkey LIMIT $2"
-            ))
-            .await?,
+            ),
             &[
                 &name.to_lowercase(),
                 &i64::try_from(limit).unwrap_or(i64::MAX),
@@ -124,9 +116,8 @@ async fn live_by_name(t: &Transaction<'_>, name: &str, limit: usize) -> OpResult
 async fn enrol_in(t: &Transaction<'_>, req: EnrolRequest, env: WriteEnv) -> OpResult<EnrolOutcome> {
     let now = env.now;
     let live_count: i64 = t
-        .query_one(
-            &t.prepare_cached("SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE")
-                .await?,
+        .query_one_cached(
+            "SELECT live_enrolments FROM meta WHERE id = 1 FOR UPDATE",
             &[],
         )
         .await?
@@ -264,13 +255,10 @@ pub(crate) fn live_enrolments_by_name(
 pub(crate) fn live_enrolment_count(ctx: &Ctx) -> Result<u64> {
     ctx.read(|c| {
         Box::pin(async move {
-            let rows = c
-                .query_cached("SELECT live_enrolments FROM meta WHERE id = 1", &[])
-                .await?;
-            let n: i64 = rows
-                .first()
-                .map(|r| r.get(0))
-                .ok_or_else(|| relay_store::StoreError::Corrupt("no meta row".into()))?;
+            let n: i64 = c
+                .query_one_cached("SELECT live_enrolments FROM meta WHERE id = 1", &[])
+                .await?
+                .get(0);
             Ok(u(n))
         })
     })

@@ -22,6 +22,7 @@ use relay_store::{DedupRow, InsertOutcome, InsertRequest, Usage};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use crate::cached::Cached as _;
 use crate::db::{i, key32, u, Attempt, Conn, OpResult, Tried};
 use crate::guess::Guesses;
 use crate::ops::insert_keys::Keys;
@@ -323,12 +324,8 @@ fn reads_into(rows: &mut Rows, read: &[Row]) -> OpResult<()> {
 
 /// Lock the queue rows LOCK could not see (created by another transaction since its snapshot).
 async fn lock_late_queues(c: &impl GenericClient, late: &[&[u8]], rows: &mut Rows) -> OpResult<()> {
-    c.execute(&c.prepare_cached(LOCK_LATE).await?, &[&late])
-        .await?;
-    for r in c
-        .query(&c.prepare_cached(LOCK_LATE_READ).await?, &[&late])
-        .await?
-    {
+    c.execute_cached(LOCK_LATE, &[&late]).await?;
+    for r in c.query_cached(LOCK_LATE_READ, &[&late]).await? {
         rows.queues.insert(
             key32(r.get::<_, &[u8]>(0), "queue target")?,
             queue_state(&r, 1),

@@ -7,6 +7,7 @@ use deadpool_postgres::Transaction;
 use relay_store::rules::invite::admits;
 use relay_store::{log_text, Invite, InviteHash, InviteOutcome, Key32};
 
+use crate::cached::Cached as _;
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, u, OpResult};
 use crate::ops::{oplog, Answer};
@@ -53,11 +54,8 @@ pub(crate) fn put_invite(ctx: &Ctx, invite: Invite, max: u64) -> Answer<InviteOu
 /// The stored invite of `hash`, locked for the enrolment redeeming it.
 pub(crate) async fn get(t: &Transaction<'_>, hash: &InviteHash) -> OpResult<Option<Invite>> {
     let row = t
-        .query_opt(
-            &t.prepare_cached(
-                "SELECT created_ms, expires_ms, note FROM invites WHERE hash = $1 FOR UPDATE",
-            )
-            .await?,
+        .query_opt_cached(
+            "SELECT created_ms, expires_ms, note FROM invites WHERE hash = $1 FOR UPDATE",
             &[&hash.as_slice()],
         )
         .await?;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use relay_store::rules::challenge_book;
 use relay_store::{ChallengeBook, ChallengeIssue, Key32, Pending};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use crate::db::i;
 use crate::ops::Answer;
@@ -75,44 +76,24 @@ impl ChallengeBook for PgChallenges {
                 let (_, _, _, others) = tokio::try_join!(
                     biased;
                     t.batch_execute("SET LOCAL synchronous_commit = off"),
+                    t.query_one_cached("SELECT id FROM meta WHERE id = 1 FOR UPDATE", &[]),
                     async {
-                        t.query_one(
-                            &t.prepare_cached("SELECT id FROM meta WHERE id = 1 FOR UPDATE")
-                                .await?,
-                            &[],
-                        )
-                        .await
+                        let sql = "DELETE FROM challenges WHERE expires_ms <= $1";
+                        t.execute_cached(sql, &[&i(now_ms)]).await
                     },
                     async {
-                        t.execute(
-                            &t.prepare_cached("DELETE FROM challenges WHERE expires_ms <= $1")
-                                .await?,
-                            &[&i(now_ms)],
-                        )
-                        .await
-                    },
-                    async {
-                        t.query_one(
-                            &t.prepare_cached(
-                                "SELECT count(*) FROM challenges WHERE host_pubkey <> $1",
-                            )
-                            .await?,
-                            &[&key.as_slice()],
-                        )
-                        .await
+                        let sql = "SELECT count(*) FROM challenges WHERE host_pubkey <> $1";
+                        t.query_one_cached(sql, &[&key.as_slice()]).await
                     },
                 )?;
                 let others: i64 = others.get(0);
                 if !challenge_book::admits(u64::try_from(others).unwrap_or(u64::MAX), max) {
                     return Ok(ChallengeIssue::Full);
                 }
-                t.execute(
-                    &t.prepare_cached(
-                        "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
+                t.execute_cached(
+                    "INSERT INTO challenges (host_pubkey, challenge, expires_ms) \
                              VALUES ($1, $2, $3) ON CONFLICT (host_pubkey) DO UPDATE \
                              SET challenge = $2, expires_ms = $3",
-                    )
-                    .await?,
                     &[
                         &key.as_slice(),
                         challenge,
@@ -130,13 +111,11 @@ impl ChallengeBook for PgChallenges {
         self.0.read_async(move |c| {
             Box::pin(async move {
                 let r = c
-                    .query_cached(
+                    .query_opt_cached(
                         "SELECT challenge, expires_ms FROM challenges WHERE host_pubkey = $1",
                         &[&key.as_slice()],
                     )
-                    .await?
-                    .into_iter()
-                    .next();
+                    .await?;
                 Ok(
                     r.filter(|r| challenge_book::is_open(crate::db::u(r.get(1)), now_ms))
                         .map(|r| r.get(0)),
@@ -150,20 +129,16 @@ impl ChallengeBook for PgChallenges {
         self.0.write(challenge, move |t, challenge, _| {
             Box::pin(async move {
                 let r = t
-                    .query_opt(
-                        &t.prepare_cached(
-                            "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
-                        )
-                        .await?,
+                    .query_opt_cached(
+                        "SELECT challenge FROM challenges WHERE host_pubkey = $1 FOR UPDATE",
                         &[&key.as_slice()],
                     )
                     .await?;
                 let Some(r) = r else { return Ok(()) };
                 let stored: String = r.get(0);
                 if challenge_book::same(&stored, challenge) {
-                    t.execute(
-                        &t.prepare_cached("DELETE FROM challenges WHERE host_pubkey = $1")
-                            .await?,
+                    t.execute_cached(
+                        "DELETE FROM challenges WHERE host_pubkey = $1",
                         &[&key.as_slice()],
                     )
                     .await?;

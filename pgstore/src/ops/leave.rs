@@ -14,6 +14,7 @@ use deadpool_postgres::Transaction;
 use relay_store::{ExpiredItem, Key32, NoticeFn, Quotas};
 use tokio_postgres::Row;
 
+use crate::cached::Cached as _;
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::insert::insert_batch;
 use crate::ops::kind::kind_of;
@@ -93,10 +94,7 @@ pub(crate) async fn leave(
     let targets: Vec<&[u8]> = items.iter().map(|(k, _)| k.as_slice()).collect();
     let seqs: Vec<i64> = items.iter().map(|&(_, s)| i(s)).collect();
     let rows = t
-        .query(
-            &t.prepare_cached(LEAVE).await?,
-            &[&targets, &seqs, &due_by.map(i), &i(now)],
-        )
+        .query_cached(LEAVE, &[&targets, &seqs, &due_by.map(i), &i(now)])
         .await?;
     let left = rows
         .iter()

@@ -5,6 +5,7 @@ use deadpool_postgres::Transaction;
 use relay_store::rules;
 use relay_store::{EncAd, EncAdV2, EncAds, Key32, Result, SenderList, SenderListOutcome};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::{enrol, Answer};

@@ -6,6 +6,7 @@ use deadpool_postgres::Transaction;
 use relay_store::rules::log::{self as rule, Admission, ChainCheck, Trim, MAX_DROP_PER_APPEND};
 use relay_store::{LogCheckpoint, LogVerdict, OpEntry, Result};
 
+use crate::cached::Cached as _;
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, OpResult};
 
@@ -23,12 +24,9 @@ pub(crate) async fn append(
 ) -> OpResult<()> {
     let WriteEnv { now: at_ms, keep } = env;
     let row = t
-        .query_one(
-            &t.prepare_cached(
-                "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash, ops_enrol_held FROM meta \
+        .query_one_cached(
+            "SELECT ops_next, ops_head, ops_cp_seq, ops_cp_hash, ops_enrol_held FROM meta \
                  WHERE id = 1 FOR UPDATE",
-            )
-            .await?,
             &[],
         )
         .await?;
@@ -36,11 +34,7 @@ pub(crate) async fn append(
     let first = row.get::<_, Option<i64>>(2).map_or(0, |s| u(s) + 1);
     if rule::admission(kind, held_before, keep) == Admission::IfOldestIsEnrolment {
         let oldest = t
-            .query_opt(
-                &t.prepare_cached("SELECT kind FROM ops WHERE seq = $1")
-                    .await?,
-                &[&i(first)],
-            )
+            .query_opt_cached("SELECT kind FROM ops WHERE seq = $1", &[&i(first)])
             .await?
             .is_some_and(|r| rule::is_enrolment_entry(r.get(0)));
         if !oldest {
@@ -55,20 +49,16 @@ pub(crate) async fn append(
     // they are sent, and `biased` polls them in this order every time (so the trim reads
     // after the entry is written, as when they were sent one by one).
     let insert = async {
-        t.execute(
-            &t.prepare_cached(
-                "INSERT INTO ops (seq, at_ms, kind, detail, hash) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .await?,
+        t.execute_cached(
+            "INSERT INTO ops (seq, at_ms, kind, detail, hash) VALUES ($1, $2, $3, $4, $5)",
             &[&i(n), &i(at_ms), &kind, &detail, &hash.as_slice()],
         )
         .await?;
         OpResult::Ok(())
     };
     let head = async {
-        t.execute(
-            &t.prepare_cached("UPDATE meta SET ops_next = $1, ops_head = $2 WHERE id = 1")
-                .await?,
+        t.execute_cached(
+            "UPDATE meta SET ops_next = $1, ops_head = $2 WHERE id = 1",
             &[&i(n + 1), &hash.as_slice()],
         )
         .await?;
@@ -76,9 +66,8 @@ pub(crate) async fn append(
     };
     tokio::try_join!(biased; insert, head, drop_old(t, &mut trim))?;
     if trim.held() != held_before {
-        t.execute(
-            &t.prepare_cached("UPDATE meta SET ops_enrol_held = $1 WHERE id = 1")
-                .await?,
+        t.execute_cached(
+            "UPDATE meta SET ops_enrol_held = $1 WHERE id = 1",
             &[&i(trim.held())],
         )
         .await?;
@@ -94,11 +83,8 @@ async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
     // The candidates, oldest first, at most what one append drops (the trim stops before the
     // newest).
     let rows = t
-        .query(
-            &t.prepare_cached(
-                "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 ORDER BY seq LIMIT $2",
-            )
-            .await?,
+        .query_cached(
+            "SELECT seq, at_ms, hash, kind FROM ops WHERE seq >= $1 ORDER BY seq LIMIT $2",
             &[&i(first), &i(MAX_DROP_PER_APPEND)],
         )
         .await?;
@@ -114,15 +100,13 @@ async fn drop_old(t: &Transaction<'_>, trim: &mut Trim) -> OpResult<()> {
         last = Some((seq, r.get(2)));
     }
     if let Some((seq, hash)) = last {
-        t.execute(
-            &t.prepare_cached("DELETE FROM ops WHERE seq >= $1 AND seq <= $2")
-                .await?,
+        t.execute_cached(
+            "DELETE FROM ops WHERE seq >= $1 AND seq <= $2",
             &[&i(first), &seq],
         )
         .await?;
-        t.execute(
-            &t.prepare_cached("UPDATE meta SET ops_cp_seq = $1, ops_cp_hash = $2 WHERE id = 1")
-                .await?,
+        t.execute_cached(
+            "UPDATE meta SET ops_cp_seq = $1, ops_cp_hash = $2 WHERE id = 1",
             &[&seq, &hash],
         )
         .await?;

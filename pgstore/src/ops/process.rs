@@ -4,6 +4,7 @@
 
 use relay_store::{Key32, ProcessRow, Result, MAX_PROCESSES, PROCESS_FORGET_MS};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use crate::db::{i, key32, u};
 use crate::ops::Answer;

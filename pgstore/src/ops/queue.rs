@@ -10,6 +10,7 @@
 use deadpool_postgres::Transaction;
 use relay_store::{AckOutcome, Cursor, DedupRow, Key32, Page, Result, Usage};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use crate::db::{key32, u, OpResult};
 use crate::fence::{servable, SERVABLE_NOW};
@@ -28,17 +29,14 @@ pub(crate) struct QueueRow {
 
 /// Lock (creating it when missing) the `queues` row of `target`.
 pub(crate) async fn lock_queue(t: &Transaction<'_>, target: &Key32) -> OpResult<QueueRow> {
-    t.execute(
-        &t.prepare_cached(
-            "INSERT INTO queues (target) VALUES ($1) ON CONFLICT (target) DO NOTHING",
-        )
-        .await?,
+    t.execute_cached(
+        "INSERT INTO queues (target) VALUES ($1) ON CONFLICT (target) DO NOTHING",
         &[&target.as_slice()],
     )
     .await?;
     let r = t
-        .query_one(
-            &t.prepare_cached("SELECT head_seq, acked_through, items, bytes FROM queues WHERE target = $1 FOR UPDATE").await?,
+        .query_one_cached(
+            "SELECT head_seq, acked_through, items, bytes FROM queues WHERE target = $1 FOR UPDATE",
             &[&target.as_slice()],
         )
         .await?;
@@ -57,11 +55,8 @@ pub(crate) async fn lock_queue(t: &Transaction<'_>, target: &Key32) -> OpResult<
 /// them).
 pub(crate) async fn lock_queues(t: &Transaction<'_>, targets: &[Key32]) -> OpResult<()> {
     let keys: Vec<&[u8]> = targets.iter().map(|k| k.as_slice()).collect();
-    t.execute(
-        &t.prepare_cached(
-            "SELECT 1 FROM queues WHERE target = ANY($1::bytea[]) ORDER BY target FOR UPDATE",
-        )
-        .await?,
+    t.execute_cached(
+        "SELECT 1 FROM queues WHERE target = ANY($1::bytea[]) ORDER BY target FOR UPDATE",
         &[&keys],
     )
     .await?;
@@ -78,32 +73,27 @@ pub(crate) async fn add_usage(
     items: i64,
     bytes: i64,
 ) -> OpResult<()> {
-    t.execute(
-        &t.prepare_cached("INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3::BIGINT, 0), \
+    t.execute_cached("INSERT INTO usage_sender (target, sender, items, bytes) VALUES ($1, $2, GREATEST($3::BIGINT, 0), \
              GREATEST($4::BIGINT, 0)) ON CONFLICT (target, sender) DO UPDATE \
-         SET items = GREATEST(usage_sender.items + $3, 0), bytes = GREATEST(usage_sender.bytes + $4, 0)").await?,
+         SET items = GREATEST(usage_sender.items + $3, 0), bytes = GREATEST(usage_sender.bytes + $4, 0)",
         &[&target.as_slice(), &sender.as_slice(), &items, &bytes],
     )
     .await?;
-    t.execute(
-        &t.prepare_cached("DELETE FROM usage_sender WHERE target = $1 AND sender = $2 AND items = 0 AND bytes = 0").await?,
+    t.execute_cached(
+        "DELETE FROM usage_sender WHERE target = $1 AND sender = $2 AND items = 0 AND bytes = 0",
         &[&target.as_slice(), &sender.as_slice()],
     )
     .await?;
     if let Some(a) = account {
-        t.execute(
-            &t.prepare_cached("INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2::BIGINT, 0), \
+        t.execute_cached("INSERT INTO usage_account (account, items, bytes) VALUES ($1, GREATEST($2::BIGINT, 0), \
                  GREATEST($3::BIGINT, 0)) ON CONFLICT (account) DO UPDATE \
              SET items = GREATEST(usage_account.items + $2, 0), \
-                 bytes = GREATEST(usage_account.bytes + $3, 0)").await?,
+                 bytes = GREATEST(usage_account.bytes + $3, 0)",
             &[&a, &items, &bytes],
         )
         .await?;
-        t.execute(
-            &t.prepare_cached(
-                "DELETE FROM usage_account WHERE account = $1 AND items = 0 AND bytes = 0",
-            )
-            .await?,
+        t.execute_cached(
+            "DELETE FROM usage_account WHERE account = $1 AND items = 0 AND bytes = 0",
             &[&a],
         )
         .await?;
@@ -118,12 +108,9 @@ pub(crate) async fn add_queue_usage(
     items: i64,
     bytes: i64,
 ) -> OpResult<()> {
-    t.execute(
-        &t.prepare_cached(
-            "UPDATE queues SET items = GREATEST(items + $2, 0), bytes = GREATEST(bytes + $3, 0) \
+    t.execute_cached(
+        "UPDATE queues SET items = GREATEST(items + $2, 0), bytes = GREATEST(bytes + $3, 0) \
          WHERE target = $1",
-        )
-        .await?,
         &[&target.as_slice(), &items, &bytes],
     )
     .await?;

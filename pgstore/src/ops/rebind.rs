@@ -12,6 +12,7 @@ use relay_store::{
     log_text, Enrolment, Key32, NoticeFn, RebindOutcome, RevokeOutcome, RevokeRequest,
 };
 
+use crate::cached::Cached as _;
 use crate::ctx::{Ctx, WriteEnv};
 use crate::db::{i, key32, u, OpResult};
 use crate::ops::leave::{due_from, leave_in_runs, select_due, Due, SharedNotice, Telling};
@@ -245,11 +246,10 @@ async fn revoke_key_in(
         // `seq > after AND seq <= through`: the range as the rule means it, pinned by
         // `rules::revoke` `a_purge_takes_the_queue_after_the_acked_cursor_through_the_head`.
         let due = t
-            .query(
-                &t.prepare_cached(select_due!(
+            .query_cached(
+                select_due!(
                     "WHERE it.target = $1 AND it.seq > $2 AND it.seq <= $3 ORDER BY it.seq"
-                ))
-                .await?,
+                ),
                 &[&req.key.as_slice(), &i(after), &i(through)],
             )
             .await?;

@@ -11,6 +11,7 @@ use deadpool_postgres::Transaction;
 use relay_store::rules::{self, sweep::Prune};
 use relay_store::{Key32, NoticeFn, Quotas, SweepReport};
 
+use crate::cached::Cached as _;
 use crate::ctx::Ctx;
 use crate::db::{i, u, OpResult};
 use crate::ops::leave::{due_from, leave_in_runs, select_due, Due, SharedNotice, Telling};
@@ -79,12 +80,11 @@ async fn expire(
     // `rules::sweep::due` in SQL (`expires_at_ms <= now`): the index finds the due rows, and
     // LEAVE states it again so a row changed since is left alone.
     let due = t
-        .query(
-            &t.prepare_cached(select_due!(
+        .query_cached(
+            select_due!(
                 "WHERE it.expires_at_ms <= $1 ORDER BY it.expires_at_ms, it.target, it.seq \
                  LIMIT $2"
-            ))
-            .await?,
+            ),
             &[&i(a.now_ms), &(a.max + 1)],
         )
         .await?;
@@ -148,10 +148,7 @@ async fn prune_dedup(t: &Transaction<'_>, a: SweepArgs, report: &mut SweepReport
     let col = |n: usize| -> Vec<&[u8]> { rows.iter().map(|r| r.get::<_, &[u8]>(n)).collect() };
     let item_ids: Vec<&str> = rows.iter().map(|r| r.get::<_, &str>(2)).collect();
     let pruned: i64 = t
-        .query_one(
-            &t.prepare_cached(PRUNE).await?,
-            &[&col(0), &col(1), &item_ids, &keep],
-        )
+        .query_one_cached(PRUNE, &[&col(0), &col(1), &item_ids, &keep])
         .await?
         .get(0);
     report.dedup_pruned += u(pruned);
